@@ -1,0 +1,1023 @@
+//! The RESP2/RESP3 codec: command encoding and an incremental frame decoder. No I/O, no clock.
+//!
+//! # Encoding
+//!
+//! Commands go out as an array of bulk strings, written straight into the caller's buffer with the
+//! exact length reserved once and integers formatted on the stack:
+//!
+//! ```text
+//! *<argc>\r\n $<len>\r\n<arg>\r\n ...
+//! ```
+//!
+//! # Decoding
+//!
+//! [`Decoder::decode`] works on a byte slice the caller owns and never mutates it. Like `httparse`
+//! it answers [`Status::Partial`] (not an error) while a frame is incomplete, and a complete frame
+//! comes back with the number of bytes it consumed; the bytes after it are left for the next call.
+//!
+//! The decoder is *resumable*: when a frame is partial it remembers how far it has validated (and
+//! which aggregates are still open, on a fixed stack), so calling it again with the same buffer
+//! grown at the end continues where it stopped. A large reply trickling in byte by byte therefore
+//! costs O(n), not O(n²).
+//!
+//! Frames borrow from the input: decoding a scalar allocates nothing, and aggregates are
+//! validated whole before they are returned as an [`Aggregate`] whose elements are decoded lazily
+//! when iterated — so aggregates allocate nothing either.
+//!
+//! Every number read off the wire is checked against a named limit in [`Limits`], with checked
+//! arithmetic: a length header is never trusted for anything before its bytes have arrived.
+//!
+//! RESP3 attributes (`|`) are validated and skipped: the frame that follows them is returned, and
+//! the consumed count covers both. Streamed strings and aggregates (`$?`, `*?`) are refused with
+//! [`ParseError::Streamed`].
+
+use bytes::{BufMut, BytesMut};
+use std::fmt;
+
+/// The deepest nesting any [`Limits`] can allow: the decoder keeps one counter per open aggregate
+/// on a fixed stack of this size, so that resuming needs no allocation.
+pub const MAX_DEPTH_CAP: usize = 128;
+
+/// Limits on what the decoder accepts. Every quantity read off the wire is checked against one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest bulk string, verbatim string or blob error payload, in bytes.
+    pub max_bulk_len: usize,
+    /// Most elements in one aggregate (a map or attribute of `n` entries counts `2n`).
+    pub max_elements: usize,
+    /// Deepest nesting of aggregates; at most [`MAX_DEPTH_CAP`].
+    pub max_depth: usize,
+    /// Largest whole frame, in bytes, including every header and nested element. Also bounds the
+    /// bytes buffered for a frame that is still incomplete.
+    pub max_frame_len: usize,
+    /// Longest line (simple string, error, integer, double, big number, header), CRLF excluded.
+    pub max_line_len: usize,
+}
+
+impl Limits {
+    /// Defaults for a general RESP decoder: Redis' own `proto-max-bulk-len` (512 MiB) for bulk
+    /// strings and frames, 2²⁰ elements per aggregate, depth 64, lines up to 64 KiB.
+    pub const DEFAULT: Limits = Limits {
+        max_bulk_len: 512 << 20,
+        max_elements: 1 << 20,
+        max_depth: 64,
+        max_frame_len: 512 << 20,
+        max_line_len: 64 << 10,
+    };
+
+    /// Tight limits for a lock client, whose largest reply is `INFO server` (a few KiB): 1 MiB per
+    /// frame and per bulk string, 4096 elements, depth 32, lines up to 16 KiB.
+    pub const CLIENT: Limits = Limits {
+        max_bulk_len: 1 << 20,
+        max_elements: 4096,
+        max_depth: 32,
+        max_frame_len: 1 << 20,
+        max_line_len: 16 << 10,
+    };
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::DEFAULT
+    }
+}
+
+/// Why a byte sequence is not valid RESP (or exceeds a [`Limits`] value). Small, `Copy`, static
+/// messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// The first byte of a frame is not a RESP2/RESP3 type byte.
+    #[error("unknown RESP type byte {0:#04x}")]
+    UnknownType(u8),
+    /// A `\r` was followed by something other than `\n`.
+    #[error("CR not followed by LF")]
+    MissingLf,
+    /// An integer or length is empty or contains a non-digit.
+    #[error("integer is not a decimal number")]
+    InvalidInteger,
+    /// An integer or length does not fit in 64 bits.
+    #[error("integer does not fit in 64 bits")]
+    IntegerOverflow,
+    /// A length is negative and not the null marker -1.
+    #[error("negative length other than -1")]
+    NegativeLength,
+    /// A bulk length exceeds [`Limits::max_bulk_len`].
+    #[error("bulk string longer than the limit")]
+    BulkTooLong,
+    /// An aggregate count exceeds [`Limits::max_elements`].
+    #[error("aggregate has more elements than the limit")]
+    TooManyElements,
+    /// Aggregates are nested deeper than [`Limits::max_depth`].
+    #[error("aggregates nested deeper than the limit")]
+    TooDeep,
+    /// The frame (or the incomplete frame buffered so far) exceeds [`Limits::max_frame_len`].
+    #[error("frame larger than the limit")]
+    FrameTooLarge,
+    /// A line has no CRLF within [`Limits::max_line_len`] bytes.
+    #[error("line longer than the limit")]
+    LineTooLong,
+    /// A bulk payload is not followed by CRLF: its length header lied.
+    #[error("bulk string not terminated by CRLF")]
+    BadBulkTerminator,
+    /// Text was expected (simple string, error, big number, verbatim format) but it is not UTF-8.
+    #[error("text is not valid UTF-8")]
+    NotUtf8,
+    /// A `,` double is not a number, `inf`, `-inf` or `nan`.
+    #[error("invalid double")]
+    InvalidDouble,
+    /// A `#` boolean is not `t` or `f`.
+    #[error("invalid boolean")]
+    InvalidBoolean,
+    /// A `_` null carries data.
+    #[error("invalid null")]
+    InvalidNull,
+    /// A `=` verbatim string lacks its `xxx:` format prefix.
+    #[error("invalid verbatim string")]
+    InvalidVerbatim,
+    /// A `(` big number is not an optionally signed run of digits.
+    #[error("invalid big number")]
+    InvalidBigNumber,
+    /// Streamed RESP3 strings and aggregates (`$?`, `*?`, `;`) are not supported.
+    #[error("streamed RESP3 strings and aggregates are not supported")]
+    Streamed,
+}
+
+/// The outcome of a decode call that did not fail.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Status<T> {
+    /// A whole frame was decoded.
+    Complete(T),
+    /// The input ends before the frame does: call again when more bytes have arrived.
+    Partial,
+}
+
+/// The first word of a server error, classified, because the lock logic reacts to some of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// `ERR`: generic error.
+    Err,
+    /// `NOSCRIPT`: `EVALSHA` of a script the server does not know.
+    NoScript,
+    /// `WRONGTYPE`: the key holds another type.
+    WrongType,
+    /// `NOAUTH`: authentication required.
+    NoAuth,
+    /// `WRONGPASS`: bad user name or password.
+    WrongPass,
+    /// `NOPERM`: the ACL user may not run this command or touch this key.
+    NoPerm,
+    /// `BUSY`: a script is running.
+    Busy,
+    /// `LOADING`: the server is loading its dataset.
+    Loading,
+    /// `READONLY`: the node is a replica.
+    ReadOnly,
+    /// `MASTERDOWN`: a replica lost its master.
+    MasterDown,
+    /// Any other first word.
+    Other,
+}
+
+impl ErrorKind {
+    /// Classifies an error message by its first word (case-sensitive, as Redis sends it).
+    pub fn classify(message: &[u8]) -> ErrorKind {
+        let word_end = message.iter().position(|&b| b == b' ').unwrap_or(message.len());
+        match &message[..word_end] {
+            b"ERR" => ErrorKind::Err,
+            b"NOSCRIPT" => ErrorKind::NoScript,
+            b"WRONGTYPE" => ErrorKind::WrongType,
+            b"NOAUTH" => ErrorKind::NoAuth,
+            b"WRONGPASS" => ErrorKind::WrongPass,
+            b"NOPERM" => ErrorKind::NoPerm,
+            b"BUSY" => ErrorKind::Busy,
+            b"LOADING" => ErrorKind::Loading,
+            b"READONLY" => ErrorKind::ReadOnly,
+            b"MASTERDOWN" => ErrorKind::MasterDown,
+            _ => ErrorKind::Other,
+        }
+    }
+
+    /// True for the errors that mean "these credentials are not accepted".
+    pub fn is_auth(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::NoAuth | ErrorKind::WrongPass | ErrorKind::NoPerm
+        )
+    }
+}
+
+/// A server error reply (`-` simple error or `!` blob error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerError<'a> {
+    /// The first word, classified.
+    pub kind: ErrorKind,
+    /// The whole message, first word included (`NOSCRIPT No matching script...`).
+    pub message: &'a str,
+}
+
+impl fmt::Display for ServerError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message)
+    }
+}
+
+/// The kind of an aggregate frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateKind {
+    /// `*` array.
+    Array,
+    /// `%` map: elements alternate key, value.
+    Map,
+    /// `~` set.
+    Set,
+    /// `>` push (out-of-band data, not a reply).
+    Push,
+}
+
+/// A validated aggregate, borrowed from the input. Its elements are decoded when iterated.
+#[derive(Clone, Copy, PartialEq)]
+pub struct Aggregate<'a> {
+    kind: AggregateKind,
+    len: usize,
+    body: &'a [u8],
+}
+
+impl<'a> Aggregate<'a> {
+    /// Array, map, set or push.
+    pub fn kind(&self) -> AggregateKind {
+        self.kind
+    }
+
+    /// Number of elements (for a map, twice the number of entries).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the aggregate has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements in order (for a map: key, value, key, value, ...).
+    pub fn iter(&self) -> Elements<'a> {
+        Elements {
+            rest: self.body,
+            left: self.len,
+        }
+    }
+}
+
+impl fmt::Debug for Aggregate<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.kind)?;
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for Aggregate<'a> {
+    type Item = Frame<'a>;
+    type IntoIter = Elements<'a>;
+    fn into_iter(self) -> Elements<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the elements of an [`Aggregate`].
+#[derive(Debug, Clone)]
+pub struct Elements<'a> {
+    rest: &'a [u8],
+    left: usize,
+}
+
+/// Limits for re-reading bytes that were already validated under stricter ones.
+const REVALIDATE: Limits = Limits {
+    max_bulk_len: usize::MAX,
+    max_elements: usize::MAX,
+    max_depth: MAX_DEPTH_CAP,
+    max_frame_len: usize::MAX,
+    max_line_len: usize::MAX,
+};
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Frame<'a>;
+    fn next(&mut self) -> Option<Frame<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        // The body was validated whole before the Aggregate was made, so this cannot fail; if it
+        // somehow did, ending the iteration is the safe answer.
+        match Decoder::new(REVALIDATE).decode(self.rest) {
+            Ok(Status::Complete((frame, used))) => {
+                self.rest = &self.rest[used..];
+                self.left -= 1;
+                Some(frame)
+            }
+            _ => {
+                self.left = 0;
+                None
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.left))
+    }
+}
+
+/// One decoded frame, borrowing from the input buffer.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Frame<'a> {
+    /// `+<text>\r\n`
+    Simple(&'a str),
+    /// `-<message>\r\n` or `!<len>\r\n<message>\r\n`
+    Error(ServerError<'a>),
+    /// `:<i64>\r\n`
+    Integer(i64),
+    /// `$<len>\r\n<bytes>\r\n`
+    Bulk(&'a [u8]),
+    /// `$-1\r\n`, `*-1\r\n` (RESP2) or `_\r\n` (RESP3).
+    Null,
+    /// `,<double>\r\n`
+    Double(f64),
+    /// `#t\r\n` / `#f\r\n`
+    Boolean(bool),
+    /// `(<digits>\r\n`
+    BigNumber(&'a str),
+    /// `=<len>\r\n<fmt>:<text>\r\n`
+    Verbatim {
+        /// The three-byte format, e.g. `txt` or `mkd`.
+        format: &'a str,
+        /// The text after the `fmt:` prefix.
+        text: &'a [u8],
+    },
+    /// `*`, `%`, `~` or `>` followed by `<count>\r\n` and the elements.
+    Aggregate(Aggregate<'a>),
+}
+
+/// What one element header turned out to be.
+enum Elem<'a> {
+    /// Incomplete; `scanned` is how far a line search got without finding CR.
+    Partial { scanned: usize },
+    /// A whole scalar (or empty aggregate) ending at `end`.
+    Scalar(Frame<'a>, usize),
+    /// An aggregate header: `count` elements follow from `body`.
+    Open {
+        kind: AggregateKind,
+        count: usize,
+        body: usize,
+    },
+    /// An attribute header: `count` elements (2 × entries) follow from `body`.
+    Attribute { count: usize, body: usize },
+}
+
+/// A resumable RESP decoder. Keep one per connection; see the [module docs](self).
+#[derive(Clone)]
+pub struct Decoder {
+    limits: Limits,
+    /// Bytes of the frame in progress validated so far.
+    pos: usize,
+    /// Where the line search of the element at `pos` may resume (no CR before it).
+    scan: usize,
+    /// Number of open aggregates.
+    depth: usize,
+    /// Elements still expected at each open level.
+    left: [usize; MAX_DEPTH_CAP],
+    /// Bit i set: level i is an attribute (its completion does not count as an element).
+    attr: u128,
+    /// The outermost aggregate of the frame in progress: kind, element count, body start.
+    top: Option<(AggregateKind, usize, usize)>,
+}
+
+impl fmt::Debug for Decoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decoder")
+            .field("limits", &self.limits)
+            .field("pos", &self.pos)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new(Limits::DEFAULT)
+    }
+}
+
+/// Decodes one frame from `buf` with fresh state (a convenience for whole buffers).
+///
+/// # Errors
+///
+/// A [`ParseError`] when `buf` does not start with valid RESP within `limits`.
+pub fn decode<'a>(
+    buf: &'a [u8],
+    limits: &Limits,
+) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
+    Decoder::new(*limits).decode(buf)
+}
+
+impl Decoder {
+    /// A decoder with the given limits (`max_depth` is capped at [`MAX_DEPTH_CAP`]).
+    pub fn new(mut limits: Limits) -> Decoder {
+        limits.max_depth = limits.max_depth.min(MAX_DEPTH_CAP);
+        Decoder {
+            limits,
+            pos: 0,
+            scan: 0,
+            depth: 0,
+            left: [0; MAX_DEPTH_CAP],
+            attr: 0,
+            top: None,
+        }
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Forgets the frame in progress (e.g. after the caller dropped the bytes it was reading).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.scan = 0;
+        self.depth = 0;
+        self.attr = 0;
+        self.top = None;
+    }
+
+    /// Bytes of the frame in progress that are already validated. Zero between frames.
+    pub fn progress(&self) -> usize {
+        self.pos
+    }
+
+    /// Decodes the frame at the start of `buf`.
+    ///
+    /// Returns `Complete((frame, consumed))`, or `Partial` when `buf` ends before the frame does.
+    /// After `Partial`, call again with the same bytes plus whatever arrived since: the decoder
+    /// resumes where it stopped. (Given a shorter buffer, it starts over.)
+    ///
+    /// # Errors
+    ///
+    /// A [`ParseError`] for invalid RESP or a [`Limits`] value exceeded; the state is reset and
+    /// the connection that produced the bytes should be dropped, since framing is lost.
+    pub fn decode<'a>(
+        &mut self,
+        buf: &'a [u8],
+    ) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
+        if buf.len() < self.pos || buf.len() < self.scan {
+            self.reset();
+        }
+        let result = self.run(buf);
+        if !matches!(result, Ok(Status::Partial)) {
+            self.reset();
+        }
+        result
+    }
+
+    fn run<'a>(&mut self, buf: &'a [u8]) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
+        loop {
+            let scan = self.scan.max(self.pos);
+            match element(buf, self.pos, scan, &self.limits)? {
+                Elem::Partial { scanned } => {
+                    self.scan = scanned;
+                    if buf.len() > self.limits.max_frame_len {
+                        return Err(ParseError::FrameTooLarge);
+                    }
+                    return Ok(Status::Partial);
+                }
+                Elem::Scalar(frame, end) => {
+                    self.advance(end)?;
+                    if self.depth == 0 {
+                        return Ok(Status::Complete((frame, end)));
+                    }
+                    if let Some(done) = self.close_element(buf) {
+                        return Ok(Status::Complete(done));
+                    }
+                }
+                Elem::Open { kind, count, body } => {
+                    if self.depth == 0 {
+                        self.top = Some((kind, count, body));
+                    }
+                    self.push(count, false)?;
+                    self.advance(body)?;
+                }
+                Elem::Attribute { count, body } => {
+                    // An empty attribute (`|0`) annotates nothing: skip it as if it were absent.
+                    if count > 0 {
+                        self.push(count, true)?;
+                    }
+                    self.advance(body)?;
+                }
+            }
+        }
+    }
+
+    fn advance(&mut self, to: usize) -> Result<(), ParseError> {
+        if to > self.limits.max_frame_len {
+            return Err(ParseError::FrameTooLarge);
+        }
+        self.pos = to;
+        self.scan = to;
+        Ok(())
+    }
+
+    fn push(&mut self, count: usize, is_attr: bool) -> Result<(), ParseError> {
+        if self.depth >= self.limits.max_depth {
+            return Err(ParseError::TooDeep);
+        }
+        self.left[self.depth] = count;
+        if is_attr {
+            self.attr |= 1 << self.depth;
+        } else {
+            self.attr &= !(1 << self.depth);
+        }
+        self.depth += 1;
+        Ok(())
+    }
+
+    /// One element of the innermost open aggregate is complete: count it, closing every
+    /// aggregate it completes. Returns the whole frame when the outermost one closes.
+    fn close_element<'a>(&mut self, buf: &'a [u8]) -> Option<(Frame<'a>, usize)> {
+        while self.depth > 0 {
+            let level = self.depth - 1;
+            self.left[level] -= 1;
+            if self.left[level] > 0 {
+                return None;
+            }
+            self.depth = level;
+            if self.attr & (1 << level) != 0 {
+                // An attribute annotates the element after it; it is not an element itself.
+                return None;
+            }
+            if level == 0 {
+                let (kind, len, body) = self.top.take()?;
+                let frame = Frame::Aggregate(Aggregate {
+                    kind,
+                    len,
+                    body: &buf[body..self.pos],
+                });
+                return Some((frame, self.pos));
+            }
+        }
+        None
+    }
+}
+
+/// Reads the line starting at `start`; `scan` is where the CR search may resume. Returns the
+/// line's end (index of CR) or None when no CR has arrived yet.
+fn line(
+    buf: &[u8],
+    start: usize,
+    scan: usize,
+    limits: &Limits,
+) -> Result<Result<usize, usize>, ParseError> {
+    let from = scan.max(start);
+    let limit_end = start.saturating_add(limits.max_line_len);
+    let search_end = buf.len().min(limit_end.saturating_add(1));
+    match buf[from.min(search_end)..search_end]
+        .iter()
+        .position(|&b| b == b'\r')
+    {
+        Some(offset) => {
+            let cr = from + offset;
+            if cr > limit_end {
+                return Err(ParseError::LineTooLong);
+            }
+            match buf.get(cr + 1) {
+                None => Ok(Err(cr)),
+                Some(b'\n') => Ok(Ok(cr)),
+                Some(_) => Err(ParseError::MissingLf),
+            }
+        }
+        None if buf.len() > limit_end => Err(ParseError::LineTooLong),
+        None => Ok(Err(search_end)),
+    }
+}
+
+/// Parses a decimal `i64` with optional sign, checked.
+fn parse_int(digits: &[u8]) -> Result<i64, ParseError> {
+    let (negative, digits) = match digits.first() {
+        Some(b'-') => (true, &digits[1..]),
+        Some(b'+') => (false, &digits[1..]),
+        _ => (false, digits),
+    };
+    if digits.is_empty() {
+        return Err(ParseError::InvalidInteger);
+    }
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return Err(ParseError::InvalidInteger);
+        }
+        let digit = i64::from(b - b'0');
+        // Accumulate negatively so that i64::MIN is representable.
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_sub(digit))
+            .ok_or(ParseError::IntegerOverflow)?;
+    }
+    if negative {
+        Ok(value)
+    } else {
+        value.checked_neg().ok_or(ParseError::IntegerOverflow)
+    }
+}
+
+/// A length header: `Ok(None)` for the null marker -1.
+fn parse_len(digits: &[u8]) -> Result<Option<usize>, ParseError> {
+    if digits == b"?" {
+        return Err(ParseError::Streamed);
+    }
+    match parse_int(digits)? {
+        -1 => Ok(None),
+        n if n < 0 => Err(ParseError::NegativeLength),
+        n => usize::try_from(n)
+            .map(Some)
+            .map_err(|_| ParseError::IntegerOverflow),
+    }
+}
+
+fn text(bytes: &[u8]) -> Result<&str, ParseError> {
+    std::str::from_utf8(bytes).map_err(|_| ParseError::NotUtf8)
+}
+
+fn parse_double(line: &[u8]) -> Result<f64, ParseError> {
+    let s = text(line).map_err(|_| ParseError::InvalidDouble)?;
+    match s {
+        "inf" | "+inf" => return Ok(f64::INFINITY),
+        "-inf" => return Ok(f64::NEG_INFINITY),
+        "nan" => return Ok(f64::NAN),
+        _ => {}
+    }
+    // Rust's parser also takes "infinity", "NaN" and the like; RESP does not.
+    if s.is_empty()
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
+    {
+        return Err(ParseError::InvalidDouble);
+    }
+    s.parse().map_err(|_| ParseError::InvalidDouble)
+}
+
+fn parse_big_number(line: &[u8]) -> Result<&str, ParseError> {
+    let digits = match line.first() {
+        Some(b'-' | b'+') => &line[1..],
+        _ => line,
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(ParseError::InvalidBigNumber);
+    }
+    text(line)
+}
+
+/// Decodes the element header at `at` (and the whole element, when it is a scalar).
+fn element<'a>(
+    buf: &'a [u8],
+    at: usize,
+    scan: usize,
+    limits: &Limits,
+) -> Result<Elem<'a>, ParseError> {
+    let Some(&ty) = buf.get(at) else {
+        return Ok(Elem::Partial { scanned: at });
+    };
+    let start = at + 1;
+    let cr = match line(buf, start, scan, limits)? {
+        Ok(cr) => cr,
+        Err(scanned) => {
+            // Reject an unknown type byte at once rather than after its line arrives.
+            if !matches!(
+                ty,
+                b'+' | b'-'
+                    | b':'
+                    | b'$'
+                    | b'*'
+                    | b'_'
+                    | b','
+                    | b'#'
+                    | b'('
+                    | b'='
+                    | b'!'
+                    | b'%'
+                    | b'~'
+                    | b'>'
+                    | b'|'
+            ) {
+                return Err(if ty == b';' {
+                    ParseError::Streamed
+                } else {
+                    ParseError::UnknownType(ty)
+                });
+            }
+            return Ok(Elem::Partial { scanned });
+        }
+    };
+    let content = &buf[start..cr];
+    let after = cr + 2;
+    let scalar = |frame| Ok(Elem::Scalar(frame, after));
+    match ty {
+        b'+' => scalar(Frame::Simple(text(content)?)),
+        b'-' => scalar(Frame::Error(ServerError {
+            kind: ErrorKind::classify(content),
+            message: text(content)?,
+        })),
+        b':' => scalar(Frame::Integer(parse_int(content)?)),
+        b'_' if content.is_empty() => scalar(Frame::Null),
+        b'_' => Err(ParseError::InvalidNull),
+        b',' => scalar(Frame::Double(parse_double(content)?)),
+        b'#' => match content {
+            b"t" => scalar(Frame::Boolean(true)),
+            b"f" => scalar(Frame::Boolean(false)),
+            _ => Err(ParseError::InvalidBoolean),
+        },
+        b'(' => scalar(Frame::BigNumber(parse_big_number(content)?)),
+        b'$' | b'=' | b'!' => {
+            let Some(len) = parse_len(content)? else {
+                return if ty == b'$' {
+                    scalar(Frame::Null)
+                } else {
+                    Err(ParseError::NegativeLength)
+                };
+            };
+            if len > limits.max_bulk_len {
+                return Err(ParseError::BulkTooLong);
+            }
+            let end = after
+                .checked_add(len)
+                .and_then(|e| e.checked_add(2))
+                .ok_or(ParseError::FrameTooLarge)?;
+            if end > limits.max_frame_len {
+                return Err(ParseError::FrameTooLarge);
+            }
+            if buf.len() < end {
+                return Ok(Elem::Partial { scanned: at });
+            }
+            if &buf[end - 2..end] != b"\r\n" {
+                return Err(ParseError::BadBulkTerminator);
+            }
+            let data = &buf[after..end - 2];
+            let frame = match ty {
+                b'$' => Frame::Bulk(data),
+                b'!' => Frame::Error(ServerError {
+                    kind: ErrorKind::classify(data),
+                    message: text(data)?,
+                }),
+                _ => {
+                    if data.len() < 4 || data[3] != b':' {
+                        return Err(ParseError::InvalidVerbatim);
+                    }
+                    Frame::Verbatim {
+                        format: text(&data[..3]).map_err(|_| ParseError::InvalidVerbatim)?,
+                        text: &data[4..],
+                    }
+                }
+            };
+            Ok(Elem::Scalar(frame, end))
+        }
+        b'*' | b'%' | b'~' | b'>' | b'|' => {
+            let Some(count) = parse_len(content)? else {
+                return if ty == b'*' {
+                    scalar(Frame::Null)
+                } else {
+                    Err(ParseError::NegativeLength)
+                };
+            };
+            let pairs = matches!(ty, b'%' | b'|');
+            let count = if pairs {
+                count.checked_mul(2).ok_or(ParseError::TooManyElements)?
+            } else {
+                count
+            };
+            if count > limits.max_elements {
+                return Err(ParseError::TooManyElements);
+            }
+            let kind = match ty {
+                b'*' => AggregateKind::Array,
+                b'%' => AggregateKind::Map,
+                b'~' => AggregateKind::Set,
+                b'>' => AggregateKind::Push,
+                _ => return Ok(Elem::Attribute { count, body: after }),
+            };
+            if count == 0 {
+                return scalar(Frame::Aggregate(Aggregate {
+                    kind,
+                    len: 0,
+                    body: &[],
+                }));
+            }
+            Ok(Elem::Open {
+                kind,
+                count,
+                body: after,
+            })
+        }
+        b';' => Err(ParseError::Streamed),
+        other => Err(ParseError::UnknownType(other)),
+    }
+}
+
+/// One command argument: bytes, or an integer formatted without allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arg<'a> {
+    /// Sent as is.
+    Bytes(&'a [u8]),
+    /// Sent in decimal.
+    Int(i64),
+    /// Sent in decimal.
+    UInt(u64),
+}
+
+impl<'a> From<&'a [u8]> for Arg<'a> {
+    fn from(b: &'a [u8]) -> Self {
+        Arg::Bytes(b)
+    }
+}
+impl<'a, const N: usize> From<&'a [u8; N]> for Arg<'a> {
+    fn from(b: &'a [u8; N]) -> Self {
+        Arg::Bytes(b)
+    }
+}
+impl<'a> From<&'a str> for Arg<'a> {
+    fn from(s: &'a str) -> Self {
+        Arg::Bytes(s.as_bytes())
+    }
+}
+impl From<i64> for Arg<'_> {
+    fn from(n: i64) -> Self {
+        Arg::Int(n)
+    }
+}
+impl From<u64> for Arg<'_> {
+    fn from(n: u64) -> Self {
+        Arg::UInt(n)
+    }
+}
+
+/// Formats `n` in decimal at the end of `scratch`, returning the digits.
+fn format_u64(mut n: u64, scratch: &mut [u8; 20]) -> &[u8] {
+    let mut i = scratch.len();
+    loop {
+        i -= 1;
+        scratch[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &scratch[i..];
+        }
+    }
+}
+
+fn decimal_len(n: u64) -> usize {
+    let mut len = 1;
+    let mut n = n / 10;
+    while n > 0 {
+        len += 1;
+        n /= 10;
+    }
+    len
+}
+
+impl Arg<'_> {
+    fn len(&self) -> usize {
+        match *self {
+            Arg::Bytes(b) => b.len(),
+            Arg::Int(n) => decimal_len(n.unsigned_abs()) + usize::from(n < 0),
+            Arg::UInt(n) => decimal_len(n),
+        }
+    }
+}
+
+/// The exact number of bytes [`encode_command`] writes for `args`.
+pub fn command_len(args: &[Arg<'_>]) -> usize {
+    let header = 3 + decimal_len(args.len() as u64);
+    args.iter().fold(header, |total, arg| {
+        let len = arg.len();
+        total + 5 + decimal_len(len as u64) + len
+    })
+}
+
+/// Appends `args` to `out` as a RESP array of bulk strings, reserving the exact length once:
+///
+/// ```text
+/// *3\r\n$3\r\nGET\r\n...
+/// ```
+///
+/// ```
+/// use redlock_mux::resp::{encode_command, Arg};
+/// let mut out = bytes::BytesMut::new();
+/// encode_command(&mut out, &[Arg::from("SET"), "k".into(), "v".into(), "PX".into(), 30_000u64.into()]);
+/// assert_eq!(&out[..], b"*5\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nv\r\n$2\r\nPX\r\n$5\r\n30000\r\n");
+/// ```
+pub fn encode_command(out: &mut BytesMut, args: &[Arg<'_>]) {
+    out.reserve(command_len(args));
+    let mut scratch = [0u8; 20];
+    out.put_u8(b'*');
+    out.put_slice(format_u64(args.len() as u64, &mut scratch));
+    out.put_slice(b"\r\n");
+    for arg in args {
+        out.put_u8(b'$');
+        out.put_slice(format_u64(arg.len() as u64, &mut scratch));
+        out.put_slice(b"\r\n");
+        match *arg {
+            Arg::Bytes(b) => out.put_slice(b),
+            Arg::Int(n) => {
+                if n < 0 {
+                    out.put_u8(b'-');
+                }
+                out.put_slice(format_u64(n.unsigned_abs(), &mut scratch));
+            }
+            Arg::UInt(n) => out.put_slice(format_u64(n, &mut scratch)),
+        }
+        out.put_slice(b"\r\n");
+    }
+}
+
+/// An owned RESP value: for tests, fuzzing and callers that want to keep a reply. Not used on
+/// the lock client's hot path.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `+`
+    Simple(String),
+    /// `-` / `!`
+    Error(String),
+    /// `:`
+    Integer(i64),
+    /// `$`
+    Bulk(Vec<u8>),
+    /// `$-1`, `*-1`, `_`
+    Null,
+    /// `,`
+    Double(f64),
+    /// `#`
+    Boolean(bool),
+    /// `(`
+    BigNumber(String),
+    /// `=`
+    Verbatim(String, Vec<u8>),
+    /// `*`, `%`, `~`, `>`
+    Aggregate(AggregateKind, Vec<Value>),
+}
+
+impl Frame<'_> {
+    /// Copies the frame into an owned [`Value`].
+    pub fn to_value(&self) -> Value {
+        match *self {
+            Frame::Simple(s) => Value::Simple(s.to_owned()),
+            Frame::Error(e) => Value::Error(e.message.to_owned()),
+            Frame::Integer(n) => Value::Integer(n),
+            Frame::Bulk(b) => Value::Bulk(b.to_vec()),
+            Frame::Null => Value::Null,
+            Frame::Double(d) => Value::Double(d),
+            Frame::Boolean(b) => Value::Boolean(b),
+            Frame::BigNumber(s) => Value::BigNumber(s.to_owned()),
+            Frame::Verbatim { format, text } => Value::Verbatim(format.to_owned(), text.to_vec()),
+            Frame::Aggregate(agg) => {
+                Value::Aggregate(agg.kind, agg.iter().map(|f| f.to_value()).collect())
+            }
+        }
+    }
+}
+
+impl Value {
+    /// Encodes the value in RESP3 (RESP2 for the RESP2 types; `Null` as `_`).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        use std::io::Write;
+        // Writing to a Vec cannot fail.
+        let _ = match self {
+            Value::Simple(s) => write!(out, "+{s}\r\n"),
+            Value::Error(s) => write!(out, "-{s}\r\n"),
+            Value::Integer(n) => write!(out, ":{n}\r\n"),
+            Value::Bulk(b) => {
+                let _ = write!(out, "${}\r\n", b.len());
+                out.extend_from_slice(b);
+                write!(out, "\r\n")
+            }
+            Value::Null => write!(out, "_\r\n"),
+            Value::Double(d) if d.is_nan() => write!(out, ",nan\r\n"),
+            Value::Double(d) if d.is_infinite() && *d > 0.0 => write!(out, ",inf\r\n"),
+            Value::Double(d) if d.is_infinite() => write!(out, ",-inf\r\n"),
+            Value::Double(d) => write!(out, ",{d:e}\r\n"),
+            Value::Boolean(b) => write!(out, "#{}\r\n", if *b { 't' } else { 'f' }),
+            Value::BigNumber(s) => write!(out, "({s}\r\n"),
+            Value::Verbatim(format, text) => {
+                let _ = write!(out, "={}\r\n{format}:", text.len() + 4);
+                out.extend_from_slice(text);
+                write!(out, "\r\n")
+            }
+            Value::Aggregate(kind, items) => {
+                let (ty, count) = match kind {
+                    AggregateKind::Array => ('*', items.len()),
+                    AggregateKind::Map => ('%', items.len() / 2),
+                    AggregateKind::Set => ('~', items.len()),
+                    AggregateKind::Push => ('>', items.len()),
+                };
+                let _ = write!(out, "{ty}{count}\r\n");
+                for item in items {
+                    item.encode(out);
+                }
+                Ok(())
+            }
+        };
+    }
+}
