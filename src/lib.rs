@@ -1,4 +1,58 @@
-//! redlock-mux: a Redlock distributed-lock client over N independent Redis masters.
+//! # redlock-mux
+//!
+//! A [Redlock](https://redis.io/docs/latest/develop/use/patterns/distributed-locks/) client: a
+//! lock over N independent Redis masters that stays safe while a majority of them is up.
+//!
+//! What sets it apart: its own RESP2/RESP3 codec (no Redis client crate), one `mio` event loop
+//! that sends `SET … NX PX` to all N masters at once and decides at the first reply that settles
+//! the quorum, and release/extend scripts sent by hash (`EVALSHA`, falling back to `EVAL`).
+//!
+//! ## Modules
+//!
+//! - [`resp`]: the codec — command encoding, incremental frame decoding. No I/O.
+//! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
+//! - `conn` / `driver`: one connection per node; the `mio` loop that drives them all.
+//! - [`client`]: the public API — [`Builder`], [`Client`], [`Redlock`], [`Lock`], [`LockGuard`].
+//! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
+//!
+//! ## The algorithm in five lines
+//!
+//! 1. Take `start` from a monotonic clock; send `SET resource token NX PX ttl` to all N nodes.
+//! 2. Count `OK`s as they arrive; each node gets a small timeout (5 % of the TTL, ≤ 50 ms).
+//! 3. Success at `N/2 + 1` OKs if `ttl − elapsed − (ttl × 0.01 + 2 ms)` is still positive.
+//! 4. Otherwise (quorum out of reach, or no validity left) release on all N nodes at once.
+//! 5. Retry after a random delay; release and extend are compare-and-delete/-expire scripts.
+//!
+//! ## Safety caveats
+//!
+//! The lock is safe only within its validity ([`Lock::validity`]): a process pause (GC, swap,
+//! SIGSTOP) longer than that breaks mutual exclusion, as for any lease. Protect resources that
+//! must never see two writers with fencing tokens. Nodes that restart without persistence can
+//! forget keys; the client's restart quarantine ([`Config::quarantine`]) keeps such a node out of
+//! quorums for a TTL.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_mux::Redlock;
+//!
+//! let redlock = Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+//! let mut lock = redlock.lock("invoice:42")?;
+//! assert!(lock.validity() > Duration::from_secs(29));
+//! redlock.extend(&mut lock, Duration::from_secs(30))?;
+//! let released = redlock.unlock(lock)?;
+//! # Ok::<(), redlock_mux::Error>(())
+//! ```
 #![deny(missing_docs)]
 
+pub mod addr;
+pub mod client;
+mod conn;
+mod driver;
+pub mod error;
 pub mod resp;
+pub mod round;
+
+pub use addr::NodeAddr;
+pub use client::{Builder, Client, Config, Lock, LockGuard, NodeStatus, Redlock, Token};
+pub use conn::IoStats;
+pub use error::{Error, NodeFault, Report};

@@ -183,7 +183,10 @@ pub enum ErrorKind {
 impl ErrorKind {
     /// Classifies an error message by its first word (case-sensitive, as Redis sends it).
     pub fn classify(message: &[u8]) -> ErrorKind {
-        let word_end = message.iter().position(|&b| b == b' ').unwrap_or(message.len());
+        let word_end = message
+            .iter()
+            .position(|&b| b == b' ')
+            .unwrap_or(message.len());
         match &message[..word_end] {
             b"ERR" => ErrorKind::Err,
             b"NOSCRIPT" => ErrorKind::NoScript,
@@ -462,10 +465,7 @@ impl Decoder {
     ///
     /// A [`ParseError`] for invalid RESP or a [`Limits`] value exceeded; the state is reset and
     /// the connection that produced the bytes should be dropped, since framing is lost.
-    pub fn decode<'a>(
-        &mut self,
-        buf: &'a [u8],
-    ) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
+    pub fn decode<'a>(&mut self, buf: &'a [u8]) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
         if buf.len() < self.pos || buf.len() < self.scan {
             self.reset();
         }
@@ -891,10 +891,9 @@ impl Arg<'_> {
 /// The exact number of bytes [`encode_command`] writes for `args`.
 pub fn command_len(args: &[Arg<'_>]) -> usize {
     let header = 3 + decimal_len(args.len() as u64);
-    args.iter().fold(header, |total, arg| {
-        let len = arg.len();
-        total + 5 + decimal_len(len as u64) + len
-    })
+    args.iter()
+        .map(bulk_len)
+        .fold(header, |total, len| total + len)
 }
 
 /// Appends `args` to `out` as a RESP array of bulk strings, reserving the exact length once:
@@ -911,26 +910,44 @@ pub fn command_len(args: &[Arg<'_>]) -> usize {
 /// ```
 pub fn encode_command(out: &mut BytesMut, args: &[Arg<'_>]) {
     out.reserve(command_len(args));
+    encode_array_header(out, args.len());
+    for arg in args {
+        encode_bulk(out, arg);
+    }
+}
+
+/// Appends an array header `*<n>\r\n`: the start of a command whose arguments follow as
+/// [`encode_bulk`] calls.
+pub fn encode_array_header(out: &mut BytesMut, n: usize) {
     let mut scratch = [0u8; 20];
     out.put_u8(b'*');
-    out.put_slice(format_u64(args.len() as u64, &mut scratch));
+    out.put_slice(format_u64(n as u64, &mut scratch));
     out.put_slice(b"\r\n");
-    for arg in args {
-        out.put_u8(b'$');
-        out.put_slice(format_u64(arg.len() as u64, &mut scratch));
-        out.put_slice(b"\r\n");
-        match *arg {
-            Arg::Bytes(b) => out.put_slice(b),
-            Arg::Int(n) => {
-                if n < 0 {
-                    out.put_u8(b'-');
-                }
-                out.put_slice(format_u64(n.unsigned_abs(), &mut scratch));
+}
+
+/// Appends one bulk string `$<len>\r\n<arg>\r\n`.
+pub fn encode_bulk(out: &mut BytesMut, arg: &Arg<'_>) {
+    let mut scratch = [0u8; 20];
+    out.put_u8(b'$');
+    out.put_slice(format_u64(arg.len() as u64, &mut scratch));
+    out.put_slice(b"\r\n");
+    match *arg {
+        Arg::Bytes(b) => out.put_slice(b),
+        Arg::Int(n) => {
+            if n < 0 {
+                out.put_u8(b'-');
             }
-            Arg::UInt(n) => out.put_slice(format_u64(n, &mut scratch)),
+            out.put_slice(format_u64(n.unsigned_abs(), &mut scratch));
         }
-        out.put_slice(b"\r\n");
+        Arg::UInt(n) => out.put_slice(format_u64(n, &mut scratch)),
     }
+    out.put_slice(b"\r\n");
+}
+
+/// The exact number of bytes [`encode_bulk`] writes for `arg`.
+pub fn bulk_len(arg: &Arg<'_>) -> usize {
+    let len = arg.len();
+    5 + decimal_len(len as u64) + len
 }
 
 /// An owned RESP value: for tests, fuzzing and callers that want to keep a reply. Not used on

@@ -93,16 +93,40 @@ fixtures! {
 fn server_errors_keep_their_first_word() {
     let cases: &[(&[u8], ErrorKind)] = &[
         (b"-ERR syntax error\r\n", ErrorKind::Err),
-        (b"-NOSCRIPT No matching script. Please use EVAL.\r\n", ErrorKind::NoScript),
-        (b"-WRONGTYPE Operation against a key\r\n", ErrorKind::WrongType),
+        (
+            b"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+            ErrorKind::NoScript,
+        ),
+        (
+            b"-WRONGTYPE Operation against a key\r\n",
+            ErrorKind::WrongType,
+        ),
         (b"-NOAUTH Authentication required.\r\n", ErrorKind::NoAuth),
-        (b"-WRONGPASS invalid username-password pair\r\n", ErrorKind::WrongPass),
-        (b"-NOPERM this user has no permissions\r\n", ErrorKind::NoPerm),
+        (
+            b"-WRONGPASS invalid username-password pair\r\n",
+            ErrorKind::WrongPass,
+        ),
+        (
+            b"-NOPERM this user has no permissions\r\n",
+            ErrorKind::NoPerm,
+        ),
         (b"-BUSY Redis is busy running a script\r\n", ErrorKind::Busy),
-        (b"-LOADING Redis is loading the dataset\r\n", ErrorKind::Loading),
-        (b"-READONLY You can't write against a read only replica.\r\n", ErrorKind::ReadOnly),
-        (b"-MASTERDOWN Link with MASTER is down\r\n", ErrorKind::MasterDown),
-        (b"-BUSYKEY Target key name already exists.\r\n", ErrorKind::Other),
+        (
+            b"-LOADING Redis is loading the dataset\r\n",
+            ErrorKind::Loading,
+        ),
+        (
+            b"-READONLY You can't write against a read only replica.\r\n",
+            ErrorKind::ReadOnly,
+        ),
+        (
+            b"-MASTERDOWN Link with MASTER is down\r\n",
+            ErrorKind::MasterDown,
+        ),
+        (
+            b"-BUSYKEY Target key name already exists.\r\n",
+            ErrorKind::Other,
+        ),
         (b"-\r\n", ErrorKind::Other),
         (b"!8\r\nNOSCRIPT\r\n", ErrorKind::NoScript),
     ];
@@ -208,12 +232,29 @@ fn limits_are_enforced_and_configurable() {
     assert_eq!(d(b"+123456789\r\n"), Err(ParseError::LineTooLong));
     assert_eq!(d(b"+123456789"), Err(ParseError::LineTooLong));
     // A frame that is still incomplete but already longer than the limit is refused.
-    let small = Limits { max_frame_len: 16, ..limits };
+    let small = Limits {
+        max_frame_len: 16,
+        ..limits
+    };
     let d16 = |w: &[u8]| resp::decode(w, &small).map(|s| matches!(s, Status::Complete(_)));
     assert_eq!(d16(b"*2\r\n$4\r\nabcd\r\n+1"), Ok(false));
-    assert_eq!(d16(b"*2\r\n$4\r\nabcd\r\n+12345"), Err(ParseError::FrameTooLarge));
-    assert_eq!(d16(b"*2\r\n$4\r\nabcd\r\n+12345\r\n"), Err(ParseError::FrameTooLarge));
-    assert_eq!(Decoder::new(Limits { max_depth: 10_000, ..limits }).limits().max_depth, 128);
+    assert_eq!(
+        d16(b"*2\r\n$4\r\nabcd\r\n+12345"),
+        Err(ParseError::FrameTooLarge)
+    );
+    assert_eq!(
+        d16(b"*2\r\n$4\r\nabcd\r\n+12345\r\n"),
+        Err(ParseError::FrameTooLarge)
+    );
+    assert_eq!(
+        Decoder::new(Limits {
+            max_depth: 10_000,
+            ..limits
+        })
+        .limits()
+        .max_depth,
+        128
+    );
 }
 
 #[test]
@@ -262,7 +303,9 @@ fn a_long_line_trickled_in_is_scanned_once() {
     for end in 0..wire.len() {
         assert_eq!(decoder.decode(&wire[..end]), Ok(Status::Partial));
     }
-    assert!(matches!(decoder.decode(&wire), Ok(Status::Complete((Frame::Simple(s), _))) if s.len() == 60_000));
+    assert!(
+        matches!(decoder.decode(&wire), Ok(Status::Complete((Frame::Simple(s), _))) if s.len() == 60_000)
+    );
 }
 
 #[test]

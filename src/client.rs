@@ -1,0 +1,1325 @@
+//! The public API: configuration, [`Client`] (one thread's connections), [`Redlock`] (a handle
+//! shared by many threads), [`Lock`] and [`LockGuard`].
+
+use std::cell::RefCell;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, TryRng};
+
+use crate::addr::NodeAddr;
+use crate::conn::{ConnConfig, Delivery, IoStats, Kind, scripts};
+use crate::driver::Driver;
+use crate::error::{Error, NodeFault, Report};
+use crate::resp::{Arg, ErrorKind, Frame, Limits};
+use crate::round::{Decision, Loss, Round, RoundConfig, Vote};
+
+/// Most nodes a client may use (node sets are 64-bit masks).
+pub const MAX_NODES: usize = 64;
+/// Longest TTL accepted: 2³¹ − 1 ms (about 24.8 days).
+pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
+/// Length of a token made by this crate: 20 random bytes in unpadded base64url.
+pub const TOKEN_LEN: usize = 27;
+/// Longest token accepted from elsewhere ([`Lock::from_parts`]).
+pub const MAX_TOKEN_LEN: usize = 64;
+
+/// Client settings. The defaults are those of the Redlock reference (see the README's table).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Lock time to live (`PX`). Default 30 s.
+    pub ttl: Duration,
+    /// Retries after the first attempt in [`Client::lock`]. Default 10.
+    pub retry_count: u32,
+    /// Wait between attempts. Default 200 ms.
+    pub retry_delay: Duration,
+    /// Up to this much random time is added to each wait. Default 200 ms.
+    pub retry_jitter: Duration,
+    /// Wait for each node per attempt; `None`: 5 % of the TTL, at most 50 ms.
+    pub node_timeout: Option<Duration>,
+    /// Clock drift factor: `ttl × factor + 2 ms` is taken off the validity. Default 0.01.
+    pub drift_factor: f64,
+    /// A lock with less validity than this left at acquisition counts as not acquired. Default 0.
+    pub min_validity: Duration,
+    /// Most extensions of one lock. Default 1000.
+    pub max_extensions: u32,
+    /// Longest resource name, in bytes. Default 1024.
+    pub max_resource_len: usize,
+    /// TCP connect plus handshake timeout. Default 1 s.
+    pub connect_timeout: Duration,
+    /// Reconnect backoff: first wait. Default 25 ms.
+    pub backoff_min: Duration,
+    /// Reconnect backoff: longest wait. Default 2 s.
+    pub backoff_max: Duration,
+    /// A request unanswered this long resets its connection. Default 5 s.
+    pub reply_timeout: Duration,
+    /// Most requests awaiting replies on one connection before it is reset. Default 1024.
+    pub max_pending: usize,
+    /// Decoder limits; `max_frame_len` bounds each connection's input buffer. Default
+    /// [`Limits::CLIENT`].
+    pub limits: Limits,
+    /// Sent with `CLIENT SETNAME` in the handshake. Default none.
+    pub client_name: Option<String>,
+    /// Restart quarantine: a node that restarted less than this long ago (its `run_id` changed,
+    /// or its uptime is shorter) does not count towards a quorum. `None` switches it off.
+    /// Default: the TTL.
+    pub quarantine: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ttl: Duration::from_secs(30),
+            retry_count: 10,
+            retry_delay: Duration::from_millis(200),
+            retry_jitter: Duration::from_millis(200),
+            node_timeout: None,
+            drift_factor: 0.01,
+            min_validity: Duration::ZERO,
+            max_extensions: 1000,
+            max_resource_len: 1024,
+            connect_timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(25),
+            backoff_max: Duration::from_secs(2),
+            reply_timeout: Duration::from_secs(5),
+            max_pending: 1024,
+            limits: Limits::CLIENT,
+            client_name: None,
+            quarantine: Some(Duration::from_secs(30)),
+        }
+    }
+}
+
+impl Config {
+    /// The per-node timeout for a given TTL: the configured one, or 5 % of the TTL capped at
+    /// 50 ms.
+    pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 20).min(Duration::from_millis(50)))
+    }
+
+    fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        if ttl.as_millis() == 0 || ttl > MAX_TTL {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} must be from 1 ms to {MAX_TTL:?}"
+            )));
+        }
+        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
+        if ttl <= drift {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} leaves no validity after the drift allowance of {drift:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return bad(format!(
+                "drift factor {} must be at least 0 and below 1",
+                self.drift_factor
+            ));
+        }
+        self.check_ttl(self.ttl)?;
+        let hour = Duration::from_secs(3600);
+        for (name, value) in [
+            ("retry delay", self.retry_delay),
+            ("retry jitter", self.retry_jitter),
+            ("connect timeout", self.connect_timeout),
+            ("backoff", self.backoff_max),
+            ("reply timeout", self.reply_timeout),
+            ("minimum validity", self.min_validity),
+        ] {
+            if value > hour {
+                return bad(format!("{name} {value:?} is longer than an hour"));
+            }
+        }
+        if let Some(t) = self.node_timeout
+            && (t.is_zero() || t > hour)
+        {
+            return bad(format!(
+                "node timeout {t:?} must be above 0 and at most an hour"
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.reply_timeout.is_zero() {
+            return bad("connect and reply timeouts must be above 0".into());
+        }
+        if self.backoff_min > self.backoff_max {
+            return bad("backoff minimum is above its maximum".into());
+        }
+        if self.max_pending == 0 || self.max_resource_len == 0 {
+            return bad("max_pending and max_resource_len must be at least 1".into());
+        }
+        if self
+            .quarantine
+            .is_some_and(|q| q > Duration::from_secs(86_400 * 30))
+        {
+            return bad("quarantine longer than 30 days".into());
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Redlock`] handle or a [`Client`] from server addresses and settings.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let redlock = redlock_mux::Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+///     .ttl(Duration::from_secs(10))
+///     .retry_count(3)
+///     .build()?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    servers: Vec<String>,
+    config: Config,
+    quarantine_set: bool,
+}
+
+impl Builder {
+    /// Starts from the given addresses (see [`NodeAddr`] for the forms) and the defaults.
+    pub fn new<I, S>(servers: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder {
+            servers: servers.into_iter().map(|s| s.as_ref().to_owned()).collect(),
+            config: Config::default(),
+            quarantine_set: false,
+        }
+    }
+
+    /// Replaces every setting at once.
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self.quarantine_set = true;
+        self
+    }
+    /// Lock time to live.
+    pub fn ttl(mut self, ttl: Duration) -> Builder {
+        self.config.ttl = ttl;
+        self
+    }
+    /// Retries after the first attempt.
+    pub fn retry_count(mut self, n: u32) -> Builder {
+        self.config.retry_count = n;
+        self
+    }
+    /// Wait between attempts, and the most random time added to it.
+    pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Builder {
+        self.config.retry_delay = delay;
+        self.config.retry_jitter = jitter;
+        self
+    }
+    /// Per-node timeout of each attempt.
+    pub fn node_timeout(mut self, timeout: Duration) -> Builder {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+    /// Clock drift factor.
+    pub fn drift_factor(mut self, factor: f64) -> Builder {
+        self.config.drift_factor = factor;
+        self
+    }
+    /// Least validity a successful acquisition must leave.
+    pub fn min_validity(mut self, v: Duration) -> Builder {
+        self.config.min_validity = v;
+        self
+    }
+    /// Most extensions per lock.
+    pub fn max_extensions(mut self, n: u32) -> Builder {
+        self.config.max_extensions = n;
+        self
+    }
+    /// Connect (plus handshake) timeout.
+    pub fn connect_timeout(mut self, t: Duration) -> Builder {
+        self.config.connect_timeout = t;
+        self
+    }
+    /// Reconnect backoff bounds.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Builder {
+        self.config.backoff_min = min;
+        self.config.backoff_max = max;
+        self
+    }
+    /// `CLIENT SETNAME` sent in the handshake.
+    pub fn client_name(mut self, name: impl Into<String>) -> Builder {
+        self.config.client_name = Some(name.into());
+        self
+    }
+    /// Restart quarantine window; `None` switches it off. Default: the TTL.
+    pub fn quarantine(mut self, window: Option<Duration>) -> Builder {
+        self.config.quarantine = window;
+        self.quarantine_set = true;
+        self
+    }
+
+    fn shared(mut self) -> Result<Arc<Shared>, Error> {
+        if !self.quarantine_set {
+            self.config.quarantine = Some(self.config.ttl);
+        }
+        self.config.validate()?;
+        if self.servers.is_empty() {
+            return Err(Error::Config("no servers given".into()));
+        }
+        if self.servers.len() > MAX_NODES {
+            return Err(Error::Config(format!(
+                "{} servers given, at most {MAX_NODES} are supported",
+                self.servers.len()
+            )));
+        }
+        let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
+        for s in &self.servers {
+            let addr = NodeAddr::parse(s)?;
+            if nodes.iter().any(|n| n.endpoint == addr.endpoint) {
+                return Err(Error::Config(format!("duplicate server {addr}")));
+            }
+            nodes.push(addr);
+        }
+        let c = &self.config;
+        let conn = ConnConfig {
+            connect_timeout: c.connect_timeout,
+            backoff_min: c.backoff_min,
+            backoff_max: c.backoff_max,
+            reply_timeout: c.reply_timeout,
+            max_pending: c.max_pending,
+            limits: c.limits,
+            client_name: c.client_name.clone(),
+            info: c.quarantine.is_some(),
+        };
+        Ok(Arc::new(Shared {
+            nodes: nodes.into(),
+            config: self.config,
+            conn,
+            closed: AtomicBool::new(false),
+        }))
+    }
+
+    /// A handle for many threads.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty or duplicate server list, an unparsable address or a bad
+    /// setting.
+    pub fn build(self) -> Result<Redlock, Error> {
+        Ok(Redlock {
+            handle: Arc::new(Handle {
+                shared: self.shared()?,
+            }),
+        })
+    }
+
+    /// A client owned by one thread.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn build_client(self) -> Result<Client, Error> {
+        Client::from_shared(self.shared()?)
+    }
+}
+
+struct Shared {
+    nodes: Arc<[NodeAddr]>,
+    config: Config,
+    conn: ConnConfig,
+    /// Set when the last [`Redlock`] handle is dropped: per-thread clients are then discarded.
+    closed: AtomicBool,
+}
+
+/// Bytes stored inline when short (no allocation for the usual resource names).
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Bytes {
+    Inline(u8, [u8; 46]),
+    Heap(Box<[u8]>),
+}
+
+impl Bytes {
+    fn new(b: &[u8]) -> Bytes {
+        if b.len() <= 46 {
+            let mut buf = [0; 46];
+            buf[..b.len()].copy_from_slice(b);
+            Bytes::Inline(b.len() as u8, buf)
+        } else {
+            Bytes::Heap(b.into())
+        }
+    }
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline(len, buf) => &buf[..usize::from(*len)],
+            Bytes::Heap(b) => b,
+        }
+    }
+}
+
+/// A lock token: unique per acquisition, the lock's signature on every node.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token {
+    len: u8,
+    bytes: [u8; MAX_TOKEN_LEN],
+}
+
+impl Token {
+    /// 20 bytes from the operating system's random source, in unpadded base64url (27 bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if the operating system's random source fails.
+    pub fn generate() -> Result<Token, Error> {
+        let mut raw = [0u8; 20];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut raw)
+            .map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut bytes = [0u8; MAX_TOKEN_LEN];
+        let mut o = 0;
+        for chunk in raw.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for k in 0..=chunk.len() {
+                bytes[o] = ALPHABET[((n >> (18 - 6 * k)) & 63) as usize];
+                o += 1;
+            }
+        }
+        Ok(Token {
+            len: o as u8,
+            bytes,
+        })
+    }
+
+    /// A token given by someone else (e.g. printed by `redlock acquire`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if empty or longer than [`MAX_TOKEN_LEN`].
+    pub fn from_bytes(b: &[u8]) -> Result<Token, Error> {
+        if b.is_empty() || b.len() > MAX_TOKEN_LEN {
+            return Err(Error::Config(format!(
+                "a token must be 1 to {MAX_TOKEN_LEN} bytes, got {}",
+                b.len()
+            )));
+        }
+        let mut bytes = [0u8; MAX_TOKEN_LEN];
+        bytes[..b.len()].copy_from_slice(b);
+        Ok(Token {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The token's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
+
+/// A held lock: what was locked, with which token, and until when it is safe.
+///
+/// Plain data: it can be released or extended through any [`Client`] or [`Redlock`] on the same
+/// servers. Dropping it does *not* release it (use [`LockGuard`] for that).
+#[derive(Clone, PartialEq, Eq)]
+pub struct Lock {
+    resource: Bytes,
+    token: Token,
+    valid_until: Instant,
+    extensions: u32,
+}
+
+impl Lock {
+    /// A lock known by its parts, e.g. a token printed by `redlock acquire` in another process.
+    /// `validity` is how long it is believed valid from now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty resource or a bad token.
+    pub fn from_parts(resource: &[u8], token: &[u8], validity: Duration) -> Result<Lock, Error> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        Ok(Lock {
+            resource: Bytes::new(resource),
+            token: Token::from_bytes(token)?,
+            valid_until: Instant::now() + validity.min(MAX_TTL),
+            extensions: 0,
+        })
+    }
+
+    /// The locked resource (the Redis key).
+    pub fn resource(&self) -> &[u8] {
+        self.resource.as_slice()
+    }
+    /// The token stored on the nodes.
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+    /// When the validity runs out.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+    /// The validity left now (zero once expired).
+    pub fn validity(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+    /// True while validity is left.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+    /// How often the lock was extended.
+    pub fn extensions(&self) -> u32 {
+        self.extensions
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &String::from_utf8_lossy(self.resource()))
+            .field("token", &self.token)
+            .field("validity", &self.validity())
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+/// What one node says about a resource ([`Client::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// `host:port`.
+    pub node: String,
+    /// `Ok((value, pttl))` — the key's value (None: absent) and its remaining TTL in ms — or why
+    /// the node could not be asked.
+    pub state: Result<(Option<Vec<u8>>, i64), NodeFault>,
+    /// Time from sending to the reply.
+    pub rtt: Duration,
+}
+
+/// Per-node restart tracking for the quarantine.
+#[derive(Debug, Clone, Copy, Default)]
+struct NodeWatch {
+    generation: u64,
+    run_id: Option<[u8; 40]>,
+    quarantined_until: Option<Instant>,
+}
+
+impl NodeWatch {
+    /// Updates restart tracking from what the handshake's `INFO server` said on connection
+    /// `generation`, and answers how long the node is still quarantined.
+    fn quarantine_left(
+        &mut self,
+        window: Duration,
+        generation: u64,
+        info: Option<crate::conn::ServerInfo>,
+        now: Instant,
+    ) -> Option<Duration> {
+        if generation != self.generation
+            && let Some(info) = info
+        {
+            self.generation = generation;
+            let restarted = self.run_id.is_some_and(|id| id != info.run_id);
+            self.run_id = Some(info.run_id);
+            let until = if restarted {
+                Some(info.seen + window)
+            } else {
+                window.checked_sub(info.uptime).map(|left| info.seen + left)
+            };
+            self.quarantined_until = until.max(self.quarantined_until);
+        }
+        self.quarantined_until
+            .and_then(|t| t.checked_duration_since(now))
+            .filter(|d| !d.is_zero())
+    }
+}
+
+/// One thread's connections to all nodes, and the state of its attempts. Not shareable between
+/// threads (`&mut self`), but `Send`: see [`Redlock`] for a handle many threads can use.
+pub struct Client {
+    shared: Arc<Shared>,
+    driver: Driver,
+    round: Round,
+    faults: Vec<Option<NodeFault>>,
+    watch: Vec<NodeWatch>,
+    tag: u64,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("nodes", &self.shared.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(e: std::io::Error) -> Error {
+    Error::Config(format!("cannot create the event loop: {e}"))
+}
+
+/// Queues one node's request of a round: `(driver, node, sink)`.
+type SendFn<'s> =
+    dyn FnMut(&mut Driver, usize, &mut crate::driver::NodeSink<'_>) -> Result<(), NodeFault> + 's;
+
+/// What a reply means for a vote, per request kind.
+fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, NodeFault> {
+    match (kind, reply) {
+        (_, Err(fault)) => Err((*fault).clone()),
+        (Kind::Set, Ok(Frame::Simple("OK"))) => Ok(Vote::Yes),
+        (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
+        (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
+        (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
+        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
+        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
+        (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+    }
+}
+
+impl Client {
+    /// A client with default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn new<I, S>(servers: I) -> Result<Client, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(servers).build_client()
+    }
+
+    fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
+        let n = shared.nodes.len();
+        Ok(Client {
+            driver: Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?,
+            round: Round::new(n),
+            faults: vec![None; n],
+            watch: vec![NodeWatch::default(); n],
+            tag: 0,
+            shared,
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// The nodes, in the order given.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.shared.nodes
+    }
+
+    /// Votes needed: `n / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.round.quorum()
+    }
+
+    /// Bytes buffered per node: (unsent output, undecoded input). For tests of the buffer
+    /// limits.
+    #[doc(hidden)]
+    pub fn buffered(&self) -> Vec<(usize, usize)> {
+        self.driver.conns.iter().map(|c| c.buffered()).collect()
+    }
+
+    /// Syscalls made so far by this client's connections and poll loop.
+    pub fn io_stats(&self) -> IoStats {
+        self.driver.stats()
+    }
+
+    fn next_tag(&mut self) -> u64 {
+        self.tag += 1;
+        self.tag
+    }
+
+    fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let max = self.shared.config.max_resource_len;
+        if resource.len() > max {
+            return Err(Error::Config(format!(
+                "resource name of {} bytes is longer than the limit of {max}",
+                resource.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// One attempt to acquire `resource` with the configured TTL.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Held`] when another holder has it, [`Error::NoQuorum`] when too few nodes
+    /// answered, [`Error::TooSlow`] when the attempt ate the validity, [`Error::Auth`] when a
+    /// node refused our credentials, [`Error::Config`] for a bad resource name.
+    pub fn try_lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.attempt(resource.as_ref(), self.shared.config.ttl)
+    }
+
+    /// Acquires `resource`, retrying after a random delay up to the configured retry count.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error, as [`Client::try_lock`].
+    pub fn lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.retry(resource.as_ref(), None)
+    }
+
+    /// Acquires `resource`, retrying until `deadline` (whatever the retry count).
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error, as [`Client::try_lock`].
+    pub fn lock_until(
+        &mut self,
+        resource: impl AsRef<[u8]>,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        self.retry(resource.as_ref(), Some(deadline))
+    }
+
+    fn retry(&mut self, resource: &[u8], deadline: Option<Instant>) -> Result<Lock, Error> {
+        let config = &self.shared.config;
+        let (delay, jitter, tries) = (config.retry_delay, config.retry_jitter, config.retry_count);
+        let mut attempt = 0u32;
+        loop {
+            let error = match self.try_lock(resource) {
+                Ok(lock) => return Ok(lock),
+                Err(e @ (Error::Config(_) | Error::Auth { .. })) => return Err(e),
+                Err(e) => e,
+            };
+            attempt += 1;
+            let pause = delay + rand::rng().random_range(Duration::ZERO..=jitter);
+            let wake = Instant::now() + pause;
+            match deadline {
+                Some(d) if wake >= d => return Err(error),
+                None if attempt > tries => return Err(error),
+                _ => {}
+            }
+            self.idle_until(wake);
+        }
+    }
+
+    /// Waits until `until` while consuming late replies (instead of sleeping blind).
+    pub fn idle_until(&mut self, until: Instant) {
+        while Instant::now() < until {
+            self.driver.turn(until, &mut |_, _| {});
+        }
+    }
+
+    /// Sends the operation to every node, then runs the poll loop until the round decides.
+    fn run_round(
+        &mut self,
+        tag: u64,
+        start: Instant,
+        config: &RoundConfig,
+        send: &mut SendFn<'_>,
+    ) -> Decision {
+        self.round.start(start, config);
+        self.faults.fill(None);
+        let n = self.shared.nodes.len();
+        let Client {
+            driver,
+            round,
+            faults,
+            watch,
+            shared,
+            ..
+        } = self;
+        let mut votes = Votes {
+            round,
+            faults,
+            watch,
+            window: shared.config.quarantine,
+            tag,
+        };
+        for node in 0..n {
+            let sent = send(driver, node, &mut |i, d| on_vote(&mut votes, i, d));
+            if let Err(fault) = sent {
+                let failed = Delivery {
+                    tag,
+                    kind: Kind::Command,
+                    reply: Err(&fault),
+                    generation: 0,
+                    info: None,
+                };
+                on_vote(&mut votes, node, failed);
+            }
+        }
+        driver.flush(start, &mut |i, d| on_vote(&mut votes, i, d));
+        loop {
+            let Votes { round, faults, .. } = &mut votes;
+            if let Some(decision) = round.poll_decision() {
+                return decision;
+            }
+            let Some(until) = round.poll_timeout() else {
+                unreachable_decision();
+                return Decision::Lost {
+                    loss: Loss::NoQuorum,
+                    yes: 0,
+                };
+            };
+            let now = Instant::now();
+            if now >= until {
+                for (node, fault) in faults.iter_mut().enumerate() {
+                    if round.is_pending(node) {
+                        *fault = Some(NodeFault::Timeout);
+                    }
+                }
+                round.handle_timeout(now);
+                continue;
+            }
+            driver.turn(until, &mut |i, d| on_vote(&mut votes, i, d));
+        }
+    }
+
+    fn report(&self) -> Report {
+        let mut refused = 0u64;
+        let mut failed = Vec::new();
+        for node in 0..self.shared.nodes.len() {
+            match self.round.vote(node) {
+                Some(Vote::Refused) => refused |= 1 << node,
+                Some(Vote::Failed) => failed.push((
+                    node,
+                    self.faults[node].clone().unwrap_or(NodeFault::Timeout),
+                )),
+                _ => {}
+            }
+        }
+        let yes = (0..self.shared.nodes.len())
+            .filter(|&n| self.round.vote(n) == Some(Vote::Yes))
+            .count();
+        Report {
+            nodes: self.shared.nodes.clone(),
+            quorum: self.round.quorum(),
+            yes,
+            refused,
+            failed,
+        }
+    }
+
+    fn loss_error(&self, loss: Loss) -> Error {
+        let report = self.report();
+        if let Some((node, NodeFault::Auth(message))) = report
+            .failed
+            .iter()
+            .map(|(i, f)| (*i, f.root()))
+            .find(|(_, f)| matches!(f, NodeFault::Auth(_)))
+        {
+            return Error::Auth {
+                node: self.shared.nodes[node].to_string(),
+                message: message.clone(),
+            };
+        }
+        match loss {
+            Loss::Held => Error::Held(report),
+            Loss::NoQuorum => Error::NoQuorum(report),
+            Loss::TooSlow => Error::TooSlow(report),
+            Loss::Expired => Error::Expired { released: 0 },
+        }
+    }
+
+    fn attempt(&mut self, resource: &[u8], ttl: Duration) -> Result<Lock, Error> {
+        self.check_resource(resource)?;
+        let token = Token::generate()?;
+        let config = &self.shared.config;
+        let round_config = RoundConfig {
+            min_validity: config.min_validity,
+            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+        };
+        let ttl_ms = ttl.as_millis() as u64;
+        let tag = self.next_tag();
+        let start = Instant::now();
+        let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
+            driver.request(
+                node,
+                Kind::Set,
+                tag,
+                &[
+                    Arg::Bytes(b"SET"),
+                    Arg::Bytes(resource),
+                    Arg::Bytes(token.as_bytes()),
+                    Arg::Bytes(b"NX"),
+                    Arg::Bytes(b"PX"),
+                    Arg::UInt(ttl_ms),
+                ],
+                start,
+                sink,
+            )
+        });
+        match decision {
+            Decision::Won { valid_until, .. } => Ok(Lock {
+                resource: Bytes::new(resource),
+                token,
+                valid_until,
+                extensions: 0,
+            }),
+            Decision::Lost { loss, .. } => {
+                // Release everywhere at once — refused and silent nodes too, since a late OK may
+                // still come — without waiting for the replies.
+                self.send_release(resource, &token);
+                Err(self.loss_error(loss))
+            }
+        }
+    }
+
+    /// Queues the release script to every node and writes it; returns the operation's tag.
+    fn send_release(&mut self, resource: &[u8], token: &Token) -> u64 {
+        let tag = self.next_tag();
+        let now = Instant::now();
+        let script = &scripts()[0];
+        let args = [
+            Arg::Int(1),
+            Arg::Bytes(resource),
+            Arg::Bytes(token.as_bytes()),
+        ];
+        let mut ignore = |_: usize, _: Delivery<'_>| {};
+        for node in 0..self.shared.nodes.len() {
+            let _ = self
+                .driver
+                .script(node, script, tag, &args, now, &mut ignore);
+        }
+        self.driver.flush(now, &mut ignore);
+        tag
+    }
+
+    /// Releases the lock on every node and reports how many still held it.
+    ///
+    /// Waits for the replies at most the per-node timeout.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Expired`] when the lock's validity had run out before the call (the release is
+    /// still sent, and the error says how many nodes still held it).
+    pub fn unlock(&mut self, lock: Lock) -> Result<usize, Error> {
+        let expired = !lock.is_valid();
+        let tag = self.send_release(lock.resource(), &lock.token);
+        let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
+        let deadline = Instant::now() + timeout;
+        let n = self.shared.nodes.len();
+        let mut answered = 0u64;
+        let mut released = 0;
+        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        // Nodes whose request failed at once count as answered (with nothing released).
+        for node in 0..n {
+            if self.driver.conns[node].pending() == 0 {
+                answered |= 1 << node;
+            }
+        }
+        while answered != all && Instant::now() < deadline {
+            self.driver.turn(deadline, &mut |node, d| {
+                if d.tag == tag {
+                    answered |= 1 << node;
+                    if matches!(d.reply, Ok(Frame::Integer(1))) {
+                        released += 1;
+                    }
+                }
+            });
+        }
+        if expired {
+            Err(Error::Expired { released })
+        } else {
+            Ok(released)
+        }
+    }
+
+    /// Extends the lock to `ttl` from now, on a quorum, within its current validity.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Expired`] if its validity ran out first, [`Error::ExtensionLimit`] past the
+    /// configured number of extensions, [`Error::Held`] when nodes no longer hold our token,
+    /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring.
+    pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let config = &self.shared.config;
+        config.check_ttl(ttl)?;
+        if lock.extensions >= config.max_extensions {
+            return Err(Error::ExtensionLimit(config.max_extensions));
+        }
+        let start = Instant::now();
+        if start >= lock.valid_until {
+            return Err(Error::Expired { released: 0 });
+        }
+        let round_config = RoundConfig {
+            min_validity: config.min_validity,
+            not_after: Some(lock.valid_until),
+            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+        };
+        let tag = self.next_tag();
+        let ttl_ms = ttl.as_millis() as u64;
+        let resource = lock.resource.clone();
+        let script = &scripts()[1];
+        let args = [
+            Arg::Int(1),
+            Arg::Bytes(resource.as_slice()),
+            Arg::Bytes(lock.token.as_bytes()),
+            Arg::UInt(ttl_ms),
+        ];
+        let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
+            driver.script(node, script, tag, &args, start, sink)
+        });
+        match decision {
+            Decision::Won { valid_until, .. } => {
+                lock.valid_until = valid_until;
+                lock.extensions += 1;
+                Ok(())
+            }
+            Decision::Lost { loss, .. } => Err(self.loss_error(loss)),
+        }
+    }
+
+    /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at
+    /// most `timeout`. For inspection (`redlock status`); not a lock operation.
+    pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
+        let tag = self.next_tag();
+        let start = Instant::now();
+        let n = self.shared.nodes.len();
+        let mut acc = StatusReplies {
+            tag,
+            values: vec![None; n],
+            ttls: vec![None; n],
+        };
+        for node in 0..n {
+            for cmd in [&b"GET"[..], b"PTTL"] {
+                let args = [Arg::Bytes(cmd), Arg::Bytes(resource)];
+                let sent =
+                    self.driver
+                        .request(node, Kind::Command, tag, &args, start, &mut |i, d| {
+                            acc.on_reply(i, d)
+                        });
+                if let Err(f) = sent {
+                    acc.values[node].get_or_insert(Err(f.clone()));
+                    acc.ttls[node].get_or_insert((Err(f), start));
+                }
+            }
+        }
+        self.driver.flush(start, &mut |i, d| acc.on_reply(i, d));
+        let deadline = start + timeout;
+        while acc.ttls.iter().any(Option::is_none) && Instant::now() < deadline {
+            self.driver.turn(deadline, &mut |i, d| acc.on_reply(i, d));
+        }
+        let StatusReplies {
+            mut values,
+            mut ttls,
+            ..
+        } = acc;
+        (0..n)
+            .map(|node| {
+                let (pttl, at) = ttls[node]
+                    .take()
+                    .unwrap_or((Err(NodeFault::Timeout), deadline));
+                let value = values[node].take().unwrap_or(Err(NodeFault::Timeout));
+                NodeStatus {
+                    node: self.shared.nodes[node].to_string(),
+                    state: value.and_then(|v| pttl.map(|t| (v, t))),
+                    rtt: at.saturating_duration_since(start),
+                }
+            })
+            .collect()
+    }
+}
+
+/// What [`on_vote`] updates while a round runs.
+struct Votes<'a> {
+    round: &'a mut Round,
+    faults: &'a mut [Option<NodeFault>],
+    watch: &'a mut [NodeWatch],
+    window: Option<Duration>,
+    tag: u64,
+}
+
+/// Feeds one reply to the round. Replies of earlier operations (stragglers) are dropped here,
+/// and a yes from a node in restart quarantine counts as a failure.
+fn on_vote(v: &mut Votes<'_>, node: usize, d: Delivery<'_>) {
+    if d.tag != v.tag {
+        return;
+    }
+    let now = Instant::now();
+    let mut vote = vote_of(d.kind, &d.reply);
+    if let (Some(window), Some(watch)) = (v.window, v.watch.get_mut(node))
+        && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
+        && vote == Ok(Vote::Yes)
+    {
+        vote = Err(NodeFault::Quarantined(left));
+    }
+    match vote {
+        Ok(vote) => v.round.handle_vote(node, vote, now),
+        Err(fault) => {
+            v.faults[node] = Some(fault);
+            v.round.handle_vote(node, Vote::Failed, now);
+        }
+    }
+}
+
+/// Replies to `GET` and `PTTL` per node, for [`Client::status`].
+struct StatusReplies {
+    tag: u64,
+    values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
+    ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+}
+
+impl StatusReplies {
+    fn on_reply(&mut self, node: usize, d: Delivery<'_>) {
+        if d.tag != self.tag {
+            return;
+        }
+        let unexpected = |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
+        if self.values[node].is_none() {
+            self.values[node] = Some(match d.reply {
+                Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
+                Ok(Frame::Null) => Ok(None),
+                Ok(other) => Err(unexpected(&other)),
+                Err(f) => Err(f.clone()),
+            });
+        } else if self.ttls[node].is_none() {
+            let pttl = match d.reply {
+                Ok(Frame::Integer(ms)) => Ok(ms),
+                Ok(other) => Err(unexpected(&other)),
+                Err(f) => Err(f.clone()),
+            };
+            self.ttls[node] = Some((pttl, Instant::now()));
+        }
+    }
+}
+
+fn unreachable_decision() {
+    // An undecided round always has a deadline; reaching here would be a bug in round.rs.
+    debug_assert!(false, "undecided round without a deadline");
+}
+
+thread_local! {
+    static CLIENTS: RefCell<Vec<Client>> = const { RefCell::new(Vec::new()) };
+}
+
+struct Handle {
+    shared: Arc<Shared>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+/// A lock client for many threads: `Send + Sync + Clone`, methods take `&self`.
+///
+/// Each thread that uses it gets its own [`Client`] (its own connections and poll loop), kept in
+/// thread-local storage: the hot path takes no lock shared between threads and makes no thread
+/// hop. A thread's connections close when the thread ends, or at its next use after the last
+/// handle is dropped.
+///
+/// ```no_run
+/// let redlock = redlock_mux::Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+/// let lock = redlock.lock("orders:42")?;
+/// // ... work, within lock.validity() ...
+/// let released = redlock.unlock(lock)?;
+/// assert_eq!(released, 3);
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    handle: Arc<Handle>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.handle.shared.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redlock {
+    /// A handle with default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn new<I, S>(servers: I) -> Result<Redlock, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(servers).build()
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &Config {
+        &self.handle.shared.config
+    }
+
+    /// The nodes, in the order given.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        &self.handle.shared.nodes
+    }
+
+    /// A new client owned by the caller, sharing this handle's configuration.
+    ///
+    /// # Errors
+    ///
+    /// If the event loop cannot be created.
+    pub fn client(&self) -> Result<Client, Error> {
+        Client::from_shared(self.handle.shared.clone())
+    }
+
+    /// Runs `f` with this thread's client for this handle.
+    pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
+        let shared = &self.handle.shared;
+        let cached = CLIENTS
+            .try_with(|cell| {
+                let mut clients = cell.try_borrow_mut().ok()?;
+                clients.retain(|c| !c.shared.closed.load(Ordering::Acquire));
+                let at = clients
+                    .iter()
+                    .position(|c| Arc::ptr_eq(&c.shared, shared))?;
+                Some(clients.swap_remove(at))
+            })
+            .ok()
+            .flatten();
+        let mut client = match cached {
+            Some(c) => c,
+            None => Client::from_shared(shared.clone())?,
+        };
+        let result = f(&mut client);
+        // During thread teardown the cache may be gone: the client is then simply dropped.
+        let _ = CLIENTS.try_with(|cell| {
+            if let Ok(mut clients) = cell.try_borrow_mut() {
+                clients.push(client);
+            }
+        });
+        Ok(result)
+    }
+
+    /// One attempt; see [`Client::try_lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_lock`].
+    pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.with_client(|c| c.try_lock(resource))?
+    }
+    /// Acquire with retries; see [`Client::lock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`].
+    pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.with_client(|c| c.lock(resource))?
+    }
+    /// Acquire, retrying until `deadline`; see [`Client::lock_until`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock_until`].
+    pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
+        self.with_client(|c| c.lock_until(resource, deadline))?
+    }
+    /// Release; see [`Client::unlock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`].
+    pub fn unlock(&self, lock: Lock) -> Result<usize, Error> {
+        self.with_client(|c| c.unlock(lock))?
+    }
+    /// Extend; see [`Client::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::extend`].
+    pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        self.with_client(|c| c.extend(lock, ttl))?
+    }
+    /// Acquire with retries and return a guard that releases the lock when dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`].
+    pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard<'_>, Error> {
+        Ok(LockGuard {
+            redlock: self,
+            lock: Some(self.lock(resource)?),
+        })
+    }
+}
+
+/// Releases its lock when dropped (waiting at most the per-node timeout; errors are ignored and
+/// nothing panics). Derefs to the [`Lock`].
+#[derive(Debug)]
+pub struct LockGuard<'a> {
+    redlock: &'a Redlock,
+    lock: Option<Lock>,
+}
+
+impl LockGuard<'_> {
+    /// Extends the guarded lock.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::extend`].
+    pub fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        match self.lock.as_mut() {
+            Some(lock) => self.redlock.extend(lock, ttl),
+            None => Err(Error::Expired { released: 0 }),
+        }
+    }
+
+    /// Releases now and reports how many nodes released.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`].
+    pub fn unlock(mut self) -> Result<usize, Error> {
+        match self.lock.take() {
+            Some(lock) => self.redlock.unlock(lock),
+            None => Ok(0),
+        }
+    }
+
+    /// Gives the lock up without releasing it.
+    pub fn into_inner(mut self) -> Lock {
+        self.lock
+            .take()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl std::ops::Deref for LockGuard<'_> {
+    type Target = Lock;
+    fn deref(&self) -> &Lock {
+        self.lock
+            .as_ref()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            let _ = self.redlock.unlock(lock);
+        }
+    }
+}
+
+/// Whether a server error kind is worth retrying (used by the CLI to pick exit codes).
+pub fn is_auth_error(kind: ErrorKind) -> bool {
+    kind.is_auth()
+}

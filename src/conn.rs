@@ -1,0 +1,802 @@
+//! One connection to one node: the socket, an output buffer written with as few syscalls as
+//! possible, an input buffer with a resumable decoder, the pipelined handshake, FIFO matching of
+//! replies to requests, the `NOSCRIPT` → `EVAL` fallback, and lazy reconnects with backoff.
+//!
+//! Nothing here blocks: connects are non-blocking, and every method returns at once. The driver
+//! (`driver.rs`) calls [`Conn::on_ready`] when `mio` reports readiness and [`Conn::on_timer`] when
+//! a deadline may have passed.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::ToSocketAddrs;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use mio::net::{TcpStream, UnixStream};
+use mio::{Interest, Registry, Token};
+use sha1::{Digest, Sha1};
+
+use crate::addr::{Endpoint, NodeAddr};
+use crate::error::NodeFault;
+use crate::resp::{self, AggregateKind, Arg, Decoder, Frame, Limits, Status};
+
+/// How connections behave; shared by all connections of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnConfig {
+    /// TCP connect plus handshake must finish within this.
+    pub connect_timeout: Duration,
+    /// First wait after a failed connect; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest wait between reconnect attempts.
+    pub backoff_max: Duration,
+    /// A request unanswered for this long means the node is hung: the connection is reset.
+    pub reply_timeout: Duration,
+    /// Most requests waiting for a reply on one connection before it is reset.
+    pub max_pending: usize,
+    /// Decoder limits; `max_frame_len` also bounds the input buffer.
+    pub limits: Limits,
+    /// `CLIENT SETNAME` in the handshake.
+    pub client_name: Option<String>,
+    /// Ask `INFO server` in the handshake (for restart quarantine).
+    pub info: bool,
+}
+
+/// A Lua script sent by hash.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub index: usize,
+    pub body: &'static str,
+    pub sha: [u8; 40],
+}
+
+/// Compare-and-delete: release the lock only if it still holds our token.
+pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"del\",KEYS[1]) else return 0 end";
+/// Compare-and-pexpire: extend the lock only if it still holds our token.
+pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
+
+fn sha_hex(body: &str) -> [u8; 40] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha1::digest(body.as_bytes());
+    let mut out = [0u8; 40];
+    for (i, byte) in digest.iter().enumerate() {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 15)];
+    }
+    out
+}
+
+/// The release and extend scripts, their SHA-1 computed once per process.
+pub(crate) fn scripts() -> &'static [Script; 2] {
+    static SCRIPTS: OnceLock<[Script; 2]> = OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        [
+            Script {
+                index: 0,
+                body: RELEASE_BODY,
+                sha: sha_hex(RELEASE_BODY),
+            },
+            Script {
+                index: 1,
+                body: EXTEND_BODY,
+                sha: sha_hex(EXTEND_BODY),
+            },
+        ]
+    })
+}
+
+/// What a request was, so its reply can be interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Part of the handshake; handled here, never delivered.
+    Handshake(Step),
+    /// `SET key token NX PX ttl`.
+    Set,
+    /// `EVALSHA`/`EVAL` of a script (index into [`scripts`]).
+    Script(usize),
+    /// Anything else (status queries).
+    Command,
+}
+
+/// Handshake steps, in the order they are pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    Auth,
+    Select,
+    SetName,
+    Info,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    kind: Kind,
+    tag: u64,
+    sent: Instant,
+    /// For scripts: bytes of the command after the script argument, kept in `script_tails`.
+    tail: usize,
+    /// For scripts: how many arguments that tail holds.
+    argc: usize,
+}
+
+/// A reply (or a fault) for one request, handed to the driver.
+pub(crate) struct Delivery<'a> {
+    pub tag: u64,
+    pub kind: Kind,
+    pub reply: Result<Frame<'a>, &'a NodeFault>,
+    /// The connection the reply came on, and what its node said in `INFO server` there.
+    pub generation: u64,
+    pub info: Option<ServerInfo>,
+}
+
+/// What the node said about itself in `INFO server`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    pub run_id: [u8; 40],
+    pub uptime: Duration,
+    /// When the reply arrived: the node started at about `seen - uptime`.
+    pub seen: Instant,
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Unix(s) => s,
+        }
+    }
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    /// Finishes a non-blocking connect: `Ok(true)` connected, `Ok(false)` still in progress.
+    fn connected(&mut self) -> io::Result<bool> {
+        let (error, peer) = match self {
+            Stream::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Stream::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+        };
+        if let Some(e) = error? {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No socket. No connect attempt before `retry_at`.
+    Down { retry_at: Instant },
+    /// TCP connect in progress.
+    Connecting { deadline: Instant },
+    /// Connected; handshake replies outstanding.
+    Handshaking { deadline: Instant },
+    /// Ready for requests.
+    Ready,
+}
+
+/// Counters of syscalls made by connections (for tests and the benchmark's counts).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct IoStats {
+    /// `write` calls.
+    pub writes: u64,
+    /// `read` calls.
+    pub reads: u64,
+    /// `poll` (epoll_wait) calls.
+    pub polls: u64,
+    /// Connect attempts.
+    pub connects: u64,
+}
+
+/// Connection state that reply handling mutates (split from the buffers the frames borrow).
+struct State {
+    phase: Phase,
+    out: BytesMut,
+    pending: VecDeque<Pending>,
+    script_tails: BytesMut,
+    loaded: [bool; 2],
+    handshake_left: usize,
+    backoff: Duration,
+    last_fault: Option<NodeFault>,
+    failure: Option<NodeFault>,
+    info: Option<ServerInfo>,
+    generation: u64,
+}
+
+/// One node's connection.
+pub(crate) struct Conn {
+    pub addr: NodeAddr,
+    token: Token,
+    config: ConnConfig,
+    stream: Option<Stream>,
+    rbuf: Box<[u8]>,
+    inp: BytesMut,
+    decoder: Decoder,
+    st: State,
+    pub stats: IoStats,
+}
+
+const READ_CHUNK: usize = 8 << 10;
+
+type Sink<'s> = dyn for<'a> FnMut(Delivery<'a>) + 's;
+
+impl Conn {
+    pub fn new(addr: NodeAddr, token: Token, config: ConnConfig, now: Instant) -> Conn {
+        let decoder = Decoder::new(config.limits);
+        let backoff = config.backoff_min;
+        Conn {
+            addr,
+            token,
+            config,
+            stream: None,
+            rbuf: vec![0; READ_CHUNK].into_boxed_slice(),
+            inp: BytesMut::with_capacity(READ_CHUNK),
+            decoder,
+            st: State {
+                phase: Phase::Down { retry_at: now },
+                out: BytesMut::with_capacity(1024),
+                pending: VecDeque::with_capacity(16),
+                script_tails: BytesMut::with_capacity(256),
+                loaded: [false; 2],
+                handshake_left: 0,
+                backoff,
+                last_fault: None,
+                failure: None,
+                info: None,
+                generation: 0,
+            },
+            stats: IoStats::default(),
+        }
+    }
+
+    /// Requests sent and not answered yet (handshake included).
+    pub fn pending(&self) -> usize {
+        self.st.pending.len()
+    }
+
+    /// Bytes buffered: unsent output and undecoded input.
+    pub fn buffered(&self) -> (usize, usize) {
+        (self.st.out.len(), self.inp.len())
+    }
+
+    /// The earliest instant at which [`Conn::on_timer`] has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let phase = match self.st.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline } => Some(deadline),
+            _ => None,
+        };
+        let stale = self
+            .st
+            .pending
+            .front()
+            .map(|p| p.sent + self.config.reply_timeout);
+        match (phase, stale) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Makes sure a connection exists or is under way; fails at once while backing off.
+    fn ensure_connected(
+        &mut self,
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        match self.st.phase {
+            Phase::Down { retry_at } if now < retry_at => Err(NodeFault::Backoff(Box::new(
+                self.st.last_fault.clone().unwrap_or(NodeFault::Closed),
+            ))),
+            Phase::Down { .. } => {
+                if let Err(fault) = self.connect(now, registry) {
+                    self.fail(fault.clone(), now, registry, sink);
+                    return Err(fault);
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn connect(&mut self, now: Instant, registry: &Registry) -> Result<(), NodeFault> {
+        self.stats.connects += 1;
+        let mut stream = match &self.addr.endpoint {
+            Endpoint::Tcp { host, port } => {
+                // Resolution is immediate for IP literals; host names are resolved on each
+                // (re)connect so a moved node is found again.
+                let addr = (host.as_str(), *port)
+                    .to_socket_addrs()
+                    .map_err(|e| NodeFault::Resolve(e.to_string()))?
+                    .next()
+                    .ok_or_else(|| NodeFault::Resolve("no address".into()))?;
+                Stream::Tcp(TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?)
+            }
+            Endpoint::Unix(path) => {
+                Stream::Unix(UnixStream::connect(path).map_err(|e| NodeFault::Io(e.kind()))?)
+            }
+        };
+        // Registered once for both directions, edge-triggered: no re-registration syscalls later.
+        registry
+            .register(
+                stream.source(),
+                self.token,
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|e| NodeFault::Io(e.kind()))?;
+        self.stream = Some(stream);
+        self.decoder.reset();
+        self.inp.clear();
+        let st = &mut self.st;
+        st.out.clear();
+        st.pending.clear();
+        st.script_tails.clear();
+        st.loaded = [false; 2];
+        st.info = None;
+        st.failure = None;
+        st.generation += 1;
+        st.phase = Phase::Connecting {
+            deadline: now + self.config.connect_timeout,
+        };
+        self.queue_handshake(now);
+        Ok(())
+    }
+
+    /// The handshake, pipelined in the first write: one round trip, whatever it contains.
+    fn queue_handshake(&mut self, now: Instant) {
+        let addr = &self.addr;
+        let st = &mut self.st;
+        let mut steps = 0;
+        let mut push = |st: &mut State, step: Step, args: &[Arg<'_>]| {
+            resp::encode_command(&mut st.out, args);
+            st.pending.push_back(Pending {
+                kind: Kind::Handshake(step),
+                tag: 0,
+                sent: now,
+                tail: 0,
+                argc: 0,
+            });
+            steps += 1;
+        };
+        let user = addr.username.as_deref();
+        let pass = addr.password();
+        if addr.protocol == 3 {
+            match pass {
+                Some(p) => push(
+                    st,
+                    Step::Auth,
+                    &[
+                        "HELLO".into(),
+                        "3".into(),
+                        "AUTH".into(),
+                        user.unwrap_or("default").into(),
+                        p.into(),
+                    ],
+                ),
+                None => push(st, Step::Auth, &["HELLO".into(), "3".into()]),
+            }
+        } else if let Some(p) = pass {
+            match user {
+                Some(u) => push(st, Step::Auth, &["AUTH".into(), u.into(), p.into()]),
+                None => push(st, Step::Auth, &["AUTH".into(), p.into()]),
+            }
+        }
+        if addr.db != 0 {
+            push(
+                st,
+                Step::Select,
+                &["SELECT".into(), u64::from(addr.db).into()],
+            );
+        }
+        if let Some(name) = &self.config.client_name {
+            push(
+                st,
+                Step::SetName,
+                &["CLIENT".into(), "SETNAME".into(), name.as_str().into()],
+            );
+        }
+        if self.config.info {
+            push(st, Step::Info, &["INFO".into(), "server".into()]);
+        }
+        st.handshake_left = steps;
+    }
+
+    fn admit(
+        &mut self,
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.ensure_connected(now, registry, sink)?;
+        if self.st.pending.len() >= self.config.max_pending {
+            self.fail(NodeFault::Overloaded, now, registry, sink);
+            return Err(NodeFault::Overloaded);
+        }
+        Ok(())
+    }
+
+    /// Queues a command. Nothing is written until [`Conn::flush`].
+    pub fn request(
+        &mut self,
+        kind: Kind,
+        tag: u64,
+        args: &[Arg<'_>],
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.admit(now, registry, sink)?;
+        resp::encode_command(&mut self.st.out, args);
+        self.st.pending.push_back(Pending {
+            kind,
+            tag,
+            sent: now,
+            tail: 0,
+            argc: 0,
+        });
+        Ok(())
+    }
+
+    /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
+    /// (which loads it) before. `args` are `numkeys key... arg...`.
+    pub fn script(
+        &mut self,
+        script: &Script,
+        tag: u64,
+        args: &[Arg<'_>],
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.admit(now, registry, sink)?;
+        let st = &mut self.st;
+        let tail_len: usize = args.iter().map(resp::bulk_len).sum();
+        let head = if st.loaded[script.index] {
+            Arg::Bytes(&script.sha)
+        } else {
+            Arg::Bytes(script.body.as_bytes())
+        };
+        let verb = Arg::Bytes(if st.loaded[script.index] {
+            b"EVALSHA"
+        } else {
+            b"EVAL"
+        });
+        st.out
+            .reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail_len);
+        resp::encode_array_header(&mut st.out, 2 + args.len());
+        resp::encode_bulk(&mut st.out, &verb);
+        resp::encode_bulk(&mut st.out, &head);
+        let tail_start = st.out.len();
+        for arg in args {
+            resp::encode_bulk(&mut st.out, arg);
+        }
+        // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
+        st.script_tails.extend_from_slice(&st.out[tail_start..]);
+        st.pending.push_back(Pending {
+            kind: Kind::Script(script.index),
+            tag,
+            sent: now,
+            tail: tail_len,
+            argc: args.len(),
+        });
+        Ok(())
+    }
+
+    /// Writes buffered output: one `write` per call in the common case. A short write waits for
+    /// writable readiness.
+    pub fn flush(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+        if !matches!(self.st.phase, Phase::Handshaking { .. } | Phase::Ready) {
+            return;
+        }
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        while !self.st.out.is_empty() {
+            self.stats.writes += 1;
+            match stream.write(&self.st.out) {
+                Ok(n) => self.st.out.advance(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail(NodeFault::Io(e.kind()), now, registry, sink);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Readiness reported by `mio` (a hint: spurious events are harmless).
+    pub fn on_ready(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+        let Some(stream) = self.stream.as_mut() else {
+            return;
+        };
+        if let Phase::Connecting { deadline } = self.st.phase {
+            match stream.connected() {
+                Ok(false) => return,
+                Ok(true) => {
+                    if let Stream::Tcp(s) = stream {
+                        // Without it, Nagle holds back the second small write of a cycle.
+                        let _ = s.set_nodelay(true);
+                    }
+                    self.st.phase = if self.st.handshake_left > 0 {
+                        Phase::Handshaking { deadline }
+                    } else {
+                        Phase::Ready
+                    };
+                }
+                Err(e) => {
+                    self.fail(NodeFault::Io(e.kind()), now, registry, sink);
+                    return;
+                }
+            }
+        }
+        self.flush(now, registry, sink);
+        self.read(now, registry, sink);
+    }
+
+    fn read(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                return;
+            };
+            self.stats.reads += 1;
+            let n = match stream.read(&mut self.rbuf) {
+                Ok(0) => {
+                    self.fail(NodeFault::Closed, now, registry, sink);
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fail(NodeFault::Io(e.kind()), now, registry, sink);
+                    return;
+                }
+            };
+            let Conn {
+                rbuf,
+                inp,
+                decoder,
+                st,
+                ..
+            } = self;
+            if inp.is_empty() {
+                // The common case: decode straight from the read buffer, keep only a partial tail.
+                let used = decode_frames(decoder, &rbuf[..n], st, now, sink);
+                inp.extend_from_slice(&rbuf[used..n]);
+            } else {
+                inp.extend_from_slice(&rbuf[..n]);
+                let used = decode_frames(decoder, inp, st, now, sink);
+                inp.advance(used);
+            }
+            if let Some(fault) = self.st.failure.take() {
+                self.fail(fault, now, registry, sink);
+                return;
+            }
+            if !self.st.out.is_empty() {
+                // A NOSCRIPT reply queued its EVAL fallback.
+                self.flush(now, registry, sink);
+            }
+            // A short read means the socket is drained: a new edge comes with new data, so the
+            // read that would only say WouldBlock is skipped (tokio does the same).
+            if n < self.rbuf.len() {
+                return;
+            }
+        }
+    }
+
+    /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
+    pub fn on_timer(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+        match self.st.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline } if now >= deadline => {
+                self.fail(NodeFault::ConnectTimeout, now, registry, sink);
+                return;
+            }
+            _ => {}
+        }
+        if let Some(p) = self.st.pending.front()
+            && now >= p.sent + self.config.reply_timeout
+        {
+            self.fail(NodeFault::Timeout, now, registry, sink);
+        }
+    }
+
+    /// Closes the connection: every request still waiting gets the fault, and the next use
+    /// reconnects — at once if the connection had been working, after a growing backoff if it
+    /// never came up.
+    pub fn fail(
+        &mut self,
+        fault: NodeFault,
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) {
+        if let Some(mut stream) = self.stream.take() {
+            let _ = registry.deregister(stream.source());
+        }
+        let st = &mut self.st;
+        let was_ready = st.phase == Phase::Ready;
+        while let Some(p) = st.pending.pop_front() {
+            if !matches!(p.kind, Kind::Handshake(_)) {
+                sink(Delivery {
+                    tag: p.tag,
+                    kind: p.kind,
+                    reply: Err(&fault),
+                    generation: st.generation,
+                    info: st.info,
+                });
+            }
+        }
+        st.out.clear();
+        st.script_tails.clear();
+        self.inp.clear();
+        self.decoder.reset();
+        let retry_at = if was_ready {
+            st.backoff = self.config.backoff_min;
+            now
+        } else {
+            let wait = st.backoff;
+            st.backoff = (st.backoff * 2).min(self.config.backoff_max);
+            now + wait
+        };
+        st.phase = Phase::Down { retry_at };
+        st.last_fault = Some(fault);
+    }
+}
+
+/// Decodes and dispatches every complete frame in `buf`; returns the bytes consumed.
+fn decode_frames(
+    decoder: &mut Decoder,
+    buf: &[u8],
+    st: &mut State,
+    now: Instant,
+    sink: &mut Sink<'_>,
+) -> usize {
+    let mut used = 0;
+    while st.failure.is_none() {
+        match decoder.decode(&buf[used..]) {
+            Ok(Status::Complete((frame, n))) => {
+                used += n;
+                st.on_frame(frame, now, sink);
+            }
+            Ok(Status::Partial) => break,
+            Err(e) => st.failure = Some(NodeFault::Protocol(e)),
+        }
+    }
+    used
+}
+
+impl State {
+    fn on_frame(&mut self, frame: Frame<'_>, now: Instant, sink: &mut Sink<'_>) {
+        if let Frame::Aggregate(agg) = frame
+            && agg.kind() == AggregateKind::Push
+        {
+            // RESP3 out-of-band data (e.g. invalidations) is not a reply to anything.
+            return;
+        }
+        let Some(p) = self.pending.pop_front() else {
+            self.failure = Some(NodeFault::Unexpected("with no request outstanding".into()));
+            return;
+        };
+        match p.kind {
+            Kind::Handshake(step) => self.on_handshake(step, frame, now),
+            Kind::Script(index) => {
+                let tail = self.script_tails.split_to(p.tail);
+                if let Frame::Error(e) = frame
+                    && e.kind == crate::resp::ErrorKind::NoScript
+                {
+                    // Flushed or restarted behind our back: send the script itself, which also
+                    // loads it. Its reply keeps the request's place among this connection's
+                    // replies (FIFO), so nobody else notices.
+                    let script = &scripts()[index];
+                    self.loaded[index] = false;
+                    resp::encode_array_header(&mut self.out, 2 + p.argc);
+                    resp::encode_bulk(&mut self.out, &Arg::Bytes(b"EVAL"));
+                    resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
+                    self.out.extend_from_slice(&tail);
+                    self.script_tails.extend_from_slice(&tail);
+                    self.pending.push_back(Pending { sent: now, ..p });
+                    return;
+                }
+                if !matches!(frame, Frame::Error(_)) {
+                    self.loaded[index] = true;
+                }
+                self.deliver(p, Ok(frame), sink);
+            }
+            _ => self.deliver(p, Ok(frame), sink),
+        }
+    }
+
+    fn deliver(&self, p: Pending, reply: Result<Frame<'_>, &NodeFault>, sink: &mut Sink<'_>) {
+        sink(Delivery {
+            tag: p.tag,
+            kind: p.kind,
+            reply,
+            generation: self.generation,
+            info: self.info,
+        });
+    }
+
+    fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
+        if let Frame::Error(e) = frame {
+            self.failure = Some(if step == Step::Auth || e.kind.is_auth() {
+                NodeFault::Auth(e.message.to_owned())
+            } else {
+                NodeFault::Server(e.kind, e.message.to_owned())
+            });
+            return;
+        }
+        if step == Step::Info {
+            let text = match frame {
+                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
+                _ => &[],
+            };
+            self.info = parse_info(text, now);
+        }
+        self.handshake_left = self.handshake_left.saturating_sub(1);
+        if self.handshake_left == 0 {
+            self.phase = Phase::Ready;
+        }
+    }
+}
+
+/// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply.
+pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
+    let mut run_id = None;
+    let mut uptime = None;
+    for line in text.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(v) = line.strip_prefix(b"run_id:") {
+            run_id = <[u8; 40]>::try_from(v).ok();
+        } else if let Some(v) = line.strip_prefix(b"uptime_in_seconds:") {
+            uptime = std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok());
+        }
+    }
+    Some(ServerInfo {
+        run_id: run_id?,
+        uptime: Duration::from_secs(uptime?),
+        seen: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_hashes_match_redis() {
+        // SHA-1 of the bodies, as `SCRIPT LOAD` would answer.
+        let s = scripts();
+        assert_eq!(s[0].sha, sha_hex(RELEASE_BODY));
+        assert_eq!(
+            std::str::from_utf8(&sha_hex("return 1")).unwrap(),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    #[test]
+    fn info_parsing() {
+        let now = Instant::now();
+        let text = b"# Server\r\nredis_version:7.0.15\r\nrun_id:0123456789012345678901234567890123456789\r\nuptime_in_seconds:42\r\n";
+        let info = parse_info(text, now).unwrap();
+        assert_eq!(info.uptime, Duration::from_secs(42));
+        assert_eq!(&info.run_id, b"0123456789012345678901234567890123456789");
+        assert_eq!(parse_info(b"garbage", now), None);
+    }
+}

@@ -1,0 +1,129 @@
+//! The `mio` poll loop: one `Poll` for all N connections, `Token(i)` for node i. It moves bytes
+//! between the connections and whoever drives an operation, one [`Driver::turn`] at a time, so
+//! the caller returns as soon as its own condition is met (e.g. "quorum decided") without waiting
+//! for stragglers, whose replies are consumed by a later turn.
+
+use std::io;
+use std::time::Instant;
+
+use mio::{Events, Poll, Token};
+
+use crate::addr::NodeAddr;
+use crate::conn::{Conn, ConnConfig, Delivery, IoStats, Kind, Script};
+use crate::error::NodeFault;
+use crate::resp::Arg;
+
+/// Receives every reply (or fault) with the index of its node.
+pub(crate) type NodeSink<'s> = dyn for<'a> FnMut(usize, Delivery<'a>) + 's;
+
+pub(crate) struct Driver {
+    poll: Poll,
+    events: Events,
+    pub conns: Vec<Conn>,
+    polls: u64,
+}
+
+impl Driver {
+    pub fn new(nodes: &[NodeAddr], config: &ConnConfig) -> io::Result<Driver> {
+        let now = Instant::now();
+        Ok(Driver {
+            poll: Poll::new()?,
+            events: Events::with_capacity(nodes.len().max(1) * 2),
+            conns: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, addr)| Conn::new(addr.clone(), Token(i), config.clone(), now))
+                .collect(),
+            polls: 0,
+        })
+    }
+
+    /// Queues a command for node `node` (connecting first if needed).
+    pub fn request(
+        &mut self,
+        node: usize,
+        kind: Kind,
+        tag: u64,
+        args: &[Arg<'_>],
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        let registry = self.poll.registry();
+        self.conns[node].request(kind, tag, args, now, registry, &mut |d| sink(node, d))
+    }
+
+    /// Queues a script call for node `node`.
+    pub fn script(
+        &mut self,
+        node: usize,
+        script: &Script,
+        tag: u64,
+        args: &[Arg<'_>],
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        let registry = self.poll.registry();
+        self.conns[node].script(script, tag, args, now, registry, &mut |d| sink(node, d))
+    }
+
+    /// Writes what every connection has queued: all requests of a round go out before any reply
+    /// is read.
+    pub fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>) {
+        let registry = self.poll.registry();
+        for (i, conn) in self.conns.iter_mut().enumerate() {
+            conn.flush(now, registry, &mut |d| sink(i, d));
+        }
+    }
+
+    /// Waits for readiness until `until` at the latest (one `poll` call), then handles every
+    /// event and every connection deadline that has passed.
+    pub fn turn(&mut self, until: Instant, sink: &mut NodeSink<'_>) {
+        let Driver {
+            poll,
+            events,
+            conns,
+            polls,
+        } = self;
+        let now = Instant::now();
+        let wake = conns
+            .iter()
+            .filter_map(Conn::next_deadline)
+            .fold(until, Instant::min);
+        *polls += 1;
+        if let Err(e) = poll.poll(events, Some(wake.saturating_duration_since(now))) {
+            // EINTR: return and let the caller re-check its deadline. Anything else cannot be
+            // fixed here; the caller's deadline still bounds the wait.
+            if e.kind() != io::ErrorKind::Interrupted {
+                events.clear();
+            }
+            return;
+        }
+        let now = Instant::now();
+        let registry = poll.registry();
+        for event in events.iter() {
+            let i = event.token().0;
+            if let Some(conn) = conns.get_mut(i) {
+                conn.on_ready(now, registry, &mut |d| sink(i, d));
+            }
+        }
+        for (i, conn) in conns.iter_mut().enumerate() {
+            if conn.next_deadline().is_some_and(|d| d <= now) {
+                conn.on_timer(now, registry, &mut |d| sink(i, d));
+            }
+        }
+    }
+
+    /// Syscall counters summed over all connections.
+    pub fn stats(&self) -> IoStats {
+        let mut total = IoStats {
+            polls: self.polls,
+            ..IoStats::default()
+        };
+        for c in &self.conns {
+            total.writes += c.stats.writes;
+            total.reads += c.stats.reads;
+            total.connects += c.stats.connects;
+        }
+        total
+    }
+}

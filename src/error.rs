@@ -1,0 +1,189 @@
+//! The error types: [`Error`] for callers, [`NodeFault`] for what went wrong with one node.
+//! Every message names the node by `host:port` and says what it answered.
+
+use std::fmt;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::addr::NodeAddr;
+use crate::resp::{ErrorKind, ParseError};
+
+/// Why one node could not take part in an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeFault {
+    /// Connecting, reading or writing failed.
+    Io(io::ErrorKind),
+    /// The address did not resolve.
+    Resolve(String),
+    /// TCP connect plus handshake did not finish within the connect timeout.
+    ConnectTimeout,
+    /// No reply within the per-node timeout of the attempt.
+    Timeout,
+    /// The server closed the connection.
+    Closed,
+    /// The server sent bytes that are not valid RESP.
+    Protocol(ParseError),
+    /// The server sent a valid reply of the wrong kind.
+    Unexpected(String),
+    /// The server answered with an error.
+    Server(ErrorKind, String),
+    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM` during the handshake).
+    Auth(String),
+    /// The node is down and the client waits before reconnecting; the last fault is attached.
+    Backoff(Box<NodeFault>),
+    /// Too many requests are waiting for replies: the node stopped answering.
+    Overloaded,
+    /// The node restarted recently and may have lost keys; it does not count towards a quorum
+    /// until the quarantine ends.
+    Quarantined(Duration),
+}
+
+impl fmt::Display for NodeFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFault::Io(kind) => write!(f, "{}", io::Error::from(*kind)),
+            NodeFault::Resolve(why) => write!(f, "cannot resolve: {why}"),
+            NodeFault::ConnectTimeout => f.write_str("connect timed out"),
+            NodeFault::Timeout => f.write_str("no reply in time"),
+            NodeFault::Closed => f.write_str("connection closed by the server"),
+            NodeFault::Protocol(e) => write!(f, "protocol error: {e}"),
+            NodeFault::Unexpected(what) => write!(f, "unexpected reply {what}"),
+            NodeFault::Server(_, message) => write!(f, "answered -{message}"),
+            NodeFault::Auth(message) => write!(f, "authentication refused: {message}"),
+            NodeFault::Backoff(last) => write!(f, "down ({last}), reconnecting later"),
+            NodeFault::Overloaded => f.write_str("too many requests without a reply"),
+            NodeFault::Quarantined(left) => {
+                write!(f, "restarted recently, quarantined for {left:?} more")
+            }
+        }
+    }
+}
+
+impl NodeFault {
+    /// The underlying fault, looking through [`NodeFault::Backoff`].
+    pub fn root(&self) -> &NodeFault {
+        match self {
+            NodeFault::Backoff(last) => last.root(),
+            other => other,
+        }
+    }
+}
+
+/// The node-by-node outcome of an operation that did not succeed.
+#[derive(Clone)]
+pub struct Report {
+    pub(crate) nodes: Arc<[NodeAddr]>,
+    pub(crate) quorum: usize,
+    pub(crate) yes: usize,
+    pub(crate) refused: u64,
+    pub(crate) failed: Vec<(usize, NodeFault)>,
+}
+
+impl Report {
+    /// Votes needed.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+    /// Nodes that said yes.
+    pub fn yes(&self) -> usize {
+        self.yes
+    }
+    /// The nodes that answered no (the key is held by another token).
+    pub fn refused(&self) -> impl Iterator<Item = &NodeAddr> + '_ {
+        (0..self.nodes.len())
+            .filter(|i| self.refused & (1 << i) != 0)
+            .map(|i| &self.nodes[i])
+    }
+    /// The nodes that failed, and why.
+    pub fn failed(&self) -> impl Iterator<Item = (&NodeAddr, &NodeFault)> + '_ {
+        self.failed.iter().map(|(i, f)| (&self.nodes[*i], f))
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {} nodes said yes, {} needed",
+            self.yes,
+            self.nodes.len(),
+            self.quorum
+        )?;
+        let mut refused = self.refused().peekable();
+        if refused.peek().is_some() {
+            f.write_str("; held elsewhere on ")?;
+            for (i, node) in refused.enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{node}")?;
+            }
+        }
+        for (node, fault) in self.failed() {
+            write!(f, "; {node}: {fault}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Report({self})")
+    }
+}
+
+/// Everything that can go wrong for a caller of this crate.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bad configuration or input from the caller, found before anything was sent.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Not acquired (or not extended): the lock is held by someone else.
+    #[error("not acquired: the lock is held elsewhere ({0})")]
+    Held(Report),
+    /// Not enough nodes could be reached to form a quorum.
+    #[error("no quorum: {0}")]
+    NoQuorum(Report),
+    /// A quorum said yes, but the attempt took so long that no validity was left.
+    #[error("not acquired: a quorum said yes but no validity was left ({0})")]
+    TooSlow(Report),
+    /// The lock's validity had already run out when `unlock` or `extend` was called (the release
+    /// was still sent; `released` nodes still held our token).
+    #[error("the lock had already expired ({released} node(s) still held it and released it)")]
+    Expired {
+        /// Nodes that still held our token and deleted it.
+        released: usize,
+    },
+    /// The lock was extended as often as the configuration allows.
+    #[error("the lock was extended {0} times, the configured maximum")]
+    ExtensionLimit(u32),
+    /// A node refused our credentials.
+    #[error("authentication refused by {node}: {message}")]
+    Auth {
+        /// `host:port` of the node.
+        node: String,
+        /// What the node answered.
+        message: String,
+    },
+    /// A node broke the protocol.
+    #[error("protocol error from {node}: {detail}")]
+    Protocol {
+        /// `host:port` of the node.
+        node: String,
+        /// What it sent.
+        detail: String,
+    },
+}
+
+impl Error {
+    /// The per-node report, for errors that have one.
+    pub fn report(&self) -> Option<&Report> {
+        match self {
+            Error::Held(r) | Error::NoQuorum(r) | Error::TooSlow(r) => Some(r),
+            _ => None,
+        }
+    }
+}

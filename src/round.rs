@@ -1,0 +1,555 @@
+//! One Redlock attempt as a state machine: votes, deadlines, early decision, validity. No I/O, no
+//! clock: every input carries `now`, so it can be driven by a virtual clock in tests or embedded
+//! in someone else's event loop (tokio, their own `mio` loop).
+//!
+//! The shape follows `quinn-proto`: inputs through `handle_*` methods, outputs through `poll_*`
+//! methods.
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use redlock_mux::round::{Round, RoundConfig, Vote, Decision};
+//!
+//! let t0 = Instant::now();
+//! let config = RoundConfig::new(Duration::from_secs(10), 0.01, Duration::from_millis(50));
+//! let mut round = Round::new(5);
+//! round.start(t0, &config);                  // now send SET ... NX PX to all 5 nodes
+//! for node in 0..3 {
+//!     round.handle_vote(node, Vote::Yes, t0 + Duration::from_millis(1));
+//! }
+//! match round.poll_decision() {
+//!     Some(Decision::Won { valid_until, .. }) => {
+//!         // ttl − elapsed − drift, expressed as a deadline: t0 + 10 s − (100 ms + 2 ms)
+//!         assert_eq!(valid_until, t0 + Duration::from_millis(9_898));
+//!     }
+//!     other => panic!("{other:?}"),
+//! }
+//! ```
+
+use std::time::{Duration, Instant};
+
+/// The fixed part of the drift allowance: Redis' 1 ms expire precision plus a minimum for small
+/// TTLs.
+pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
+
+/// Timing parameters of one attempt.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoundConfig {
+    /// The lock's time to live, as sent in `PX`.
+    pub ttl: Duration,
+    /// `ttl × drift_factor + 2 ms` is subtracted from the validity for clock drift.
+    pub drift_factor: f64,
+    /// How long to wait for each node, from the start of the attempt.
+    pub node_timeout: Duration,
+    /// A quorum reached with less validity left than this counts as a failure.
+    pub min_validity: Duration,
+    /// If set (extend), the attempt must be decided before this instant (the current validity).
+    pub not_after: Option<Instant>,
+}
+
+impl RoundConfig {
+    /// A configuration with no minimum validity and no `not_after` bound.
+    pub fn new(ttl: Duration, drift_factor: f64, node_timeout: Duration) -> RoundConfig {
+        RoundConfig {
+            ttl,
+            drift_factor,
+            node_timeout,
+            min_validity: Duration::ZERO,
+            not_after: None,
+        }
+    }
+
+    /// The drift allowance `ttl × drift_factor + 2 ms` (saturating; a bad factor counts as 0).
+    pub fn drift(&self) -> Duration {
+        let factor = if self.drift_factor.is_finite() && self.drift_factor > 0.0 {
+            self.drift_factor
+        } else {
+            0.0
+        };
+        let scaled =
+            Duration::try_from_secs_f64(self.ttl.as_secs_f64() * factor).unwrap_or(Duration::MAX);
+        scaled.saturating_add(DRIFT_FLOOR)
+    }
+}
+
+/// What one node answered, as far as the attempt is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vote {
+    /// The node set (or extended) the key for us.
+    Yes,
+    /// The node answered, and the answer is no: the key is held by someone else (`SET NX` gave
+    /// nil), or our token is no longer there (extend gave 0).
+    Refused,
+    /// The node could not vote: error reply, connection failure, timeout, quarantine.
+    Failed,
+}
+
+/// Why an attempt was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// Quorum is out of reach and at least one node refused: the lock is held elsewhere.
+    Held,
+    /// Quorum is out of reach and no node refused: too many nodes failed.
+    NoQuorum,
+    /// A quorum said yes, but the validity left was not positive (or below the minimum).
+    TooSlow,
+    /// (Extend) the attempt was not decided before the current validity ended.
+    Expired,
+}
+
+/// The outcome of an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Quorum reached in time. The lock is safe until `valid_until`.
+    Won {
+        /// `start + ttl − drift`: the moment the validity runs out.
+        valid_until: Instant,
+        /// The validity left at the moment of decision.
+        validity: Duration,
+        /// Nodes that said yes.
+        yes: usize,
+    },
+    /// The attempt failed.
+    Lost {
+        /// Why.
+        loss: Loss,
+        /// Nodes that said yes (their keys must be released).
+        yes: usize,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Pending,
+    Voted(Vote),
+}
+
+/// The state of one attempt over `n` nodes. Reusable: [`Round::start`] resets it, without
+/// allocating.
+#[derive(Debug, Clone)]
+pub struct Round {
+    slots: Vec<Slot>,
+    quorum: usize,
+    yes: usize,
+    refused: usize,
+    failed: usize,
+    node_deadline: Instant,
+    valid_until: Instant,
+    not_after: Option<Instant>,
+    min_validity: Duration,
+    decision: Option<Decision>,
+    started: bool,
+}
+
+impl Round {
+    /// A round over `n` nodes (quorum `n / 2 + 1`). Allocates its per-node slots once.
+    pub fn new(n: usize) -> Round {
+        let now = Instant::now();
+        Round {
+            slots: vec![Slot::Pending; n],
+            quorum: n / 2 + 1,
+            yes: 0,
+            refused: 0,
+            failed: 0,
+            node_deadline: now,
+            valid_until: now,
+            not_after: None,
+            min_validity: Duration::ZERO,
+            decision: None,
+            started: false,
+        }
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Votes needed: `n / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// Starts an attempt at `now`, the instant taken *before* the first command is sent.
+    pub fn start(&mut self, now: Instant, config: &RoundConfig) {
+        self.slots.fill(Slot::Pending);
+        self.yes = 0;
+        self.refused = 0;
+        self.failed = 0;
+        self.decision = None;
+        self.started = true;
+        self.min_validity = config.min_validity;
+        self.not_after = config.not_after;
+        // Checked arithmetic: an Instant far in the future saturates instead of panicking.
+        let far = |d: Duration| {
+            now.checked_add(d)
+                .unwrap_or(now + Duration::from_secs(1 << 30))
+        };
+        self.node_deadline = far(config.node_timeout);
+        self.valid_until = match config.ttl.checked_sub(config.drift()) {
+            Some(left) => far(left),
+            None => now,
+        };
+        self.evaluate(now);
+    }
+
+    /// A node's vote. Later votes of the same node, and votes after the decision, are ignored.
+    pub fn handle_vote(&mut self, node: usize, vote: Vote, now: Instant) {
+        let Some(slot) = self.slots.get_mut(node) else {
+            return;
+        };
+        if *slot != Slot::Pending {
+            return;
+        }
+        // Votes after the decision are still recorded: a late yes must be released.
+        *slot = Slot::Voted(vote);
+        match vote {
+            Vote::Yes => self.yes += 1,
+            Vote::Refused => self.refused += 1,
+            Vote::Failed => self.failed += 1,
+        }
+        self.evaluate(now);
+    }
+
+    /// Time has passed: nodes still pending after the per-node timeout count as failed, and an
+    /// attempt whose validity has run out is lost.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.decision.is_some() {
+            return;
+        }
+        if now >= self.node_deadline {
+            for slot in &mut self.slots {
+                if *slot == Slot::Pending {
+                    *slot = Slot::Voted(Vote::Failed);
+                    self.failed += 1;
+                }
+            }
+        }
+        self.evaluate(now);
+    }
+
+    /// When [`Round::handle_timeout`] must be called next, or `None` once decided.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.decision.is_some() || !self.started {
+            return None;
+        }
+        let mut at = self.node_deadline.min(self.valid_until);
+        if let Some(limit) = self.not_after {
+            at = at.min(limit);
+        }
+        Some(at)
+    }
+
+    /// The decision, once there is one.
+    pub fn poll_decision(&self) -> Option<Decision> {
+        self.decision
+    }
+
+    /// True when `node` has not voted yet.
+    pub fn is_pending(&self, node: usize) -> bool {
+        self.slots.get(node) == Some(&Slot::Pending)
+    }
+
+    /// The vote of `node`, if it has voted.
+    pub fn vote(&self, node: usize) -> Option<Vote> {
+        match self.slots.get(node) {
+            Some(Slot::Voted(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The instant the validity of a won attempt runs out: `start + ttl − drift`.
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    fn evaluate(&mut self, now: Instant) {
+        if self.decision.is_some() {
+            return;
+        }
+        let late = self.not_after.is_some_and(|limit| now >= limit);
+        if late {
+            self.decision = Some(Decision::Lost {
+                loss: Loss::Expired,
+                yes: self.yes,
+            });
+            return;
+        }
+        let validity = self.valid_until.saturating_duration_since(now);
+        let in_time = validity > Duration::ZERO && validity >= self.min_validity;
+        if self.yes >= self.quorum {
+            self.decision = Some(if in_time {
+                Decision::Won {
+                    valid_until: self.valid_until,
+                    validity,
+                    yes: self.yes,
+                }
+            } else {
+                Decision::Lost {
+                    loss: Loss::TooSlow,
+                    yes: self.yes,
+                }
+            });
+            return;
+        }
+        let pending = self.slots.len() - self.yes - self.refused - self.failed;
+        if self.yes + pending < self.quorum {
+            let loss = if self.refused > 0 {
+                Loss::Held
+            } else {
+                Loss::NoQuorum
+            };
+            self.decision = Some(Decision::Lost {
+                loss,
+                yes: self.yes,
+            });
+        } else if !in_time {
+            // Even if the quorum came now, no validity would be left.
+            self.decision = Some(Decision::Lost {
+                loss: Loss::TooSlow,
+                yes: self.yes,
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn config() -> RoundConfig {
+        RoundConfig::new(10_000 * MS, 0.01, 50 * MS)
+    }
+
+    fn started(n: usize, t0: Instant) -> Round {
+        let mut r = Round::new(n);
+        r.start(t0, &config());
+        r
+    }
+
+    #[test]
+    fn three_of_five_wins_at_the_third_yes() {
+        let t0 = Instant::now();
+        let mut r = started(5, t0);
+        r.handle_vote(0, Vote::Yes, t0 + MS);
+        r.handle_vote(1, Vote::Yes, t0 + 2 * MS);
+        assert_eq!(r.poll_decision(), None);
+        r.handle_vote(2, Vote::Yes, t0 + 3 * MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Won {
+                valid_until: t0 + 9_898 * MS,
+                validity: 9_895 * MS,
+                yes: 3
+            })
+        );
+        // Stragglers after the decision change nothing.
+        r.handle_vote(3, Vote::Refused, t0 + 4 * MS);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 3, .. })
+        ));
+        assert_eq!(r.poll_timeout(), None);
+    }
+
+    #[test]
+    fn two_of_five_loses_as_soon_as_quorum_is_out_of_reach() {
+        let t0 = Instant::now();
+        let mut r = started(5, t0);
+        r.handle_vote(0, Vote::Yes, t0 + MS);
+        r.handle_vote(1, Vote::Refused, t0 + MS);
+        r.handle_vote(2, Vote::Refused, t0 + MS);
+        assert_eq!(
+            r.poll_decision(),
+            None,
+            "1 yes + 2 pending can still make 3"
+        );
+        r.handle_vote(3, Vote::Refused, t0 + MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::Held,
+                yes: 1
+            })
+        );
+    }
+
+    #[test]
+    fn failures_without_refusals_mean_no_quorum() {
+        let t0 = Instant::now();
+        let mut r = started(3, t0);
+        r.handle_vote(0, Vote::Failed, t0);
+        r.handle_vote(1, Vote::Failed, t0);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::NoQuorum,
+                yes: 0
+            })
+        );
+    }
+
+    #[test]
+    fn silent_nodes_time_out_at_the_node_deadline() {
+        let t0 = Instant::now();
+        let mut r = started(5, t0);
+        r.handle_vote(0, Vote::Yes, t0 + MS);
+        r.handle_vote(1, Vote::Yes, t0 + MS);
+        assert_eq!(r.poll_timeout(), Some(t0 + 50 * MS));
+        r.handle_timeout(t0 + 49 * MS);
+        assert_eq!(r.poll_decision(), None);
+        r.handle_timeout(t0 + 50 * MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::NoQuorum,
+                yes: 2
+            })
+        );
+        for node in 2..5 {
+            assert_eq!(r.vote(node), Some(Vote::Failed));
+        }
+    }
+
+    #[test]
+    fn replies_so_slow_they_eat_the_validity_lose() {
+        let t0 = Instant::now();
+        let mut r = Round::new(3);
+        let cfg = RoundConfig::new(100 * MS, 0.01, 500 * MS);
+        r.start(t0, &cfg);
+        // valid_until = t0 + 100 − (1 + 2) ms.
+        assert_eq!(r.valid_until(), t0 + 97 * MS);
+        assert_eq!(r.poll_timeout(), Some(t0 + 97 * MS));
+        r.handle_vote(0, Vote::Yes, t0 + 10 * MS);
+        r.handle_vote(1, Vote::Yes, t0 + 97 * MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::TooSlow,
+                yes: 2
+            })
+        );
+    }
+
+    #[test]
+    fn validity_running_out_before_quorum_decides_the_attempt() {
+        let t0 = Instant::now();
+        let mut r = Round::new(3);
+        r.start(t0, &RoundConfig::new(100 * MS, 0.01, 500 * MS));
+        r.handle_timeout(t0 + 97 * MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::TooSlow,
+                yes: 0
+            })
+        );
+    }
+
+    #[test]
+    fn minimum_validity_is_enforced() {
+        let t0 = Instant::now();
+        let mut r = Round::new(1);
+        let cfg = RoundConfig {
+            min_validity: 90 * MS,
+            ..RoundConfig::new(100 * MS, 0.0, 500 * MS)
+        };
+        r.start(t0, &cfg);
+        // valid_until = t0 + 100 − 2 ms: 90 ms are left at t0 + 8 ms.
+        r.handle_vote(0, Vote::Yes, t0 + 8 * MS);
+        assert!(matches!(r.poll_decision(), Some(Decision::Won { .. })));
+        r.start(t0, &cfg);
+        r.handle_vote(0, Vote::Yes, t0 + 8 * MS + Duration::from_micros(1));
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::TooSlow,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_ttl_smaller_than_the_drift_can_never_win() {
+        let t0 = Instant::now();
+        let mut r = Round::new(1);
+        r.start(t0, &RoundConfig::new(MS, 0.01, MS));
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::TooSlow,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn extend_must_be_decided_before_the_current_validity_ends() {
+        let t0 = Instant::now();
+        let mut r = Round::new(3);
+        let cfg = RoundConfig {
+            not_after: Some(t0 + 5 * MS),
+            ..config()
+        };
+        r.start(t0, &cfg);
+        assert_eq!(r.poll_timeout(), Some(t0 + 5 * MS));
+        r.handle_vote(0, Vote::Yes, t0 + MS);
+        r.handle_vote(1, Vote::Yes, t0 + 5 * MS);
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::Expired,
+                yes: 2
+            })
+        );
+    }
+
+    #[test]
+    fn single_node_and_even_n() {
+        let t0 = Instant::now();
+        let mut r = started(1, t0);
+        assert_eq!(r.quorum(), 1);
+        r.handle_vote(0, Vote::Yes, t0);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 1, .. })
+        ));
+
+        let mut r = started(4, t0);
+        assert_eq!(r.quorum(), 3);
+        r.handle_vote(0, Vote::Yes, t0);
+        r.handle_vote(1, Vote::Yes, t0);
+        r.handle_vote(2, Vote::Refused, t0);
+        r.handle_vote(3, Vote::Yes, t0);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 3, .. })
+        ));
+    }
+
+    #[test]
+    fn duplicate_and_out_of_range_votes_are_ignored() {
+        let t0 = Instant::now();
+        let mut r = started(3, t0);
+        r.handle_vote(0, Vote::Yes, t0);
+        r.handle_vote(0, Vote::Yes, t0);
+        r.handle_vote(7, Vote::Yes, t0);
+        assert_eq!(r.poll_decision(), None);
+        assert!(r.is_pending(1) && !r.is_pending(0));
+    }
+
+    #[test]
+    fn late_yes_after_a_loss_is_still_counted_for_release() {
+        let t0 = Instant::now();
+        let mut r = started(3, t0);
+        r.handle_vote(0, Vote::Refused, t0);
+        r.handle_vote(1, Vote::Refused, t0);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Lost { yes: 0, .. })
+        ));
+        r.handle_vote(2, Vote::Yes, t0 + MS);
+        assert_eq!(r.vote(2), Some(Vote::Yes));
+    }
+}
