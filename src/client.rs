@@ -4,7 +4,9 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, TryRng};
@@ -13,6 +15,7 @@ use crate::addr::NodeAddr;
 use crate::conn::{ConnConfig, Delivery, IoStats, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
+use crate::keep::Cmd;
 use crate::resp::{Arg, ErrorKind, Frame, Limits};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote};
 
@@ -45,6 +48,9 @@ pub struct Config {
     pub min_validity: Duration,
     /// Most extensions of one lock. Default 1000.
     pub max_extensions: u32,
+    /// Kept locks ([`Redlock::keep`]) are extended when this fraction of the TTL is left.
+    /// Default 1/3.
+    pub renew_fraction: f64,
     /// Longest resource name, in bytes. Default 1024.
     pub max_resource_len: usize,
     /// TCP connect plus handshake timeout. Default 1 s.
@@ -79,6 +85,7 @@ impl Default for Config {
             drift_factor: 0.01,
             min_validity: Duration::ZERO,
             max_extensions: 1000,
+            renew_fraction: 1.0 / 3.0,
             max_resource_len: 1024,
             connect_timeout: Duration::from_secs(1),
             backoff_min: Duration::from_millis(25),
@@ -124,6 +131,12 @@ impl Config {
             ));
         }
         self.check_ttl(self.ttl)?;
+        if !(self.renew_fraction > 0.0 && self.renew_fraction < 1.0) {
+            return bad(format!(
+                "renew fraction {} must be above 0 and below 1",
+                self.renew_fraction
+            ));
+        }
         let hour = Duration::from_secs(3600);
         for (name, value) in [
             ("retry delay", self.retry_delay),
@@ -236,6 +249,11 @@ impl Builder {
         self.config.max_extensions = n;
         self
     }
+    /// Kept locks are extended when this fraction of the TTL is left (default 1/3).
+    pub fn renew_fraction(mut self, fraction: f64) -> Builder {
+        self.config.renew_fraction = fraction;
+        self
+    }
     /// Connect (plus handshake) timeout.
     pub fn connect_timeout(mut self, t: Duration) -> Builder {
         self.config.connect_timeout = t;
@@ -297,6 +315,11 @@ impl Builder {
             config: self.config,
             conn,
             closed: AtomicBool::new(false),
+            keeper: Mutex::new(None),
+            keep_ids: AtomicU64::new(0),
+            keeper_ticks: AtomicU64::new(0),
+            keeper_writes: AtomicU64::new(0),
+            keeper_extended: AtomicU64::new(0),
         }))
     }
 
@@ -324,12 +347,42 @@ impl Builder {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     nodes: Arc<[NodeAddr]>,
     config: Config,
     conn: ConnConfig,
     /// Set when the last [`Redlock`] handle is dropped: per-thread clients are then discarded.
     closed: AtomicBool,
+    /// The keep-alive thread's inbox, once started.
+    keeper: Mutex<Option<Sender<Cmd>>>,
+    keep_ids: AtomicU64,
+    /// Keep-alive counters: ticks that extended something, their writes, locks extended.
+    keeper_ticks: AtomicU64,
+    keeper_writes: AtomicU64,
+    keeper_extended: AtomicU64,
+}
+
+impl Shared {
+    /// The keep-alive thread's inbox, starting the thread on first use.
+    pub(crate) fn keeper(self: &Arc<Self>) -> Result<Sender<Cmd>, Error> {
+        let mut keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = keeper.as_ref() {
+            return Ok(tx.clone());
+        }
+        let tx = crate::keep::spawn(self.clone())?;
+        *keeper = Some(tx.clone());
+        Ok(tx)
+    }
+
+    pub(crate) fn record_tick(&self, writes: u64, extended: u64) {
+        self.keeper_ticks.fetch_add(1, Ordering::Relaxed);
+        self.keeper_writes.fetch_add(writes, Ordering::Relaxed);
+        self.keeper_extended.fetch_add(extended, Ordering::Relaxed);
+    }
+
+    pub(crate) fn next_keep_id(&self) -> u64 {
+        self.keep_ids.fetch_add(1, Ordering::Relaxed)
+    }
 }
 
 /// Bytes stored inline when short (no allocation for the usual resource names).
@@ -488,6 +541,11 @@ impl Lock {
     pub fn extensions(&self) -> u32 {
         self.extensions
     }
+
+    pub(crate) fn set_state(&mut self, valid_until: Instant, extensions: u32) {
+        self.valid_until = valid_until;
+        self.extensions = extensions;
+    }
 }
 
 impl fmt::Debug for Lock {
@@ -570,7 +628,7 @@ impl fmt::Debug for Client {
 }
 
 fn io_error(e: std::io::Error) -> Error {
-    Error::Config(format!("cannot create the event loop: {e}"))
+    Error::Internal(format!("cannot create the event loop: {e}"))
 }
 
 /// Queues one node's request of a round: `(driver, node, sink)`.
@@ -605,7 +663,12 @@ impl Client {
         Builder::new(servers).build_client()
     }
 
-    fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
+    /// The client's shared state (configuration, keeper).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
         let n = shared.nodes.len();
         Ok(Client {
             driver: Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?,
@@ -791,50 +854,8 @@ impl Client {
         }
     }
 
-    fn report(&self) -> Report {
-        let mut refused = 0u64;
-        let mut failed = Vec::new();
-        for node in 0..self.shared.nodes.len() {
-            match self.round.vote(node) {
-                Some(Vote::Refused) => refused |= 1 << node,
-                Some(Vote::Failed) => failed.push((
-                    node,
-                    self.faults[node].clone().unwrap_or(NodeFault::Timeout),
-                )),
-                _ => {}
-            }
-        }
-        let yes = (0..self.shared.nodes.len())
-            .filter(|&n| self.round.vote(n) == Some(Vote::Yes))
-            .count();
-        Report {
-            nodes: self.shared.nodes.clone(),
-            quorum: self.round.quorum(),
-            yes,
-            refused,
-            failed,
-        }
-    }
-
     fn loss_error(&self, loss: Loss) -> Error {
-        let report = self.report();
-        if let Some((node, NodeFault::Auth(message))) = report
-            .failed
-            .iter()
-            .map(|(i, f)| (*i, f.root()))
-            .find(|(_, f)| matches!(f, NodeFault::Auth(_)))
-        {
-            return Error::Auth {
-                node: self.shared.nodes[node].to_string(),
-                message: message.clone(),
-            };
-        }
-        match loss {
-            Loss::Held => Error::Held(report),
-            Loss::NoQuorum => Error::NoQuorum(report),
-            Loss::TooSlow => Error::TooSlow(report),
-            Loss::Expired => Error::Expired { released: 0 },
-        }
+        loss_error(&self.shared.nodes, &self.round, &self.faults, loss)
     }
 
     fn attempt(&mut self, resource: &[u8], ttl: Duration) -> Result<Lock, Error> {
@@ -901,9 +922,15 @@ impl Client {
         tag
     }
 
+    /// Sends the release to every node without waiting for the replies.
+    pub(crate) fn release_nowait(&mut self, lock: &Lock) {
+        self.send_release(lock.resource(), &lock.token);
+    }
+
     /// Releases the lock on every node and reports how many still held it.
     ///
-    /// Waits for the replies at most the per-node timeout.
+    /// Waits for the replies at most the per-node timeout, and not at all for a node that has
+    /// left earlier requests unanswered for longer than that (it still gets the release).
     ///
     /// # Errors
     ///
@@ -911,16 +938,24 @@ impl Client {
     /// still sent, and the error says how many nodes still held it).
     pub fn unlock(&mut self, lock: Lock) -> Result<usize, Error> {
         let expired = !lock.is_valid();
-        let tag = self.send_release(lock.resource(), &lock.token);
         let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
         let n = self.shared.nodes.len();
+        // Nodes already sitting on unanswered requests older than the node timeout (frozen or
+        // slow) still get the release, but nobody waits for them again.
         let mut answered = 0u64;
+        for (node, conn) in self.driver.conns.iter().enumerate() {
+            if conn.stalled(now, timeout) {
+                answered |= 1 << node;
+            }
+        }
+        let tag = self.send_release(lock.resource(), &lock.token);
+        let deadline = Instant::now() + timeout;
         let mut released = 0;
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-        // Nodes whose request failed at once count as answered (with nothing released).
-        for node in 0..n {
-            if self.driver.conns[node].pending() == 0 {
+        // Nodes whose request failed at once (down, backing off) have nothing pending.
+        for (node, conn) in self.driver.conns.iter().enumerate() {
+            if conn.pending() == 0 {
                 answered |= 1 << node;
             }
         }
@@ -986,6 +1021,126 @@ impl Client {
         }
     }
 
+    /// Extends several locks at once to `ttl`: each node gets every lock's extend script in one
+    /// write, and the rounds run side by side in one poll loop. Used by the keep-alive thread.
+    pub(crate) fn extend_batch(
+        &mut self,
+        locks: &mut [&mut Lock],
+        ttl: Duration,
+    ) -> Vec<Result<(), Error>> {
+        let config = &self.shared.config;
+        let n = self.shared.nodes.len();
+        let k = locks.len();
+        let start = Instant::now();
+        let mut results: Vec<Option<Result<(), Error>>> = (0..k)
+            .map(|i| {
+                if let Err(e) = config.check_ttl(ttl) {
+                    Some(Err(e))
+                } else if locks[i].extensions >= config.max_extensions {
+                    Some(Err(Error::ExtensionLimit(config.max_extensions)))
+                } else if start >= locks[i].valid_until {
+                    Some(Err(Error::Expired { released: 0 }))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let base = self.tag + 1;
+        self.tag += k as u64;
+        let mut rounds: Vec<Round> = (0..k).map(|_| Round::new(n)).collect();
+        let mut faults: Vec<Vec<Option<NodeFault>>> = vec![vec![None; n]; k];
+        for (i, round) in rounds.iter_mut().enumerate() {
+            let round_config = RoundConfig {
+                min_validity: config.min_validity,
+                not_after: Some(locks[i].valid_until),
+                ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+            };
+            round.start(start, &round_config);
+        }
+        let window = config.quarantine;
+        let ttl_ms = ttl.as_millis() as u64;
+        let script = &scripts()[1];
+        let Client { driver, watch, .. } = self;
+        let mut batch = Batch {
+            rounds: &mut rounds,
+            faults: &mut faults,
+            watch,
+            window,
+            base,
+        };
+        let mut sink = |node: usize, d: Delivery<'_>| batch.on_reply(node, d);
+        for node in 0..n {
+            for (i, lock) in locks.iter().enumerate() {
+                if results[i].is_some() {
+                    continue;
+                }
+                let args = [
+                    Arg::Int(1),
+                    Arg::Bytes(lock.resource()),
+                    Arg::Bytes(lock.token.as_bytes()),
+                    Arg::UInt(ttl_ms),
+                ];
+                let tag = base + i as u64;
+                if let Err(fault) = driver.script(node, script, tag, &args, start, &mut sink) {
+                    sink(
+                        node,
+                        Delivery {
+                            tag,
+                            kind: Kind::Command,
+                            reply: Err(&fault),
+                            generation: 0,
+                            info: None,
+                        },
+                    );
+                }
+            }
+        }
+        driver.flush(start, &mut sink);
+        loop {
+            let undecided: Vec<usize> = (0..k)
+                .filter(|&i| results[i].is_none() && batch.rounds[i].poll_decision().is_none())
+                .collect();
+            let Some(until) = undecided
+                .iter()
+                .filter_map(|&i| batch.rounds[i].poll_timeout())
+                .min()
+            else {
+                break;
+            };
+            let now = Instant::now();
+            if now < until {
+                driver.turn(until, &mut |node, d| batch.on_reply(node, d));
+                continue;
+            }
+            for i in undecided {
+                if batch.rounds[i].poll_timeout().is_some_and(|t| t <= now) {
+                    for node in 0..n {
+                        if batch.rounds[i].is_pending(node) {
+                            batch.faults[i][node] = Some(NodeFault::Timeout);
+                        }
+                    }
+                    batch.rounds[i].handle_timeout(now);
+                }
+            }
+        }
+        (0..k)
+            .map(|i| match results[i].take() {
+                Some(r) => r,
+                None => match rounds[i].poll_decision() {
+                    Some(Decision::Won { valid_until, .. }) => {
+                        locks[i].valid_until = valid_until;
+                        locks[i].extensions += 1;
+                        Ok(())
+                    }
+                    Some(Decision::Lost { loss, .. }) => {
+                        Err(loss_error(&self.shared.nodes, &rounds[i], &faults[i], loss))
+                    }
+                    None => Err(Error::Expired { released: 0 }),
+                },
+            })
+            .collect()
+    }
+
     /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at
     /// most `timeout`. For inspection (`redlock status`); not a lock operation.
     pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
@@ -1037,6 +1192,55 @@ impl Client {
     }
 }
 
+/// The node-by-node report of a round.
+fn report(nodes: &Arc<[NodeAddr]>, round: &Round, faults: &[Option<NodeFault>]) -> Report {
+    let mut refused = 0u64;
+    let mut failed = Vec::new();
+    let mut yes = 0;
+    for (node, fault) in faults.iter().enumerate().take(nodes.len()) {
+        match round.vote(node) {
+            Some(Vote::Yes) => yes += 1,
+            Some(Vote::Refused) => refused |= 1 << node,
+            Some(Vote::Failed) => failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout))),
+            None => {}
+        }
+    }
+    Report {
+        nodes: nodes.clone(),
+        quorum: round.quorum(),
+        yes,
+        refused,
+        failed,
+    }
+}
+
+/// The error for a lost round; an authentication failure on any node takes precedence.
+fn loss_error(
+    nodes: &Arc<[NodeAddr]>,
+    round: &Round,
+    faults: &[Option<NodeFault>],
+    loss: Loss,
+) -> Error {
+    let report = report(nodes, round, faults);
+    if let Some((node, NodeFault::Auth(message))) = report
+        .failed
+        .iter()
+        .map(|(i, f)| (*i, f.root()))
+        .find(|(_, f)| matches!(f, NodeFault::Auth(_)))
+    {
+        return Error::Auth {
+            node: nodes[node].to_string(),
+            message: message.clone(),
+        };
+    }
+    match loss {
+        Loss::Held => Error::Held(report),
+        Loss::NoQuorum => Error::NoQuorum(report),
+        Loss::TooSlow => Error::TooSlow(report),
+        Loss::Expired => Error::Expired { released: 0 },
+    }
+}
+
 /// What [`on_vote`] updates while a round runs.
 struct Votes<'a> {
     round: &'a mut Round,
@@ -1066,6 +1270,37 @@ fn on_vote(v: &mut Votes<'_>, node: usize, d: Delivery<'_>) {
             v.faults[node] = Some(fault);
             v.round.handle_vote(node, Vote::Failed, now);
         }
+    }
+}
+
+/// Rounds of a batch of extensions, told apart by tag (`base + index`).
+struct Batch<'a> {
+    rounds: &'a mut [Round],
+    faults: &'a mut [Vec<Option<NodeFault>>],
+    watch: &'a mut [NodeWatch],
+    window: Option<Duration>,
+    base: u64,
+}
+
+impl Batch<'_> {
+    fn on_reply(&mut self, node: usize, d: Delivery<'_>) {
+        let Some(i) = d
+            .tag
+            .checked_sub(self.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| i < self.rounds.len())
+        else {
+            return; // a straggler of an earlier operation
+        };
+        let tag = d.tag;
+        let mut votes = Votes {
+            round: &mut self.rounds[i],
+            faults: &mut self.faults[i],
+            watch: self.watch,
+            window: self.window,
+            tag,
+        };
+        on_vote(&mut votes, node, d);
     }
 }
 
@@ -1116,6 +1351,16 @@ struct Handle {
 impl Drop for Handle {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Release);
+        // The keeper thread holds the Shared; tell it to finish so both go away.
+        let keeper = self
+            .shared
+            .keeper
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(tx) = keeper {
+            let _ = tx.send(Cmd::Shutdown);
+        }
     }
 }
 
@@ -1164,6 +1409,22 @@ impl Redlock {
     /// The settings in force.
     pub fn config(&self) -> &Config {
         &self.handle.shared.config
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.handle.shared
+    }
+
+    /// Keep-alive counters so far: (ticks that extended locks, `write` calls in them, locks
+    /// extended). For tests of the batching.
+    #[doc(hidden)]
+    pub fn keeper_stats(&self) -> (u64, u64, u64) {
+        let s = &self.handle.shared;
+        (
+            s.keeper_ticks.load(Ordering::Relaxed),
+            s.keeper_writes.load(Ordering::Relaxed),
+            s.keeper_extended.load(Ordering::Relaxed),
+        )
     }
 
     /// The nodes, in the order given.

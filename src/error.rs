@@ -168,6 +168,9 @@ pub enum Error {
         /// What the node answered.
         message: String,
     },
+    /// A failure inside this process: the event loop or the keep-alive thread could not run.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// A node broke the protocol.
     #[error("protocol error from {node}: {detail}")]
     Protocol {

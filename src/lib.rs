@@ -13,6 +13,7 @@
 //! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
 //! - `conn` / `driver`: one connection per node; the `mio` loop that drives them all.
 //! - [`client`]: the public API — [`Builder`], [`Client`], [`Redlock`], [`Lock`], [`LockGuard`].
+//! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice.
 //! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
 //!
 //! ## The algorithm in five lines
@@ -49,6 +50,7 @@ pub mod client;
 mod conn;
 mod driver;
 pub mod error;
+mod keep;
 pub mod resp;
 pub mod round;
 
@@ -56,3 +58,4 @@ pub use addr::NodeAddr;
 pub use client::{Builder, Client, Config, Lock, LockGuard, NodeStatus, Redlock, Token};
 pub use conn::IoStats;
 pub use error::{Error, NodeFault, Report};
+pub use keep::KeepAlive;

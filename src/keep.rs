@@ -1,0 +1,415 @@
+//! Keeping a lock: automatic extension by one background thread per [`Redlock`] handle, batched
+//! per node, and lost-lock notification.
+//!
+//! The keeper thread owns its own [`Client`]. It sleeps until the next lock is due (by default
+//! when a third of its TTL is left) or until a validity deadline, then extends every lock that is
+//! due in one burst: one write per node per tick, however many locks. A lock whose extension
+//! fails, whose validity runs out first, or which reaches the extension limit is marked lost at
+//! once: [`KeepAlive::is_held`] turns false (an atomic load and a clock read), waiters in
+//! [`KeepAlive::wait_lost`] wake up, and the [`KeepAlive::on_lost`] callback runs.
+//!
+//! Unlike Redisson's watchdog, which keeps renewing but never tells the holder when renewal
+//! fails, a lost lock is always reported — and never later than its validity deadline, because
+//! `is_held` and `wait_lost` also compare against the deadline themselves.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::client::{Client, Lock, Redlock, Shared};
+use crate::error::Error;
+
+type Callback = Box<dyn FnOnce(&Error) + Send>;
+
+/// Requests to the keeper thread.
+pub(crate) enum Cmd {
+    Keep(Arc<Kept>, Lock),
+    Release(u64, Option<Sender<Result<usize, Error>>>),
+    Shutdown,
+}
+
+/// What the keeper thread and the holder share about one kept lock.
+pub(crate) struct Kept {
+    id: u64,
+    epoch: Instant,
+    /// `valid_until` as nanoseconds since `epoch`.
+    valid_ns: AtomicU64,
+    extensions: AtomicU32,
+    lost: AtomicBool,
+    reason: Mutex<Option<Error>>,
+    changed: Condvar,
+    callback: Mutex<Option<Callback>>,
+    base: Lock,
+}
+
+impl Kept {
+    fn valid_until(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.valid_ns.load(Ordering::Acquire))
+    }
+
+    fn set_valid_until(&self, t: Instant) {
+        let ns = t.saturating_duration_since(self.epoch).as_nanos();
+        self.valid_ns
+            .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    /// Marks the lock lost (once): wakes waiters and runs the callback, if any.
+    fn mark_lost(&self, why: Error, notify: bool) {
+        let mut reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        *reason = Some(why.clone());
+        drop(reason);
+        self.changed.notify_all();
+        let callback = self
+            .callback
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let (true, Some(callback)) = (notify, callback) {
+            // A panicking callback must not take the keeper thread (and every other lock) down.
+            let _ = catch_unwind(AssertUnwindSafe(|| callback(&why)));
+        }
+    }
+
+    fn loss(&self) -> Option<Error> {
+        if self.lost.load(Ordering::Acquire) {
+            let reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
+            return reason.clone().or(Some(Error::Expired { released: 0 }));
+        }
+        if Instant::now() >= self.valid_until() {
+            return Some(Error::Expired { released: 0 });
+        }
+        None
+    }
+}
+
+/// A lock kept alive in the background until released (or dropped, which releases it too).
+///
+/// ```no_run
+/// # let redlock = redlock_mux::Redlock::new(["redis://127.0.0.1:7001"])?;
+/// let kept = redlock.keep(redlock.lock("report:daily")?)?;
+/// for chunk in 0..1000 {
+///     if !kept.is_held() {
+///         break; // lost: stop touching the resource
+///     }
+///     // ... work on chunk ...
+/// }
+/// kept.release()?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+pub struct KeepAlive {
+    kept: Arc<Kept>,
+    redlock: Redlock,
+    done: bool,
+}
+
+impl std::fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeepAlive")
+            .field("lock", &self.lock())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl KeepAlive {
+    /// True while the lock is safe to rely on: not reported lost, and its validity deadline not
+    /// passed. No I/O: an atomic load and a monotonic clock read.
+    pub fn is_held(&self) -> bool {
+        !self.kept.lost.load(Ordering::Acquire) && Instant::now() < self.kept.valid_until()
+    }
+
+    /// Why the lock is lost, or `None` while it is held.
+    pub fn lost(&self) -> Option<Error> {
+        self.kept.loss()
+    }
+
+    /// Blocks until the lock is lost or `timeout` passes; returns the reason, or `None` on
+    /// timeout. Wakes at the validity deadline by itself, whatever the keeper thread does.
+    pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
+        let give_up = Instant::now() + timeout;
+        let mut guard = self.kept.reason.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            // The reason is read through the guard held here (`loss()` would lock it again).
+            if self.kept.lost.load(Ordering::Acquire) {
+                return guard.clone().or(Some(Error::Expired { released: 0 }));
+            }
+            let now = Instant::now();
+            if now >= self.kept.valid_until() {
+                return Some(Error::Expired { released: 0 });
+            }
+            let wake = give_up.min(self.kept.valid_until());
+            if now >= give_up {
+                return None;
+            }
+            guard = self
+                .kept
+                .changed
+                .wait_timeout(guard, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Runs `callback` (on the keeper thread) when the lock is lost; at once if it already is.
+    /// Not called for a release by the holder. Replaces an earlier callback.
+    pub fn on_lost(&self, callback: impl FnOnce(&Error) + Send + 'static) {
+        *self.kept.callback.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(callback));
+        if self.kept.lost.load(Ordering::Acquire)
+            && let Some(cb) = self
+                .kept
+                .callback
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        {
+            let why = self.kept.loss().unwrap_or(Error::Expired { released: 0 });
+            cb(&why);
+        }
+    }
+
+    /// The lock as it stands now (its validity moves forward with each extension).
+    pub fn lock(&self) -> Lock {
+        let mut lock = self.kept.base.clone();
+        lock.set_state(
+            self.kept.valid_until(),
+            self.kept.extensions.load(Ordering::Acquire),
+        );
+        lock
+    }
+
+    /// The validity left now.
+    pub fn validity(&self) -> Duration {
+        self.kept
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Stops keeping the lock and releases it on every node; returns how many still held it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Expired`] if the lock had been lost or had expired; errors of
+    /// [`Client::unlock`].
+    pub fn release(mut self) -> Result<usize, Error> {
+        self.done = true;
+        let (tx, rx) = mpsc::channel();
+        let keeper = self.redlock.shared().keeper()?;
+        if keeper.send(Cmd::Release(self.kept.id, Some(tx))).is_err() {
+            return Err(Error::Internal("the keep-alive thread has stopped".into()));
+        }
+        // The keeper answers within its node timeout; the margin covers a tick in progress.
+        let config = self.redlock.config();
+        let bound = config.node_timeout_for(config.ttl) * 4 + Duration::from_secs(5);
+        rx.recv_timeout(bound).unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "the keep-alive thread did not answer".into(),
+            ))
+        })
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        if !self.done
+            && let Ok(keeper) = self.redlock.shared().keeper()
+        {
+            let _ = keeper.send(Cmd::Release(self.kept.id, None));
+        }
+    }
+}
+
+impl Redlock {
+    /// Keeps `lock` alive in the background until the returned handle is released or dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Internal`] if the keep-alive thread cannot be started.
+    pub fn keep(&self, lock: Lock) -> Result<KeepAlive, Error> {
+        let shared = self.shared();
+        let keeper = shared.keeper()?;
+        let epoch = Instant::now();
+        let kept = Arc::new(Kept {
+            id: shared.next_keep_id(),
+            epoch,
+            valid_ns: AtomicU64::new(0),
+            extensions: AtomicU32::new(lock.extensions()),
+            lost: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            changed: Condvar::new(),
+            callback: Mutex::new(None),
+            base: lock.clone(),
+        });
+        kept.set_valid_until(lock.valid_until());
+        keeper
+            .send(Cmd::Keep(kept.clone(), lock))
+            .map_err(|_| Error::Internal("the keep-alive thread has stopped".into()))?;
+        Ok(KeepAlive {
+            kept,
+            redlock: self.clone(),
+            done: false,
+        })
+    }
+
+    /// Acquires `resource` (with retries), keeps it alive while `work` runs, then releases it.
+    /// `work` should check [`KeepAlive::is_held`] between steps.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`] when the lock cannot be acquired.
+    pub fn with_lock<R>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        work: impl FnOnce(&KeepAlive) -> R,
+    ) -> Result<R, Error> {
+        let kept = self.keep(self.lock(resource)?)?;
+        let result = work(&kept);
+        let _ = kept.release();
+        Ok(result)
+    }
+}
+
+struct Entry {
+    kept: Arc<Kept>,
+    lock: Lock,
+}
+
+/// Starts the keeper thread of `shared`.
+pub(crate) fn spawn(shared: Arc<Shared>) -> Result<Sender<Cmd>, Error> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("redlock-keeper".into())
+        .spawn(move || run(shared, rx))
+        .map_err(|e| Error::Internal(format!("cannot start the keep-alive thread: {e}")))?;
+    Ok(tx)
+}
+
+fn run(shared: Arc<Shared>, rx: Receiver<Cmd>) {
+    let mut client = match Client::from_shared(shared.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            // Nothing can be kept: report every lock handed over as lost.
+            while let Ok(cmd) = rx.recv() {
+                if let Cmd::Keep(kept, _) = cmd {
+                    kept.mark_lost(e.clone(), true);
+                }
+            }
+            return;
+        }
+    };
+    let config = client.config().clone();
+    let renew_left = config.ttl.mul_f64(config.renew_fraction);
+    // Locks due within this window of each other are extended in the same tick, so that locks
+    // taken a few milliseconds apart share one write per node instead of one each.
+    let coalesce = config.ttl / 10;
+    let mut entries: Vec<Entry> = Vec::new();
+    loop {
+        let now = Instant::now();
+        let next = entries
+            .iter()
+            .map(|e| e.lock.valid_until().checked_sub(renew_left).unwrap_or(now))
+            .min();
+        let cmd = match next {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match cmd {
+            Ok(Cmd::Keep(kept, lock)) => entries.push(Entry { kept, lock }),
+            Ok(Cmd::Release(id, reply)) => {
+                let result = match entries.iter().position(|e| e.kept.id == id) {
+                    Some(at) => {
+                        let entry = entries.swap_remove(at);
+                        entry.kept.mark_lost(Error::Expired { released: 0 }, false);
+                        client.unlock(entry.lock)
+                    }
+                    None => Err(Error::Expired { released: 0 }),
+                };
+                if let Some(reply) = reply {
+                    let _ = reply.send(result);
+                }
+            }
+            Ok(Cmd::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
+                for entry in entries.drain(..) {
+                    entry.kept.mark_lost(Error::Expired { released: 0 }, false);
+                    let _ = client.unlock(entry.lock);
+                }
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        tick(&mut client, &mut entries, renew_left, coalesce, config.ttl);
+    }
+}
+
+/// Extends every lock that is due, in one batch; reports the ones that are lost.
+fn tick(
+    client: &mut Client,
+    entries: &mut Vec<Entry>,
+    renew_left: Duration,
+    coalesce: Duration,
+    ttl: Duration,
+) {
+    let now = Instant::now();
+    let mut lost = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        if now >= entry.lock.valid_until() {
+            lost.push((i, Error::Expired { released: 0 }));
+        }
+    }
+    let due: Vec<usize> = (0..entries.len())
+        .filter(|&i| !lost.iter().any(|(j, _)| *j == i))
+        .filter(|&i| {
+            entries[i]
+                .lock
+                .valid_until()
+                .checked_sub(renew_left)
+                .is_none_or(|t| t <= now + coalesce)
+        })
+        .collect();
+    // Only when one of them is really due: the others just come along.
+    let any_due = due.iter().any(|&i| {
+        entries[i]
+            .lock
+            .valid_until()
+            .checked_sub(renew_left)
+            .is_none_or(|t| t <= now)
+    });
+    if any_due {
+        let before = client.io_stats().writes;
+        let mut locks: Vec<&mut Lock> = entries
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| due.contains(i))
+            .map(|(_, e)| &mut e.lock)
+            .collect();
+        let results = client.extend_batch(&mut locks, ttl);
+        let extended = results.iter().filter(|r| r.is_ok()).count() as u64;
+        client
+            .shared()
+            .record_tick(client.io_stats().writes - before, extended);
+        for (&i, result) in due.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    let entry = &entries[i];
+                    entry.kept.set_valid_until(entry.lock.valid_until());
+                    entry
+                        .kept
+                        .extensions
+                        .store(entry.lock.extensions(), Ordering::Release);
+                }
+                Err(e) => lost.push((i, e)),
+            }
+        }
+    }
+    lost.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+    for (i, why) in lost {
+        let entry = entries.swap_remove(i);
+        entry.kept.mark_lost(why, true);
+        // The lock cannot be relied on any more: free it for others at once.
+        client.release_nowait(&entry.lock);
+    }
+}
