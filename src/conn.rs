@@ -704,13 +704,14 @@ impl State {
         match p.kind {
             Kind::Handshake(step) => self.on_handshake(step, frame, now),
             Kind::Script(index) => {
-                let tail = self.script_tails.split_to(p.tail);
                 if let Frame::Error(e) = frame
                     && e.kind == crate::resp::ErrorKind::NoScript
                 {
                     // Flushed or restarted behind our back: send the script itself, which also
                     // loads it. Its reply keeps the request's place among this connection's
-                    // replies (FIFO), so nobody else notices.
+                    // replies (FIFO), so nobody else notices. (Rare: the copy may allocate.)
+                    let tail = self.script_tails[..p.tail].to_vec();
+                    self.script_tails.advance(p.tail);
                     let script = &scripts()[index];
                     self.loaded[index] = false;
                     resp::encode_array_header(&mut self.out, 2 + p.argc);
@@ -721,6 +722,8 @@ impl State {
                     self.pending.push_back(Pending { sent: now, ..p });
                     return;
                 }
+                // Advancing (not split_to) keeps the buffer unshared: no allocation per reply.
+                self.script_tails.advance(p.tail);
                 if !matches!(frame, Frame::Error(_)) {
                     self.loaded[index] = true;
                 }

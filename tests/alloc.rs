@@ -1,25 +1,35 @@
-//! Allocation counts that do not depend on the machine, measured with a counting global allocator.
-//! Everything runs in one test function so that no other test thread allocates meanwhile.
+//! Allocation counts that do not depend on the machine, measured with a counting global allocator
+//! that counts per thread (so parallel tests do not disturb each other).
+
+mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
+use std::time::Duration;
 
 use redlock_mux::resp::{Decoder, Frame, Limits, Status};
 
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count() {
+    // try_with: the allocator may run while this thread's locals are being torn down.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count();
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -28,9 +38,17 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = ALLOCATIONS.with(Cell::get);
     f();
-    ALLOCATIONS.load(Ordering::SeqCst) - before
+    ALLOCATIONS.with(Cell::get) - before
+}
+
+#[test]
+fn the_counter_sees_allocations() {
+    let n = allocations_during(|| {
+        std::hint::black_box(vec![1u8; 10]);
+    });
+    assert_eq!(n, 1);
 }
 
 #[test]
@@ -63,4 +81,51 @@ fn decoding_replies_allocates_nothing() {
         }
     });
     assert_eq!(n, 0, "allocations while decoding 9000 replies");
+}
+
+#[test]
+fn a_lock_cycle_allocates_nothing_in_steady_state() {
+    let servers = common::Servers::start(5);
+    let mut c = redlock_mux::Builder::new(servers.urls())
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    let mut cycle = |c: &mut redlock_mux::Client| {
+        let lock = c.try_lock("alloc:resource").unwrap();
+        assert!(lock.validity() > Duration::from_secs(29));
+        assert_eq!(c.unlock(lock).unwrap(), 5);
+    };
+    // Warm up: connections, scripts loaded (EVAL then EVALSHA), buffers grown.
+    for _ in 0..50 {
+        cycle(&mut c);
+    }
+    let n = allocations_during(|| {
+        for _ in 0..500 {
+            cycle(&mut c);
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "allocations in 500 acquire + release cycles over 5 nodes"
+    );
+
+    // The contended path (the lock is held elsewhere) does not allocate either.
+    let mut other = redlock_mux::Builder::new(servers.urls())
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    let held = other.try_lock("alloc:held").unwrap();
+    for _ in 0..20 {
+        assert!(c.try_lock("alloc:held").is_err());
+    }
+    let n = allocations_during(|| {
+        for _ in 0..100 {
+            match c.try_lock("alloc:held") {
+                Err(redlock_mux::Error::Held(report)) => assert!(report.failed().next().is_none()),
+                other => panic!("{other:?}"),
+            }
+        }
+    });
+    assert_eq!(n, 0, "allocations in 100 refused attempts");
+    other.unlock(held).unwrap();
 }

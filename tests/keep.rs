@@ -14,6 +14,7 @@ fn redlock(servers: &Servers, ttl: Duration) -> Redlock {
     Builder::new(servers.urls())
         .quarantine(None)
         .ttl(ttl)
+        .node_timeout(ttl / 8)
         .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
         .build()
         .unwrap()
@@ -91,6 +92,7 @@ fn the_extension_bound_ends_the_lock() {
     let r = Builder::new(servers.urls())
         .quarantine(None)
         .ttl(Duration::from_millis(150))
+        .node_timeout(Duration::from_millis(20))
         .max_extensions(2)
         .build()
         .unwrap();

@@ -155,6 +155,7 @@ fn unlock_after_expiry_says_so() {
     let servers = Servers::start(1);
     let mut c = builder(&servers)
         .ttl(Duration::from_millis(50))
+        .node_timeout(Duration::from_millis(25))
         .build_client()
         .unwrap();
     let lock = c.try_lock("res").unwrap();
