@@ -90,7 +90,7 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
         .quarantine(None)
         .build_client()
         .unwrap();
-    let mut cycle = |c: &mut redlock_mux::Client| {
+    let cycle = |c: &mut redlock_mux::Client| {
         let lock = c.try_lock("alloc:resource").unwrap();
         assert!(lock.validity() > Duration::from_secs(29));
         assert_eq!(c.unlock(lock).unwrap(), 5);
