@@ -398,6 +398,30 @@ impl RedisServer {
     }
 
     /// `FLUSHALL`.
+    /// `uptime_in_seconds` from `INFO server`.
+    pub fn uptime_secs(&self) -> u64 {
+        let info = match self.cmd(&["INFO", "server"]) {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            other => panic!("INFO server answered {other:?}"),
+        };
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("uptime_in_seconds in INFO server")
+    }
+
+    /// Waits (bounded) until the server reports at least `secs` of uptime: the client's restart
+    /// quarantine counts uptime, so fresh servers are quarantined for a while.
+    pub fn wait_uptime(&self, secs: u64) {
+        let deadline = Instant::now() + Duration::from_secs(secs + 10);
+        while self.uptime_secs() < secs {
+            assert!(Instant::now() < deadline, "uptime never reached {secs} s");
+            // Waiting for the clock itself: there is no event to wait for.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn flushall(&self) {
         self.cmd(&["FLUSHALL"]);
     }

@@ -1,0 +1,297 @@
+//! Node faults against real servers: killed, frozen, restarted, connections killed, scripts
+//! flushed, a node sleeping past the TTL, and the restart quarantine that keeps a restarted node
+//! out of quorums.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, Servers};
+use redlock_mux::{Builder, Client, Error, NodeFault};
+
+fn client(servers: &Servers) -> Client {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(50))
+        .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
+        .build_client()
+        .unwrap()
+}
+
+/// Keys of ours left on the live nodes, after the client has finished one more operation (its
+/// releases are written before that operation's requests on each connection).
+fn leftovers(c: &mut Client, servers: &Servers, live: &[usize], key: &str) -> usize {
+    if let Ok(lock) = c.try_lock("barrier") {
+        let _ = c.unlock(lock);
+    }
+    live.iter()
+        .filter(|&&i| servers[i].get(key).is_some())
+        .count()
+}
+
+#[test]
+fn one_of_five_killed_still_locks_without_connect_waits() {
+    let mut servers = Servers::start(5);
+    let mut c = client(&servers);
+    let lock = c.try_lock("warm").unwrap();
+    c.unlock(lock).unwrap();
+    servers[4].kill();
+    let before = c.io_stats().connects;
+    for _ in 0..100 {
+        let lock = c.try_lock("r").unwrap();
+        assert_eq!(c.unlock(lock).unwrap(), 4);
+    }
+    // Backoff: the dead node is retried a handful of times, not on each of 200 operations.
+    let connects = c.io_stats().connects - before;
+    assert!(connects <= 12, "{connects} connects");
+}
+
+#[test]
+fn two_of_five_frozen_lock_at_quorum_and_their_late_replies_confuse_nothing() {
+    let mut servers = Servers::start(5);
+    let mut c = client(&servers);
+    let lock = c.try_lock("warm").unwrap();
+    c.unlock(lock).unwrap();
+    servers[3].freeze();
+    servers[4].freeze();
+    for i in 0..20 {
+        let lock = c.try_lock(format!("r{i}")).unwrap();
+        assert_eq!(c.unlock(lock).unwrap(), 3);
+    }
+    servers[3].resume();
+    servers[4].resume();
+    // Someone else now holds "x" on nodes 0-2. Late "+OK"s from the frozen nodes must not be
+    // taken as answers to our SET of "x".
+    for s in servers.iter().take(3) {
+        s.set("x", "other");
+    }
+    assert!(matches!(c.try_lock("x"), Err(Error::Held(_))));
+    // Once the resumed nodes have answered their backlog, they vote again, and every orphan key
+    // they set late was released by the release pipelined behind it.
+    let mut all_five = false;
+    for _ in 0..200 {
+        let lock = c.lock("y").unwrap();
+        if c.unlock(lock).unwrap() == 5 {
+            all_five = true;
+            break;
+        }
+    }
+    assert!(all_five);
+    for i in 0..20 {
+        assert_eq!(servers[3].get(&format!("r{i}")), None);
+        assert_eq!(servers[4].get(&format!("r{i}")), None);
+    }
+}
+
+#[test]
+fn three_of_five_frozen_or_killed_is_no_quorum_in_bounded_time_and_leaves_nothing() {
+    let mut servers = Servers::start(5);
+    let node_timeout = Duration::from_millis(30);
+    let (delay, jitter, retries) = (Duration::from_millis(10), Duration::from_millis(10), 3);
+    let mut c = Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(node_timeout)
+        .retry_count(retries)
+        .retry_delay(delay, jitter)
+        .build_client()
+        .unwrap();
+    let lock = c.try_lock("warm").unwrap();
+    c.unlock(lock).unwrap();
+    servers[0].freeze();
+    servers[1].freeze();
+    servers[2].kill();
+    let t0 = Instant::now();
+    let result = c.lock("r");
+    let took = t0.elapsed();
+    match &result {
+        Err(Error::NoQuorum(report)) => {
+            assert_eq!(report.yes(), 2);
+            let faults: Vec<String> = report.failed().map(|(n, f)| format!("{n}: {f}")).collect();
+            assert_eq!(faults.len(), 3, "{faults:?}");
+            let message = result.as_ref().unwrap_err().to_string();
+            assert!(message.contains(&servers[2].addr()), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bounded by the configuration (4 attempts × node timeout + 3 × (delay + jitter)); the slack
+    // only proves it does not hang or wait for a connect timeout, it is not a speed claim.
+    let bound = node_timeout * (retries + 1) + (delay + jitter) * retries;
+    assert!(
+        took < bound + Duration::from_secs(2),
+        "{took:?} vs {bound:?}"
+    );
+    // Every attempt got OK from the two live nodes and released them.
+    assert_eq!(leftovers(&mut c, &servers, &[3, 4], "r"), 0);
+    servers[0].resume();
+    servers[1].resume();
+}
+
+#[test]
+fn client_kill_mid_use_is_survived() {
+    let servers = Servers::start(3);
+    let mut c = Builder::new(servers.urls())
+        .quarantine(None)
+        .client_name("victim")
+        .build_client()
+        .unwrap();
+    let lock = c.try_lock("a").unwrap();
+    // Kill our connection on node 0 while we hold a lock.
+    servers[0].cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    // The release notices the closed connection on node 0 and still releases on 1 and 2.
+    let released = c.unlock(lock).unwrap();
+    assert!(released >= 2, "{released}");
+    // The key on node 0 stays until its TTL (its connection was gone); the next operations
+    // reconnect transparently.
+    let mut three = false;
+    for _ in 0..100 {
+        let lock = c.lock("b").unwrap();
+        if c.unlock(lock).unwrap() == 3 {
+            three = true;
+            break;
+        }
+    }
+    assert!(three, "node 0 never came back");
+}
+
+#[test]
+fn a_node_sleeping_past_the_ttl_while_acquiring_means_not_acquired_and_released() {
+    let s = RedisServer::builder()
+        .arg("--enable-debug-command")
+        .arg("yes")
+        .start();
+    let mut c = Builder::new([s.url()])
+        .quarantine(None)
+        .ttl(Duration::from_millis(200))
+        .node_timeout(Duration::from_secs(2))
+        .build_client()
+        .unwrap();
+    let lock = c.try_lock("warm").unwrap();
+    c.unlock(lock).unwrap();
+    let mut admin = TcpStream::connect(s.socket_addr()).unwrap();
+    admin
+        .write_all(&common::resp_encode(&["DEBUG", "SLEEP", "0.5"]))
+        .unwrap();
+    // Wait until the server is really asleep: a PING goes unanswered.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while common::raw_ping(&s.addr(), Duration::from_millis(50)).is_ok() {
+        assert!(Instant::now() < deadline, "DEBUG SLEEP never started");
+    }
+    match c.try_lock("r") {
+        Err(Error::TooSlow(report)) => assert_eq!(report.yes(), 0),
+        other => panic!("{other:?}"),
+    }
+    // After the sleep the SET is executed, then the release behind it: nothing is left.
+    let mut reply = [0u8; 5];
+    std::io::Read::read_exact(&mut admin, &mut reply).unwrap();
+    assert_eq!(&reply, b"+OK\r\n");
+    let lock = c.lock("barrier").unwrap();
+    c.unlock(lock).unwrap();
+    assert_eq!(s.get("r"), None);
+}
+
+#[test]
+fn a_node_in_backoff_is_reported_with_its_last_fault() {
+    let mut servers = Servers::start(3);
+    let mut c = client(&servers);
+    let lock = c.try_lock("a").unwrap();
+    c.unlock(lock).unwrap();
+    servers[1].kill();
+    servers[2].kill();
+    let mut seen_backoff = false;
+    for _ in 0..5 {
+        match c.try_lock("a") {
+            Err(Error::NoQuorum(report)) => {
+                for (_, fault) in report.failed() {
+                    if let NodeFault::Backoff(last) = fault {
+                        seen_backoff = true;
+                        assert!(
+                            matches!(**last, NodeFault::Io(_) | NodeFault::Closed),
+                            "{last}"
+                        );
+                    }
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(seen_backoff);
+}
+
+#[test]
+fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
+    let mut servers = Servers::start(5);
+    let ttl = Duration::from_millis(1_500);
+    let window = Some(ttl);
+    for s in servers.iter() {
+        s.wait_uptime(2);
+    }
+    // Client A gets exactly 3 of 5: a stale holder still sits on nodes 3 and 4.
+    servers[3].set("res", "stale");
+    servers[4].set("res", "stale");
+    let mut a = Builder::new(servers.urls())
+        .ttl(ttl)
+        .quarantine(window)
+        .build_client()
+        .unwrap();
+    let lock = a.try_lock("res").unwrap();
+    let token = lock.token().to_string();
+    for i in 0..3 {
+        assert_eq!(servers[i].get("res").as_deref(), Some(token.as_str()));
+    }
+    // Node 0 restarts without persistence and forgets A's key; the stale keys on 3 and 4 expire.
+    servers[0].restart();
+    servers[3].cmd(&["DEL", "res"]);
+    servers[4].cmd(&["DEL", "res"]);
+
+    // B with quarantine on: node 0 says yes but does not count; nodes 1 and 2 refuse. Not until
+    // A's validity has run out.
+    let mut b = Builder::new(servers.urls())
+        .ttl(ttl)
+        .quarantine(window)
+        .build_client()
+        .unwrap();
+    let mut attempts = 0;
+    while lock.is_valid() {
+        match b.try_lock("res") {
+            Ok(stolen) => panic!("B acquired while A still held it: {stolen:?}"),
+            Err(Error::Held(report)) => {
+                attempts += 1;
+                assert!(
+                    report
+                        .failed()
+                        .any(|(n, f)| n.to_string() == servers[0].addr()
+                            && matches!(f, NodeFault::Quarantined(_))),
+                    "{report}"
+                );
+            }
+            Err(other) => panic!("{other}"),
+        }
+        b.idle_until(Instant::now() + Duration::from_millis(20));
+    }
+    assert!(attempts > 0);
+
+    // The same situation without quarantine: the safety violation the Redis docs describe.
+    let mut a2 = Builder::new(servers.urls())
+        .ttl(ttl)
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    servers[3].set("res2", "stale");
+    servers[4].set("res2", "stale");
+    let held = a2.try_lock("res2").unwrap();
+    servers[0].restart();
+    servers[3].cmd(&["DEL", "res2"]);
+    servers[4].cmd(&["DEL", "res2"]);
+    let mut c = Builder::new(servers.urls())
+        .ttl(ttl)
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    let stolen = c
+        .try_lock("res2")
+        .expect("without quarantine the lock is granted twice");
+    assert!(held.is_valid(), "both hold it at once");
+    drop(stolen);
+}
