@@ -59,3 +59,8 @@ pub use client::{Builder, Client, Config, Lock, LockGuard, NodeStatus, Redlock, 
 pub use conn::IoStats;
 pub use error::{Error, NodeFault, Report};
 pub use keep::KeepAlive;
+
+/// The README's examples, compiled as doctests so they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
