@@ -216,6 +216,8 @@ struct State {
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
     generation: u64,
+    /// A frame arrived on this connection: it has proven itself, so losing it reconnects at once.
+    replied: bool,
 }
 
 /// One node's connection.
@@ -259,6 +261,7 @@ impl Conn {
                 failure: None,
                 info: None,
                 generation: 0,
+                replied: false,
             },
             stats: IoStats::default(),
         }
@@ -357,6 +360,7 @@ impl Conn {
         st.loaded = [false; 2];
         st.info = None;
         st.failure = None;
+        st.replied = false;
         st.generation += 1;
         st.phase = Phase::Connecting {
             deadline: now + self.config.connect_timeout,
@@ -638,7 +642,10 @@ impl Conn {
             let _ = registry.deregister(stream.source());
         }
         let st = &mut self.st;
-        let was_ready = st.phase == Phase::Ready;
+        // A connection that answered something was working: reconnect at once (a restarted
+        // node is used again immediately). One that never answered — refused, closed at once,
+        // or garbage — backs off, doubling each time.
+        let proven = st.replied;
         while let Some(p) = st.pending.pop_front() {
             if !matches!(p.kind, Kind::Handshake(_)) {
                 sink(Delivery {
@@ -654,7 +661,7 @@ impl Conn {
         st.script_tails.clear();
         self.inp.clear();
         self.decoder.reset();
-        let retry_at = if was_ready {
+        let retry_at = if proven {
             st.backoff = self.config.backoff_min;
             now
         } else {
@@ -691,6 +698,7 @@ fn decode_frames(
 
 impl State {
     fn on_frame(&mut self, frame: Frame<'_>, now: Instant, sink: &mut Sink<'_>) {
+        self.replied = true;
         if let Frame::Aggregate(agg) = frame
             && agg.kind() == AggregateKind::Push
         {
