@@ -796,6 +796,10 @@ impl Client {
         config: &RoundConfig,
         send: &mut SendFn<'_>,
     ) -> Decision {
+        // Take in whatever arrived while idle before anything new is queued: a straggler is
+        // consumed, and an unsolicited reply (which RESP cannot tell from an answer once a
+        // request is outstanding) meets an empty queue and resets its connection.
+        self.driver.turn(start, &mut |_, _| {});
         self.round.start(start, config);
         self.faults.fill(None);
         let n = self.shared.nodes.len();
@@ -940,6 +944,7 @@ impl Client {
         let expired = !lock.is_valid();
         let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
         let now = Instant::now();
+        self.driver.turn(now, &mut |_, _| {}); // as in run_round: drain what arrived while idle
         let n = self.shared.nodes.len();
         // Nodes already sitting on unanswered requests older than the node timeout (frozen or
         // slow) still get the release, but nobody waits for them again.

@@ -9,7 +9,11 @@ use common::{RedisServer, Servers};
 use redlock_mux::{Builder, Client, Error, NodeFault};
 
 fn client(urls: Vec<String>) -> Client {
-    Builder::new(urls).quarantine(None).build_client().unwrap()
+    Builder::new(urls)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .build_client()
+        .unwrap()
 }
 
 fn text(v: redis::Value) -> String {

@@ -1,0 +1,936 @@
+//! Hostile servers: a fake TCP "Redis" that does what a real one never does — garbage, replies
+//! trickled a byte at a time, absurd lengths, endless nesting, unsolicited replies, silence,
+//! slammed doors, endless lines — against a client with one node (the fake) and with three (the
+//! fake between two real servers that carry the quorum).
+//!
+//! Every case asserts a typed error naming the node within the configured timeouts (or success
+//! where the bytes are valid), no panic, no hang (each test runs under a watchdog), and that each
+//! connection's undecoded input stays below `Limits::CLIENT.max_frame_len` plus one read chunk.
+
+mod common;
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use redlock_mux::resp::{self, Frame, Limits, ParseError, Status};
+use redlock_mux::{Builder, Client, Error, Lock, NodeFault};
+
+/// Most undecoded input a connection may hold: one frame at the limit plus one read chunk.
+const IN_LIMIT: usize = Limits::CLIENT.max_frame_len + 8192;
+/// Unsent output is a handful of tiny commands here; anything near this means it piles up.
+const OUT_LIMIT: usize = 64 << 10;
+/// Bound on every wait for an event from a fake server.
+const WAIT: Duration = Duration::from_secs(5);
+/// A test that runs longer than this is hung.
+const WATCHDOG: Duration = Duration::from_secs(30);
+/// Scheduling slack allowed on top of a configured timeout (shared 2-core VMs are slow).
+const SLACK: Duration = Duration::from_millis(400);
+/// How often the fake's accept loop and blocked reads look at the stop flag.
+const POLL: Duration = Duration::from_millis(5);
+
+// ---------------------------------------------------------------------------
+// The fake server
+// ---------------------------------------------------------------------------
+
+/// What a fake server reports to the test.
+#[derive(Debug, Clone, PartialEq)]
+enum Ev {
+    /// Connection `id` (0, 1, ...) was accepted.
+    Accepted(usize),
+    /// Connection `id` received a whole command.
+    Command(usize, Vec<Vec<u8>>),
+    /// Connection `id` reached a milestone of its script.
+    Note(usize, &'static str),
+    /// Connection `id`'s handler finished (the socket is closed right after).
+    Done(usize),
+}
+
+/// One accepted connection, as the handler sees it.
+struct Peer {
+    id: usize,
+    stream: TcpStream,
+    buf: Vec<u8>,
+    stop: Arc<AtomicBool>,
+    events: Sender<Ev>,
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
+}
+
+impl Peer {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    fn note(&self, what: &'static str) {
+        let _ = self.events.send(Ev::Note(self.id, what));
+    }
+
+    /// Reads more bytes into `buf`; false on EOF, error or stop.
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 16 << 10];
+        loop {
+            if self.stopped() {
+                return false;
+            }
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return true;
+                }
+                Err(e) if is_timeout(&e) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The next command (an array of bulk strings), reported as [`Ev::Command`]; `None` once the
+    /// client closed the connection (or the test ended).
+    fn command(&mut self) -> Option<Vec<Vec<u8>>> {
+        loop {
+            let decoded = match resp::decode(&self.buf, &Limits::DEFAULT) {
+                Ok(Status::Complete((Frame::Aggregate(args), used))) => {
+                    let args: Vec<Vec<u8>> = args
+                        .iter()
+                        .map(|arg| match arg {
+                            Frame::Bulk(b) => b.to_vec(),
+                            other => panic!("command argument is not a bulk string: {other:?}"),
+                        })
+                        .collect();
+                    Some((args, used))
+                }
+                Ok(Status::Complete((other, _))) => panic!("command is not an array: {other:?}"),
+                Ok(Status::Partial) => None,
+                Err(e) => panic!("the client sent invalid RESP ({e}): {:?}", self.buf),
+            };
+            if let Some((args, used)) = decoded {
+                self.buf.drain(..used);
+                let _ = self.events.send(Ev::Command(self.id, args.clone()));
+                return Some(args);
+            }
+            if !self.fill() {
+                return None;
+            }
+        }
+    }
+
+    /// Writes all of `bytes`; false when the client is gone (or the test ended).
+    fn send(&mut self, bytes: &[u8]) -> bool {
+        let mut off = 0;
+        while off < bytes.len() {
+            if self.stopped() {
+                return false;
+            }
+            match self.stream.write(&bytes[off..]) {
+                Ok(0) => return false,
+                Ok(n) => off += n,
+                Err(e) if is_timeout(&e) => continue,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    /// Writes `bytes` one byte per write, `gap` apart (pacing, not synchronisation).
+    fn trickle(&mut self, bytes: &[u8], gap: Duration) -> bool {
+        for (i, b) in bytes.iter().enumerate() {
+            if i > 0 {
+                thread::sleep(gap);
+            }
+            if !self.send(std::slice::from_ref(b)) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Reads (and reports) commands without ever answering, until the client closes.
+    fn drain(&mut self) {
+        while self.command().is_some() {}
+    }
+}
+
+type Handler = Arc<dyn Fn(&mut Peer) + Send + Sync>;
+
+/// A misbehaving server on 127.0.0.1: each accepted connection runs `handler` on its own thread.
+/// Dropping it stops the accept loop and every connection thread, and joins them.
+struct Fake {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    events: Receiver<Ev>,
+    stop: Arc<AtomicBool>,
+    acceptor: Option<JoinHandle<Vec<JoinHandle<()>>>>,
+}
+
+impl Fake {
+    fn start(handler: impl Fn(&mut Peer) + Send + Sync + 'static) -> Fake {
+        let handler: Handler = Arc::new(handler);
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        listener
+            .set_nonblocking(true)
+            .expect("non-blocking listener");
+        let port = listener.local_addr().unwrap().port();
+        let (tx, events) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let acceptor = {
+            let (stop, accepted) = (stop.clone(), accepted.clone());
+            thread::Builder::new()
+                .name(format!("fake-{port}"))
+                .spawn(move || accept_loop(listener, handler, tx, stop, accepted))
+                .unwrap()
+        };
+        Fake {
+            port,
+            accepted,
+            events,
+            stop,
+            acceptor: Some(acceptor),
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `host:port`, as errors name the node.
+    fn node(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Waits (at most [`WAIT`]) for the first event matching `what`, discarding the others.
+    fn wait_for(&self, label: &str, mut what: impl FnMut(&Ev) -> bool) -> Ev {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.events.recv_timeout(left) {
+                Ok(ev) if what(&ev) => return ev,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("fake server: no {label} within {WAIT:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("fake server gone before {label}"),
+            }
+        }
+    }
+
+    /// Every event reported so far, without waiting.
+    fn seen(&self) -> Vec<Ev> {
+        self.events.try_iter().collect()
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let Some(acceptor) = self.acceptor.take() else {
+            return;
+        };
+        let mut panicked = false;
+        match acceptor.join() {
+            Ok(conns) => {
+                for conn in conns {
+                    panicked |= conn.join().is_err();
+                }
+            }
+            Err(_) => panicked = true,
+        }
+        if panicked && !thread::panicking() {
+            panic!("a fake server thread panicked (see above)");
+        }
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    handler: Handler,
+    events: Sender<Ev>,
+    stop: Arc<AtomicBool>,
+    accepted: Arc<AtomicUsize>,
+) -> Vec<JoinHandle<()>> {
+    let mut conns = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if is_timeout(&e) => {
+                thread::sleep(POLL);
+                continue;
+            }
+            Err(e) => panic!("accept: {e}"),
+        };
+        let id = accepted.fetch_add(1, Ordering::SeqCst);
+        let _ = events.send(Ev::Accepted(id));
+        stream.set_nonblocking(false).unwrap();
+        // Bounded blocking so every loop looks at the stop flag often.
+        stream.set_read_timeout(Some(POLL)).unwrap();
+        stream.set_write_timeout(Some(POLL)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut peer = Peer {
+            id,
+            stream,
+            buf: Vec::new(),
+            stop: stop.clone(),
+            events: events.clone(),
+        };
+        let handler = handler.clone();
+        conns.push(thread::spawn(move || {
+            handler(&mut peer);
+            let _ = peer.events.send(Ev::Done(peer.id));
+        }));
+    }
+    conns
+}
+
+fn verb(cmd: &[Vec<u8>]) -> &[u8] {
+    cmd.first().map_or(&[][..], Vec::as_slice)
+}
+
+fn is_script(cmd: &[Vec<u8>]) -> bool {
+    matches!(verb(cmd), b"EVAL" | b"EVALSHA")
+}
+
+// ---------------------------------------------------------------------------
+// The hostile behaviours
+// ---------------------------------------------------------------------------
+
+/// The eight misbehaviours, each a connection handler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Hostile {
+    /// 1. Answers the first command with bytes that are not RESP.
+    Garbage,
+    /// 2. Valid replies (`+OK` to SET, `:1` to scripts) one byte every 10 ms.
+    Trickle,
+    /// 3. `$999999999\r\n`, then closes.
+    HugeBulk,
+    /// 4. `*1\r\n` nested a million deep, in chunks.
+    Deep,
+    /// 5. Two `+OK` for the first SET; `$-1` (held) for every later SET, `:0` for scripts.
+    Extra,
+    /// 6. Reads everything, answers nothing.
+    Silent,
+    /// 7. Closes each connection right after accepting it.
+    SlamShut,
+    /// 8. `+aaaa…` with no CRLF, up to 4 MiB.
+    EndlessLine,
+}
+
+const ALL: [Hostile; 8] = [
+    Hostile::Garbage,
+    Hostile::Trickle,
+    Hostile::HugeBulk,
+    Hostile::Deep,
+    Hostile::Extra,
+    Hostile::Silent,
+    Hostile::SlamShut,
+    Hostile::EndlessLine,
+];
+
+const TRICKLE_GAP: Duration = Duration::from_millis(10);
+const DEEP_LEVELS: usize = 1_000_000;
+const ENDLESS_BYTES: usize = 4 << 20;
+
+/// Sends `unit` `count` times in chunks of about 16 KiB; returns the bytes written before the
+/// client went away.
+fn flood(p: &mut Peer, first: &[u8], unit: &[u8], count: usize) -> usize {
+    if !p.send(first) {
+        return 0;
+    }
+    let per_chunk = (16 << 10) / unit.len();
+    let chunk = unit.repeat(per_chunk);
+    let mut sent = first.len();
+    let mut left = count;
+    while left > 0 {
+        let k = left.min(per_chunk);
+        if !p.send(&chunk[..k * unit.len()]) {
+            return sent;
+        }
+        sent += k * unit.len();
+        left -= k;
+    }
+    sent
+}
+
+impl Hostile {
+    fn handler(self) -> impl Fn(&mut Peer) + Send + Sync + 'static {
+        let sets = Arc::new(AtomicUsize::new(0));
+        move |p: &mut Peer| match self {
+            Hostile::Garbage => {
+                while p.command().is_some() {
+                    if !p.send(b"@@@@ not resp\r\n") {
+                        return;
+                    }
+                }
+            }
+            Hostile::Trickle => {
+                while let Some(cmd) = p.command() {
+                    let reply: &[u8] = if is_script(&cmd) {
+                        b":1\r\n"
+                    } else {
+                        b"+OK\r\n"
+                    };
+                    if !p.trickle(reply, TRICKLE_GAP) {
+                        return;
+                    }
+                    p.note("trickled");
+                }
+            }
+            Hostile::HugeBulk => {
+                if p.command().is_some() {
+                    p.send(b"$999999999\r\n");
+                }
+            }
+            Hostile::Deep => {
+                if p.command().is_some() {
+                    let sent = flood(p, b"", b"*1\r\n", DEEP_LEVELS);
+                    p.note(if sent < DEEP_LEVELS * 4 {
+                        "cut off"
+                    } else {
+                        "all sent"
+                    });
+                    p.drain();
+                }
+            }
+            Hostile::Extra => {
+                while let Some(cmd) = p.command() {
+                    let reply: &[u8] = if is_script(&cmd) {
+                        b":0\r\n"
+                    } else if sets.fetch_add(1, Ordering::SeqCst) == 0 {
+                        b"+OK\r\n+OK\r\n"
+                    } else {
+                        b"$-1\r\n"
+                    };
+                    if !p.send(reply) {
+                        return;
+                    }
+                }
+            }
+            Hostile::Silent => p.drain(),
+            Hostile::SlamShut => {}
+            Hostile::EndlessLine => {
+                if p.command().is_some() {
+                    let sent = flood(p, b"+", b"aaaaaaaaaaaaaaaa", ENDLESS_BYTES / 16);
+                    p.note(if sent < ENDLESS_BYTES {
+                        "cut off"
+                    } else {
+                        "all sent"
+                    });
+                    p.drain();
+                }
+            }
+        }
+    }
+
+    /// Whether `fault` is what this behaviour must produce when it is the only node.
+    fn expected(self, fault: &NodeFault) -> bool {
+        match self {
+            Hostile::Garbage => *fault == NodeFault::Protocol(ParseError::UnknownType(b'@')),
+            Hostile::HugeBulk => *fault == NodeFault::Protocol(ParseError::BulkTooLong),
+            Hostile::Deep => *fault == NodeFault::Protocol(ParseError::TooDeep),
+            Hostile::Silent => *fault == NodeFault::Timeout,
+            // The FIN, or an RST when the server closed with our SET unread.
+            Hostile::SlamShut => matches!(
+                fault,
+                NodeFault::Closed
+                    | NodeFault::Io(
+                        io::ErrorKind::ConnectionReset
+                            | io::ErrorKind::BrokenPipe
+                            | io::ErrorKind::ConnectionAborted
+                    )
+            ),
+            Hostile::EndlessLine => *fault == NodeFault::Protocol(ParseError::LineTooLong),
+            Hostile::Trickle | Hostile::Extra => false,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Client-side helpers
+// ---------------------------------------------------------------------------
+
+/// Runs `body` on its own thread and fails the test if it does not finish within [`WATCHDOG`]
+/// (panics inside are passed on as they are).
+fn bounded(body: impl FnOnce() + Send + 'static) {
+    let (done_tx, done) = mpsc::channel::<()>();
+    let worker = thread::spawn(move || {
+        body();
+        let _ = done_tx.send(());
+    });
+    match done.recv_timeout(WATCHDOG) {
+        // Disconnected: the body panicked; join to pass the panic on.
+        Ok(()) | Err(RecvTimeoutError::Disconnected) => {
+            if let Err(panic) = worker.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(RecvTimeoutError::Timeout) => panic!("the test hung for {WATCHDOG:?}"),
+    }
+}
+
+fn client(urls: Vec<String>, node_timeout: Duration) -> Client {
+    Builder::new(urls)
+        .quarantine(None)
+        .node_timeout(node_timeout)
+        .connect_timeout(Duration::from_millis(500))
+        .retry_count(0)
+        .build_client()
+        .expect("client")
+}
+
+/// Asserts every connection's buffers are within their limits.
+fn assert_bounded(c: &Client, when: &str) {
+    for (node, (out, inp)) in c.nodes().iter().zip(c.buffered()) {
+        assert!(
+            inp < IN_LIMIT,
+            "{when}: {node} holds {inp} undecoded input bytes (limit {IN_LIMIT})"
+        );
+        assert!(
+            out < OUT_LIMIT,
+            "{when}: {node} holds {out} unsent output bytes"
+        );
+    }
+}
+
+/// Asserts that `result` is a failure of the one node `node`, with a fault `expected` accepts,
+/// (looking through `Backoff`), that its message names the node, and that it came within
+/// `within`. Returns the fault as reported (`Backoff` included).
+fn assert_fault(
+    result: Result<Lock, Error>,
+    node: &str,
+    started: Instant,
+    within: Duration,
+    expected: impl Fn(&NodeFault) -> bool,
+) -> NodeFault {
+    let elapsed = started.elapsed();
+    let error = match result {
+        Ok(lock) => panic!("acquired {lock:?} from a hostile node {node}"),
+        Err(e) => e,
+    };
+    assert!(
+        elapsed < within,
+        "{error} came after {elapsed:?}, not within {within:?}"
+    );
+    let Error::NoQuorum(report) = &error else {
+        panic!("expected NoQuorum from {node}, got {error:?}");
+    };
+    let failed: Vec<(String, NodeFault)> = report
+        .failed()
+        .map(|(addr, fault)| (addr.to_string(), fault.clone()))
+        .collect();
+    let [(who, fault)] = &failed[..] else {
+        panic!("expected one failed node in {error}");
+    };
+    assert_eq!(who, node, "{error}");
+    assert!(
+        expected(fault.root()),
+        "unexpected fault {fault:?} in: {error}"
+    );
+    let message = error.to_string();
+    assert!(message.contains(node), "{message:?} does not name {node}");
+    eprintln!("{node}: {message} [{fault:?}] after {elapsed:?}");
+    fault.clone()
+}
+
+/// Runs the client's event loop for `d`, sampling the buffers every few milliseconds; returns the
+/// largest undecoded input seen.
+fn idle_sampling(c: &mut Client, d: Duration, mut until: impl FnMut() -> bool) -> usize {
+    let end = Instant::now() + d;
+    let mut most = 0;
+    while Instant::now() < end && !until() {
+        c.idle_until(Instant::now() + Duration::from_millis(2));
+        assert_bounded(c, "while idle");
+        most = most.max(c.buffered().iter().map(|b| b.1).max().unwrap_or(0));
+    }
+    most
+}
+
+/// The N = 1 flow for the behaviours that must fail: one attempt, the exact fault, bounded
+/// buffers, a bounded time; then a second attempt fails the same way — on a new connection, or
+/// at once while the client backs off from a node that never answered properly.
+fn single_node_fails(hostile: Hostile, node_timeout: Duration) -> (Fake, Client) {
+    let fake = Fake::start(hostile.handler());
+    let mut c = client(vec![fake.url()], node_timeout);
+    let mut first = None;
+    for attempt in ["first", "second"] {
+        let started = Instant::now();
+        let result = c.try_lock("res");
+        assert_bounded(&c, attempt);
+        let fault = assert_fault(result, &fake.node(), started, node_timeout + SLACK, |f| {
+            hostile.expected(f)
+        });
+        match first.take() {
+            None => {
+                assert!(
+                    !matches!(fault, NodeFault::Backoff(_)),
+                    "a fresh client backs off: {fault:?}"
+                );
+                first = Some(fault);
+            }
+            Some(first) => {
+                // The same fault again (a fresh connection), or the first one behind Backoff.
+                assert!(
+                    fault == first || fault == NodeFault::Backoff(Box::new(first.clone())),
+                    "first {first:?}, then {fault:?}"
+                );
+                let backed_off = matches!(fault, NodeFault::Backoff(_));
+                let accepted = fake.accepted();
+                assert!(
+                    (1..=3).contains(&accepted),
+                    "{accepted} connections for two attempts (backed off: {backed_off})"
+                );
+            }
+        }
+    }
+    (fake, c)
+}
+
+// ---------------------------------------------------------------------------
+// N = 1: the fake is the only node
+// ---------------------------------------------------------------------------
+
+#[test]
+fn garbage_in_answer_to_set_is_an_unknown_type_byte() {
+    bounded(|| {
+        let (_fake, c) = single_node_fails(Hostile::Garbage, Duration::from_millis(100));
+        assert_bounded(&c, "after");
+    });
+}
+
+#[test]
+fn reply_trickled_one_byte_at_a_time_is_reassembled() {
+    bounded(|| {
+        let fake = Fake::start(Hostile::Trickle.handler());
+        let mut c = client(vec![fake.url()], Duration::from_millis(500));
+        let started = Instant::now();
+        let lock = c.try_lock("res").expect("a trickled +OK is still +OK");
+        // 5 bytes, one write each, 10 ms apart: the reply arrived in pieces.
+        assert!(started.elapsed() >= 4 * TRICKLE_GAP);
+        assert_bounded(&c, "after the trickled +OK");
+        let Ev::Command(0, set) = fake.wait_for("SET", |e| matches!(e, Ev::Command(..))) else {
+            unreachable!()
+        };
+        assert_eq!(verb(&set), b"SET");
+        assert_eq!(set[1], b"res");
+        assert_eq!(set[2], lock.token().as_bytes());
+        assert_eq!(&set[3..5], [b"NX".to_vec(), b"PX".to_vec()]);
+        let token = lock.token().as_bytes().to_vec();
+        match c.unlock(lock) {
+            Ok(1) => {}
+            other => panic!("a trickled :1 is still 1, got {other:?}"),
+        }
+        assert_bounded(&c, "after the trickled :1");
+        let Ev::Command(0, script) = fake.wait_for("EVAL", |e| matches!(e, Ev::Command(..))) else {
+            unreachable!()
+        };
+        // First use of the script on this connection: the body itself, not its hash.
+        assert_eq!(verb(&script), b"EVAL");
+        assert_eq!(&script[2..], [b"1".to_vec(), b"res".to_vec(), token]);
+        assert_eq!(fake.accepted(), 1, "one connection throughout");
+    });
+}
+
+#[test]
+fn huge_bulk_length_then_close_is_bulk_too_long() {
+    bounded(|| {
+        let (_fake, c) = single_node_fails(Hostile::HugeBulk, Duration::from_millis(100));
+        assert_bounded(&c, "after");
+    });
+}
+
+#[test]
+fn a_million_nested_arrays_are_refused_early_not_buffered() {
+    bounded(|| {
+        let (fake, c) = single_node_fails(Hostile::Deep, Duration::from_millis(200));
+        // 4 MB were on offer; reading them all would take 500+ reads of 8 KiB.
+        let reads = c.io_stats().reads;
+        assert!(
+            reads < 100,
+            "{reads} reads: the client kept reading the flood"
+        );
+        // The client closed the connection before the fake had sent everything.
+        let outcome = fake.wait_for("the end of the flood", |e| matches!(e, Ev::Note(0, _)));
+        assert_eq!(outcome, Ev::Note(0, "cut off"));
+        assert_bounded(&c, "after");
+    });
+}
+
+#[test]
+fn unsolicited_extra_reply_is_never_taken_for_a_later_request() {
+    bounded(|| {
+        let fake = Fake::start(Hostile::Extra.handler());
+        let node = fake.node();
+        let mut c = client(vec![fake.url()], Duration::from_millis(100));
+        // The first SET gets `+OK` twice: the first acquire may succeed (or fail on the
+        // surplus), but the connection must be dropped either way.
+        let first = c.try_lock("res");
+        assert_bounded(&c, "after the double +OK");
+        if let Err(e) = &first {
+            assert!(e.to_string().contains(&node), "{e}");
+        }
+        // The next SET is answered `$-1` (held). Taking the stale `+OK` for its reply would
+        // hand out a lock that is held elsewhere.
+        let started = Instant::now();
+        match c.try_lock("res") {
+            Err(Error::Held(report)) => {
+                let refused: Vec<String> = report.refused().map(|a| a.to_string()).collect();
+                assert_eq!(refused, std::slice::from_ref(&node), "{report}");
+                let message = Error::Held(report).to_string();
+                assert!(message.contains(&node), "{message:?} does not name {node}");
+                eprintln!("{node}: {message}");
+            }
+            other => panic!("expected Held after the surplus reply, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_millis(100) + SLACK);
+        assert_bounded(&c, "after the held reply");
+        assert_eq!(
+            fake.accepted(),
+            2,
+            "the connection with the surplus reply must be replaced: {:?}",
+            fake.seen()
+        );
+    });
+}
+
+#[test]
+fn unsolicited_reply_arriving_between_requests_is_never_taken_for_the_next() {
+    bounded(|| {
+        // Like the previous test, but the surplus `+OK` arrives on its own, after the first
+        // acquire returned and before the next request is sent.
+        let (go_tx, go) = mpsc::channel::<()>();
+        let go = Mutex::new(go);
+        let fake = Fake::start(move |p: &mut Peer| {
+            let mut sets = 0;
+            while let Some(cmd) = p.command() {
+                if is_script(&cmd) {
+                    p.send(b":0\r\n");
+                    continue;
+                }
+                sets += 1;
+                if sets == 1 && p.id == 0 {
+                    p.send(b"+OK\r\n");
+                    let ok = go.lock().unwrap().recv_timeout(WAIT).is_ok();
+                    if ok && p.send(b"+OK\r\n") {
+                        p.note("surplus sent");
+                    }
+                } else {
+                    p.send(b"$-1\r\n");
+                }
+            }
+        });
+        let node = fake.node();
+        let mut c = client(vec![fake.url()], Duration::from_millis(100));
+        let first = c.try_lock("res").expect("the first SET got a plain +OK");
+        go_tx.send(()).unwrap();
+        fake.wait_for("surplus", |e| matches!(e, Ev::Note(0, "surplus sent")));
+        // On loopback the surplus is in our socket buffer once the fake's write returned.
+        match c.try_lock("res") {
+            Err(Error::Held(report)) => {
+                assert_eq!(
+                    report.refused().map(|a| a.to_string()).collect::<Vec<_>>(),
+                    std::slice::from_ref(&node)
+                );
+            }
+            // Noticing the stray bytes and failing the node is acceptable too.
+            Err(Error::NoQuorum(report)) => {
+                let failed: Vec<_> = report.failed().map(|(a, _)| a.to_string()).collect();
+                assert_eq!(failed, std::slice::from_ref(&node), "{report}");
+            }
+            Ok(second) => {
+                // Show what the fake really answered to the SET that was "granted".
+                fake.wait_for(
+                    "the second SET",
+                    |e| matches!(e, Ev::Command(0, cmd) if verb(cmd) == b"SET"),
+                );
+                panic!(
+                    "the stale +OK was taken for the second SET's reply: {second:?} granted \
+                     while {first:?} holds it; the fake answered that SET with $-1 on the same \
+                     connection ({} accepted)",
+                    fake.accepted()
+                )
+            }
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+        assert_bounded(&c, "after");
+    });
+}
+
+#[test]
+fn silent_server_is_a_timeout_after_the_node_timeout() {
+    bounded(|| {
+        let node_timeout = Duration::from_millis(100);
+        let fake = Fake::start(Hostile::Silent.handler());
+        let mut c = client(vec![fake.url()], node_timeout);
+        let started = Instant::now();
+        let result = c.try_lock("res");
+        let elapsed = started.elapsed();
+        assert_fault(result, &fake.node(), started, node_timeout + SLACK, |f| {
+            *f == NodeFault::Timeout
+        });
+        assert!(elapsed >= node_timeout, "gave up after {elapsed:?}");
+        assert_bounded(&c, "after the first timeout");
+        // The node is not declared dead: the second attempt goes out and times out as well.
+        let started = Instant::now();
+        let result = c.try_lock("res");
+        assert_fault(result, &fake.node(), started, node_timeout + SLACK, |f| {
+            *f == NodeFault::Timeout
+        });
+        assert_bounded(&c, "after the second timeout");
+        let sets = fake
+            .seen()
+            .iter()
+            .filter(|e| matches!(e, Ev::Command(_, cmd) if verb(cmd) == b"SET"))
+            .count();
+        assert!(sets >= 1, "the fake saw no SET");
+    });
+}
+
+#[test]
+fn server_closing_right_after_accept_is_closed_or_reset() {
+    bounded(|| {
+        let (_fake, c) = single_node_fails(Hostile::SlamShut, Duration::from_millis(100));
+        assert_bounded(&c, "after");
+    });
+}
+
+#[test]
+fn endless_line_is_line_too_long_after_the_line_limit() {
+    bounded(|| {
+        let (fake, c) = single_node_fails(Hostile::EndlessLine, Duration::from_millis(200));
+        // 16 KiB of line is two reads; 4 MiB would be 500.
+        let reads = c.io_stats().reads;
+        assert!(
+            reads < 100,
+            "{reads} reads: the client kept reading the line"
+        );
+        let outcome = fake.wait_for("the end of the line", |e| matches!(e, Ev::Note(0, _)));
+        assert_eq!(outcome, Ev::Note(0, "cut off"));
+        assert_bounded(&c, "after");
+    });
+}
+
+/// Not one of the eight, but the only way to watch the input buffer *while* a frame grows: an
+/// array of 4096 one-KiB strings (4 MiB, valid RESP, over the 1 MiB frame limit) streamed slowly,
+/// sampled between short turns of the client's event loop.
+#[test]
+fn oversized_frame_streamed_slowly_is_cut_off_at_the_frame_limit() {
+    bounded(|| {
+        let fake = Fake::start(|p: &mut Peer| {
+            if p.command().is_none() {
+                return;
+            }
+            let element = [b"+".as_slice(), &[b'a'; 1000], b"\r\n"].concat();
+            let chunk = element.repeat(32);
+            let mut complete = p.send(b"*4096\r\n");
+            for _ in 0..4096 / 32 {
+                if !complete {
+                    break;
+                }
+                complete = p.send(&chunk);
+                thread::sleep(Duration::from_millis(3));
+            }
+            p.note(if complete { "all sent" } else { "cut off" });
+            p.drain();
+        });
+        let node_timeout = Duration::from_millis(50);
+        let mut c = client(vec![fake.url()], node_timeout);
+        let started = Instant::now();
+        let result = c.try_lock("res");
+        assert_bounded(&c, "when the attempt ended");
+        let fault = assert_fault(result, &fake.node(), started, node_timeout + SLACK, |f| {
+            matches!(
+                f,
+                NodeFault::Timeout | NodeFault::Protocol(ParseError::FrameTooLarge)
+            )
+        });
+        let mut outcome = None;
+        let most = idle_sampling(&mut c, WAIT, || {
+            outcome = outcome
+                .take()
+                .or_else(|| fake.seen().into_iter().find(|e| matches!(e, Ev::Note(..))));
+            outcome.is_some()
+        });
+        assert_eq!(
+            outcome,
+            Some(Ev::Note(0, "cut off")),
+            "the client read the 4 MiB frame to the end (or the fake never finished)"
+        );
+        if fault == NodeFault::Timeout {
+            // The attempt ended mid-frame, so part of it was seen buffered.
+            assert!(most > 0, "no partial frame was ever buffered");
+        }
+        assert_bounded(&c, "after");
+        eprintln!("largest undecoded input seen: {most} bytes");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// N = 3: the fake between two real servers
+// ---------------------------------------------------------------------------
+
+/// With two healthy nodes of three, every hostile third one is outvoted: the lock is granted
+/// fast, released on both real nodes, and the hostile node's buffers stay bounded.
+#[test]
+fn two_real_nodes_carry_the_quorum_past_each_hostile_third() {
+    bounded(|| {
+        let servers = common::Servers::start(2);
+        let urls = servers.urls();
+        let node_timeout = Duration::from_millis(100);
+        for hostile in ALL {
+            let fake = Fake::start(hostile.handler());
+            let mut c = client(
+                vec![urls[0].clone(), fake.url(), urls[1].clone()],
+                node_timeout,
+            );
+            let resource = format!("res-{hostile:?}");
+            for cycle in 0..2 {
+                let what = format!("{hostile:?}, cycle {cycle}");
+                let started = Instant::now();
+                let lock = c
+                    .try_lock(&resource)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(
+                    started.elapsed() < node_timeout + SLACK,
+                    "{what}: took {:?}",
+                    started.elapsed()
+                );
+                assert!(lock.is_valid(), "{what}");
+                assert_bounded(&c, &what);
+                let token = String::from_utf8(lock.token().as_bytes().to_vec()).unwrap();
+                for s in servers.iter() {
+                    assert_eq!(s.get(&resource).as_deref(), Some(token.as_str()), "{what}");
+                }
+                let started = Instant::now();
+                let released = c.unlock(lock).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(
+                    started.elapsed() < node_timeout + SLACK,
+                    "{what}: unlock took {:?}",
+                    started.elapsed()
+                );
+                // Only the trickling fake may also say it released (`:1`), if in time.
+                let most = if hostile == Hostile::Trickle { 3 } else { 2 };
+                assert!(
+                    (2..=most).contains(&released),
+                    "{what}: released on {released}"
+                );
+                for s in servers.iter() {
+                    assert_eq!(s.get(&resource), None, "{what}");
+                }
+                assert_bounded(&c, &what);
+            }
+            assert!(fake.accepted() >= 1, "{hostile:?}: the fake was never used");
+            drop(c);
+            drop(fake);
+        }
+    });
+}
