@@ -944,7 +944,8 @@ impl Client {
         let expired = !lock.is_valid();
         let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
         let now = Instant::now();
-        self.driver.turn(now, &mut |_, _| {}); // as in run_round: drain what arrived while idle
+        // No idle drain here (unlike run_round): a stray reply could only skew the count, and
+        // the real reply that follows it then meets an empty queue and resets the connection.
         let n = self.shared.nodes.len();
         // Nodes already sitting on unanswered requests older than the node timeout (frozen or
         // slow) still get the release, but nobody waits for them again.
