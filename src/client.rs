@@ -695,6 +695,29 @@ impl Client {
         self.round.quorum()
     }
 
+    /// Connects to every node now, instead of on first use, and waits until each handshake is
+    /// done, has failed, or `timeout` has passed; returns how many nodes are ready.
+    ///
+    /// Connections are otherwise made lazily inside the first attempt, whose per-node timeout
+    /// (at most 50 ms by default) must then also cover connect and handshake: against distant
+    /// masters, call this once before the first attempt.
+    pub fn connect(&mut self, timeout: Duration) -> usize {
+        let now = Instant::now();
+        let deadline = now + timeout;
+        let n = self.shared.nodes.len();
+        let mut ready = self.driver.connect_all(now);
+        self.driver.flush(now, &mut |_, _| {});
+        // Until every node is ready or down: a refused node does not hold the others up.
+        while ready < n
+            && self.driver.conns.iter().any(|c| c.is_connecting())
+            && Instant::now() < deadline
+        {
+            self.driver.turn(deadline, &mut |_, _| {});
+            ready = self.driver.conns.iter().filter(|c| c.is_ready()).count();
+        }
+        ready
+    }
+
     /// Bytes buffered per node: (unsent output, undecoded input). For tests of the buffer
     /// limits.
     #[doc(hidden)]
@@ -858,8 +881,8 @@ impl Client {
         }
     }
 
-    fn loss_error(&self, loss: Loss) -> Error {
-        loss_error(&self.shared.nodes, &self.round, &self.faults, loss)
+    fn loss_error(&self, loss: Loss, extend: bool) -> Error {
+        loss_error(&self.shared.nodes, &self.round, &self.faults, loss, extend)
     }
 
     fn attempt(&mut self, resource: &[u8], ttl: Duration) -> Result<Lock, Error> {
@@ -901,7 +924,7 @@ impl Client {
                 // Release everywhere at once — refused and silent nodes too, since a late OK may
                 // still come — without waiting for the replies.
                 self.send_release(resource, &token);
-                Err(self.loss_error(loss))
+                Err(self.loss_error(loss, false))
             }
         }
     }
@@ -1023,7 +1046,7 @@ impl Client {
                 lock.extensions += 1;
                 Ok(())
             }
-            Decision::Lost { loss, .. } => Err(self.loss_error(loss)),
+            Decision::Lost { loss, .. } => Err(self.loss_error(loss, true)),
         }
     }
 
@@ -1138,9 +1161,13 @@ impl Client {
                         locks[i].extensions += 1;
                         Ok(())
                     }
-                    Some(Decision::Lost { loss, .. }) => {
-                        Err(loss_error(&self.shared.nodes, &rounds[i], &faults[i], loss))
-                    }
+                    Some(Decision::Lost { loss, .. }) => Err(loss_error(
+                        &self.shared.nodes,
+                        &rounds[i],
+                        &faults[i],
+                        loss,
+                        true,
+                    )),
                     None => Err(Error::Expired { released: 0 }),
                 },
             })
@@ -1199,7 +1226,12 @@ impl Client {
 }
 
 /// The node-by-node report of a round.
-fn report(nodes: &Arc<[NodeAddr]>, round: &Round, faults: &[Option<NodeFault>]) -> Report {
+fn report(
+    nodes: &Arc<[NodeAddr]>,
+    round: &Round,
+    faults: &[Option<NodeFault>],
+    extend: bool,
+) -> Report {
     let mut refused = 0u64;
     let mut failed = Vec::new();
     let mut yes = 0;
@@ -1217,6 +1249,7 @@ fn report(nodes: &Arc<[NodeAddr]>, round: &Round, faults: &[Option<NodeFault>]) 
         yes,
         refused,
         failed,
+        extend,
     }
 }
 
@@ -1226,8 +1259,9 @@ fn loss_error(
     round: &Round,
     faults: &[Option<NodeFault>],
     loss: Loss,
+    extend: bool,
 ) -> Error {
-    let report = report(nodes, round, faults);
+    let report = report(nodes, round, faults, extend);
     if let Some((node, NodeFault::Auth(message))) = report
         .failed
         .iter()
@@ -1267,6 +1301,10 @@ fn on_vote(v: &mut Votes<'_>, node: usize, d: Delivery<'_>) {
     if let (Some(window), Some(watch)) = (v.window, v.watch.get_mut(node))
         && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
         && vote == Ok(Vote::Yes)
+        // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
+        // lock that is held. An extend yes proves the node still holds our token, so it is
+        // refusing everyone else and counts.
+        && d.kind == Kind::Set
     {
         vote = Err(NodeFault::Quarantined(left));
     }
@@ -1473,6 +1511,15 @@ impl Redlock {
             }
         });
         Ok(result)
+    }
+
+    /// Connects this thread's client to every node now; see [`Client::connect`].
+    ///
+    /// # Errors
+    ///
+    /// If the event loop cannot be created.
+    pub fn connect(&self, timeout: Duration) -> Result<usize, Error> {
+        self.with_client(|c| c.connect(timeout))
     }
 
     /// One attempt; see [`Client::try_lock`].

@@ -267,6 +267,29 @@ impl Conn {
         }
     }
 
+    /// True once the handshake is done.
+    pub fn is_ready(&self) -> bool {
+        self.st.phase == Phase::Ready
+    }
+
+    /// True while a connect or handshake is under way.
+    pub fn is_connecting(&self) -> bool {
+        matches!(
+            self.st.phase,
+            Phase::Connecting { .. } | Phase::Handshaking { .. }
+        )
+    }
+
+    /// Starts connecting now if there is no connection (and no backoff in force).
+    pub fn start(
+        &mut self,
+        now: Instant,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.ensure_connected(now, registry, sink)
+    }
+
     /// Requests sent and not answered yet (handshake included).
     pub fn pending(&self) -> usize {
         self.st.pending.len()

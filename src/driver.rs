@@ -66,6 +66,16 @@ impl Driver {
         self.conns[node].script(script, tag, args, now, registry, &mut |d| sink(node, d))
     }
 
+    /// Starts a connection to every node that has none (nodes backing off are left alone).
+    /// Returns how many are ready now.
+    pub fn connect_all(&mut self, now: Instant) -> usize {
+        let registry = self.poll.registry();
+        for conn in &mut self.conns {
+            let _ = conn.start(now, registry, &mut |_| {});
+        }
+        self.conns.iter().filter(|c| c.is_ready()).count()
+    }
+
     /// Writes what every connection has queued: all requests of a round go out before any reply
     /// is read.
     pub fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>) {

@@ -55,7 +55,11 @@ impl fmt::Display for NodeFault {
             NodeFault::Backoff(last) => write!(f, "down ({last}), reconnecting later"),
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
             NodeFault::Quarantined(left) => {
-                write!(f, "restarted recently, quarantined for {left:?} more")
+                write!(
+                    f,
+                    "restarted recently, quarantined for {} ms more",
+                    left.as_millis()
+                )
             }
         }
     }
@@ -79,6 +83,8 @@ pub struct Report {
     pub(crate) yes: usize,
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
+    /// An extension: a refusal means our token is gone, not necessarily held by someone else.
+    pub(crate) extend: bool,
 }
 
 impl Report {
@@ -86,6 +92,14 @@ impl Report {
     pub fn quorum(&self) -> usize {
         self.quorum
     }
+    fn held_verdict(&self) -> &'static str {
+        if self.extend {
+            "not extended"
+        } else {
+            "not acquired: the lock is held elsewhere"
+        }
+    }
+
     /// Nodes that said yes.
     pub fn yes(&self) -> usize {
         self.yes
@@ -113,7 +127,11 @@ impl fmt::Display for Report {
         )?;
         let mut refused = self.refused().peekable();
         if refused.peek().is_some() {
-            f.write_str("; held elsewhere on ")?;
+            f.write_str(if self.extend {
+                "; our token is gone (expired or taken) on "
+            } else {
+                "; held elsewhere on "
+            })?;
             for (i, node) in refused.enumerate() {
                 if i > 0 {
                     f.write_str(", ")?;
@@ -141,8 +159,9 @@ pub enum Error {
     /// Bad configuration or input from the caller, found before anything was sent.
     #[error("invalid configuration: {0}")]
     Config(String),
-    /// Not acquired (or not extended): the lock is held by someone else.
-    #[error("not acquired: the lock is held elsewhere ({0})")]
+    /// Not acquired: the lock is held by someone else. For an extension: too many nodes no
+    /// longer hold our token (it expired, or someone else has the lock now).
+    #[error("{} ({})", .0.held_verdict(), .0)]
     Held(Report),
     /// Not enough nodes could be reached to form a quorum.
     #[error("no quorum: {0}")]

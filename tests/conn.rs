@@ -254,3 +254,24 @@ fn buffers_stay_bounded_when_a_node_keeps_quiet() {
         "node 0 never recovered"
     );
 }
+
+#[test]
+fn connect_warms_every_node_before_the_first_attempt() {
+    let mut servers = Servers::start(3);
+    let mut c = client(servers.urls());
+    assert_eq!(c.connect(Duration::from_secs(5)), 3);
+    let connects = c.io_stats().connects;
+    assert_eq!(connects, 3);
+    assert_eq!(cycle(&mut c, "a"), 3);
+    assert_eq!(
+        c.io_stats().connects,
+        connects,
+        "the attempt found its connections ready"
+    );
+
+    // A refused node is reported as not ready; the others do not wait for it.
+    servers[2].kill();
+    let mut c = client(servers.urls());
+    assert_eq!(c.connect(Duration::from_secs(5)), 2);
+    assert_eq!(cycle(&mut c, "a"), 2);
+}

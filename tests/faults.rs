@@ -295,3 +295,40 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     assert!(held.is_valid(), "both hold it at once");
     drop(stolen);
 }
+
+#[test]
+fn quarantine_doubts_set_votes_but_not_extend_votes() {
+    let servers = Servers::start(3);
+    let ttl = Duration::from_secs(30);
+    // Fresh servers: uptime < 30 s, so every node is in quarantine for this client.
+    let mut careful = Builder::new(servers.urls())
+        .ttl(ttl)
+        .build_client()
+        .unwrap();
+    match careful.try_lock("res") {
+        Err(Error::NoQuorum(report)) => {
+            assert!(
+                report.failed().count() >= 2,
+                "decided once quorum was out of reach"
+            );
+            assert!(
+                report
+                    .failed()
+                    .all(|(_, f)| matches!(f, NodeFault::Quarantined(_))),
+                "{report}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A lock taken without quarantine can still be extended through the careful client: a yes
+    // to extend proves the node holds our token, whatever its uptime.
+    let mut relaxed = Builder::new(servers.urls())
+        .ttl(ttl)
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    let mut lock = relaxed.try_lock("res").unwrap();
+    careful.extend(&mut lock, ttl).unwrap();
+    assert_eq!(lock.extensions(), 1);
+    assert_eq!(careful.unlock(lock).unwrap(), 3);
+}

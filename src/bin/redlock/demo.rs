@@ -1,0 +1,622 @@
+//! `redlock demo` (local servers, competing clients doing a non-atomic read-modify-write under
+//! the lock, then the same with one node frozen) and `redlock bench` (latency percentiles).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use redlock_mux::{Builder, Error, Redlock};
+
+use super::servers::LocalServers;
+use super::{Fail, Global, code_of, exit, fmt_duration, parse_duration};
+
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    /// How many redis-server processes to start (3 to 15)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(3..=15))]
+    nodes: u16,
+    /// How many competing clients (1 to 64), each with its own connections
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    clients: u16,
+    /// How long each of the two phases runs
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    duration: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// How many lock cycles (acquire + release) in all
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    cycles: u64,
+    /// Start this many local redis-servers (1 to 15) instead of using --server
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=15))]
+    nodes: Option<u16>,
+    /// Concurrent clients (1 to 64), each locking its own resource
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    clients: u16,
+    /// Lock time to live
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+}
+
+/// The lock the demo's clients compete for.
+const DEMO_RESOURCE: &str = "redlock-demo:counter";
+/// The demo's lock TTL.
+const DEMO_TTL: Duration = Duration::from_secs(10);
+/// Clients retry after `RETRY_DELAY` plus up to `RETRY_JITTER`: a jitter near the node timeout
+/// keeps competing clients from splitting the votes again and again when a node is frozen.
+const RETRY_DELAY: Duration = Duration::from_millis(1);
+const RETRY_JITTER: Duration = Duration::from_millis(50);
+/// The pause between reading and writing the counter: wide enough for a race without the lock.
+const CRITICAL_PAUSE: Duration = Duration::from_micros(50);
+
+fn histogram() -> Histogram<u64> {
+    // Microseconds, 1 µs to an hour, 3 significant digits: these bounds are always valid.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap_or_else(|_| unreachable!())
+}
+
+fn record(h: &mut Histogram<u64>, d: Duration) {
+    h.saturating_record(u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1));
+}
+
+fn ms(us: u64) -> String {
+    format!("{:.2} ms", us as f64 / 1000.0)
+}
+
+/// `latency  p50  p90  p99  max` rows.
+fn latency_table(rows: &[(&str, &Histogram<u64>)]) -> String {
+    let mut out = format!(
+        "  {:<10}{:>11}{:>11}{:>11}{:>11}\n",
+        "latency", "p50", "p90", "p99", "max"
+    );
+    for (name, h) in rows {
+        if h.is_empty() {
+            out.push_str(&format!("  {name:<10}{:>11}\n", "-"));
+            continue;
+        }
+        out.push_str(&format!(
+            "  {name:<10}{:>11}{:>11}{:>11}{:>11}\n",
+            ms(h.value_at_quantile(0.50)),
+            ms(h.value_at_quantile(0.90)),
+            ms(h.value_at_quantile(0.99)),
+            ms(h.max())
+        ));
+    }
+    out
+}
+
+/// SIGINT, SIGTERM and SIGHUP set the flag (we stop and clean up); a second one ends the process at once.
+fn interrupt_flag() -> Result<Arc<AtomicBool>, Fail> {
+    let flag = Arc::new(AtomicBool::new(false));
+    for (signal, code) in [
+        (signal_hook::consts::SIGINT, 130),
+        (signal_hook::consts::SIGTERM, 143),
+        (signal_hook::consts::SIGHUP, 129),
+    ] {
+        signal_hook::flag::register_conditional_shutdown(signal, code, flag.clone())
+            .and_then(|_| signal_hook::flag::register(signal, flag.clone()))
+            .map_err(|e| {
+                Fail::new(
+                    exit::INTERNAL,
+                    format!("cannot install signal handlers: {e}"),
+                )
+            })?;
+    }
+    Ok(flag)
+}
+
+/// A progress bar on stderr (hidden when stderr is not a terminal).
+fn progress(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    if let Ok(style) = ProgressStyle::with_template("  [{bar:36}] {msg}") {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}
+
+/// What the clients of one phase share.
+#[derive(Default)]
+struct Board {
+    stop: AtomicBool,
+    /// Clients inside the critical section right now.
+    inside: AtomicUsize,
+    /// Times a client entered while another was inside.
+    overlaps: AtomicU64,
+    /// The shared counter, updated non-atomically (load, pause, store).
+    counter: AtomicU64,
+    /// Critical sections run (the counter must equal this).
+    entered: AtomicU64,
+    /// Critical sections that ended after the lock's validity.
+    late: AtomicU64,
+}
+
+impl Board {
+    /// The non-atomic read-modify-write, with an overlap detector around it.
+    fn critical_section(&self) {
+        if self.inside.fetch_add(1, Ordering::SeqCst) != 0 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        let value = self.counter.load(Ordering::SeqCst);
+        std::thread::sleep(CRITICAL_PAUSE);
+        self.counter.store(value + 1, Ordering::SeqCst);
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// One client's figures.
+struct Tally {
+    acquire: Histogram<u64>,
+    release: Histogram<u64>,
+    cycle: Histogram<u64>,
+    cycles: u64,
+    failed: u64,
+    last_error: Option<Error>,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            acquire: histogram(),
+            release: histogram(),
+            cycle: histogram(),
+            cycles: 0,
+            failed: 0,
+            last_error: None,
+        }
+    }
+
+    fn merge(&mut self, other: &Tally) {
+        let _ = self.acquire.add(&other.acquire);
+        let _ = self.release.add(&other.release);
+        let _ = self.cycle.add(&other.cycle);
+        self.cycles += other.cycles;
+        self.failed += other.failed;
+        if other.last_error.is_some() {
+            self.last_error.clone_from(&other.last_error);
+        }
+    }
+}
+
+/// A demo client: lock, critical section, unlock, until told to stop.
+fn demo_client(r: &Redlock, board: &Board, interrupted: &AtomicBool) -> Tally {
+    let mut t = Tally::new();
+    while !board.stop.load(Ordering::Relaxed) && !interrupted.load(Ordering::Relaxed) {
+        let t0 = Instant::now();
+        // Retry in slices, so that a client waiting for the lock notices the end of the phase.
+        let lock = loop {
+            if board.stop.load(Ordering::Relaxed) || interrupted.load(Ordering::Relaxed) {
+                return t;
+            }
+            match r.lock_until(DEMO_RESOURCE, Instant::now() + Duration::from_millis(200)) {
+                Ok(lock) => break Some(lock),
+                Err(Error::Held(_) | Error::NoQuorum(_) | Error::TooSlow(_))
+                    if t0.elapsed() < DEMO_TTL => {}
+                Err(e) => {
+                    t.failed += 1;
+                    t.last_error = Some(e);
+                    break None;
+                }
+            }
+        };
+        let Some(lock) = lock else { continue };
+        let t1 = Instant::now();
+        board.critical_section();
+        if !lock.is_valid() {
+            board.late.fetch_add(1, Ordering::SeqCst);
+        }
+        let t2 = Instant::now();
+        if let Err(e) = r.unlock(lock) {
+            t.failed += 1;
+            t.last_error = Some(e);
+        }
+        let t3 = Instant::now();
+        record(&mut t.acquire, t1 - t0);
+        record(&mut t.release, t3 - t2);
+        record(&mut t.cycle, t3 - t0);
+        t.cycles += 1;
+    }
+    t
+}
+
+/// Runs the clients for `duration` with a progress bar; `None` if interrupted.
+fn demo_phase(
+    handles: &[Redlock],
+    duration: Duration,
+    interrupted: &AtomicBool,
+) -> Result<Option<(Board, Tally, Duration)>, Fail> {
+    let board = Board::default();
+    let started = Instant::now();
+    let tallies = std::thread::scope(|s| {
+        let workers: Vec<_> = handles
+            .iter()
+            .map(|r| s.spawn(|| demo_client(r, &board, interrupted)))
+            .collect();
+        let bar = progress(duration.as_millis() as u64);
+        loop {
+            let elapsed = started.elapsed();
+            bar.set_position(elapsed.as_millis() as u64);
+            bar.set_message(format!(
+                "{:>5.1}s / {}  {} cycles",
+                elapsed.as_secs_f64(),
+                fmt_duration(duration),
+                board.entered.load(Ordering::Relaxed)
+            ));
+            if elapsed >= duration || interrupted.load(Ordering::Relaxed) {
+                break;
+            }
+            // Screen refresh, not synchronisation: the clients stop at the flag.
+            std::thread::sleep((duration - elapsed).min(Duration::from_millis(100)));
+        }
+        board.stop.store(true, Ordering::SeqCst);
+        bar.finish_and_clear();
+        workers
+            .into_iter()
+            .map(|w| w.join())
+            .collect::<Result<Vec<Tally>, _>>()
+    })
+    .map_err(|_| Fail::new(exit::INTERNAL, "a demo client panicked"))?;
+    let elapsed = started.elapsed();
+    if interrupted.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
+    let mut total = Tally::new();
+    for t in &tallies {
+        total.merge(t);
+    }
+    Ok(Some((board, total, elapsed)))
+}
+
+/// The same clients without the lock: how many updates the race loses.
+fn unlocked_phase(clients: usize, duration: Duration) -> (u64, u64) {
+    let board = Board::default();
+    std::thread::scope(|s| {
+        for _ in 0..clients {
+            s.spawn(|| {
+                while !board.stop.load(Ordering::Relaxed) {
+                    let value = board.counter.load(Ordering::SeqCst);
+                    std::thread::sleep(CRITICAL_PAUSE);
+                    board.counter.store(value + 1, Ordering::SeqCst);
+                    board.entered.fetch_add(1, Ordering::SeqCst);
+                }
+            });
+        }
+        std::thread::sleep(duration);
+        board.stop.store(true, Ordering::SeqCst);
+    });
+    (
+        board.entered.load(Ordering::SeqCst),
+        board.counter.load(Ordering::SeqCst),
+    )
+}
+
+/// Checks one phase and prints its figures; returns what went wrong, if anything.
+fn report_phase(board: &Board, t: &Tally, elapsed: Duration) -> Vec<String> {
+    let entered = board.entered.load(Ordering::SeqCst);
+    let counter = board.counter.load(Ordering::SeqCst);
+    let overlaps = board.overlaps.load(Ordering::SeqCst);
+    let late = board.late.load(Ordering::SeqCst);
+    let rate = entered as f64 / elapsed.as_secs_f64().max(1e-9);
+    let mut problems = Vec::new();
+    let check = |ok: bool| if ok { "ok" } else { "FAILED" };
+    out!(
+        "  {entered} lock cycles ({rate:.0}/s)\n  overlapping critical sections: {overlaps} ({})\n  \
+         counter: {counter}, expected {entered} ({})",
+        check(overlaps == 0),
+        check(counter == entered)
+    );
+    if overlaps != 0 {
+        problems.push(format!("{overlaps} overlapping critical sections"));
+    }
+    if counter != entered {
+        problems.push(format!("counter {counter} after {entered} increments"));
+    }
+    if late != 0 {
+        out!("  {late} critical sections ended after the lock's validity");
+        problems.push(format!("{late} critical sections outlived the lock"));
+    }
+    if t.failed > 0 {
+        let why = t
+            .last_error
+            .as_ref()
+            .map(|e| format!("; last: {e}"))
+            .unwrap_or_default();
+        out!(
+            "  {} lock operations failed (a client waited {} in vain, or a release failed){why}",
+            t.failed,
+            fmt_duration(DEMO_TTL)
+        );
+    }
+    if entered == 0 {
+        problems.push("no client ever got the lock".into());
+    }
+    out_part!(
+        "{}",
+        latency_table(&[("acquire", &t.acquire), ("cycle", &t.cycle)])
+    );
+    problems
+}
+
+pub fn demo(g: &Global, a: &DemoArgs) -> Result<u8, Fail> {
+    let interrupted = interrupt_flag()?;
+    let (nodes, clients) = (usize::from(a.nodes), usize::from(a.clients));
+    out!(
+        "redlock demo: {nodes} local redis-servers, {clients} competing client{}, {} per phase",
+        if clients == 1 { "" } else { "s" },
+        fmt_duration(a.duration)
+    );
+    let mut local = LocalServers::start(nodes)?;
+    let ports: Vec<String> = local.servers.iter().map(|s| s.port.to_string()).collect();
+    out!(
+        "started {} on 127.0.0.1 ports {}",
+        local.version.as_deref().unwrap_or("redis-server"),
+        ports.join(", ")
+    );
+    out!("the servers are fresh, so the restart quarantine is off (as with --quarantine off)");
+    let urls = local.urls();
+    let handles = (0..clients)
+        .map(|_| {
+            let mut b = Builder::new(&urls)
+                .ttl(DEMO_TTL)
+                .quarantine(None)
+                .retry_delay(RETRY_DELAY, RETRY_JITTER);
+            if let Some(t) = g.node_timeout {
+                b = b.node_timeout(t);
+            }
+            b.build()
+        })
+        .collect::<Result<Vec<Redlock>, Error>>()
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
+    out!(
+        "each client has its own connections and loops: lock {DEMO_RESOURCE:?} (ttl {}; if it is\n\
+         taken, retry after {} to {}), read the shared counter, pause {}µs, write it back\n\
+         plus one, unlock\n",
+        fmt_duration(DEMO_TTL),
+        fmt_duration(RETRY_DELAY),
+        fmt_duration(RETRY_DELAY + RETRY_JITTER),
+        CRITICAL_PAUSE.as_micros()
+    );
+
+    let warmup = a.duration.min(Duration::from_secs(1));
+    let (increments, counter) = unlocked_phase(clients, warmup);
+    if clients > 1 {
+        out!(
+            "first without the lock, for {}: {increments} increments, the counter says \
+             {counter}:\n{} updates lost to the race that the lock prevents",
+            fmt_duration(warmup),
+            increments - counter
+        );
+    } else {
+        out!("(one client: nothing to race with; use --clients 2 or more)");
+    }
+
+    let mut problems = Vec::new();
+    out!(
+        "\nphase 1 of 2: all {nodes} nodes up, quorum {}",
+        nodes / 2 + 1
+    );
+    let Some((board, tally, elapsed)) = demo_phase(&handles, a.duration, &interrupted)? else {
+        out!("interrupted; stopping the servers");
+        return Ok(exit::INTERRUPTED);
+    };
+    problems.extend(
+        report_phase(&board, &tally, elapsed)
+            .into_iter()
+            .map(|p| format!("phase 1: {p}")),
+    );
+    let mut acquire = tally.acquire.clone();
+    let mut cycle = tally.cycle.clone();
+
+    let frozen = nodes / 2;
+    local.servers[frozen].freeze();
+    out!(
+        "\nphase 2 of 2: node {} frozen with SIGSTOP (connections stay open, no answers);\n\
+         the other {} still make a quorum of {}",
+        local.servers[frozen].addr(),
+        nodes - 1,
+        nodes / 2 + 1
+    );
+    let phase = demo_phase(&handles, a.duration, &interrupted);
+    local.servers[frozen].resume();
+    let Some((board, tally, elapsed)) = phase? else {
+        out!("interrupted; stopping the servers");
+        return Ok(exit::INTERRUPTED);
+    };
+    problems.extend(
+        report_phase(&board, &tally, elapsed)
+            .into_iter()
+            .map(|p| format!("phase 2: {p}")),
+    );
+    out!(
+        "  (when competing clients split the live nodes' votes, each waits the node timeout\n  \
+         for the frozen node before giving up and retrying: hence the longer tail)"
+    );
+    let _ = acquire.add(&tally.acquire);
+    let _ = cycle.add(&tally.cycle);
+
+    out!("\nboth phases (acquire includes waiting for the other clients to release):");
+    out_part!(
+        "{}",
+        latency_table(&[("acquire", &acquire), ("cycle", &cycle)])
+    );
+    out!("stopping the {nodes} servers");
+    drop(handles);
+    drop(local);
+    if problems.is_empty() {
+        out!(
+            "ok: no two clients were ever inside the critical section at once, and no update \
+             was lost"
+        );
+        Ok(exit::OK)
+    } else {
+        Err(Fail::new(
+            exit::INTERNAL,
+            format!("demo: mutual exclusion violated: {}", problems.join("; ")),
+        ))
+    }
+}
+
+/// A bench client: `cycles` times try_lock + unlock of its own resource.
+fn bench_client(
+    r: &Redlock,
+    resource: &str,
+    cycles: u64,
+    done: &AtomicU64,
+    stop: &AtomicBool,
+) -> Tally {
+    let mut t = Tally::new();
+    for _ in 0..cycles {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let t0 = Instant::now();
+        let lock = match r.try_lock(resource) {
+            Ok(lock) => lock,
+            Err(e) => {
+                t.failed += 1;
+                let first = t.cycles == 0 && t.failed == 1;
+                t.last_error = Some(e);
+                if first {
+                    // Misconfigured (quarantine, credentials, no quorum): no point going on.
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        let t1 = Instant::now();
+        if let Err(e) = r.unlock(lock) {
+            t.failed += 1;
+            t.last_error = Some(e);
+        }
+        let t2 = Instant::now();
+        record(&mut t.acquire, t1 - t0);
+        record(&mut t.release, t2 - t1);
+        record(&mut t.cycle, t2 - t0);
+        t.cycles += 1;
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+    t
+}
+
+pub fn bench(g: &Global, a: &BenchArgs) -> Result<u8, Fail> {
+    let interrupted = interrupt_flag()?;
+    let local = match a.nodes {
+        Some(_) if !g.servers.is_empty() => {
+            return Err(Fail::new(
+                exit::USAGE,
+                "bench: give either --server (the servers to measure) or --nodes (start local \
+                 ones), not both",
+            ));
+        }
+        Some(n) => Some(LocalServers::start(usize::from(n))?),
+        None => None,
+    };
+    let urls = match &local {
+        Some(l) => l.urls(),
+        None => g.server_list()?,
+    };
+    let clients = usize::from(a.clients);
+    let handles = (0..clients)
+        .map(|_| {
+            let mut b = g.builder_for(&urls, a.ttl);
+            if local.is_some() && g.quarantine.is_none() {
+                b = b.quarantine(None);
+            }
+            b.build()
+        })
+        .collect::<Result<Vec<Redlock>, Error>>()
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
+    let where_ = match &local {
+        Some(l) => format!(
+            "{} local {} (quarantine off)",
+            urls.len(),
+            l.version.as_deref().unwrap_or("redis-server")
+        ),
+        None => format!("{} servers", urls.len()),
+    };
+    out!(
+        "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
+        a.cycles,
+        if clients == 1 { "" } else { "s" },
+        fmt_duration(a.ttl)
+    );
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let pid = std::process::id();
+    let started = Instant::now();
+    let tallies = std::thread::scope(|s| {
+        let workers: Vec<_> = handles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let share =
+                    a.cycles / clients as u64 + u64::from((i as u64) < a.cycles % clients as u64);
+                let resource = format!("redlock-bench:{pid}:{i}");
+                let (done, stop) = (&done, &stop);
+                s.spawn(move || bench_client(r, &resource, share, done, stop))
+            })
+            .collect();
+        let bar = progress(a.cycles);
+        while !workers.iter().all(|w| w.is_finished()) {
+            if interrupted.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            bar.set_position(done.load(Ordering::Relaxed));
+            bar.set_message(format!(
+                "{} / {} cycles",
+                done.load(Ordering::Relaxed),
+                a.cycles
+            ));
+            // Screen refresh, not synchronisation: joining below waits for the clients.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+        workers
+            .into_iter()
+            .map(|w| w.join())
+            .collect::<Result<Vec<Tally>, _>>()
+    })
+    .map_err(|_| Fail::new(exit::INTERNAL, "a bench client panicked"))?;
+    let elapsed = started.elapsed();
+    let mut t = Tally::new();
+    for x in &tallies {
+        t.merge(x);
+    }
+    if interrupted.load(Ordering::Relaxed) {
+        out!("interrupted after {} cycles", t.cycles);
+        return Ok(exit::INTERRUPTED);
+    }
+    if t.cycles == 0 {
+        return Err(match &t.last_error {
+            Some(e) => Fail::lib("bench: no lock acquired", e),
+            None => Fail::new(exit::INTERNAL, "bench: no lock cycle ran"),
+        });
+    }
+    out!(
+        "  {} cycles in {:.2} s: {:.0} cycles/s, {} failed{}",
+        t.cycles,
+        elapsed.as_secs_f64(),
+        t.cycles as f64 / elapsed.as_secs_f64().max(1e-9),
+        t.failed,
+        t.last_error
+            .as_ref()
+            .map(|e| format!(" (last: {e})"))
+            .unwrap_or_default()
+    );
+    out_part!(
+        "{}",
+        latency_table(&[
+            ("acquire", &t.acquire),
+            ("release", &t.release),
+            ("cycle", &t.cycle)
+        ])
+    );
+    drop(handles);
+    drop(local);
+    Ok(exit::OK)
+}
