@@ -295,15 +295,6 @@ impl Conn {
         self.st.pending.len()
     }
 
-    /// True when the oldest request still waiting was sent more than `after` ago: the node is
-    /// frozen, slow or gone, and callers should not wait for it again.
-    pub fn stalled(&self, now: Instant, after: Duration) -> bool {
-        self.st
-            .pending
-            .front()
-            .is_some_and(|p| now.saturating_duration_since(p.sent) > after)
-    }
-
     /// Bytes buffered: unsent output and undecoded input.
     pub fn buffered(&self) -> (usize, usize) {
         (self.st.out.len(), self.inp.len())
