@@ -616,8 +616,10 @@ pub struct Client {
     round: Round,
     faults: Vec<Option<NodeFault>>,
     watch: Vec<NodeWatch>,
-    /// Per node: how many operations in a row started with the node still owing replies.
-    lagging: Vec<u8>,
+    /// Per node: missed the grace of an unlock and has not caught up since (not waited for).
+    slow: Vec<bool>,
+    /// How long the last round took to decide.
+    last_round: Duration,
     tag: u64,
 }
 
@@ -677,7 +679,8 @@ impl Client {
             round: Round::new(n),
             faults: vec![None; n],
             watch: vec![NodeWatch::default(); n],
-            lagging: vec![0; n],
+            slow: vec![false; n],
+            last_round: Duration::ZERO,
             tag: 0,
             shared,
         })
@@ -816,17 +819,10 @@ impl Client {
 
     /// Takes in whatever arrived while idle, before anything new is queued: stragglers are
     /// consumed, and an unsolicited reply (which RESP cannot tell from an answer once a request
-    /// is outstanding) meets an empty queue and resets its connection. Then notes which nodes
-    /// are still behind (one `epoll_wait` with a zero timeout).
+    /// is outstanding) meets an empty queue and resets its connection. One `epoll_wait` with a
+    /// zero timeout.
     fn drain_idle(&mut self, now: Instant) {
         self.driver.turn(now, &mut |_, _| {});
-        for (streak, conn) in self.lagging.iter_mut().zip(&self.driver.conns) {
-            *streak = if conn.pending() > 0 {
-                streak.saturating_add(1)
-            } else {
-                0
-            };
-        }
     }
 
     /// Sends the operation to every node, then runs the poll loop until the round decides.
@@ -870,10 +866,10 @@ impl Client {
             }
         }
         driver.flush(start, &mut |i, d| on_vote(&mut votes, i, d));
-        loop {
+        let decision = loop {
             let Votes { round, faults, .. } = &mut votes;
             if let Some(decision) = round.poll_decision() {
-                return decision;
+                break decision;
             }
             let Some(until) = round.poll_timeout() else {
                 unreachable_decision();
@@ -893,7 +889,9 @@ impl Client {
                 continue;
             }
             driver.turn(until, &mut |i, d| on_vote(&mut votes, i, d));
-        }
+        };
+        self.last_round = start.elapsed();
+        decision
     }
 
     fn loss_error(&self, loss: Loss, extend: bool) -> Error {
@@ -971,10 +969,11 @@ impl Client {
 
     /// Releases the lock on every node and reports how many still held it.
     ///
-    /// Waits for the replies at most the per-node timeout, and not at all for a node that was
-    /// already behind at the start of the previous operation and still is (slow or frozen; it
-    /// still gets the release, and its reply is consumed later): the count is of the nodes that
-    /// answered in time.
+    /// Waits for the replies at most the per-node timeout. A node still answering earlier
+    /// requests gets a short grace (four times what the last round took, at least 1 ms); one that
+    /// missed it is slow or frozen and is not waited for again until it has caught up (it still
+    /// gets the release; its reply is consumed later). The count is of the nodes that answered
+    /// in time.
     ///
     /// # Errors
     ///
@@ -984,30 +983,53 @@ impl Client {
         let expired = !lock.is_valid();
         let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
         let now = Instant::now();
-        // A node that was still behind at the start of this and the previous operation is slow
-        // or frozen: it gets the release too, but nobody waits for it, so one slow node does not
-        // slow every cycle down. (A healthy straggler, a few µs behind a quorum, is never behind
-        // twice in a row: its count stays exact.)
         self.drain_idle(now);
         let n = self.shared.nodes.len();
+        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        // Every node gets the release, but not every node is waited for:
+        // - a node that still owes replies (the acquire's stragglers are usually a few µs
+        //   behind the quorum) gets a short grace, a few times what the last round took;
+        // - a node that missed that grace last time is slow or frozen, and nobody waits for it
+        //   until it has caught up, so one slow node does not slow every cycle down.
         let mut answered = 0u64;
-        for (node, &streak) in self.lagging.iter().enumerate() {
-            if streak >= 2 {
+        let mut behind = 0u64;
+        for (node, conn) in self.driver.conns.iter().enumerate() {
+            if conn.pending() == 0 {
+                self.slow[node] = false;
+            } else if self.slow[node] {
                 answered |= 1 << node;
+            } else {
+                behind |= 1 << node;
             }
         }
         let tag = self.send_release(lock.resource(), &lock.token);
-        let deadline = Instant::now() + timeout;
-        let mut released = 0;
-        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let sent = Instant::now();
         // Nodes whose request failed at once (down, backing off) have nothing pending.
         for (node, conn) in self.driver.conns.iter().enumerate() {
             if conn.pending() == 0 {
                 answered |= 1 << node;
             }
         }
-        while answered != all && Instant::now() < deadline {
-            self.driver.turn(deadline, &mut |node, d| {
+        let deadline = sent + timeout;
+        let grace = sent + (self.last_round * 4).clamp(Duration::from_millis(1), timeout);
+        let mut released = 0;
+        loop {
+            let now = Instant::now();
+            if now >= grace && behind & !answered != 0 {
+                for node in (0..n).filter(|&i| behind & !answered & (1 << i) != 0) {
+                    self.slow[node] = true;
+                }
+                answered |= behind;
+            }
+            if answered == all || now >= deadline {
+                break;
+            }
+            let until = if behind & !answered != 0 {
+                grace.min(deadline)
+            } else {
+                deadline
+            };
+            self.driver.turn(until, &mut |node, d| {
                 if d.tag == tag {
                     answered |= 1 << node;
                     if matches!(d.reply, Ok(Frame::Integer(1))) {

@@ -332,3 +332,84 @@ fn quarantine_doubts_set_votes_but_not_extend_votes() {
     assert_eq!(lock.extensions(), 1);
     assert_eq!(careful.unlock(lock).unwrap(), 3);
 }
+
+/// A node that answers every command correctly, but 50 ms late: a slow link or an overloaded
+/// server. (A fake, because a real server cannot be made consistently slow.)
+fn slow_node(delay: Duration) -> (u16, std::thread::JoinHandle<()>) {
+    use redlock_mux::resp::{self, Frame, Limits, Status};
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let handle = std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+            while let Ok(Status::Complete((frame, used))) = resp::decode(&buf, &Limits::DEFAULT) {
+                let verb = match frame {
+                    Frame::Aggregate(a) => match a.iter().next() {
+                        Some(Frame::Bulk(b)) => b.to_ascii_uppercase(),
+                        _ => Vec::new(),
+                    },
+                    _ => Vec::new(),
+                };
+                buf.drain(..used);
+                std::thread::sleep(delay);
+                let reply: &[u8] = if verb == b"SET" {
+                    b"+OK\r\n"
+                } else {
+                    b":1\r\n"
+                };
+                if stream.write_all(reply).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (port, handle)
+}
+
+#[test]
+fn unlock_does_not_wait_for_a_slow_node_every_cycle() {
+    let servers = Servers::start(2);
+    let (port, fake) = slow_node(Duration::from_millis(50));
+    let mut urls = servers.urls();
+    urls.push(format!("redis://127.0.0.1:{port}"));
+    let mut c = Builder::new(urls)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .build_client()
+        .unwrap();
+    // Decided at quorum by the two fast nodes; the release does not wait for the slow one
+    // (it would answer within the 200 ms node timeout, so waiting would count 3).
+    for i in 0..20 {
+        let lock = c.try_lock(format!("r{i}")).unwrap();
+        assert_eq!(
+            c.unlock(lock).unwrap(),
+            2,
+            "cycle {i} waited for the slow node"
+        );
+    }
+    // The fast nodes are always waited for: nothing of ours is left on them.
+    for s in servers.iter() {
+        assert_eq!(s.dbsize(), 0);
+    }
+    drop(c);
+    fake.join().unwrap();
+
+    // A healthy cluster still reports every node.
+    let mut c = Builder::new(servers.urls())
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    for i in 0..50 {
+        let lock = c.try_lock(format!("h{i}")).unwrap();
+        assert_eq!(c.unlock(lock).unwrap(), 2);
+    }
+}
