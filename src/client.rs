@@ -620,6 +620,8 @@ pub struct Client {
     slow: Vec<bool>,
     /// How long the last round took to decide.
     last_round: Duration,
+    /// Reused for encoding each operation's command once, for all nodes.
+    scratch: bytes::BytesMut,
     tag: u64,
 }
 
@@ -638,6 +640,15 @@ fn io_error(e: std::io::Error) -> Error {
 /// Queues one node's request of a round: `(driver, node, sink)`.
 type SendFn<'s> =
     dyn FnMut(&mut Driver, usize, &mut crate::driver::NodeSink<'_>) -> Result<(), NodeFault> + 's;
+
+/// Encodes `args` as bulk strings (no array header): the tail of a script call.
+fn encode_tail(buf: &mut bytes::BytesMut, args: &[Arg<'_>]) {
+    buf.clear();
+    buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
+    for arg in args {
+        crate::resp::encode_bulk(buf, arg);
+    }
+}
 
 /// What a reply means for a vote, per request kind.
 fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, NodeFault> {
@@ -681,6 +692,7 @@ impl Client {
             watch: vec![NodeWatch::default(); n],
             slow: vec![false; n],
             last_round: Duration::ZERO,
+            scratch: bytes::BytesMut::with_capacity(256),
             tag: 0,
             shared,
         })
@@ -909,23 +921,24 @@ impl Client {
         let ttl_ms = ttl.as_millis() as u64;
         let tag = self.next_tag();
         let start = Instant::now();
+        // Encoded once, copied to every node.
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        crate::resp::encode_command(
+            &mut buf,
+            &[
+                Arg::Bytes(b"SET"),
+                Arg::Bytes(resource),
+                Arg::Bytes(token.as_bytes()),
+                Arg::Bytes(b"NX"),
+                Arg::Bytes(b"PX"),
+                Arg::UInt(ttl_ms),
+            ],
+        );
         let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
-            driver.request(
-                node,
-                Kind::Set,
-                tag,
-                &[
-                    Arg::Bytes(b"SET"),
-                    Arg::Bytes(resource),
-                    Arg::Bytes(token.as_bytes()),
-                    Arg::Bytes(b"NX"),
-                    Arg::Bytes(b"PX"),
-                    Arg::UInt(ttl_ms),
-                ],
-                start,
-                sink,
-            )
+            driver.request(node, Kind::Set, tag, &buf, start, sink)
         });
+        self.scratch = buf;
         match decision {
             Decision::Won { valid_until, .. } => Ok(Lock {
                 resource: Bytes::new(resource),
@@ -952,11 +965,13 @@ impl Client {
             Arg::Bytes(resource),
             Arg::Bytes(token.as_bytes()),
         ];
+        encode_tail(&mut self.scratch, &args);
         let mut ignore = |_: usize, _: Delivery<'_>| {};
         for node in 0..self.shared.nodes.len() {
+            let tail = &self.scratch;
             let _ = self
                 .driver
-                .script(node, script, tag, &args, now, &mut ignore);
+                .script(node, script, tag, tail, args.len(), now, &mut ignore);
         }
         self.driver.flush(now, &mut ignore);
         tag
@@ -970,7 +985,8 @@ impl Client {
     /// Releases the lock on every node and reports how many still held it.
     ///
     /// Waits for the replies at most the per-node timeout. A node still answering earlier
-    /// requests gets a short grace (four times what the last round took, at least 1 ms); one that
+    /// requests gets a short grace (four times what the last round took, at least a tenth of the
+    /// node timeout); one that
     /// missed it is slow or frozen and is not waited for again until it has caught up (it still
     /// gets the release; its reply is consumed later). The count is of the nodes that answered
     /// in time.
@@ -1011,7 +1027,10 @@ impl Client {
             }
         }
         let deadline = sent + timeout;
-        let grace = sent + (self.last_round * 4).clamp(Duration::from_millis(1), timeout);
+        // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
+        // loaded machine makes it; a slow node pays it once, then is not waited for.
+        let floor = (timeout / 10).max(Duration::from_millis(1));
+        let grace = sent + (self.last_round * 4).clamp(floor, timeout);
         let mut released = 0;
         loop {
             let now = Instant::now();
@@ -1029,9 +1048,12 @@ impl Client {
             } else {
                 deadline
             };
+            let slow = &mut self.slow;
             self.driver.turn(until, &mut |node, d| {
                 if d.tag == tag {
                     answered |= 1 << node;
+                    // Keeping up after all: wait for it again next time.
+                    slow[node] = false;
                     if matches!(d.reply, Ok(Frame::Integer(1))) {
                         released += 1;
                     }
@@ -1077,9 +1099,12 @@ impl Client {
             Arg::Bytes(lock.token.as_bytes()),
             Arg::UInt(ttl_ms),
         ];
+        let mut tail = std::mem::take(&mut self.scratch);
+        encode_tail(&mut tail, &args);
         let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
-            driver.script(node, script, tag, &args, start, sink)
+            driver.script(node, script, tag, &tail, args.len(), start, sink)
         });
+        self.scratch = tail;
         match decision {
             Decision::Won { valid_until, .. } => {
                 lock.valid_until = valid_until;
@@ -1138,19 +1163,30 @@ impl Client {
             base,
         };
         let mut sink = |node: usize, d: Delivery<'_>| batch.on_reply(node, d);
+        // Each lock's arguments encoded once, for all nodes (a background path: the Vec is fine).
+        let tails: Vec<bytes::BytesMut> = locks
+            .iter()
+            .map(|lock| {
+                let mut tail = bytes::BytesMut::new();
+                encode_tail(
+                    &mut tail,
+                    &[
+                        Arg::Int(1),
+                        Arg::Bytes(lock.resource()),
+                        Arg::Bytes(lock.token.as_bytes()),
+                        Arg::UInt(ttl_ms),
+                    ],
+                );
+                tail
+            })
+            .collect();
         for node in 0..n {
-            for (i, lock) in locks.iter().enumerate() {
+            for (i, tail) in tails.iter().enumerate() {
                 if results[i].is_some() {
                     continue;
                 }
-                let args = [
-                    Arg::Int(1),
-                    Arg::Bytes(lock.resource()),
-                    Arg::Bytes(lock.token.as_bytes()),
-                    Arg::UInt(ttl_ms),
-                ];
                 let tag = base + i as u64;
-                if let Err(fault) = driver.script(node, script, tag, &args, start, &mut sink) {
+                if let Err(fault) = driver.script(node, script, tag, tail, 4, start, &mut sink) {
                     sink(
                         node,
                         Delivery {
@@ -1225,12 +1261,15 @@ impl Client {
             values: vec![None; n],
             ttls: vec![None; n],
         };
+        let mut get = bytes::BytesMut::new();
+        crate::resp::encode_command(&mut get, &[Arg::Bytes(b"GET"), Arg::Bytes(resource)]);
+        let mut pttl = bytes::BytesMut::new();
+        crate::resp::encode_command(&mut pttl, &[Arg::Bytes(b"PTTL"), Arg::Bytes(resource)]);
         for node in 0..n {
-            for cmd in [&b"GET"[..], b"PTTL"] {
-                let args = [Arg::Bytes(cmd), Arg::Bytes(resource)];
+            for cmd in [&get, &pttl] {
                 let sent =
                     self.driver
-                        .request(node, Kind::Command, tag, &args, start, &mut |i, d| {
+                        .request(node, Kind::Command, tag, cmd, start, &mut |i, d| {
                             acc.on_reply(i, d)
                         });
                 if let Err(f) = sent {

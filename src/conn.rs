@@ -456,18 +456,18 @@ impl Conn {
         Ok(())
     }
 
-    /// Queues a command. Nothing is written until [`Conn::flush`].
+    /// Queues an encoded command. Nothing is written until [`Conn::flush`].
     pub fn request(
         &mut self,
         kind: Kind,
         tag: u64,
-        args: &[Arg<'_>],
+        encoded: &[u8],
         now: Instant,
         registry: &Registry,
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
-        resp::encode_command(&mut self.st.out, args);
+        self.st.out.extend_from_slice(encoded);
         self.st.pending.push_back(Pending {
             kind,
             tag,
@@ -479,46 +479,41 @@ impl Conn {
     }
 
     /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
-    /// (which loads it) before. `args` are `numkeys key... arg...`.
+    /// (which loads it) before. `tail` is the encoded `numkeys key... arg...` (`argc` bulk
+    /// strings), the same for every node, so it is encoded once per operation.
+    #[allow(clippy::too_many_arguments)]
     pub fn script(
         &mut self,
         script: &Script,
         tag: u64,
-        args: &[Arg<'_>],
+        tail: &[u8],
+        argc: usize,
         now: Instant,
         registry: &Registry,
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
         let st = &mut self.st;
-        let tail_len: usize = args.iter().map(resp::bulk_len).sum();
-        let head = if st.loaded[script.index] {
-            Arg::Bytes(&script.sha)
+        let loaded = st.loaded[script.index];
+        let (verb, head) = if loaded {
+            (Arg::Bytes(b"EVALSHA"), Arg::Bytes(&script.sha))
         } else {
-            Arg::Bytes(script.body.as_bytes())
+            (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
         };
-        let verb = Arg::Bytes(if st.loaded[script.index] {
-            b"EVALSHA"
-        } else {
-            b"EVAL"
-        });
         st.out
-            .reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail_len);
-        resp::encode_array_header(&mut st.out, 2 + args.len());
+            .reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
+        resp::encode_array_header(&mut st.out, 2 + argc);
         resp::encode_bulk(&mut st.out, &verb);
         resp::encode_bulk(&mut st.out, &head);
-        let tail_start = st.out.len();
-        for arg in args {
-            resp::encode_bulk(&mut st.out, arg);
-        }
+        st.out.extend_from_slice(tail);
         // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
-        st.script_tails.extend_from_slice(&st.out[tail_start..]);
+        st.script_tails.extend_from_slice(tail);
         st.pending.push_back(Pending {
             kind: Kind::Script(script.index),
             tag,
             sent: now,
-            tail: tail_len,
-            argc: args.len(),
+            tail: tail.len(),
+            argc,
         });
         Ok(())
     }

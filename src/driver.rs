@@ -11,7 +11,6 @@ use mio::{Events, Poll, Token};
 use crate::addr::NodeAddr;
 use crate::conn::{Conn, ConnConfig, Delivery, IoStats, Kind, Script};
 use crate::error::NodeFault;
-use crate::resp::Arg;
 
 /// Receives every reply (or fault) with the index of its node.
 pub(crate) type NodeSink<'s> = dyn for<'a> FnMut(usize, Delivery<'a>) + 's;
@@ -38,32 +37,36 @@ impl Driver {
         })
     }
 
-    /// Queues a command for node `node` (connecting first if needed).
+    /// Queues an encoded command for node `node` (connecting first if needed).
     pub fn request(
         &mut self,
         node: usize,
         kind: Kind,
         tag: u64,
-        args: &[Arg<'_>],
+        encoded: &[u8],
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
-        self.conns[node].request(kind, tag, args, now, registry, &mut |d| sink(node, d))
+        self.conns[node].request(kind, tag, encoded, now, registry, &mut |d| sink(node, d))
     }
 
-    /// Queues a script call for node `node`.
+    /// Queues a script call for node `node`; `tail` holds its `argc` encoded arguments.
+    #[allow(clippy::too_many_arguments)]
     pub fn script(
         &mut self,
         node: usize,
         script: &Script,
         tag: u64,
-        args: &[Arg<'_>],
+        tail: &[u8],
+        argc: usize,
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
-        self.conns[node].script(script, tag, args, now, registry, &mut |d| sink(node, d))
+        self.conns[node].script(script, tag, tail, argc, now, registry, &mut |d| {
+            sink(node, d)
+        })
     }
 
     /// Starts a connection to every node that has none (nodes backing off are left alone).

@@ -115,7 +115,9 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
         .build_client()
         .unwrap();
     let held = other.try_lock("alloc:held").unwrap();
-    for _ in 0..20 {
+    // Warm up this path too: its fire-and-forget releases leave replies outstanding, and the
+    // connection buffers grow (amortised) until they fit that.
+    for _ in 0..200 {
         assert!(c.try_lock("alloc:held").is_err());
     }
     let n = allocations_during(|| {
