@@ -16,7 +16,7 @@ use crate::conn::{ConnConfig, Delivery, IoStats, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::keep::Cmd;
-use crate::resp::{Arg, ErrorKind, Frame, Limits};
+use crate::resp::{Arg, Frame, Limits};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote};
 
 /// Most nodes a client may use (node sets are 64-bit masks).
@@ -1710,9 +1710,4 @@ impl Drop for LockGuard<'_> {
             let _ = self.redlock.unlock(lock);
         }
     }
-}
-
-/// Whether a server error kind is worth retrying (used by the CLI to pick exit codes).
-pub fn is_auth_error(kind: ErrorKind) -> bool {
-    kind.is_auth()
 }
