@@ -41,6 +41,8 @@ macro_rules! say {
     }};
 }
 
+#[path = "redlock/child.rs"]
+mod child;
 #[path = "redlock/demo.rs"]
 mod demo;
 #[path = "redlock/run.rs"]

@@ -16,12 +16,14 @@
 //! The binary is `$REDIS_SERVER` if set, else `redis-server` on `PATH`. If it is
 //! missing the harness panics with install instructions; it never skips.
 
+#[path = "../../src/bin/redlock/child.rs"]
+mod child;
+
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::ops::{Deref, DerefMut};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -493,26 +495,13 @@ impl RedisServer {
         );
         self.log_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
         let err = log.try_clone().expect("dup log fd");
-        let parent = std::process::id() as libc::pid_t;
         let mut cmd = Command::new(&self.bin);
         cmd.args(&args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err);
-        // SAFETY: only async-signal-safe calls (prctl, getppid, _exit).
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before prctl took effect.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        child::die_with_parent(&mut cmd);
         let child = cmd.spawn().unwrap_or_else(|e| {
             if e.kind() == io::ErrorKind::NotFound {
                 panic!(

@@ -5,12 +5,11 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Fail, exit};
+use super::{Fail, child, exit};
 
 /// How long a server gets to answer `PING` after it is started.
 const START_DEADLINE: Duration = Duration::from_secs(10);
@@ -226,7 +225,6 @@ fn spawn(bin: &PathBuf, server: &mut LocalServer) -> Result<(), Fail> {
     };
     let log = File::create(&log_path).map_err(cant)?;
     let err = log.try_clone().map_err(cant)?;
-    let parent = std::process::id() as libc::pid_t;
     let mut cmd = Command::new(bin);
     cmd.arg("--port")
         .arg(server.port.to_string())
@@ -237,19 +235,7 @@ fn spawn(bin: &PathBuf, server: &mut LocalServer) -> Result<(), Fail> {
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err);
-    // SAFETY: only async-signal-safe calls between fork and exec (prctl, getppid, _exit).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // We may have died before prctl took effect.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
+    child::die_with_parent(&mut cmd);
     let child = cmd.spawn().map_err(|e| {
         Fail::new(
             exit::UNAVAILABLE,
