@@ -280,16 +280,6 @@ impl Conn {
         )
     }
 
-    /// Starts connecting now if there is no connection (and no backoff in force).
-    pub fn start(
-        &mut self,
-        now: Instant,
-        registry: &Registry,
-        sink: &mut Sink<'_>,
-    ) -> Result<(), NodeFault> {
-        self.ensure_connected(now, registry, sink)
-    }
-
     /// Requests sent and not answered yet (handshake included).
     pub fn pending(&self) -> usize {
         self.st.pending.len()
@@ -317,8 +307,9 @@ impl Conn {
         }
     }
 
-    /// Makes sure a connection exists or is under way; fails at once while backing off.
-    fn ensure_connected(
+    /// Makes sure a connection exists or is under way (starting one now if needed); fails at
+    /// once while backing off.
+    pub fn ensure_connected(
         &mut self,
         now: Instant,
         registry: &Registry,

@@ -74,7 +74,7 @@ impl Driver {
     pub fn connect_all(&mut self, now: Instant) -> usize {
         let registry = self.poll.registry();
         for conn in &mut self.conns {
-            let _ = conn.start(now, registry, &mut |_| {});
+            let _ = conn.ensure_connected(now, registry, &mut |_| {});
         }
         self.conns.iter().filter(|c| c.is_ready()).count()
     }
