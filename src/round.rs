@@ -210,6 +210,28 @@ impl Round {
         self.evaluate(now);
     }
 
+    /// Takes a node's vote back: its answer turned out to come from a node that does not speak
+    /// the protocol (surplus frames or garbage in the same read). The node counts as failed, and
+    /// a decision that vote made is taken back and made again from the remaining votes. Call it
+    /// before acting on [`Round::poll_decision`]: a decision already acted on cannot be undone.
+    pub fn handle_withdraw(&mut self, node: usize, now: Instant) {
+        let Some(slot) = self.slots.get_mut(node) else {
+            return;
+        };
+        match *slot {
+            Slot::Voted(Vote::Failed) => return,
+            Slot::Voted(Vote::Yes) => self.yes -= 1,
+            Slot::Voted(Vote::Refused) => self.refused -= 1,
+            Slot::Pending => {}
+        }
+        *slot = Slot::Voted(Vote::Failed);
+        self.failed += 1;
+        if self.started {
+            self.decision = None;
+            self.evaluate(now);
+        }
+    }
+
     /// Time has passed: nodes still pending after the per-node timeout count as failed, and an
     /// attempt whose validity has run out is lost.
     pub fn handle_timeout(&mut self, now: Instant) {
@@ -537,6 +559,40 @@ mod tests {
         r.handle_vote(7, Vote::Yes, t0);
         assert_eq!(r.poll_decision(), None);
         assert!(r.is_pending(1) && !r.is_pending(0));
+    }
+
+    #[test]
+    fn a_withdrawn_yes_takes_back_the_decision_it_made() {
+        let t0 = Instant::now();
+        let mut r = started(3, t0);
+        r.handle_vote(0, Vote::Yes, t0 + MS);
+        r.handle_vote(1, Vote::Refused, t0 + MS);
+        r.handle_vote(2, Vote::Yes, t0 + MS);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 2, .. })
+        ));
+        // Node 2's yes came with surplus frames in the same read: it did not count.
+        r.handle_withdraw(2, t0 + MS);
+        assert_eq!(r.vote(2), Some(Vote::Failed));
+        assert_eq!(
+            r.poll_decision(),
+            Some(Decision::Lost {
+                loss: Loss::Held,
+                yes: 1
+            })
+        );
+        // Withdrawing a pending node fails it; withdrawing twice changes nothing.
+        let mut r = started(3, t0);
+        r.handle_withdraw(0, t0);
+        r.handle_withdraw(0, t0);
+        assert_eq!(r.poll_decision(), None);
+        r.handle_vote(1, Vote::Yes, t0);
+        r.handle_vote(2, Vote::Yes, t0);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 2, .. })
+        ));
     }
 
     #[test]
