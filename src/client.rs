@@ -68,10 +68,50 @@ pub struct Config {
     pub limits: Limits,
     /// Sent with `CLIENT SETNAME` in the handshake. Default none.
     pub client_name: Option<String>,
-    /// Restart quarantine: a node that restarted less than this long ago (its `run_id` changed,
-    /// or its uptime is shorter) does not count towards a quorum. `None` switches it off.
-    /// Default: the TTL.
-    pub quarantine: Option<Duration>,
+    /// Longest TTL any lock of this client may have: every [`Client::extend`] and kept lock is
+    /// bounded by it, and [`Quarantine::Ttl`] makes it the restart-quarantine window. `None`:
+    /// the TTL. Default `None`.
+    pub max_ttl: Option<Duration>,
+    /// Restart quarantine: a node that restarted less than a window ago (its `run_id` changed,
+    /// or its uptime is shorter) does not count towards a quorum. Default [`Quarantine::Ttl`]:
+    /// the window is the longest TTL this client can set ([`Config::max_ttl`]).
+    pub quarantine: Quarantine,
+}
+
+/// The restart-quarantine setting: a node that may have restarted (and lost its keys) less than
+/// a window ago does not count towards a quorum.
+///
+/// Safety needs the window to cover the longest TTL that *any* client of the same servers sets:
+/// a node that forgot a key must stay out of quorums until that key would have expired anyway.
+/// The window is resolved when the handle is built, so the order of builder calls never matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quarantine {
+    /// No quarantine: a node counts as soon as it answers. Right for fresh servers, or servers
+    /// with `appendfsync always` persistence; unsafe for servers that restart without their data.
+    Off,
+    /// The window is the longest TTL this client can set: [`Config::max_ttl`], or the TTL.
+    #[default]
+    Ttl,
+    /// A fixed window. It must be at least the longest TTL this client can set ([`Config::max_ttl`]);
+    /// a longer one covers other clients of the same servers that use longer TTLs.
+    Fixed(Duration),
+}
+
+impl From<Option<Duration>> for Quarantine {
+    /// `None`: [`Quarantine::Off`]; `Some(window)`: [`Quarantine::Fixed`].
+    fn from(window: Option<Duration>) -> Quarantine {
+        match window {
+            None => Quarantine::Off,
+            Some(window) => Quarantine::Fixed(window),
+        }
+    }
+}
+
+impl From<Duration> for Quarantine {
+    /// [`Quarantine::Fixed`].
+    fn from(window: Duration) -> Quarantine {
+        Quarantine::Fixed(window)
+    }
 }
 
 impl Default for Config {
@@ -94,7 +134,8 @@ impl Default for Config {
             max_pending: 1024,
             limits: Limits::CLIENT,
             client_name: None,
-            quarantine: Some(Duration::from_secs(30)),
+            max_ttl: None,
+            quarantine: Quarantine::Ttl,
         }
     }
 }
@@ -105,6 +146,36 @@ impl Config {
     pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| (ttl / 20).min(Duration::from_millis(50)))
+    }
+
+    /// The longest TTL a lock of this client may have: [`Config::max_ttl`], or the TTL.
+    pub fn longest_ttl(&self) -> Duration {
+        self.max_ttl.unwrap_or(self.ttl)
+    }
+
+    /// The restart-quarantine window in force, `None` when it is off.
+    pub fn quarantine_window(&self) -> Option<Duration> {
+        match self.quarantine {
+            Quarantine::Off => None,
+            Quarantine::Ttl => Some(self.longest_ttl()),
+            Quarantine::Fixed(window) => Some(window),
+        }
+    }
+
+    /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
+    /// longer one would outlive the restart quarantine that protects it).
+    fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        self.check_ttl(ttl)?;
+        let longest = self.longest_ttl();
+        if ttl > longest {
+            return Err(Error::Config(format!(
+                "extend ttl {ttl:?} is longer than the longest ttl this client allows \
+                 ({longest:?}, the max_ttl setting): the restart quarantine could end while \
+                 the lock still lives; raise max_ttl (and the quarantine of every client of \
+                 these servers) to at least {ttl:?}"
+            )));
+        }
+        Ok(())
     }
 
     fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
@@ -166,11 +237,29 @@ impl Config {
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
-        if self
-            .quarantine
-            .is_some_and(|q| q > Duration::from_secs(86_400 * 30))
-        {
-            return bad("quarantine longer than 30 days".into());
+        if let Some(max) = self.max_ttl {
+            self.check_ttl(max)?;
+            if max < self.ttl {
+                return bad(format!(
+                    "max_ttl {max:?} is shorter than the ttl {:?}",
+                    self.ttl
+                ));
+            }
+        }
+        if let Quarantine::Fixed(window) = self.quarantine {
+            let longest = self.longest_ttl();
+            if window < longest {
+                return bad(format!(
+                    "quarantine window {window:?} is shorter than the longest ttl {longest:?} \
+                     (ttl or max_ttl): a node that restarted without its keys could rejoin a \
+                     quorum while a lock it forgot still lives; use Quarantine::Ttl, a window \
+                     of at least {longest:?}, or Quarantine::Off for servers that never lose \
+                     keys"
+                ));
+            }
+            if window > Duration::from_secs(86_400 * 30) {
+                return bad("quarantine longer than 30 days".into());
+            }
         }
         Ok(())
     }
@@ -190,7 +279,6 @@ impl Config {
 pub struct Builder {
     servers: Vec<String>,
     config: Config,
-    quarantine_set: bool,
 }
 
 impl Builder {
@@ -203,14 +291,12 @@ impl Builder {
         Builder {
             servers: servers.into_iter().map(|s| s.as_ref().to_owned()).collect(),
             config: Config::default(),
-            quarantine_set: false,
         }
     }
 
     /// Replaces every setting at once.
     pub fn config(mut self, config: Config) -> Builder {
         self.config = config;
-        self.quarantine_set = true;
         self
     }
     /// Lock time to live.
@@ -270,17 +356,20 @@ impl Builder {
         self.config.client_name = Some(name.into());
         self
     }
-    /// Restart quarantine window; `None` switches it off. Default: the TTL.
-    pub fn quarantine(mut self, window: Option<Duration>) -> Builder {
-        self.config.quarantine = window;
-        self.quarantine_set = true;
+    /// Longest TTL a lock may be extended (or kept) to; default: the TTL. With the default
+    /// [`Quarantine::Ttl`] it is also the restart-quarantine window.
+    pub fn max_ttl(mut self, ttl: Duration) -> Builder {
+        self.config.max_ttl = Some(ttl);
+        self
+    }
+    /// Restart quarantine: a [`Quarantine`], or `None` (off) / `Some(window)` (fixed) /
+    /// a `Duration` (fixed). Default [`Quarantine::Ttl`].
+    pub fn quarantine(mut self, quarantine: impl Into<Quarantine>) -> Builder {
+        self.config.quarantine = quarantine.into();
         self
     }
 
-    fn shared(mut self) -> Result<Arc<Shared>, Error> {
-        if !self.quarantine_set {
-            self.config.quarantine = Some(self.config.ttl);
-        }
+    fn shared(self) -> Result<Arc<Shared>, Error> {
         self.config.validate()?;
         if self.servers.is_empty() {
             return Err(Error::Config("no servers given".into()));
@@ -308,7 +397,7 @@ impl Builder {
             max_pending: c.max_pending,
             limits: c.limits,
             client_name: c.client_name.clone(),
-            info: c.quarantine.is_some(),
+            info: c.quarantine_window().is_some(),
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),
@@ -577,6 +666,9 @@ struct NodeWatch {
     generation: u64,
     run_id: Option<[u8; 40]>,
     quarantined_until: Option<Instant>,
+    /// Since when the node's restart state has been unknown (its `INFO server` reply had no
+    /// `run_id` or uptime), across reconnects; `None` while it is known.
+    unknown_since: Option<Instant>,
 }
 
 impl NodeWatch {
@@ -589,16 +681,30 @@ impl NodeWatch {
         info: Option<crate::conn::ServerInfo>,
         now: Instant,
     ) -> Option<Duration> {
-        if generation != self.generation
-            && let Some(info) = info
-        {
+        if generation != self.generation {
             self.generation = generation;
-            let restarted = self.run_id.is_some_and(|id| id != info.run_id);
-            self.run_id = Some(info.run_id);
-            let until = if restarted {
-                Some(info.seen + window)
-            } else {
-                window.checked_sub(info.uptime).map(|left| info.seen + left)
+            let until = match info {
+                Some(info) => {
+                    self.unknown_since = None;
+                    // A new run_id means a new process — a restart, a failover, a promoted
+                    // replica, or an address that now leads to another server — whatever its
+                    // uptime says: when it lost (or never had) our keys is unknown, so the whole
+                    // window counts from the moment we noticed.
+                    let restarted = self.run_id.is_some_and(|id| id != info.run_id);
+                    self.run_id = Some(info.run_id);
+                    if restarted {
+                        Some(deadline_after(info.seen, window))
+                    } else {
+                        window.checked_sub(info.uptime).map(|left| info.seen + left)
+                    }
+                }
+                // Restart state unknown: out of quorums until a whole window has passed since
+                // this client first saw the node in that state (kept across reconnects, so a
+                // server that closes idle connections is not quarantined forever).
+                None => Some(deadline_after(
+                    *self.unknown_since.get_or_insert(now),
+                    window,
+                )),
             };
             self.quarantined_until = until.max(self.quarantined_until);
         }
@@ -631,6 +737,15 @@ impl fmt::Debug for Client {
             .field("nodes", &self.shared.nodes)
             .finish_non_exhaustive()
     }
+}
+
+/// Far enough to mean "no deadline" (about 34 years), near enough to add to any `Instant`.
+const FOREVER: Duration = Duration::from_secs(1 << 30);
+
+/// `now + timeout`, where a timeout too large to represent (`Duration::MAX`) means no deadline.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout.min(FOREVER))
+        .unwrap_or(now + Duration::from_secs(1 << 20))
 }
 
 fn io_error(e: std::io::Error) -> Error {
@@ -721,7 +836,7 @@ impl Client {
     /// masters, call this once before the first attempt.
     pub fn connect(&mut self, timeout: Duration) -> usize {
         let now = Instant::now();
-        let deadline = now + timeout;
+        let deadline = deadline_after(now, timeout);
         let n = self.shared.nodes.len();
         let mut ready = self.driver.connect_all(now);
         self.driver.flush(now, &mut |_, _| {});
@@ -807,7 +922,9 @@ impl Client {
         loop {
             let error = match self.try_lock(resource) {
                 Ok(lock) => return Ok(lock),
-                Err(e @ (Error::Config(_) | Error::Auth { .. })) => return Err(e),
+                Err(e @ (Error::Config(_) | Error::Auth { .. } | Error::Permission { .. })) => {
+                    return Err(e);
+                }
                 Err(e) => e,
             };
             attempt += 1;
@@ -861,7 +978,7 @@ impl Client {
             round,
             faults,
             watch,
-            window: shared.config.quarantine,
+            window: shared.config.quarantine_window(),
             tag,
         };
         for node in 0..n {
@@ -873,6 +990,7 @@ impl Client {
                     reply: Err(&fault),
                     generation: 0,
                     info: None,
+                    withdrawn: false,
                 };
                 on_vote(&mut votes, node, failed);
             }
@@ -1032,6 +1150,8 @@ impl Client {
         let floor = (timeout / 10).max(Duration::from_millis(1));
         let grace = sent + (self.last_round * 4).clamp(floor, timeout);
         let mut released = 0;
+        // Nodes whose "released" was counted, so that an answer taken back is uncounted.
+        let mut counted = 0u64;
         loop {
             let now = Instant::now();
             if now >= grace && behind & !answered != 0 {
@@ -1054,7 +1174,11 @@ impl Client {
                     answered |= 1 << node;
                     // Keeping up after all: wait for it again next time.
                     slow[node] = false;
-                    if matches!(d.reply, Ok(Frame::Integer(1))) {
+                    if d.withdrawn && counted & (1 << node) != 0 {
+                        counted &= !(1 << node);
+                        released -= 1;
+                    } else if matches!(d.reply, Ok(Frame::Integer(1))) {
+                        counted |= 1 << node;
                         released += 1;
                     }
                 }
@@ -1076,7 +1200,7 @@ impl Client {
     /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring.
     pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let config = &self.shared.config;
-        config.check_ttl(ttl)?;
+        config.check_extend_ttl(ttl)?;
         if lock.extensions >= config.max_extensions {
             return Err(Error::ExtensionLimit(config.max_extensions));
         }
@@ -1111,7 +1235,10 @@ impl Client {
                 lock.extensions += 1;
                 Ok(())
             }
-            Decision::Lost { loss, .. } => Err(self.loss_error(loss, true)),
+            Decision::Lost { loss, .. } => {
+                lock.valid_until = validity_after_lost_extend(lock.valid_until, &self.round);
+                Err(self.loss_error(loss, true))
+            }
         }
     }
 
@@ -1122,13 +1249,16 @@ impl Client {
         locks: &mut [&mut Lock],
         ttl: Duration,
     ) -> Vec<Result<(), Error>> {
+        let start = Instant::now();
+        // As before any operation: notice connections the servers closed while idle (their
+        // `timeout`), so that they are re-established within this operation.
+        self.drain_idle(start);
         let config = &self.shared.config;
         let n = self.shared.nodes.len();
         let k = locks.len();
-        let start = Instant::now();
         let mut results: Vec<Option<Result<(), Error>>> = (0..k)
             .map(|i| {
-                if let Err(e) = config.check_ttl(ttl) {
+                if let Err(e) = config.check_extend_ttl(ttl) {
                     Some(Err(e))
                 } else if locks[i].extensions >= config.max_extensions {
                     Some(Err(Error::ExtensionLimit(config.max_extensions)))
@@ -1151,7 +1281,7 @@ impl Client {
             };
             round.start(start, &round_config);
         }
-        let window = config.quarantine;
+        let window = config.quarantine_window();
         let ttl_ms = ttl.as_millis() as u64;
         let script = &scripts()[1];
         let Client { driver, watch, .. } = self;
@@ -1195,6 +1325,7 @@ impl Client {
                             reply: Err(&fault),
                             generation: 0,
                             info: None,
+                            withdrawn: false,
                         },
                     );
                 }
@@ -1237,13 +1368,17 @@ impl Client {
                         locks[i].extensions += 1;
                         Ok(())
                     }
-                    Some(Decision::Lost { loss, .. }) => Err(loss_error(
-                        &self.shared.nodes,
-                        &rounds[i],
-                        &faults[i],
-                        loss,
-                        true,
-                    )),
+                    Some(Decision::Lost { loss, .. }) => {
+                        locks[i].valid_until =
+                            validity_after_lost_extend(locks[i].valid_until, &rounds[i]);
+                        Err(loss_error(
+                            &self.shared.nodes,
+                            &rounds[i],
+                            &faults[i],
+                            loss,
+                            true,
+                        ))
+                    }
                     None => Err(Error::Expired { released: 0 }),
                 },
             })
@@ -1255,6 +1390,7 @@ impl Client {
     pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
         let tag = self.next_tag();
         let start = Instant::now();
+        self.drain_idle(start);
         let n = self.shared.nodes.len();
         let mut acc = StatusReplies {
             tag,
@@ -1279,7 +1415,7 @@ impl Client {
             }
         }
         self.driver.flush(start, &mut |i, d| acc.on_reply(i, d));
-        let deadline = start + timeout;
+        let deadline = deadline_after(start, timeout);
         while acc.ttls.iter().any(Option::is_none) && Instant::now() < deadline {
             self.driver.turn(deadline, &mut |i, d| acc.on_reply(i, d));
         }
@@ -1302,6 +1438,17 @@ impl Client {
             })
             .collect()
     }
+}
+
+/// The validity a lock keeps after an extend that was sent and did not win.
+///
+/// Nodes that ran the compare-and-pexpire — in time, late, or after resuming from a freeze with
+/// the command still queued — now expire the key `ttl` after they ran it, which may be sooner
+/// than before. All of them ran it after the round's start, so the key lives on each of them at
+/// least until `start + ttl − drift` (the round's `valid_until`), and on the others until the
+/// old deadline: the lock is safe until the smaller of the two, never longer.
+fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {
+    old.min(round.valid_until())
 }
 
 /// The node-by-node report of a round.
@@ -1341,16 +1488,22 @@ fn loss_error(
     extend: bool,
 ) -> Error {
     let report = report(nodes, round, faults, extend);
-    if let Some((node, NodeFault::Auth(message))) = report
-        .failed
-        .iter()
-        .map(|(i, f)| (*i, f.root()))
-        .find(|(_, f)| matches!(f, NodeFault::Auth(_)))
-    {
-        return Error::Auth {
-            node: nodes[node].to_string(),
-            message: message.clone(),
-        };
+    for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
+        match fault {
+            NodeFault::Auth(message) => {
+                return Error::Auth {
+                    node: nodes[node].to_string(),
+                    message: message.clone(),
+                };
+            }
+            NodeFault::Permission { .. } => {
+                return Error::Permission {
+                    node: nodes[node].to_string(),
+                    message: fault.to_string(),
+                };
+            }
+            _ => {}
+        }
     }
     match loss {
         Loss::Held => Error::Held(report),
@@ -1376,14 +1529,22 @@ fn on_vote(v: &mut Votes<'_>, node: usize, d: Delivery<'_>) {
         return;
     }
     let now = Instant::now();
+    if d.withdrawn {
+        // The node's answer came with surplus frames or garbage: it does not count.
+        if let Err(fault) = d.reply {
+            v.faults[node] = Some(fault.clone());
+        }
+        v.round.handle_withdraw(node, now);
+        return;
+    }
     let mut vote = vote_of(d.kind, &d.reply);
-    if let (Some(window), Some(watch)) = (v.window, v.watch.get_mut(node))
-        && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
-        && vote == Ok(Vote::Yes)
-        // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
-        // lock that is held. An extend yes proves the node still holds our token, so it is
-        // refusing everyone else and counts.
+    // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a lock
+    // that is held. An extend yes proves the node still holds our token, so it is refusing
+    // everyone else and counts.
+    if vote == Ok(Vote::Yes)
         && d.kind == Kind::Set
+        && let (Some(window), Some(watch)) = (v.window, v.watch.get_mut(node))
+        && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
     {
         vote = Err(NodeFault::Quarantined(left));
     }
@@ -1437,6 +1598,14 @@ struct StatusReplies {
 impl StatusReplies {
     fn on_reply(&mut self, node: usize, d: Delivery<'_>) {
         if d.tag != self.tag {
+            return;
+        }
+        if d.withdrawn {
+            // The node's answers came with surplus frames or garbage: none of them stands.
+            if let Err(fault) = d.reply {
+                self.values[node] = Some(Err(fault.clone()));
+                self.ttls[node] = Some((Err(fault.clone()), Instant::now()));
+            }
             return;
         }
         let unexpected = |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));

@@ -19,7 +19,7 @@ use sha1::{Digest, Sha1};
 
 use crate::addr::{Endpoint, NodeAddr};
 use crate::error::NodeFault;
-use crate::resp::{self, AggregateKind, Arg, Decoder, Frame, Limits, Status};
+use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Limits, Status};
 
 /// How connections behave; shared by all connections of a client.
 #[derive(Debug, Clone)]
@@ -101,10 +101,42 @@ pub(crate) enum Kind {
 /// Handshake steps, in the order they are pipelined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
+    /// `HELLO 3 [AUTH user pass]`: answered with a map.
+    Hello,
+    /// `AUTH [user] pass`: answered `+OK`.
     Auth,
+    /// `SELECT db`: answered `+OK`.
     Select,
+    /// `CLIENT SETNAME name`: answered `+OK`.
     SetName,
+    /// `INFO server`: answered with a bulk (or verbatim) string.
     Info,
+}
+
+impl Step {
+    /// The command, as error messages name it.
+    fn command(self) -> &'static str {
+        match self {
+            Step::Hello => "HELLO",
+            Step::Auth => "AUTH",
+            Step::Select => "SELECT",
+            Step::SetName => "CLIENT SETNAME",
+            Step::Info => "INFO server",
+        }
+    }
+
+    /// True when `frame` is the kind of answer this step gets from a real server. Anything else
+    /// (an `INFO` answered `+OK`, a `HELLO` answered `:1`) is a server that does not speak the
+    /// protocol, and fails the handshake.
+    fn accepts(self, frame: &Frame<'_>) -> bool {
+        match self {
+            Step::Hello => {
+                matches!(frame, Frame::Aggregate(a) if matches!(a.kind(), AggregateKind::Map | AggregateKind::Array))
+            }
+            Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
+            Step::Info => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,6 +148,8 @@ struct Pending {
     tail: usize,
     /// For scripts: how many arguments that tail holds.
     argc: usize,
+    /// Already sent once more on a fresh connection after its first connection dropped.
+    replayed: bool,
 }
 
 /// A reply (or a fault) for one request, handed to the driver.
@@ -126,6 +160,10 @@ pub(crate) struct Delivery<'a> {
     /// The connection the reply came on, and what its node said in `INFO server` there.
     pub generation: u64,
     pub info: Option<ServerInfo>,
+    /// This request was answered earlier (that answer was delivered), but the same read then
+    /// turned out to carry surplus frames or garbage: the node does not speak the protocol, and
+    /// its answer is taken back. `reply` holds the fault.
+    pub withdrawn: bool,
 }
 
 /// What the node said about itself in `INFO server`.
@@ -180,7 +218,10 @@ impl Stream {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// No socket. No connect attempt before `retry_at`.
+    /// No socket: a working connection was closed (by the server's idle `timeout`, a proxy,
+    /// `CLIENT KILL`, a restart). The next request reconnects at once, within its operation.
+    Closed,
+    /// No socket: connecting failed. No connect attempt before `retry_at`.
     Down { retry_at: Instant },
     /// TCP connect in progress.
     Connecting { deadline: Instant },
@@ -207,6 +248,13 @@ pub struct IoStats {
 struct State {
     phase: Phase,
     out: BytesMut,
+    /// Requests queued while the handshake is under way: written only once every handshake
+    /// reply has come back right, so that a failed `AUTH` or `SELECT` can never let a `SET` run
+    /// as the wrong user or in the wrong database.
+    held: BytesMut,
+    /// Requests answered in the current read (tag, kind), so that a read that turns out to
+    /// carry surplus frames or garbage can take their answers back.
+    answered: Vec<(u64, Kind)>,
     pending: VecDeque<Pending>,
     script_tails: BytesMut,
     loaded: [bool; 2],
@@ -252,6 +300,8 @@ impl Conn {
             st: State {
                 phase: Phase::Down { retry_at: now },
                 out: BytesMut::with_capacity(1024),
+                held: BytesMut::new(),
+                answered: Vec::with_capacity(16),
                 pending: VecDeque::with_capacity(16),
                 script_tails: BytesMut::with_capacity(256),
                 loaded: [false; 2],
@@ -319,7 +369,7 @@ impl Conn {
             Phase::Down { retry_at } if now < retry_at => Err(NodeFault::Backoff(Box::new(
                 self.st.last_fault.clone().unwrap_or(NodeFault::Closed),
             ))),
-            Phase::Down { .. } => {
+            Phase::Down { .. } | Phase::Closed => {
                 if let Err(fault) = self.connect(now, registry) {
                     self.fail(fault.clone(), now, registry, sink);
                     return Err(fault);
@@ -360,6 +410,7 @@ impl Conn {
         self.inp.clear();
         let st = &mut self.st;
         st.out.clear();
+        st.held.clear();
         st.pending.clear();
         st.script_tails.clear();
         st.loaded = [false; 2];
@@ -387,6 +438,7 @@ impl Conn {
                 sent: now,
                 tail: 0,
                 argc: 0,
+                replayed: false,
             });
             steps += 1;
         };
@@ -396,7 +448,7 @@ impl Conn {
             match pass {
                 Some(p) => push(
                     st,
-                    Step::Auth,
+                    Step::Hello,
                     &[
                         "HELLO".into(),
                         "3".into(),
@@ -405,7 +457,7 @@ impl Conn {
                         p.into(),
                     ],
                 ),
-                None => push(st, Step::Auth, &["HELLO".into(), "3".into()]),
+                None => push(st, Step::Hello, &["HELLO".into(), "3".into()]),
             }
         } else if let Some(p) = pass {
             match user {
@@ -458,13 +510,14 @@ impl Conn {
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
-        self.st.out.extend_from_slice(encoded);
+        self.st.queue_buffer().extend_from_slice(encoded);
         self.st.pending.push_back(Pending {
             kind,
             tag,
             sent: now,
             tail: 0,
             argc: 0,
+            replayed: false,
         });
         Ok(())
     }
@@ -484,28 +537,7 @@ impl Conn {
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
-        let st = &mut self.st;
-        let loaded = st.loaded[script.index];
-        let (verb, head) = if loaded {
-            (Arg::Bytes(b"EVALSHA"), Arg::Bytes(&script.sha))
-        } else {
-            (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
-        };
-        st.out
-            .reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
-        resp::encode_array_header(&mut st.out, 2 + argc);
-        resp::encode_bulk(&mut st.out, &verb);
-        resp::encode_bulk(&mut st.out, &head);
-        st.out.extend_from_slice(tail);
-        // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
-        st.script_tails.extend_from_slice(tail);
-        st.pending.push_back(Pending {
-            kind: Kind::Script(script.index),
-            tag,
-            sent: now,
-            tail: tail.len(),
-            argc,
-        });
+        self.st.queue_script(script, tag, tail, argc, now, false);
         Ok(())
     }
 
@@ -562,6 +594,7 @@ impl Conn {
     }
 
     fn read(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+        self.st.answered.clear();
         loop {
             let Some(stream) = self.stream.as_mut() else {
                 return;
@@ -597,6 +630,7 @@ impl Conn {
                 inp.advance(used);
             }
             if let Some(fault) = self.st.failure.take() {
+                self.st.withdraw_answered(&fault, sink);
                 self.fail(fault, now, registry, sink);
                 return;
             }
@@ -631,6 +665,12 @@ impl Conn {
     /// Closes the connection: every request still waiting gets the fault, and the next use
     /// reconnects — at once if the connection had been working, after a growing backoff if it
     /// never came up.
+    ///
+    /// Extend and release scripts are idempotent (compare-and-pexpire, compare-and-delete), so
+    /// when a working connection drops under them (the server closed it: idle `timeout`, a
+    /// proxy, `CLIENT KILL`) they are sent once more on a fresh connection, started here; their
+    /// operation's own node deadline still bounds the wait. A `SET NX` is not replayed: a second
+    /// `SET` would find our own key and answer "held".
     pub fn fail(
         &mut self,
         fault: NodeFault,
@@ -642,35 +682,78 @@ impl Conn {
             let _ = registry.deregister(stream.source());
         }
         let st = &mut self.st;
-        // A connection that answered something was working: reconnect at once (a restarted
-        // node is used again immediately). One that never answered — refused, closed at once,
-        // or garbage — backs off, doubling each time.
-        let proven = st.replied;
+        // Taken, not read: a connect that fails before a new connection answers anything must
+        // back off, whatever the previous connection did.
+        let proven = std::mem::take(&mut st.replied);
+        let replay = proven && matches!(fault, NodeFault::Closed | NodeFault::Io(_));
+        // Rare path: the requests to send again, with their script arguments.
+        let mut again: Vec<(Pending, Vec<u8>)> = Vec::new();
         while let Some(p) = st.pending.pop_front() {
-            if !matches!(p.kind, Kind::Handshake(_)) {
-                sink(Delivery {
+            let tail = st.script_tails[..p.tail].to_vec();
+            st.script_tails.advance(p.tail);
+            match p.kind {
+                Kind::Handshake(_) => {}
+                Kind::Script(_) if replay && !p.replayed => again.push((p, tail)),
+                _ => sink(Delivery {
                     tag: p.tag,
                     kind: p.kind,
                     reply: Err(&fault),
                     generation: st.generation,
                     info: st.info,
-                });
+                    withdrawn: false,
+                }),
             }
         }
         st.out.clear();
+        st.held.clear();
         st.script_tails.clear();
         self.inp.clear();
         self.decoder.reset();
-        let retry_at = if proven {
-            st.backoff = self.config.backoff_min;
-            now
-        } else {
-            let wait = st.backoff;
-            st.backoff = (st.backoff * 2).min(self.config.backoff_max);
-            now + wait
-        };
-        st.phase = Phase::Down { retry_at };
         st.last_fault = Some(fault);
+        if proven {
+            st.backoff = self.config.backoff_min;
+            st.phase = Phase::Closed;
+        } else {
+            self.back_off(now);
+        }
+        if again.is_empty() {
+            return;
+        }
+        match self.connect(now, registry) {
+            Ok(()) => {
+                for (p, tail) in again {
+                    let Kind::Script(index) = p.kind else {
+                        continue;
+                    };
+                    self.st
+                        .queue_script(&scripts()[index], p.tag, &tail, p.argc, now, true);
+                }
+            }
+            Err(fault) => {
+                for (p, _) in again {
+                    sink(Delivery {
+                        tag: p.tag,
+                        kind: p.kind,
+                        reply: Err(&fault),
+                        generation: self.st.generation,
+                        info: None,
+                        withdrawn: false,
+                    });
+                }
+                self.st.last_fault = Some(fault);
+                self.back_off(now);
+            }
+        }
+    }
+
+    /// No connect attempt for the current backoff, which doubles for the next failure.
+    fn back_off(&mut self, now: Instant) {
+        let st = &mut self.st;
+        let wait = st.backoff;
+        st.backoff = (st.backoff * 2).min(self.config.backoff_max);
+        st.phase = Phase::Down {
+            retry_at: now + wait,
+        };
     }
 }
 
@@ -697,6 +780,64 @@ fn decode_frames(
 }
 
 impl State {
+    /// Where a new request's bytes go: straight out, or held until the handshake is done.
+    fn queue_buffer(&mut self) -> &mut BytesMut {
+        if self.handshake_left > 0 {
+            &mut self.held
+        } else {
+            &mut self.out
+        }
+    }
+
+    /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
+    /// (which loads it) before.
+    fn queue_script(
+        &mut self,
+        script: &Script,
+        tag: u64,
+        tail: &[u8],
+        argc: usize,
+        now: Instant,
+        replayed: bool,
+    ) {
+        let (verb, head) = if self.loaded[script.index] {
+            (Arg::Bytes(b"EVALSHA"), Arg::Bytes(&script.sha))
+        } else {
+            (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
+        };
+        let out = self.queue_buffer();
+        out.reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
+        resp::encode_array_header(out, 2 + argc);
+        resp::encode_bulk(out, &verb);
+        resp::encode_bulk(out, &head);
+        out.extend_from_slice(tail);
+        // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
+        self.script_tails.extend_from_slice(tail);
+        self.pending.push_back(Pending {
+            kind: Kind::Script(script.index),
+            tag,
+            sent: now,
+            tail: tail.len(),
+            argc,
+            replayed,
+        });
+    }
+
+    /// Takes back the answers delivered in the read that `fault` spoiled.
+    fn withdraw_answered(&mut self, fault: &NodeFault, sink: &mut Sink<'_>) {
+        for &(tag, kind) in &self.answered {
+            sink(Delivery {
+                tag,
+                kind,
+                reply: Err(fault),
+                generation: self.generation,
+                info: self.info,
+                withdrawn: true,
+            });
+        }
+        self.answered.clear();
+    }
+
     fn on_frame(&mut self, frame: Frame<'_>, now: Instant, sink: &mut Sink<'_>) {
         self.replied = true;
         if let Frame::Aggregate(agg) = frame
@@ -741,23 +882,39 @@ impl State {
         }
     }
 
-    fn deliver(&self, p: Pending, reply: Result<Frame<'_>, &NodeFault>, sink: &mut Sink<'_>) {
+    fn deliver(&mut self, p: Pending, reply: Result<Frame<'_>, &NodeFault>, sink: &mut Sink<'_>) {
+        self.answered.push((p.tag, p.kind));
         sink(Delivery {
             tag: p.tag,
             kind: p.kind,
             reply,
             generation: self.generation,
             info: self.info,
+            withdrawn: false,
         });
     }
 
     fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
         if let Frame::Error(e) = frame {
-            self.failure = Some(if step == Step::Auth || e.kind.is_auth() {
-                NodeFault::Auth(e.message.to_owned())
-            } else {
-                NodeFault::Server(e.kind, e.message.to_owned())
+            let message = e.message.to_owned();
+            self.failure = Some(match (step, e.kind) {
+                (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
+                // Logged in, but the ACL user may not run this step.
+                (_, ErrorKind::NoPerm) => NodeFault::Permission {
+                    command: step.command(),
+                    message,
+                },
+                (_, kind) if kind.is_auth() => NodeFault::Auth(message),
+                (_, kind) => NodeFault::Server(kind, message),
             });
+            return;
+        }
+        if !step.accepts(&frame) {
+            self.failure = Some(NodeFault::Unexpected(format!(
+                "{:?} in answer to {}",
+                frame.to_value(),
+                step.command()
+            )));
             return;
         }
         if step == Step::Info {
@@ -770,6 +927,13 @@ impl State {
         self.handshake_left = self.handshake_left.saturating_sub(1);
         if self.handshake_left == 0 {
             self.phase = Phase::Ready;
+            // The handshake went through: the requests held back may go now.
+            if self.out.is_empty() {
+                std::mem::swap(&mut self.out, &mut self.held);
+            } else {
+                self.out.extend_from_slice(&self.held);
+                self.held.clear();
+            }
         }
     }
 }

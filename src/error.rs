@@ -29,8 +29,16 @@ pub enum NodeFault {
     Unexpected(String),
     /// The server answered with an error.
     Server(ErrorKind, String),
-    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM` during the handshake).
+    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, or an error answering `AUTH`
+    /// or `HELLO`).
     Auth(String),
+    /// Logged in, but the ACL user may not run a command the client needs (`NOPERM`).
+    Permission {
+        /// The command refused, e.g. `INFO server`.
+        command: &'static str,
+        /// What the server answered.
+        message: String,
+    },
     /// The node is down and the client waits before reconnecting; the last fault is attached.
     Backoff(Box<NodeFault>),
     /// Too many requests are waiting for replies: the node stopped answering.
@@ -52,6 +60,16 @@ impl fmt::Display for NodeFault {
             NodeFault::Unexpected(what) => write!(f, "unexpected reply {what}"),
             NodeFault::Server(_, message) => write!(f, "answered -{message}"),
             NodeFault::Auth(message) => write!(f, "authentication refused: {message}"),
+            NodeFault::Permission { command, message } => {
+                write!(f, "the ACL user may not run {command} (-{message})")?;
+                if *command == "INFO server" {
+                    f.write_str(
+                        "; the restart quarantine needs it: grant +info (ACL SETUSER <user> \
+                         +info), or switch the quarantine off",
+                    )?;
+                }
+                Ok(())
+            }
             NodeFault::Backoff(last) => write!(f, "down ({last}), reconnecting later"),
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
             NodeFault::Quarantined(left) => {
@@ -185,6 +203,14 @@ pub enum Error {
         /// `host:port` of the node.
         node: String,
         /// What the node answered.
+        message: String,
+    },
+    /// A node refused a command the client needs: the ACL user lacks a permission.
+    #[error("permission refused by {node}: {message}")]
+    Permission {
+        /// `host:port` of the node.
+        node: String,
+        /// Which command, what the node answered, and what to grant.
         message: String,
     },
     /// A failure inside this process: the event loop or the keep-alive thread could not run.

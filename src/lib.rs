@@ -55,7 +55,9 @@ pub mod resp;
 pub mod round;
 
 pub use addr::NodeAddr;
-pub use client::{Builder, Client, Config, Lock, LockGuard, NodeStatus, Redlock, Token};
+pub use client::{
+    Builder, Client, Config, Lock, LockGuard, NodeStatus, Quarantine, Redlock, Token,
+};
 pub use conn::IoStats;
 pub use error::{Error, NodeFault, Report};
 pub use keep::KeepAlive;

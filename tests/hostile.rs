@@ -671,13 +671,18 @@ fn unsolicited_extra_reply_is_never_taken_for_a_later_request() {
         let fake = Fake::start(Hostile::Extra.handler());
         let node = fake.node();
         let mut c = client(vec![fake.url()], Duration::from_millis(100));
-        // The first SET gets `+OK` twice: the first acquire may succeed (or fail on the
-        // surplus), but the connection must be dropped either way.
+        // The first SET gets `+OK` twice in one read: the surplus takes the yes back, so the
+        // acquire fails, and the connection is dropped.
+        let started = Instant::now();
         let first = c.try_lock("res");
         assert_bounded(&c, "after the double +OK");
-        if let Err(e) = &first {
-            assert!(e.to_string().contains(&node), "{e}");
-        }
+        assert_fault(
+            first,
+            &node,
+            started,
+            Duration::from_millis(100) + SLACK,
+            |f| matches!(f, NodeFault::Unexpected(_)),
+        );
         // The next SET is answered `$-1` (held). Taking the stale `+OK` for its reply would
         // hand out a lock that is held elsewhere.
         let started = Instant::now();
@@ -935,5 +940,177 @@ fn two_real_nodes_carry_the_quorum_past_each_hostile_third() {
             drop(c);
             drop(fake);
         }
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Surplus replies, unknown restart state, a connection closed under an extend
+// ---------------------------------------------------------------------------
+
+/// Answers every packet with fifty `+OK` and fifty `:1`, whatever it was.
+fn yes_flood(p: &mut Peer) {
+    let mut reply = b"+OK\r\n".repeat(50);
+    reply.extend_from_slice(&b":1\r\n".repeat(50));
+    let mut chunk = [0u8; 4096];
+    loop {
+        match p.stream.read(&mut chunk) {
+            Ok(0) => return,
+            Ok(_) => {
+                if !p.send(&reply) {
+                    return;
+                }
+            }
+            Err(e) if is_timeout(&e) && !p.stopped() => {}
+            Err(_) => return,
+        }
+    }
+}
+
+#[test]
+fn a_server_answering_every_packet_with_yeses_never_grants_a_lock() {
+    bounded(|| {
+        let servers = common::Servers::start(2);
+        // The resource is free on node 0 and held by someone else on node 1: only the fake's
+        // "yes" could make a quorum of two.
+        servers[1].set("res", "someone-else");
+        // Past the 1 s window below, so that with quarantine on node 0's yes counts too.
+        for s in servers.iter() {
+            s.wait_uptime(2);
+        }
+        let urls = servers.urls();
+        let fake = Fake::start(yes_flood);
+        for quarantine in [None, Some(Duration::from_secs(1))] {
+            let mut c = Builder::new(vec![urls[0].clone(), fake.url(), urls[1].clone()])
+                .ttl(Duration::from_secs(1))
+                .quarantine(quarantine)
+                .node_timeout(Duration::from_millis(100))
+                .connect_timeout(Duration::from_millis(500))
+                .build_client()
+                .unwrap();
+            for attempt in 0..5 {
+                match c.try_lock("res") {
+                    Ok(lock) => panic!(
+                        "granted by a node that answers everything with yes (quarantine \
+                         {quarantine:?}, attempt {attempt}): {lock:?}"
+                    ),
+                    Err(Error::Held(report) | Error::NoQuorum(report)) => {
+                        let fake_fault = report
+                            .failed()
+                            .find(|(a, _)| a.to_string() == fake.node())
+                            .map(|(_, f)| f.root().clone());
+                        assert!(
+                            matches!(fake_fault, Some(NodeFault::Unexpected(_))),
+                            "the fake must fail as a protocol breaker: {report}"
+                        );
+                    }
+                    Err(other) => panic!("unexpected {other:?}"),
+                }
+                assert_bounded(&c, "after the flood");
+            }
+        }
+        assert_eq!(servers[0].get("res"), None, "our key was released");
+    });
+}
+
+/// A server that speaks the protocol but whose `INFO server` has no `run_id` or uptime; it
+/// closes each connection after answering a `SET`, so every attempt reconnects.
+fn no_run_id(p: &mut Peer) {
+    while let Some(cmd) = p.command() {
+        let reply: &[u8] = match verb(&cmd) {
+            b"INFO" => b"$29\r\n# Server\r\nredis_version:7.0.0\r\n",
+            b"SET" => {
+                p.send(b"+OK\r\n");
+                return;
+            }
+            _ if is_script(&cmd) => b":1\r\n",
+            _ => b"-ERR unknown command\r\n",
+        };
+        if !p.send(reply) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_node_whose_restart_state_is_unknown_waits_a_window_counted_across_reconnects() {
+    bounded(|| {
+        let fake = Fake::start(no_run_id);
+        let window = Duration::from_secs(1);
+        let mut c = Builder::new([fake.url()])
+            .ttl(window)
+            .node_timeout(Duration::from_millis(100))
+            .build_client()
+            .unwrap();
+        let first_seen = Instant::now();
+        let mut attempts = 0;
+        let granted = loop {
+            attempts += 1;
+            match c.try_lock("res") {
+                Ok(lock) => break lock,
+                Err(Error::NoQuorum(report)) => {
+                    let quarantined = report
+                        .failed()
+                        .any(|(_, f)| matches!(f.root(), NodeFault::Quarantined(_)));
+                    // Between attempts the fake closed the connection; an attempt may meet
+                    // that close, every other one must meet the quarantine.
+                    let closed = report
+                        .failed()
+                        .any(|(_, f)| matches!(f.root(), NodeFault::Closed | NodeFault::Io(_)));
+                    assert!(quarantined || closed, "{report}");
+                }
+                Err(other) => panic!("unexpected {other:?}"),
+            }
+            c.idle_until(Instant::now() + Duration::from_millis(50));
+        };
+        assert!(
+            first_seen.elapsed() >= window,
+            "a node with an unknown restart state counted after {:?} ({attempts} attempts)",
+            first_seen.elapsed()
+        );
+        assert!(
+            fake.accepted() >= 3,
+            "the window must hold across reconnects: {} connections",
+            fake.accepted()
+        );
+        drop(granted);
+    });
+}
+
+#[test]
+fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
+    bounded(|| {
+        // The first script on the first connection is read and the connection closed without an
+        // answer, as a server closing an idle connection at that moment would; the fresh
+        // connection answers.
+        let fake = Fake::start(|p: &mut Peer| {
+            while let Some(cmd) = p.command() {
+                if is_script(&cmd) && p.id == 0 {
+                    p.note("closed under a script");
+                    return;
+                }
+                let reply: &[u8] = if is_script(&cmd) {
+                    b":1\r\n"
+                } else {
+                    b"+OK\r\n"
+                };
+                if !p.send(reply) {
+                    return;
+                }
+            }
+        });
+        let mut c = Builder::new([fake.url()])
+            .ttl(Duration::from_secs(2))
+            .quarantine(None)
+            .node_timeout(Duration::from_millis(200))
+            .build_client()
+            .unwrap();
+        let mut lock = c.try_lock("res").unwrap();
+        c.extend(&mut lock, Duration::from_secs(2))
+            .expect("the extend is sent again on a fresh connection");
+        fake.wait_for("the close", |e| {
+            matches!(e, Ev::Note(0, "closed under a script"))
+        });
+        assert_eq!(fake.accepted(), 2);
+        assert_eq!(c.unlock(lock).unwrap(), 1);
     });
 }

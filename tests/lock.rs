@@ -117,6 +117,7 @@ fn extend_renews_on_all_nodes_and_counts() {
     let servers = Servers::start(3);
     let mut c = builder(&servers)
         .ttl(Duration::from_millis(2_000))
+        .max_ttl(Duration::from_secs(60))
         .max_extensions(2)
         .build_client()
         .unwrap();
@@ -157,6 +158,7 @@ fn unlock_after_expiry_says_so() {
     let servers = Servers::start(1);
     let mut c = builder(&servers)
         .ttl(Duration::from_millis(50))
+        .max_ttl(Duration::from_secs(1))
         .node_timeout(Duration::from_millis(25))
         .build_client()
         .unwrap();

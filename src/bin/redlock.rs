@@ -247,7 +247,7 @@ pub fn code_of(e: &Error) -> u8 {
         Error::Config(_) => exit::USAGE,
         Error::Held(_) => exit::HELD,
         Error::NoQuorum(_) | Error::TooSlow(_) => exit::UNAVAILABLE,
-        Error::Auth { .. } => exit::AUTH,
+        Error::Auth { .. } | Error::Permission { .. } => exit::AUTH,
         Error::Expired { .. } | Error::ExtensionLimit(_) => exit::LOST,
         Error::Protocol { .. } | Error::Internal(_) => exit::INTERNAL,
         _ => exit::INTERNAL,
