@@ -234,6 +234,21 @@ fn encode_set(c: &mut Criterion) {
             assert_eq!(out.len(), len);
         })
     });
+    let template = resp::SetNxPx::new(30_000);
+    out.clear();
+    template.encode(&mut out, b"lock:resource", TOKEN.as_bytes());
+    assert_eq!(&out[..], SET_WIRE);
+    group.bench_function("ours_template", |b| {
+        b.iter(|| {
+            out.clear();
+            black_box(&template).encode(
+                &mut out,
+                black_box(b"lock:resource"),
+                black_box(TOKEN.as_bytes()),
+            );
+            assert_eq!(out.len(), len);
+        })
+    });
     group.bench_function("redis_rs", |b| {
         b.iter(|| {
             let packed = redis::cmd("SET")

@@ -16,7 +16,7 @@ use crate::conn::{ConnConfig, Delivery, IoStats, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::keep::Cmd;
-use crate::resp::{Arg, Frame, Limits};
+use crate::resp::{Arg, Frame, Limits, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote};
 
 /// Most nodes a client may use (node sets are 64-bit masks).
@@ -728,6 +728,8 @@ pub struct Client {
     last_round: Duration,
     /// Reused for encoding each operation's command once, for all nodes.
     scratch: bytes::BytesMut,
+    /// `SET … NX PX <ttl>` pre-encoded for the configured TTL.
+    set_nx_px: SetNxPx,
     tag: u64,
 }
 
@@ -808,6 +810,7 @@ impl Client {
             slow: vec![false; n],
             last_round: Duration::ZERO,
             scratch: bytes::BytesMut::with_capacity(256),
+            set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
             tag: 0,
             shared,
         })
@@ -1042,17 +1045,11 @@ impl Client {
         // Encoded once, copied to every node.
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        crate::resp::encode_command(
-            &mut buf,
-            &[
-                Arg::Bytes(b"SET"),
-                Arg::Bytes(resource),
-                Arg::Bytes(token.as_bytes()),
-                Arg::Bytes(b"NX"),
-                Arg::Bytes(b"PX"),
-                Arg::UInt(ttl_ms),
-            ],
-        );
+        if ttl == self.shared.config.ttl {
+            self.set_nx_px.encode(&mut buf, resource, token.as_bytes());
+        } else {
+            SetNxPx::new(ttl_ms).encode(&mut buf, resource, token.as_bytes());
+        }
         let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
             driver.request(node, Kind::Set, tag, &buf, start, sink)
         });

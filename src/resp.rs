@@ -986,6 +986,83 @@ pub fn encode_bulk(out: &mut BytesMut, arg: &Arg<'_>) {
     }
 }
 
+/// `SET <key> <token> NX PX <ttl>` with the TTL encoded once: what stays the same from one
+/// acquisition to the next (the verb, `NX PX` and the TTL) is kept pre-encoded, and only the key
+/// and the token are written per command, from the stack in one append. This is the lock's hot
+/// path; [`encode_command`] is the general form and writes the same bytes.
+///
+/// ```
+/// use redlock_mux::resp::{encode_command, Arg, SetNxPx};
+/// let mut fast = bytes::BytesMut::new();
+/// SetNxPx::new(30_000).encode(&mut fast, b"lock:1", b"tok");
+/// let mut general = bytes::BytesMut::new();
+/// let args: [Arg; 6] = ["SET".into(), "lock:1".into(), "tok".into(), "NX".into(), "PX".into(), 30_000u64.into()];
+/// encode_command(&mut general, &args);
+/// assert_eq!(fast, general);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetNxPx {
+    /// `\r\n$2\r\nNX\r\n$2\r\nPX\r\n$<n>\r\n<ttl>\r\n`, the bytes after the token.
+    tail: [u8; SET_TAIL_MAX],
+    tail_len: u8,
+}
+
+/// The longest tail of a `SET … NX PX <ttl>` command: 18 fixed bytes and a bulk of up to 20
+/// digits.
+const SET_TAIL_MAX: usize = 18 + 5 + 2 + 20;
+/// Key plus token up to this size are composed on the stack and appended at once.
+const SET_INLINE: usize = 192;
+
+impl SetNxPx {
+    /// The template for a TTL of `ttl_ms` milliseconds.
+    pub fn new(ttl_ms: u64) -> SetNxPx {
+        let mut digits_scratch = [0u8; 20];
+        let digits = format_u64(ttl_ms, &mut digits_scratch);
+        let mut len_scratch = [0u8; 20];
+        let len = format_u64(digits.len() as u64, &mut len_scratch);
+        let mut tail = [0u8; SET_TAIL_MAX];
+        let n = compose(
+            &mut tail,
+            &[
+                b"\r\n$2\r\nNX\r\n$2\r\nPX\r\n$",
+                len,
+                b"\r\n",
+                digits,
+                b"\r\n",
+            ],
+        );
+        SetNxPx {
+            tail,
+            tail_len: n as u8,
+        }
+    }
+
+    /// Appends `SET <key> <token> NX PX <ttl>` to `out`.
+    pub fn encode(&self, out: &mut BytesMut, key: &[u8], token: &[u8]) {
+        const HEAD: &[u8] = b"*6\r\n$3\r\nSET\r\n$";
+        let tail = &self.tail[..usize::from(self.tail_len)];
+        let mut key_scratch = [0u8; 20];
+        let key_len = format_u64(key.len() as u64, &mut key_scratch);
+        let mut token_scratch = [0u8; 20];
+        let token_len = format_u64(token.len() as u64, &mut token_scratch);
+        let parts: [&[u8]; 8] = [
+            HEAD, key_len, b"\r\n", key, b"\r\n$", token_len, b"\r\n", token,
+        ];
+        if key.len() + token.len() <= SET_INLINE {
+            let mut whole = [0u8; SET_INLINE + 64 + SET_TAIL_MAX];
+            let n = compose(&mut whole, &parts);
+            let m = compose(&mut whole[n..], &[tail]);
+            out.extend_from_slice(&whole[..n + m]);
+        } else {
+            out.reserve(parts.iter().map(|p| p.len()).sum::<usize>() + tail.len());
+            for part in parts {
+                out.extend_from_slice(part);
+            }
+            out.extend_from_slice(tail);
+        }
+    }
+}
+
 /// The exact number of bytes [`encode_bulk`] writes for `arg`.
 pub fn bulk_len(arg: &Arg<'_>) -> usize {
     let len = arg.len();

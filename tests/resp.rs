@@ -445,3 +445,28 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// The pre-encoded `SET … NX PX` writes exactly what the general encoder writes, for any key,
+    /// token and TTL (keys longer than the on-stack limit included).
+    #[test]
+    fn set_nx_px_template_matches_the_general_encoder(
+        key in proptest::collection::vec(any::<u8>(), 1..400),
+        token in proptest::collection::vec(any::<u8>(), 1..70),
+        ttl in any::<u64>(),
+    ) {
+        let mut fast = BytesMut::new();
+        resp::SetNxPx::new(ttl).encode(&mut fast, &key, &token);
+        let mut general = BytesMut::new();
+        let args: [Arg; 6] = [
+            "SET".into(),
+            key.as_slice().into(),
+            token.as_slice().into(),
+            "NX".into(),
+            "PX".into(),
+            ttl.into(),
+        ];
+        resp::encode_command(&mut general, &args);
+        prop_assert_eq!(fast, general);
+    }
+}
