@@ -1445,7 +1445,7 @@ impl Client {
 /// least until `start + ttl − drift` (the round's `valid_until`), and on the others until the
 /// old deadline: the lock is safe until the smaller of the two, never longer.
 fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {
-    old.min(round.valid_until())
+    round.valid_until().map_or(old, |backed| old.min(backed))
 }
 
 /// The node-by-node report of a round.

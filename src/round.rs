@@ -132,30 +132,34 @@ pub struct Round {
     yes: usize,
     refused: usize,
     failed: usize,
-    node_deadline: Instant,
-    valid_until: Instant,
+    /// Set by [`Round::start`]: the round never reads a clock itself.
+    timing: Option<Timing>,
     not_after: Option<Instant>,
     min_validity: Duration,
     decision: Option<Decision>,
-    started: bool,
+}
+
+/// The deadlines of a started round.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    node_deadline: Instant,
+    valid_until: Instant,
 }
 
 impl Round {
-    /// A round over `n` nodes (quorum `n / 2 + 1`). Allocates its per-node slots once.
+    /// A round over `n` nodes (quorum `n / 2 + 1`). Allocates its per-node slots once; reads no
+    /// clock (the time comes with [`Round::start`]).
     pub fn new(n: usize) -> Round {
-        let now = Instant::now();
         Round {
             slots: vec![Slot::Pending; n],
             quorum: n / 2 + 1,
             yes: 0,
             refused: 0,
             failed: 0,
-            node_deadline: now,
-            valid_until: now,
+            timing: None,
             not_after: None,
             min_validity: Duration::ZERO,
             decision: None,
-            started: false,
         }
     }
 
@@ -176,7 +180,6 @@ impl Round {
         self.refused = 0;
         self.failed = 0;
         self.decision = None;
-        self.started = true;
         self.min_validity = config.min_validity;
         self.not_after = config.not_after;
         // Checked arithmetic: an Instant far in the future saturates instead of panicking.
@@ -184,11 +187,13 @@ impl Round {
             now.checked_add(d)
                 .unwrap_or(now + Duration::from_secs(1 << 30))
         };
-        self.node_deadline = far(config.node_timeout);
-        self.valid_until = match config.ttl.checked_sub(config.drift()) {
-            Some(left) => far(left),
-            None => now,
-        };
+        self.timing = Some(Timing {
+            node_deadline: far(config.node_timeout),
+            valid_until: match config.ttl.checked_sub(config.drift()) {
+                Some(left) => far(left),
+                None => now,
+            },
+        });
         self.evaluate(now);
     }
 
@@ -226,7 +231,7 @@ impl Round {
         }
         *slot = Slot::Voted(Vote::Failed);
         self.failed += 1;
-        if self.started {
+        if self.timing.is_some() {
             self.decision = None;
             self.evaluate(now);
         }
@@ -235,10 +240,13 @@ impl Round {
     /// Time has passed: nodes still pending after the per-node timeout count as failed, and an
     /// attempt whose validity has run out is lost.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let Some(timing) = self.timing else {
+            return;
+        };
         if self.decision.is_some() {
             return;
         }
-        if now >= self.node_deadline {
+        if now >= timing.node_deadline {
             for slot in &mut self.slots {
                 if *slot == Slot::Pending {
                     *slot = Slot::Voted(Vote::Failed);
@@ -251,10 +259,11 @@ impl Round {
 
     /// When [`Round::handle_timeout`] must be called next, or `None` once decided.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.decision.is_some() || !self.started {
+        let timing = self.timing?;
+        if self.decision.is_some() {
             return None;
         }
-        let mut at = self.node_deadline.min(self.valid_until);
+        let mut at = timing.node_deadline.min(timing.valid_until);
         if let Some(limit) = self.not_after {
             at = at.min(limit);
         }
@@ -279,12 +288,16 @@ impl Round {
         }
     }
 
-    /// The instant the validity of a won attempt runs out: `start + ttl − drift`.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
+    /// The instant the validity of a won attempt runs out: `start + ttl − drift`; `None` before
+    /// [`Round::start`].
+    pub fn valid_until(&self) -> Option<Instant> {
+        self.timing.map(|t| t.valid_until)
     }
 
     fn evaluate(&mut self, now: Instant) {
+        let Some(Timing { valid_until, .. }) = self.timing else {
+            return;
+        };
         if self.decision.is_some() {
             return;
         }
@@ -296,12 +309,12 @@ impl Round {
             });
             return;
         }
-        let validity = self.valid_until.saturating_duration_since(now);
+        let validity = valid_until.saturating_duration_since(now);
         let in_time = validity > Duration::ZERO && validity >= self.min_validity;
         if self.yes >= self.quorum {
             self.decision = Some(if in_time {
                 Decision::Won {
-                    valid_until: self.valid_until,
+                    valid_until,
                     validity,
                     yes: self.yes,
                 }
@@ -441,7 +454,7 @@ mod tests {
         let cfg = RoundConfig::new(100 * MS, 0.01, 500 * MS);
         r.start(t0, &cfg);
         // valid_until = t0 + 100 − (1 + 2) ms.
-        assert_eq!(r.valid_until(), t0 + 97 * MS);
+        assert_eq!(r.valid_until(), Some(t0 + 97 * MS));
         assert_eq!(r.poll_timeout(), Some(t0 + 97 * MS));
         r.handle_vote(0, Vote::Yes, t0 + 10 * MS);
         r.handle_vote(1, Vote::Yes, t0 + 97 * MS);
