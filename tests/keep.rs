@@ -371,3 +371,32 @@ fn a_panicking_callback_takes_nothing_down() {
     }
     assert_eq!(steady.release().unwrap(), 3);
 }
+
+/// A callback set after the loss also runs on the callback thread (never on the caller's), and
+/// so does one set before.
+#[test]
+fn callbacks_run_on_the_callback_thread() {
+    let servers = Servers::start(3);
+    let r = redlock(&servers, Duration::from_millis(600));
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let early = tx.clone();
+    kept.on_lost(move |_| {
+        let _ = early.send(std::thread::current().name().map(str::to_string));
+    });
+    for s in servers.iter() {
+        s.set("job", "thief");
+    }
+    assert!(kept.wait_lost(Duration::from_secs(10)).is_some());
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("callback ran");
+    kept.on_lost(move |_| {
+        let _ = tx.send(std::thread::current().name().map(str::to_string));
+    });
+    let late = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("callback ran");
+    assert_eq!(first.as_deref(), Some("redlock-callbacks"));
+    assert_eq!(late.as_deref(), Some("redlock-callbacks"));
+}
