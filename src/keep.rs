@@ -130,8 +130,13 @@ impl KeepAlive {
 
     /// Blocks until the lock is lost or `timeout` passes; returns the reason, or `None` on
     /// timeout. Wakes at the validity deadline by itself, whatever the keeper thread does.
+    ///
+    /// Returns as soon as the loss is known, before the lost lock's release (and before the
+    /// [`on_lost`](KeepAlive::on_lost) callback). A timeout too long to add to the clock (such
+    /// as `Duration::MAX`) means no timeout: it waits until the lock is lost.
     pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
-        let give_up = Instant::now() + timeout;
+        // `None`: no deadline to give up at.
+        let give_up = Instant::now().checked_add(timeout);
         let mut guard = self.kept.reason.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             // The reason is read through the guard held here (`loss()` would lock it again).
@@ -139,13 +144,14 @@ impl KeepAlive {
                 return guard.clone().or(Some(Error::Expired { released: 0 }));
             }
             let now = Instant::now();
-            if now >= self.kept.valid_until() {
+            let valid_until = self.kept.valid_until();
+            if now >= valid_until {
                 return Some(Error::Expired { released: 0 });
             }
-            let wake = give_up.min(self.kept.valid_until());
-            if now >= give_up {
+            if give_up.is_some_and(|t| now >= t) {
                 return None;
             }
+            let wake = give_up.map_or(valid_until, |t| t.min(valid_until));
             guard = self
                 .kept
                 .changed
