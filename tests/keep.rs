@@ -263,14 +263,21 @@ fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
 /// the test resumes the frozen nodes and lets the callback take the resource through another
 /// handle within half a TTL: on nodes 1 and 2 the queued extension has just renewed our token
 /// for a whole TTL, so only our queued release can make room for it there.
+///
+/// Timing: the extension starts with a third of the TTL left, and the extension and the release
+/// each wait at most the node timeout for the frozen nodes, so with a node timeout of a twelfth
+/// of the TTL the nodes resume with about a sixth of the TTL (a second) of our token's TTL left:
+/// the queued extension finds it still there. (Were the nodes to resume later, the extension would find nothing, and
+/// the test would only prove less, not fail.) The generous node timeout covers node 0's answers
+/// on a loaded machine.
 #[test]
 fn the_callback_runs_after_the_lost_lock_was_released() {
     let mut servers = Servers::start(3);
-    let ttl = Duration::from_secs(3);
+    let ttl = Duration::from_secs(6);
     let r = Builder::new(servers.urls())
         .quarantine(None)
         .ttl(ttl)
-        .node_timeout(ttl / 20)
+        .node_timeout(ttl / 12)
         .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
         .build()
         .unwrap();
