@@ -1092,11 +1092,6 @@ impl Client {
         tag
     }
 
-    /// Sends the release to every node without waiting for the replies.
-    pub(crate) fn release_nowait(&mut self, lock: &Lock) {
-        self.send_release(lock.resource(), &lock.token);
-    }
-
     /// Releases the lock on every node and reports how many still held it.
     ///
     /// Waits for the replies at most the per-node timeout. A node still answering earlier

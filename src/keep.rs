@@ -5,8 +5,11 @@
 //! when a third of its TTL is left) or until a validity deadline, then extends every lock that is
 //! due in one burst: one write per node per tick, however many locks. A lock whose extension
 //! fails, whose validity runs out first, or which reaches the extension limit is marked lost at
-//! once: [`KeepAlive::is_held`] turns false (an atomic load and a clock read), waiters in
-//! [`KeepAlive::wait_lost`] wake up, and the [`KeepAlive::on_lost`] callback runs.
+//! once: [`KeepAlive::is_held`] turns false (an atomic load and a clock read) and waiters in
+//! [`KeepAlive::wait_lost`] wake up. The keeper then releases it on the nodes and waits for their
+//! replies (bounded by the node timeout), and only then hands the [`KeepAlive::on_lost`] callback
+//! to the handle's callback thread, so that callbacks never run on the keeper thread: a callback
+//! may block or call back into the library without holding up the renewal of other locks.
 //!
 //! Unlike Redisson's watchdog, which keeps renewing but never tells the holder when renewal
 //! fails, a lost lock is always reported — and never later than its validity deadline, because
@@ -27,7 +30,17 @@ type Callback = Box<dyn FnOnce(&Error) + Send>;
 pub(crate) enum Cmd {
     Keep(Arc<Kept>, Lock),
     Release(u64, Option<Sender<Result<usize, Error>>>),
+    /// A callback set after its lock's loss was settled: for the callback thread.
+    Notify(Callback, Error),
     Shutdown,
+}
+
+/// The callback of one kept lock, and whether its end is settled: lost (or released by the
+/// holder) *and* released on the nodes. Before that a callback is stored; after, it is run.
+#[derive(Default)]
+struct Notice {
+    callback: Option<Callback>,
+    settled: bool,
 }
 
 /// What the keeper thread and the holder share about one kept lock.
@@ -40,7 +53,7 @@ pub(crate) struct Kept {
     lost: AtomicBool,
     reason: Mutex<Option<Error>>,
     changed: Condvar,
-    callback: Mutex<Option<Callback>>,
+    notice: Mutex<Notice>,
     base: Lock,
 }
 
@@ -55,24 +68,31 @@ impl Kept {
             .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Release);
     }
 
-    /// Marks the lock lost (once): wakes waiters and runs the callback, if any.
-    fn mark_lost(&self, why: Error, notify: bool) {
+    /// Marks the lock lost (once) and wakes waiters. The callback is not run here: see
+    /// [`Kept::settle`].
+    fn mark_lost(&self, why: Error) {
         let mut reason = self.reason.lock().unwrap_or_else(|e| e.into_inner());
         if self.lost.swap(true, Ordering::AcqRel) {
             return;
         }
-        *reason = Some(why.clone());
+        *reason = Some(why);
         drop(reason);
         self.changed.notify_all();
-        let callback = self
-            .callback
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let (true, Some(callback)) = (notify, callback) {
-            // A panicking callback must not take the keeper thread (and every other lock) down.
-            let _ = catch_unwind(AssertUnwindSafe(|| callback(&why)));
-        }
+    }
+
+    /// Records that the lock's end is settled (its release is over); returns the callback set
+    /// so far. A callback set from now on is handed to the callback thread at once by
+    /// [`KeepAlive::on_lost`].
+    fn settle(&self) -> Option<Callback> {
+        let mut notice = self.notice.lock().unwrap_or_else(|e| e.into_inner());
+        notice.settled = true;
+        notice.callback.take()
+    }
+
+    /// The holder released the lock (or the handle is shutting down): no callback runs.
+    fn end_by_holder(&self) {
+        self.mark_lost(Error::Expired { released: 0 });
+        drop(self.settle());
     }
 
     fn loss(&self) -> Option<Error> {
@@ -130,8 +150,13 @@ impl KeepAlive {
 
     /// Blocks until the lock is lost or `timeout` passes; returns the reason, or `None` on
     /// timeout. Wakes at the validity deadline by itself, whatever the keeper thread does.
+    ///
+    /// Returns as soon as the loss is known, before the lost lock's release (and before the
+    /// [`on_lost`](KeepAlive::on_lost) callback). A timeout too long to add to the clock (such
+    /// as `Duration::MAX`) means no timeout: it waits until the lock is lost.
     pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
-        let give_up = Instant::now() + timeout;
+        // `None`: no deadline to give up at.
+        let give_up = Instant::now().checked_add(timeout);
         let mut guard = self.kept.reason.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             // The reason is read through the guard held here (`loss()` would lock it again).
@@ -139,13 +164,14 @@ impl KeepAlive {
                 return guard.clone().or(Some(Error::Expired { released: 0 }));
             }
             let now = Instant::now();
-            if now >= self.kept.valid_until() {
+            let valid_until = self.kept.valid_until();
+            if now >= valid_until {
                 return Some(Error::Expired { released: 0 });
             }
-            let wake = give_up.min(self.kept.valid_until());
-            if now >= give_up {
+            if give_up.is_some_and(|t| now >= t) {
                 return None;
             }
+            let wake = give_up.map_or(valid_until, |t| t.min(valid_until));
             guard = self
                 .kept
                 .changed
@@ -155,20 +181,56 @@ impl KeepAlive {
         }
     }
 
-    /// Runs `callback` (on the keeper thread) when the lock is lost; at once if it already is.
-    /// Not called for a release by the holder. Replaces an earlier callback.
+    /// Runs `callback` once when the lock is lost, with the reason. Not called for a release by
+    /// the holder (or a drop). Replaces a callback set earlier.
+    ///
+    /// When a lock is lost, in this order:
+    ///
+    /// 1. [`is_held`](KeepAlive::is_held) turns false and [`wait_lost`](KeepAlive::wait_lost)
+    ///    returns, at once.
+    /// 2. The keeper releases the lock on the nodes and waits for their replies as
+    ///    [`Client::unlock`] does, at most the node timeout: by the time the callback runs, every
+    ///    node that answered has deleted our token (if it still had it). A node that did not
+    ///    answer in time (down, frozen, cut off) is not waited for; the release stays queued on
+    ///    its connection and runs if the node takes it in later.
+    /// 3. The callback runs on the handle's callback thread (`redlock-callbacks`, one per
+    ///    [`Redlock`] handle, started at the first loss), never on the keeper thread. So it may
+    ///    block, and it may use the library, this handle included (keep or release other locks,
+    ///    take the same resource again), without holding up the renewal of other locks. The
+    ///    callbacks of one handle run one at a time, in the order the losses were settled: a
+    ///    callback that blocks delays the later callbacks, not renewals.
+    ///
+    /// So the callback is a later notice than `is_held` and `wait_lost`, by up to a node timeout
+    /// when nodes do not answer, and it may come after the validity deadline: to stop touching
+    /// the resource as early as possible, check `is_held` or wait in `wait_lost`.
+    ///
+    /// Set after the loss, the callback is run as soon as step 2 is over (at once if it is), on
+    /// the callback thread too. A panic in the callback is caught (the panic hook still reports
+    /// it) and ends nothing else.
     pub fn on_lost(&self, callback: impl FnOnce(&Error) + Send + 'static) {
-        *self.kept.callback.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(callback));
-        if self.kept.lost.load(Ordering::Acquire)
-            && let Some(cb) = self
-                .kept
-                .callback
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-        {
-            let why = self.kept.loss().unwrap_or(Error::Expired { released: 0 });
-            cb(&why);
+        let callback: Callback = Box::new(callback);
+        let mut notice = self.kept.notice.lock().unwrap_or_else(|e| e.into_inner());
+        if !notice.settled {
+            notice.callback = Some(callback);
+            return;
+        }
+        drop(notice);
+        // Settled without a loss: released by the holder, which calls no callback.
+        if !self.kept.lost.load(Ordering::Acquire) {
+            return;
+        }
+        let why = self.kept.loss().unwrap_or(Error::Expired { released: 0 });
+        // To the callback thread, through the keeper (which owns it). Should the keeper have
+        // stopped, the callback runs here rather than never.
+        let undelivered = match self.redlock.shared().keeper() {
+            Ok(keeper) => match keeper.send(Cmd::Notify(callback, why)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(cmd)) => cmd,
+            },
+            Err(_) => Cmd::Notify(callback, why),
+        };
+        if let Cmd::Notify(callback, why) = undelivered {
+            run_guarded(callback, &why);
         }
     }
 
@@ -241,7 +303,7 @@ impl Redlock {
             lost: AtomicBool::new(false),
             reason: Mutex::new(None),
             changed: Condvar::new(),
-            callback: Mutex::new(None),
+            notice: Mutex::new(Notice::default()),
             base: lock.clone(),
         });
         kept.set_valid_until(lock.valid_until());
@@ -288,14 +350,70 @@ pub(crate) fn spawn(shared: Arc<Shared>) -> Result<Sender<Cmd>, Error> {
     Ok(tx)
 }
 
+/// Runs a callback, catching a panic: it must not take its thread (and the callbacks after it)
+/// down.
+fn run_guarded(callback: Callback, why: &Error) {
+    let _ = catch_unwind(AssertUnwindSafe(|| callback(why)));
+}
+
+/// The keeper's side of the callback thread, which it starts at the first callback to run and
+/// which ends when the keeper does (after running the callbacks handed over until then).
+#[derive(Default)]
+struct Callbacks {
+    tx: Option<Sender<(Callback, Error)>>,
+}
+
+impl Callbacks {
+    fn run(&mut self, callback: Callback, why: Error) {
+        if self.tx.is_none() {
+            let (tx, rx) = mpsc::channel::<(Callback, Error)>();
+            let started = std::thread::Builder::new()
+                .name("redlock-callbacks".into())
+                .spawn(move || {
+                    for (callback, why) in rx {
+                        run_guarded(callback, &why);
+                    }
+                });
+            if started.is_ok() {
+                self.tx = Some(tx);
+            }
+        }
+        let job = match &self.tx {
+            Some(tx) => match tx.send((callback, why)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => (callback, why),
+        };
+        // No callback thread (it could not be started, or it is gone): better late renewals
+        // than a loss never reported. The next callback tries to start the thread again.
+        self.tx = None;
+        run_guarded(job.0, &job.1);
+    }
+}
+
 fn run(shared: Arc<Shared>, rx: Receiver<Cmd>) {
+    let mut callbacks = Callbacks::default();
     let mut client = match Client::from_shared(shared.clone()) {
         Ok(c) => c,
         Err(e) => {
-            // Nothing can be kept: report every lock handed over as lost.
+            // Nothing can be kept: report every lock handed over as lost (nothing was sent to
+            // the nodes, so there is nothing to release).
             while let Ok(cmd) = rx.recv() {
-                if let Cmd::Keep(kept, _) = cmd {
-                    kept.mark_lost(e.clone(), true);
+                match cmd {
+                    Cmd::Keep(kept, _) => {
+                        kept.mark_lost(e.clone());
+                        if let Some(callback) = kept.settle() {
+                            callbacks.run(callback, e.clone());
+                        }
+                    }
+                    Cmd::Release(_, reply) => {
+                        if let Some(reply) = reply {
+                            let _ = reply.send(Err(Error::Expired { released: 0 }));
+                        }
+                    }
+                    Cmd::Notify(callback, why) => callbacks.run(callback, why),
+                    Cmd::Shutdown => return,
                 }
             }
             return;
@@ -323,7 +441,7 @@ fn run(shared: Arc<Shared>, rx: Receiver<Cmd>) {
                 let result = match entries.iter().position(|e| e.kept.id == id) {
                     Some(at) => {
                         let entry = entries.swap_remove(at);
-                        entry.kept.mark_lost(Error::Expired { released: 0 }, false);
+                        entry.kept.end_by_holder();
                         client.unlock(entry.lock)
                     }
                     None => Err(Error::Expired { released: 0 }),
@@ -332,22 +450,31 @@ fn run(shared: Arc<Shared>, rx: Receiver<Cmd>) {
                     let _ = reply.send(result);
                 }
             }
+            Ok(Cmd::Notify(callback, why)) => callbacks.run(callback, why),
             Ok(Cmd::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
                 for entry in entries.drain(..) {
-                    entry.kept.mark_lost(Error::Expired { released: 0 }, false);
+                    entry.kept.end_by_holder();
                     let _ = client.unlock(entry.lock);
                 }
                 return;
             }
             Err(RecvTimeoutError::Timeout) => {}
         }
-        tick(&mut client, &mut entries, renew_left, coalesce, config.ttl);
+        tick(
+            &mut client,
+            &mut callbacks,
+            &mut entries,
+            renew_left,
+            coalesce,
+            config.ttl,
+        );
     }
 }
 
 /// Extends every lock that is due, in one batch; reports the ones that are lost.
 fn tick(
     client: &mut Client,
+    callbacks: &mut Callbacks,
     entries: &mut Vec<Entry>,
     renew_left: Duration,
     coalesce: Duration,
@@ -406,10 +533,23 @@ fn tick(
         }
     }
     lost.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
-    for (i, why) in lost {
-        let entry = entries.swap_remove(i);
-        entry.kept.mark_lost(why, true);
-        // The lock cannot be relied on any more: free it for others at once.
-        client.release_nowait(&entry.lock);
+    let lost: Vec<(Entry, Error)> = lost
+        .into_iter()
+        .map(|(i, why)| (entries.swap_remove(i), why))
+        .collect();
+    // Every holder learns first, before any round trip.
+    for (entry, why) in &lost {
+        entry.kept.mark_lost(why.clone());
+    }
+    for (entry, why) in lost {
+        // The lock cannot be relied on any more: free it for others at once, and wait for the
+        // nodes' replies (at most the node timeout; a node that does not answer in time still
+        // has the release queued), so that the callback never finds our stale token. This
+        // delays the renewal of the other locks by that round trip only: the callback itself
+        // runs on the callback thread.
+        let _ = client.unlock(entry.lock);
+        if let Some(callback) = entry.kept.settle() {
+            callbacks.run(callback, why);
+        }
     }
 }

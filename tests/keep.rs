@@ -62,7 +62,7 @@ fn freezing_three_of_five_reports_the_loss_before_the_deadline() {
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let (tx, rx) = mpsc::channel();
     kept.on_lost(move |why| {
-        let _ = tx.send((Instant::now(), why.to_string()));
+        let _ = tx.send(why.to_string());
     });
     for s in servers.iter_mut().take(3) {
         s.freeze();
@@ -79,8 +79,9 @@ fn freezing_three_of_five_reports_the_loss_before_the_deadline() {
     );
     assert!(!kept.is_held());
     assert!(matches!(why, Error::NoQuorum(_)), "{why}");
-    let (called_at, message) = rx.recv_timeout(Duration::from_secs(1)).unwrap();
-    assert!(called_at < deadline);
+    // The callback comes after the release, which waits for the frozen nodes up to the node
+    // timeout (a sixth of the TTL here): it is not bound by the deadline, `wait_lost` is.
+    let message = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(message.contains("no quorum"), "{message}");
     for s in servers.iter_mut().take(3) {
         s.resume();
@@ -191,4 +192,219 @@ fn a_lock_taken_over_is_reported_lost() {
             .iter()
             .all(|s| s.get("job").as_deref() == Some("thief"))
     );
+}
+
+/// An `on_lost` callback may use the library — keep another lock, release another kept lock —
+/// without stalling the renewal of the handle's other locks: callbacks do not run on the keeper
+/// thread, so a call that waits for the keeper is answered at once.
+#[test]
+fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
+    let servers = Servers::start(3);
+    let ttl = Duration::from_millis(900);
+    let r = redlock(&servers, ttl);
+    let rival = redlock(&servers, ttl);
+    let steady = r.keep(r.lock("steady").unwrap()).unwrap();
+    let victim = r.keep(r.lock("victim").unwrap()).unwrap();
+    let spare = r.keep(r.lock("spare").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let handle = r.clone();
+    victim.on_lost(move |_| {
+        // Both wait for the keeper: `release` for its answer, `lock` for nothing, `keep` for a
+        // queue slot. On the keeper thread the first one waited out its 5 s bound.
+        let released = spare.release();
+        let fresh = handle.lock("fresh").and_then(|lock| handle.keep(lock));
+        let _ = tx.send((released, fresh));
+    });
+    // Take the victim over: its next extension finds a stranger's token.
+    for s in servers.iter() {
+        s.set("victim", "thief");
+    }
+    let why = victim
+        .wait_lost(Duration::from_secs(10))
+        .expect("loss reported");
+    assert!(matches!(why, Error::Held(_)), "{why}");
+    // Several TTLs from the loss on, the other lock is still renewed and still excludes others.
+    let t0 = Instant::now();
+    while t0.elapsed() < ttl * 4 {
+        assert!(steady.is_held(), "steady lost: {:?}", steady.lost());
+        match rival.try_lock("steady") {
+            Err(Error::Held(_)) => {}
+            other => panic!("rival got {other:?}"),
+        }
+        rival
+            .with_client(|c| c.idle_until(Instant::now() + Duration::from_millis(20)))
+            .unwrap();
+    }
+    let (released, fresh) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the callback finished");
+    assert_eq!(released.expect("release from the callback"), 3);
+    assert!(servers.iter().all(|s| s.get("spare").is_none()));
+    let fresh = fresh.expect("keep from the callback");
+    assert!(fresh.is_held(), "fresh lost: {:?}", fresh.lost());
+    assert!(steady.is_held(), "steady lost: {:?}", steady.lost());
+    assert_eq!(fresh.release().unwrap(), 3);
+    assert_eq!(steady.release().unwrap(), 3);
+}
+
+/// The callback runs only once the lost lock's release is over, so a callback that takes the
+/// resource again (here through another handle) does not run into our own stale token.
+///
+/// How the loss is made deterministic, and what "released" can mean with frozen nodes: nodes 1
+/// and 2 of 3 are frozen (SIGSTOP) right after the lock is taken, so its first extension gets
+/// node 0's vote only and fails (no quorum) while node 0 still holds our token, freshly extended
+/// to a full TTL. The release that follows is answered by node 0 only; a frozen node cannot
+/// answer, so the keeper gives up on it after its bounded wait, but the release stays queued on
+/// that node's connection behind the failed extension, and runs when the node resumes.
+///
+/// The callback reports that it started, then waits while the test thread checks node 0 (the node
+/// that answered): our token must be gone there already. Before the fix the callback ran before
+/// the release was even sent, and node 0 still had our token (with a TTL of seconds left). Then
+/// the test resumes the frozen nodes and lets the callback take the resource through another
+/// handle within half a TTL: on nodes 1 and 2 the queued extension has just renewed our token
+/// for a whole TTL, so only our queued release can make room for it there.
+///
+/// Timing: the extension starts with a third of the TTL left, and the extension and the release
+/// each wait at most the node timeout for the frozen nodes, so with a node timeout of a twelfth
+/// of the TTL the nodes resume with about a sixth of the TTL (a second) of our token's TTL left:
+/// the queued extension finds it still there. (Were the nodes to resume later, the extension would find nothing, and
+/// the test would only prove less, not fail.) The generous node timeout covers node 0's answers
+/// on a loaded machine.
+#[test]
+fn the_callback_runs_after_the_lost_lock_was_released() {
+    let mut servers = Servers::start(3);
+    let ttl = Duration::from_secs(6);
+    let r = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(ttl)
+        .node_timeout(ttl / 12)
+        .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
+        .build()
+        .unwrap();
+    let rival = redlock(&servers, ttl);
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let token = kept.lock().token().to_string();
+    let (started_tx, started_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (done_tx, done_rx) = mpsc::channel();
+    kept.on_lost(move |why| {
+        let _ = started_tx.send(why.to_string());
+        if go_rx.recv().is_ok() {
+            let _ = done_tx.send(rival.lock_until("job", Instant::now() + ttl / 2));
+        }
+    });
+    servers[1].freeze();
+    servers[2].freeze();
+    let why = kept
+        .wait_lost(Duration::from_secs(10))
+        .expect("loss reported");
+    assert!(matches!(why, Error::NoQuorum(_)), "{why}");
+    let message = started_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the callback ran");
+    assert!(message.contains("no quorum"), "{message}");
+    // The callback is running now: node 0 answered our release before it started.
+    assert_eq!(
+        servers[0].get("job"),
+        None,
+        "our token {token} was still on node 0 when the callback ran"
+    );
+    servers[1].resume();
+    servers[2].resume();
+    go_tx.send(()).unwrap();
+    let fresh = done_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the callback finished")
+        .expect("the resource could be taken again");
+    let theirs = fresh.token().to_string();
+    assert_ne!(theirs, token);
+    let holding = servers
+        .iter()
+        .filter(|s| s.get("job").as_deref() == Some(theirs.as_str()))
+        .count();
+    assert!(holding >= 2, "the new holder is on {holding} nodes");
+}
+
+/// `wait_lost(Duration::MAX)` means "until lost": it used to panic adding the timeout to now.
+#[test]
+fn waiting_forever_returns_the_loss() {
+    let servers = Servers::start(3);
+    let r = redlock(&servers, Duration::from_millis(600));
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    for s in servers.iter() {
+        s.set("job", "thief");
+    }
+    let why = kept
+        .wait_lost(Duration::MAX)
+        .expect("a loss, not a timeout");
+    assert!(matches!(why, Error::Held(_)), "{why}");
+    assert!(!kept.is_held());
+    // Once lost, it returns at once, whatever the timeout.
+    assert!(matches!(
+        kept.wait_lost(Duration::MAX),
+        Some(Error::Held(_))
+    ));
+}
+
+/// A panicking callback takes nothing down: later callbacks still run, other locks are still
+/// renewed.
+#[test]
+fn a_panicking_callback_takes_nothing_down() {
+    let servers = Servers::start(3);
+    let ttl = Duration::from_millis(900);
+    let r = redlock(&servers, ttl);
+    let steady = r.keep(r.lock("steady").unwrap()).unwrap();
+    let first = r.keep(r.lock("first").unwrap()).unwrap();
+    first.on_lost(|_| panic!("a callback panics (expected by this test)"));
+    for s in servers.iter() {
+        s.set("first", "thief");
+    }
+    assert!(first.wait_lost(Duration::from_secs(10)).is_some());
+    let second = r.keep(r.lock("second").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    second.on_lost(move |why| {
+        let _ = tx.send(why.clone());
+    });
+    for s in servers.iter() {
+        s.set("second", "thief");
+    }
+    let why = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the next callback ran");
+    assert!(matches!(why, Error::Held(_)), "{why}");
+    let extensions = steady.lock().extensions();
+    while steady.lock().extensions() < extensions + 2 {
+        assert!(steady.is_held(), "steady lost: {:?}", steady.lost());
+        steady.wait_lost(Duration::from_millis(50));
+    }
+    assert_eq!(steady.release().unwrap(), 3);
+}
+
+/// A callback set after the loss also runs on the callback thread (never on the caller's), and
+/// so does one set before.
+#[test]
+fn callbacks_run_on_the_callback_thread() {
+    let servers = Servers::start(3);
+    let r = redlock(&servers, Duration::from_millis(600));
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let early = tx.clone();
+    kept.on_lost(move |_| {
+        let _ = early.send(std::thread::current().name().map(str::to_string));
+    });
+    for s in servers.iter() {
+        s.set("job", "thief");
+    }
+    assert!(kept.wait_lost(Duration::from_secs(10)).is_some());
+    let first = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("callback ran");
+    kept.on_lost(move |_| {
+        let _ = tx.send(std::thread::current().name().map(str::to_string));
+    });
+    let late = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("callback ran");
+    assert_eq!(first.as_deref(), Some("redlock-callbacks"));
+    assert_eq!(late.as_deref(), Some("redlock-callbacks"));
 }
