@@ -519,15 +519,14 @@ fn tick(
             .shared()
             .record_tick(client.io_stats().writes - before, extended);
         for (&i, result) in due.iter().zip(results) {
+            // Also after a lost extend: its validity is cut to what the nodes still back.
+            let entry = &entries[i];
+            entry.kept.set_valid_until(entry.lock.valid_until());
             match result {
-                Ok(()) => {
-                    let entry = &entries[i];
-                    entry.kept.set_valid_until(entry.lock.valid_until());
-                    entry
-                        .kept
-                        .extensions
-                        .store(entry.lock.extensions(), Ordering::Release);
-                }
+                Ok(()) => entry
+                    .kept
+                    .extensions
+                    .store(entry.lock.extensions(), Ordering::Release),
                 Err(e) => lost.push((i, e)),
             }
         }
