@@ -13,7 +13,8 @@
 //! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
 //! - `conn` / `driver`: one connection per node; the `mio` loop that drives them all.
 //! - [`client`]: the public API — [`Builder`], [`Client`], [`Redlock`], [`Lock`], [`LockGuard`].
-//! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice.
+//! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice;
+//!   `on_lost` callbacks run on a callback thread of their own, after the lost lock was released.
 //! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
 //!
 //! ## The algorithm in five lines
