@@ -148,8 +148,15 @@ struct Pending {
     tail: usize,
     /// For scripts: how many arguments that tail holds.
     argc: usize,
-    /// Already sent once more on a fresh connection after its first connection dropped.
-    replayed: bool,
+    /// First sent, or sent once more on a fresh connection after its first connection dropped.
+    sending: Sending,
+}
+
+/// Whether a request is on its first connection or was sent again after that one dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    First,
+    Again,
 }
 
 /// A reply (or a fault) for one request, handed to the driver.
@@ -438,7 +445,7 @@ impl Conn {
                 sent: now,
                 tail: 0,
                 argc: 0,
-                replayed: false,
+                sending: Sending::First,
             });
             steps += 1;
         };
@@ -517,7 +524,7 @@ impl Conn {
             sent: now,
             tail: 0,
             argc: 0,
-            replayed: false,
+            sending: Sending::First,
         });
         Ok(())
     }
@@ -537,7 +544,8 @@ impl Conn {
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
-        self.st.queue_script(script, tag, tail, argc, now, false);
+        self.st
+            .queue_script(script, tag, tail, argc, now, Sending::First);
         Ok(())
     }
 
@@ -693,7 +701,7 @@ impl Conn {
             st.script_tails.advance(p.tail);
             match p.kind {
                 Kind::Handshake(_) => {}
-                Kind::Script(_) if replay && !p.replayed => again.push((p, tail)),
+                Kind::Script(_) if replay && p.sending == Sending::First => again.push((p, tail)),
                 _ => sink(Delivery {
                     tag: p.tag,
                     kind: p.kind,
@@ -725,8 +733,14 @@ impl Conn {
                     let Kind::Script(index) = p.kind else {
                         continue;
                     };
-                    self.st
-                        .queue_script(&scripts()[index], p.tag, &tail, p.argc, now, true);
+                    self.st.queue_script(
+                        &scripts()[index],
+                        p.tag,
+                        &tail,
+                        p.argc,
+                        now,
+                        Sending::Again,
+                    );
                 }
             }
             Err(fault) => {
@@ -798,7 +812,7 @@ impl State {
         tail: &[u8],
         argc: usize,
         now: Instant,
-        replayed: bool,
+        sending: Sending,
     ) {
         let (verb, head) = if self.loaded[script.index] {
             (Arg::Bytes(b"EVALSHA"), Arg::Bytes(&script.sha))
@@ -819,7 +833,7 @@ impl State {
             sent: now,
             tail: tail.len(),
             argc,
-            replayed,
+            sending,
         });
     }
 

@@ -53,6 +53,23 @@ fn keyspace(server: &RedisServer) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that no database of any server holds a key.
+fn assert_no_key_anywhere(servers: &Servers) {
+    for s in servers.iter() {
+        assert_eq!(
+            keyspace(s),
+            Vec::<String>::new(),
+            "a key left on {}",
+            s.addr()
+        );
+    }
+}
+
+/// One URL per server, made from its port.
+fn urls_by_port(servers: &Servers, url: impl Fn(u16) -> String) -> Vec<String> {
+    servers.ports().into_iter().map(url).collect()
+}
+
 /// Waits until the server has closed every client connection but the admin one asking.
 fn wait_idle_closed(server: &RedisServer) {
     let deadline = Instant::now() + WAIT;
@@ -436,31 +453,16 @@ fn a_dead_unix_socket_node_is_retried_with_backoff() {
 #[test]
 fn a_password_for_a_server_without_one_leaves_no_key() {
     let servers = Servers::start(3);
-    let urls: Vec<String> = servers
-        .ports()
-        .iter()
-        .map(|p| format!("redis://:typo@127.0.0.1:{p}"))
-        .collect();
+    let urls = urls_by_port(&servers, |p| format!("redis://:typo@127.0.0.1:{p}"));
     let mut c = client(urls, Duration::from_secs(30));
     assert!(matches!(c.try_lock("r"), Err(Error::Auth { .. })));
-    for s in servers.iter() {
-        assert_eq!(
-            keyspace(s),
-            Vec::<String>::new(),
-            "a key left on {}",
-            s.addr()
-        );
-    }
+    assert_no_key_anywhere(&servers);
 }
 
 #[test]
 fn a_database_that_does_not_exist_leaves_no_key_in_database_0() {
     let servers = Servers::start(3);
-    let urls: Vec<String> = servers
-        .ports()
-        .iter()
-        .map(|p| format!("redis://127.0.0.1:{p}/99"))
-        .collect();
+    let urls = urls_by_port(&servers, |p| format!("redis://127.0.0.1:{p}/99"));
     let mut c = client(urls, Duration::from_secs(30));
     match c.try_lock("r") {
         Err(Error::NoQuorum(report)) => {
@@ -468,14 +470,7 @@ fn a_database_that_does_not_exist_leaves_no_key_in_database_0() {
         }
         other => panic!("SELECT 99 must fail the node: {other:?}"),
     }
-    for s in servers.iter() {
-        assert_eq!(
-            keyspace(s),
-            Vec::<String>::new(),
-            "a key left on {}",
-            s.addr()
-        );
-    }
+    assert_no_key_anywhere(&servers);
 }
 
 #[test]
@@ -484,11 +479,7 @@ fn an_acl_user_without_info_is_told_what_to_grant_and_leaves_no_key() {
         3,
         RedisServer::builder().acl_user("locker on >pw ~* +@all -info"),
     );
-    let urls: Vec<String> = servers
-        .ports()
-        .iter()
-        .map(|p| format!("redis://locker:pw@127.0.0.1:{p}"))
-        .collect();
+    let urls = urls_by_port(&servers, |p| format!("redis://locker:pw@127.0.0.1:{p}"));
     let mut c = Builder::new(urls)
         .node_timeout(50 * MS)
         .build_client()
@@ -504,12 +495,5 @@ fn an_acl_user_without_info_is_told_what_to_grant_and_leaves_no_key() {
             other => panic!("expected a permission error, got {other:?}"),
         }
     }
-    for s in servers.iter() {
-        assert_eq!(
-            keyspace(s),
-            Vec::<String>::new(),
-            "a key left on {}",
-            s.addr()
-        );
-    }
+    assert_no_key_anywhere(&servers);
 }
