@@ -322,9 +322,8 @@ fn fmt_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{}ms", d.as_millis())
     } else if d < Duration::from_secs(60) && d.subsec_millis() != 0 {
-        format!("{:.3}s", d.as_secs_f64())
-            .trim_end_matches('0')
-            .to_owned()
+        let decimal = format!("{}.{:03}", d.as_secs(), d.subsec_millis());
+        format!("{}s", decimal.trim_end_matches('0'))
     } else {
         humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
     }
