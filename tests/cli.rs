@@ -1,7 +1,7 @@
 //! The `redlock` binary, run as a process against real redis-servers: `run` (environment,
 //! exit-code passthrough, contention, a lost lock, signal forwarding, COMMAND's process group and
-//! its watchdog), `acquire` / `extend` / `release`, `status`, usage and authentication errors,
-//! `demo` and `bench`.
+//! its watchdog, the terminal on a pseudo-terminal), `acquire` / `extend` / `release`, `status`,
+//! usage and authentication errors, `demo` and `bench`.
 
 mod common;
 
@@ -535,6 +535,251 @@ while :; do sleep 0.05; done"#;
     let o = finish(child, LIMIT);
     assert!(dead, "COMMAND (pid {pid}) ran on while redlock was stopped");
     assert_code(&o, 79);
+}
+
+/// A pseudo-terminal. [`Pty::spawn`] starts a command in a new session with the terminal as its
+/// controlling terminal, stdin, stdout and stderr, as a terminal emulator starts a shell.
+struct Pty {
+    master: fs::File,
+    slave: Option<OwnedFd>,
+}
+
+impl Pty {
+    fn open() -> Pty {
+        let (mut master, mut slave) = (-1, -1);
+        // SAFETY: openpty writes two descriptors; the name, termios and window size are optional.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "openpty: {}", io::Error::last_os_error());
+        // SAFETY: both descriptors were just returned to us and are owned by nobody else.
+        unsafe {
+            Pty {
+                master: fs::File::from(OwnedFd::from_raw_fd(master)),
+                slave: Some(OwnedFd::from_raw_fd(slave)),
+            }
+        }
+    }
+
+    /// Starts `cmd` on the terminal, and drains what the terminal shows (in a thread).
+    fn spawn(&mut self, cmd: &mut Command) -> Child {
+        use std::os::unix::process::CommandExt;
+        let slave = self.slave.take().expect("one command per terminal");
+        cmd.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: only async-signal-safe calls between fork and exec (setsid, ioctl).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start a command on the terminal");
+        let mut master = self.master.try_clone().unwrap();
+        // Ends with EIO once every process has closed the terminal.
+        std::thread::spawn(move || {
+            let mut shown = Vec::new();
+            let _ = master.read_to_end(&mut shown);
+        });
+        child
+    }
+
+    /// Types `bytes` on the terminal.
+    fn type_in(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.master.write_all(bytes).unwrap();
+    }
+}
+
+/// Waits (at most `limit`) for `child` to exit.
+fn wait_exit(mut child: Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the command on the terminal did not exit within {limit:?}");
+        }
+        // Waiting for another process to exit.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Fields 5 (process group) and 8 (the terminal's foreground process group) of /proc/PID/stat.
+fn pgrp_and_tpgid(pid: i32) -> (i32, i32) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (fields[2].parse().unwrap(), fields[5].parse().unwrap())
+}
+
+/// A non-interactive `sh` on a terminal of its own (so redlock runs in the foreground), running
+/// `redlock run job -- sh -c SCRIPT sh DIR` with `REDIRECT`, then writing redlock's exit code and
+/// its own process group and the terminal's foreground group to DIR/after. A SIGINT to `sh` is
+/// recorded in DIR/launcher-ints.
+fn on_terminal(pty: &mut Pty, urls: &[String], dir: &Path, script: &str, redirect: &str) -> Child {
+    let launcher = format!(
+        r#"d=$1
+trap 'echo int >> "$d/launcher-ints"' INT
+"$0" --quarantine off run job -- sh -c "$2" sh "$d" {redirect}
+echo "$? $(cut -d' ' -f5,8 /proc/$$/stat)" > "$d/after""#
+    );
+    pty.spawn(
+        Command::new("sh")
+            .env("REDLOCK_SERVERS", urls.join(","))
+            .args(["-c", &launcher, BIN])
+            .arg(dir)
+            .arg(script),
+    )
+}
+
+#[test]
+fn command_gets_the_terminal_and_ctrl_c_once_then_redlock_takes_it_back() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+read -r line; echo "$line" > "$1/line"
+trap 'echo int >> "$1/ints"; exit 7' INT
+touch "$1/armed"
+while :; do sleep 0.05; done"#;
+    let mut pty = Pty::open();
+    let launcher = on_terminal(&mut pty, &servers.urls(), dir.path(), script, "");
+    let launcher_pid = launcher.id() as i32;
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    let (pgrp, tpgid) = pgrp_and_tpgid(pid);
+    assert_ne!(
+        pgrp, launcher_pid,
+        "COMMAND is not in a process group of its own"
+    );
+    assert_eq!(
+        tpgid, pgrp,
+        "COMMAND's group is not the terminal's foreground group"
+    );
+    // COMMAND reads from the terminal.
+    pty.type_in(b"hello\n");
+    wait_for_file(&dir.path().join("armed"));
+    assert_eq!(
+        fs::read_to_string(dir.path().join("line")).unwrap(),
+        "hello\n"
+    );
+    // Ctrl-C reaches COMMAND's group, once, and not redlock's.
+    pty.type_in(b"\x03");
+    let status = wait_exit(launcher, LIMIT);
+    assert!(status.success(), "{status:?}");
+    let ints = fs::read_to_string(dir.path().join("ints")).unwrap_or_default();
+    assert_eq!(ints, "int\n", "COMMAND got SIGINT once");
+    assert!(!dir.path().join("launcher-ints").exists());
+    // redlock's exit code, and the terminal back with redlock's (the launcher's) group.
+    let after = fs::read_to_string(dir.path().join("after")).unwrap();
+    assert_eq!(
+        after.trim(),
+        format!("7 {launcher_pid} {launcher_pid}"),
+        "exit code, process group, foreground group"
+    );
+}
+
+#[test]
+fn without_terminal_stdin_ctrl_c_is_forwarded_once_and_the_terminal_given_on_demand() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+trap 'echo int >> "$1/ints"' INT
+touch "$1/armed"
+while [ ! -s "$1/ints" ]; do sleep 0.05; done
+read -r line < /dev/tty; echo "$line" > "$1/line""#;
+    let mut pty = Pty::open();
+    // stdin is not the terminal: it stays with redlock's group (a pipeline's other commands may
+    // need it).
+    let launcher = on_terminal(&mut pty, &servers.urls(), dir.path(), script, "</dev/null");
+    let launcher_pid = launcher.id() as i32;
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    assert_eq!(pgrp_and_tpgid(pid).1, launcher_pid);
+    wait_for_file(&dir.path().join("armed"));
+    // The terminal's SIGINT goes to redlock's group; redlock forwards it to COMMAND's.
+    pty.type_in(b"\x03");
+    wait_for_file(&dir.path().join("ints"));
+    // Reading /dev/tty stops COMMAND (SIGTTIN); redlock gives it the terminal.
+    pty.type_in(b"hi\n");
+    let status = wait_exit(launcher, LIMIT);
+    assert!(status.success(), "{status:?}");
+    assert_eq!(fs::read_to_string(dir.path().join("line")).unwrap(), "hi\n");
+    let ints = fs::read_to_string(dir.path().join("ints")).unwrap();
+    assert_eq!(ints, "int\n", "COMMAND got SIGINT once");
+    let launcher_ints = fs::read_to_string(dir.path().join("launcher-ints")).unwrap();
+    assert_eq!(launcher_ints, "int\n");
+    let after = fs::read_to_string(dir.path().join("after")).unwrap();
+    assert_eq!(after.trim(), format!("0 {launcher_pid} {launcher_pid}"));
+}
+
+#[test]
+fn watchdog_holds_nothing_and_exits_after_a_normal_finish() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    // The watchdog leads COMMAND's process group.
+    let watchdog = pgrp_and_tpgid(pid).0;
+    // SAFETY: getpgrp(2) has no preconditions.
+    let ours = unsafe { libc::getpgrp() };
+    assert_ne!(watchdog, ours, "COMMAND is in redlock's process group");
+    assert_ne!(watchdog, pid);
+    let _reap_watchdog = Reap(vec![watchdog]);
+    let comm = fs::read_to_string(format!("/proc/{watchdog}/comm")).unwrap();
+    assert_eq!(comm.trim(), "redlock-watch");
+    // No server connection, no terminal, no inherited pipe: stdin is its own pipe, stdout and
+    // stderr are /dev/null.
+    let mut fds: Vec<(String, String)> = fs::read_dir(format!("/proc/{watchdog}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let target = fs::read_link(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                target.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    fds.sort();
+    assert_eq!(fds.len(), 3, "{fds:?}");
+    assert!(fds[0].1.starts_with("pipe:"), "{fds:?}");
+    assert_eq!(fds[1].1, "/dev/null", "{fds:?}");
+    assert_eq!(fds[2].1, "/dev/null", "{fds:?}");
+    assert_eq!(
+        fs::read_link(format!("/proc/{watchdog}/cwd")).unwrap(),
+        Path::new("/")
+    );
+    fs::write(dir.path().join("go"), "").unwrap();
+    let o = finish(child, LIMIT);
+    assert_code(&o, 0);
+    assert!(
+        wait_dead(watchdog, Duration::from_secs(10)),
+        "the watchdog outlived a normal finish"
+    );
 }
 
 #[test]
