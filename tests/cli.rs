@@ -1,11 +1,13 @@
 //! The `redlock` binary, run as a process against real redis-servers: `run` (environment,
-//! exit-code passthrough, contention, a lost lock, signal forwarding), `acquire` / `extend` /
-//! `release`, `status`, usage and authentication errors, `demo` and `bench`.
+//! exit-code passthrough, contention, a lost lock, signal forwarding, COMMAND's process group and
+//! its watchdog, the terminal on a pseudo-terminal), `acquire` / `extend` / `release`, `status`,
+//! usage and authentication errors, `demo` and `bench`.
 
 mod common;
 
 use std::fs;
-use std::io::Read;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -200,9 +202,10 @@ fn lost_lock_gives_79_and_command_gets_sigterm_then_sigkill() {
     let script = r#"trap 'echo term >> "$1/termed"' TERM
 touch "$1/started"
 while :; do sleep 0.05; done"#;
+    // A TTL long enough that the lock's remaining validity does not cut the grace short.
     let child = spawn(
         redlock(&servers.urls())
-            .args(["run", "--ttl", "1s", "--grace", "300ms", "job", "--"])
+            .args(["run", "--ttl", "3s", "--grace", "300ms", "job", "--"])
             .args(["sh", "-c", script, "sh"])
             .arg(dir.path()),
     );
@@ -253,6 +256,530 @@ while :; do sleep 0.05; done"#;
     for s in servers.iter() {
         assert_eq!(s.get("job"), None, "still held on {}", s.addr());
     }
+}
+
+/// Reads the pid a test script wrote to `path` (with `echo $! > tmp; mv tmp path`, so that the file
+/// appears complete).
+#[track_caller]
+fn read_pid(path: &Path) -> i32 {
+    wait_for_file(path);
+    let text = fs::read_to_string(path).unwrap();
+    text.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("no pid in {}: {text:?}", path.display()))
+}
+
+/// True if process `pid` exits within `limit` (or is already gone). It waits on a pidfd, which
+/// becomes readable when the process exits (a zombie counts as exited).
+fn wait_dead(pid: i32, limit: Duration) -> bool {
+    // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // SAFETY: the descriptor was just returned to us and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = left.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd, owned by this frame.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 && Instant::now() >= deadline {
+            return common::pid_is_dead(pid as u32);
+        }
+    }
+}
+
+/// True if `pid` is this process or one of its ancestors.
+fn is_us_or_ancestor(pid: i32) -> bool {
+    let mut p = std::process::id() as i32;
+    while p > 1 {
+        if p == pid {
+            return true;
+        }
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
+            return false;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        p = match rest.split_whitespace().nth(1).map(str::parse) {
+            Some(Ok(ppid)) => ppid,
+            _ => return false,
+        };
+    }
+    false
+}
+
+/// SIGKILLs, when dropped, the processes a test started indirectly (COMMAND and its children),
+/// and their process groups, unless that is the test's own group: a failing test must not leave
+/// them running. It never touches the test process or its ancestors.
+struct Reap(Vec<i32>);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        // SAFETY: getpgrp(2) has no preconditions.
+        let ours = unsafe { libc::getpgrp() };
+        for &pid in &self.0 {
+            if common::pid_is_dead(pid as u32) || is_us_or_ancestor(pid) {
+                continue;
+            }
+            // SAFETY: getpgid(2) and kill(2) with plain integers; the pid was alive just now.
+            unsafe {
+                let group = libc::getpgid(pid);
+                if group > 1 && group != ours {
+                    libc::kill(-group, libc::SIGKILL);
+                }
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// Sends `signal` to the (unreaped) child.
+fn signal(child: &Child, signal: i32) {
+    // SAFETY: kill(2) on our own child, which has not been reaped.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, signal);
+    }
+}
+
+#[test]
+fn sigkill_of_redlock_kills_command_before_the_lock_expires() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+while :; do sleep 0.05; done"#;
+    let mut child = spawn(
+        redlock(&urls)
+            .args(["run", "--ttl", "30s", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        wait_dead(pid, Duration::from_secs(10)),
+        "COMMAND (pid {pid}) outlived a SIGKILLed redlock"
+    );
+    // It died while the dead redlock's lock was still in force: nobody else could have held it
+    // at the same time.
+    for s in servers.iter() {
+        assert!(s.pttl("job") > 0, "the lock expired on {}", s.addr());
+    }
+    let o = output(redlock(&urls).args(["run", "job", "--", "true"]));
+    assert_code(&o, 75);
+}
+
+#[test]
+fn sigkill_of_redlock_kills_grandchildren() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
+    let mut child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "--ttl", "30s", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let grandchild = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![grandchild]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        wait_dead(grandchild, Duration::from_secs(10)),
+        "COMMAND's child (pid {grandchild}) outlived a SIGKILLed redlock"
+    );
+    for s in servers.iter() {
+        assert!(s.pttl("job") > 0, "the lock expired on {}", s.addr());
+    }
+}
+
+#[test]
+fn forwarded_sigterm_reaches_grandchildren() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let grandchild = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![grandchild]);
+    signal(&child, libc::SIGTERM);
+    let o = finish(child, LIMIT);
+    assert_code(&o, 128 + libc::SIGTERM);
+    assert!(
+        wait_dead(grandchild, Duration::from_secs(10)),
+        "SIGTERM did not reach COMMAND's child (pid {grandchild})"
+    );
+}
+
+/// Starts `redlock run --ttl 1s ARGS job -- sh -c SCRIPT sh DIR` on 5 servers, waits for the pid
+/// the script writes to DIR/pid, and freezes 3 of the servers so that the lock is lost.
+fn run_and_lose_the_lock(
+    servers: &mut Servers,
+    dir: &Path,
+    args: &[&str],
+    script: &str,
+) -> (Child, i32) {
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "--ttl", "1s"])
+            .args(args)
+            .args(["job", "--", "sh", "-c", script, "sh"])
+            .arg(dir),
+    );
+    let pid = read_pid(&dir.join("pid"));
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    (child, pid)
+}
+
+#[test]
+fn lost_lock_kills_grandchildren() {
+    let mut servers = Servers::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
+    let (child, grandchild) =
+        run_and_lose_the_lock(&mut servers, dir.path(), &["--grace", "300ms"], script);
+    let _reap = Reap(vec![grandchild]);
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    assert_code(&o, 79);
+    assert!(
+        wait_dead(grandchild, Duration::from_secs(10)),
+        "COMMAND's child (pid {grandchild}) outlived the lock"
+    );
+}
+
+#[test]
+fn lost_lock_sigkills_a_group_that_ignores_sigterm() {
+    let mut servers = Servers::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    // `sleep` inherits the ignored SIGTERM.
+    let script = r#"trap '' TERM
+sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
+    let (child, sleeper) =
+        run_and_lose_the_lock(&mut servers, dir.path(), &["--grace", "300ms"], script);
+    let _reap = Reap(vec![sleeper]);
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    assert_code(&o, 79);
+    assert!(
+        wait_dead(sleeper, Duration::from_secs(10)),
+        "a process ignoring SIGTERM (pid {sleeper}) outlived the lock"
+    );
+    assert!(stderr(&o).contains("SIGKILL"), "{}", stderr(&o));
+}
+
+#[test]
+fn lost_lock_grace_never_outlasts_the_validity() {
+    let mut servers = Servers::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"trap '' TERM
+sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
+    // A 60 s grace, but the lock (1 s TTL) runs out long before: SIGKILL must come first.
+    let (child, sleeper) =
+        run_and_lose_the_lock(&mut servers, dir.path(), &["--grace", "60s"], script);
+    let _reap = Reap(vec![sleeper]);
+    // Well before the 60 s grace (a generous bound, not a measure of speed).
+    let dead = wait_dead(sleeper, Duration::from_secs(10));
+    if !dead {
+        signal(&child, libc::SIGKILL);
+    }
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    assert!(dead, "--grace 60s let pid {sleeper} outlive a 1s lock");
+    assert_code(&o, 79);
+}
+
+#[test]
+fn sigstop_of_redlock_cannot_keep_command_running_past_the_lock() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+while :; do sleep 0.05; done"#;
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "--ttl", "1s", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    // A stopped redlock extends nothing: its lock runs out, and COMMAND must not run on.
+    signal(&child, libc::SIGSTOP);
+    let dead = wait_dead(pid, Duration::from_secs(10));
+    signal(&child, libc::SIGCONT);
+    let o = finish(child, LIMIT);
+    assert!(dead, "COMMAND (pid {pid}) ran on while redlock was stopped");
+    assert_code(&o, 79);
+}
+
+/// A pseudo-terminal. [`Pty::spawn`] starts a command in a new session with the terminal as its
+/// controlling terminal, stdin, stdout and stderr, as a terminal emulator starts a shell.
+struct Pty {
+    master: fs::File,
+    slave: Option<OwnedFd>,
+}
+
+impl Pty {
+    fn open() -> Pty {
+        let (mut master, mut slave) = (-1, -1);
+        // SAFETY: openpty writes two descriptors; the name, termios and window size are optional.
+        let rc = unsafe {
+            libc::openpty(
+                &mut master,
+                &mut slave,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "openpty: {}", io::Error::last_os_error());
+        // SAFETY: both descriptors were just returned to us and are owned by nobody else.
+        unsafe {
+            Pty {
+                master: fs::File::from(OwnedFd::from_raw_fd(master)),
+                slave: Some(OwnedFd::from_raw_fd(slave)),
+            }
+        }
+    }
+
+    /// Starts `cmd` on the terminal, and drains what the terminal shows (in a thread).
+    fn spawn(&mut self, cmd: &mut Command) -> Child {
+        use std::os::unix::process::CommandExt;
+        let slave = self.slave.take().expect("one command per terminal");
+        cmd.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave);
+        // SAFETY: only async-signal-safe calls between fork and exec (setsid, ioctl).
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start a command on the terminal");
+        let mut master = self.master.try_clone().unwrap();
+        // Ends with EIO once every process has closed the terminal.
+        std::thread::spawn(move || {
+            let mut shown = Vec::new();
+            let _ = master.read_to_end(&mut shown);
+        });
+        child
+    }
+
+    /// Types `bytes` on the terminal.
+    fn type_in(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.master.write_all(bytes).unwrap();
+    }
+}
+
+/// Waits (at most `limit`) for `child` to exit.
+fn wait_exit(mut child: Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the command on the terminal did not exit within {limit:?}");
+        }
+        // Waiting for another process to exit.
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Fields 5 (process group) and 8 (the terminal's foreground process group) of /proc/PID/stat.
+fn pgrp_and_tpgid(pid: i32) -> (i32, i32) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    (fields[2].parse().unwrap(), fields[5].parse().unwrap())
+}
+
+/// A non-interactive `sh` on a terminal of its own (so redlock runs in the foreground), running
+/// `redlock run job -- sh -c SCRIPT sh DIR` with `REDIRECT`, then writing redlock's exit code and
+/// its own process group and the terminal's foreground group to DIR/after. A SIGINT to `sh` is
+/// recorded in DIR/launcher-ints.
+fn on_terminal(pty: &mut Pty, urls: &[String], dir: &Path, script: &str, redirect: &str) -> Child {
+    let launcher = format!(
+        r#"d=$1
+trap 'echo int >> "$d/launcher-ints"' INT
+"$0" --quarantine off run job -- sh -c "$2" sh "$d" {redirect}
+echo "$? $(cut -d' ' -f5,8 /proc/$$/stat)" > "$d/after""#
+    );
+    pty.spawn(
+        Command::new("sh")
+            .env("REDLOCK_SERVERS", urls.join(","))
+            .args(["-c", &launcher, BIN])
+            .arg(dir)
+            .arg(script),
+    )
+}
+
+#[test]
+fn command_gets_the_terminal_and_ctrl_c_once_then_redlock_takes_it_back() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+read -r line; echo "$line" > "$1/line"
+trap 'echo int >> "$1/ints"; exit 7' INT
+touch "$1/armed"
+while :; do sleep 0.05; done"#;
+    let mut pty = Pty::open();
+    let launcher = on_terminal(&mut pty, &servers.urls(), dir.path(), script, "");
+    let launcher_pid = launcher.id() as i32;
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    let (pgrp, tpgid) = pgrp_and_tpgid(pid);
+    assert_ne!(
+        pgrp, launcher_pid,
+        "COMMAND is not in a process group of its own"
+    );
+    assert_eq!(
+        tpgid, pgrp,
+        "COMMAND's group is not the terminal's foreground group"
+    );
+    // COMMAND reads from the terminal.
+    pty.type_in(b"hello\n");
+    wait_for_file(&dir.path().join("armed"));
+    assert_eq!(
+        fs::read_to_string(dir.path().join("line")).unwrap(),
+        "hello\n"
+    );
+    // Ctrl-C reaches COMMAND's group, once, and not redlock's.
+    pty.type_in(b"\x03");
+    let status = wait_exit(launcher, LIMIT);
+    assert!(status.success(), "{status:?}");
+    let ints = fs::read_to_string(dir.path().join("ints")).unwrap_or_default();
+    assert_eq!(ints, "int\n", "COMMAND got SIGINT once");
+    assert!(!dir.path().join("launcher-ints").exists());
+    // redlock's exit code, and the terminal back with redlock's (the launcher's) group.
+    let after = fs::read_to_string(dir.path().join("after")).unwrap();
+    assert_eq!(
+        after.trim(),
+        format!("7 {launcher_pid} {launcher_pid}"),
+        "exit code, process group, foreground group"
+    );
+}
+
+#[test]
+fn without_terminal_stdin_ctrl_c_is_forwarded_once_and_the_terminal_given_on_demand() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+trap 'echo int >> "$1/ints"' INT
+touch "$1/armed"
+while [ ! -s "$1/ints" ]; do sleep 0.05; done
+read -r line < /dev/tty; echo "$line" > "$1/line""#;
+    let mut pty = Pty::open();
+    // stdin is not the terminal: it stays with redlock's group (a pipeline's other commands may
+    // need it).
+    let launcher = on_terminal(&mut pty, &servers.urls(), dir.path(), script, "</dev/null");
+    let launcher_pid = launcher.id() as i32;
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    assert_eq!(pgrp_and_tpgid(pid).1, launcher_pid);
+    wait_for_file(&dir.path().join("armed"));
+    // The terminal's SIGINT goes to redlock's group; redlock forwards it to COMMAND's.
+    pty.type_in(b"\x03");
+    wait_for_file(&dir.path().join("ints"));
+    // Reading /dev/tty stops COMMAND (SIGTTIN); redlock gives it the terminal.
+    pty.type_in(b"hi\n");
+    let status = wait_exit(launcher, LIMIT);
+    assert!(status.success(), "{status:?}");
+    assert_eq!(fs::read_to_string(dir.path().join("line")).unwrap(), "hi\n");
+    let ints = fs::read_to_string(dir.path().join("ints")).unwrap();
+    assert_eq!(ints, "int\n", "COMMAND got SIGINT once");
+    let launcher_ints = fs::read_to_string(dir.path().join("launcher-ints")).unwrap();
+    assert_eq!(launcher_ints, "int\n");
+    let after = fs::read_to_string(dir.path().join("after")).unwrap();
+    assert_eq!(after.trim(), format!("0 {launcher_pid} {launcher_pid}"));
+}
+
+#[test]
+fn watchdog_holds_nothing_and_exits_after_a_normal_finish() {
+    let servers = Servers::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "job", "--", "sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    // The watchdog leads COMMAND's process group.
+    let watchdog = pgrp_and_tpgid(pid).0;
+    // SAFETY: getpgrp(2) has no preconditions.
+    let ours = unsafe { libc::getpgrp() };
+    assert_ne!(watchdog, ours, "COMMAND is in redlock's process group");
+    assert_ne!(watchdog, pid);
+    let _reap_watchdog = Reap(vec![watchdog]);
+    let comm = fs::read_to_string(format!("/proc/{watchdog}/comm")).unwrap();
+    assert_eq!(comm.trim(), "redlock-watch");
+    // No server connection, no terminal, no inherited pipe: stdin is its own pipe, stdout and
+    // stderr are /dev/null.
+    let mut fds: Vec<(String, String)> = fs::read_dir(format!("/proc/{watchdog}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let target = fs::read_link(e.path()).unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                target.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    fds.sort();
+    assert_eq!(fds.len(), 3, "{fds:?}");
+    assert!(fds[0].1.starts_with("pipe:"), "{fds:?}");
+    assert_eq!(fds[1].1, "/dev/null", "{fds:?}");
+    assert_eq!(fds[2].1, "/dev/null", "{fds:?}");
+    assert_eq!(
+        fs::read_link(format!("/proc/{watchdog}/cwd")).unwrap(),
+        Path::new("/")
+    );
+    fs::write(dir.path().join("go"), "").unwrap();
+    let o = finish(child, LIMIT);
+    assert_code(&o, 0);
+    assert!(
+        wait_dead(watchdog, Duration::from_secs(10)),
+        "the watchdog outlived a normal finish"
+    );
 }
 
 #[test]

@@ -45,6 +45,8 @@ macro_rules! say {
 mod child;
 #[path = "redlock/demo.rs"]
 mod demo;
+#[path = "redlock/group.rs"]
+mod group;
 #[path = "redlock/run.rs"]
 mod run;
 #[path = "redlock/servers.rs"]
@@ -147,10 +149,26 @@ enum Command {
 
 const RUN_HELP: &str = "\
 COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_VALIDITY_MS in its environment. The lock
-is extended in the background when a third of its TTL is left. If it is lost anyway (the servers
-stopped answering, or the key vanished), COMMAND gets SIGTERM, SIGKILL after --grace, and redlock
-exits with 79. SIGINT, SIGTERM and SIGHUP sent to redlock are forwarded to COMMAND (a Ctrl-C in a
-terminal already reaches both); the lock is released when COMMAND exits.
+is extended in the background when a third of its TTL is left; it is released when COMMAND exits.
+
+COMMAND runs in a process group of its own, with everything it starts. A watchdog process
+(redlock-watch) sends SIGKILL to that whole group if redlock dies (SIGKILL included), and if
+redlock is stopped or hangs until the lock's validity runs out. So no process of the group runs on
+past the lock's validity once redlock can no longer keep the lock. A process that leaves the group
+(setsid, as daemons do) is not covered. Processes COMMAND leaves running when it exits are left
+alone, unless the lock was lost (then they get SIGKILL).
+
+If the lock is lost (the servers stopped answering, or the key vanished), the group gets SIGTERM,
+then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity ends, and
+redlock exits with 79. SIGINT, SIGQUIT, SIGTERM, SIGHUP and SIGTSTP sent to redlock are forwarded
+to the group.
+
+Terminal: when redlock's stdin and stdout are its terminal and it runs in the foreground, COMMAND's
+group is made the terminal's foreground group (and redlock's own restored afterwards), so Ctrl-C,
+Ctrl-\\ and Ctrl-Z reach it directly, once. Otherwise (in a pipeline, with a redirection) the
+terminal stays with redlock's group, redlock forwards what it gets, and COMMAND is given the
+terminal only if it stops to read from it (or to set it up). Ctrl-Z stops COMMAND and redlock
+together; a job stopped for longer than the lock's validity loses the lock.
 
 Exit codes: COMMAND's own (128+N if signal N killed it); 64 usage error; 69 no quorum reachable;
 70 internal error; 75 held elsewhere (after --wait); 77 authentication refused; 79 lock lost
@@ -322,9 +340,8 @@ fn fmt_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         format!("{}ms", d.as_millis())
     } else if d < Duration::from_secs(60) && d.subsec_millis() != 0 {
-        format!("{:.3}s", d.as_secs_f64())
-            .trim_end_matches('0')
-            .to_owned()
+        let decimal = format!("{}.{:03}", d.as_secs(), d.subsec_millis());
+        format!("{}s", decimal.trim_end_matches('0'))
     } else {
         humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
     }
@@ -629,6 +646,13 @@ fn real_main() -> u8 {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if let (Some(arg), None) = (args.next(), args.next())
+        && arg == group::WATCHDOG_ARG
+    {
+        // `redlock run`'s watchdog process (src/bin/redlock/group.rs), not a subcommand.
+        return ExitCode::from(group::watchdog_main());
+    }
     std::panic::set_hook(Box::new(|info| {
         let what = info
             .payload()

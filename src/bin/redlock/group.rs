@@ -1,0 +1,485 @@
+//! COMMAND's process group for `redlock run`: the watchdog that kills the whole group when redlock
+//! can no longer vouch for the lock, and the terminal's foreground process group.
+//!
+//! The watchdog is redlock itself, re-executed from `/proc/self/exe` with [`WATCHDOG_ARG`]. It is
+//! the leader of a new process group, and COMMAND is started in that group, so everything COMMAND
+//! starts (unless it leaves the group on purpose) is in it too. The watchdog reads a pipe whose
+//! write end only redlock holds (close-on-exec, so neither the watchdog nor COMMAND inherits it).
+//! redlock writes the lock's validity deadline to it whenever the lock is extended, and a final
+//! "done" when COMMAND has finished under the lock. The watchdog sends SIGKILL to its whole
+//! process group (itself included) when
+//!
+//! - the pipe reaches end-of-file without "done": redlock died (SIGKILL, a crash, the OOM killer);
+//! - the last deadline passes without a newer one: redlock was stopped (SIGSTOP, Ctrl-Z) or hung,
+//!   and the lock it no longer extends runs out;
+//! - the pipe carries anything it does not understand.
+//!
+//! It ignores every signal that can be ignored (set between fork and exec, so from before anything
+//! can signal its group), so neither a Ctrl-C nor a SIGTERM to the group (redlock forwards those)
+//! ends it before it has done its job.
+//! It keeps nothing busy: its stdin is the pipe, stdout and stderr are `/dev/null`, its working
+//! directory is `/`, its environment is empty, and every other descriptor it might inherit is
+//! closed at exec. It exits by itself on "done".
+
+use std::cell::Cell;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The hidden first argument that turns `redlock` into the watchdog.
+pub const WATCHDOG_ARG: &str = "__run-watchdog";
+
+/// A new deadline follows: 8 bytes, CLOCK_MONOTONIC nanoseconds, little-endian.
+const MSG_DEADLINE: u8 = b'D';
+/// COMMAND finished under the lock: exit without killing anything.
+const MSG_DONE: u8 = b'X';
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which lives in this frame.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// `t` on the system-wide CLOCK_MONOTONIC (which `Instant` reads on Linux), in nanoseconds.
+fn monotonic_ns_at(t: Instant) -> u64 {
+    let (now, ns) = (Instant::now(), monotonic_ns());
+    match t.checked_duration_since(now) {
+        Some(ahead) => ns.saturating_add(ahead.as_nanos() as u64),
+        None => ns.saturating_sub(now.duration_since(t).as_nanos() as u64),
+    }
+}
+
+/// Sets every signal that can be ignored to SIG_IGN, except those that report faults or whose
+/// default action is already to do nothing. Async-signal-safe (it runs between fork and exec).
+fn ignore_signals() {
+    const KEEP: [libc::c_int; 13] = [
+        libc::SIGKILL,
+        libc::SIGSTOP,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGABRT,
+        libc::SIGSYS,
+        libc::SIGCHLD,
+        libc::SIGCONT,
+        libc::SIGURG,
+        libc::SIGWINCH,
+    ];
+    for sig in 1..=libc::SIGRTMAX() {
+        if !KEEP.contains(&sig) {
+            // SAFETY: signal(2) with SIG_IGN installs no handler; failures (the C library's
+            // reserved real-time signals) are harmless.
+            unsafe {
+                libc::signal(sig, libc::SIG_IGN);
+            }
+        }
+    }
+    // SAFETY: an empty set, then the mask of this thread (the only one between fork and exec).
+    unsafe {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    }
+}
+
+/// The watchdog as seen from redlock.
+pub struct Watchdog {
+    child: Child,
+    pipe: File,
+    /// The last deadline sent.
+    deadline: Instant,
+    /// The watchdog is gone (its end of the pipe is closed).
+    pub gone: bool,
+}
+
+impl Watchdog {
+    /// Starts the watchdog as the leader of a new process group, watching `deadline` (the lock's
+    /// current validity).
+    pub fn spawn(deadline: Instant) -> io::Result<Watchdog> {
+        let (reader, writer) = io::pipe()?;
+        let mut cmd = Command::new("/proc/self/exe");
+        cmd.arg0("redlock")
+            .arg(WATCHDOG_ARG)
+            .stdin(Stdio::from(reader))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .env_clear()
+            .current_dir("/")
+            .process_group(0);
+        // SAFETY: only async-signal-safe calls between fork and exec (signal, sigemptyset,
+        // pthread_sigmask, syscall).
+        unsafe {
+            cmd.pre_exec(|| {
+                ignore_signals();
+                // Descriptors redlock inherited without close-on-exec (a lock file, a job
+                // server's pipe) must not be kept open by the watchdog. Failure (a kernel older
+                // than 5.11) leaves them as they are.
+                libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                );
+                Ok(())
+            });
+        }
+        let child = cmd.spawn()?;
+        drop(cmd); // our copy of the read end: only the watchdog may hold it
+        let pipe = File::from(std::os::fd::OwnedFd::from(writer));
+        // Never block on the watchdog: should it stop reading, it keeps an older (earlier)
+        // deadline, which errs on the safe side.
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let fd = pipe.as_raw_fd();
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        let mut w = Watchdog {
+            child,
+            pipe,
+            deadline,
+            gone: false,
+        };
+        w.send_deadline(deadline);
+        Ok(w)
+    }
+
+    /// The process group COMMAND is to join (the watchdog's pid).
+    pub fn pgid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    /// The last deadline the watchdog was given.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Moves the deadline to `deadline` if it changed (the lock was extended).
+    pub fn extend(&mut self, deadline: Instant) {
+        if deadline != self.deadline {
+            self.send_deadline(deadline);
+        }
+    }
+
+    fn send_deadline(&mut self, deadline: Instant) {
+        let mut msg = [MSG_DEADLINE; 9];
+        msg[1..].copy_from_slice(&monotonic_ns_at(deadline).to_le_bytes());
+        // One write of less than PIPE_BUF bytes: all or nothing. If it fails the watchdog keeps
+        // the earlier deadline, or is already gone (killed with the group).
+        match self.pipe.write(&msg) {
+            Ok(n) if n == msg.len() => self.deadline = deadline,
+            Ok(_) => {} // cannot happen (atomic), and would only keep the earlier deadline
+            Err(e) => self.gone |= e.kind() == io::ErrorKind::BrokenPipe,
+        }
+    }
+
+    /// COMMAND finished under the lock: lets the watchdog exit without killing anything, and
+    /// reaps it (waiting a little at most: not every init reaps orphans promptly).
+    pub fn done(mut self) {
+        let _ = self.pipe.write(&[MSG_DONE]);
+        drop(self.pipe);
+        // SAFETY: pidfd_open(2) on our own unreaped child; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.child.id(), 0) };
+        if fd >= 0 {
+            // SAFETY: the descriptor was just returned to us.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) };
+            let mut pfd = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd in this frame. The pidfd turns readable when the watchdog exits.
+            unsafe {
+                libc::poll(&mut pfd, 1, 1000);
+            }
+        }
+        let _ = self.child.try_wait();
+    }
+}
+
+/// `redlock __run-watchdog`: the watchdog process itself. Returns only on "done" or on misuse.
+pub fn watchdog_main() -> u8 {
+    // SAFETY: getpgrp, getpid and fstat have no preconditions; fstat writes into `st`.
+    let set_up_by_run = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::getpgrp() == libc::getpid()
+            && libc::fstat(0, &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    };
+    if !set_up_by_run {
+        // Run by hand, it could kill a process group it does not own.
+        say!("redlock: {WATCHDOG_ARG} is internal to `redlock run`");
+        return super::exit::USAGE;
+    }
+    ignore_signals();
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"redlock-watch".as_ptr());
+    }
+    let mut deadline: Option<u64> = None;
+    let mut buf = [0u8; 64];
+    let mut have = 0;
+    loop {
+        let timeout = match deadline {
+            None => None,
+            Some(d) => {
+                let now = monotonic_ns();
+                if now >= d {
+                    kill_group();
+                }
+                Some(Duration::from_nanos(d - now))
+            }
+        };
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs() as libc::time_t,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        let mut pfd = libc::pollfd {
+            fd: 0,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd and an optional timespec, both in this frame.
+        let n = unsafe {
+            libc::ppoll(
+                &mut pfd,
+                1,
+                ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+                std::ptr::null(),
+            )
+        };
+        match n {
+            0 => continue, // the deadline: checked at the top
+            n if n < 0 => {
+                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                kill_group();
+            }
+            _ => {}
+        }
+        // A plain read(2): a buffered reader could keep a message poll(2) no longer sees.
+        let free = &mut buf[have..];
+        // SAFETY: read(2) into the free part of `buf`, at most its length.
+        let n = unsafe { libc::read(0, free.as_mut_ptr().cast(), free.len()) };
+        match n {
+            0 => kill_group(), // redlock is gone
+            n if n > 0 => have += n as usize,
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            _ => kill_group(),
+        }
+        let mut at = 0;
+        while at < have {
+            match buf[at] {
+                MSG_DONE => return super::exit::OK,
+                MSG_DEADLINE if have - at >= 9 => {
+                    let mut ns = [0u8; 8];
+                    ns.copy_from_slice(&buf[at + 1..at + 9]);
+                    deadline = Some(u64::from_le_bytes(ns));
+                    at += 9;
+                }
+                MSG_DEADLINE => break, // the rest is still in the pipe
+                _ => kill_group(),
+            }
+        }
+        buf.copy_within(at..have, 0);
+        have -= at;
+    }
+}
+
+/// SIGKILL to the watchdog's own process group: COMMAND, everything it started, and the watchdog.
+fn kill_group() -> ! {
+    // SAFETY: kill(2) and _exit(2) with plain integers. The group is ours: we are its leader, so
+    // its id cannot have been reused.
+    unsafe {
+        libc::kill(0, libc::SIGKILL);
+        libc::_exit(1)
+    }
+}
+
+/// Runs `f` with SIGTTOU blocked in this thread: a process outside the terminal's foreground
+/// group may then change the foreground group (tcsetpgrp) or write to the terminal (with `stty
+/// tostop`) instead of being stopped.
+pub fn without_sigttou<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset operations on a set in this frame; pthread_sigmask changes only this
+    // thread's mask, restored below.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// COMMAND's process group and redlock's controlling terminal.
+pub struct Job {
+    /// `/dev/tty`, if redlock has a controlling terminal.
+    tty: Option<File>,
+    /// COMMAND's process group.
+    pub pgid: libc::pid_t,
+    /// redlock's own process group.
+    ours: libc::pid_t,
+    /// COMMAND is to have the terminal whenever redlock's group is in the foreground: its stdin
+    /// is the terminal, or it has stopped trying to use the terminal.
+    pub wants_terminal: Cell<bool>,
+}
+
+impl Job {
+    /// COMMAND's group `pgid`. It wants the terminal from the start if redlock's stdin and stdout
+    /// are its controlling terminal and redlock is in the foreground. (Not when one of them is a
+    /// pipe: the other commands of the pipeline, in redlock's group, may need the terminal, as
+    /// `less` does. COMMAND then gets it only if it stops for terminal I/O.)
+    pub fn new(pgid: libc::pid_t) -> Job {
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+            .open("/dev/tty")
+            .ok();
+        // SAFETY: getpgrp, isatty and tcgetpgrp take plain integers; fstat writes into `st`.
+        let (ours, interactive) = unsafe {
+            let ours = libc::getpgrp();
+            let rdev = |fd| {
+                let mut st: libc::stat = std::mem::zeroed();
+                (libc::isatty(fd) == 1 && libc::fstat(fd, &mut st) == 0).then_some(st.st_rdev)
+            };
+            let stdin = rdev(0);
+            (
+                ours,
+                stdin.is_some() && stdin == rdev(1) && libc::tcgetpgrp(0) == ours,
+            )
+        };
+        Job {
+            wants_terminal: Cell::new(tty.is_some() && interactive),
+            tty,
+            pgid,
+            ours,
+        }
+    }
+
+    fn foreground(&self) -> Option<libc::pid_t> {
+        let tty = self.tty.as_ref()?;
+        // SAFETY: tcgetpgrp on a descriptor we own.
+        let pg = unsafe { libc::tcgetpgrp(tty.as_raw_fd()) };
+        (pg > 0).then_some(pg)
+    }
+
+    /// COMMAND's group is the terminal's foreground group.
+    pub fn command_has_terminal(&self) -> bool {
+        self.foreground() == Some(self.pgid)
+    }
+
+    /// redlock's group is the terminal's foreground group.
+    pub fn redlock_has_terminal(&self) -> bool {
+        self.foreground() == Some(self.ours)
+    }
+
+    fn set_foreground(&self, pgid: libc::pid_t) {
+        if let Some(tty) = &self.tty {
+            // SAFETY: tcsetpgrp on a descriptor we own; SIGTTOU is blocked so that it cannot stop
+            // us when our group is not (any more) in the foreground.
+            without_sigttou(|| unsafe { libc::tcsetpgrp(tty.as_raw_fd(), pgid) });
+        }
+    }
+
+    /// Gives the terminal to COMMAND's group if COMMAND wants it and redlock's group has it.
+    pub fn hand_over(&self) {
+        if self.wants_terminal.get() && self.redlock_has_terminal() {
+            self.set_foreground(self.pgid);
+        }
+    }
+
+    /// Takes the terminal back if COMMAND's group has it.
+    pub fn take_back(&self) {
+        if self.command_has_terminal() {
+            self.set_foreground(self.ours);
+        }
+    }
+
+    /// Whether someone could continue redlock's group after it stops: it is not orphaned, that
+    /// is an ancestor in the group has its parent in another group of the same session (a shell
+    /// with job control). Without one, a stop from the terminal would be for good; the kernel
+    /// discards those for orphaned groups, and so does redlock.
+    pub fn has_job_control(&self) -> bool {
+        if self.tty.is_none() {
+            return false;
+        }
+        // SAFETY: getsid, getpgid and getpid take plain integers.
+        let (sid, mut pid) = unsafe { (libc::getsid(0), libc::getpid()) };
+        for _ in 0..64 {
+            let Some(parent) = parent_of(pid) else {
+                return false;
+            };
+            if parent <= 1 {
+                return false;
+            }
+            // SAFETY: as above.
+            let (pg, psid) = unsafe { (libc::getpgid(parent), libc::getsid(parent)) };
+            if pg != self.ours {
+                return psid == sid;
+            }
+            pid = parent;
+        }
+        false
+    }
+}
+
+impl Drop for Job {
+    /// Gives the terminal back to redlock's group if COMMAND's still has it.
+    fn drop(&mut self) {
+        self.take_back();
+    }
+}
+
+/// True if `signal` has its default action in redlock (for a stop signal: it stops us).
+pub fn stops_us(signal: libc::c_int) -> bool {
+    // SAFETY: sigaction(2) with no new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_DFL
+    }
+}
+
+/// Fields of `/proc/PID/stat` after the command name: state, ppid, ...
+fn stat_fields(pid: libc::pid_t) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+fn parent_of(pid: libc::pid_t) -> Option<libc::pid_t> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// True if `pid` is stopped by a signal (state `T`) right now.
+pub fn is_stopped(pid: libc::pid_t) -> bool {
+    stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s == "T"))
+}
+
+/// Sends `signal` to process group `pgid`.
+pub fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill(2) with plain integers. The group's id cannot have been reused: its leader,
+    // the watchdog, is our child and is not reaped before redlock stops signalling the group.
+    unsafe {
+        libc::kill(-pgid, signal);
+    }
+}
