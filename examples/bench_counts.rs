@@ -122,7 +122,7 @@ fn scale_counts(args: &[String]) {
     let cycles: u64 = args[3].parse().expect("CYCLES");
     let k: usize = args[4].parse().expect("K");
     assert!(
-        k > 0 && cycles % k as u64 == 0,
+        k > 0 && cycles.is_multiple_of(k as u64),
         "CYCLES must be a multiple of K"
     );
     scale::ensure_nofile((k * (urls.len() + 2) + 1024) as u64);
