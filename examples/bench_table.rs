@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example bench_table -- [--quick] [--rounds R] [--out FILE] [--label TEXT]
+//!     [--only NAME] [--scale-rounds R] [--scale-ms MS] [--scale-k K[,K...]]
 //! ```
 //!
 //! Usually run through `scripts/bench`, which also runs it pinned to one CPU. Prints markdown:
@@ -17,7 +18,11 @@
 //! 3. N = 5 with one server frozen (SIGSTOP), one slowed (a relay adding 10 ms each way, 20 ms
 //!    per round trip), and both at once; plus that node behind a relay without delay, the
 //!    baseline that separates the relay's own CPU cost from the effect of the slow node;
-//! 4. contention: K threads, each with its own client, competing for one resource.
+//! 4. contention: K threads, each with its own client, competing for one resource;
+//! 5. scale: K = 1, 8, 64, 256 concurrent callers, each on a resource of its own, through one
+//!    shared handle (this crate: K OS threads, one `Redlock`; rslock: K tokio tasks on 2 worker
+//!    threads, one `LockManager`; the floor: one thread pipelining K cycles per batch), N = 5
+//!    loopback, healthy and (K = 64) with one server frozen. `--only scale` runs only this one.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -33,6 +38,7 @@ use std::time::{Duration, Instant};
 use common::Servers;
 use support::clients::{self, Cycle, Kind};
 use support::relay::Relay;
+use support::scale;
 use support::{median, quantile, us};
 
 struct Opts {
@@ -45,6 +51,10 @@ struct Opts {
     min_cycles: usize,
     contention_rounds: usize,
     contention_time: Duration,
+    /// Scale scenario: rounds, time per (implementation, K, round), the K values.
+    scale_rounds: usize,
+    scale_time: Duration,
+    scale_ks: Vec<usize>,
     out: Option<String>,
     label: String,
     only: Option<String>,
@@ -59,6 +69,9 @@ impl Opts {
             min_cycles: 3,
             contention_rounds: 3,
             contention_time: Duration::from_secs(1),
+            scale_rounds: 3,
+            scale_time: Duration::from_secs(2),
+            scale_ks: vec![1, 8, 64, 256],
             out: None,
             label: "unpinned".into(),
             only: None,
@@ -73,12 +86,24 @@ impl Opts {
                     o.max_cycles = 1500;
                     o.contention_rounds = 1;
                     o.contention_time = Duration::from_millis(500);
+                    o.scale_rounds = 1;
+                    o.scale_time = Duration::from_millis(500);
                 }
                 "--rounds" => o.rounds = val().parse().expect("--rounds N"),
                 "--cap-ms" => o.cap = Duration::from_millis(val().parse().expect("--cap-ms MS")),
                 "--max-cycles" => o.max_cycles = val().parse().expect("--max-cycles N"),
                 "--contention-rounds" => {
                     o.contention_rounds = val().parse().expect("--contention-rounds N")
+                }
+                "--scale-rounds" => o.scale_rounds = val().parse().expect("--scale-rounds N"),
+                "--scale-ms" => {
+                    o.scale_time = Duration::from_millis(val().parse().expect("--scale-ms MS"))
+                }
+                "--scale-k" => {
+                    o.scale_ks = val()
+                        .split(',')
+                        .map(|k| k.parse().expect("--scale-k K[,K...]"))
+                        .collect()
                 }
                 "--out" => o.out = Some(val()),
                 "--label" => o.label = val(),
@@ -210,7 +235,7 @@ fn main() {
     let keep = |name: &str| {
         opts.only
             .as_ref()
-            .is_none_or(|f| name.contains(f.as_str()) || name == "loopback N=5")
+            .is_none_or(|f| f != "scale" && (name.contains(f.as_str()) || name == "loopback N=5"))
     };
 
     let mut scenarios: Vec<Scenario> = Vec::new();
@@ -241,17 +266,17 @@ fn main() {
             clients: cs,
         });
     }
+    let rounds = if scenarios.is_empty() { 0 } else { opts.rounds };
     eprintln!(
-        "bench_table: {} scenarios ready after {:.1?}; {} rounds",
+        "bench_table: {} scenarios ready after {:.1?}; {rounds} rounds",
         scenarios.len(),
         started.elapsed(),
-        opts.rounds
     );
 
     // results[scenario][kind] = one Run per round
     let mut results: Vec<BTreeMap<Kind, Vec<Run>>> =
         scenarios.iter().map(|_| BTreeMap::new()).collect();
-    for round in 0..opts.rounds {
+    for round in 0..rounds {
         for (si, sc) in scenarios.iter_mut().enumerate() {
             if let Some(i) = sc.freeze {
                 servers[i].freeze();
@@ -276,15 +301,17 @@ fn main() {
     }
 
     let mut md = String::new();
-    let _ = writeln!(
-        md,
-        "#### Latency of one acquire + release cycle ({}; {} rounds, implementation order rotated each round)\n",
-        opts.label, opts.rounds
-    );
-    md.push_str(
-        "| scenario | implementation | p50 µs | p99 µs | cycles/s | p50 ÷ redlock-mux p50 (same round, median) | failed |\n\
-         |---|---|--:|--:|--:|--:|--:|\n",
-    );
+    if !scenarios.is_empty() {
+        let _ = writeln!(
+            md,
+            "#### Latency of one acquire + release cycle ({}; {} rounds, implementation order rotated each round)\n",
+            opts.label, opts.rounds
+        );
+        md.push_str(
+            "| scenario | implementation | p50 µs | p99 µs | cycles/s | p50 ÷ redlock-mux p50 (same round, median) | failed |\n\
+             |---|---|--:|--:|--:|--:|--:|\n",
+        );
+    }
     let ratios = |si: usize, kind: Kind, base_si: usize, base_kind: Kind| -> Option<f64> {
         let a = results[si].get(&kind)?;
         let b = results[base_si].get(&base_kind)?;
@@ -421,8 +448,9 @@ fn main() {
         }
     }
 
+    let ran_scenarios = !scenarios.is_empty();
+    drop(scenarios);
     if opts.contention_rounds > 0 && opts.only.as_ref().is_none_or(|f| f == "contention") {
-        drop(scenarios);
         md.push_str(&contention(&direct, &opts));
     }
 
@@ -434,14 +462,21 @@ fn main() {
             opts.label
         );
     }
-    let _ = writeln!(
-        md,
-        "\n_{} rounds × ≤{} ms or ≤{} cycles per implementation and scenario; total {:.0?}._",
-        opts.rounds,
-        opts.cap.as_millis(),
-        opts.max_cycles,
-        started.elapsed()
-    );
+    if opts.scale_rounds > 0 && opts.only.as_ref().is_none_or(|f| f == "scale") {
+        md.push_str(&scale(&mut servers, &opts));
+    }
+    if ran_scenarios {
+        let _ = writeln!(
+            md,
+            "\n_{} rounds × ≤{} ms or ≤{} cycles per implementation and scenario; total {:.0?}._",
+            opts.rounds,
+            opts.cap.as_millis(),
+            opts.max_cycles,
+            started.elapsed()
+        );
+    } else {
+        let _ = writeln!(md, "\n_Total {:.0?}._", started.elapsed());
+    }
     print!("{md}");
     if let Some(path) = &opts.out {
         std::fs::write(path, &md).unwrap_or_else(|e| panic!("write {path}: {e}"));
@@ -614,4 +649,360 @@ struct Tally {
     violations: u64,
     /// `lock` calls that gave up.
     gave_up: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario 5: scale
+// ---------------------------------------------------------------------------------------------
+
+/// Summary of one scale run (the latencies themselves are not kept).
+struct ScaleFig {
+    rate: f64,
+    p50: Duration,
+    p99: Duration,
+    cpu_per_1000: f64,
+    failed: u64,
+    finished: bool,
+    /// Cycles completed by the hard deadline (for runs that did not finish).
+    completed: u64,
+}
+
+impl ScaleFig {
+    fn of(run: &scale::ScaleRun) -> ScaleFig {
+        ScaleFig {
+            rate: run.rate(),
+            p50: quantile(&run.latencies, 0.5),
+            p99: quantile(&run.latencies, 0.99),
+            cpu_per_1000: run.cpu_per_1000(),
+            failed: run.failed,
+            finished: run.finished,
+            completed: run.completed_by_deadline,
+        }
+    }
+}
+
+const SCALE_KINDS: [Kind; 3] = [Kind::Mux, Kind::Rslock, Kind::Floor];
+/// The K of the frozen-node run.
+const FROZEN_K: usize = 64;
+/// The server frozen in the frozen-node run.
+const FROZEN: usize = 4;
+
+/// Milliseconds: two decimals under 10 ms, one above.
+fn ms(d: Duration) -> String {
+    let v = d.as_secs_f64() * 1e3;
+    if v < 10.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.1}")
+    }
+}
+
+/// Scenario 5: K callers through one shared handle, each on a resource of its own.
+fn scale(servers: &mut Servers, opts: &Opts) -> String {
+    let urls = servers.urls();
+    let max_k = opts
+        .scale_ks
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(FROZEN_K);
+    // This crate today: one client per thread, N connections + one epoll fd each.
+    let need = (max_k * (urls.len() + 2) + 1024) as u64;
+    let raised = scale::ensure_nofile(need);
+    if let Some((old, new)) = raised {
+        eprintln!(
+            "bench_table: scale: raised the soft RLIMIT_NOFILE of this process {old} → {new}"
+        );
+    }
+    let time = opts.scale_time;
+    let stop = scale::Stop::Time(time);
+    // Only reached if something hangs (rslock with a frozen node does).
+    let hard = |kind: Kind, frozen: bool| -> Duration {
+        if kind == Kind::Rslock && frozen {
+            time * 2 + Duration::from_secs(2)
+        } else {
+            time + Duration::from_secs(30)
+        }
+    };
+    let mut figs: BTreeMap<(bool, usize, Kind), Vec<Option<ScaleFig>>> = BTreeMap::new();
+    let started = Instant::now();
+    for round in 0..opts.scale_rounds {
+        let mut runs: Vec<(bool, usize)> = opts.scale_ks.iter().map(|&k| (false, k)).collect();
+        runs.push((true, FROZEN_K));
+        for (frozen, k) in runs {
+            for j in 0..SCALE_KINDS.len() {
+                let kind = SCALE_KINDS[(j + round) % SCALE_KINDS.len()];
+                let tag = format!(
+                    "scale:{}:{k}:{}:{round}",
+                    kind.name(),
+                    if frozen { "frozen" } else { "healthy" }
+                );
+                let server = &mut servers[FROZEN];
+                let mut on_ready = || {
+                    if frozen {
+                        server.freeze();
+                    }
+                };
+                let run = match kind {
+                    Kind::Mux => {
+                        scale::run_mux(&urls, k, stop, &tag, hard(kind, frozen), &mut on_ready)
+                    }
+                    Kind::Rslock => {
+                        scale::run_rslock(&urls, k, stop, &tag, hard(kind, frozen), &mut on_ready)
+                    }
+                    Kind::Floor => scale::run_floor(&urls, k, stop, &tag, &mut on_ready),
+                    other => unreachable!("{other:?}"),
+                };
+                if frozen {
+                    servers[FROZEN].resume();
+                    // Let it work off what queued up while it was stopped.
+                    servers[FROZEN].cmd(&["PING"]);
+                }
+                let fig = ScaleFig::of(&run);
+                eprintln!(
+                    "bench_table: scale round {} K={k}{} {}: {:.0} cycles/s, p99 {} ms{}",
+                    round + 1,
+                    if frozen { " (1 frozen)" } else { "" },
+                    kind.name(),
+                    fig.rate,
+                    ms(fig.p99),
+                    if fig.finished {
+                        String::new()
+                    } else {
+                        format!(", did not finish ({} cycles completed)", fig.completed)
+                    }
+                );
+                figs.entry((frozen, k, kind)).or_default().push(Some(fig));
+            }
+        }
+        eprintln!(
+            "bench_table: scale round {}/{} done at {:.1?}",
+            round + 1,
+            opts.scale_rounds,
+            started.elapsed()
+        );
+    }
+
+    let get = |frozen: bool, k: usize, kind: Kind| -> &[Option<ScaleFig>] {
+        figs.get(&(frozen, k, kind)).map_or(&[], |v| v.as_slice())
+    };
+    // Median over rounds of a figure of finished runs.
+    let med = |frozen: bool, k: usize, kind: Kind, f: &dyn Fn(&ScaleFig) -> f64| -> Option<f64> {
+        let mut v: Vec<f64> = get(frozen, k, kind)
+            .iter()
+            .flatten()
+            .filter(|x| x.finished)
+            .map(f)
+            .collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    // Median over rounds of same-round ratios f(a) ÷ f(b) (finished runs only).
+    let ratio = |a: (bool, usize, Kind),
+                 b: (bool, usize, Kind),
+                 f: &dyn Fn(&ScaleFig) -> f64|
+     -> Option<f64> {
+        let mut v: Vec<f64> = get(a.0, a.1, a.2)
+            .iter()
+            .zip(get(b.0, b.1, b.2))
+            .filter_map(|(x, y)| match (x, y) {
+                (Some(x), Some(y)) if x.finished && y.finished && f(y) > 0.0 => Some(f(x) / f(y)),
+                _ => None,
+            })
+            .collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    let rate = |f: &ScaleFig| f.rate;
+    let p50 = |f: &ScaleFig| f.p50.as_secs_f64();
+    let p99 = |f: &ScaleFig| f.p99.as_secs_f64();
+    let cpu = |f: &ScaleFig| f.cpu_per_1000;
+    let fmt = |x: Option<f64>, digits: usize| x.map_or("—".into(), |x| format!("{x:.digits$}"));
+    let dur = |x: Option<f64>| x.map_or("—".into(), |x| ms(Duration::from_secs_f64(x)));
+
+    let mut md = format!(
+        "\n#### Scale: K callers, a resource of their own each, one shared handle, N = 5 loopback ({}; {} round{} × {:?} per implementation and K, order rotated each round)\n\n\
+         redlock-mux: K OS threads sharing one `Redlock` (today: a client per thread, thread-local); \
+         rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
+         floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
+         Figures are medians over rounds; ratios are medians of same-round ratios.\n\n\
+         | K | implementation | cycles/s | p50 ms | p99 ms | client CPU s per 1,000 cycles | cycles/s ÷ floor | cycles/s ÷ rslock | p99 ÷ floor's | p99 ÷ rslock's | failed |\n\
+         |--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+        opts.label,
+        opts.scale_rounds,
+        if opts.scale_rounds == 1 { "" } else { "s" },
+        time
+    );
+    let failed = |frozen: bool, k: usize, kind: Kind| -> u64 {
+        get(frozen, k, kind)
+            .iter()
+            .flatten()
+            .map(|f| f.failed)
+            .sum()
+    };
+    for &k in &opts.scale_ks {
+        for kind in SCALE_KINDS {
+            let me = (false, k, kind);
+            let vs = |other: Kind, f: &dyn Fn(&ScaleFig) -> f64| {
+                if other == kind {
+                    "1".to_owned()
+                } else {
+                    fmt(ratio(me, (false, k, other), f), 2)
+                }
+            };
+            let _ = writeln!(
+                md,
+                "| {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                kind.name(),
+                fmt(med(false, k, kind, &rate), 0),
+                dur(med(false, k, kind, &p50)),
+                dur(med(false, k, kind, &p99)),
+                fmt(med(false, k, kind, &cpu), 3),
+                vs(Kind::Floor, &rate),
+                vs(Kind::Rslock, &rate),
+                vs(Kind::Floor, &p99),
+                vs(Kind::Rslock, &p99),
+                failed(false, k, kind),
+            );
+        }
+    }
+
+    let _ = write!(
+        md,
+        "\n#### Scale: K = {FROZEN_K} with 1 of the 5 servers frozen (SIGSTOP) for the whole run ({})\n\n\
+         | K | implementation | cycles/s | p50 ms | p99 ms | client CPU s per 1,000 cycles | cycles/s ÷ healthy K={FROZEN_K} (same round) | p99 ÷ healthy p99 | failed | note |\n\
+         |--:|---|--:|--:|--:|--:|--:|--:|--:|---|\n",
+        opts.label
+    );
+    for kind in SCALE_KINDS {
+        let runs = get(true, FROZEN_K, kind);
+        let unfinished: Vec<&ScaleFig> = runs.iter().flatten().filter(|f| !f.finished).collect();
+        let note = if unfinished.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "did not finish in {}/{} round(s): some callers had not returned {:?} after the start (cycles completed by then: {})",
+                unfinished.len(),
+                runs.len(),
+                hard(kind, true),
+                unfinished
+                    .iter()
+                    .map(|f| f.completed.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let healthy = (false, FROZEN_K, kind);
+        let _ = writeln!(
+            md,
+            "| {FROZEN_K} | {} | {} | {} | {} | {} | {} | {} | {} | {note} |",
+            kind.name(),
+            fmt(med(true, FROZEN_K, kind, &rate), 0),
+            dur(med(true, FROZEN_K, kind, &p50)),
+            dur(med(true, FROZEN_K, kind, &p99)),
+            fmt(med(true, FROZEN_K, kind, &cpu), 3),
+            fmt(ratio((true, FROZEN_K, kind), healthy, &rate), 2),
+            fmt(ratio((true, FROZEN_K, kind), healthy, &p99), 2),
+            failed(true, FROZEN_K, kind),
+        );
+    }
+
+    // Goals (issue "One engine for all callers"): blocking API, K OS threads, same-run ratios.
+    let mut goals = String::new();
+    let mux = |k: usize| (false, k, Kind::Mux);
+    let mut goal = |what: String, min: bool, limit: f64, got: Option<f64>, floor: Option<f64>| {
+        let verdict = match got {
+            None => "not measured".to_owned(),
+            Some(r) if (min && r >= limit) || (!min && r <= limit) => "met".to_owned(),
+            Some(_) => "**missed**".to_owned(),
+        };
+        let _ = writeln!(
+            goals,
+            "| {what} | {} {limit:.2} | {} | {verdict} | {} |",
+            if min { "≥" } else { "≤" },
+            fmt(got, 2),
+            fmt(floor, 2)
+        );
+    };
+    let targets: [(usize, f64, f64, Kind, f64); 4] = [
+        (1, 0.95, 1.3, Kind::Floor, 1.2),
+        (8, 0.6, 1.5, Kind::Rslock, 1.0),
+        (64, 0.65, 2.5, Kind::Rslock, 0.5),
+        (256, 0.5, 2.0, Kind::Rslock, 0.5),
+    ];
+    for (k, vs_floor, vs_rslock, p99_base, p99_limit) in targets {
+        if !opts.scale_ks.contains(&k) {
+            continue;
+        }
+        goal(
+            format!("K={k}: cycles/s ÷ floor"),
+            true,
+            vs_floor,
+            ratio(mux(k), (false, k, Kind::Floor), &rate),
+            None,
+        );
+        goal(
+            format!("K={k}: cycles/s ÷ rslock"),
+            true,
+            vs_rslock,
+            ratio(mux(k), (false, k, Kind::Rslock), &rate),
+            ratio((false, k, Kind::Floor), (false, k, Kind::Rslock), &rate),
+        );
+        goal(
+            format!("K={k}: p99 ÷ {}'s p99", p99_base.name()),
+            false,
+            p99_limit,
+            ratio(mux(k), (false, k, p99_base), &p99),
+            (p99_base != Kind::Floor)
+                .then(|| ratio((false, k, Kind::Floor), (false, k, p99_base), &p99))
+                .flatten(),
+        );
+    }
+    if opts.scale_ks.contains(&256) && opts.scale_ks.contains(&64) {
+        goal(
+            "K=256 cycles/s ÷ K=64 cycles/s".into(),
+            true,
+            0.85,
+            ratio(mux(256), mux(64), &rate),
+            ratio((false, 256, Kind::Floor), (false, 64, Kind::Floor), &rate),
+        );
+    }
+    goal(
+        format!("K={FROZEN_K}, 1 frozen: cycles/s ÷ healthy K={FROZEN_K}"),
+        true,
+        0.8,
+        ratio((true, FROZEN_K, Kind::Mux), mux(FROZEN_K), &rate),
+        ratio(
+            (true, FROZEN_K, Kind::Floor),
+            (false, FROZEN_K, Kind::Floor),
+            &rate,
+        ),
+    );
+    for k in [64, 256] {
+        if opts.scale_ks.contains(&k) {
+            goal(
+                format!("K={k}: client CPU per 1,000 cycles ÷ rslock's"),
+                false,
+                0.5,
+                ratio(mux(k), (false, k, Kind::Rslock), &cpu),
+                ratio((false, k, Kind::Floor), (false, k, Kind::Rslock), &cpu),
+            );
+        }
+    }
+    let _ = write!(
+        md,
+        "\n#### Scale goals ({}; same-round ratios, median over rounds)\n\n\
+         | goal | limit | redlock-mux | | floor on the same measure |\n|---|--:|--:|---|--:|\n{goals}",
+        opts.label
+    );
+    let _ = writeln!(
+        md,
+        "\n_Scale: {} round(s) × {:?} per implementation and K; {:.0?} in all{}._",
+        opts.scale_rounds,
+        time,
+        started.elapsed(),
+        raised.map_or(String::new(), |(old, new)| format!(
+            "; soft RLIMIT_NOFILE raised {old} → {new} in the bench process"
+        ))
+    );
+    md
 }

@@ -109,7 +109,7 @@ pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
     }
 }
 
-fn socket_addr(url: &str) -> SocketAddr {
+pub fn socket_addr(url: &str) -> SocketAddr {
     url.trim_start_matches("redis://")
         .parse()
         .unwrap_or_else(|e| panic!("bad url {url}: {e}"))
@@ -177,7 +177,8 @@ pub struct Floor {
     rng: u64,
 }
 
-const FLOOR_TOKEN_LEN: usize = 27;
+/// Length of the floor's random token.
+pub const FLOOR_TOKEN_LEN: usize = 27;
 
 impl Floor {
     pub fn new(urls: &[String]) -> Floor {
