@@ -17,7 +17,7 @@ use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::keep::Cmd;
 use crate::resp::{Arg, Frame, Limits, SetNxPx};
-use crate::round::{Decision, Loss, Round, RoundConfig, Vote};
+use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 
 /// Most nodes a client may use (node sets are 64-bit masks).
 pub const MAX_NODES: usize = 64;
@@ -739,15 +739,6 @@ impl fmt::Debug for Client {
             .field("nodes", &self.shared.nodes)
             .finish_non_exhaustive()
     }
-}
-
-/// Far enough to mean "no deadline" (about 34 years), near enough to add to any `Instant`.
-const FOREVER: Duration = Duration::from_secs(1 << 30);
-
-/// `now + timeout`, where a timeout too large to represent (`Duration::MAX`) means no deadline.
-pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
-    now.checked_add(timeout.min(FOREVER))
-        .unwrap_or(now + Duration::from_secs(1 << 20))
 }
 
 fn io_error(e: std::io::Error) -> Error {

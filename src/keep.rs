@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::{Client, Lock, Redlock, Shared};
 use crate::error::Error;
+use crate::round::deadline_after;
 
 type Callback = Box<dyn FnOnce(&Error) + Send>;
 
@@ -155,8 +156,7 @@ impl KeepAlive {
     /// [`on_lost`](KeepAlive::on_lost) callback). A timeout too long to add to the clock (such
     /// as `Duration::MAX`) means no timeout: it waits until the lock is lost.
     pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
-        // `None`: no deadline to give up at.
-        let give_up = Instant::now().checked_add(timeout);
+        let give_up = deadline_after(Instant::now(), timeout);
         let mut guard = self.kept.reason.lock().unwrap_or_else(|e| e.into_inner());
         loop {
             // The reason is read through the guard held here (`loss()` would lock it again).
@@ -168,10 +168,10 @@ impl KeepAlive {
             if now >= valid_until {
                 return Some(Error::Expired { released: 0 });
             }
-            if give_up.is_some_and(|t| now >= t) {
+            if now >= give_up {
                 return None;
             }
-            let wake = give_up.map_or(valid_until, |t| t.min(valid_until));
+            let wake = give_up.min(valid_until);
             guard = self
                 .kept
                 .changed

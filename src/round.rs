@@ -31,6 +31,15 @@ use std::time::{Duration, Instant};
 /// TTLs.
 pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 
+/// Far enough to mean "no deadline" (about 34 years), near enough to add to any `Instant`.
+const FOREVER: Duration = Duration::from_secs(1 << 30);
+
+/// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
+/// no deadline, instead of a panic.
+pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now.checked_add(timeout).unwrap_or(now + FOREVER)
+}
+
 /// Timing parameters of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundConfig {
@@ -182,11 +191,7 @@ impl Round {
         self.decision = None;
         self.min_validity = config.min_validity;
         self.not_after = config.not_after;
-        // Checked arithmetic: an Instant far in the future saturates instead of panicking.
-        let far = |d: Duration| {
-            now.checked_add(d)
-                .unwrap_or(now + Duration::from_secs(1 << 30))
-        };
+        let far = |d: Duration| deadline_after(now, d);
         self.timing = Some(Timing {
             node_deadline: far(config.node_timeout),
             valid_until: match config.ttl.checked_sub(config.drift()) {

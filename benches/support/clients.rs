@@ -294,7 +294,7 @@ impl Floor {
     }
 }
 
-fn find_token(buf: &[u8], token: &[u8]) -> usize {
+pub fn find_token(buf: &[u8], token: &[u8]) -> usize {
     buf.windows(token.len())
         .position(|w| w == token)
         .expect("token placeholder")

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use redlock_mux::IoStats;
 
-use super::clients::{self, FLOOR_TOKEN_LEN, Mux, NODE_TIMEOUT, RELEASE, TTL, encode};
+use super::clients::{self, FLOOR_TOKEN_LEN, Mux, NODE_TIMEOUT, RELEASE, TTL, encode, find_token};
 
 /// Warm-up cycles (batches for the floor) per caller before the measurement; the first one
 /// connects.
@@ -449,7 +449,7 @@ impl FloorBatch {
                 b"PX",
                 ttl.as_bytes(),
             ]);
-            set_tokens.push(set.len() + find(&s, &token));
+            set_tokens.push(set.len() + find_token(&s, &token));
             set.extend_from_slice(&s);
             let r = encode(&[
                 b"EVALSHA",
@@ -458,7 +458,7 @@ impl FloorBatch {
                 resource.as_bytes(),
                 &token,
             ]);
-            release_tokens.push(release.len() + find(&r, &token));
+            release_tokens.push(release.len() + find_token(&r, &token));
             release.extend_from_slice(&r);
         }
         FloorBatch {
@@ -591,12 +591,6 @@ fn take_replies(node: &mut BatchNode, ok: &mut [u16], k: usize, release: bool) {
     }
     node.buf.copy_within(at..node.len, 0);
     node.len -= at;
-}
-
-fn find(buf: &[u8], token: &[u8]) -> usize {
-    buf.windows(token.len())
-        .position(|w| w == token)
-        .expect("token placeholder")
 }
 
 /// The floor on one thread (the calling one): batches of K cycles until `stop`.
