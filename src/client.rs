@@ -1,23 +1,24 @@
 //! The public API: configuration, [`Client`] (one thread's connections), [`Redlock`] (a handle
 //! shared by many threads), [`Lock`] and [`LockGuard`].
 
-use std::cell::RefCell;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, TryRng};
 
 use crate::addr::NodeAddr;
-use crate::conn::{ConnConfig, Delivery, IoStats, Kind, scripts};
+use crate::conn::{ConnConfig, IoStats};
 use crate::driver::Driver;
-use crate::error::{Error, NodeFault, Report};
+use crate::engine::{Engine, Outcome, ReqKind, Shutdown, Waiter};
+use crate::error::{Error, NodeFault};
+use crate::hub::Hub;
 use crate::keep::Cmd;
-use crate::resp::{Arg, Frame, Limits, SetNxPx};
-use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
+use crate::resp::Limits;
+use crate::round::{RoundConfig, deadline_after};
 
 /// Most nodes a client may use (node sets are 64-bit masks).
 pub const MAX_NODES: usize = 64;
@@ -164,6 +165,46 @@ impl Config {
 
     /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
     /// longer one would outlive the restart quarantine that protects it).
+    fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let max = self.max_resource_len;
+        if resource.len() > max {
+            return Err(Error::Config(format!(
+                "resource name of {} bytes is longer than the limit of {max}",
+                resource.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// An acquire of `resource` with the configured TTL and a fresh token.
+    pub(crate) fn acquire_request(&self, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
+        self.check_resource(resource)?;
+        Ok((ReqKind::Acquire { ttl: self.ttl }, Token::generate()?))
+    }
+
+    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
+    pub(crate) fn extend_request(
+        &self,
+        lock: &Lock,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<ReqKind, Error> {
+        self.check_extend_ttl(ttl)?;
+        if lock.extensions >= self.max_extensions {
+            return Err(Error::ExtensionLimit(self.max_extensions));
+        }
+        if now >= lock.valid_until {
+            return Err(Error::Expired { released: 0 });
+        }
+        Ok(ReqKind::Extend {
+            ttl,
+            valid_until: lock.valid_until,
+        })
+    }
+
     fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
         self.check_ttl(ttl)?;
         let longest = self.longest_ttl();
@@ -403,7 +444,6 @@ impl Builder {
             nodes: nodes.into(),
             config: self.config,
             conn,
-            closed: AtomicBool::new(false),
             keeper: Mutex::new(None),
             keep_ids: AtomicU64::new(0),
             keeper_ticks: AtomicU64::new(0),
@@ -419,10 +459,10 @@ impl Builder {
     /// [`Error::Config`] for an empty or duplicate server list, an unparsable address or a bad
     /// setting.
     pub fn build(self) -> Result<Redlock, Error> {
+        let shared = self.shared()?;
+        let hub = Hub::start(Client::from_shared(shared.clone())?)?;
         Ok(Redlock {
-            handle: Arc::new(Handle {
-                shared: self.shared()?,
-            }),
+            handle: Arc::new(Handle { shared, hub }),
         })
     }
 
@@ -437,11 +477,9 @@ impl Builder {
 }
 
 pub(crate) struct Shared {
-    nodes: Arc<[NodeAddr]>,
-    config: Config,
-    conn: ConnConfig,
-    /// Set when the last [`Redlock`] handle is dropped: per-thread clients are then discarded.
-    closed: AtomicBool,
+    pub(crate) nodes: Arc<[NodeAddr]>,
+    pub(crate) config: Config,
+    pub(crate) conn: ConnConfig,
     /// The keep-alive thread's inbox, once started.
     keeper: Mutex<Option<Sender<Cmd>>>,
     keep_ids: AtomicU64,
@@ -507,6 +545,12 @@ pub struct Token {
 }
 
 impl Token {
+    /// No token (status reads carry none).
+    pub(crate) const EMPTY: Token = Token {
+        len: 0,
+        bytes: [0; MAX_TOKEN_LEN],
+    };
+
     /// 20 bytes from the operating system's random source, in unpadded base64url (27 bytes).
     ///
     /// # Errors
@@ -662,7 +706,7 @@ pub struct NodeStatus {
 
 /// Per-node restart tracking for the quarantine.
 #[derive(Debug, Clone, Copy, Default)]
-struct NodeWatch {
+pub(crate) struct NodeWatch {
     generation: u64,
     run_id: Option<[u8; 40]>,
     quarantined_until: Option<Instant>,
@@ -674,7 +718,7 @@ struct NodeWatch {
 impl NodeWatch {
     /// Updates restart tracking from what the handshake's `INFO server` said on connection
     /// `generation`, and answers how long the node is still quarantined.
-    fn quarantine_left(
+    pub(crate) fn quarantine_left(
         &mut self,
         window: Duration,
         generation: u64,
@@ -714,62 +758,23 @@ impl NodeWatch {
     }
 }
 
-/// One thread's connections to all nodes, and the state of its attempts. Not shareable between
-/// threads (`&mut self`), but `Send`: see [`Redlock`] for a handle many threads can use.
+/// One engine owned by one thread: its own connections to all nodes, driven on the calling
+/// thread (`&mut self`), one operation at a time. `Send`, not shareable: see [`Redlock`] for a
+/// handle many threads share (one engine, one connection per node).
 pub struct Client {
-    shared: Arc<Shared>,
-    driver: Driver,
-    round: Round,
-    faults: Vec<Option<NodeFault>>,
-    watch: Vec<NodeWatch>,
-    /// Per node: missed the grace of an unlock and has not caught up since (not waited for).
-    slow: Vec<bool>,
-    /// How long the last round took to decide.
-    last_round: Duration,
-    /// Reused for encoding each operation's command once, for all nodes.
-    scratch: bytes::BytesMut,
-    /// `SET … NX PX <ttl>` pre-encoded for the configured TTL.
-    set_nx_px: SetNxPx,
-    tag: u64,
+    engine: Engine,
 }
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Client")
-            .field("nodes", &self.shared.nodes)
+            .field("nodes", &self.engine.shared.nodes)
             .finish_non_exhaustive()
     }
 }
 
 fn io_error(e: std::io::Error) -> Error {
     Error::Internal(format!("cannot create the event loop: {e}"))
-}
-
-/// Queues one node's request of a round: `(driver, node, sink)`.
-type SendFn<'s> =
-    dyn FnMut(&mut Driver, usize, &mut crate::driver::NodeSink<'_>) -> Result<(), NodeFault> + 's;
-
-/// Encodes `args` as bulk strings (no array header): the tail of a script call.
-fn encode_tail(buf: &mut bytes::BytesMut, args: &[Arg<'_>]) {
-    buf.clear();
-    buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
-    for arg in args {
-        crate::resp::encode_bulk(buf, arg);
-    }
-}
-
-/// What a reply means for a vote, per request kind.
-fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, NodeFault> {
-    match (kind, reply) {
-        (_, Err(fault)) => Err((*fault).clone()),
-        (Kind::Set, Ok(Frame::Simple("OK"))) => Ok(Vote::Yes),
-        (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
-        (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
-        (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
-        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
-        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
-        (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
-    }
 }
 
 impl Client {
@@ -788,38 +793,33 @@ impl Client {
 
     /// The client's shared state (configuration, keeper).
     pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.shared
+        &self.engine.shared
     }
 
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
-        let n = shared.nodes.len();
+        let driver = Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?;
         Ok(Client {
-            driver: Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?,
-            round: Round::new(n),
-            faults: vec![None; n],
-            watch: vec![NodeWatch::default(); n],
-            slow: vec![false; n],
-            last_round: Duration::ZERO,
-            scratch: bytes::BytesMut::with_capacity(256),
-            set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
-            tag: 0,
-            shared,
+            engine: Engine::new(shared, driver),
         })
+    }
+
+    pub(crate) fn engine(&mut self) -> &mut Engine {
+        &mut self.engine
     }
 
     /// The settings in force.
     pub fn config(&self) -> &Config {
-        &self.shared.config
+        &self.engine.shared.config
     }
 
     /// The nodes, in the order given.
     pub fn nodes(&self) -> &[NodeAddr] {
-        &self.shared.nodes
+        &self.engine.shared.nodes
     }
 
     /// Votes needed: `n / 2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.round.quorum()
+        self.engine.shared.nodes.len() / 2 + 1
     }
 
     /// Connects to every node now, instead of on first use, and waits until each handshake is
@@ -829,51 +829,24 @@ impl Client {
     /// (at most 50 ms by default) must then also cover connect and handshake: against distant
     /// masters, call this once before the first attempt.
     pub fn connect(&mut self, timeout: Duration) -> usize {
-        let now = Instant::now();
-        let deadline = deadline_after(now, timeout);
-        let n = self.shared.nodes.len();
-        let mut ready = self.driver.connect_all(now);
-        self.driver.flush(now, &mut |_, _| {});
-        // Until every node is ready or down: a refused node does not hold the others up.
-        while ready < n
-            && self.driver.conns.iter().any(|c| c.is_connecting())
-            && Instant::now() < deadline
-        {
-            self.driver.turn(deadline, &mut |_, _| {});
-            ready = self.driver.conns.iter().filter(|c| c.is_ready()).count();
-        }
-        ready
+        self.engine.connect(timeout)
     }
 
     /// Bytes buffered per node: (unsent output, undecoded input). For tests of the buffer
     /// limits.
     #[doc(hidden)]
     pub fn buffered(&self) -> Vec<(usize, usize)> {
-        self.driver.conns.iter().map(|c| c.buffered()).collect()
+        self.engine
+            .driver
+            .conns
+            .iter()
+            .map(|c| c.buffered())
+            .collect()
     }
 
     /// Syscalls made so far by this client's connections and poll loop.
     pub fn io_stats(&self) -> IoStats {
-        self.driver.stats()
-    }
-
-    fn next_tag(&mut self) -> u64 {
-        self.tag += 1;
-        self.tag
-    }
-
-    fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
-        if resource.is_empty() {
-            return Err(Error::Config("empty resource name".into()));
-        }
-        let max = self.shared.config.max_resource_len;
-        if resource.len() > max {
-            return Err(Error::Config(format!(
-                "resource name of {} bytes is longer than the limit of {max}",
-                resource.len()
-            )));
-        }
-        Ok(())
+        self.engine.driver.stats()
     }
 
     /// One attempt to acquire `resource` with the configured TTL.
@@ -884,7 +857,10 @@ impl Client {
     /// answered, [`Error::TooSlow`] when the attempt ate the validity, [`Error::Auth`] when a
     /// node refused our credentials, [`Error::Config`] for a bad resource name.
     pub fn try_lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        self.attempt(resource.as_ref(), self.shared.config.ttl)
+        let resource = resource.as_ref();
+        let (kind, token) = self.config().acquire_request(resource)?;
+        let outcome = self.engine.run(kind, resource, &token);
+        lock_of(resource, token, outcome)
     }
 
     /// Acquires `resource`, retrying after a random delay up to the configured retry count.
@@ -893,7 +869,14 @@ impl Client {
     ///
     /// The last attempt's error, as [`Client::try_lock`].
     pub fn lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        self.retry(resource.as_ref(), None)
+        let config = self.config().clone();
+        let resource = resource.as_ref();
+        retry(&config, None, |wake| {
+            if let Some(until) = wake {
+                self.idle_until(until);
+            }
+            self.try_lock(resource)
+        })
     }
 
     /// Acquires `resource`, retrying until `deadline` (whatever the retry count).
@@ -906,191 +889,30 @@ impl Client {
         resource: impl AsRef<[u8]>,
         deadline: Instant,
     ) -> Result<Lock, Error> {
-        self.retry(resource.as_ref(), Some(deadline))
-    }
-
-    fn retry(&mut self, resource: &[u8], deadline: Option<Instant>) -> Result<Lock, Error> {
-        let config = &self.shared.config;
-        let (delay, jitter, tries) = (config.retry_delay, config.retry_jitter, config.retry_count);
-        let mut attempt = 0u32;
-        loop {
-            let error = match self.try_lock(resource) {
-                Ok(lock) => return Ok(lock),
-                Err(e @ (Error::Config(_) | Error::Auth { .. } | Error::Permission { .. })) => {
-                    return Err(e);
-                }
-                Err(e) => e,
-            };
-            attempt += 1;
-            let pause = delay + rand::rng().random_range(Duration::ZERO..=jitter);
-            let wake = Instant::now() + pause;
-            match deadline {
-                Some(d) if wake >= d => return Err(error),
-                None if attempt > tries => return Err(error),
-                _ => {}
+        let config = self.config().clone();
+        let resource = resource.as_ref();
+        retry(&config, Some(deadline), |wake| {
+            if let Some(until) = wake {
+                self.idle_until(until);
             }
-            self.idle_until(wake);
-        }
+            self.try_lock(resource)
+        })
     }
 
     /// Waits until `until` while consuming late replies (instead of sleeping blind).
     pub fn idle_until(&mut self, until: Instant) {
-        while Instant::now() < until {
-            self.driver.turn(until, &mut |_, _| {});
-        }
-    }
-
-    /// Takes in whatever arrived while idle, before anything new is queued: stragglers are
-    /// consumed, and an unsolicited reply (which RESP cannot tell from an answer once a request
-    /// is outstanding) meets an empty queue and resets its connection. One `epoll_wait` with a
-    /// zero timeout.
-    fn drain_idle(&mut self, now: Instant) {
-        self.driver.turn(now, &mut |_, _| {});
-    }
-
-    /// Sends the operation to every node, then runs the poll loop until the round decides.
-    fn run_round(
-        &mut self,
-        tag: u64,
-        start: Instant,
-        config: &RoundConfig,
-        send: &mut SendFn<'_>,
-    ) -> Decision {
-        self.drain_idle(start);
-        self.round.start(start, config);
-        self.faults.fill(None);
-        let n = self.shared.nodes.len();
-        let Client {
-            driver,
-            round,
-            faults,
-            watch,
-            shared,
-            ..
-        } = self;
-        let mut votes = Votes {
-            round,
-            faults,
-            watch,
-            window: shared.config.quarantine_window(),
-            tag,
-        };
-        for node in 0..n {
-            let sent = send(driver, node, &mut |i, d| on_vote(&mut votes, i, d));
-            if let Err(fault) = sent {
-                let failed = Delivery {
-                    tag,
-                    kind: Kind::Command,
-                    reply: Err(&fault),
-                    generation: 0,
-                    info: None,
-                    withdrawn: false,
-                };
-                on_vote(&mut votes, node, failed);
-            }
-        }
-        driver.flush(start, &mut |i, d| on_vote(&mut votes, i, d));
-        let decision = loop {
-            let Votes { round, faults, .. } = &mut votes;
-            if let Some(decision) = round.poll_decision() {
-                break decision;
-            }
-            let Some(until) = round.poll_timeout() else {
-                unreachable_decision();
-                return Decision::Lost {
-                    loss: Loss::NoQuorum,
-                    yes: 0,
-                };
-            };
-            let now = Instant::now();
-            if now >= until {
-                for (node, fault) in faults.iter_mut().enumerate() {
-                    if round.is_pending(node) {
-                        *fault = Some(NodeFault::Timeout);
-                    }
-                }
-                round.handle_timeout(now);
-                continue;
-            }
-            driver.turn(until, &mut |i, d| on_vote(&mut votes, i, d));
-        };
-        self.last_round = start.elapsed();
-        decision
-    }
-
-    fn loss_error(&self, loss: Loss, extend: bool) -> Error {
-        loss_error(&self.shared.nodes, &self.round, &self.faults, loss, extend)
-    }
-
-    fn attempt(&mut self, resource: &[u8], ttl: Duration) -> Result<Lock, Error> {
-        self.check_resource(resource)?;
-        let token = Token::generate()?;
-        let config = &self.shared.config;
-        let round_config = RoundConfig {
-            min_validity: config.min_validity,
-            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
-        };
-        let ttl_ms = ttl.as_millis() as u64;
-        let tag = self.next_tag();
-        let start = Instant::now();
-        // Encoded once, copied to every node.
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
-        if ttl == self.shared.config.ttl {
-            self.set_nx_px.encode(&mut buf, resource, token.as_bytes());
-        } else {
-            SetNxPx::new(ttl_ms).encode(&mut buf, resource, token.as_bytes());
-        }
-        let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
-            driver.request(node, Kind::Set, tag, &buf, start, sink)
-        });
-        self.scratch = buf;
-        match decision {
-            Decision::Won { valid_until, .. } => Ok(Lock {
-                resource: Bytes::new(resource),
-                token,
-                valid_until,
-                extensions: 0,
-            }),
-            Decision::Lost { loss, .. } => {
-                // Release everywhere at once — refused and silent nodes too, since a late OK may
-                // still come — without waiting for the replies.
-                self.send_release(resource, &token);
-                Err(self.loss_error(loss, false))
-            }
-        }
-    }
-
-    /// Queues the release script to every node and writes it; returns the operation's tag.
-    fn send_release(&mut self, resource: &[u8], token: &Token) -> u64 {
-        let tag = self.next_tag();
-        let now = Instant::now();
-        let script = &scripts()[0];
-        let args = [
-            Arg::Int(1),
-            Arg::Bytes(resource),
-            Arg::Bytes(token.as_bytes()),
-        ];
-        encode_tail(&mut self.scratch, &args);
-        let mut ignore = |_: usize, _: Delivery<'_>| {};
-        for node in 0..self.shared.nodes.len() {
-            let tail = &self.scratch;
-            let _ = self
-                .driver
-                .script(node, script, tag, tail, args.len(), now, &mut ignore);
-        }
-        self.driver.flush(now, &mut ignore);
-        tag
+        self.engine.drive_until(until, |_| false);
     }
 
     /// Releases the lock on every node and reports how many still held it.
     ///
     /// Waits for the replies at most the per-node timeout. A node still answering earlier
     /// requests gets a short grace (four times what the last round took, at least a tenth of the
-    /// node timeout); one that
-    /// missed it is slow or frozen and is not waited for again until it has caught up (it still
-    /// gets the release; its reply is consumed later). The count is of the nodes that answered
-    /// in time.
+    /// node timeout); one that missed it is slow or frozen and is not waited for again until it
+    /// has caught up (it still gets the release; its reply is consumed later). The count is of
+    /// the nodes that answered in time. A release a node could not confirm (its connection
+    /// failed, or it was down) is sent again when the node is reachable, while the key could
+    /// still live.
     ///
     /// # Errors
     ///
@@ -1098,80 +920,10 @@ impl Client {
     /// still sent, and the error says how many nodes still held it).
     pub fn unlock(&mut self, lock: Lock) -> Result<usize, Error> {
         let expired = !lock.is_valid();
-        let timeout = self.shared.config.node_timeout_for(self.shared.config.ttl);
-        let now = Instant::now();
-        self.drain_idle(now);
-        let n = self.shared.nodes.len();
-        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-        // Every node gets the release, but not every node is waited for:
-        // - a node that still owes replies (the acquire's stragglers are usually a few µs
-        //   behind the quorum) gets a short grace, a few times what the last round took;
-        // - a node that missed that grace last time is slow or frozen, and nobody waits for it
-        //   until it has caught up, so one slow node does not slow every cycle down.
-        let mut answered = 0u64;
-        let mut behind = 0u64;
-        for (node, conn) in self.driver.conns.iter().enumerate() {
-            if conn.pending() == 0 {
-                self.slow[node] = false;
-            } else if self.slow[node] {
-                answered |= 1 << node;
-            } else {
-                behind |= 1 << node;
-            }
-        }
-        let tag = self.send_release(lock.resource(), &lock.token);
-        let sent = Instant::now();
-        // Nodes whose request failed at once (down, backing off) have nothing pending.
-        for (node, conn) in self.driver.conns.iter().enumerate() {
-            if conn.pending() == 0 {
-                answered |= 1 << node;
-            }
-        }
-        let deadline = sent + timeout;
-        // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
-        // loaded machine makes it; a slow node pays it once, then is not waited for.
-        let floor = (timeout / 10).max(Duration::from_millis(1));
-        let grace = sent + (self.last_round * 4).clamp(floor, timeout);
-        let mut released = 0;
-        // Nodes whose "released" was counted, so that an answer taken back is uncounted.
-        let mut counted = 0u64;
-        loop {
-            let now = Instant::now();
-            if now >= grace && behind & !answered != 0 {
-                for node in (0..n).filter(|&i| behind & !answered & (1 << i) != 0) {
-                    self.slow[node] = true;
-                }
-                answered |= behind;
-            }
-            if answered == all || now >= deadline {
-                break;
-            }
-            let until = if behind & !answered != 0 {
-                grace.min(deadline)
-            } else {
-                deadline
-            };
-            let slow = &mut self.slow;
-            self.driver.turn(until, &mut |node, d| {
-                if d.tag == tag {
-                    answered |= 1 << node;
-                    // Keeping up after all: wait for it again next time.
-                    slow[node] = false;
-                    if d.withdrawn && counted & (1 << node) != 0 {
-                        counted &= !(1 << node);
-                        released -= 1;
-                    } else if matches!(d.reply, Ok(Frame::Integer(1))) {
-                        counted |= 1 << node;
-                        released += 1;
-                    }
-                }
-            });
-        }
-        if expired {
-            Err(Error::Expired { released })
-        } else {
-            Ok(released)
-        }
+        let outcome = self
+            .engine
+            .run(ReqKind::Release, lock.resource(), &lock.token);
+        released_of(expired, outcome)
     }
 
     /// Extends the lock to `ttl` from now, on a quorum, within its current validity.
@@ -1182,47 +934,9 @@ impl Client {
     /// configured number of extensions, [`Error::Held`] when nodes no longer hold our token,
     /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring.
     pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let config = &self.shared.config;
-        config.check_extend_ttl(ttl)?;
-        if lock.extensions >= config.max_extensions {
-            return Err(Error::ExtensionLimit(config.max_extensions));
-        }
-        let start = Instant::now();
-        if start >= lock.valid_until {
-            return Err(Error::Expired { released: 0 });
-        }
-        let round_config = RoundConfig {
-            min_validity: config.min_validity,
-            not_after: Some(lock.valid_until),
-            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
-        };
-        let tag = self.next_tag();
-        let ttl_ms = ttl.as_millis() as u64;
-        let resource = lock.resource.clone();
-        let script = &scripts()[1];
-        let args = [
-            Arg::Int(1),
-            Arg::Bytes(resource.as_slice()),
-            Arg::Bytes(lock.token.as_bytes()),
-            Arg::UInt(ttl_ms),
-        ];
-        let mut tail = std::mem::take(&mut self.scratch);
-        encode_tail(&mut tail, &args);
-        let decision = self.run_round(tag, start, &round_config, &mut |driver, node, sink| {
-            driver.script(node, script, tag, &tail, args.len(), start, sink)
-        });
-        self.scratch = tail;
-        match decision {
-            Decision::Won { valid_until, .. } => {
-                lock.valid_until = valid_until;
-                lock.extensions += 1;
-                Ok(())
-            }
-            Decision::Lost { loss, .. } => {
-                lock.valid_until = validity_after_lost_extend(lock.valid_until, &self.round);
-                Err(self.loss_error(loss, true))
-            }
-        }
+        let kind = self.config().extend_request(lock, ttl, Instant::now())?;
+        let outcome = self.engine.run(kind, lock.resource(), &lock.token);
+        apply_extend(lock, outcome)
     }
 
     /// Extends several locks at once to `ttl`: each node gets every lock's extend script in one
@@ -1235,135 +949,30 @@ impl Client {
         let start = Instant::now();
         // As before any operation: notice connections the servers closed while idle (their
         // `timeout`), so that they are re-established within this operation.
-        self.drain_idle(start);
-        let config = &self.shared.config;
-        let n = self.shared.nodes.len();
-        let k = locks.len();
-        let mut results: Vec<Option<Result<(), Error>>> = (0..k)
-            .map(|i| {
-                if let Err(e) = config.check_extend_ttl(ttl) {
-                    Some(Err(e))
-                } else if locks[i].extensions >= config.max_extensions {
-                    Some(Err(Error::ExtensionLimit(config.max_extensions)))
-                } else if start >= locks[i].valid_until {
-                    Some(Err(Error::Expired { released: 0 }))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let base = self.tag + 1;
-        self.tag += k as u64;
-        let mut rounds: Vec<Round> = (0..k).map(|_| Round::new(n)).collect();
-        let mut faults: Vec<Vec<Option<NodeFault>>> = vec![vec![None; n]; k];
-        for (i, round) in rounds.iter_mut().enumerate() {
-            let round_config = RoundConfig {
-                min_validity: config.min_validity,
-                not_after: Some(locks[i].valid_until),
-                ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
-            };
-            round.start(start, &round_config);
-        }
-        let window = config.quarantine_window();
-        let ttl_ms = ttl.as_millis() as u64;
-        let script = &scripts()[1];
-        let Client { driver, watch, .. } = self;
-        let mut batch = Batch {
-            rounds: &mut rounds,
-            faults: &mut faults,
-            watch,
-            window,
-            base,
-        };
-        let mut sink = |node: usize, d: Delivery<'_>| batch.on_reply(node, d);
-        // Each lock's arguments encoded once, for all nodes (a background path: the Vec is fine).
-        let tails: Vec<bytes::BytesMut> = locks
+        self.engine.drain(start);
+        let config = self.engine.shared.config.clone();
+        let ids: Vec<Result<_, Error>> = locks
             .iter()
             .map(|lock| {
-                let mut tail = bytes::BytesMut::new();
-                encode_tail(
-                    &mut tail,
-                    &[
-                        Arg::Int(1),
-                        Arg::Bytes(lock.resource()),
-                        Arg::Bytes(lock.token.as_bytes()),
-                        Arg::UInt(ttl_ms),
-                    ],
-                );
-                tail
+                let kind = config.extend_request(lock, ttl, start)?;
+                Ok(self
+                    .engine
+                    .submit(kind, lock.resource(), &lock.token, Waiter::Local, start))
             })
             .collect();
-        for node in 0..n {
-            for (i, tail) in tails.iter().enumerate() {
-                if results[i].is_some() {
-                    continue;
-                }
-                let tag = base + i as u64;
-                if let Err(fault) = driver.script(node, script, tag, tail, 4, start, &mut sink) {
-                    sink(
-                        node,
-                        Delivery {
-                            tag,
-                            kind: Kind::Command,
-                            reply: Err(&fault),
-                            generation: 0,
-                            info: None,
-                            withdrawn: false,
-                        },
-                    );
-                }
-            }
-        }
-        driver.flush(start, &mut sink);
-        loop {
-            let undecided: Vec<usize> = (0..k)
-                .filter(|&i| results[i].is_none() && batch.rounds[i].poll_decision().is_none())
-                .collect();
-            let Some(until) = undecided
-                .iter()
-                .filter_map(|&i| batch.rounds[i].poll_timeout())
-                .min()
-            else {
-                break;
-            };
-            let now = Instant::now();
-            if now < until {
-                driver.turn(until, &mut |node, d| batch.on_reply(node, d));
-                continue;
-            }
-            for i in undecided {
-                if batch.rounds[i].poll_timeout().is_some_and(|t| t <= now) {
-                    for node in 0..n {
-                        if batch.rounds[i].is_pending(node) {
-                            batch.faults[i][node] = Some(NodeFault::Timeout);
-                        }
-                    }
-                    batch.rounds[i].handle_timeout(now);
-                }
-            }
-        }
-        (0..k)
-            .map(|i| match results[i].take() {
-                Some(r) => r,
-                None => match rounds[i].poll_decision() {
-                    Some(Decision::Won { valid_until, .. }) => {
-                        locks[i].valid_until = valid_until;
-                        locks[i].extensions += 1;
-                        Ok(())
-                    }
-                    Some(Decision::Lost { loss, .. }) => {
-                        locks[i].valid_until =
-                            validity_after_lost_extend(locks[i].valid_until, &rounds[i]);
-                        Err(loss_error(
-                            &self.shared.nodes,
-                            &rounds[i],
-                            &faults[i],
-                            loss,
-                            true,
-                        ))
-                    }
+        self.engine.flush(start);
+        self.engine.drive(|e| {
+            ids.iter()
+                .all(|id| id.as_ref().map_or(true, |&id| e.is_done(id)))
+        });
+        ids.into_iter()
+            .zip(locks.iter_mut())
+            .map(|(id, lock)| {
+                let id = id?;
+                match self.engine.take(id, Instant::now()) {
+                    Some(outcome) => apply_extend(lock, outcome),
                     None => Err(Error::Expired { released: 0 }),
-                },
+                }
             })
             .collect()
     }
@@ -1371,261 +980,102 @@ impl Client {
     /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at
     /// most `timeout`. For inspection (`redlock status`); not a lock operation.
     pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
-        let tag = self.next_tag();
-        let start = Instant::now();
-        self.drain_idle(start);
-        let n = self.shared.nodes.len();
-        let mut acc = StatusReplies {
-            tag,
-            values: vec![None; n],
-            ttls: vec![None; n],
+        match self
+            .engine
+            .run(ReqKind::Status { timeout }, resource, &Token::EMPTY)
+        {
+            Outcome::Status(s) => s,
+            _ => unreachable_outcome(Vec::new()),
+        }
+    }
+}
+
+/// Retries `attempt` after a random delay, up to the configured count or until `deadline`.
+/// `attempt` gets the instant to wait until before trying (none for the first try).
+pub(crate) fn retry(
+    config: &Config,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut(Option<Instant>) -> Result<Lock, Error>,
+) -> Result<Lock, Error> {
+    let (delay, jitter, tries) = (config.retry_delay, config.retry_jitter, config.retry_count);
+    let mut wake = None;
+    let mut n = 0u32;
+    loop {
+        let error = match attempt(wake) {
+            Ok(lock) => return Ok(lock),
+            Err(e @ (Error::Config(_) | Error::Auth { .. } | Error::Permission { .. })) => {
+                return Err(e);
+            }
+            Err(e) => e,
         };
-        let mut get = bytes::BytesMut::new();
-        crate::resp::encode_command(&mut get, &[Arg::Bytes(b"GET"), Arg::Bytes(resource)]);
-        let mut pttl = bytes::BytesMut::new();
-        crate::resp::encode_command(&mut pttl, &[Arg::Bytes(b"PTTL"), Arg::Bytes(resource)]);
-        for node in 0..n {
-            for cmd in [&get, &pttl] {
-                let sent =
-                    self.driver
-                        .request(node, Kind::Command, tag, cmd, start, &mut |i, d| {
-                            acc.on_reply(i, d)
-                        });
-                if let Err(f) = sent {
-                    acc.values[node].get_or_insert(Err(f.clone()));
-                    acc.ttls[node].get_or_insert((Err(f), start));
-                }
-            }
-        }
-        self.driver.flush(start, &mut |i, d| acc.on_reply(i, d));
-        let deadline = deadline_after(start, timeout);
-        while acc.ttls.iter().any(Option::is_none) && Instant::now() < deadline {
-            self.driver.turn(deadline, &mut |i, d| acc.on_reply(i, d));
-        }
-        let StatusReplies {
-            mut values,
-            mut ttls,
-            ..
-        } = acc;
-        (0..n)
-            .map(|node| {
-                let (pttl, at) = ttls[node]
-                    .take()
-                    .unwrap_or((Err(NodeFault::Timeout), deadline));
-                let value = values[node].take().unwrap_or(Err(NodeFault::Timeout));
-                NodeStatus {
-                    node: self.shared.nodes[node].to_string(),
-                    state: value.and_then(|v| pttl.map(|t| (v, t))),
-                    rtt: at.saturating_duration_since(start),
-                }
-            })
-            .collect()
-    }
-}
-
-/// The validity a lock keeps after an extend that was sent and did not win.
-///
-/// Nodes that ran the compare-and-pexpire — in time, late, or after resuming from a freeze with
-/// the command still queued — now expire the key `ttl` after they ran it, which may be sooner
-/// than before. All of them ran it after the round's start, so the key lives on each of them at
-/// least until `start + ttl − drift` (the round's `valid_until`), and on the others until the
-/// old deadline: the lock is safe until the smaller of the two, never longer.
-fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {
-    round.valid_until().map_or(old, |backed| old.min(backed))
-}
-
-/// The node-by-node report of a round.
-fn report(
-    nodes: &Arc<[NodeAddr]>,
-    round: &Round,
-    faults: &[Option<NodeFault>],
-    extend: bool,
-) -> Report {
-    let mut refused = 0u64;
-    let mut failed = Vec::new();
-    let mut yes = 0;
-    for (node, fault) in faults.iter().enumerate().take(nodes.len()) {
-        match round.vote(node) {
-            Some(Vote::Yes) => yes += 1,
-            Some(Vote::Refused) => refused |= 1 << node,
-            Some(Vote::Failed) => failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout))),
-            None => {}
-        }
-    }
-    Report {
-        nodes: nodes.clone(),
-        quorum: round.quorum(),
-        yes,
-        refused,
-        failed,
-        extend,
-    }
-}
-
-/// The error for a lost round; an authentication failure on any node takes precedence.
-fn loss_error(
-    nodes: &Arc<[NodeAddr]>,
-    round: &Round,
-    faults: &[Option<NodeFault>],
-    loss: Loss,
-    extend: bool,
-) -> Error {
-    let report = report(nodes, round, faults, extend);
-    for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
-        match fault {
-            NodeFault::Auth(message) => {
-                return Error::Auth {
-                    node: nodes[node].to_string(),
-                    message: message.clone(),
-                };
-            }
-            NodeFault::Permission { .. } => {
-                return Error::Permission {
-                    node: nodes[node].to_string(),
-                    message: fault.to_string(),
-                };
-            }
+        n += 1;
+        let pause = delay + rand::rng().random_range(Duration::ZERO..=jitter);
+        let at = Instant::now() + pause;
+        match deadline {
+            Some(d) if at >= d => return Err(error),
+            None if n > tries => return Err(error),
             _ => {}
         }
-    }
-    match loss {
-        Loss::Held => Error::Held(report),
-        Loss::NoQuorum => Error::NoQuorum(report),
-        Loss::TooSlow => Error::TooSlow(report),
-        Loss::Expired => Error::Expired { released: 0 },
+        wake = Some(at);
     }
 }
 
-/// What [`on_vote`] updates while a round runs.
-struct Votes<'a> {
-    round: &'a mut Round,
-    faults: &'a mut [Option<NodeFault>],
-    watch: &'a mut [NodeWatch],
-    window: Option<Duration>,
-    tag: u64,
-}
-
-/// Feeds one reply to the round. Replies of earlier operations (stragglers) are dropped here,
-/// and a yes from a node in restart quarantine counts as a failure.
-fn on_vote(v: &mut Votes<'_>, node: usize, d: Delivery<'_>) {
-    if d.tag != v.tag {
-        return;
-    }
-    let now = Instant::now();
-    if d.withdrawn {
-        // The node's answer came with surplus frames or garbage: it does not count.
-        if let Err(fault) = d.reply {
-            v.faults[node] = Some(fault.clone());
-        }
-        v.round.handle_withdraw(node, now);
-        return;
-    }
-    let mut vote = vote_of(d.kind, &d.reply);
-    // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a lock
-    // that is held. An extend yes proves the node still holds our token, so it is refusing
-    // everyone else and counts.
-    if vote == Ok(Vote::Yes)
-        && d.kind == Kind::Set
-        && let (Some(window), Some(watch)) = (v.window, v.watch.get_mut(node))
-        && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
-    {
-        vote = Err(NodeFault::Quarantined(left));
-    }
-    match vote {
-        Ok(vote) => v.round.handle_vote(node, vote, now),
-        Err(fault) => {
-            v.faults[node] = Some(fault);
-            v.round.handle_vote(node, Vote::Failed, now);
-        }
+/// The lock an acquire's outcome gives.
+pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result<Lock, Error> {
+    match outcome {
+        Outcome::Acquired(Ok(valid_until)) => Ok(Lock {
+            resource: Bytes::new(resource),
+            token,
+            valid_until,
+            extensions: 0,
+        }),
+        Outcome::Acquired(Err(e)) => Err(e),
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
     }
 }
 
-/// Rounds of a batch of extensions, told apart by tag (`base + index`).
-struct Batch<'a> {
-    rounds: &'a mut [Round],
-    faults: &'a mut [Vec<Option<NodeFault>>],
-    watch: &'a mut [NodeWatch],
-    window: Option<Duration>,
-    base: u64,
-}
-
-impl Batch<'_> {
-    fn on_reply(&mut self, node: usize, d: Delivery<'_>) {
-        let Some(i) = d
-            .tag
-            .checked_sub(self.base)
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| i < self.rounds.len())
-        else {
-            return; // a straggler of an earlier operation
-        };
-        let tag = d.tag;
-        let mut votes = Votes {
-            round: &mut self.rounds[i],
-            faults: &mut self.faults[i],
-            watch: self.watch,
-            window: self.window,
-            tag,
-        };
-        on_vote(&mut votes, node, d);
+/// What an unlock returns.
+pub(crate) fn released_of(expired: bool, outcome: Outcome) -> Result<usize, Error> {
+    let released = match outcome {
+        Outcome::Released(n) => n,
+        _ => unreachable_outcome(0),
+    };
+    if expired {
+        Err(Error::Expired { released })
+    } else {
+        Ok(released)
     }
 }
 
-/// Replies to `GET` and `PTTL` per node, for [`Client::status`].
-struct StatusReplies {
-    tag: u64,
-    values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
-    ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
-}
-
-impl StatusReplies {
-    fn on_reply(&mut self, node: usize, d: Delivery<'_>) {
-        if d.tag != self.tag {
-            return;
-        }
-        if d.withdrawn {
-            // The node's answers came with surplus frames or garbage: none of them stands.
-            if let Err(fault) = d.reply {
-                self.values[node] = Some(Err(fault.clone()));
-                self.ttls[node] = Some((Err(fault.clone()), Instant::now()));
+/// Applies an extend's outcome to the lock: the validity after it (cut short if it was lost).
+pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Error> {
+    match outcome {
+        Outcome::Extended(valid_until, result) => {
+            lock.valid_until = valid_until;
+            if result.is_ok() {
+                lock.extensions += 1;
             }
-            return;
+            result
         }
-        let unexpected = |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
-        if self.values[node].is_none() {
-            self.values[node] = Some(match d.reply {
-                Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
-                Ok(Frame::Null) => Ok(None),
-                Ok(other) => Err(unexpected(&other)),
-                Err(f) => Err(f.clone()),
-            });
-        } else if self.ttls[node].is_none() {
-            let pttl = match d.reply {
-                Ok(Frame::Integer(ms)) => Ok(ms),
-                Ok(other) => Err(unexpected(&other)),
-                Err(f) => Err(f.clone()),
-            };
-            self.ttls[node] = Some((pttl, Instant::now()));
-        }
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
     }
 }
 
-fn unreachable_decision() {
-    // An undecided round always has a deadline; reaching here would be a bug in round.rs.
-    debug_assert!(false, "undecided round without a deadline");
-}
-
-thread_local! {
-    static CLIENTS: RefCell<Vec<Client>> = const { RefCell::new(Vec::new()) };
+fn unreachable_outcome<T>(fallback: T) -> T {
+    // Each request kind has its outcome kind; reaching here would be a bug in engine.rs.
+    debug_assert!(false, "outcome of the wrong kind");
+    fallback
 }
 
 struct Handle {
     shared: Arc<Shared>,
+    hub: Arc<Hub>,
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Release);
+        // The engine thread flushes unconfirmed releases (bounded), then stops.
+        self.hub.close();
         // The keeper thread holds the Shared; tell it to finish so both go away.
         let keeper = self
             .shared
@@ -1641,10 +1091,12 @@ impl Drop for Handle {
 
 /// A lock client for many threads: `Send + Sync + Clone`, methods take `&self`.
 ///
-/// Each thread that uses it gets its own [`Client`] (its own connections and poll loop), kept in
-/// thread-local storage: the hot path takes no lock shared between threads and makes no thread
-/// hop. A thread's connections close when the thread ends, or at its next use after the last
-/// handle is dropped.
+/// All clones share one engine: one connection per node and one `mio` loop, with any number of
+/// operations in flight from any number of threads. Every command queued for a node during a
+/// turn of the loop goes out in one `write`; replies are matched to their operations in order.
+/// A caller that finds the loop idle drives it itself (no thread hop); callers arriving while
+/// it runs hand their request over and park until their outcome is in. A background thread
+/// (`redlock-engine`) takes the loop over while callers wait and nobody else drives it.
 ///
 /// ```no_run
 /// let redlock = redlock_mux::Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
@@ -1707,7 +1159,8 @@ impl Redlock {
         &self.handle.shared.nodes
     }
 
-    /// A new client owned by the caller, sharing this handle's configuration.
+    /// A new client owned by the caller, with connections of its own, sharing this handle's
+    /// configuration.
     ///
     /// # Errors
     ///
@@ -1716,39 +1169,35 @@ impl Redlock {
         Client::from_shared(self.handle.shared.clone())
     }
 
-    /// Runs `f` with this thread's client for this handle.
-    pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
-        let shared = &self.handle.shared;
-        let cached = CLIENTS
-            .try_with(|cell| {
-                let mut clients = cell.try_borrow_mut().ok()?;
-                clients.retain(|c| !c.shared.closed.load(Ordering::Acquire));
-                let at = clients
-                    .iter()
-                    .position(|c| Arc::ptr_eq(&c.shared, shared))?;
-                Some(clients.swap_remove(at))
-            })
-            .ok()
-            .flatten();
-        let mut client = match cached {
-            Some(c) => c,
-            None => Client::from_shared(shared.clone())?,
-        };
-        let result = f(&mut client);
-        // During thread teardown the cache may be gone: the client is then simply dropped.
-        let _ = CLIENTS.try_with(|cell| {
-            if let Ok(mut clients) = cell.try_borrow_mut() {
-                clients.push(client);
-            }
-        });
-        Ok(result)
-    }
-
-    /// Connects this thread's client to every node now; see [`Client::connect`].
+    /// Runs `f` with the handle's engine, once the loop is free (requests other threads queue
+    /// meanwhile are served by whatever `f` does, or wait until it returns). For inspection and
+    /// tests; not for the hot path.
     ///
     /// # Errors
     ///
-    /// If the event loop cannot be created.
+    /// None today; kept fallible for compatibility.
+    pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
+        let hub = &self.handle.hub;
+        let mut guard = hub.engine();
+        let result = f(&mut guard);
+        hub.leave(guard);
+        Ok(result)
+    }
+
+    /// Syscalls made so far by the shared engine's connections and poll loop, and how often a
+    /// caller had to wake the loop (`wakes`).
+    pub fn io_stats(&self) -> IoStats {
+        let hub = &self.handle.hub;
+        let mut stats = self.with_client(|c| c.io_stats()).unwrap_or_default();
+        stats.wakes = hub.mailbox.wakes.load(Ordering::Relaxed) as u64;
+        stats
+    }
+
+    /// Connects the shared engine to every node now; see [`Client::connect`].
+    ///
+    /// # Errors
+    ///
+    /// None today; kept fallible for compatibility.
     pub fn connect(&self, timeout: Duration) -> Result<usize, Error> {
         self.with_client(|c| c.connect(timeout))
     }
@@ -1759,7 +1208,10 @@ impl Redlock {
     ///
     /// As [`Client::try_lock`].
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        self.with_client(|c| c.try_lock(resource))?
+        let resource = resource.as_ref();
+        let (kind, token) = self.config().acquire_request(resource)?;
+        let outcome = self.handle.hub.call(kind, resource, &token);
+        lock_of(resource, token, outcome)
     }
     /// Acquire with retries; see [`Client::lock`].
     ///
@@ -1767,7 +1219,11 @@ impl Redlock {
     ///
     /// As [`Client::lock`].
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        self.with_client(|c| c.lock(resource))?
+        let resource = resource.as_ref();
+        retry(self.config(), None, |wake| {
+            sleep_until(wake);
+            self.try_lock(resource)
+        })
     }
     /// Acquire, retrying until `deadline`; see [`Client::lock_until`].
     ///
@@ -1775,7 +1231,11 @@ impl Redlock {
     ///
     /// As [`Client::lock_until`].
     pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
-        self.with_client(|c| c.lock_until(resource, deadline))?
+        let resource = resource.as_ref();
+        retry(self.config(), Some(deadline), |wake| {
+            sleep_until(wake);
+            self.try_lock(resource)
+        })
     }
     /// Release; see [`Client::unlock`].
     ///
@@ -1783,7 +1243,12 @@ impl Redlock {
     ///
     /// As [`Client::unlock`].
     pub fn unlock(&self, lock: Lock) -> Result<usize, Error> {
-        self.with_client(|c| c.unlock(lock))?
+        let expired = !lock.is_valid();
+        let outcome = self
+            .handle
+            .hub
+            .call(ReqKind::Release, lock.resource(), &lock.token);
+        released_of(expired, outcome)
     }
     /// Extend; see [`Client::extend`].
     ///
@@ -1791,7 +1256,26 @@ impl Redlock {
     ///
     /// As [`Client::extend`].
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        self.with_client(|c| c.extend(lock, ttl))?
+        let kind = self.config().extend_request(lock, ttl, Instant::now())?;
+        let outcome = self.handle.hub.call(kind, lock.resource(), &lock.token);
+        apply_extend(lock, outcome)
+    }
+    /// What every node says about `resource`; see [`Client::status`].
+    pub fn status(&self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
+        match self
+            .handle
+            .hub
+            .call(ReqKind::Status { timeout }, resource, &Token::EMPTY)
+        {
+            Outcome::Status(s) => s,
+            _ => unreachable_outcome(Vec::new()),
+        }
+    }
+    /// Sends every release not confirmed yet (in flight, or waiting for its node to come back)
+    /// and waits for their replies, at most `timeout`; says how many were confirmed. Dropping
+    /// the last handle does the same in the background, bounded by the connect timeout.
+    pub fn shutdown(&self, timeout: Duration) -> Shutdown {
+        self.handle.hub.shutdown(timeout)
     }
     /// Acquire with retries and return a guard that releases the lock when dropped.
     ///
@@ -1803,6 +1287,15 @@ impl Redlock {
             redlock: self,
             lock: Some(self.lock(resource)?),
         })
+    }
+}
+
+fn sleep_until(wake: Option<Instant>) {
+    if let Some(until) = wake {
+        let now = Instant::now();
+        if until > now {
+            std::thread::sleep(until - now);
+        }
     }
 }
 

@@ -249,6 +249,9 @@ pub struct IoStats {
     pub polls: u64,
     /// Connect attempts.
     pub connects: u64,
+    /// Wake-ups of a shared engine's loop by callers (`Waker::wake`: one `write` to an
+    /// eventfd each); zero for a [`Client`](crate::Client).
+    pub wakes: u64,
 }
 
 /// Connection state that reply handling mutates (split from the buffers the frames borrow).

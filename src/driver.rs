@@ -15,6 +15,9 @@ use crate::error::NodeFault;
 /// Receives every reply (or fault) with the index of its node.
 pub(crate) type NodeSink<'s> = dyn for<'a> FnMut(usize, Delivery<'a>) + 's;
 
+/// The token of the [`Driver::waker`]: beyond any node index.
+const WAKER: Token = Token(usize::MAX - 1);
+
 pub(crate) struct Driver {
     poll: Poll,
     events: Events,
@@ -71,12 +74,28 @@ impl Driver {
 
     /// Starts a connection to every node that has none (nodes backing off are left alone).
     /// Returns how many are ready now.
-    pub fn connect_all(&mut self, now: Instant) -> usize {
+    pub fn connect_all(&mut self, now: Instant, sink: &mut NodeSink<'_>) -> usize {
         let registry = self.poll.registry();
-        for conn in &mut self.conns {
-            let _ = conn.ensure_connected(now, registry, &mut |_| {});
+        for (i, conn) in self.conns.iter_mut().enumerate() {
+            let _ = conn.ensure_connected(now, registry, &mut |d| sink(i, d));
         }
         self.conns.iter().filter(|c| c.is_ready()).count()
+    }
+
+    /// Starts a connection to node `node` if it has none and is not backing off.
+    pub fn ensure_connected(
+        &mut self,
+        node: usize,
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        let registry = self.poll.registry();
+        self.conns[node].ensure_connected(now, registry, &mut |d| sink(node, d))
+    }
+
+    /// A waker that makes the current or next `poll` return (its events are ignored).
+    pub fn waker(&self) -> io::Result<mio::Waker> {
+        mio::Waker::new(self.poll.registry(), WAKER)
     }
 
     /// Writes what every connection has queued: all requests of a round go out before any reply

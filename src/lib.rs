@@ -50,7 +50,9 @@ pub mod addr;
 pub mod client;
 mod conn;
 mod driver;
+mod engine;
 pub mod error;
+mod hub;
 mod keep;
 pub mod resp;
 pub mod round;
@@ -60,6 +62,7 @@ pub use client::{
     Builder, Client, Config, Lock, LockGuard, NodeStatus, Quarantine, Redlock, Token,
 };
 pub use conn::IoStats;
+pub use engine::Shutdown;
 pub use error::{Error, NodeFault, Report};
 pub use keep::KeepAlive;
 

@@ -154,6 +154,7 @@ fn collect(
                     sum.reads += io.reads;
                     sum.polls += io.polls;
                     sum.connects += io.connects;
+                    sum.wakes += io.wakes;
                 }
             }
             Err(_) => {
@@ -176,6 +177,7 @@ fn io_delta(a: IoStats, b: IoStats) -> IoStats {
         reads: b.reads - a.reads,
         polls: b.polls - a.polls,
         connects: b.connects - a.connects,
+        wakes: b.wakes - a.wakes,
     }
 }
 
@@ -221,7 +223,6 @@ pub fn run_mux(
                         .try_lock(&resource)
                         .and_then(|lock| redlock.unlock(lock));
                 }
-                let io0 = redlock.with_client(|c| c.io_stats()).ok();
                 let mut latencies = Vec::with_capacity(slots);
                 let mut failed = 0;
                 ready.wait();
@@ -243,13 +244,12 @@ pub fn run_mux(
                     n += 1;
                 }
                 let finished_at = Instant::now();
-                let io1 = redlock.with_client(|c| c.io_stats()).ok();
-                let io = io0.zip(io1).map(|(a, b)| io_delta(a, b));
+                // The engine is shared: its counters are read once for all callers, below.
                 let _ = tx.send(CallerResult {
                     latencies,
                     failed,
                     finished_at,
-                    io,
+                    io: None,
                 });
             })
             .expect("spawn caller thread");
@@ -257,6 +257,7 @@ pub fn run_mux(
     drop(tx);
     ready.wait();
     on_ready();
+    let io0 = redlock.io_stats();
     let cpu0 = process_cpu();
     let start = Instant::now();
     go.wait();
@@ -264,7 +265,11 @@ pub fn run_mux(
         std::thread::sleep(t);
         halt.store(true, Ordering::Relaxed);
     }
-    collect(&rx, k, start, cpu0, start + hard_limit, &completed)
+    let mut run = collect(&rx, k, start, cpu0, start + hard_limit, &completed);
+    if run.finished {
+        run.io = Some(io_delta(io0, redlock.io_stats()));
+    }
+    run
 }
 
 // ---------------------------------------------------------------------------------------------

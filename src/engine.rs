@@ -1,0 +1,1196 @@
+//! The engine: every operation in flight over one set of connections, one per node.
+//!
+//! An operation (acquire, extend, release, status read) is a slot of a slab: its own
+//! [`Round`] (votes, node deadline, validity), its resource and token, and who waits for it.
+//! Its requests carry the slot's tag (index and a sequence number), so replies coming back on a
+//! shared connection — FIFO, pipelined with every other operation's — find their operation.
+//! Every command queued for a node in one turn of the loop goes out in one `write`.
+//!
+//! Who drives it: a [`Client`](crate::Client) drives its own engine on the calling thread; a
+//! [`Redlock`](crate::Redlock) handle shares one engine between all threads (see `hub.rs`):
+//! a caller that finds it free drives it itself, the others queue their request in the
+//! [`Mailbox`] and park until the driver hands them the outcome.
+//!
+//! The decisions (which bytes go to which node, which operation a reply belongs to, round
+//! outcomes, deadlines) take `now` as an argument and never read the clock themselves; tokens
+//! come in with the request. The socket work stays in [`Driver`] and `conn.rs`.
+//!
+//! An operation's slot lives until every node has answered or failed each of its requests, even
+//! after its caller got the outcome: so a late reply always finds its operation (a late yes to
+//! a lost acquire was already answered by the release queued behind it on the same
+//! connection), and a release whose connection failed is remembered in the [`Ledger`] of keys
+//! of unknown fate and sent again when the node is reachable.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::client::{NodeStatus, NodeWatch, Shared, Token};
+use crate::conn::{Delivery, Kind, scripts};
+use crate::driver::Driver;
+use crate::error::{Error, NodeFault, Report};
+use crate::resp::{Arg, Frame, SetNxPx};
+use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
+
+/// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
+/// never confused with its previous occupant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpId {
+    index: u32,
+    seq: u32,
+}
+
+impl OpId {
+    /// The tag carried by the operation's requests; 0 is the handshake's.
+    fn tag(self) -> u64 {
+        (u64::from(self.seq) << 32) | u64::from(self.index + 1)
+    }
+    fn from_tag(tag: u64) -> Option<OpId> {
+        let low = tag as u32;
+        (low != 0).then(|| OpId {
+            index: low - 1,
+            seq: (tag >> 32) as u32,
+        })
+    }
+}
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReqKind {
+    /// `SET resource token NX PX ttl` on every node.
+    Acquire { ttl: Duration },
+    /// The compare-and-pexpire script on every node, within the lock's validity.
+    Extend { ttl: Duration, valid_until: Instant },
+    /// The compare-and-delete script on every node.
+    Release,
+    /// `GET` and `PTTL` on every node, waiting at most `timeout`.
+    Status { timeout: Duration },
+}
+
+/// A request handed over through the [`Mailbox`]: kept in the caller's reusable [`Slot`].
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub kind: ReqKind,
+    pub resource: Vec<u8>,
+    pub token: Token,
+}
+
+/// What an operation came to.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Acquired(Result<Instant, Error>),
+    /// The lock's validity after the extend (cut short if it was lost), and the result.
+    Extended(Instant, Result<(), Error>),
+    /// Nodes that confirmed the release in time.
+    Released(usize),
+    Status(Vec<NodeStatus>),
+}
+
+/// One caller thread's hand-over cell: reused for every operation of the thread, so handing a
+/// request over allocates nothing.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    thread: Thread,
+    done: AtomicBool,
+    cell: Mutex<SlotCell>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SlotCell {
+    pub request: Request,
+    pub outcome: Option<Outcome>,
+}
+
+impl Slot {
+    pub fn new() -> Slot {
+        Slot {
+            thread: std::thread::current(),
+            done: AtomicBool::new(false),
+            cell: Mutex::new(SlotCell {
+                request: Request {
+                    kind: ReqKind::Release,
+                    resource: Vec::new(),
+                    token: Token::EMPTY,
+                },
+                outcome: None,
+            }),
+        }
+    }
+    pub fn cell(&self) -> std::sync::MutexGuard<'_, SlotCell> {
+        self.cell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+    pub fn reset(&self) {
+        self.done.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Requests queued by callers while another thread drives the engine.
+pub(crate) struct Mailbox {
+    inbox: Mutex<Vec<Arc<Slot>>>,
+    /// Requests in `inbox`; read without the lock by the driver before it sleeps.
+    queued: AtomicUsize,
+    /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
+    sleeping: AtomicBool,
+    waker: mio::Waker,
+    /// `Waker::wake` calls (for the counts of the benchmark).
+    pub wakes: AtomicUsize,
+}
+
+impl Mailbox {
+    pub fn new(waker: mio::Waker) -> Mailbox {
+        Mailbox {
+            inbox: Mutex::new(Vec::with_capacity(64)),
+            queued: AtomicUsize::new(0),
+            sleeping: AtomicBool::new(false),
+            waker,
+            wakes: AtomicUsize::new(0),
+        }
+    }
+
+    /// Queues a request; wakes the driver if it sleeps in `poll`.
+    pub fn push(&self, slot: Arc<Slot>) {
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        inbox.push(slot);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        drop(inbox);
+        // Pairs with the driver's store-then-load in `Engine::sleep_turn`: either it sees the
+        // request, or this sees it asleep.
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            let _ = self.waker.wake();
+        }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+}
+
+/// Who waits for an operation.
+#[derive(Debug)]
+pub(crate) enum Waiter {
+    /// Nobody: a release after a lost acquire, a release of the ledger.
+    None,
+    /// The thread driving the engine: the outcome stays in the slab until taken.
+    Local,
+    /// A parked thread: the outcome goes into its slot, and it is unparked.
+    Slot(Arc<Slot>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpKind {
+    Acquire,
+    Extend,
+    Release,
+    Status,
+}
+
+/// Per node, for a release: until when its answer is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Answered, failed, or not waited for.
+    No,
+    /// Waited for until then; `behind` if it still owed earlier replies when the release was
+    /// sent (so missing the deadline marks it slow).
+    Until(Instant, bool),
+}
+
+/// Replies to `GET` and `PTTL` per node.
+#[derive(Debug, Default)]
+struct StatusReplies {
+    values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
+    ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+}
+
+#[derive(Debug)]
+struct Op {
+    seq: u32,
+    live: bool,
+    /// The outcome is decided (handed to its waiter, or waiting in `outcome`).
+    done: bool,
+    kind: OpKind,
+    round: Round,
+    faults: Vec<Option<NodeFault>>,
+    resource: Vec<u8>,
+    token: Token,
+    ttl: Duration,
+    start: Instant,
+    /// Extend: the validity before. Status: the deadline. Release: when its keys expire.
+    until: Instant,
+    /// Requests sent and neither answered nor failed yet.
+    outstanding: u32,
+    // Release:
+    wait: Vec<Wait>,
+    counted: u64,
+    released: usize,
+    // Status:
+    status: Option<Box<StatusReplies>>,
+    waiter: Waiter,
+    outcome: Option<Outcome>,
+}
+
+impl Op {
+    fn new(n: usize, now: Instant) -> Op {
+        Op {
+            seq: 0,
+            live: false,
+            done: false,
+            kind: OpKind::Release,
+            round: Round::new(n),
+            faults: vec![None; n],
+            resource: Vec::new(),
+            token: Token::EMPTY,
+            ttl: Duration::ZERO,
+            start: now,
+            until: now,
+            outstanding: 0,
+            wait: vec![Wait::No; n],
+            counted: 0,
+            released: 0,
+            status: None,
+            waiter: Waiter::None,
+            outcome: None,
+        }
+    }
+}
+
+/// Releases not confirmed by a node (its connection failed with the command written or queued,
+/// or it was down): sent again when the node is reachable, until the key would have expired.
+#[derive(Debug, Default)]
+struct Ledger {
+    nodes: Vec<VecDeque<Unconfirmed>>,
+    len: usize,
+}
+
+#[derive(Debug)]
+struct Unconfirmed {
+    resource: Vec<u8>,
+    token: Token,
+    expires: Instant,
+}
+
+/// Operations' state that deliveries update (split from the driver, which calls into it).
+struct Core {
+    ops: Vec<Op>,
+    free: Vec<u32>,
+    watch: Vec<NodeWatch>,
+    /// Per node: missed a release's grace and has not caught up since (not waited for).
+    slow: Vec<bool>,
+    ledger: Ledger,
+    window: Option<Duration>,
+    max_pending: usize,
+    /// Undone operations whose waiter is a parked thread.
+    waiting: usize,
+    /// Release requests answered / failed (for `shutdown`).
+    confirmed: u64,
+}
+
+/// Counts of what a shutdown flushed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shutdown {
+    /// Release requests answered by their node during the shutdown.
+    pub confirmed: u64,
+    /// Releases still unconfirmed when it ended (in flight, or waiting for a node to come back).
+    pub unconfirmed: u64,
+}
+
+/// The engine of one [`Client`](crate::Client) or one [`Redlock`](crate::Redlock) handle.
+pub(crate) struct Engine {
+    pub shared: Arc<Shared>,
+    pub driver: Driver,
+    core: Core,
+    set_nx_px: SetNxPx,
+    scratch: BytesMut,
+    /// How long the last acquire took to decide (the release grace scales with it).
+    last_round: Duration,
+    mailbox: Option<Arc<Mailbox>>,
+    taken: Vec<Arc<Slot>>,
+    /// Lost acquires whose release is to be sent (reused list).
+    lost: Vec<u32>,
+}
+
+fn node_bit(node: usize) -> u64 {
+    1u64 << node
+}
+
+impl Engine {
+    pub fn new(shared: Arc<Shared>, driver: Driver) -> Engine {
+        let n = shared.nodes.len();
+        Engine {
+            core: Core {
+                ops: Vec::new(),
+                free: Vec::new(),
+                watch: vec![NodeWatch::default(); n],
+                slow: vec![false; n],
+                ledger: Ledger {
+                    nodes: (0..n).map(|_| VecDeque::new()).collect(),
+                    len: 0,
+                },
+                window: shared.config.quarantine_window(),
+                max_pending: shared.config.max_pending,
+                waiting: 0,
+                confirmed: 0,
+            },
+            set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
+            scratch: BytesMut::with_capacity(256),
+            last_round: Duration::ZERO,
+            mailbox: None,
+            taken: Vec::with_capacity(64),
+            lost: Vec::new(),
+            driver,
+            shared,
+        }
+    }
+
+    /// Makes this engine take requests from `mailbox` at every turn.
+    pub fn attach(&mut self, mailbox: Arc<Mailbox>) {
+        self.mailbox = Some(mailbox);
+    }
+
+    /// Operations with a parked waiter not answered yet.
+    pub fn waiting(&self) -> usize {
+        self.core.waiting
+    }
+
+    /// Releases waiting for a node to come back.
+    pub fn unconfirmed(&self) -> usize {
+        self.core.ledger.len
+            + self
+                .core
+                .ops
+                .iter()
+                .filter(|o| o.live && o.kind == OpKind::Release && o.outstanding > 0)
+                .count()
+    }
+
+    /// When someone should drive the engine again although nobody waits: the ledger's next try.
+    pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
+        (self.core.ledger.len > 0).then(|| {
+            now + self
+                .shared
+                .config
+                .backoff_min
+                .max(Duration::from_millis(10))
+        })
+    }
+
+    /// Starts an operation: queues its requests on every node (nothing written before
+    /// [`Engine::flush`]).
+    pub fn submit(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
+        let n = self.shared.nodes.len();
+        let all = if n == 64 { u64::MAX } else { node_bit(n) - 1 };
+        self.submit_to(kind, resource, token, waiter, all, now)
+    }
+
+    fn submit_to(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+        waiter: Waiter,
+        targets: u64,
+        now: Instant,
+    ) -> OpId {
+        let n = self.shared.nodes.len();
+        let id = self.core.alloc(n, now);
+        let config = &self.shared.config;
+        let slot_waits = matches!(waiter, Waiter::Slot(_));
+        {
+            let op = &mut self.core.ops[id.index as usize];
+            op.resource.clear();
+            op.resource.extend_from_slice(resource);
+            op.token = *token;
+            op.start = now;
+            op.faults.fill(None);
+            op.waiter = waiter;
+            op.outcome = None;
+            op.outstanding = 0;
+            op.counted = 0;
+            op.released = 0;
+            op.wait.fill(Wait::No);
+            match kind {
+                ReqKind::Acquire { ttl } => {
+                    op.kind = OpKind::Acquire;
+                    op.ttl = ttl;
+                    let rc = RoundConfig {
+                        min_validity: config.min_validity,
+                        ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+                    };
+                    op.round.start(now, &rc);
+                }
+                ReqKind::Extend { ttl, valid_until } => {
+                    op.kind = OpKind::Extend;
+                    op.ttl = ttl;
+                    op.until = valid_until;
+                    let rc = RoundConfig {
+                        min_validity: config.min_validity,
+                        not_after: Some(valid_until),
+                        ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+                    };
+                    op.round.start(now, &rc);
+                }
+                ReqKind::Release => {
+                    op.kind = OpKind::Release;
+                    op.ttl = config.longest_ttl();
+                    op.until = deadline_after(now, op.ttl);
+                }
+                ReqKind::Status { timeout } => {
+                    op.kind = OpKind::Status;
+                    op.until = deadline_after(now, timeout);
+                    let status = op.status.get_or_insert_with(Default::default);
+                    status.values.clear();
+                    status.values.resize(n, None);
+                    status.ttls.clear();
+                    status.ttls.resize(n, None);
+                }
+            }
+        }
+        if slot_waits {
+            self.core.waiting += 1;
+        }
+        let tag = id.tag();
+        let Engine {
+            driver,
+            core,
+            scratch,
+            set_nx_px,
+            shared,
+            last_round,
+            ..
+        } = self;
+        let config = &shared.config;
+        match kind {
+            ReqKind::Acquire { ttl } => {
+                scratch.clear();
+                if ttl == config.ttl {
+                    set_nx_px.encode(scratch, resource, token.as_bytes());
+                } else {
+                    SetNxPx::new(ttl.as_millis() as u64).encode(
+                        scratch,
+                        resource,
+                        token.as_bytes(),
+                    );
+                }
+                for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                    let sent = driver.request(node, Kind::Set, tag, scratch, now, &mut |i, d| {
+                        core.on_delivery(i, d, Instant::now())
+                    });
+                    core.sent(id, node, sent, now);
+                }
+            }
+            ReqKind::Extend { ttl, .. } => {
+                encode_tail(
+                    scratch,
+                    &[
+                        Arg::Int(1),
+                        Arg::Bytes(resource),
+                        Arg::Bytes(token.as_bytes()),
+                        Arg::UInt(ttl.as_millis() as u64),
+                    ],
+                );
+                for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                    let sent =
+                        driver.script(node, &scripts()[1], tag, scratch, 4, now, &mut |i, d| {
+                            core.on_delivery(i, d, Instant::now())
+                        });
+                    core.sent(id, node, sent, now);
+                }
+            }
+            ReqKind::Release => {
+                encode_tail(
+                    scratch,
+                    &[
+                        Arg::Int(1),
+                        Arg::Bytes(resource),
+                        Arg::Bytes(token.as_bytes()),
+                    ],
+                );
+                let timeout = config.node_timeout_for(config.ttl);
+                // At least a tenth of the node timeout (5 ms by default): a healthy straggler
+                // on a loaded machine makes it; a slow node pays it once, then is not waited for.
+                let floor = (timeout / 10).max(Duration::from_millis(1));
+                let grace = (*last_round * 4).clamp(floor, timeout);
+                let waited = !matches!(core.ops[id.index as usize].waiter, Waiter::None);
+                for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                    // Every node gets the release, but not every node is waited for: a node
+                    // still answering earlier requests gets a short grace; one that missed it
+                    // before is not waited for until it has caught up.
+                    let behind = driver.conns[node].pending() > 0;
+                    if !behind {
+                        core.slow[node] = false;
+                    }
+                    let sent =
+                        driver.script(node, &scripts()[0], tag, scratch, 3, now, &mut |i, d| {
+                            core.on_delivery(i, d, Instant::now())
+                        });
+                    let ok = sent.is_ok();
+                    core.sent(id, node, sent, now);
+                    if ok && waited && !core.slow[node] {
+                        let until = if behind { now + grace } else { now + timeout };
+                        core.ops[id.index as usize].wait[node] = Wait::Until(until, behind);
+                    }
+                }
+            }
+            ReqKind::Status { .. } => {
+                for verb in [b"GET".as_slice(), b"PTTL".as_slice()] {
+                    let mut cmd = BytesMut::new();
+                    crate::resp::encode_command(
+                        &mut cmd,
+                        &[Arg::Bytes(verb), Arg::Bytes(resource)],
+                    );
+                    for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                        let sent =
+                            driver.request(node, Kind::Command, tag, &cmd, now, &mut |i, d| {
+                                core.on_delivery(i, d, Instant::now())
+                            });
+                        core.sent(id, node, sent, now);
+                    }
+                }
+            }
+        }
+        id
+    }
+
+    /// Writes what every connection has queued: one `write` per node.
+    pub fn flush(&mut self, now: Instant) {
+        let Engine { driver, core, .. } = self;
+        driver.flush(now, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+    }
+
+    /// Takes what arrived while nobody drove, without waiting (one `epoll_wait`): stragglers,
+    /// and connections the servers closed while idle, so that they are re-established within
+    /// the next operation.
+    pub fn drain(&mut self, now: Instant) {
+        let Engine { driver, core, .. } = self;
+        driver.turn(now, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+    }
+
+    /// Starts the operations queued in the mailbox.
+    fn take_inbox(&mut self, now: Instant) {
+        let Some(mailbox) = self.mailbox.as_ref() else {
+            return;
+        };
+        if mailbox.queued() == 0 {
+            return;
+        }
+        {
+            let mut inbox = mailbox.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::swap(&mut *inbox, &mut self.taken);
+            mailbox.queued.fetch_sub(self.taken.len(), Ordering::SeqCst);
+        }
+        let mut taken = std::mem::take(&mut self.taken);
+        for slot in taken.drain(..) {
+            let waiter = Waiter::Slot(slot.clone());
+            let cell = slot.cell();
+            let (kind, token) = (cell.request.kind, cell.request.token);
+            self.submit(kind, &cell.request.resource, &token, waiter, now);
+        }
+        self.taken = taken;
+    }
+
+    /// Handles what is due at `now`: round deadlines, release graces, status deadlines; then
+    /// hands decided outcomes over and frees finished slots.
+    fn settle(&mut self, now: Instant) {
+        let n = self.shared.nodes.len();
+        self.lost.clear();
+        for (index, op) in self.core.ops.iter_mut().enumerate() {
+            if !op.live {
+                continue;
+            }
+            if !op.done {
+                let outcome = match op.kind {
+                    OpKind::Acquire | OpKind::Extend => {
+                        if op.round.poll_timeout().is_some_and(|t| t <= now)
+                            && op.round.poll_decision().is_none()
+                        {
+                            for node in 0..n {
+                                if op.round.is_pending(node) {
+                                    op.faults[node] = Some(NodeFault::Timeout);
+                                }
+                            }
+                            op.round.handle_timeout(now);
+                        }
+                        match op.round.poll_decision() {
+                            None => None,
+                            Some(decision) => {
+                                let nodes = &self.shared.nodes;
+                                Some(match (op.kind, decision) {
+                                    (OpKind::Acquire, Decision::Won { valid_until, .. }) => {
+                                        self.last_round = now.saturating_duration_since(op.start);
+                                        Outcome::Acquired(Ok(valid_until))
+                                    }
+                                    (OpKind::Acquire, Decision::Lost { loss, .. }) => {
+                                        self.last_round = now.saturating_duration_since(op.start);
+                                        self.lost.push(index as u32);
+                                        Outcome::Acquired(Err(loss_error(
+                                            nodes, &op.round, &op.faults, loss, false,
+                                        )))
+                                    }
+                                    (_, Decision::Won { valid_until, .. }) => {
+                                        Outcome::Extended(valid_until, Ok(()))
+                                    }
+                                    (_, Decision::Lost { loss, .. }) => Outcome::Extended(
+                                        validity_after_lost_extend(op.until, &op.round),
+                                        Err(loss_error(nodes, &op.round, &op.faults, loss, true)),
+                                    ),
+                                })
+                            }
+                        }
+                    }
+                    OpKind::Release => {
+                        let mut open = false;
+                        for node in 0..n {
+                            if let Wait::Until(t, behind) = op.wait[node] {
+                                if t <= now {
+                                    op.wait[node] = Wait::No;
+                                    if behind {
+                                        self.core.slow[node] = true;
+                                    }
+                                } else {
+                                    open = true;
+                                }
+                            }
+                        }
+                        (!open).then_some(Outcome::Released(op.released))
+                    }
+                    OpKind::Status => {
+                        let status = op.status.as_mut().expect("status op has its replies");
+                        if status.ttls.iter().all(Option::is_some) || op.until <= now {
+                            let start = op.start;
+                            let until = op.until;
+                            Some(Outcome::Status(
+                                (0..n)
+                                    .map(|node| {
+                                        let (pttl, at) = status.ttls[node]
+                                            .take()
+                                            .unwrap_or((Err(NodeFault::Timeout), until));
+                                        let value = status.values[node]
+                                            .take()
+                                            .unwrap_or(Err(NodeFault::Timeout));
+                                        NodeStatus {
+                                            node: self.shared.nodes[node].to_string(),
+                                            state: value.and_then(|v| pttl.map(|t| (v, t))),
+                                            rtt: at.saturating_duration_since(start),
+                                        }
+                                    })
+                                    .collect(),
+                            ))
+                        } else {
+                            None
+                        }
+                    }
+                };
+                if let Some(outcome) = outcome {
+                    op.done = true;
+                    match std::mem::replace(&mut op.waiter, Waiter::None) {
+                        Waiter::None => {}
+                        Waiter::Local => op.outcome = Some(outcome),
+                        Waiter::Slot(slot) => {
+                            self.core.waiting -= 1;
+                            slot.cell().outcome = Some(outcome);
+                            slot.done.store(true, Ordering::Release);
+                            slot.thread.unpark();
+                        }
+                    }
+                }
+            }
+            if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                op.live = false;
+                self.core.free.push(index as u32);
+            }
+        }
+        // Release everywhere at once after a lost acquire — refused and silent nodes too,
+        // since a late yes may still come — without anybody waiting for the replies.
+        for i in 0..self.lost.len() {
+            let index = self.lost[i] as usize;
+            let op = &mut self.core.ops[index];
+            let resource = std::mem::take(&mut op.resource);
+            let token = op.token;
+            self.submit(ReqKind::Release, &resource, &token, Waiter::None, now);
+            self.core.ops[index].resource = resource;
+        }
+    }
+
+    /// Sends the ledger's releases to nodes that can take them, drops those whose key expired.
+    fn flush_ledger(&mut self, now: Instant) {
+        if self.core.ledger.len == 0 {
+            return;
+        }
+        let n = self.shared.nodes.len();
+        for node in 0..n {
+            let ledger = &mut self.core.ledger;
+            while ledger.nodes[node].front().is_some_and(|e| e.expires <= now) {
+                ledger.nodes[node].pop_front();
+                ledger.len -= 1;
+            }
+            if ledger.nodes[node].is_empty() {
+                continue;
+            }
+            let conn = &mut self.driver.conns[node];
+            if !conn.is_ready() {
+                // Reconnect if not backing off; the next turn tries again.
+                if !conn.is_connecting() {
+                    let Engine { driver, core, .. } = self;
+                    let _ = driver.ensure_connected(node, now, &mut |i, d| {
+                        core.on_delivery(i, d, Instant::now())
+                    });
+                }
+                continue;
+            }
+            let entries = std::mem::take(&mut self.core.ledger.nodes[node]);
+            self.core.ledger.len -= entries.len();
+            for e in entries {
+                self.submit_to(
+                    ReqKind::Release,
+                    &e.resource,
+                    &e.token,
+                    Waiter::None,
+                    node_bit(node),
+                    now,
+                );
+            }
+        }
+    }
+
+    /// The earliest deadline of an undone operation.
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for op in self.core.ops.iter().filter(|o| o.live && !o.done) {
+            let t = match op.kind {
+                OpKind::Acquire | OpKind::Extend => op.round.poll_timeout(),
+                OpKind::Release => op
+                    .wait
+                    .iter()
+                    .filter_map(|w| match w {
+                        Wait::Until(t, _) => Some(*t),
+                        Wait::No => None,
+                    })
+                    .min(),
+                OpKind::Status => Some(op.until),
+            };
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        next
+    }
+
+    /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
+    /// settle what is due, write (one `write` per node), wait for replies or the next deadline.
+    pub fn drive_until(&mut self, until: Instant, mut done: impl FnMut(&Engine) -> bool) {
+        loop {
+            let now = Instant::now();
+            self.take_inbox(now);
+            self.flush_ledger(now);
+            self.settle(now);
+            self.flush(now);
+            if done(self) || now >= until {
+                return;
+            }
+            let wake = self.next_deadline().map_or(until, |t| t.min(until));
+            if wake > now {
+                self.sleep_turn(wake);
+            } else {
+                self.drain(now);
+            }
+        }
+    }
+
+    /// Waits in `poll` until `until` or a reply, unless a request is queued in the mailbox.
+    fn sleep_turn(&mut self, until: Instant) {
+        if let Some(mailbox) = self.mailbox.clone() {
+            mailbox.sleeping.store(true, Ordering::SeqCst);
+            if mailbox.queued() > 0 {
+                mailbox.sleeping.store(false, Ordering::SeqCst);
+                return;
+            }
+            let Engine { driver, core, .. } = self;
+            driver.turn(until, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+            mailbox.sleeping.store(false, Ordering::SeqCst);
+        } else {
+            let Engine { driver, core, .. } = self;
+            driver.turn(until, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+        }
+    }
+
+    /// Connects to every node now and waits until each handshake is done, has failed, or
+    /// `timeout` has passed; returns how many nodes are ready.
+    pub fn connect(&mut self, timeout: Duration) -> usize {
+        let now = Instant::now();
+        let deadline = deadline_after(now, timeout);
+        let n = self.shared.nodes.len();
+        let Engine { driver, core, .. } = self;
+        let mut sink = |i: usize, d: Delivery<'_>| core.on_delivery(i, d, Instant::now());
+        let mut ready = driver.connect_all(now, &mut sink);
+        driver.flush(now, &mut sink);
+        // Until every node is ready or down: a refused node does not hold the others up.
+        while ready < n
+            && driver.conns.iter().any(|c| c.is_connecting())
+            && Instant::now() < deadline
+        {
+            driver.turn(deadline, &mut sink);
+            ready = driver.conns.iter().filter(|c| c.is_ready()).count();
+        }
+        ready
+    }
+
+    /// Runs the loop until `done` says so.
+    pub fn drive(&mut self, done: impl FnMut(&Engine) -> bool) {
+        self.drive_until(deadline_after(Instant::now(), Duration::MAX), done);
+    }
+
+    /// True once the operation is decided.
+    pub fn is_done(&self, id: OpId) -> bool {
+        let op = &self.core.ops[id.index as usize];
+        op.seq != id.seq || op.done
+    }
+
+    /// Takes a local operation's outcome (after [`Engine::is_done`]).
+    pub fn take(&mut self, id: OpId, now: Instant) -> Option<Outcome> {
+        let op = &mut self.core.ops[id.index as usize];
+        if op.seq != id.seq {
+            return None;
+        }
+        let outcome = op.outcome.take();
+        if op.done && op.outstanding == 0 {
+            op.live = false;
+            self.core.free.push(id.index);
+        }
+        let _ = now;
+        outcome
+    }
+
+    /// Runs one local operation to its outcome: drains, submits, drives.
+    pub fn run(&mut self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
+        let now = Instant::now();
+        self.drain(now);
+        let id = self.submit(kind, resource, token, Waiter::Local, now);
+        self.flush(now);
+        self.drive(|e| e.is_done(id));
+        self.take(id, Instant::now())
+            .expect("a local operation keeps its outcome until taken")
+    }
+
+    /// Drives until every release is confirmed or `deadline` passes.
+    pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
+        let before = self.core.confirmed;
+        self.drive_until(deadline, |e| e.unconfirmed() == 0 && e.waiting() == 0);
+        Shutdown {
+            confirmed: self.core.confirmed - before,
+            unconfirmed: self.unconfirmed() as u64,
+        }
+    }
+}
+
+impl Core {
+    fn alloc(&mut self, n: usize, now: Instant) -> OpId {
+        let index = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.ops.push(Op::new(n, now));
+                self.ops.len() - 1
+            }
+        };
+        let op = &mut self.ops[index];
+        op.seq = op.seq.wrapping_add(1);
+        op.live = true;
+        op.done = false;
+        OpId {
+            index: index as u32,
+            seq: op.seq,
+        }
+    }
+
+    /// Records the outcome of queuing one request.
+    fn sent(&mut self, id: OpId, node: usize, sent: Result<(), NodeFault>, now: Instant) {
+        match sent {
+            Ok(()) => self.ops[id.index as usize].outstanding += 1,
+            Err(fault) => self.fail(id, node, fault, now),
+        }
+    }
+
+    /// A request that failed: a vote lost, a release to remember.
+    fn fail(&mut self, id: OpId, node: usize, fault: NodeFault, now: Instant) {
+        let op = &mut self.ops[id.index as usize];
+        match op.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                if !op.done {
+                    op.faults[node] = Some(fault);
+                    op.round.handle_vote(node, Vote::Failed, now);
+                }
+            }
+            OpKind::Release => {
+                op.wait[node] = Wait::No;
+                if op.until > now {
+                    let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
+                    self.ledger
+                        .add(node, resource, token, expires, self.max_pending);
+                }
+            }
+            OpKind::Status => {
+                if let Some(status) = op.status.as_mut() {
+                    status.values[node].get_or_insert(Err(fault.clone()));
+                    status.ttls[node].get_or_insert((Err(fault), now));
+                }
+            }
+        }
+    }
+
+    /// A reply (or a fault) for a request of operation `d.tag`.
+    fn on_delivery(&mut self, node: usize, d: Delivery<'_>, now: Instant) {
+        let Some(id) = OpId::from_tag(d.tag) else {
+            return;
+        };
+        let Some(op) = self.ops.get_mut(id.index as usize) else {
+            return;
+        };
+        if op.seq != id.seq || !op.live {
+            return;
+        }
+        if d.withdrawn {
+            // The node's answer came with surplus frames or garbage: it does not count.
+            match op.kind {
+                OpKind::Acquire | OpKind::Extend => {
+                    if !op.done {
+                        if let Err(fault) = d.reply {
+                            op.faults[node] = Some(fault.clone());
+                        }
+                        op.round.handle_withdraw(node, now);
+                    }
+                }
+                OpKind::Release => {
+                    if op.counted & node_bit(node) != 0 {
+                        op.counted &= !node_bit(node);
+                        op.released -= 1;
+                    }
+                }
+                OpKind::Status => {
+                    if let (Some(status), Err(fault)) = (op.status.as_mut(), d.reply) {
+                        status.values[node] = Some(Err(fault.clone()));
+                        status.ttls[node] = Some((Err(fault.clone()), now));
+                    }
+                }
+            }
+            return;
+        }
+        op.outstanding = op.outstanding.saturating_sub(1);
+        match op.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                if op.done {
+                    return;
+                }
+                let mut vote = vote_of(d.kind, &d.reply);
+                // Only a SET NX yes is doubtful: a node that lost its keys in a restart may
+                // grant a lock that is held. An extend yes proves the node still holds our
+                // token, so it is refusing everyone else and counts.
+                if vote == Ok(Vote::Yes)
+                    && d.kind == Kind::Set
+                    && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+                    && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
+                {
+                    vote = Err(NodeFault::Quarantined(left));
+                }
+                match vote {
+                    Ok(vote) => op.round.handle_vote(node, vote, now),
+                    Err(fault) => {
+                        op.faults[node] = Some(fault);
+                        op.round.handle_vote(node, Vote::Failed, now);
+                    }
+                }
+            }
+            OpKind::Release => match d.reply {
+                Ok(frame) => {
+                    self.confirmed += 1;
+                    if !op.done && matches!(op.wait[node], Wait::Until(..)) {
+                        // Keeping up after all: waited for again next time.
+                        self.slow[node] = false;
+                    }
+                    op.wait[node] = Wait::No;
+                    if matches!(frame, Frame::Integer(1)) && op.counted & node_bit(node) == 0 {
+                        op.counted |= node_bit(node);
+                        op.released += 1;
+                    }
+                }
+                Err(fault) => {
+                    let fault = fault.clone();
+                    self.fail(id, node, fault, now);
+                }
+            },
+            OpKind::Status => {
+                let Some(status) = op.status.as_mut() else {
+                    return;
+                };
+                let unexpected =
+                    |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
+                if status.values[node].is_none() {
+                    status.values[node] = Some(match d.reply {
+                        Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
+                        Ok(Frame::Null) => Ok(None),
+                        Ok(other) => Err(unexpected(&other)),
+                        Err(f) => Err(f.clone()),
+                    });
+                } else if status.ttls[node].is_none() {
+                    let pttl = match d.reply {
+                        Ok(Frame::Integer(ms)) => Ok(ms),
+                        Ok(other) => Err(unexpected(&other)),
+                        Err(f) => Err(f.clone()),
+                    };
+                    status.ttls[node] = Some((pttl, now));
+                }
+            }
+        }
+    }
+}
+
+impl Ledger {
+    /// Remembers a release to send again; at most `max` per node, the oldest (which expires
+    /// first) dropped to make room.
+    fn add(&mut self, node: usize, resource: Vec<u8>, token: Token, expires: Instant, max: usize) {
+        let q = &mut self.nodes[node];
+        if q.iter().any(|e| e.token == token && e.resource == resource) {
+            return;
+        }
+        if q.len() >= max {
+            q.pop_front();
+            self.len -= 1;
+        }
+        let at = q.partition_point(|e| e.expires <= expires);
+        q.insert(
+            at,
+            Unconfirmed {
+                resource,
+                token,
+                expires,
+            },
+        );
+        self.len += 1;
+    }
+}
+
+/// Encodes `args` as bulk strings (no array header): the tail of a script call.
+fn encode_tail(buf: &mut BytesMut, args: &[Arg<'_>]) {
+    buf.clear();
+    buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
+    for arg in args {
+        crate::resp::encode_bulk(buf, arg);
+    }
+}
+
+/// What a reply means for a vote, per request kind.
+fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, NodeFault> {
+    match (kind, reply) {
+        (_, Err(fault)) => Err((*fault).clone()),
+        (Kind::Set, Ok(Frame::Simple("OK"))) => Ok(Vote::Yes),
+        (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
+        (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
+        (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
+        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
+        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
+        (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+    }
+}
+
+/// The validity a lock keeps after an extend that was sent and did not win.
+///
+/// Nodes that ran the compare-and-pexpire — in time, late, or after resuming from a freeze with
+/// the command still queued — now expire the key `ttl` after they ran it, which may be sooner
+/// than before. All of them ran it after the round's start, so the key lives on each of them at
+/// least until `start + ttl − drift` (the round's `valid_until`), and on the others until the
+/// old deadline: the lock is safe until the smaller of the two, never longer.
+fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {
+    round.valid_until().map_or(old, |backed| old.min(backed))
+}
+
+/// The node-by-node report of a round.
+fn report(
+    nodes: &Arc<[crate::addr::NodeAddr]>,
+    round: &Round,
+    faults: &[Option<NodeFault>],
+    extend: bool,
+) -> Report {
+    let mut refused = 0u64;
+    let mut failed = Vec::new();
+    let mut yes = 0;
+    for (node, fault) in faults.iter().enumerate().take(nodes.len()) {
+        match round.vote(node) {
+            Some(Vote::Yes) => yes += 1,
+            Some(Vote::Refused) => refused |= 1 << node,
+            Some(Vote::Failed) => failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout))),
+            None => {}
+        }
+    }
+    Report {
+        nodes: nodes.clone(),
+        quorum: round.quorum(),
+        yes,
+        refused,
+        failed,
+        extend,
+    }
+}
+
+/// The error for a lost round; an authentication failure on any node takes precedence.
+fn loss_error(
+    nodes: &Arc<[crate::addr::NodeAddr]>,
+    round: &Round,
+    faults: &[Option<NodeFault>],
+    loss: Loss,
+    extend: bool,
+) -> Error {
+    let report = report(nodes, round, faults, extend);
+    for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
+        match fault {
+            NodeFault::Auth(message) => {
+                return Error::Auth {
+                    node: nodes[node].to_string(),
+                    message: message.clone(),
+                };
+            }
+            NodeFault::Permission { .. } => {
+                return Error::Permission {
+                    node: nodes[node].to_string(),
+                    message: fault.to_string(),
+                };
+            }
+            _ => {}
+        }
+    }
+    match loss {
+        Loss::Held => Error::Held(report),
+        Loss::NoQuorum => Error::NoQuorum(report),
+        Loss::TooSlow => Error::TooSlow(report),
+        Loss::Expired => Error::Expired { released: 0 },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip_and_never_collide_with_the_handshake() {
+        let id = OpId { index: 0, seq: 7 };
+        assert_ne!(id.tag(), 0);
+        assert_eq!(OpId::from_tag(id.tag()), Some(id));
+        assert_eq!(OpId::from_tag(0), None);
+        let big = OpId {
+            index: u32::MAX - 1,
+            seq: u32::MAX,
+        };
+        assert_eq!(OpId::from_tag(big.tag()), Some(big));
+    }
+}

@@ -1,0 +1,209 @@
+//! One engine shared by every thread that uses a [`Redlock`](crate::Redlock) handle.
+//!
+//! The engine (a [`Client`]: one connection per node, one `mio` loop) sits behind a mutex. The
+//! mutex is the right to drive the loop, not a lock around each operation:
+//!
+//! - A caller that finds it free drives the loop itself until its own operation is decided —
+//!   no thread hop, the lone caller's path is the same as a [`Client`]'s. While it drives, it
+//!   also takes in and serves what other callers queue meanwhile.
+//! - A caller that finds it taken queues its request in the [`Mailbox`] (a mutex-guarded
+//!   `Vec` of reusable per-thread [`Slot`]s, no allocation), wakes the driver through a
+//!   `mio::Waker` only if it sleeps in `epoll_wait`, and parks until its outcome is in its slot.
+//! - A driver whose own operation is done hands the loop to the background thread if anybody
+//!   still waits ([`Hub::leave`]); the background thread drives until nobody waits.
+//!
+//! So at high concurrency one thread (usually the background one) runs the loop, and every
+//! request queued during a turn goes out in one write per node; at low concurrency nobody pays a
+//! hop. Lost wake-ups are excluded by two store-then-load pairs (`SeqCst`): a caller queues then
+//! tries the mutex, a leaving driver unlocks then looks at the queue; and a caller queues then
+//! looks at the driver's `sleeping` flag, a driver sets it then looks at the queue.
+
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crate::client::Client;
+use crate::client::Token;
+use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot};
+use crate::error::Error;
+
+pub(crate) struct Hub {
+    engine: Mutex<Client>,
+    pub mailbox: Arc<Mailbox>,
+    background: OnceLock<Thread>,
+    /// Work for the background thread.
+    notified: AtomicBool,
+    /// The last handle is gone.
+    closed: AtomicBool,
+    /// A parked caller re-checks after this long (a bound, not the mechanism: it is unparked
+    /// when its outcome is in).
+    recheck: Duration,
+}
+
+thread_local! {
+    static SLOT: Arc<Slot> = Arc::new(Slot::new());
+}
+
+impl Hub {
+    /// The hub and its background thread.
+    pub fn start(mut client: Client) -> Result<Arc<Hub>, Error> {
+        let waker =
+            client.engine().driver.waker().map_err(|e| {
+                Error::Internal(format!("cannot create the event loop's waker: {e}"))
+            })?;
+        let mailbox = Arc::new(Mailbox::new(waker));
+        client.engine().attach(mailbox.clone());
+        let recheck = client
+            .config()
+            .node_timeout_for(client.config().ttl)
+            .max(Duration::from_millis(10));
+        let hub = Arc::new(Hub {
+            engine: Mutex::new(client),
+            mailbox,
+            background: OnceLock::new(),
+            notified: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            recheck,
+        });
+        let runner = hub.clone();
+        let thread = std::thread::Builder::new()
+            .name("redlock-engine".into())
+            .spawn(move || runner.background())
+            .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
+        let _ = hub.background.set(thread.thread().clone());
+        Ok(hub)
+    }
+
+    fn try_engine(&self) -> Option<MutexGuard<'_, Client>> {
+        match self.engine.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// The engine, waiting for the driver to let go of it (not on the hot path).
+    pub fn engine(&self) -> MutexGuard<'_, Client> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Lets go of the engine; wakes the background thread if anybody still waits.
+    pub fn leave(&self, mut guard: MutexGuard<'_, Client>) {
+        let engine = guard.engine();
+        let more = engine.waiting() > 0 || engine.background_deadline(Instant::now()).is_some();
+        drop(guard);
+        fence(Ordering::SeqCst);
+        if more || self.mailbox.queued() > 0 {
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        self.notified.store(true, Ordering::SeqCst);
+        if let Some(t) = self.background.get() {
+            t.unpark();
+        }
+    }
+
+    /// Runs one operation: on this thread if the engine is free, else through the mailbox.
+    pub fn call(&self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
+        if let Some(mut guard) = self.try_engine() {
+            let outcome = guard.engine().run(kind, resource, token);
+            self.leave(guard);
+            return outcome;
+        }
+        // The thread's slot; a fresh one if it is still referenced by an operation of this
+        // thread that has not been freed yet (then its outcome was already taken: harmless,
+        // but a new slot keeps the hand-over unambiguous).
+        let slot = SLOT
+            .try_with(|s| s.clone())
+            .unwrap_or_else(|_| Arc::new(Slot::new()));
+        let slot = if Arc::strong_count(&slot) > 2 {
+            Arc::new(Slot::new())
+        } else {
+            slot
+        };
+        {
+            let mut cell = slot.cell();
+            cell.request.kind = kind;
+            cell.request.resource.clear();
+            cell.request.resource.extend_from_slice(resource);
+            cell.request.token = *token;
+            cell.outcome = None;
+        }
+        slot.reset();
+        self.mailbox.push(slot.clone());
+        fence(Ordering::SeqCst);
+        loop {
+            // The outcome is written before `done` is set, under the slot's mutex.
+            if slot.is_done()
+                && let Some(outcome) = slot.cell().outcome.take()
+            {
+                return outcome;
+            }
+            if let Some(mut guard) = self.try_engine() {
+                guard.engine().drive(|_| slot.is_done());
+                self.leave(guard);
+                continue;
+            }
+            std::thread::park_timeout(self.recheck);
+        }
+    }
+
+    /// The background thread: drives the loop while callers wait and nobody else drives, and
+    /// retries unconfirmed releases; flushes them when the last handle is gone.
+    fn background(self: Arc<Hub>) {
+        let mut next: Option<Instant> = None;
+        loop {
+            if self.closed.load(Ordering::SeqCst) {
+                let mut guard = self.engine();
+                let config = guard.config().clone();
+                let bound = config
+                    .connect_timeout
+                    .max(config.node_timeout_for(config.ttl));
+                let _ = guard.engine().shutdown(Instant::now() + bound);
+                return;
+            }
+            let notified = self.notified.swap(false, Ordering::SeqCst);
+            let now = Instant::now();
+            let due = next.is_some_and(|t| now >= t);
+            if !notified && !due && self.mailbox.queued() == 0 {
+                let wait = next.map_or(Duration::from_secs(1), |t| t - now);
+                std::thread::park_timeout(wait.min(Duration::from_secs(1)));
+                continue;
+            }
+            let Some(mut guard) = self.try_engine() else {
+                // A caller drives; it hands over when it leaves.
+                next = None;
+                continue;
+            };
+            let mailbox = self.mailbox.clone();
+            let engine = guard.engine();
+            engine.drive(|e| e.waiting() == 0 && mailbox.queued() == 0);
+            // One more turn without waiting: releases queued by lost acquires go out.
+            engine.flush(Instant::now());
+            next = engine.background_deadline(Instant::now());
+            drop(guard);
+            fence(Ordering::SeqCst);
+            if self.mailbox.queued() > 0 {
+                self.notified.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Flushes unconfirmed releases until `timeout`.
+    pub fn shutdown(&self, timeout: Duration) -> Shutdown {
+        let mut guard = self.engine();
+        let deadline = crate::round::deadline_after(Instant::now(), timeout);
+        let report = guard.engine().shutdown(deadline);
+        self.leave(guard);
+        report
+    }
+
+    /// Tells the background thread to flush and stop.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.notify();
+    }
+}
