@@ -335,6 +335,13 @@ impl Builder {
         }
     }
 
+    /// A request unanswered for this long means its node hangs: the connection is reset and
+    /// the node reconnected. Default 5 s.
+    pub fn reply_timeout(mut self, t: Duration) -> Builder {
+        self.config.reply_timeout = t;
+        self
+    }
+
     /// Replaces every setting at once.
     pub fn config(mut self, config: Config) -> Builder {
         self.config = config;
@@ -849,6 +856,23 @@ impl Client {
         self.engine.driver.stats()
     }
 
+    /// Requests waiting for a reply, per node. For tests of connection failures.
+    #[doc(hidden)]
+    pub fn pending(&self) -> Vec<usize> {
+        self.engine
+            .driver
+            .conns
+            .iter()
+            .map(|c| c.pending())
+            .collect()
+    }
+
+    /// Releases not confirmed yet: (in flight, waiting in the ledger for their node). For tests.
+    #[doc(hidden)]
+    pub fn unconfirmed(&self) -> (usize, usize) {
+        self.engine.unconfirmed_parts()
+    }
+
     /// One attempt to acquire `resource` with the configured TTL.
     ///
     /// # Errors
@@ -861,6 +885,45 @@ impl Client {
         let (kind, token) = self.config().acquire_request(resource)?;
         let outcome = self.engine.run(kind, resource, &token);
         lock_of(resource, token, outcome)
+    }
+
+    /// One attempt on each of several resources at once: every node gets all the `SET`s in one
+    /// write, and the rounds are decided side by side in one loop.
+    ///
+    /// # Errors
+    ///
+    /// Per resource, as [`Client::try_lock`].
+    pub fn try_lock_many<R: AsRef<[u8]>>(&mut self, resources: &[R]) -> Vec<Result<Lock, Error>> {
+        let now = Instant::now();
+        self.engine.drain(now);
+        let config = self.engine.shared.config.clone();
+        let started: Vec<Result<_, Error>> = resources
+            .iter()
+            .map(|r| {
+                let (kind, token) = config.acquire_request(r.as_ref())?;
+                let id = self
+                    .engine
+                    .submit(kind, r.as_ref(), &token, Waiter::Local, now);
+                Ok((id, token))
+            })
+            .collect();
+        self.engine.flush(now);
+        self.engine.drive(|e| {
+            started
+                .iter()
+                .all(|s| s.as_ref().map_or(true, |(id, _)| e.is_done(*id)))
+        });
+        started
+            .into_iter()
+            .zip(resources)
+            .map(|(s, r)| {
+                let (id, token) = s?;
+                match self.engine.take(id, Instant::now()) {
+                    Some(outcome) => lock_of(r.as_ref(), token, outcome),
+                    None => Err(Error::Internal("operation lost".into())),
+                }
+            })
+            .collect()
     }
 
     /// Acquires `resource`, retrying after a random delay up to the configured retry count.

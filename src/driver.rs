@@ -145,6 +145,11 @@ impl Driver {
         }
     }
 
+    /// The earliest connection deadline (connect, handshake, a reply overdue).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.conns.iter().filter_map(Conn::next_deadline).min()
+    }
+
     /// Syscall counters summed over all connections.
     pub fn stats(&self) -> IoStats {
         let mut total = IoStats {

@@ -359,26 +359,44 @@ impl Engine {
         self.core.waiting
     }
 
-    /// Releases waiting for a node to come back.
+    /// Releases not confirmed yet: in flight, and in the ledger.
     pub fn unconfirmed(&self) -> usize {
-        self.core.ledger.len
-            + self
-                .core
-                .ops
-                .iter()
-                .filter(|o| o.live && o.kind == OpKind::Release && o.outstanding > 0)
-                .count()
+        let (in_flight, ledger) = self.unconfirmed_parts();
+        in_flight + ledger
     }
 
-    /// When someone should drive the engine again although nobody waits: the ledger's next try.
+    /// Releases not confirmed yet: (release requests in flight, ledger entries).
+    pub fn unconfirmed_parts(&self) -> (usize, usize) {
+        let in_flight = self
+            .core
+            .ops
+            .iter()
+            .filter(|o| o.live && o.kind == OpKind::Release)
+            .map(|o| o.outstanding as usize)
+            .sum();
+        (in_flight, self.core.ledger.len)
+    }
+
+    /// Releases are waiting in the ledger for their node.
+    pub fn has_ledger(&self) -> bool {
+        self.core.ledger.len > 0
+    }
+
+    /// When someone should drive the engine again although nobody waits: a connection
+    /// deadline of a request still outstanding, or the ledger's next try.
     pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
-        (self.core.ledger.len > 0).then(|| {
+        let retry = (self.core.ledger.len > 0).then(|| {
             now + self
                 .shared
                 .config
                 .backoff_min
                 .max(Duration::from_millis(10))
-        })
+        });
+        let conn = self.driver.next_deadline();
+        match (retry, conn) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Starts an operation: queues its requests on every node (nothing written before

@@ -91,7 +91,9 @@ impl Hub {
     /// Lets go of the engine; wakes the background thread if anybody still waits.
     pub fn leave(&self, mut guard: MutexGuard<'_, Client>) {
         let engine = guard.engine();
-        let more = engine.waiting() > 0 || engine.background_deadline(Instant::now()).is_some();
+        // Deadlines of lingering requests and ledger retries are found by the background
+        // thread's own periodic look; only waiting callers need it now.
+        let more = engine.waiting() > 0 || engine.has_ledger();
         drop(guard);
         fence(Ordering::SeqCst);
         if more || self.mailbox.queued() > 0 {
@@ -113,17 +115,12 @@ impl Hub {
             self.leave(guard);
             return outcome;
         }
-        // The thread's slot; a fresh one if it is still referenced by an operation of this
-        // thread that has not been freed yet (then its outcome was already taken: harmless,
-        // but a new slot keeps the hand-over unambiguous).
+        // The thread's slot. The engine may still hold a reference from this thread's previous
+        // operation for a moment after handing its outcome over; it never touches the slot
+        // again (the waiter was taken out at completion), so reusing it is safe.
         let slot = SLOT
             .try_with(|s| s.clone())
             .unwrap_or_else(|_| Arc::new(Slot::new()));
-        let slot = if Arc::strong_count(&slot) > 2 {
-            Arc::new(Slot::new())
-        } else {
-            slot
-        };
         {
             let mut cell = slot.cell();
             cell.request.kind = kind;
@@ -152,9 +149,14 @@ impl Hub {
     }
 
     /// The background thread: drives the loop while callers wait and nobody else drives, and
-    /// retries unconfirmed releases; flushes them when the last handle is gone.
+    /// otherwise wakes for connection deadlines of requests still outstanding (hung nodes,
+    /// connect timeouts) and to retry unconfirmed releases; flushes them when the last handle
+    /// is gone.
     fn background(self: Arc<Hub>) {
+        // Without a deadline it still looks every second (a bound, not the mechanism).
+        const IDLE: Duration = Duration::from_secs(1);
         let mut next: Option<Instant> = None;
+        let mut last = Instant::now();
         loop {
             if self.closed.load(Ordering::SeqCst) {
                 let mut guard = self.engine();
@@ -167,22 +169,22 @@ impl Hub {
             }
             let notified = self.notified.swap(false, Ordering::SeqCst);
             let now = Instant::now();
-            let due = next.is_some_and(|t| now >= t);
-            if !notified && !due && self.mailbox.queued() == 0 {
-                let wait = next.map_or(Duration::from_secs(1), |t| t - now);
-                std::thread::park_timeout(wait.min(Duration::from_secs(1)));
+            let wake = next.map_or(last + IDLE, |t| t.min(last + IDLE));
+            if !notified && now < wake && self.mailbox.queued() == 0 {
+                std::thread::park_timeout(wake - now);
                 continue;
             }
+            last = now;
+            next = None;
             let Some(mut guard) = self.try_engine() else {
                 // A caller drives; it hands over when it leaves.
-                next = None;
                 continue;
             };
             let mailbox = self.mailbox.clone();
             let engine = guard.engine();
+            // Connection deadlines that passed while nobody drove.
+            engine.drain(now);
             engine.drive(|e| e.waiting() == 0 && mailbox.queued() == 0);
-            // One more turn without waiting: releases queued by lost acquires go out.
-            engine.flush(Instant::now());
             next = engine.background_deadline(Instant::now());
             drop(guard);
             fence(Ordering::SeqCst);

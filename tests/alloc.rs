@@ -131,3 +131,28 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
     assert_eq!(n, 0, "allocations in 100 refused attempts");
     other.unlock(held).unwrap();
 }
+
+#[test]
+fn a_lock_cycle_through_a_shared_handle_allocates_nothing_on_the_calling_thread() {
+    let servers = common::Servers::start(5);
+    let redlock = redlock_mux::Builder::new(servers.urls())
+        .quarantine(None)
+        .build()
+        .unwrap();
+    let cycle = || {
+        let lock = redlock.try_lock("alloc:shared").unwrap();
+        assert_eq!(redlock.unlock(lock).unwrap(), 5);
+    };
+    for _ in 0..50 {
+        cycle();
+    }
+    let n = allocations_during(|| {
+        for _ in 0..500 {
+            cycle();
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "allocations on the caller's thread in 500 cycles through a Redlock handle"
+    );
+}

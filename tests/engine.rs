@@ -1,0 +1,136 @@
+//! The shared engine: coalescing (many operations, one write per node), one connection per node
+//! for all threads of a handle, and releases a node could not confirm (the ledger of keys of
+//! unknown fate) sent again when it is back.
+
+mod common;
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::Servers;
+use redlock_mux::{Builder, Redlock};
+
+/// Polls `cond` every few ms until it holds; panics with `what` after `within`.
+fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {within:?}: {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn sixty_four_acquires_queued_together_go_out_in_one_write_per_node() {
+    let servers = Servers::start(5);
+    let mut c = Builder::new(servers.urls())
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    assert_eq!(c.connect(Duration::from_secs(2)), 5);
+    let resources: Vec<String> = (0..64).map(|i| format!("coalesce:{i}")).collect();
+    let before = c.io_stats();
+    let locks = c.try_lock_many(&resources);
+    let after = c.io_stats();
+    assert_eq!(
+        after.writes - before.writes,
+        5,
+        "64 acquires over 5 nodes: one write per node, not one per acquire"
+    );
+    assert_eq!(locks.iter().filter(|l| l.is_ok()).count(), 64, "{locks:?}");
+    for (server, _) in servers.iter().zip(0..) {
+        assert_eq!(server.dbsize(), 64, "{} holds every key", server.addr());
+    }
+    for lock in locks {
+        assert_eq!(c.unlock(lock.unwrap()).unwrap(), 5);
+    }
+}
+
+#[test]
+fn threads_sharing_a_handle_share_one_connection_per_node() {
+    let servers = Servers::start(3);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .client_name("engine-test")
+        .build()
+        .unwrap();
+    let k = 32;
+    let go = Arc::new(Barrier::new(k));
+    let threads: Vec<_> = (0..k)
+        .map(|t| {
+            let (redlock, go) = (redlock.clone(), go.clone());
+            std::thread::spawn(move || {
+                go.wait();
+                for _ in 0..50 {
+                    let lock = redlock.try_lock(format!("shared:{t}")).unwrap();
+                    assert!(lock.validity() > Duration::from_secs(29));
+                    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("caller thread");
+    }
+    for server in servers.iter() {
+        let list = match server.cmd(&["CLIENT", "LIST"]) {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            other => panic!("CLIENT LIST answered {other:?}"),
+        };
+        let ours = list
+            .lines()
+            .filter(|l| l.contains("name=engine-test"))
+            .count();
+        assert_eq!(
+            ours,
+            1,
+            "{} sees {ours} connections of the handle:\n{list}",
+            server.addr()
+        );
+        assert_eq!(server.dbsize(), 0, "every lock was released");
+    }
+}
+
+#[test]
+fn a_release_a_frozen_node_never_got_is_sent_when_it_is_back() {
+    let mut servers = Servers::start(3);
+    let redlock: Redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .reply_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(2)).unwrap(), 3);
+    servers[2].freeze();
+    // Won on the two others; the SET to the frozen node sits unread in its socket.
+    let lock = redlock.try_lock("ledger:x").unwrap();
+    // The frozen node's connection is given up (reply timeout, noticed by the engine thread).
+    wait_for(
+        "the frozen node's connection given up",
+        Duration::from_secs(5),
+        || redlock.with_client(|c| c.pending()[2] == 0).unwrap(),
+    );
+    // Its release cannot go out: a fresh connection's handshake is never answered.
+    assert_eq!(redlock.unlock(lock).unwrap(), 2);
+    wait_for(
+        "the release to the frozen node in the ledger",
+        Duration::from_secs(5),
+        || redlock.with_client(|c| c.unconfirmed() == (0, 1)).unwrap(),
+    );
+    let report = redlock.shutdown(Duration::from_millis(100));
+    assert_eq!(report.unconfirmed, 1, "{report:?}");
+    // Resumed, the node runs the SET it had read nothing of: the key now exists there, for the
+    // whole TTL unless somebody releases it.
+    servers[2].resume();
+    let report = redlock.shutdown(Duration::from_secs(5));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    assert!(report.confirmed >= 1, "{report:?}");
+    assert_eq!(
+        servers[2].get("ledger:x"),
+        None,
+        "the late key was released"
+    );
+    for server in servers.iter() {
+        assert_eq!(server.dbsize(), 0, "{}", server.addr());
+    }
+}
