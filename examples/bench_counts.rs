@@ -131,7 +131,7 @@ fn scale_counts(args: &[String]) {
     let hard = std::time::Duration::from_secs(600);
     let mut on_ready = || {};
     let run = match kind {
-        Kind::Mux => scale::run_mux(&urls, k, stop, &tag, hard, &mut on_ready),
+        Kind::Mux => scale::run_mux(&urls, k, stop, &tag, hard, false, &mut on_ready),
         Kind::Floor => scale::run_floor(&urls, k, stop, &tag, &mut on_ready),
         Kind::Rslock => scale::run_rslock(&urls, k, stop, &tag, hard, &mut on_ready),
         other => panic!("no scale runner for {other:?}"),

@@ -681,7 +681,7 @@ impl ScaleFig {
     }
 }
 
-const SCALE_KINDS: [Kind; 3] = [Kind::Mux, Kind::Rslock, Kind::Floor];
+const SCALE_KINDS: [Kind; 4] = [Kind::Mux, Kind::MuxNowait, Kind::Rslock, Kind::Floor];
 /// The K of the frozen-node run.
 const FROZEN_K: usize = 64;
 /// The server frozen in the frozen-node run.
@@ -745,9 +745,15 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
                     }
                 };
                 let run = match kind {
-                    Kind::Mux => {
-                        scale::run_mux(&urls, k, stop, &tag, hard(kind, frozen), &mut on_ready)
-                    }
+                    Kind::Mux | Kind::MuxNowait => scale::run_mux(
+                        &urls,
+                        k,
+                        stop,
+                        &tag,
+                        hard(kind, frozen),
+                        kind == Kind::MuxNowait,
+                        &mut on_ready,
+                    ),
                     Kind::Rslock => {
                         scale::run_rslock(&urls, k, stop, &tag, hard(kind, frozen), &mut on_ready)
                     }

@@ -1313,6 +1313,16 @@ impl Redlock {
             .call(ReqKind::Release, lock.resource(), &lock.token);
         released_of(expired, outcome)
     }
+    /// Releases the lock without waiting for the nodes' replies: the release is queued on the
+    /// shared engine and written within the current (or next) turn of its loop. Half the
+    /// hand-offs of [`Redlock::unlock`] under load. A node that cannot confirm it (down, or its
+    /// connection fails) gets it again when reachable, while the key could live;
+    /// [`Redlock::shutdown`] waits for every release to be confirmed and says how many were.
+    pub fn unlock_nowait(&self, lock: Lock) {
+        self.handle
+            .hub
+            .send(ReqKind::Release, lock.resource(), &lock.token);
+    }
     /// Extend; see [`Client::extend`].
     ///
     /// # Errors

@@ -77,6 +77,9 @@ pub(crate) struct Request {
     pub kind: ReqKind,
     pub resource: Vec<u8>,
     pub token: Token,
+    /// Nobody waits for the outcome (a release not waited for): the slot is free again as soon
+    /// as the engine has taken the request in.
+    pub detached: bool,
 }
 
 /// What an operation came to.
@@ -95,7 +98,7 @@ pub(crate) enum Outcome {
 #[derive(Debug)]
 pub(crate) struct Slot {
     thread: Thread,
-    done: AtomicBool,
+    pub done: AtomicBool,
     cell: Mutex<SlotCell>,
 }
 
@@ -115,6 +118,7 @@ impl Slot {
                     kind: ReqKind::Release,
                     resource: Vec::new(),
                     token: Token::EMPTY,
+                    detached: false,
                 },
                 outcome: None,
             }),
@@ -595,10 +599,12 @@ impl Engine {
     pub fn drain(&mut self, now: Instant) {
         let Engine { driver, core, .. } = self;
         driver.turn(now, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+        // What other callers queued meanwhile goes before whatever the caller submits next.
+        self.take_inbox(now);
     }
 
     /// Starts the operations queued in the mailbox.
-    fn take_inbox(&mut self, now: Instant) {
+    pub fn take_inbox(&mut self, now: Instant) {
         let Some(mailbox) = self.mailbox.as_ref() else {
             return;
         };
@@ -612,10 +618,17 @@ impl Engine {
         }
         let mut taken = std::mem::take(&mut self.taken);
         for slot in taken.drain(..) {
-            let waiter = Waiter::Slot(slot.clone());
             let cell = slot.cell();
             let (kind, token) = (cell.request.kind, cell.request.token);
-            self.submit(kind, &cell.request.resource, &token, waiter, now);
+            if cell.request.detached {
+                self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
+                drop(cell);
+                // Taken in: the caller may reuse the slot.
+                slot.done.store(true, Ordering::Release);
+            } else {
+                let waiter = Waiter::Slot(slot.clone());
+                self.submit(kind, &cell.request.resource, &token, waiter, now);
+            }
         }
         self.taken = taken;
     }
@@ -896,6 +909,9 @@ impl Engine {
     pub fn run(&mut self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
         let now = Instant::now();
         self.drain(now);
+        // Requests queued before this one go first: a release not waited for must reach its
+        // nodes before a later acquire of the same resource.
+        self.take_inbox(now);
         let id = self.submit(kind, resource, token, Waiter::Local, now);
         self.flush(now);
         self.drive(|e| e.is_done(id));

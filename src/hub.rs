@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::client::Client;
 use crate::client::Token;
-use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot};
+use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot, Waiter};
 use crate::error::Error;
 
 pub(crate) struct Hub {
@@ -43,6 +43,12 @@ pub(crate) struct Hub {
 
 thread_local! {
     static SLOT: Arc<Slot> = Arc::new(Slot::new());
+    /// For releases not waited for: free again once the engine took the request in.
+    static DETACHED: Arc<Slot> = {
+        let slot = Slot::new();
+        slot.done.store(true, Ordering::Relaxed);
+        Arc::new(slot)
+    };
 }
 
 impl Hub {
@@ -127,6 +133,7 @@ impl Hub {
             cell.request.resource.clear();
             cell.request.resource.extend_from_slice(resource);
             cell.request.token = *token;
+            cell.request.detached = false;
             cell.outcome = None;
         }
         slot.reset();
@@ -145,6 +152,44 @@ impl Hub {
                 continue;
             }
             std::thread::park_timeout(self.recheck);
+        }
+    }
+
+    /// Queues an operation nobody waits for (a release): sent within the current or next turn
+    /// of the loop, its reply consumed later, a failure remembered in the ledger.
+    pub fn send(&self, kind: ReqKind, resource: &[u8], token: &Token) {
+        if let Some(mut guard) = self.try_engine() {
+            let engine = guard.engine();
+            let now = Instant::now();
+            engine.take_inbox(now);
+            engine.submit(kind, resource, token, Waiter::None, now);
+            engine.flush(now);
+            self.leave(guard);
+            return;
+        }
+        // The thread's detached slot, unless the engine has not taken its last request in yet
+        // (then a fresh one: rare, it allocates).
+        let slot = DETACHED
+            .try_with(|s| s.clone())
+            .ok()
+            .filter(|s| s.is_done())
+            .unwrap_or_else(|| Arc::new(Slot::new()));
+        {
+            let mut cell = slot.cell();
+            cell.request.kind = kind;
+            cell.request.resource.clear();
+            cell.request.resource.extend_from_slice(resource);
+            cell.request.token = *token;
+            cell.request.detached = true;
+            cell.outcome = None;
+        }
+        slot.reset();
+        self.mailbox.push(slot);
+        fence(Ordering::SeqCst);
+        // Nobody may be driving: take the loop for one turn, or make sure somebody will.
+        if let Some(mut guard) = self.try_engine() {
+            guard.engine().drive_until(Instant::now(), |_| false);
+            self.leave(guard);
         }
     }
 

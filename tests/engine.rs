@@ -134,3 +134,39 @@ fn a_release_a_frozen_node_never_got_is_sent_when_it_is_back() {
         assert_eq!(server.dbsize(), 0, "{}", server.addr());
     }
 }
+
+#[test]
+fn a_release_not_waited_for_is_not_overtaken_by_a_later_acquire() {
+    let servers = Servers::start(3);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(2)).unwrap(), 3);
+    for round in 0..20 {
+        let lock = redlock.try_lock("nowait:x").unwrap();
+        // Another thread holds the engine, so the release goes through the mailbox; as soon
+        // as it is queued, that thread lets go of the engine and acquires the same resource
+        // itself, on the fast path.
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let other = {
+            let redlock = redlock.clone();
+            std::thread::spawn(move || {
+                redlock
+                    .with_client(|_| {
+                        held_tx.send(()).unwrap();
+                        go_rx.recv().unwrap();
+                    })
+                    .unwrap();
+                redlock.try_lock("nowait:x")
+            })
+        };
+        held_rx.recv().unwrap();
+        redlock.unlock_nowait(lock);
+        go_tx.send(()).unwrap();
+        let again = other.join().unwrap();
+        assert!(again.is_ok(), "round {round}: {again:?}");
+        redlock.unlock(again.unwrap()).unwrap();
+    }
+}

@@ -30,6 +30,8 @@ pub const RELEASE: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Mux,
+    /// This crate, releasing with `unlock_nowait` (the `scale` scenario only).
+    MuxNowait,
     Floor,
     Seq,
     Rslock,
@@ -52,6 +54,7 @@ impl Kind {
             Kind::Seq => "seq",
             Kind::Rslock => "rslock",
             Kind::Redlock => "redlock",
+            Kind::MuxNowait => "redlock-mux, unlock_nowait",
         }
     }
 
@@ -106,6 +109,7 @@ pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
         Kind::Seq => Box::new(Seq::new(urls)),
         Kind::Rslock => Box::new(Rslock::new(urls)),
         Kind::Redlock => Box::new(Redlock::new(urls)),
+        Kind::MuxNowait => unreachable!("the scale scenario's own runner"),
     }
 }
 

@@ -194,6 +194,7 @@ pub fn run_mux(
     stop: Stop,
     tag: &str,
     hard_limit: Duration,
+    nowait: bool,
     on_ready: &mut dyn FnMut(),
 ) -> ScaleRun {
     let redlock = Mux::builder(urls).build().expect("redlock-mux handle");
@@ -218,10 +219,16 @@ pub fn run_mux(
             .name(format!("scale-mux-{t}"))
             .spawn(move || {
                 // Warm-up: the first call creates this thread's client and connects it.
+                let cycle = || match redlock.try_lock(&resource) {
+                    Ok(lock) if nowait => {
+                        redlock.unlock_nowait(lock);
+                        true
+                    }
+                    Ok(lock) => redlock.unlock(lock).is_ok(),
+                    Err(_) => false,
+                };
                 for _ in 0..WARMUP {
-                    let _ = redlock
-                        .try_lock(&resource)
-                        .and_then(|lock| redlock.unlock(lock));
+                    cycle();
                 }
                 let mut latencies = Vec::with_capacity(slots);
                 let mut failed = 0;
@@ -230,10 +237,7 @@ pub fn run_mux(
                 let mut n = 0;
                 while n < max && !halt.load(Ordering::Relaxed) {
                     let t0 = Instant::now();
-                    let ok = redlock
-                        .try_lock(&resource)
-                        .and_then(|lock| redlock.unlock(lock))
-                        .is_ok();
+                    let ok = cycle();
                     let d = t0.elapsed();
                     if ok {
                         latencies.push(d);
