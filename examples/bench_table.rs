@@ -827,7 +827,7 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
 
     let mut md = format!(
         "\n#### Scale: K callers, a resource of their own each, one shared handle, N = 5 loopback ({}; {} round{} × {:?} per implementation and K, order rotated each round)\n\n\
-         redlock-mux: K OS threads sharing one `Redlock` (today: a client per thread, thread-local); \
+         redlock-mux: K OS threads sharing one `Redlock` (one engine: one connection per node, one loop; `unlock_nowait` does not wait for the release replies); \
          rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
          floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
          Figures are medians over rounds; ratios are medians of same-round ratios.\n\n\

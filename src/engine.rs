@@ -130,7 +130,17 @@ impl Slot {
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
-    pub fn reset(&self) {
+    /// Puts a new request in (the previous operation is over: its outcome was taken, or, for a
+    /// detached one, the engine took the request in).
+    pub fn fill(&self, kind: ReqKind, resource: &[u8], token: &Token, detached: bool) {
+        let mut cell = self.cell();
+        cell.request.kind = kind;
+        cell.request.resource.clear();
+        cell.request.resource.extend_from_slice(resource);
+        cell.request.token = *token;
+        cell.request.detached = detached;
+        cell.outcome = None;
+        drop(cell);
         self.done.store(false, Ordering::Relaxed);
     }
 }

@@ -127,16 +127,7 @@ impl Hub {
         let slot = SLOT
             .try_with(|s| s.clone())
             .unwrap_or_else(|_| Arc::new(Slot::new()));
-        {
-            let mut cell = slot.cell();
-            cell.request.kind = kind;
-            cell.request.resource.clear();
-            cell.request.resource.extend_from_slice(resource);
-            cell.request.token = *token;
-            cell.request.detached = false;
-            cell.outcome = None;
-        }
-        slot.reset();
+        slot.fill(kind, resource, token, false);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
         loop {
@@ -174,16 +165,7 @@ impl Hub {
             .ok()
             .filter(|s| s.is_done())
             .unwrap_or_else(|| Arc::new(Slot::new()));
-        {
-            let mut cell = slot.cell();
-            cell.request.kind = kind;
-            cell.request.resource.clear();
-            cell.request.resource.extend_from_slice(resource);
-            cell.request.token = *token;
-            cell.request.detached = true;
-            cell.outcome = None;
-        }
-        slot.reset();
+        slot.fill(kind, resource, token, true);
         self.mailbox.push(slot);
         fence(Ordering::SeqCst);
         // Nobody may be driving: take the loop for one turn, or make sure somebody will.

@@ -12,6 +12,12 @@
 //! - [`resp`]: the codec — command encoding, incremental frame decoding. No I/O.
 //! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
 //! - `conn` / `driver`: one connection per node; the `mio` loop that drives them all.
+//! - `engine`: every operation in flight over those connections — a slab of operations, each
+//!   with its own round, requests pipelined (one write per node per turn) and matched FIFO;
+//!   releases a node could not confirm are kept and sent again when it is back.
+//! - `hub`: one engine shared by all threads of a [`Redlock`] handle: a caller that finds the
+//!   loop idle drives it; others hand their request over and park; a background thread takes
+//!   over while callers wait.
 //! - [`client`]: the public API — [`Builder`], [`Client`], [`Redlock`], [`Lock`], [`LockGuard`].
 //! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice;
 //!   `on_lost` callbacks run on a callback thread of their own, after the lost lock was released.
