@@ -300,6 +300,7 @@ struct Core {
     ledger: Ledger,
     window: Option<Duration>,
     max_pending: usize,
+    node_timeout: Duration,
     /// Undone operations whose waiter is a parked thread.
     waiting: usize,
     /// Release requests answered / failed (for `shutdown`).
@@ -349,6 +350,7 @@ impl Engine {
                 },
                 window: shared.config.quarantine_window(),
                 max_pending: shared.config.max_pending,
+                node_timeout: shared.config.node_timeout_for(shared.config.ttl),
                 waiting: 0,
                 confirmed: 0,
             },
@@ -1059,8 +1061,10 @@ impl Core {
             OpKind::Release => match d.reply {
                 Ok(frame) => {
                     self.confirmed += 1;
-                    if !op.done && matches!(op.wait[node], Wait::Until(..)) {
-                        // Keeping up after all: waited for again next time.
+                    if now.saturating_duration_since(op.start) < self.node_timeout {
+                        // Keeping up (within the node timeout), even if this release did not
+                        // wait for it: waited for again next time. Under constant load its
+                        // queue never drains, so this is how a slow node gets back.
                         self.slow[node] = false;
                     }
                     op.wait[node] = Wait::No;

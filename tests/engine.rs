@@ -63,7 +63,9 @@ fn threads_sharing_a_handle_share_one_connection_per_node() {
                 for _ in 0..50 {
                     let lock = redlock.try_lock(format!("shared:{t}")).unwrap();
                     assert!(lock.validity() > Duration::from_secs(29));
-                    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+                    // The count is of nodes that answered in time: under load a busy node
+                    // may miss the grace (its release is still sent and confirmed later).
+                    redlock.unlock(lock).unwrap();
                 }
             })
         })
@@ -71,6 +73,8 @@ fn threads_sharing_a_handle_share_one_connection_per_node() {
     for t in threads {
         t.join().expect("caller thread");
     }
+    let report = redlock.shutdown(Duration::from_secs(5));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
     for server in servers.iter() {
         let list = match server.cmd(&["CLIENT", "LIST"]) {
             redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
