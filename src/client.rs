@@ -806,7 +806,7 @@ impl Client {
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
         let driver = Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?;
         Ok(Client {
-            engine: Engine::new(shared, driver),
+            engine: Engine::new(shared, driver, Instant::now()),
         })
     }
 

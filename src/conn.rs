@@ -309,11 +309,14 @@ impl Conn {
             decoder,
             st: State {
                 phase: Phase::Down { retry_at: now },
-                out: BytesMut::with_capacity(1024),
+                // Sized for a burst of pipelined requests (a shared engine under load, or
+                // releases lingering on a slow machine): growing them later allocates on the
+                // hot path.
+                out: BytesMut::with_capacity(8 << 10),
                 held: BytesMut::new(),
-                answered: Vec::with_capacity(16),
-                pending: VecDeque::with_capacity(16),
-                script_tails: BytesMut::with_capacity(256),
+                answered: Vec::with_capacity(64),
+                pending: VecDeque::with_capacity(64),
+                script_tails: BytesMut::with_capacity(4 << 10),
                 loaded: [false; 2],
                 handshake_left: 0,
                 backoff,

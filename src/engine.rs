@@ -259,7 +259,8 @@ impl Op {
             kind: OpKind::Release,
             round: Round::new(n),
             faults: vec![None; n],
-            resource: Vec::new(),
+            // The usual resource name fits: a slot's first use does not allocate.
+            resource: Vec::with_capacity(64),
             token: Token::EMPTY,
             ttl: Duration::ZERO,
             start: now,
@@ -331,17 +332,23 @@ pub(crate) struct Engine {
     lost: Vec<u32>,
 }
 
+/// Operation slots built with the engine (more are added when needed).
+const PREBUILT_OPS: usize = 32;
+
 fn node_bit(node: usize) -> u64 {
     1u64 << node
 }
 
 impl Engine {
-    pub fn new(shared: Arc<Shared>, driver: Driver) -> Engine {
+    pub fn new(shared: Arc<Shared>, driver: Driver, now: Instant) -> Engine {
         let n = shared.nodes.len();
         Engine {
             core: Core {
-                ops: Vec::new(),
-                free: Vec::new(),
+                // Pre-built slots: a loaded machine that answers slowly keeps more operations
+                // alive at once (releases after lost attempts linger until every node
+                // answered), and growing the slab then would allocate on the hot path.
+                ops: (0..PREBUILT_OPS).map(|_| Op::new(n, now)).collect(),
+                free: (0..PREBUILT_OPS as u32).rev().collect(),
                 watch: vec![NodeWatch::default(); n],
                 slow: vec![false; n],
                 ledger: Ledger {
