@@ -13,7 +13,7 @@ use rand::{RngExt, TryRng};
 use crate::addr::NodeAddr;
 use crate::conn::{ConnConfig, IoStats};
 use crate::driver::Driver;
-use crate::engine::{Engine, Outcome, ReqKind, Shutdown, Waiter};
+use crate::engine::{Engine, Outcome, ReqKind, Shutdown};
 use crate::error::{Error, NodeFault};
 use crate::hub::Hub;
 use crate::keep::Cmd;
@@ -894,31 +894,26 @@ impl Client {
     ///
     /// Per resource, as [`Client::try_lock`].
     pub fn try_lock_many<R: AsRef<[u8]>>(&mut self, resources: &[R]) -> Vec<Result<Lock, Error>> {
-        let now = Instant::now();
-        self.engine.drain(now);
         let config = self.engine.shared.config.clone();
-        let started: Vec<Result<_, Error>> = resources
+        let prepared: Vec<Result<(ReqKind, Token), Error>> = resources
             .iter()
-            .map(|r| {
-                let (kind, token) = config.acquire_request(r.as_ref())?;
-                let id = self
-                    .engine
-                    .submit(kind, r.as_ref(), &token, Waiter::Local, now);
-                Ok((id, token))
-            })
+            .map(|r| config.acquire_request(r.as_ref()))
             .collect();
-        self.engine.flush(now);
-        self.engine.drive(|e| {
-            started
-                .iter()
-                .all(|s| s.as_ref().map_or(true, |(id, _)| e.is_done(*id)))
-        });
-        started
+        let mut outcomes = self
+            .engine
+            .run_all(
+                prepared
+                    .iter()
+                    .zip(resources)
+                    .filter_map(|(p, r)| p.as_ref().ok().map(|&(k, t)| (k, r.as_ref(), t))),
+            )
+            .into_iter();
+        prepared
             .into_iter()
             .zip(resources)
-            .map(|(s, r)| {
-                let (id, token) = s?;
-                match self.engine.take(id, Instant::now()) {
+            .map(|(p, r)| {
+                let (_, token) = p?;
+                match outcomes.next().flatten() {
                     Some(outcome) => lock_of(r.as_ref(), token, outcome),
                     None => Err(Error::Internal("operation lost".into())),
                 }
@@ -1009,30 +1004,29 @@ impl Client {
         locks: &mut [&mut Lock],
         ttl: Duration,
     ) -> Vec<Result<(), Error>> {
+        // `run_all` drains first, as before any operation: connections the servers closed
+        // while idle (their `timeout`) are noticed and re-established within this one.
         let start = Instant::now();
-        // As before any operation: notice connections the servers closed while idle (their
-        // `timeout`), so that they are re-established within this operation.
-        self.engine.drain(start);
         let config = self.engine.shared.config.clone();
-        let ids: Vec<Result<_, Error>> = locks
+        let prepared: Vec<Result<ReqKind, Error>> = locks
             .iter()
-            .map(|lock| {
-                let kind = config.extend_request(lock, ttl, start)?;
-                Ok(self
-                    .engine
-                    .submit(kind, lock.resource(), &lock.token, Waiter::Local, start))
-            })
+            .map(|lock| config.extend_request(lock, ttl, start))
             .collect();
-        self.engine.flush(start);
-        self.engine.drive(|e| {
-            ids.iter()
-                .all(|id| id.as_ref().map_or(true, |&id| e.is_done(id)))
-        });
-        ids.into_iter()
+        let mut outcomes = self
+            .engine
+            .run_all(
+                prepared
+                    .iter()
+                    .zip(locks.iter())
+                    .filter_map(|(p, l)| p.as_ref().ok().map(|&k| (k, l.resource(), l.token))),
+            )
+            .into_iter();
+        prepared
+            .into_iter()
             .zip(locks.iter_mut())
-            .map(|(id, lock)| {
-                let id = id?;
-                match self.engine.take(id, Instant::now()) {
+            .map(|(p, lock)| {
+                p?;
+                match outcomes.next().flatten() {
                     Some(outcome) => apply_extend(lock, outcome),
                     None => Err(Error::Expired { released: 0 }),
                 }
@@ -1043,13 +1037,10 @@ impl Client {
     /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at
     /// most `timeout`. For inspection (`redlock status`); not a lock operation.
     pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
-        match self
-            .engine
-            .run(ReqKind::Status { timeout }, resource, &Token::EMPTY)
-        {
-            Outcome::Status(s) => s,
-            _ => unreachable_outcome(Vec::new()),
-        }
+        status_of(
+            self.engine
+                .run(ReqKind::Status { timeout }, resource, &Token::EMPTY),
+        )
     }
 }
 
@@ -1094,6 +1085,14 @@ pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result
         }),
         Outcome::Acquired(Err(e)) => Err(e),
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
+    }
+}
+
+/// What a status read returns.
+fn status_of(outcome: Outcome) -> Vec<NodeStatus> {
+    match outcome {
+        Outcome::Status(s) => s,
+        _ => unreachable_outcome(Vec::new()),
     }
 }
 
@@ -1335,14 +1334,11 @@ impl Redlock {
     }
     /// What every node says about `resource`; see [`Client::status`].
     pub fn status(&self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
-        match self
-            .handle
-            .hub
-            .call(ReqKind::Status { timeout }, resource, &Token::EMPTY)
-        {
-            Outcome::Status(s) => s,
-            _ => unreachable_outcome(Vec::new()),
-        }
+        status_of(
+            self.handle
+                .hub
+                .call(ReqKind::Status { timeout }, resource, &Token::EMPTY),
+        )
     }
     /// Sends every release not confirmed yet (in flight, or waiting for its node to come back)
     /// and waits for their replies, at most `timeout`; says how many were confirmed. Dropping

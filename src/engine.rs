@@ -234,7 +234,6 @@ struct Op {
     faults: Vec<Option<NodeFault>>,
     resource: Vec<u8>,
     token: Token,
-    ttl: Duration,
     start: Instant,
     /// Extend: the validity before. Status: the deadline. Release: when its keys expire.
     until: Instant,
@@ -262,7 +261,6 @@ impl Op {
             // The usual resource name fits: a slot's first use does not allocate.
             resource: Vec::with_capacity(64),
             token: Token::EMPTY,
-            ttl: Duration::ZERO,
             start: now,
             until: now,
             outstanding: 0,
@@ -330,6 +328,8 @@ pub(crate) struct Engine {
     taken: Vec<Arc<Slot>>,
     /// Lost acquires whose release is to be sent (reused list).
     lost: Vec<u32>,
+    /// A resource name copied out of a slot (reused).
+    resource: Vec<u8>,
 }
 
 /// Operation slots built with the engine (more are added when needed).
@@ -367,6 +367,7 @@ impl Engine {
             mailbox: None,
             taken: Vec::with_capacity(64),
             lost: Vec::new(),
+            resource: Vec::with_capacity(64),
             driver,
             shared,
         }
@@ -466,7 +467,6 @@ impl Engine {
             match kind {
                 ReqKind::Acquire { ttl } => {
                     op.kind = OpKind::Acquire;
-                    op.ttl = ttl;
                     let rc = RoundConfig {
                         min_validity: config.min_validity,
                         ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
@@ -475,7 +475,6 @@ impl Engine {
                 }
                 ReqKind::Extend { ttl, valid_until } => {
                     op.kind = OpKind::Extend;
-                    op.ttl = ttl;
                     op.until = valid_until;
                     let rc = RoundConfig {
                         min_validity: config.min_validity,
@@ -486,8 +485,7 @@ impl Engine {
                 }
                 ReqKind::Release => {
                     op.kind = OpKind::Release;
-                    op.ttl = config.longest_ttl();
-                    op.until = deadline_after(now, op.ttl);
+                    op.until = deadline_after(now, config.longest_ttl());
                 }
                 ReqKind::Status { timeout } => {
                     op.kind = OpKind::Status;
@@ -527,9 +525,7 @@ impl Engine {
                     );
                 }
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let sent = driver.request(node, Kind::Set, tag, scratch, now, &mut |i, d| {
-                        core.on_delivery(i, d, Instant::now())
-                    });
+                    let sent = driver.request(node, Kind::Set, tag, scratch, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
@@ -545,9 +541,7 @@ impl Engine {
                 );
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                     let sent =
-                        driver.script(node, &scripts()[1], tag, scratch, 4, now, &mut |i, d| {
-                            core.on_delivery(i, d, Instant::now())
-                        });
+                        driver.script(node, &scripts()[1], tag, scratch, 4, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
@@ -575,9 +569,7 @@ impl Engine {
                         core.slow[node] = false;
                     }
                     let sent =
-                        driver.script(node, &scripts()[0], tag, scratch, 3, now, &mut |i, d| {
-                            core.on_delivery(i, d, Instant::now())
-                        });
+                        driver.script(node, &scripts()[0], tag, scratch, 3, now, &mut core.sink());
                     let ok = sent.is_ok();
                     core.sent(id, node, sent, now);
                     if ok && waited && !core.slow[node] {
@@ -595,9 +587,7 @@ impl Engine {
                     );
                     for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                         let sent =
-                            driver.request(node, Kind::Command, tag, &cmd, now, &mut |i, d| {
-                                core.on_delivery(i, d, Instant::now())
-                            });
+                            driver.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
                         core.sent(id, node, sent, now);
                     }
                 }
@@ -609,7 +599,7 @@ impl Engine {
     /// Writes what every connection has queued: one `write` per node.
     pub fn flush(&mut self, now: Instant) {
         let Engine { driver, core, .. } = self;
-        driver.flush(now, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+        driver.flush(now, &mut core.sink());
     }
 
     /// Takes what arrived while nobody drove, without waiting (one `epoll_wait`): stragglers,
@@ -617,7 +607,7 @@ impl Engine {
     /// the next operation.
     pub fn drain(&mut self, now: Instant) {
         let Engine { driver, core, .. } = self;
-        driver.turn(now, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+        driver.turn(now, &mut core.sink());
         // What other callers queued meanwhile goes before whatever the caller submits next.
         self.take_inbox(now);
     }
@@ -765,14 +755,17 @@ impl Engine {
         }
         // Release everywhere at once after a lost acquire — refused and silent nodes too,
         // since a late yes may still come — without anybody waiting for the replies.
+        // (The resource is copied out first: the acquire's slot may already be free, and be
+        // the very slot the release gets.)
+        let mut resource = std::mem::take(&mut self.resource);
         for i in 0..self.lost.len() {
-            let index = self.lost[i] as usize;
-            let op = &mut self.core.ops[index];
-            let resource = std::mem::take(&mut op.resource);
+            let op = &self.core.ops[self.lost[i] as usize];
+            resource.clear();
+            resource.extend_from_slice(&op.resource);
             let token = op.token;
             self.submit(ReqKind::Release, &resource, &token, Waiter::None, now);
-            self.core.ops[index].resource = resource;
         }
+        self.resource = resource;
     }
 
     /// Sends the ledger's releases to nodes that can take them, drops those whose key expired.
@@ -795,9 +788,7 @@ impl Engine {
                 // Reconnect if not backing off; the next turn tries again.
                 if !conn.is_connecting() {
                     let Engine { driver, core, .. } = self;
-                    let _ = driver.ensure_connected(node, now, &mut |i, d| {
-                        core.on_delivery(i, d, Instant::now())
-                    });
+                    let _ = driver.ensure_connected(node, now, &mut core.sink());
                 }
                 continue;
             }
@@ -869,11 +860,11 @@ impl Engine {
                 return;
             }
             let Engine { driver, core, .. } = self;
-            driver.turn(until, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+            driver.turn(until, &mut core.sink());
             mailbox.sleeping.store(false, Ordering::SeqCst);
         } else {
             let Engine { driver, core, .. } = self;
-            driver.turn(until, &mut |i, d| core.on_delivery(i, d, Instant::now()));
+            driver.turn(until, &mut core.sink());
         }
     }
 
@@ -884,7 +875,7 @@ impl Engine {
         let deadline = deadline_after(now, timeout);
         let n = self.shared.nodes.len();
         let Engine { driver, core, .. } = self;
-        let mut sink = |i: usize, d: Delivery<'_>| core.on_delivery(i, d, Instant::now());
+        let mut sink = core.sink();
         let mut ready = driver.connect_all(now, &mut sink);
         driver.flush(now, &mut sink);
         // Until every node is ready or down: a refused node does not hold the others up.
@@ -910,7 +901,7 @@ impl Engine {
     }
 
     /// Takes a local operation's outcome (after [`Engine::is_done`]).
-    pub fn take(&mut self, id: OpId, now: Instant) -> Option<Outcome> {
+    pub fn take(&mut self, id: OpId) -> Option<Outcome> {
         let op = &mut self.core.ops[id.index as usize];
         if op.seq != id.seq {
             return None;
@@ -920,7 +911,6 @@ impl Engine {
             op.live = false;
             self.core.free.push(id.index);
         }
-        let _ = now;
         outcome
     }
 
@@ -934,8 +924,25 @@ impl Engine {
         let id = self.submit(kind, resource, token, Waiter::Local, now);
         self.flush(now);
         self.drive(|e| e.is_done(id));
-        self.take(id, Instant::now())
+        self.take(id)
             .expect("a local operation keeps its outcome until taken")
+    }
+
+    /// Runs several local operations side by side to their outcomes: every node gets all their
+    /// requests in one write. An outcome is `None` only if its slot was lost (a bug).
+    pub fn run_all<'r>(
+        &mut self,
+        requests: impl IntoIterator<Item = (ReqKind, &'r [u8], Token)>,
+    ) -> Vec<Option<Outcome>> {
+        let now = Instant::now();
+        self.drain(now);
+        let ids: Vec<OpId> = requests
+            .into_iter()
+            .map(|(kind, resource, token)| self.submit(kind, resource, &token, Waiter::Local, now))
+            .collect();
+        self.flush(now);
+        self.drive(|e| ids.iter().all(|&id| e.is_done(id)));
+        ids.into_iter().map(|id| self.take(id)).collect()
     }
 
     /// Drives until every release is confirmed or `deadline` passes.
@@ -950,6 +957,12 @@ impl Engine {
 }
 
 impl Core {
+    /// What the driver hands every reply and fault to. The one place where a delivery is
+    /// stamped with the time (the driver's side of the sans-IO line).
+    fn sink(&mut self) -> impl for<'a> FnMut(usize, Delivery<'a>) + '_ {
+        |i, d| self.on_delivery(i, d, Instant::now())
+    }
+
     fn alloc(&mut self, n: usize, now: Instant) -> OpId {
         let index = match self.free.pop() {
             Some(i) => i as usize,
