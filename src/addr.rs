@@ -15,8 +15,6 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::error::Error;
-
 /// Where a node listens.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Endpoint {
@@ -61,15 +59,22 @@ pub struct NodeAddr {
     pub protocol: u8,
 }
 
+/// An address that cannot be parsed: which one (password masked) and what is wrong with it.
+/// Its own type so that this module depends on nothing else of the crate; a `?` turns it into
+/// [`Error::Config`](crate::Error::Config).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid address {0}")]
+pub struct AddrError(String);
+
 impl NodeAddr {
     /// Parses an address; see the [module docs](self) for the forms.
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] quoting the address (password masked) and saying what is wrong.
-    pub fn parse(address: &str) -> Result<NodeAddr, Error> {
-        parse(address)
-            .map_err(|why| Error::Config(format!("invalid address \"{}\": {why}", redact(address))))
+    /// [`AddrError`] quoting the address (password masked) and saying what is wrong; it
+    /// converts into [`Error::Config`](crate::Error::Config).
+    pub fn parse(address: &str) -> Result<NodeAddr, AddrError> {
+        parse(address).map_err(|why| AddrError(format!("\"{}\": {why}", redact(address))))
     }
 
     /// The password, if any (never printed by this crate).
@@ -84,8 +89,8 @@ impl NodeAddr {
 }
 
 impl std::str::FromStr for NodeAddr {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<NodeAddr, Error> {
+    type Err = AddrError;
+    fn from_str(s: &str) -> Result<NodeAddr, AddrError> {
         NodeAddr::parse(s)
     }
 }

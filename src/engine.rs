@@ -29,12 +29,15 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::client::{NodeStatus, NodeWatch, Shared, Token};
+use crate::config::{Config, Shared};
 use crate::conn::{Delivery, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
+use crate::lock::Lock;
+use crate::quarantine::NodeWatch;
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
+use crate::token::Token;
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
 /// never confused with its previous occupant).
@@ -71,6 +74,34 @@ pub(crate) enum ReqKind {
     Status { timeout: Duration },
 }
 
+impl ReqKind {
+    /// An acquire of `resource` with the configured TTL and a fresh token.
+    pub(crate) fn acquire(config: &Config, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
+        config.check_resource(resource)?;
+        Ok((ReqKind::Acquire { ttl: config.ttl }, Token::generate()?))
+    }
+
+    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
+    pub(crate) fn extend(
+        config: &Config,
+        lock: &Lock,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<ReqKind, Error> {
+        config.check_extend_ttl(ttl)?;
+        if lock.extensions() >= config.max_extensions {
+            return Err(Error::ExtensionLimit(config.max_extensions));
+        }
+        if now >= lock.valid_until() {
+            return Err(Error::Expired { released: 0 });
+        }
+        Ok(ReqKind::Extend {
+            ttl,
+            valid_until: lock.valid_until(),
+        })
+    }
+}
+
 /// A request handed over through the [`Mailbox`]: kept in the caller's reusable [`Slot`].
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -80,6 +111,18 @@ pub(crate) struct Request {
     /// Nobody waits for the outcome (a release not waited for): the slot is free again as soon
     /// as the engine has taken the request in.
     pub detached: bool,
+}
+
+/// What one node says about a resource ([`Client::status`](crate::Client::status)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// `host:port`.
+    pub node: String,
+    /// `Ok((value, pttl))` — the key's value (None: absent) and its remaining TTL in ms — or why
+    /// the node could not be asked.
+    pub state: Result<(Option<Vec<u8>>, i64), NodeFault>,
+    /// Time from sending to the reply.
+    pub rtt: Duration,
 }
 
 /// What an operation came to.

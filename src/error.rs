@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{AddrError, NodeAddr};
 use crate::resp::{ErrorKind, ParseError};
 
 /// Why one node could not take part in an operation.
@@ -224,6 +224,12 @@ pub enum Error {
         /// What it sent.
         detail: String,
     },
+}
+
+impl From<AddrError> for Error {
+    fn from(e: AddrError) -> Error {
+        Error::Config(e.to_string())
+    }
 }
 
 impl Error {

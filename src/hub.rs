@@ -24,9 +24,9 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::client::Token;
 use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot, Waiter};
 use crate::error::Error;
+use crate::token::Token;
 
 pub(crate) struct Hub {
     engine: Mutex<Client>,

@@ -21,8 +21,11 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::client::{Client, Lock, Redlock, Shared};
+use crate::client::Client;
+use crate::config::Shared;
 use crate::error::Error;
+use crate::handle::Redlock;
+use crate::lock::Lock;
 use crate::round::deadline_after;
 
 type Callback = Box<dyn FnOnce(&Error) + Send>;

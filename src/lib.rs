@@ -18,7 +18,10 @@
 //! - `hub`: one engine shared by all threads of a [`Redlock`] handle: a caller that finds the
 //!   loop idle drives it; others hand their request over and park; a background thread takes
 //!   over while callers wait.
-//! - [`client`]: the public API — [`Builder`], [`Client`], [`Redlock`], [`Lock`], [`LockGuard`].
+//! - The public API, a file for each thing it owns: `config` ([`Config`], [`Quarantine`],
+//!   [`Builder`]), `token` ([`Token`]), `lock` ([`Lock`]), `client` ([`Client`]: one thread's
+//!   engine), `handle` ([`Redlock`]: the handle threads share), `guard` ([`LockGuard`]),
+//!   `quarantine` (restart tracking per node).
 //! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice;
 //!   `on_lost` callbacks run on a callback thread of their own, after the lost lock was released.
 //! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
@@ -53,24 +56,33 @@
 #![deny(missing_docs)]
 
 pub mod addr;
-pub mod client;
+mod client;
+mod config;
 mod conn;
 mod driver;
 mod engine;
 pub mod error;
+mod guard;
+mod handle;
 mod hub;
 mod keep;
+mod lock;
+mod quarantine;
 pub mod resp;
 pub mod round;
+mod token;
 
 pub use addr::NodeAddr;
-pub use client::{
-    Builder, Client, Config, Lock, LockGuard, NodeStatus, Quarantine, Redlock, Token,
-};
+pub use client::Client;
+pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
-pub use engine::Shutdown;
+pub use engine::{NodeStatus, Shutdown};
 pub use error::{Error, NodeFault, Report};
+pub use guard::LockGuard;
+pub use handle::Redlock;
 pub use keep::KeepAlive;
+pub use lock::Lock;
+pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

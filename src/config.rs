@@ -1,0 +1,465 @@
+//! Configuration: the settings ([`Config`], [`Quarantine`]), the [`Builder`] that checks them,
+//! and [`Shared`], what every engine of one handle reads (node addresses, settings, connection
+//! settings, keep-alive counters).
+//!
+//! `Builder::build` and `Builder::build_client` live beside what they build (`handle.rs`,
+//! `client.rs`), so that this file depends on neither.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::time::Duration;
+
+use crate::addr::NodeAddr;
+use crate::conn::ConnConfig;
+use crate::error::Error;
+use crate::keep::Cmd;
+use crate::resp::Limits;
+use crate::round::RoundConfig;
+
+/// Most nodes a client may use (node sets are 64-bit masks).
+pub const MAX_NODES: usize = 64;
+/// Longest TTL accepted: 2³¹ − 1 ms (about 24.8 days).
+pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// Client settings. The defaults are those of the Redlock reference (see the README's table).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct Config {
+    /// Lock time to live (`PX`). Default 30 s.
+    pub ttl: Duration,
+    /// Retries after the first attempt in [`Client::lock`](crate::Client::lock). Default 10.
+    pub retry_count: u32,
+    /// Wait between attempts. Default 200 ms.
+    pub retry_delay: Duration,
+    /// Up to this much random time is added to each wait. Default 200 ms.
+    pub retry_jitter: Duration,
+    /// Wait for each node per attempt; `None`: 5 % of the TTL, at most 50 ms.
+    pub node_timeout: Option<Duration>,
+    /// Clock drift factor: `ttl × factor + 2 ms` is taken off the validity. Default 0.01.
+    pub drift_factor: f64,
+    /// A lock with less validity than this left at acquisition counts as not acquired. Default 0.
+    pub min_validity: Duration,
+    /// Most extensions of one lock. Default 1000.
+    pub max_extensions: u32,
+    /// Kept locks ([`Redlock::keep`](crate::Redlock::keep)) are extended when this fraction of the TTL is left.
+    /// Default 1/3.
+    pub renew_fraction: f64,
+    /// Longest resource name, in bytes. Default 1024.
+    pub max_resource_len: usize,
+    /// TCP connect plus handshake timeout. Default 1 s.
+    pub connect_timeout: Duration,
+    /// Reconnect backoff: first wait. Default 25 ms.
+    pub backoff_min: Duration,
+    /// Reconnect backoff: longest wait. Default 2 s.
+    pub backoff_max: Duration,
+    /// A request unanswered this long resets its connection. Default 5 s.
+    pub reply_timeout: Duration,
+    /// Most requests awaiting replies on one connection before it is reset. Default 1024.
+    pub max_pending: usize,
+    /// Decoder limits; `max_frame_len` bounds each connection's input buffer. Default
+    /// [`Limits::CLIENT`].
+    pub limits: Limits,
+    /// Sent with `CLIENT SETNAME` in the handshake. Default none.
+    pub client_name: Option<String>,
+    /// Longest TTL any lock of this client may have: every [`Client::extend`](crate::Client::extend) and kept lock is
+    /// bounded by it, and [`Quarantine::Ttl`] makes it the restart-quarantine window. `None`:
+    /// the TTL. Default `None`.
+    pub max_ttl: Option<Duration>,
+    /// Restart quarantine: a node that restarted less than a window ago (its `run_id` changed,
+    /// or its uptime is shorter) does not count towards a quorum. Default [`Quarantine::Ttl`]:
+    /// the window is the longest TTL this client can set ([`Config::max_ttl`]).
+    pub quarantine: Quarantine,
+}
+
+/// The restart-quarantine setting: a node that may have restarted (and lost its keys) less than
+/// a window ago does not count towards a quorum.
+///
+/// Safety needs the window to cover the longest TTL that *any* client of the same servers sets:
+/// a node that forgot a key must stay out of quorums until that key would have expired anyway.
+/// The window is resolved when the handle is built, so the order of builder calls never matters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Quarantine {
+    /// No quarantine: a node counts as soon as it answers. Right for fresh servers, or servers
+    /// with `appendfsync always` persistence; unsafe for servers that restart without their data.
+    Off,
+    /// The window is the longest TTL this client can set: [`Config::max_ttl`], or the TTL.
+    #[default]
+    Ttl,
+    /// A fixed window. It must be at least the longest TTL this client can set ([`Config::max_ttl`]);
+    /// a longer one covers other clients of the same servers that use longer TTLs.
+    Fixed(Duration),
+}
+
+impl From<Option<Duration>> for Quarantine {
+    /// `None`: [`Quarantine::Off`]; `Some(window)`: [`Quarantine::Fixed`].
+    fn from(window: Option<Duration>) -> Quarantine {
+        match window {
+            None => Quarantine::Off,
+            Some(window) => Quarantine::Fixed(window),
+        }
+    }
+}
+
+impl From<Duration> for Quarantine {
+    /// [`Quarantine::Fixed`].
+    fn from(window: Duration) -> Quarantine {
+        Quarantine::Fixed(window)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            ttl: Duration::from_secs(30),
+            retry_count: 10,
+            retry_delay: Duration::from_millis(200),
+            retry_jitter: Duration::from_millis(200),
+            node_timeout: None,
+            drift_factor: 0.01,
+            min_validity: Duration::ZERO,
+            max_extensions: 1000,
+            renew_fraction: 1.0 / 3.0,
+            max_resource_len: 1024,
+            connect_timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(25),
+            backoff_max: Duration::from_secs(2),
+            reply_timeout: Duration::from_secs(5),
+            max_pending: 1024,
+            limits: Limits::CLIENT,
+            client_name: None,
+            max_ttl: None,
+            quarantine: Quarantine::Ttl,
+        }
+    }
+}
+
+impl Config {
+    /// The per-node timeout for a given TTL: the configured one, or 5 % of the TTL capped at
+    /// 50 ms.
+    pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (ttl / 20).min(Duration::from_millis(50)))
+    }
+
+    /// The longest TTL a lock of this client may have: [`Config::max_ttl`], or the TTL.
+    pub fn longest_ttl(&self) -> Duration {
+        self.max_ttl.unwrap_or(self.ttl)
+    }
+
+    /// The restart-quarantine window in force, `None` when it is off.
+    pub fn quarantine_window(&self) -> Option<Duration> {
+        match self.quarantine {
+            Quarantine::Off => None,
+            Quarantine::Ttl => Some(self.longest_ttl()),
+            Quarantine::Fixed(window) => Some(window),
+        }
+    }
+
+    /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
+    /// longer one would outlive the restart quarantine that protects it).
+    pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
+        if resource.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        let max = self.max_resource_len;
+        if resource.len() > max {
+            return Err(Error::Config(format!(
+                "resource name of {} bytes is longer than the limit of {max}",
+                resource.len()
+            )));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        self.check_ttl(ttl)?;
+        let longest = self.longest_ttl();
+        if ttl > longest {
+            return Err(Error::Config(format!(
+                "extend ttl {ttl:?} is longer than the longest ttl this client allows \
+                 ({longest:?}, the max_ttl setting): the restart quarantine could end while \
+                 the lock still lives; raise max_ttl (and the quarantine of every client of \
+                 these servers) to at least {ttl:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        if ttl.as_millis() == 0 || ttl > MAX_TTL {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} must be from 1 ms to {MAX_TTL:?}"
+            )));
+        }
+        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
+        if ttl <= drift {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} leaves no validity after the drift allowance of {drift:?}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return bad(format!(
+                "drift factor {} must be at least 0 and below 1",
+                self.drift_factor
+            ));
+        }
+        self.check_ttl(self.ttl)?;
+        if !(self.renew_fraction > 0.0 && self.renew_fraction < 1.0) {
+            return bad(format!(
+                "renew fraction {} must be above 0 and below 1",
+                self.renew_fraction
+            ));
+        }
+        let hour = Duration::from_secs(3600);
+        for (name, value) in [
+            ("retry delay", self.retry_delay),
+            ("retry jitter", self.retry_jitter),
+            ("connect timeout", self.connect_timeout),
+            ("backoff", self.backoff_max),
+            ("reply timeout", self.reply_timeout),
+            ("minimum validity", self.min_validity),
+        ] {
+            if value > hour {
+                return bad(format!("{name} {value:?} is longer than an hour"));
+            }
+        }
+        if let Some(t) = self.node_timeout
+            && (t.is_zero() || t > hour)
+        {
+            return bad(format!(
+                "node timeout {t:?} must be above 0 and at most an hour"
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.reply_timeout.is_zero() {
+            return bad("connect and reply timeouts must be above 0".into());
+        }
+        if self.backoff_min > self.backoff_max {
+            return bad("backoff minimum is above its maximum".into());
+        }
+        if self.max_pending == 0 || self.max_resource_len == 0 {
+            return bad("max_pending and max_resource_len must be at least 1".into());
+        }
+        if let Some(max) = self.max_ttl {
+            self.check_ttl(max)?;
+            if max < self.ttl {
+                return bad(format!(
+                    "max_ttl {max:?} is shorter than the ttl {:?}",
+                    self.ttl
+                ));
+            }
+        }
+        if let Quarantine::Fixed(window) = self.quarantine {
+            let longest = self.longest_ttl();
+            if window < longest {
+                return bad(format!(
+                    "quarantine window {window:?} is shorter than the longest ttl {longest:?} \
+                     (ttl or max_ttl): a node that restarted without its keys could rejoin a \
+                     quorum while a lock it forgot still lives; use Quarantine::Ttl, a window \
+                     of at least {longest:?}, or Quarantine::Off for servers that never lose \
+                     keys"
+                ));
+            }
+            if window > Duration::from_secs(86_400 * 30) {
+                return bad("quarantine longer than 30 days".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds a [`Redlock`](crate::Redlock) handle or a [`Client`](crate::Client) from server addresses and settings.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// let redlock = redlock_mux::Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+///     .ttl(Duration::from_secs(10))
+///     .retry_count(3)
+///     .build()?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    servers: Vec<String>,
+    config: Config,
+}
+
+impl Builder {
+    /// Starts from the given addresses (see [`NodeAddr`] for the forms) and the defaults.
+    pub fn new<I, S>(servers: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder {
+            servers: servers.into_iter().map(|s| s.as_ref().to_owned()).collect(),
+            config: Config::default(),
+        }
+    }
+
+    /// A request unanswered for this long means its node hangs: the connection is reset and
+    /// the node reconnected. Default 5 s.
+    pub fn reply_timeout(mut self, t: Duration) -> Builder {
+        self.config.reply_timeout = t;
+        self
+    }
+
+    /// Replaces every setting at once.
+    pub fn config(mut self, config: Config) -> Builder {
+        self.config = config;
+        self
+    }
+    /// Lock time to live.
+    pub fn ttl(mut self, ttl: Duration) -> Builder {
+        self.config.ttl = ttl;
+        self
+    }
+    /// Retries after the first attempt.
+    pub fn retry_count(mut self, n: u32) -> Builder {
+        self.config.retry_count = n;
+        self
+    }
+    /// Wait between attempts, and the most random time added to it.
+    pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Builder {
+        self.config.retry_delay = delay;
+        self.config.retry_jitter = jitter;
+        self
+    }
+    /// Per-node timeout of each attempt.
+    pub fn node_timeout(mut self, timeout: Duration) -> Builder {
+        self.config.node_timeout = Some(timeout);
+        self
+    }
+    /// Clock drift factor.
+    pub fn drift_factor(mut self, factor: f64) -> Builder {
+        self.config.drift_factor = factor;
+        self
+    }
+    /// Least validity a successful acquisition must leave.
+    pub fn min_validity(mut self, v: Duration) -> Builder {
+        self.config.min_validity = v;
+        self
+    }
+    /// Most extensions per lock.
+    pub fn max_extensions(mut self, n: u32) -> Builder {
+        self.config.max_extensions = n;
+        self
+    }
+    /// Kept locks are extended when this fraction of the TTL is left (default 1/3).
+    pub fn renew_fraction(mut self, fraction: f64) -> Builder {
+        self.config.renew_fraction = fraction;
+        self
+    }
+    /// Connect (plus handshake) timeout.
+    pub fn connect_timeout(mut self, t: Duration) -> Builder {
+        self.config.connect_timeout = t;
+        self
+    }
+    /// Reconnect backoff bounds.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Builder {
+        self.config.backoff_min = min;
+        self.config.backoff_max = max;
+        self
+    }
+    /// `CLIENT SETNAME` sent in the handshake.
+    pub fn client_name(mut self, name: impl Into<String>) -> Builder {
+        self.config.client_name = Some(name.into());
+        self
+    }
+    /// Longest TTL a lock may be extended (or kept) to; default: the TTL. With the default
+    /// [`Quarantine::Ttl`] it is also the restart-quarantine window.
+    pub fn max_ttl(mut self, ttl: Duration) -> Builder {
+        self.config.max_ttl = Some(ttl);
+        self
+    }
+    /// Restart quarantine: a [`Quarantine`], or `None` (off) / `Some(window)` (fixed) /
+    /// a `Duration` (fixed). Default [`Quarantine::Ttl`].
+    pub fn quarantine(mut self, quarantine: impl Into<Quarantine>) -> Builder {
+        self.config.quarantine = quarantine.into();
+        self
+    }
+
+    pub(crate) fn shared(self) -> Result<Arc<Shared>, Error> {
+        self.config.validate()?;
+        if self.servers.is_empty() {
+            return Err(Error::Config("no servers given".into()));
+        }
+        if self.servers.len() > MAX_NODES {
+            return Err(Error::Config(format!(
+                "{} servers given, at most {MAX_NODES} are supported",
+                self.servers.len()
+            )));
+        }
+        let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
+        for s in &self.servers {
+            let addr = NodeAddr::parse(s)?;
+            if nodes.iter().any(|n| n.endpoint == addr.endpoint) {
+                return Err(Error::Config(format!("duplicate server {addr}")));
+            }
+            nodes.push(addr);
+        }
+        let c = &self.config;
+        let conn = ConnConfig {
+            connect_timeout: c.connect_timeout,
+            backoff_min: c.backoff_min,
+            backoff_max: c.backoff_max,
+            reply_timeout: c.reply_timeout,
+            max_pending: c.max_pending,
+            limits: c.limits,
+            client_name: c.client_name.clone(),
+            info: c.quarantine_window().is_some(),
+        };
+        Ok(Arc::new(Shared {
+            nodes: nodes.into(),
+            config: self.config,
+            conn,
+            keeper: Mutex::new(None),
+            keep_ids: AtomicU64::new(0),
+            keeper_ticks: AtomicU64::new(0),
+            keeper_writes: AtomicU64::new(0),
+            keeper_extended: AtomicU64::new(0),
+        }))
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) nodes: Arc<[NodeAddr]>,
+    pub(crate) config: Config,
+    pub(crate) conn: ConnConfig,
+    /// The keep-alive thread's inbox, once started.
+    pub(crate) keeper: Mutex<Option<Sender<Cmd>>>,
+    keep_ids: AtomicU64,
+    /// Keep-alive counters: ticks that extended something, their writes, locks extended.
+    pub(crate) keeper_ticks: AtomicU64,
+    pub(crate) keeper_writes: AtomicU64,
+    pub(crate) keeper_extended: AtomicU64,
+}
+
+impl Shared {
+    /// The keep-alive thread's inbox, starting the thread on first use.
+    pub(crate) fn keeper(self: &Arc<Self>) -> Result<Sender<Cmd>, Error> {
+        let mut keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tx) = keeper.as_ref() {
+            return Ok(tx.clone());
+        }
+        let tx = crate::keep::spawn(self.clone())?;
+        *keeper = Some(tx.clone());
+        Ok(tx)
+    }
+
+    pub(crate) fn record_tick(&self, writes: u64, extended: u64) {
+        self.keeper_ticks.fetch_add(1, Ordering::Relaxed);
+        self.keeper_writes.fetch_add(writes, Ordering::Relaxed);
+        self.keeper_extended.fetch_add(extended, Ordering::Relaxed);
+    }
+
+    pub(crate) fn next_keep_id(&self) -> u64 {
+        self.keep_ids.fetch_add(1, Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,94 @@
+//! The lock token: unique per acquisition, stored on the nodes as the lock's value.
+
+use std::fmt;
+
+use rand::TryRng;
+
+use crate::error::Error;
+
+/// Length of a token made by this crate: 20 random bytes in unpadded base64url.
+pub const TOKEN_LEN: usize = 27;
+/// Longest token accepted from elsewhere ([`Lock::from_parts`](crate::Lock::from_parts)).
+pub const MAX_TOKEN_LEN: usize = 64;
+
+/// A lock token: unique per acquisition, the lock's signature on every node.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Token {
+    len: u8,
+    bytes: [u8; MAX_TOKEN_LEN],
+}
+
+impl Token {
+    /// No token (status reads carry none).
+    pub(crate) const EMPTY: Token = Token {
+        len: 0,
+        bytes: [0; MAX_TOKEN_LEN],
+    };
+
+    /// 20 bytes from the operating system's random source, in unpadded base64url (27 bytes).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if the operating system's random source fails.
+    pub fn generate() -> Result<Token, Error> {
+        let mut raw = [0u8; 20];
+        rand::rngs::SysRng
+            .try_fill_bytes(&mut raw)
+            .map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut bytes = [0u8; MAX_TOKEN_LEN];
+        let mut o = 0;
+        for chunk in raw.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+            for k in 0..=chunk.len() {
+                bytes[o] = ALPHABET[((n >> (18 - 6 * k)) & 63) as usize];
+                o += 1;
+            }
+        }
+        Ok(Token {
+            len: o as u8,
+            bytes,
+        })
+    }
+
+    /// A token given by someone else (e.g. printed by `redlock acquire`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] if empty or longer than [`MAX_TOKEN_LEN`].
+    pub fn from_bytes(b: &[u8]) -> Result<Token, Error> {
+        if b.is_empty() || b.len() > MAX_TOKEN_LEN {
+            return Err(Error::Config(format!(
+                "a token must be 1 to {MAX_TOKEN_LEN} bytes, got {}",
+                b.len()
+            )));
+        }
+        let mut bytes = [0u8; MAX_TOKEN_LEN];
+        bytes[..b.len()].copy_from_slice(b);
+        Ok(Token {
+            len: b.len() as u8,
+            bytes,
+        })
+    }
+
+    /// The token's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl fmt::Display for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token({self})")
+    }
+}
