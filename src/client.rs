@@ -49,11 +49,6 @@ impl Client {
         Builder::new(servers).build_client()
     }
 
-    /// The client's shared state (configuration, keeper).
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.engine.shared
-    }
-
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
         let driver = Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?;
         Ok(Client {
@@ -246,42 +241,6 @@ impl Client {
         let kind = ReqKind::extend(self.config(), lock, ttl, Instant::now())?;
         let outcome = self.engine.run(kind, lock.resource(), lock.token());
         apply_extend(lock, outcome)
-    }
-
-    /// Extends several locks at once to `ttl`: each node gets every lock's extend script in one
-    /// write, and the rounds run side by side in one poll loop. Used by the keep-alive thread.
-    pub(crate) fn extend_batch(
-        &mut self,
-        locks: &mut [&mut Lock],
-        ttl: Duration,
-    ) -> Vec<Result<(), Error>> {
-        // `run_all` drains first, as before any operation: connections the servers closed
-        // while idle (their `timeout`) are noticed and re-established within this one.
-        let start = Instant::now();
-        let config = self.engine.shared.config.clone();
-        let prepared: Vec<Result<ReqKind, Error>> = locks
-            .iter()
-            .map(|lock| ReqKind::extend(&config, lock, ttl, start))
-            .collect();
-        let mut outcomes =
-            self.engine
-                .run_all(
-                    prepared.iter().zip(locks.iter()).filter_map(|(p, l)| {
-                        p.as_ref().ok().map(|&k| (k, l.resource(), *l.token()))
-                    }),
-                )
-                .into_iter();
-        prepared
-            .into_iter()
-            .zip(locks.iter_mut())
-            .map(|(p, lock)| {
-                p?;
-                match outcomes.next().flatten() {
-                    Some(outcome) => apply_extend(lock, outcome),
-                    None => Err(Error::Expired { released: 0 }),
-                }
-            })
-            .collect()
     }
 
     /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at

@@ -1,20 +1,17 @@
 //! Configuration: the settings ([`Config`], [`Quarantine`]), the [`Builder`] that checks them,
-//! and [`Shared`], what every engine of one handle reads (node addresses, settings, connection
+//! and `Shared`, what every engine of one handle reads (node addresses, settings, connection
 //! settings, keep-alive counters).
 //!
 //! `Builder::build` and `Builder::build_client` live beside what they build (`handle.rs`,
 //! `client.rs`), so that this file depends on neither.
 
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::addr::NodeAddr;
 use crate::conn::ConnConfig;
 use crate::error::Error;
-use crate::keep::Cmd;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
 
@@ -419,11 +416,9 @@ impl Builder {
             nodes: nodes.into(),
             config: self.config,
             conn,
-            keeper: Mutex::new(None),
-            keep_ids: AtomicU64::new(0),
-            keeper_ticks: AtomicU64::new(0),
-            keeper_writes: AtomicU64::new(0),
-            keeper_extended: AtomicU64::new(0),
+            keep_ticks: AtomicU64::new(0),
+            keep_writes: AtomicU64::new(0),
+            keep_extended: AtomicU64::new(0),
         }))
     }
 }
@@ -432,34 +427,9 @@ pub(crate) struct Shared {
     pub(crate) nodes: Arc<[NodeAddr]>,
     pub(crate) config: Config,
     pub(crate) conn: ConnConfig,
-    /// The keep-alive thread's inbox, once started.
-    pub(crate) keeper: Mutex<Option<Sender<Cmd>>>,
-    keep_ids: AtomicU64,
-    /// Keep-alive counters: ticks that extended something, their writes, locks extended.
-    pub(crate) keeper_ticks: AtomicU64,
-    pub(crate) keeper_writes: AtomicU64,
-    pub(crate) keeper_extended: AtomicU64,
-}
-
-impl Shared {
-    /// The keep-alive thread's inbox, starting the thread on first use.
-    pub(crate) fn keeper(self: &Arc<Self>) -> Result<Sender<Cmd>, Error> {
-        let mut keeper = self.keeper.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(tx) = keeper.as_ref() {
-            return Ok(tx.clone());
-        }
-        let tx = crate::keep::spawn(self.clone())?;
-        *keeper = Some(tx.clone());
-        Ok(tx)
-    }
-
-    pub(crate) fn record_tick(&self, writes: u64, extended: u64) {
-        self.keeper_ticks.fetch_add(1, Ordering::Relaxed);
-        self.keeper_writes.fetch_add(writes, Ordering::Relaxed);
-        self.keeper_extended.fetch_add(extended, Ordering::Relaxed);
-    }
-
-    pub(crate) fn next_keep_id(&self) -> u64 {
-        self.keep_ids.fetch_add(1, Ordering::Relaxed)
-    }
+    /// Keep-alive counters: ticks that extended kept locks, the writes of those ticks, locks
+    /// extended.
+    pub(crate) keep_ticks: AtomicU64,
+    pub(crate) keep_writes: AtomicU64,
+    pub(crate) keep_extended: AtomicU64,
 }

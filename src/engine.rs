@@ -33,6 +33,7 @@ use crate::config::{Config, Shared};
 use crate::conn::{Delivery, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
+use crate::kept::{Callbacks, Kept};
 use crate::lock::Lock;
 use crate::quarantine::NodeWatch;
 use crate::resp::{Arg, Frame, SetNxPx};
@@ -191,6 +192,8 @@ impl Slot {
 /// Requests queued by callers while another thread drives the engine.
 pub(crate) struct Mailbox {
     inbox: Mutex<Vec<Arc<Slot>>>,
+    /// Locks to keep, handed over by `Redlock::keep`.
+    keeps: Mutex<Vec<Arc<Kept>>>,
     /// Requests in `inbox`; read without the lock by the driver before it sleeps.
     queued: AtomicUsize,
     /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
@@ -204,6 +207,7 @@ impl Mailbox {
     pub fn new(waker: mio::Waker) -> Mailbox {
         Mailbox {
             inbox: Mutex::new(Vec::with_capacity(64)),
+            keeps: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),
             sleeping: AtomicBool::new(false),
             waker,
@@ -225,6 +229,19 @@ impl Mailbox {
         }
     }
 
+    /// Queues a lock to keep (counted in `queued`, so the driver looks); wakes the driver if
+    /// it sleeps in `poll`.
+    pub fn push_keep(&self, kept: Arc<Kept>) {
+        let mut keeps = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
+        keeps.push(kept);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        drop(keeps);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            let _ = self.waker.wake();
+        }
+    }
+
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::SeqCst)
     }
@@ -239,6 +256,18 @@ pub(crate) enum Waiter {
     Local,
     /// A parked thread: the outcome goes into its slot, and it is unparked.
     Slot(Arc<Slot>),
+    /// The engine itself: the extend of a kept lock.
+    Keep(Arc<Kept>),
+    /// The engine itself: the release of a kept lock that was lost; its callback runs after.
+    KeepLost(Arc<Kept>),
+}
+
+impl Waiter {
+    /// Counted in [`Engine::waiting`]: somebody (a parked thread, or the engine's own timers)
+    /// needs the loop driven until it is decided.
+    fn waits(&self) -> bool {
+        !matches!(self, Waiter::None | Waiter::Local)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -343,7 +372,7 @@ struct Core {
     window: Option<Duration>,
     max_pending: usize,
     node_timeout: Duration,
-    /// Undone operations whose waiter is a parked thread.
+    /// Undone operations whose waiter is a parked thread or the engine's kept locks.
     waiting: usize,
     /// Release requests answered / failed (for `shutdown`).
     confirmed: u64,
@@ -373,6 +402,28 @@ pub(crate) struct Engine {
     lost: Vec<u32>,
     /// A resource name copied out of a slot (reused).
     resource: Vec<u8>,
+    keeps: Keeps,
+    /// The callback thread of kept locks that are lost.
+    pub callbacks: Arc<Callbacks>,
+}
+
+/// Kept locks: timers of the engine.
+struct Keeps {
+    locks: Vec<Arc<Kept>>,
+    /// When to look at the list next (a lock due, a validity ending); `None`: nothing to do
+    /// until an extend in flight is decided or a lock is added.
+    next: Option<Instant>,
+    /// A lock was added since the hub last looked: the background thread must learn its timer.
+    moved: bool,
+    /// Extend when this much of the TTL is left.
+    renew_left: Duration,
+    /// Locks due within this window of each other are extended in the same tick, so that locks
+    /// taken a few milliseconds apart share one write per node instead of one each.
+    coalesce: Duration,
+    /// Reused lists: due in this tick; decided in this turn (extends, then lost releases).
+    due: Vec<Arc<Kept>>,
+    decided: Vec<(Arc<Kept>, Option<Outcome>)>,
+    lost: Vec<(Arc<Kept>, Error)>,
 }
 
 /// Operation slots built with the engine (more are added when needed).
@@ -411,6 +462,17 @@ impl Engine {
             taken: Vec::with_capacity(64),
             lost: Vec::new(),
             resource: Vec::with_capacity(64),
+            keeps: Keeps {
+                locks: Vec::new(),
+                next: None,
+                moved: false,
+                renew_left: shared.config.ttl.mul_f64(shared.config.renew_fraction),
+                coalesce: shared.config.ttl / 10,
+                due: Vec::new(),
+                decided: Vec::new(),
+                lost: Vec::new(),
+            },
+            callbacks: Arc::new(Callbacks::default()),
             driver,
             shared,
         }
@@ -449,6 +511,11 @@ impl Engine {
         self.core.ledger.len > 0
     }
 
+    /// True once after a lock to keep was taken in.
+    pub fn take_timers_moved(&mut self) -> bool {
+        std::mem::take(&mut self.keeps.moved)
+    }
+
     /// When someone should drive the engine again although nobody waits: a connection
     /// deadline of a request still outstanding, or the ledger's next try.
     pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
@@ -460,10 +527,7 @@ impl Engine {
                 .max(Duration::from_millis(10))
         });
         let conn = self.driver.next_deadline();
-        match (retry, conn) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [retry, conn, self.keeps.next].into_iter().flatten().min()
     }
 
     /// Starts an operation: queues its requests on every node (nothing written before
@@ -493,7 +557,7 @@ impl Engine {
         let n = self.shared.nodes.len();
         let id = self.core.alloc(n, now);
         let config = &self.shared.config;
-        let slot_waits = matches!(waiter, Waiter::Slot(_));
+        let waits = waiter.waits();
         {
             let op = &mut self.core.ops[id.index as usize];
             op.resource.clear();
@@ -541,7 +605,7 @@ impl Engine {
                 }
             }
         }
-        if slot_waits {
+        if waits {
             self.core.waiting += 1;
         }
         let tag = id.tag();
@@ -668,6 +732,15 @@ impl Engine {
             std::mem::swap(&mut *inbox, &mut self.taken);
             mailbox.queued.fetch_sub(self.taken.len(), Ordering::SeqCst);
         }
+        {
+            let mut keeps = mailbox.keeps.lock().unwrap_or_else(|e| e.into_inner());
+            if !keeps.is_empty() {
+                mailbox.queued.fetch_sub(keeps.len(), Ordering::SeqCst);
+                self.keeps.locks.append(&mut keeps);
+                self.keeps.next = Some(now);
+                self.keeps.moved = true;
+            }
+        }
         let mut taken = std::mem::take(&mut self.taken);
         for slot in taken.drain(..) {
             let cell = slot.cell();
@@ -788,6 +861,14 @@ impl Engine {
                             slot.done.store(true, Ordering::Release);
                             slot.thread.unpark();
                         }
+                        Waiter::Keep(kept) => {
+                            self.core.waiting -= 1;
+                            self.keeps.decided.push((kept, Some(outcome)));
+                        }
+                        Waiter::KeepLost(kept) => {
+                            self.core.waiting -= 1;
+                            self.keeps.decided.push((kept, None));
+                        }
                     }
                 }
             }
@@ -809,6 +890,144 @@ impl Engine {
             self.submit(ReqKind::Release, &resource, &token, Waiter::None, now);
         }
         self.resource = resource;
+        if !self.keeps.decided.is_empty() {
+            self.kept_decided(now);
+        }
+    }
+
+    /// Applies decided extends of kept locks (a lost one is marked lost and released), and
+    /// hands the callbacks of lost locks whose release is over to the callback thread.
+    fn kept_decided(&mut self, now: Instant) {
+        let mut decided = std::mem::take(&mut self.keeps.decided);
+        for (kept, outcome) in decided.drain(..) {
+            let Some(outcome) = outcome else {
+                // The release of a lost lock is over: every node that answered in time has
+                // deleted our token; now the callback.
+                kept.settle_loss();
+                continue;
+            };
+            kept.extending.store(false, Ordering::Relaxed);
+            // Its timer moves: look at the list again.
+            self.keeps.next = Some(now);
+            if kept.is_lost() {
+                // Ended by its holder while the extend was in flight (the holder's release
+                // went out behind it on every connection).
+                continue;
+            }
+            if let Outcome::Extended(valid_until, result) = outcome {
+                // Also after a lost extend: its validity is cut to what the nodes still back.
+                kept.set_valid_until(valid_until);
+                match result {
+                    Ok(()) => {
+                        kept.extended();
+                        self.shared.keep_extended.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(why) => self.keeps.lost.push((kept, why)),
+                }
+            }
+        }
+        self.keeps.decided = decided;
+        self.release_lost_keeps(now);
+    }
+
+    /// Marks the locks in `keeps.lost` lost (every holder learns first, before any round
+    /// trip), then releases them on every node, waiting for the replies as an unlock does: the
+    /// callback runs when that is over, so it never finds our stale token on a node that
+    /// answered.
+    fn release_lost_keeps(&mut self, now: Instant) {
+        let mut lost = std::mem::take(&mut self.keeps.lost);
+        lost.retain(|(kept, why)| kept.mark_lost(why.clone()));
+        for (kept, _) in lost.drain(..) {
+            let (resource, token) = (kept.base().resource(), *kept.base().token());
+            let waiter = Waiter::KeepLost(kept.clone());
+            self.submit(ReqKind::Release, resource, &token, waiter, now);
+        }
+        self.keeps.lost = lost;
+    }
+
+    /// The keep-alive timers: extends every kept lock that is due (with those due within the
+    /// coalescing window) in one batch, one write per node; marks expired ones lost; forgets the
+    /// ones their holder ended.
+    fn tick_keeps(&mut self, now: Instant) {
+        if self.keeps.next.is_none_or(|t| t > now) {
+            return;
+        }
+        let Keeps {
+            locks,
+            renew_left,
+            coalesce,
+            due,
+            lost,
+            ..
+        } = &mut self.keeps;
+        let mut next: Option<Instant> = None;
+        let mut any_due = false;
+        let mut i = 0;
+        while i < locks.len() {
+            let kept = &locks[i];
+            if kept.is_lost() {
+                // Lost (its release is under way) or ended by the holder: not ours any more.
+                locks.swap_remove(i);
+                continue;
+            }
+            if kept.extending.load(Ordering::Relaxed) {
+                i += 1;
+                continue;
+            }
+            let valid_until = kept.valid_until();
+            if now >= valid_until {
+                lost.push((locks.swap_remove(i), Error::Expired { released: 0 }));
+                continue;
+            }
+            let at = valid_until.checked_sub(*renew_left).unwrap_or(now);
+            if at <= now + *coalesce {
+                any_due |= at <= now;
+                due.push(kept.clone());
+            }
+            next = Some(next.map_or(at, |n| n.min(at)));
+            i += 1;
+        }
+        if !any_due {
+            // Only when one of them is really due: the others just come along.
+            due.clear();
+            self.keeps.next = next;
+        } else {
+            let config = &self.shared.config;
+            let mut batch = std::mem::take(due);
+            let ttl = config.ttl;
+            for kept in batch.drain(..) {
+                let lock = kept.lock();
+                match ReqKind::extend(&self.shared.config, &lock, ttl, now) {
+                    Ok(kind) => {
+                        kept.extending.store(true, Ordering::Relaxed);
+                        let waiter = Waiter::Keep(kept.clone());
+                        self.submit(kind, lock.resource(), lock.token(), waiter, now);
+                    }
+                    Err(why) => self.keeps.lost.push((kept, why)),
+                }
+            }
+            self.keeps.due = batch;
+            // The others' timers; the batch's come back when their extends are decided.
+            self.keeps.next = self
+                .keeps
+                .locks
+                .iter()
+                .filter(|k| !k.extending.load(Ordering::Relaxed))
+                .map(|k| {
+                    k.valid_until()
+                        .checked_sub(self.keeps.renew_left)
+                        .unwrap_or(now)
+                })
+                .min();
+            let before = self.driver.stats().writes;
+            self.flush(now);
+            let shared = &self.shared;
+            shared.keep_ticks.fetch_add(1, Ordering::Relaxed);
+            shared
+                .keep_writes
+                .fetch_add(self.driver.stats().writes - before, Ordering::Relaxed);
+        }
+        self.release_lost_keeps(now);
     }
 
     /// Sends the ledger's releases to nodes that can take them, drops those whose key expired.
@@ -870,7 +1089,7 @@ impl Engine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        next
+        [next, self.keeps.next].into_iter().flatten().min()
     }
 
     /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
@@ -880,6 +1099,7 @@ impl Engine {
             let now = Instant::now();
             self.take_inbox(now);
             self.flush_ledger(now);
+            self.tick_keeps(now);
             self.settle(now);
             self.flush(now);
             if done(self) || now >= until {
@@ -991,6 +1211,15 @@ impl Engine {
     /// Drives until every release is confirmed or `deadline` passes.
     pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
         let before = self.core.confirmed;
+        // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
+        let now = Instant::now();
+        for kept in std::mem::take(&mut self.keeps.locks) {
+            if kept.end_by_holder() {
+                let (resource, token) = (kept.base().resource(), *kept.base().token());
+                self.submit(ReqKind::Release, resource, &token, Waiter::None, now);
+            }
+        }
+        self.keeps.next = None;
         self.drive_until(deadline, |e| e.unconfirmed() == 0 && e.waiting() == 0);
         Shutdown {
             confirmed: self.core.confirmed - before,

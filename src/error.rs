@@ -213,7 +213,7 @@ pub enum Error {
         /// Which command, what the node answered, and what to grant.
         message: String,
     },
-    /// A failure inside this process: the event loop or the keep-alive thread could not run.
+    /// A failure inside this process: the event loop or one of its threads could not run.
     #[error("internal error: {0}")]
     Internal(String),
     /// A node broke the protocol.

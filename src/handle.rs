@@ -12,7 +12,6 @@ use crate::conn::IoStats;
 use crate::engine::{NodeStatus, ReqKind, Shutdown};
 use crate::error::Error;
 use crate::hub::Hub;
-use crate::keep::Cmd;
 use crate::lock::Lock;
 use crate::token::Token;
 
@@ -41,16 +40,6 @@ impl Drop for Handle {
     fn drop(&mut self) {
         // The engine thread flushes unconfirmed releases (bounded), then stops.
         self.hub.close();
-        // The keeper thread holds the Shared; tell it to finish so both go away.
-        let keeper = self
-            .shared
-            .keeper
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(tx) = keeper {
-            let _ = tx.send(Cmd::Shutdown);
-        }
     }
 }
 
@@ -103,8 +92,8 @@ impl Redlock {
         &self.handle.shared.config
     }
 
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
-        &self.handle.shared
+    pub(crate) fn hub(&self) -> &Hub {
+        &self.handle.hub
     }
 
     /// Keep-alive counters so far: (ticks that extended locks, `write` calls in them, locks
@@ -113,9 +102,9 @@ impl Redlock {
     pub fn keeper_stats(&self) -> (u64, u64, u64) {
         let s = &self.handle.shared;
         (
-            s.keeper_ticks.load(Ordering::Relaxed),
-            s.keeper_writes.load(Ordering::Relaxed),
-            s.keeper_extended.load(Ordering::Relaxed),
+            s.keep_ticks.load(Ordering::Relaxed),
+            s.keep_writes.load(Ordering::Relaxed),
+            s.keep_extended.load(Ordering::Relaxed),
         )
     }
 

@@ -11,6 +11,8 @@
 //!   `mio::Waker` only if it sleeps in `epoll_wait`, and parks until its outcome is in its slot.
 //! - A driver whose own operation is done hands the loop to the background thread if anybody
 //!   still waits ([`Hub::leave`]); the background thread drives until nobody waits.
+//! - The background thread also wakes for the engine's timers while nobody drives: kept locks
+//!   due for renewal, unconfirmed releases to retry, connection deadlines.
 //!
 //! So at high concurrency one thread (usually the background one) runs the loop, and every
 //! request queued during a turn goes out in one write per node; at low concurrency nobody pays a
@@ -26,11 +28,14 @@ use std::time::{Duration, Instant};
 use crate::client::Client;
 use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot, Waiter};
 use crate::error::Error;
+use crate::kept::{Callbacks, Kept};
 use crate::token::Token;
 
 pub(crate) struct Hub {
     engine: Mutex<Client>,
     pub mailbox: Arc<Mailbox>,
+    /// The callback thread of this handle's kept locks.
+    pub callbacks: Arc<Callbacks>,
     background: OnceLock<Thread>,
     /// Work for the background thread.
     notified: AtomicBool,
@@ -60,6 +65,7 @@ impl Hub {
             })?;
         let mailbox = Arc::new(Mailbox::new(waker));
         client.engine().attach(mailbox.clone());
+        let callbacks = client.engine().callbacks.clone();
         let recheck = client
             .config()
             .node_timeout_for(client.config().ttl)
@@ -67,6 +73,7 @@ impl Hub {
         let hub = Arc::new(Hub {
             engine: Mutex::new(client),
             mailbox,
+            callbacks,
             background: OnceLock::new(),
             notified: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -99,7 +106,8 @@ impl Hub {
         let engine = guard.engine();
         // Deadlines of lingering requests and ledger retries are found by the background
         // thread's own periodic look; only waiting callers need it now.
-        let more = engine.waiting() > 0 || engine.has_ledger();
+        // A lock to keep was taken in: its timer is new to the background thread.
+        let more = engine.waiting() > 0 || engine.has_ledger() || engine.take_timers_moved();
         drop(guard);
         fence(Ordering::SeqCst);
         if more || self.mailbox.queued() > 0 {
@@ -112,6 +120,14 @@ impl Hub {
         if let Some(t) = self.background.get() {
             t.unpark();
         }
+    }
+
+    /// Hands a lock to keep to the engine; the background thread (or whoever drives) takes it
+    /// in and runs its timer.
+    pub fn keep(&self, kept: Arc<Kept>) {
+        self.mailbox.push_keep(kept);
+        fence(Ordering::SeqCst);
+        self.notify();
     }
 
     /// Runs one operation: on this thread if the engine is free, else through the mailbox.

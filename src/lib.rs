@@ -22,8 +22,9 @@
 //!   [`Builder`]), `token` ([`Token`]), `lock` ([`Lock`]), `client` ([`Client`]: one thread's
 //!   engine), `handle` ([`Redlock`]: the handle threads share), `guard` ([`LockGuard`]),
 //!   `quarantine` (restart tracking per node).
-//! - `keep`: [`KeepAlive`] — automatic extension in one background thread, lost-lock notice;
-//!   `on_lost` callbacks run on a callback thread of their own, after the lost lock was released.
+//! - `keep` / `kept`: [`KeepAlive`] — kept locks are timers of the engine, extended in batches
+//!   with everything else in flight; lost-lock notice; `on_lost` callbacks run on a callback
+//!   thread of their own, after the lost lock was released.
 //! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
 //!
 //! ## The algorithm in five lines
@@ -66,6 +67,7 @@ mod guard;
 mod handle;
 mod hub;
 mod keep;
+mod kept;
 mod lock;
 mod quarantine;
 pub mod resp;

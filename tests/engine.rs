@@ -76,21 +76,77 @@ fn threads_sharing_a_handle_share_one_connection_per_node() {
     let report = redlock.shutdown(Duration::from_secs(5));
     assert_eq!(report.unconfirmed, 0, "{report:?}");
     for server in servers.iter() {
-        let list = match server.cmd(&["CLIENT", "LIST"]) {
-            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            redis::Value::VerbatimString { text, .. } => text,
-            other => panic!("CLIENT LIST answered {other:?}"),
-        };
-        let ours = list
-            .lines()
-            .filter(|l| l.contains("name=engine-test"))
-            .count();
+        let ours = connections_named(server, "engine-test");
+        assert_eq!(ours, 1, "{} sees {ours} connections", server.addr());
+        assert_eq!(server.dbsize(), 0, "every lock was released");
+    }
+}
+
+/// The server's view of a handle's connections: how many carry `name`.
+fn connections_named(server: &common::RedisServer, name: &str) -> usize {
+    let list = match server.cmd(&["CLIENT", "LIST"]) {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        other => panic!("CLIENT LIST answered {other:?}"),
+    };
+    list.lines()
+        .filter(|l| l.contains(&format!("name={name} ")))
+        .count()
+}
+
+/// Kept locks are timers of the engine: their extends go over the same connection as every
+/// caller's operations (before, a keeper thread had connections of its own: two per node).
+#[test]
+fn kept_locks_are_renewed_on_the_connections_the_callers_use() {
+    let servers = Servers::start(3);
+    let ttl = Duration::from_millis(600);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(ttl)
+        .node_timeout(ttl / 6)
+        .client_name("keep-engine-test")
+        .build()
+        .unwrap();
+    let kept: Vec<_> = (0..4)
+        .map(|i| {
+            redlock
+                .keep(redlock.lock(format!("kept:{i}")).unwrap())
+                .unwrap()
+        })
+        .collect();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let redlock = redlock.clone();
+            std::thread::spawn(move || {
+                let until = Instant::now() + ttl * 3;
+                while Instant::now() < until {
+                    let lock = redlock.try_lock(format!("busy:{t}")).unwrap();
+                    redlock.unlock(lock).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("caller thread");
+    }
+    for k in &kept {
+        assert!(k.is_held(), "lost: {:?}", k.lost());
+        assert!(k.lock().extensions() >= 2, "{:?}", k.lock());
+    }
+    for server in servers.iter() {
         assert_eq!(
-            ours,
+            connections_named(server, "keep-engine-test"),
             1,
-            "{} sees {ours} connections of the handle:\n{list}",
+            "{}: one connection for callers and renewals",
             server.addr()
         );
+    }
+    for k in kept {
+        assert_eq!(k.release().unwrap(), 3);
+    }
+    let report = redlock.shutdown(Duration::from_secs(5));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    for server in servers.iter() {
         assert_eq!(server.dbsize(), 0, "every lock was released");
     }
 }

@@ -21,8 +21,8 @@ fn redlock(servers: &Servers, ttl: Duration) -> Redlock {
         .unwrap()
 }
 
-/// Waits on the keeper's own channel: commands are handled in order, so once a later release
-/// has been answered every earlier one has been carried out.
+/// Replies come back in order on each connection: once a later release has been answered by
+/// every node, every earlier one (a drop's release not waited for) has been carried out.
 fn barrier(r: &Redlock, resource: &str) {
     let kept = r.keep(r.try_lock(resource).unwrap()).unwrap();
     kept.release().unwrap();
@@ -111,6 +111,9 @@ fn the_extension_bound_ends_the_lock() {
 fn a_hundred_kept_locks_renew_with_one_write_per_node_per_tick() {
     let servers = Servers::start(3);
     let r = redlock(&servers, Duration::from_millis(1_000));
+    // The handle's engine renews on its own connections: up before the first tick, so that
+    // each tick's write is counted in the tick (not in a later turn after the handshake).
+    assert_eq!(r.connect(Duration::from_secs(5)).unwrap(), 3);
     let kept: Vec<_> = {
         let mut c = r.client().unwrap();
         (0..100)
@@ -195,8 +198,8 @@ fn a_lock_taken_over_is_reported_lost() {
 }
 
 /// An `on_lost` callback may use the library — keep another lock, release another kept lock —
-/// without stalling the renewal of the handle's other locks: callbacks do not run on the keeper
-/// thread, so a call that waits for the keeper is answered at once.
+/// without stalling the renewal of the handle's other locks: callbacks do not run on the engine's
+/// loop, so a call that needs the loop is served at once.
 #[test]
 fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
     let servers = Servers::start(3);
@@ -209,8 +212,7 @@ fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
     let (tx, rx) = mpsc::channel();
     let handle = r.clone();
     victim.on_lost(move |_| {
-        // Both wait for the keeper: `release` for its answer, `lock` for nothing, `keep` for a
-        // queue slot. On the keeper thread the first one waited out its 5 s bound.
+        // Both need the engine's loop: run on the loop, the first one would wait for itself.
         let released = spare.release();
         let fresh = handle.lock("fresh").and_then(|lock| handle.keep(lock));
         let _ = tx.send((released, fresh));
@@ -254,7 +256,7 @@ fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
 /// and 2 of 3 are frozen (SIGSTOP) right after the lock is taken, so its first extension gets
 /// node 0's vote only and fails (no quorum) while node 0 still holds our token, freshly extended
 /// to a full TTL. The release that follows is answered by node 0 only; a frozen node cannot
-/// answer, so the keeper gives up on it after its bounded wait, but the release stays queued on
+/// answer, so the engine gives up on it after its bounded wait, but the release stays queued on
 /// that node's connection behind the failed extension, and runs when the node resumes.
 ///
 /// The callback reports that it started, then waits while the test thread checks node 0 (the node

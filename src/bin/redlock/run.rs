@@ -52,7 +52,7 @@ enum Event {
     Stopped(i32),
     /// A signal to redlock; `from_self`: redlock sent it to its own process group.
     Signal { signal: i32, from_self: bool },
-    /// The keep-alive thread reported the lock lost.
+    /// The engine reported the kept lock lost.
     Lost(Error),
 }
 
@@ -279,7 +279,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
         // the watchdog).
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
         drop(watchdog);
-        drop(kept); // the keeper has already released what it could
+        drop(kept); // the engine has already released what it could
         return Ok(exit::LOST);
     }
     watchdog.done();
@@ -326,7 +326,7 @@ impl Supervisor<'_> {
     /// Waits for COMMAND to exit, forwarding signals, passing the lock's validity on to the
     /// watchdog, following COMMAND's stops, and reacting to the loss of the lock.
     fn supervise(&mut self, rx: &mpsc::Receiver<Event>) {
-        // How often the watchdog hears of extensions: a small part of the TTL, since the keeper
+        // How often the watchdog hears of extensions: a small part of the TTL, since the engine
         // extends the lock when a third of it is left.
         let beat = (self.a.ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
         loop {
@@ -342,7 +342,7 @@ impl Supervisor<'_> {
                 }
             }
             let wake = match (&self.lost, self.kill_at) {
-                // The keeper tells us of a loss; each beat is also a backstop for it.
+                // The engine tells us of a loss; each beat is also a backstop for it.
                 (None, _) => Some(now + beat),
                 (Some(_), Some(t)) if !self.killed => Some(t),
                 _ => None,

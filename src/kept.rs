@@ -1,0 +1,254 @@
+//! What a kept lock's holder ([`KeepAlive`](crate::KeepAlive)) and the engine that renews it
+//! share: the lock's validity and extension count (atomics, read without a lock), whether and
+//! why it was lost, the `on_lost` callback — and the callback thread, so that callbacks never
+//! run on the engine's loop.
+//!
+//! The engine owns the renewal (its timers, its extends, batched with everything else queued in
+//! the same turn); the holder only reads, and ends the lock by [`Kept::end_by_holder`].
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::lock::Lock;
+
+pub(crate) type Callback = Box<dyn FnOnce(&Error) + Send>;
+
+/// The callback of one kept lock, and whether its end is settled: lost (or released by the
+/// holder) *and* released on the nodes. Before that a callback is stored; after, it is run.
+#[derive(Default)]
+struct Notice {
+    callback: Option<Callback>,
+    settled: bool,
+}
+
+/// One kept lock.
+pub(crate) struct Kept {
+    epoch: Instant,
+    /// `valid_until` as nanoseconds since `epoch`.
+    valid_ns: AtomicU64,
+    extensions: AtomicU32,
+    lost: AtomicBool,
+    /// An extend of it is in flight (touched by the engine only, under its mutex).
+    pub extending: AtomicBool,
+    reason: Mutex<Option<Error>>,
+    changed: Condvar,
+    notice: Mutex<Notice>,
+    base: Lock,
+    pub callbacks: Arc<Callbacks>,
+}
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("lock", &self.lock())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Kept {
+    pub fn new(lock: Lock, callbacks: Arc<Callbacks>) -> Kept {
+        let kept = Kept {
+            epoch: Instant::now(),
+            valid_ns: AtomicU64::new(0),
+            extensions: AtomicU32::new(lock.extensions()),
+            lost: AtomicBool::new(false),
+            extending: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            changed: Condvar::new(),
+            notice: Mutex::new(Notice::default()),
+            callbacks,
+            base: lock,
+        };
+        kept.set_valid_until(kept.base.valid_until());
+        kept
+    }
+
+    pub fn valid_until(&self) -> Instant {
+        self.epoch + Duration::from_nanos(self.valid_ns.load(Ordering::Acquire))
+    }
+
+    pub fn set_valid_until(&self, t: Instant) {
+        let ns = t.saturating_duration_since(self.epoch).as_nanos();
+        self.valid_ns
+            .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Release);
+    }
+
+    pub fn extensions(&self) -> u32 {
+        self.extensions.load(Ordering::Acquire)
+    }
+
+    /// One more extension won.
+    pub fn extended(&self) {
+        self.extensions.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The resource and token (what the engine sends).
+    pub fn base(&self) -> &Lock {
+        &self.base
+    }
+
+    /// The lock as it stands now (its validity moves forward with each extension).
+    pub fn lock(&self) -> Lock {
+        let mut lock = self.base.clone();
+        lock.set_state(self.valid_until(), self.extensions());
+        lock
+    }
+
+    /// Lost, or ended by the holder.
+    pub fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Held: not lost, validity deadline not passed.
+    pub fn is_held(&self) -> bool {
+        !self.is_lost() && Instant::now() < self.valid_until()
+    }
+
+    fn reason(&self) -> MutexGuard<'_, Option<Error>> {
+        self.reason.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Marks the lock lost and wakes waiters; false if it already was (lost, or ended by its
+    /// holder). The callback is not run here: see [`Kept::settle`].
+    pub fn mark_lost(&self, why: Error) -> bool {
+        let mut reason = self.reason();
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        *reason = Some(why);
+        drop(reason);
+        self.changed.notify_all();
+        true
+    }
+
+    /// Records that the lock's end is settled (its release is over); returns the callback set
+    /// so far. A callback set from now on is handed to the callback thread at once by
+    /// [`Kept::on_lost`].
+    pub fn settle(&self) -> Option<Callback> {
+        let mut notice = self.notice.lock().unwrap_or_else(|e| e.into_inner());
+        notice.settled = true;
+        notice.callback.take()
+    }
+
+    /// The holder ends the lock (a release, a drop): no callback runs, and the engine stops
+    /// renewing it. False if it was lost before: then the engine releases it and runs the
+    /// callback.
+    pub fn end_by_holder(&self) -> bool {
+        if !self.mark_lost(Error::Expired { released: 0 }) {
+            return false;
+        }
+        drop(self.settle());
+        true
+    }
+
+    /// Why the lock is lost, or `None` while it is held.
+    pub fn loss(&self) -> Option<Error> {
+        if self.is_lost() {
+            return self
+                .reason()
+                .clone()
+                .or(Some(Error::Expired { released: 0 }));
+        }
+        if Instant::now() >= self.valid_until() {
+            return Some(Error::Expired { released: 0 });
+        }
+        None
+    }
+
+    /// Blocks until the lock is lost or `give_up`; the reason, or `None` at `give_up`.
+    pub fn wait_lost(&self, give_up: Instant) -> Option<Error> {
+        let mut guard = self.reason();
+        loop {
+            // The reason is read through the guard held here (`loss()` would lock it again).
+            if self.is_lost() {
+                return guard.clone().or(Some(Error::Expired { released: 0 }));
+            }
+            let now = Instant::now();
+            let valid_until = self.valid_until();
+            if now >= valid_until {
+                return Some(Error::Expired { released: 0 });
+            }
+            if now >= give_up {
+                return None;
+            }
+            let wake = give_up.min(valid_until);
+            guard = self
+                .changed
+                .wait_timeout(guard, wake.saturating_duration_since(now))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+
+    /// Sets the callback; once the end is settled, hands it to the callback thread at once.
+    /// (A lock its holder ended has no `KeepAlive` left to set one on.)
+    pub fn on_lost(&self, callback: Callback) {
+        let mut notice = self.notice.lock().unwrap_or_else(|e| e.into_inner());
+        if !notice.settled {
+            notice.callback = Some(callback);
+            return;
+        }
+        drop(notice);
+        let why = self.loss().unwrap_or(Error::Expired { released: 0 });
+        self.callbacks.run(callback, why);
+    }
+
+    /// The engine has released the lost lock: the callback (if any) goes to the callback
+    /// thread.
+    pub fn settle_loss(&self) {
+        if let Some(callback) = self.settle() {
+            let why = self.loss().unwrap_or(Error::Expired { released: 0 });
+            self.callbacks.run(callback, why);
+        }
+    }
+}
+
+/// Runs a callback, catching a panic: it must not take its thread (and the callbacks after it)
+/// down.
+fn run_guarded(callback: Callback, why: &Error) {
+    let _ = catch_unwind(AssertUnwindSafe(|| callback(why)));
+}
+
+/// The callback thread of one handle, started at the first callback to run; it ends when the
+/// last holder of this (the engine, and every kept lock) is gone, after running the callbacks
+/// handed over until then.
+#[derive(Default)]
+pub(crate) struct Callbacks {
+    tx: Mutex<Option<Sender<(Callback, Error)>>>,
+}
+
+impl Callbacks {
+    pub fn run(&self, callback: Callback, why: Error) {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if tx.is_none() {
+            let (sender, rx) = mpsc::channel::<(Callback, Error)>();
+            let started = std::thread::Builder::new()
+                .name("redlock-callbacks".into())
+                .spawn(move || {
+                    for (callback, why) in rx {
+                        run_guarded(callback, &why);
+                    }
+                });
+            if started.is_ok() {
+                *tx = Some(sender);
+            }
+        }
+        let job = match tx.as_ref() {
+            Some(sender) => match sender.send((callback, why)) {
+                Ok(()) => return,
+                Err(mpsc::SendError(job)) => job,
+            },
+            None => (callback, why),
+        };
+        // No callback thread (it could not be started, or it is gone): better a callback run
+        // here than a loss never reported. The next callback tries to start the thread again.
+        *tx = None;
+        drop(tx);
+        run_guarded(job.0, &job.1);
+    }
+}
