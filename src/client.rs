@@ -11,9 +11,10 @@ use crate::addr::NodeAddr;
 use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
 use crate::driver::Driver;
-use crate::engine::{Engine, NodeStatus, Outcome, ReqKind};
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::lock::Lock;
+use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::token::Token;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling

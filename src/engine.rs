@@ -22,20 +22,20 @@
 //! of unknown fate and sent again when the node is reachable.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::Thread;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::config::{Config, Shared};
+use crate::config::Shared;
 use crate::conn::{Delivery, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::kept::{Callbacks, Kept};
-use crate::lock::Lock;
+use crate::mailbox::{Mailbox, Slot};
 use crate::quarantine::NodeWatch;
+use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::token::Token;
@@ -59,191 +59,6 @@ impl OpId {
             index: low - 1,
             seq: (tag >> 32) as u32,
         })
-    }
-}
-
-/// What a caller asks for.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ReqKind {
-    /// `SET resource token NX PX ttl` on every node.
-    Acquire { ttl: Duration },
-    /// The compare-and-pexpire script on every node, within the lock's validity.
-    Extend { ttl: Duration, valid_until: Instant },
-    /// The compare-and-delete script on every node.
-    Release,
-    /// `GET` and `PTTL` on every node, waiting at most `timeout`.
-    Status { timeout: Duration },
-}
-
-impl ReqKind {
-    /// An acquire of `resource` with the configured TTL and a fresh token.
-    pub(crate) fn acquire(config: &Config, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
-        config.check_resource(resource)?;
-        Ok((ReqKind::Acquire { ttl: config.ttl }, Token::generate()?))
-    }
-
-    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
-    pub(crate) fn extend(
-        config: &Config,
-        lock: &Lock,
-        ttl: Duration,
-        now: Instant,
-    ) -> Result<ReqKind, Error> {
-        config.check_extend_ttl(ttl)?;
-        if lock.extensions() >= config.max_extensions {
-            return Err(Error::ExtensionLimit(config.max_extensions));
-        }
-        if now >= lock.valid_until() {
-            return Err(Error::Expired { released: 0 });
-        }
-        Ok(ReqKind::Extend {
-            ttl,
-            valid_until: lock.valid_until(),
-        })
-    }
-}
-
-/// A request handed over through the [`Mailbox`]: kept in the caller's reusable [`Slot`].
-#[derive(Debug)]
-pub(crate) struct Request {
-    pub kind: ReqKind,
-    pub resource: Vec<u8>,
-    pub token: Token,
-    /// Nobody waits for the outcome (a release not waited for): the slot is free again as soon
-    /// as the engine has taken the request in.
-    pub detached: bool,
-}
-
-/// What one node says about a resource ([`Client::status`](crate::Client::status)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NodeStatus {
-    /// `host:port`.
-    pub node: String,
-    /// `Ok((value, pttl))` — the key's value (None: absent) and its remaining TTL in ms — or why
-    /// the node could not be asked.
-    pub state: Result<(Option<Vec<u8>>, i64), NodeFault>,
-    /// Time from sending to the reply.
-    pub rtt: Duration,
-}
-
-/// What an operation came to.
-#[derive(Debug)]
-pub(crate) enum Outcome {
-    Acquired(Result<Instant, Error>),
-    /// The lock's validity after the extend (cut short if it was lost), and the result.
-    Extended(Instant, Result<(), Error>),
-    /// Nodes that confirmed the release in time.
-    Released(usize),
-    Status(Vec<NodeStatus>),
-}
-
-/// One caller thread's hand-over cell: reused for every operation of the thread, so handing a
-/// request over allocates nothing.
-#[derive(Debug)]
-pub(crate) struct Slot {
-    thread: Thread,
-    pub done: AtomicBool,
-    cell: Mutex<SlotCell>,
-}
-
-#[derive(Debug)]
-pub(crate) struct SlotCell {
-    pub request: Request,
-    pub outcome: Option<Outcome>,
-}
-
-impl Slot {
-    pub fn new() -> Slot {
-        Slot {
-            thread: std::thread::current(),
-            done: AtomicBool::new(false),
-            cell: Mutex::new(SlotCell {
-                request: Request {
-                    kind: ReqKind::Release,
-                    resource: Vec::new(),
-                    token: Token::EMPTY,
-                    detached: false,
-                },
-                outcome: None,
-            }),
-        }
-    }
-    pub fn cell(&self) -> std::sync::MutexGuard<'_, SlotCell> {
-        self.cell.lock().unwrap_or_else(|e| e.into_inner())
-    }
-    pub fn is_done(&self) -> bool {
-        self.done.load(Ordering::Acquire)
-    }
-    /// Puts a new request in (the previous operation is over: its outcome was taken, or, for a
-    /// detached one, the engine took the request in).
-    pub fn fill(&self, kind: ReqKind, resource: &[u8], token: &Token, detached: bool) {
-        let mut cell = self.cell();
-        cell.request.kind = kind;
-        cell.request.resource.clear();
-        cell.request.resource.extend_from_slice(resource);
-        cell.request.token = *token;
-        cell.request.detached = detached;
-        cell.outcome = None;
-        drop(cell);
-        self.done.store(false, Ordering::Relaxed);
-    }
-}
-
-/// Requests queued by callers while another thread drives the engine.
-pub(crate) struct Mailbox {
-    inbox: Mutex<Vec<Arc<Slot>>>,
-    /// Locks to keep, handed over by `Redlock::keep`.
-    keeps: Mutex<Vec<Arc<Kept>>>,
-    /// Requests in `inbox`; read without the lock by the driver before it sleeps.
-    queued: AtomicUsize,
-    /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
-    sleeping: AtomicBool,
-    waker: mio::Waker,
-    /// `Waker::wake` calls (for the counts of the benchmark).
-    pub wakes: AtomicUsize,
-}
-
-impl Mailbox {
-    pub fn new(waker: mio::Waker) -> Mailbox {
-        Mailbox {
-            inbox: Mutex::new(Vec::with_capacity(64)),
-            keeps: Mutex::new(Vec::new()),
-            queued: AtomicUsize::new(0),
-            sleeping: AtomicBool::new(false),
-            waker,
-            wakes: AtomicUsize::new(0),
-        }
-    }
-
-    /// Queues a request; wakes the driver if it sleeps in `poll`.
-    pub fn push(&self, slot: Arc<Slot>) {
-        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        inbox.push(slot);
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        drop(inbox);
-        // Pairs with the driver's store-then-load in `Engine::sleep_turn`: either it sees the
-        // request, or this sees it asleep.
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            self.wakes.fetch_add(1, Ordering::Relaxed);
-            let _ = self.waker.wake();
-        }
-    }
-
-    /// Queues a lock to keep (counted in `queued`, so the driver looks); wakes the driver if
-    /// it sleeps in `poll`.
-    pub fn push_keep(&self, kept: Arc<Kept>) {
-        let mut keeps = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
-        keeps.push(kept);
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        drop(keeps);
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            self.wakes.fetch_add(1, Ordering::Relaxed);
-            let _ = self.waker.wake();
-        }
-    }
-
-    pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::SeqCst)
     }
 }
 
@@ -727,19 +542,9 @@ impl Engine {
         if mailbox.queued() == 0 {
             return;
         }
-        {
-            let mut inbox = mailbox.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            std::mem::swap(&mut *inbox, &mut self.taken);
-            mailbox.queued.fetch_sub(self.taken.len(), Ordering::SeqCst);
-        }
-        {
-            let mut keeps = mailbox.keeps.lock().unwrap_or_else(|e| e.into_inner());
-            if !keeps.is_empty() {
-                mailbox.queued.fetch_sub(keeps.len(), Ordering::SeqCst);
-                self.keeps.locks.append(&mut keeps);
-                self.keeps.next = Some(now);
-                self.keeps.moved = true;
-            }
+        if mailbox.take(&mut self.taken, &mut self.keeps.locks) {
+            self.keeps.next = Some(now);
+            self.keeps.moved = true;
         }
         let mut taken = std::mem::take(&mut self.taken);
         for slot in taken.drain(..) {
@@ -749,7 +554,7 @@ impl Engine {
                 self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
                 drop(cell);
                 // Taken in: the caller may reuse the slot.
-                slot.done.store(true, Ordering::Release);
+                slot.taken_in();
             } else {
                 let waiter = Waiter::Slot(slot.clone());
                 self.submit(kind, &cell.request.resource, &token, waiter, now);
@@ -857,9 +662,7 @@ impl Engine {
                         Waiter::Local => op.outcome = Some(outcome),
                         Waiter::Slot(slot) => {
                             self.core.waiting -= 1;
-                            slot.cell().outcome = Some(outcome);
-                            slot.done.store(true, Ordering::Release);
-                            slot.thread.unpark();
+                            slot.deliver(outcome);
                         }
                         Waiter::Keep(kept) => {
                             self.core.waiting -= 1;
@@ -1117,14 +920,12 @@ impl Engine {
     /// Waits in `poll` until `until` or a reply, unless a request is queued in the mailbox.
     fn sleep_turn(&mut self, until: Instant) {
         if let Some(mailbox) = self.mailbox.clone() {
-            mailbox.sleeping.store(true, Ordering::SeqCst);
-            if mailbox.queued() > 0 {
-                mailbox.sleeping.store(false, Ordering::SeqCst);
+            if !mailbox.sleep_begin() {
                 return;
             }
             let Engine { driver, core, .. } = self;
             driver.turn(until, &mut core.sink());
-            mailbox.sleeping.store(false, Ordering::SeqCst);
+            mailbox.sleep_end();
         } else {
             let Engine { driver, core, .. } = self;
             driver.turn(until, &mut core.sink());

@@ -9,10 +9,11 @@ use crate::addr::NodeAddr;
 use crate::client::{Client, apply_extend, lock_of, released_of, retry, status_of};
 use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
-use crate::engine::{NodeStatus, ReqKind, Shutdown};
+use crate::engine::Shutdown;
 use crate::error::Error;
 use crate::hub::Hub;
 use crate::lock::Lock;
+use crate::request::{NodeStatus, ReqKind};
 use crate::token::Token;
 
 impl Builder {

@@ -26,9 +26,11 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crate::client::Client;
-use crate::engine::{Mailbox, Outcome, ReqKind, Shutdown, Slot, Waiter};
+use crate::engine::{Shutdown, Waiter};
 use crate::error::Error;
 use crate::kept::{Callbacks, Kept};
+use crate::mailbox::{Mailbox, Slot};
+use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
 pub(crate) struct Hub {

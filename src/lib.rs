@@ -15,6 +15,8 @@
 //! - `engine`: every operation in flight over those connections — a slab of operations, each
 //!   with its own round, requests pipelined (one write per node per turn) and matched FIFO;
 //!   releases a node could not confirm are kept and sent again when it is back.
+//! - `request` / `mailbox`: what a caller asks and gets back; the per-thread slots and the
+//!   mailbox requests are handed over in.
 //! - `hub`: one engine shared by all threads of a [`Redlock`] handle: a caller that finds the
 //!   loop idle drives it; others hand their request over and park; a background thread takes
 //!   over while callers wait.
@@ -69,7 +71,9 @@ mod hub;
 mod keep;
 mod kept;
 mod lock;
+mod mailbox;
 mod quarantine;
+mod request;
 pub mod resp;
 pub mod round;
 mod token;
@@ -78,12 +82,13 @@ pub use addr::NodeAddr;
 pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
-pub use engine::{NodeStatus, Shutdown};
+pub use engine::Shutdown;
 pub use error::{Error, NodeFault, Report};
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
 pub use lock::Lock;
+pub use request::NodeStatus;
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -1,0 +1,178 @@
+//! How callers hand requests to the thread that drives a shared engine: a reusable per-thread
+//! [`Slot`] (request in, outcome out, the thread to unpark) and the [`Mailbox`] the driver
+//! takes them from at every turn.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
+
+use crate::kept::Kept;
+use crate::request::{Outcome, ReqKind};
+use crate::token::Token;
+
+/// A request handed over through the [`Mailbox`]: kept in the caller's reusable [`Slot`].
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub kind: ReqKind,
+    pub resource: Vec<u8>,
+    pub token: Token,
+    /// Nobody waits for the outcome (a release not waited for): the slot is free again as soon
+    /// as the engine has taken the request in.
+    pub detached: bool,
+}
+
+/// One caller thread's hand-over cell: reused for every operation of the thread, so handing a
+/// request over allocates nothing.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    thread: Thread,
+    pub done: AtomicBool,
+    cell: Mutex<SlotCell>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SlotCell {
+    pub request: Request,
+    pub outcome: Option<Outcome>,
+}
+
+impl Slot {
+    pub fn new() -> Slot {
+        Slot {
+            thread: std::thread::current(),
+            done: AtomicBool::new(false),
+            cell: Mutex::new(SlotCell {
+                request: Request {
+                    kind: ReqKind::Release,
+                    resource: Vec::new(),
+                    token: Token::EMPTY,
+                    detached: false,
+                },
+                outcome: None,
+            }),
+        }
+    }
+    pub fn cell(&self) -> std::sync::MutexGuard<'_, SlotCell> {
+        self.cell.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// The engine took a detached request in: the caller may reuse the slot.
+    pub fn taken_in(&self) {
+        self.done.store(true, Ordering::Release);
+    }
+
+    /// Hands the outcome over and unparks the caller.
+    pub fn deliver(&self, outcome: Outcome) {
+        self.cell().outcome = Some(outcome);
+        self.done.store(true, Ordering::Release);
+        self.thread.unpark();
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+    /// Puts a new request in (the previous operation is over: its outcome was taken, or, for a
+    /// detached one, the engine took the request in).
+    pub fn fill(&self, kind: ReqKind, resource: &[u8], token: &Token, detached: bool) {
+        let mut cell = self.cell();
+        cell.request.kind = kind;
+        cell.request.resource.clear();
+        cell.request.resource.extend_from_slice(resource);
+        cell.request.token = *token;
+        cell.request.detached = detached;
+        cell.outcome = None;
+        drop(cell);
+        self.done.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Requests queued by callers while another thread drives the engine.
+pub(crate) struct Mailbox {
+    inbox: Mutex<Vec<Arc<Slot>>>,
+    /// Locks to keep, handed over by `Redlock::keep`.
+    keeps: Mutex<Vec<Arc<Kept>>>,
+    /// Requests in `inbox`; read without the lock by the driver before it sleeps.
+    queued: AtomicUsize,
+    /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
+    sleeping: AtomicBool,
+    waker: mio::Waker,
+    /// `Waker::wake` calls (for the counts of the benchmark).
+    pub wakes: AtomicUsize,
+}
+
+impl Mailbox {
+    pub fn new(waker: mio::Waker) -> Mailbox {
+        Mailbox {
+            inbox: Mutex::new(Vec::with_capacity(64)),
+            keeps: Mutex::new(Vec::new()),
+            queued: AtomicUsize::new(0),
+            sleeping: AtomicBool::new(false),
+            waker,
+            wakes: AtomicUsize::new(0),
+        }
+    }
+
+    /// Queues a request; wakes the driver if it sleeps in `poll`.
+    pub fn push(&self, slot: Arc<Slot>) {
+        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        inbox.push(slot);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        drop(inbox);
+        // Pairs with the driver's store-then-load in `Mailbox::sleep_begin`: either it sees the
+        // request, or this sees it asleep.
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            let _ = self.waker.wake();
+        }
+    }
+
+    /// Queues a lock to keep (counted in `queued`, so the driver looks); wakes the driver if
+    /// it sleeps in `poll`.
+    pub fn push_keep(&self, kept: Arc<Kept>) {
+        let mut keeps = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
+        keeps.push(kept);
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        drop(keeps);
+        if self.sleeping.swap(false, Ordering::SeqCst) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
+            let _ = self.waker.wake();
+        }
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// The driver takes everything queued: requests swapped into `requests` (an empty list
+    /// whose capacity is reused), locks to keep appended to `keeps`; true if there were any.
+    pub fn take(&self, requests: &mut Vec<Arc<Slot>>, keeps: &mut Vec<Arc<Kept>>) -> bool {
+        {
+            let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::swap(&mut *inbox, requests);
+            self.queued.fetch_sub(requests.len(), Ordering::SeqCst);
+        }
+        let mut new = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
+        if new.is_empty() {
+            return false;
+        }
+        self.queued.fetch_sub(new.len(), Ordering::SeqCst);
+        keeps.append(&mut new);
+        true
+    }
+
+    /// The driver is about to sleep in `poll`: false (and no sleep) if something is queued.
+    /// Pairs with the store-then-load in [`Mailbox::push`]: either the driver sees the request,
+    /// or the caller sees it asleep and wakes it.
+    pub fn sleep_begin(&self) -> bool {
+        self.sleeping.store(true, Ordering::SeqCst);
+        if self.queued() > 0 {
+            self.sleeping.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// The driver is back from `poll`.
+    pub fn sleep_end(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+}

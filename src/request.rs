@@ -1,0 +1,73 @@
+//! What a caller asks of the engine ([`ReqKind`]) and what it gets back ([`Outcome`]): the
+//! vocabulary shared by the engine, the hub's mailbox and the public API.
+
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::error::{Error, NodeFault};
+use crate::lock::Lock;
+use crate::token::Token;
+
+/// What a caller asks for.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ReqKind {
+    /// `SET resource token NX PX ttl` on every node.
+    Acquire { ttl: Duration },
+    /// The compare-and-pexpire script on every node, within the lock's validity.
+    Extend { ttl: Duration, valid_until: Instant },
+    /// The compare-and-delete script on every node.
+    Release,
+    /// `GET` and `PTTL` on every node, waiting at most `timeout`.
+    Status { timeout: Duration },
+}
+
+impl ReqKind {
+    /// An acquire of `resource` with the configured TTL and a fresh token.
+    pub(crate) fn acquire(config: &Config, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
+        config.check_resource(resource)?;
+        Ok((ReqKind::Acquire { ttl: config.ttl }, Token::generate()?))
+    }
+
+    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
+    pub(crate) fn extend(
+        config: &Config,
+        lock: &Lock,
+        ttl: Duration,
+        now: Instant,
+    ) -> Result<ReqKind, Error> {
+        config.check_extend_ttl(ttl)?;
+        if lock.extensions() >= config.max_extensions {
+            return Err(Error::ExtensionLimit(config.max_extensions));
+        }
+        if now >= lock.valid_until() {
+            return Err(Error::Expired { released: 0 });
+        }
+        Ok(ReqKind::Extend {
+            ttl,
+            valid_until: lock.valid_until(),
+        })
+    }
+}
+
+/// What one node says about a resource ([`Client::status`](crate::Client::status)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeStatus {
+    /// `host:port`.
+    pub node: String,
+    /// `Ok((value, pttl))` — the key's value (None: absent) and its remaining TTL in ms — or why
+    /// the node could not be asked.
+    pub state: Result<(Option<Vec<u8>>, i64), NodeFault>,
+    /// Time from sending to the reply.
+    pub rtt: Duration,
+}
+
+/// What an operation came to.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    Acquired(Result<Instant, Error>),
+    /// The lock's validity after the extend (cut short if it was lost), and the result.
+    Extended(Instant, Result<(), Error>),
+    /// Nodes that confirmed the release in time.
+    Released(usize),
+    Status(Vec<NodeStatus>),
+}
