@@ -10,10 +10,10 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use crate::addr::NodeAddr;
-use crate::conn::ConnConfig;
 use crate::error::Error;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
+use crate::session::ConnConfig;
 
 /// Most nodes a client may use (node sets are 64-bit masks).
 pub const MAX_NODES: usize = 64;

@@ -9,8 +9,9 @@ use std::time::Instant;
 use mio::{Events, Poll, Token};
 
 use crate::addr::NodeAddr;
-use crate::conn::{Conn, ConnConfig, Delivery, IoStats, Kind, Script};
+use crate::conn::{Conn, IoStats};
 use crate::error::NodeFault;
+use crate::session::{ConnConfig, Delivery, Kind, Script};
 
 /// Receives every reply (or fault) with the index of its node.
 pub(crate) type NodeSink<'s> = dyn for<'a> FnMut(usize, Delivery<'a>) + 's;

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use crate::config::Shared;
-use crate::conn::{Delivery, Kind, scripts};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::kept::{Callbacks, Kept};
@@ -38,6 +37,7 @@ use crate::quarantine::NodeWatch;
 use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
+use crate::session::{Delivery, Kind, scripts};
 use crate::token::Token;
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is

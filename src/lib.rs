@@ -11,7 +11,8 @@
 //!
 //! - [`resp`]: the codec — command encoding, incremental frame decoding. No I/O.
 //! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
-//! - `conn` / `driver`: one connection per node; the `mio` loop that drives them all.
+//! - `session`: one node's protocol state without I/O — takes bytes and `now`, gives bytes and
+//!   replies. `conn` / `driver`: the socket of each node; the `mio` loop that drives them all.
 //! - `engine`: every operation in flight over those connections — a slab of operations, each
 //!   with its own round, requests pipelined (one write per node per turn) and matched FIFO;
 //!   releases a node could not confirm are kept and sent again when it is back.
@@ -76,6 +77,7 @@ mod quarantine;
 mod request;
 pub mod resp;
 pub mod round;
+mod session;
 mod token;
 
 pub use addr::NodeAddr;

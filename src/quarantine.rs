@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::conn::ServerInfo;
 use crate::round::deadline_after;
+use crate::session::ServerInfo;
 
 /// Per-node restart tracking for the quarantine.
 #[derive(Debug, Clone, Copy, Default)]

@@ -1,0 +1,1023 @@
+//! One node's protocol state, without I/O: the output buffer, the input buffer with its
+//! resumable decoder, the pipelined handshake (and the requests held back until it succeeded),
+//! FIFO matching of replies to requests, the `NOSCRIPT` → `EVAL` fallback, the replay of
+//! idempotent scripts on a fresh connection, reply and connect deadlines, and the reconnect
+//! backoff.
+//!
+//! A [`Session`] never touches a socket, the clock or the OS: it takes `now`, the bytes read
+//! and what happened to the socket (opened, connected, failed), and it gives the bytes to write,
+//! the replies (through a sink), and whether the socket must be closed or opened. `conn.rs` is
+//! the thin half that owns the socket and calls it; a simulator can drive it with bytes of its
+//! own (the split of `quinn-proto`'s `Connection` from `quinn`'s endpoint driver).
+
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BytesMut};
+use sha1::{Digest, Sha1};
+
+use crate::addr::NodeAddr;
+use crate::error::NodeFault;
+use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Limits, Status};
+
+/// How connections behave; shared by all connections of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnConfig {
+    /// TCP connect plus handshake must finish within this.
+    pub connect_timeout: Duration,
+    /// First wait after a failed connect; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest wait between reconnect attempts.
+    pub backoff_max: Duration,
+    /// A request unanswered for this long means the node is hung: the connection is reset.
+    pub reply_timeout: Duration,
+    /// Most requests waiting for a reply on one connection before it is reset.
+    pub max_pending: usize,
+    /// Decoder limits; `max_frame_len` also bounds the input buffer.
+    pub limits: Limits,
+    /// `CLIENT SETNAME` in the handshake.
+    pub client_name: Option<String>,
+    /// Ask `INFO server` in the handshake (for restart quarantine).
+    pub info: bool,
+}
+
+/// A Lua script sent by hash.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub index: usize,
+    pub body: &'static str,
+    pub sha: [u8; 40],
+}
+
+/// Compare-and-delete: release the lock only if it still holds our token.
+pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"del\",KEYS[1]) else return 0 end";
+/// Compare-and-pexpire: extend the lock only if it still holds our token.
+pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
+
+fn sha_hex(body: &str) -> [u8; 40] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha1::digest(body.as_bytes());
+    let mut out = [0u8; 40];
+    for (i, byte) in digest.iter().enumerate() {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 15)];
+    }
+    out
+}
+
+/// The release and extend scripts, their SHA-1 computed once per process.
+pub(crate) fn scripts() -> &'static [Script; 2] {
+    static SCRIPTS: OnceLock<[Script; 2]> = OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        [
+            Script {
+                index: 0,
+                body: RELEASE_BODY,
+                sha: sha_hex(RELEASE_BODY),
+            },
+            Script {
+                index: 1,
+                body: EXTEND_BODY,
+                sha: sha_hex(EXTEND_BODY),
+            },
+        ]
+    })
+}
+
+/// What a request was, so its reply can be interpreted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Part of the handshake; handled here, never delivered.
+    Handshake(Step),
+    /// `SET key token NX PX ttl`.
+    Set,
+    /// `EVALSHA`/`EVAL` of a script (index into [`scripts`]).
+    Script(usize),
+    /// Anything else (status queries).
+    Command,
+}
+
+/// Handshake steps, in the order they are pipelined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// `HELLO 3 [AUTH user pass]`: answered with a map.
+    Hello,
+    /// `AUTH [user] pass`: answered `+OK`.
+    Auth,
+    /// `SELECT db`: answered `+OK`.
+    Select,
+    /// `CLIENT SETNAME name`: answered `+OK`.
+    SetName,
+    /// `INFO server`: answered with a bulk (or verbatim) string.
+    Info,
+}
+
+impl Step {
+    /// The command, as error messages name it.
+    fn command(self) -> &'static str {
+        match self {
+            Step::Hello => "HELLO",
+            Step::Auth => "AUTH",
+            Step::Select => "SELECT",
+            Step::SetName => "CLIENT SETNAME",
+            Step::Info => "INFO server",
+        }
+    }
+
+    /// True when `frame` is the kind of answer this step gets from a real server. Anything else
+    /// (an `INFO` answered `+OK`, a `HELLO` answered `:1`) is a server that does not speak the
+    /// protocol, and fails the handshake.
+    fn accepts(self, frame: &Frame<'_>) -> bool {
+        match self {
+            Step::Hello => {
+                matches!(frame, Frame::Aggregate(a) if matches!(a.kind(), AggregateKind::Map | AggregateKind::Array))
+            }
+            Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
+            Step::Info => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    kind: Kind,
+    tag: u64,
+    sent: Instant,
+    /// For scripts: bytes of the command after the script argument, kept in `script_tails`.
+    tail: usize,
+    /// For scripts: how many arguments that tail holds.
+    argc: usize,
+    /// First sent, or sent once more on a fresh connection after its first connection dropped.
+    sending: Sending,
+}
+
+/// Whether a request is on its first connection or was sent again after that one dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    First,
+    Again,
+}
+
+/// A reply (or a fault) for one request, handed to the driver.
+pub(crate) struct Delivery<'a> {
+    pub tag: u64,
+    pub kind: Kind,
+    pub reply: Result<Frame<'a>, &'a NodeFault>,
+    /// The connection the reply came on, and what its node said in `INFO server` there.
+    pub generation: u64,
+    pub info: Option<ServerInfo>,
+    /// This request was answered earlier (that answer was delivered), but the same read then
+    /// turned out to carry surplus frames or garbage: the node does not speak the protocol, and
+    /// its answer is taken back. `reply` holds the fault.
+    pub withdrawn: bool,
+}
+
+/// What the node said about itself in `INFO server`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ServerInfo {
+    pub run_id: [u8; 40],
+    pub uptime: Duration,
+    /// When the reply arrived: the node started at about `seen - uptime`.
+    pub seen: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No socket: a working connection was closed (by the server's idle `timeout`, a proxy,
+    /// `CLIENT KILL`, a restart). The next request reconnects at once, within its operation.
+    Closed,
+    /// No socket: connecting failed. No connect attempt before `retry_at`.
+    Down { retry_at: Instant },
+    /// TCP connect in progress.
+    Connecting { deadline: Instant },
+    /// Connected; handshake replies outstanding.
+    Handshaking { deadline: Instant },
+    /// Ready for requests.
+    Ready,
+}
+
+/// Session state that reply handling mutates (split from the buffers the frames borrow).
+struct State {
+    phase: Phase,
+    out: BytesMut,
+    /// Requests queued while the handshake is under way: written only once every handshake
+    /// reply has come back right, so that a failed `AUTH` or `SELECT` can never let a `SET` run
+    /// as the wrong user or in the wrong database.
+    held: BytesMut,
+    /// Requests answered in the current read (tag, kind), so that a read that turns out to
+    /// carry surplus frames or garbage can take their answers back.
+    answered: Vec<(u64, Kind)>,
+    pending: VecDeque<Pending>,
+    script_tails: BytesMut,
+    loaded: [bool; 2],
+    handshake_left: usize,
+    backoff: Duration,
+    last_fault: Option<NodeFault>,
+    failure: Option<NodeFault>,
+    info: Option<ServerInfo>,
+    generation: u64,
+    /// The handshake succeeded (or a request was answered): the connection has proven itself,
+    /// so losing it reconnects at once.
+    replied: bool,
+}
+
+/// One node's protocol state; see the module docs.
+pub(crate) struct Session {
+    addr: NodeAddr,
+    config: ConnConfig,
+    inp: BytesMut,
+    decoder: Decoder,
+    st: State,
+    /// Scripts to send again on the next connection (a working one dropped under them).
+    replay: Vec<(Pending, Vec<u8>)>,
+    /// The session failed the connection: the socket must be closed.
+    close: bool,
+}
+
+pub(crate) type Sink<'s> = dyn for<'a> FnMut(Delivery<'a>) + 's;
+
+impl Session {
+    pub fn new(addr: NodeAddr, config: ConnConfig, now: Instant) -> Session {
+        let decoder = Decoder::new(config.limits);
+        let backoff = config.backoff_min;
+        Session {
+            addr,
+            inp: BytesMut::with_capacity(8 << 10),
+            decoder,
+            st: State {
+                phase: Phase::Down { retry_at: now },
+                // Sized for a burst of pipelined requests (a shared engine under load, or
+                // releases lingering on a slow machine): growing them later allocates on the
+                // hot path.
+                out: BytesMut::with_capacity(8 << 10),
+                held: BytesMut::new(),
+                answered: Vec::with_capacity(64),
+                pending: VecDeque::with_capacity(64),
+                script_tails: BytesMut::with_capacity(4 << 10),
+                loaded: [false; 2],
+                handshake_left: 0,
+                backoff,
+                last_fault: None,
+                failure: None,
+                info: None,
+                generation: 0,
+                replied: false,
+            },
+            config,
+            replay: Vec::new(),
+            close: false,
+        }
+    }
+
+    /// True once the handshake is done.
+    pub fn is_ready(&self) -> bool {
+        self.st.phase == Phase::Ready
+    }
+
+    /// True while a connect or handshake is under way.
+    pub fn is_connecting(&self) -> bool {
+        matches!(
+            self.st.phase,
+            Phase::Connecting { .. } | Phase::Handshaking { .. }
+        )
+    }
+
+    /// Requests sent and not answered yet (handshake included).
+    pub fn pending(&self) -> usize {
+        self.st.pending.len()
+    }
+
+    /// Bytes buffered: unsent output and undecoded input.
+    pub fn buffered(&self) -> (usize, usize) {
+        (self.st.out.len(), self.inp.len())
+    }
+
+    /// The earliest instant at which [`Session::on_timer`] has something to do.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let phase = match self.st.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline } => Some(deadline),
+            _ => None,
+        };
+        let stale = self
+            .st
+            .pending
+            .front()
+            .map(|p| p.sent + self.config.reply_timeout);
+        match (phase, stale) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether a socket must be opened now: there is none (closed, or down with its backoff
+    /// over). Fails at once while backing off.
+    pub fn connect_due(&self, now: Instant) -> Result<bool, NodeFault> {
+        match self.st.phase {
+            Phase::Down { retry_at } if now < retry_at => Err(NodeFault::Backoff(Box::new(
+                self.st.last_fault.clone().unwrap_or(NodeFault::Closed),
+            ))),
+            Phase::Down { .. } | Phase::Closed => Ok(true),
+            _ => Ok(false),
+        }
+    }
+
+    /// A socket was opened and its connect is under way: a fresh state, the handshake queued
+    /// first, then the scripts to send again.
+    pub fn connecting(&mut self, now: Instant) {
+        self.decoder.reset();
+        self.inp.clear();
+        self.close = false;
+        let st = &mut self.st;
+        st.out.clear();
+        st.held.clear();
+        st.pending.clear();
+        st.script_tails.clear();
+        st.loaded = [false; 2];
+        st.info = None;
+        st.failure = None;
+        st.replied = false;
+        st.generation += 1;
+        st.phase = Phase::Connecting {
+            deadline: now + self.config.connect_timeout,
+        };
+        self.queue_handshake(now);
+        for (p, tail) in std::mem::take(&mut self.replay) {
+            let Kind::Script(index) = p.kind else {
+                continue;
+            };
+            self.st
+                .queue_script(&scripts()[index], p.tag, &tail, p.argc, now, Sending::Again);
+        }
+    }
+
+    /// Opening a socket failed: the scripts waiting to be sent again get the fault, and the
+    /// next attempt waits for the backoff.
+    pub fn connect_failed(&mut self, fault: NodeFault, now: Instant, sink: &mut Sink<'_>) {
+        for (p, _) in std::mem::take(&mut self.replay) {
+            sink(Delivery {
+                tag: p.tag,
+                kind: p.kind,
+                reply: Err(&fault),
+                generation: self.st.generation,
+                info: None,
+                withdrawn: false,
+            });
+        }
+        self.fail(fault, now, sink);
+    }
+
+    /// The socket's connect finished: the handshake (or the requests) may be written.
+    pub fn connected(&mut self) {
+        if let Phase::Connecting { deadline } = self.st.phase {
+            self.st.phase = if self.st.handshake_left > 0 {
+                Phase::Handshaking { deadline }
+            } else {
+                Phase::Ready
+            };
+        }
+    }
+
+    /// True while the socket's connect is still under way.
+    pub fn awaits_connect(&self) -> bool {
+        matches!(self.st.phase, Phase::Connecting { .. })
+    }
+
+    /// Room for one more request: at `max_pending` the connection is failed (`Overloaded`).
+    pub fn admit(&mut self, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
+        if self.st.pending.len() >= self.config.max_pending {
+            self.fail(NodeFault::Overloaded, now, sink);
+            return Err(NodeFault::Overloaded);
+        }
+        Ok(())
+    }
+
+    /// Queues an encoded command.
+    pub fn request(&mut self, kind: Kind, tag: u64, encoded: &[u8], now: Instant) {
+        self.st.queue_buffer().extend_from_slice(encoded);
+        self.st.pending.push_back(Pending {
+            kind,
+            tag,
+            sent: now,
+            tail: 0,
+            argc: 0,
+            sending: Sending::First,
+        });
+    }
+
+    /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
+    /// (which loads it) before. `tail` is the encoded `numkeys key... arg...` (`argc` bulk
+    /// strings), the same for every node, so it is encoded once per operation.
+    pub fn script(&mut self, script: &Script, tag: u64, tail: &[u8], argc: usize, now: Instant) {
+        self.st
+            .queue_script(script, tag, tail, argc, now, Sending::First);
+    }
+
+    /// The bytes to write now: none before the socket is connected.
+    pub fn output(&self) -> &[u8] {
+        if matches!(self.st.phase, Phase::Handshaking { .. } | Phase::Ready) {
+            &self.st.out
+        } else {
+            &[]
+        }
+    }
+
+    /// `n` bytes of [`Session::output`] were written.
+    pub fn written(&mut self, n: usize) {
+        self.st.out.advance(n);
+    }
+
+    /// A readiness event starts a read (of one or more chunks): answers delivered from here on
+    /// are the ones a protocol failure in it takes back.
+    pub fn read_begin(&mut self) {
+        self.st.answered.clear();
+    }
+
+    /// Bytes read from the socket: every complete frame is matched to its request and
+    /// delivered; a partial one is kept. Garbage, an unexpected frame or a failed handshake
+    /// fails the connection (answers of this read taken back first).
+    pub fn on_bytes(&mut self, bytes: &[u8], now: Instant, sink: &mut Sink<'_>) {
+        let Session {
+            inp, decoder, st, ..
+        } = self;
+        if inp.is_empty() {
+            // The common case: decode straight from the bytes read, keep only a partial tail.
+            let used = decode_frames(decoder, bytes, st, now, sink);
+            inp.extend_from_slice(&bytes[used..]);
+        } else {
+            inp.extend_from_slice(bytes);
+            let used = decode_frames(decoder, inp, st, now, sink);
+            inp.advance(used);
+        }
+        if let Some(fault) = self.st.failure.take() {
+            self.st.withdraw_answered(&fault, sink);
+            self.fail(fault, now, sink);
+        }
+    }
+
+    /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
+    pub fn on_timer(&mut self, now: Instant, sink: &mut Sink<'_>) {
+        match self.st.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline } if now >= deadline => {
+                self.fail(NodeFault::ConnectTimeout, now, sink);
+                return;
+            }
+            _ => {}
+        }
+        if let Some(p) = self.st.pending.front()
+            && now >= p.sent + self.config.reply_timeout
+        {
+            self.fail(NodeFault::Timeout, now, sink);
+        }
+    }
+
+    /// The session failed the connection: the socket is to be closed.
+    pub fn closing(&self) -> bool {
+        self.close
+    }
+
+    /// True once after the session failed the connection: the socket must be closed.
+    pub fn take_close(&mut self) -> bool {
+        std::mem::take(&mut self.close)
+    }
+
+    /// Scripts wait for a fresh connection: open one at once.
+    pub fn wants_replay(&self) -> bool {
+        !self.replay.is_empty()
+    }
+
+    /// Fails the connection: every request still waiting gets the fault, the socket is to be
+    /// closed, and the next use reconnects — at once if the connection had been working, after
+    /// a growing backoff if it never came up.
+    ///
+    /// Extend and release scripts are idempotent (compare-and-pexpire, compare-and-delete), so
+    /// when a working connection drops under them (the server closed it: idle `timeout`, a
+    /// proxy, `CLIENT KILL`) they are kept to be sent once more on a fresh connection
+    /// ([`Session::wants_replay`]); their operation's own node deadline still bounds the wait.
+    /// A `SET NX` is not replayed: a second `SET` would find our own key and answer "held".
+    pub fn fail(&mut self, fault: NodeFault, now: Instant, sink: &mut Sink<'_>) {
+        self.close = true;
+        let st = &mut self.st;
+        // Taken, not read: a connect that fails before a new connection answers anything must
+        // back off, whatever the previous connection did.
+        let proven = std::mem::take(&mut st.replied);
+        let replay = proven && matches!(fault, NodeFault::Closed | NodeFault::Io(_));
+        while let Some(p) = st.pending.pop_front() {
+            match p.kind {
+                Kind::Handshake(_) => {}
+                // Rare path: the request to send again, with its script arguments.
+                Kind::Script(_) if replay && p.sending == Sending::First => {
+                    self.replay.push((p, st.script_tails[..p.tail].to_vec()));
+                }
+                _ => sink(Delivery {
+                    tag: p.tag,
+                    kind: p.kind,
+                    reply: Err(&fault),
+                    generation: st.generation,
+                    info: st.info,
+                    withdrawn: false,
+                }),
+            }
+            st.script_tails.advance(p.tail);
+        }
+        st.out.clear();
+        st.held.clear();
+        st.script_tails.clear();
+        self.inp.clear();
+        self.decoder.reset();
+        st.last_fault = Some(fault);
+        if proven {
+            st.backoff = self.config.backoff_min;
+            st.phase = Phase::Closed;
+        } else {
+            // No connect attempt for the current backoff, which doubles for the next failure.
+            let wait = st.backoff;
+            st.backoff = (st.backoff * 2).min(self.config.backoff_max);
+            st.phase = Phase::Down {
+                retry_at: now + wait,
+            };
+        }
+    }
+
+    /// The handshake, pipelined in the first write: one round trip, whatever it contains.
+    fn queue_handshake(&mut self, now: Instant) {
+        let addr = &self.addr;
+        let st = &mut self.st;
+        let mut steps = 0;
+        let mut push = |st: &mut State, step: Step, args: &[Arg<'_>]| {
+            resp::encode_command(&mut st.out, args);
+            st.pending.push_back(Pending {
+                kind: Kind::Handshake(step),
+                tag: 0,
+                sent: now,
+                tail: 0,
+                argc: 0,
+                sending: Sending::First,
+            });
+            steps += 1;
+        };
+        let user = addr.username.as_deref();
+        let pass = addr.password();
+        if addr.protocol == 3 {
+            match pass {
+                Some(p) => push(
+                    st,
+                    Step::Hello,
+                    &[
+                        "HELLO".into(),
+                        "3".into(),
+                        "AUTH".into(),
+                        user.unwrap_or("default").into(),
+                        p.into(),
+                    ],
+                ),
+                None => push(st, Step::Hello, &["HELLO".into(), "3".into()]),
+            }
+        } else if let Some(p) = pass {
+            match user {
+                Some(u) => push(st, Step::Auth, &["AUTH".into(), u.into(), p.into()]),
+                None => push(st, Step::Auth, &["AUTH".into(), p.into()]),
+            }
+        }
+        if addr.db != 0 {
+            push(
+                st,
+                Step::Select,
+                &["SELECT".into(), u64::from(addr.db).into()],
+            );
+        }
+        if let Some(name) = &self.config.client_name {
+            push(
+                st,
+                Step::SetName,
+                &["CLIENT".into(), "SETNAME".into(), name.as_str().into()],
+            );
+        }
+        if self.config.info {
+            push(st, Step::Info, &["INFO".into(), "server".into()]);
+        }
+        st.handshake_left = steps;
+    }
+}
+
+/// Decodes and dispatches every complete frame in `buf`; returns the bytes consumed.
+fn decode_frames(
+    decoder: &mut Decoder,
+    buf: &[u8],
+    st: &mut State,
+    now: Instant,
+    sink: &mut Sink<'_>,
+) -> usize {
+    let mut used = 0;
+    while st.failure.is_none() {
+        match decoder.decode(&buf[used..]) {
+            Ok(Status::Complete((frame, n))) => {
+                used += n;
+                st.on_frame(frame, now, sink);
+            }
+            Ok(Status::Partial) => break,
+            Err(e) => st.failure = Some(NodeFault::Protocol(e)),
+        }
+    }
+    used
+}
+
+impl State {
+    /// Where a new request's bytes go: straight out, or held until the handshake is done.
+    fn queue_buffer(&mut self) -> &mut BytesMut {
+        if self.handshake_left > 0 {
+            &mut self.held
+        } else {
+            &mut self.out
+        }
+    }
+
+    /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
+    /// (which loads it) before.
+    fn queue_script(
+        &mut self,
+        script: &Script,
+        tag: u64,
+        tail: &[u8],
+        argc: usize,
+        now: Instant,
+        sending: Sending,
+    ) {
+        let (verb, head) = if self.loaded[script.index] {
+            (Arg::Bytes(b"EVALSHA"), Arg::Bytes(&script.sha))
+        } else {
+            (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
+        };
+        let out = self.queue_buffer();
+        out.reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
+        resp::encode_array_header(out, 2 + argc);
+        resp::encode_bulk(out, &verb);
+        resp::encode_bulk(out, &head);
+        out.extend_from_slice(tail);
+        // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
+        self.script_tails.extend_from_slice(tail);
+        self.pending.push_back(Pending {
+            kind: Kind::Script(script.index),
+            tag,
+            sent: now,
+            tail: tail.len(),
+            argc,
+            sending,
+        });
+    }
+
+    /// Takes back the answers delivered in the read that `fault` spoiled.
+    fn withdraw_answered(&mut self, fault: &NodeFault, sink: &mut Sink<'_>) {
+        for &(tag, kind) in &self.answered {
+            sink(Delivery {
+                tag,
+                kind,
+                reply: Err(fault),
+                generation: self.generation,
+                info: self.info,
+                withdrawn: true,
+            });
+        }
+        self.answered.clear();
+    }
+
+    fn on_frame(&mut self, frame: Frame<'_>, now: Instant, sink: &mut Sink<'_>) {
+        if let Frame::Aggregate(agg) = frame
+            && agg.kind() == AggregateKind::Push
+        {
+            // RESP3 out-of-band data (e.g. invalidations) is not a reply to anything.
+            return;
+        }
+        let Some(p) = self.pending.pop_front() else {
+            self.failure = Some(NodeFault::Unexpected("with no request outstanding".into()));
+            return;
+        };
+        if !matches!(p.kind, Kind::Handshake(_)) {
+            self.replied = true;
+        }
+        match p.kind {
+            Kind::Handshake(step) => self.on_handshake(step, frame, now),
+            Kind::Script(index) => {
+                if let Frame::Error(e) = frame
+                    && e.kind == crate::resp::ErrorKind::NoScript
+                {
+                    // Flushed or restarted behind our back: send the script itself, which also
+                    // loads it. Its reply keeps the request's place among this connection's
+                    // replies (FIFO), so nobody else notices. (Rare: the copy may allocate.)
+                    let tail = self.script_tails[..p.tail].to_vec();
+                    self.script_tails.advance(p.tail);
+                    let script = &scripts()[index];
+                    self.loaded[index] = false;
+                    resp::encode_array_header(&mut self.out, 2 + p.argc);
+                    resp::encode_bulk(&mut self.out, &Arg::Bytes(b"EVAL"));
+                    resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
+                    self.out.extend_from_slice(&tail);
+                    self.script_tails.extend_from_slice(&tail);
+                    self.pending.push_back(Pending { sent: now, ..p });
+                    return;
+                }
+                // Advancing (not split_to) keeps the buffer unshared: no allocation per reply.
+                self.script_tails.advance(p.tail);
+                if !matches!(frame, Frame::Error(_)) {
+                    self.loaded[index] = true;
+                }
+                self.deliver(p, Ok(frame), sink);
+            }
+            _ => self.deliver(p, Ok(frame), sink),
+        }
+    }
+
+    fn deliver(&mut self, p: Pending, reply: Result<Frame<'_>, &NodeFault>, sink: &mut Sink<'_>) {
+        self.answered.push((p.tag, p.kind));
+        sink(Delivery {
+            tag: p.tag,
+            kind: p.kind,
+            reply,
+            generation: self.generation,
+            info: self.info,
+            withdrawn: false,
+        });
+    }
+
+    fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
+        if let Frame::Error(e) = frame {
+            let message = e.message.to_owned();
+            self.failure = Some(match (step, e.kind) {
+                (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
+                // Logged in, but the ACL user may not run this step.
+                (_, ErrorKind::NoPerm) => NodeFault::Permission {
+                    command: step.command(),
+                    message,
+                },
+                (_, kind) if kind.is_auth() => NodeFault::Auth(message),
+                (_, kind) => NodeFault::Server(kind, message),
+            });
+            return;
+        }
+        if !step.accepts(&frame) {
+            self.failure = Some(NodeFault::Unexpected(format!(
+                "{:?} in answer to {}",
+                frame.to_value(),
+                step.command()
+            )));
+            return;
+        }
+        if step == Step::Info {
+            let text = match frame {
+                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
+                _ => &[],
+            };
+            self.info = parse_info(text, now);
+        }
+        self.handshake_left = self.handshake_left.saturating_sub(1);
+        if self.handshake_left == 0 {
+            self.phase = Phase::Ready;
+            // Only now has the connection proven itself: a node that refuses the handshake is
+            // retried after the backoff, not at once by every operation.
+            self.replied = true;
+            // The handshake went through: the requests held back may go now.
+            if self.out.is_empty() {
+                std::mem::swap(&mut self.out, &mut self.held);
+            } else {
+                self.out.extend_from_slice(&self.held);
+                self.held.clear();
+            }
+        }
+    }
+}
+
+/// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply.
+pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
+    let mut run_id = None;
+    let mut uptime = None;
+    for line in text.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if let Some(v) = line.strip_prefix(b"run_id:") {
+            run_id = <[u8; 40]>::try_from(v).ok();
+        } else if let Some(v) = line.strip_prefix(b"uptime_in_seconds:") {
+            uptime = std::str::from_utf8(v)
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok());
+        }
+    }
+    Some(ServerInfo {
+        run_id: run_id?,
+        uptime: Duration::from_secs(uptime?),
+        seen: now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_hashes_match_redis() {
+        // SHA-1 of the bodies, as `SCRIPT LOAD` would answer.
+        let s = scripts();
+        assert_eq!(s[0].sha, sha_hex(RELEASE_BODY));
+        assert_eq!(
+            std::str::from_utf8(&sha_hex("return 1")).unwrap(),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    /// What a session delivered, owned (frames borrow the read buffer).
+    #[derive(Debug, PartialEq)]
+    enum Got {
+        Reply(u64, String),
+        Fault(u64, String, bool),
+    }
+
+    fn config() -> ConnConfig {
+        ConnConfig {
+            connect_timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_millis(25),
+            backoff_max: Duration::from_secs(2),
+            reply_timeout: Duration::from_secs(5),
+            max_pending: 4,
+            limits: Limits::CLIENT,
+            client_name: None,
+            info: false,
+        }
+    }
+
+    /// A session with a connected (simulated) socket: no I/O anywhere.
+    fn connected(url: &str, now: Instant) -> Session {
+        let mut s = Session::new(NodeAddr::parse(url).unwrap(), config(), now);
+        assert_eq!(s.connect_due(now), Ok(true));
+        s.connecting(now);
+        assert!(
+            s.output().is_empty(),
+            "nothing is written before the connect finishes"
+        );
+        s.connected();
+        s
+    }
+
+    fn feed(s: &mut Session, bytes: &[u8], now: Instant) -> Vec<Got> {
+        let mut got = Vec::new();
+        s.read_begin();
+        s.on_bytes(bytes, now, &mut |d| {
+            got.push(match d.reply {
+                Ok(frame) => Got::Reply(d.tag, format!("{:?}", frame.to_value())),
+                Err(fault) => Got::Fault(d.tag, fault.to_string(), d.withdrawn),
+            })
+        });
+        got
+    }
+
+    fn take_output(s: &mut Session) -> String {
+        let out = String::from_utf8_lossy(s.output()).into_owned();
+        s.written(out.len());
+        out
+    }
+
+    #[test]
+    fn requests_are_held_until_the_handshake_succeeded() {
+        let now = Instant::now();
+        let mut s = connected("redis://:secret@127.0.0.1:1", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        assert_eq!(take_output(&mut s), "*2\r\n$4\r\nAUTH\r\n$6\r\nsecret\r\n");
+        assert!(!s.is_ready());
+        // AUTH answered: the held request goes out, and its reply is delivered by tag.
+        assert_eq!(feed(&mut s, b"+OK\r\n", now), vec![]);
+        assert!(s.is_ready());
+        assert_eq!(take_output(&mut s), "*1\r\n$3\r\nSET\r\n");
+        assert_eq!(
+            feed(&mut s, b"+OK\r\n", now),
+            vec![Got::Reply(7, "Simple(\"OK\")".into())]
+        );
+    }
+
+    #[test]
+    fn a_refused_handshake_never_lets_a_held_request_out() {
+        let now = Instant::now();
+        let mut s = connected("redis://:wrong@127.0.0.1:1", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let got = feed(&mut s, b"-WRONGPASS invalid password\r\n", now);
+        assert!(
+            matches!(&got[..], [Got::Fault(7, why, false)] if why.contains("WRONGPASS")),
+            "{got:?}"
+        );
+        assert!(s.closing());
+        assert!(s.output().is_empty());
+        // Never answered anything: the next connect waits for the backoff.
+        assert!(s.connect_due(now).is_err());
+        assert_eq!(s.connect_due(now + Duration::from_millis(25)), Ok(true));
+    }
+
+    #[test]
+    fn noscript_is_answered_with_eval_in_the_same_place_of_the_queue() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n";
+        s.script(&scripts()[0], 1, tail, 3, now);
+        assert!(
+            take_output(&mut s).contains("$4\r\nEVAL\r\n"),
+            "not loaded yet: EVAL"
+        );
+        assert_eq!(
+            feed(&mut s, b":1\r\n", now),
+            vec![Got::Reply(1, "Integer(1)".into())]
+        );
+        s.script(&scripts()[0], 2, tail, 3, now);
+        s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", now);
+        assert!(take_output(&mut s).contains("EVALSHA"), "loaded: by hash");
+        // Flushed behind our back: the fallback EVAL goes out, the SET's reply is not taken
+        // for the script's.
+        let got = feed(&mut s, b"-NOSCRIPT No matching script\r\n+OK\r\n", now);
+        assert_eq!(got, vec![Got::Reply(3, "Simple(\"OK\")".into())]);
+        let out = take_output(&mut s);
+        assert!(out.starts_with("*5\r\n$4\r\nEVAL\r\n"), "{out}");
+        assert!(out.ends_with(std::str::from_utf8(tail).unwrap()), "{out}");
+        assert_eq!(
+            feed(&mut s, b":0\r\n", now),
+            vec![Got::Reply(2, "Integer(0)".into())]
+        );
+    }
+
+    #[test]
+    fn garbage_after_an_answer_takes_the_answer_back() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        s.request(Kind::Set, 5, b"x", now);
+        take_output(&mut s);
+        let got = feed(&mut s, b"+OK\r\n?garbage\r\n", now);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(got[0], Got::Reply(5, "Simple(\"OK\")".into()));
+        assert!(matches!(got[1], Got::Fault(5, _, true)), "{got:?}");
+        assert!(s.closing());
+    }
+
+    #[test]
+    fn a_working_connection_that_drops_sends_scripts_again_but_not_sets() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        s.request(Kind::Set, 1, b"*1\r\n$3\r\nSET\r\n", now);
+        assert_eq!(feed(&mut s, b"+OK\r\n", now).len(), 1);
+        s.script(&scripts()[0], 2, b"$1\r\n1\r\n", 1, now);
+        s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut got = Vec::new();
+        s.fail(NodeFault::Closed, now, &mut |d| got.push(d.tag));
+        assert_eq!(
+            got,
+            vec![3],
+            "the SET fails; the script waits for a new connection"
+        );
+        assert!(s.take_close() && s.wants_replay());
+        assert_eq!(s.connect_due(now), Ok(true), "proven: reconnect at once");
+        s.connecting(now);
+        s.connected();
+        let out = take_output(&mut s);
+        assert!(out.contains("EVAL") && !out.contains("SET"), "{out}");
+        assert_eq!(
+            feed(&mut s, b":1\r\n", now),
+            vec![Got::Reply(2, "Integer(1)".into())]
+        );
+    }
+
+    #[test]
+    fn deadlines_come_from_now_not_the_clock() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        s.request(Kind::Set, 9, b"x", now);
+        assert_eq!(s.next_deadline(), Some(now + Duration::from_secs(5)));
+        assert_eq!(feed(&mut s, b"", now), vec![]);
+        let mut got = Vec::new();
+        s.on_timer(now + Duration::from_millis(4_999), &mut |d| got.push(d.tag));
+        assert!(got.is_empty() && !s.closing());
+        s.on_timer(now + Duration::from_secs(5), &mut |d| got.push(d.tag));
+        assert_eq!(got, vec![9], "the reply timeout fails the waiting request");
+        assert!(s.closing());
+    }
+
+    #[test]
+    fn max_pending_fails_the_connection() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        for tag in 1..=4 {
+            assert!(s.admit(now, &mut |_| {}).is_ok());
+            s.request(Kind::Set, tag, b"x", now);
+        }
+        let mut got = Vec::new();
+        assert_eq!(
+            s.admit(now, &mut |d| got.push(d.tag)),
+            Err(NodeFault::Overloaded)
+        );
+        assert_eq!(got, vec![1, 2, 3, 4]);
+        assert!(s.closing());
+    }
+
+    #[test]
+    fn info_parsing() {
+        let now = Instant::now();
+        let text = b"# Server\r\nredis_version:7.0.15\r\nrun_id:0123456789012345678901234567890123456789\r\nuptime_in_seconds:42\r\n";
+        let info = parse_info(text, now).unwrap();
+        assert_eq!(info.uptime, Duration::from_secs(42));
+        assert_eq!(&info.run_id, b"0123456789012345678901234567890123456789");
+        assert_eq!(parse_info(b"garbage", now), None);
+    }
+}
