@@ -228,8 +228,6 @@ struct Keeps {
     /// When to look at the list next (a lock due, a validity ending); `None`: nothing to do
     /// until an extend in flight is decided or a lock is added.
     next: Option<Instant>,
-    /// A lock was added since the hub last looked: the background thread must learn its timer.
-    moved: bool,
     /// Extend when this much of the TTL is left.
     renew_left: Duration,
     /// Locks due within this window of each other are extended in the same tick, so that locks
@@ -280,7 +278,6 @@ impl Engine {
             keeps: Keeps {
                 locks: Vec::new(),
                 next: None,
-                moved: false,
                 renew_left: shared.config.ttl.mul_f64(shared.config.renew_fraction),
                 coalesce: shared.config.ttl / 10,
                 due: Vec::new(),
@@ -326,9 +323,11 @@ impl Engine {
         self.core.ledger.len > 0
     }
 
-    /// True once after a lock to keep was taken in.
-    pub fn take_timers_moved(&mut self) -> bool {
-        std::mem::take(&mut self.keeps.moved)
+    /// When the kept locks need the loop next (a renewal due, a validity ending); `None` while
+    /// none is kept or every kept lock's extend is in flight. After a turn of the loop it is in
+    /// the future: a driver that leaves publishes it for the background thread.
+    pub fn keep_timer(&self) -> Option<Instant> {
+        self.keeps.next
     }
 
     /// When someone should drive the engine again although nobody waits: a connection
@@ -544,7 +543,6 @@ impl Engine {
         }
         if mailbox.take(&mut self.taken, &mut self.keeps.locks) {
             self.keeps.next = Some(now);
-            self.keeps.moved = true;
         }
         let mut taken = std::mem::take(&mut self.taken);
         for slot in taken.drain(..) {
@@ -710,7 +708,7 @@ impl Engine {
                 continue;
             };
             kept.extending.store(false, Ordering::Relaxed);
-            // Its timer moves: look at the list again.
+            // Its timer moves: look at the list again (in this same turn: see `drive_until`).
             self.keeps.next = Some(now);
             if kept.is_lost() {
                 // Ended by its holder while the extend was in flight (the holder's release
@@ -904,6 +902,9 @@ impl Engine {
             self.flush_ledger(now);
             self.tick_keeps(now);
             self.settle(now);
+            // Extends decided in `settle` moved their locks' timers: look again now, so that
+            // the timer a driver leaves behind is never one already past.
+            self.tick_keeps(now);
             self.flush(now);
             if done(self) || now >= until {
                 return;

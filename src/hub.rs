@@ -12,7 +12,9 @@
 //! - A driver whose own operation is done hands the loop to the background thread if anybody
 //!   still waits ([`Hub::leave`]); the background thread drives until nobody waits.
 //! - The background thread also wakes for the engine's timers while nobody drives: kept locks
-//!   due for renewal, unconfirmed releases to retry, connection deadlines.
+//!   due for renewal, unconfirmed releases to retry, connection deadlines. It plans its sleep
+//!   from the timers it saw when it last drove; a caller that leaves publishes the kept locks'
+//!   timer (which its turns may have moved) and wakes it if the timer is earlier than its plan.
 //!
 //! So at high concurrency one thread (usually the background one) runs the loop, and every
 //! request queued during a turn goes out in one write per node; at low concurrency nobody pays a
@@ -20,7 +22,7 @@
 //! tries the mutex, a leaving driver unlocks then looks at the queue; and a caller queues then
 //! looks at the driver's `sleeping` flag, a driver sets it then looks at the queue.
 
-use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -43,6 +45,13 @@ pub(crate) struct Hub {
     notified: AtomicBool,
     /// The last handle is gone.
     closed: AtomicBool,
+    /// Instants below, as nanoseconds since this.
+    epoch: Instant,
+    /// The kept locks' next timer, as the last driver to leave saw it (`u64::MAX`: none).
+    timer: AtomicU64,
+    /// Until when the background thread sleeps (0 while it is awake): a driver that leaves a
+    /// timer earlier than this wakes it.
+    planned: AtomicU64,
     /// A parked caller re-checks after this long (a bound, not the mechanism: it is unparked
     /// when its outcome is in).
     recheck: Duration,
@@ -79,6 +88,9 @@ impl Hub {
             background: OnceLock::new(),
             notified: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            epoch: Instant::now(),
+            timer: AtomicU64::new(u64::MAX),
+            planned: AtomicU64::new(0),
             recheck,
         });
         let runner = hub.clone();
@@ -106,15 +118,26 @@ impl Hub {
     /// Lets go of the engine; wakes the background thread if anybody still waits.
     pub fn leave(&self, mut guard: MutexGuard<'_, Client>) {
         let engine = guard.engine();
-        // Deadlines of lingering requests and ledger retries are found by the background
-        // thread's own periodic look; only waiting callers need it now.
-        // A lock to keep was taken in: its timer is new to the background thread.
-        let more = engine.waiting() > 0 || engine.has_ledger() || engine.take_timers_moved();
+        // Deadlines of lingering requests are found by the background thread's own periodic
+        // look; waiting callers and ledger retries need it now.
+        let more = engine.waiting() > 0 || engine.has_ledger();
+        // The kept locks' timer, which may have moved in this driver's turns (a lock taken in,
+        // an extend decided): the background thread may be asleep until later than that.
+        let timer = engine.keep_timer().map_or(u64::MAX, |t| self.ns(t));
         drop(guard);
+        self.timer.store(timer, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if more || self.mailbox.queued() > 0 {
+        if more || self.mailbox.queued() > 0 || timer < self.planned.load(Ordering::SeqCst) {
             self.notify();
         }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+
+    fn instant(&self, ns: u64) -> Option<Instant> {
+        (ns != u64::MAX).then(|| self.epoch + Duration::from_nanos(ns))
     }
 
     fn notify(&self) {
@@ -216,13 +239,26 @@ impl Hub {
             let now = Instant::now();
             let wake = next.map_or(last + IDLE, |t| t.min(last + IDLE));
             if !notified && now < wake && self.mailbox.queued() == 0 {
-                std::thread::park_timeout(wake - now);
+                // Pairs with `leave`: it stores the timer then reads `planned`; this stores
+                // `planned` then reads the timer. Either it sees the plan, or this sees its timer.
+                self.planned.store(self.ns(wake), Ordering::SeqCst);
+                if let Some(t) = self.instant(self.timer.load(Ordering::SeqCst))
+                    && t < wake
+                {
+                    next = Some(t);
+                } else {
+                    std::thread::park_timeout(wake - now);
+                }
+                self.planned.store(0, Ordering::SeqCst);
                 continue;
             }
             last = now;
-            next = None;
             let Some(mut guard) = self.try_engine() else {
-                // A caller drives; it hands over when it leaves.
+                // A caller drives; it hands over when it leaves, and leaves the kept locks'
+                // timer behind. (One already due is the caller's to run: look again shortly.)
+                next = self
+                    .instant(self.timer.load(Ordering::SeqCst))
+                    .map(|t| t.max(now + Duration::from_millis(1)));
                 continue;
             };
             let mailbox = self.mailbox.clone();
@@ -230,6 +266,8 @@ impl Hub {
             // Connection deadlines that passed while nobody drove.
             engine.drain(now);
             engine.drive(|e| e.waiting() == 0 && mailbox.queued() == 0);
+            let timer = engine.keep_timer().map_or(u64::MAX, |t| self.ns(t));
+            self.timer.store(timer, Ordering::SeqCst);
             next = engine.background_deadline(Instant::now());
             drop(guard);
             fence(Ordering::SeqCst);

@@ -410,3 +410,33 @@ fn callbacks_run_on_the_callback_thread() {
     assert_eq!(first.as_deref(), Some("redlock-callbacks"));
     assert_eq!(late.as_deref(), Some("redlock-callbacks"));
 }
+
+/// A kept lock's renewal does not depend on callers going on: while one caller keeps the
+/// engine busy, the renewals ride along with its operations; when it stops, the background
+/// thread must know when the lock is next due. (It used to plan its wake-up only when it had
+/// driven the loop itself, so a renewal decided in a caller's turn could leave it asleep for a
+/// second: longer than this TTL.)
+#[test]
+fn a_lock_renewed_in_callers_turns_is_renewed_after_they_stop() {
+    let servers = Servers::start(3);
+    let ttl = Duration::from_millis(600);
+    let r = redlock(&servers, ttl);
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    for round in 0..3 {
+        // One caller, back to back: it drives the loop itself nearly all the time.
+        let t0 = Instant::now();
+        while t0.elapsed() < ttl * 2 {
+            let lock = r.try_lock("busy").unwrap();
+            r.unlock(lock).unwrap();
+        }
+        // Then nobody: two TTLs on the background thread alone.
+        let before = kept.lock().extensions();
+        assert!(
+            kept.wait_lost(ttl * 2).is_none(),
+            "round {round}: lost while no caller drove: {:?}",
+            kept.lost()
+        );
+        assert!(kept.lock().extensions() >= before + 2, "{:?}", kept.lock());
+    }
+    assert_eq!(kept.release().unwrap(), 3);
+}
