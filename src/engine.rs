@@ -240,7 +240,7 @@ struct Keeps {
 }
 
 /// Operation slots built with the engine (more are added when needed).
-const PREBUILT_OPS: usize = 32;
+const PREBUILT_OPS: usize = 128;
 
 fn node_bit(node: usize) -> u64 {
     1u64 << node
@@ -273,7 +273,7 @@ impl Engine {
             last_round: Duration::ZERO,
             mailbox: None,
             taken: Vec::with_capacity(64),
-            lost: Vec::new(),
+            lost: Vec::with_capacity(PREBUILT_OPS),
             resource: Vec::with_capacity(64),
             keeps: Keeps {
                 locks: Vec::new(),

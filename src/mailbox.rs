@@ -117,8 +117,12 @@ impl Mailbox {
         inbox.push(slot);
         self.queued.fetch_add(1, Ordering::SeqCst);
         drop(inbox);
-        // Pairs with the driver's store-then-load in `Mailbox::sleep_begin`: either it sees the
-        // request, or this sees it asleep.
+        self.wake_if_asleep();
+    }
+
+    /// After queuing: pairs with the driver's store-then-load in [`Mailbox::sleep_begin`]:
+    /// either it sees what was queued, or this sees it asleep and wakes it.
+    fn wake_if_asleep(&self) {
         if self.sleeping.swap(false, Ordering::SeqCst) {
             self.wakes.fetch_add(1, Ordering::Relaxed);
             let _ = self.waker.wake();
@@ -132,10 +136,7 @@ impl Mailbox {
         keeps.push(kept);
         self.queued.fetch_add(1, Ordering::SeqCst);
         drop(keeps);
-        if self.sleeping.swap(false, Ordering::SeqCst) {
-            self.wakes.fetch_add(1, Ordering::Relaxed);
-            let _ = self.waker.wake();
-        }
+        self.wake_if_asleep();
     }
 
     pub fn queued(&self) -> usize {

