@@ -761,7 +761,10 @@ impl Engine {
             lost,
             ..
         } = &mut self.keeps;
-        let mut next: Option<Instant> = None;
+        // The next timer of the locks not in this tick's batch, and of the batch's (which only
+        // counts when nothing is really due: then no batch goes out).
+        let mut next_rest: Option<Instant> = None;
+        let mut next_due: Option<Instant> = None;
         let mut any_due = false;
         let mut i = 0;
         while i < locks.len() {
@@ -781,21 +784,25 @@ impl Engine {
                 continue;
             }
             let at = valid_until.checked_sub(*renew_left).unwrap_or(now);
-            if at <= now + *coalesce {
+            let next = if at <= now + *coalesce {
                 any_due |= at <= now;
                 due.push(kept.clone());
-            }
-            next = Some(next.map_or(at, |n| n.min(at)));
+                &mut next_due
+            } else {
+                &mut next_rest
+            };
+            *next = Some(next.map_or(at, |n| n.min(at)));
             i += 1;
         }
         if !any_due {
             // Only when one of them is really due: the others just come along.
             due.clear();
-            self.keeps.next = next;
+            self.keeps.next = [next_rest, next_due].into_iter().flatten().min();
         } else {
-            let config = &self.shared.config;
             let mut batch = std::mem::take(due);
-            let ttl = config.ttl;
+            // The others' timers; the batch's come back when their extends are decided.
+            self.keeps.next = next_rest;
+            let ttl = self.shared.config.ttl;
             for kept in batch.drain(..) {
                 let lock = kept.lock();
                 match ReqKind::extend(&self.shared.config, &lock, ttl, now) {
@@ -808,18 +815,6 @@ impl Engine {
                 }
             }
             self.keeps.due = batch;
-            // The others' timers; the batch's come back when their extends are decided.
-            self.keeps.next = self
-                .keeps
-                .locks
-                .iter()
-                .filter(|k| !k.extending.load(Ordering::Relaxed))
-                .map(|k| {
-                    k.valid_until()
-                        .checked_sub(self.keeps.renew_left)
-                        .unwrap_or(now)
-                })
-                .min();
             let before = self.driver.stats().writes;
             self.flush(now);
             let shared = &self.shared;

@@ -125,7 +125,10 @@ impl Hub {
         // an extend decided): the background thread may be asleep until later than that.
         let timer = engine.keep_timer().map_or(u64::MAX, |t| self.ns(t));
         drop(guard);
-        self.timer.store(timer, Ordering::SeqCst);
+        // Stored only when it moved: no write to a shared cache line on every operation.
+        if self.timer.load(Ordering::Relaxed) != timer {
+            self.timer.store(timer, Ordering::SeqCst);
+        }
         fence(Ordering::SeqCst);
         if more || self.mailbox.queued() > 0 || timer < self.planned.load(Ordering::SeqCst) {
             self.notify();
