@@ -90,28 +90,18 @@ impl Client {
     /// limits.
     #[doc(hidden)]
     pub fn buffered(&self) -> Vec<(usize, usize)> {
-        self.engine
-            .driver
-            .conns
-            .iter()
-            .map(|c| c.buffered())
-            .collect()
+        self.engine.net.conns.iter().map(|c| c.buffered()).collect()
     }
 
     /// Syscalls made so far by this client's connections and poll loop.
     pub fn io_stats(&self) -> IoStats {
-        self.engine.driver.stats()
+        self.engine.net.stats()
     }
 
     /// Requests waiting for a reply, per node. For tests of connection failures.
     #[doc(hidden)]
     pub fn pending(&self) -> Vec<usize> {
-        self.engine
-            .driver
-            .conns
-            .iter()
-            .map(|c| c.pending())
-            .collect()
+        self.engine.net.conns.iter().map(|c| c.pending()).collect()
     }
 
     /// Releases not confirmed yet: (in flight, waiting in the ledger for their node). For tests.
@@ -261,7 +251,7 @@ pub(crate) fn retry(
     deadline: Option<Instant>,
     mut attempt: impl FnMut(Option<Instant>) -> Result<Lock, Error>,
 ) -> Result<Lock, Error> {
-    let (delay, jitter, tries) = (config.retry_delay, config.retry_jitter, config.retry_count);
+    let tries = config.retry_count;
     let mut wake = None;
     let mut n = 0u32;
     loop {
@@ -273,8 +263,7 @@ pub(crate) fn retry(
             Err(e) => e,
         };
         n += 1;
-        let pause = delay + rand::rng().random_range(Duration::ZERO..=jitter);
-        let at = Instant::now() + pause;
+        let at = Instant::now() + retry_pause(config, rand::rng().random());
         match deadline {
             Some(d) if at >= d => return Err(error),
             None if n > tries => return Err(error),
@@ -282,6 +271,13 @@ pub(crate) fn retry(
         }
         wake = Some(at);
     }
+}
+
+/// The wait before the next try: the retry delay plus a share of the jitter picked by
+/// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
+pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
+    let share = random as f64 / (u64::MAX as f64 + 1.0);
+    config.retry_delay + config.retry_jitter.mul_f64(share)
 }
 
 /// The lock an acquire's outcome gives.

@@ -100,16 +100,6 @@ impl Conn {
         }
     }
 
-    /// True once the handshake is done.
-    pub fn is_ready(&self) -> bool {
-        self.session.is_ready()
-    }
-
-    /// True while a connect or handshake is under way.
-    pub fn is_connecting(&self) -> bool {
-        self.session.is_connecting()
-    }
-
     /// Requests sent and not answered yet (handshake included).
     pub fn pending(&self) -> usize {
         self.session.pending()

@@ -11,10 +11,8 @@ use mio::{Events, Poll, Token};
 use crate::addr::NodeAddr;
 use crate::conn::{Conn, IoStats};
 use crate::error::NodeFault;
-use crate::session::{ConnConfig, Delivery, Kind, Script};
-
-/// Receives every reply (or fault) with the index of its node.
-pub(crate) type NodeSink<'s> = dyn for<'a> FnMut(usize, Delivery<'a>) + 's;
+use crate::net::{Net, NodeSink};
+use crate::session::{ConnConfig, Kind, Script, Session};
 
 /// The token of the [`Driver::waker`]: beyond any node index.
 const WAKER: Token = Token(usize::MAX - 1);
@@ -41,8 +39,45 @@ impl Driver {
         })
     }
 
+    /// A waker that makes the current or next `poll` return (its events are ignored).
+    pub fn waker(&self) -> io::Result<mio::Waker> {
+        mio::Waker::new(self.poll.registry(), WAKER)
+    }
+
+    /// Syscall counters summed over all connections.
+    pub fn stats(&self) -> IoStats {
+        let mut total = IoStats {
+            polls: self.polls,
+            ..IoStats::default()
+        };
+        for c in &self.conns {
+            total.writes += c.stats.writes;
+            total.reads += c.stats.reads;
+            total.connects += c.stats.connects;
+        }
+        total
+    }
+}
+
+impl Net for Driver {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+
+    fn session(&self, node: usize) -> &Session {
+        &self.conns[node].session
+    }
+
+    fn nodes(&self) -> usize {
+        self.conns.len()
+    }
+
+    fn writes(&self) -> u64 {
+        self.conns.iter().map(|c| c.stats.writes).sum()
+    }
+
     /// Queues an encoded command for node `node` (connecting first if needed).
-    pub fn request(
+    fn request(
         &mut self,
         node: usize,
         kind: Kind,
@@ -52,12 +87,13 @@ impl Driver {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
-        self.conns[node].request(kind, tag, encoded, now, registry, &mut |d| sink(node, d))
+        self.conns[node].request(kind, tag, encoded, now, registry, &mut |d| {
+            sink(node, now, d)
+        })
     }
 
     /// Queues a script call for node `node`; `tail` holds its `argc` encoded arguments.
-    #[allow(clippy::too_many_arguments)]
-    pub fn script(
+    fn script(
         &mut self,
         node: usize,
         script: &Script,
@@ -69,48 +105,33 @@ impl Driver {
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
         self.conns[node].script(script, tag, tail, argc, now, registry, &mut |d| {
-            sink(node, d)
+            sink(node, now, d)
         })
     }
 
-    /// Starts a connection to every node that has none (nodes backing off are left alone).
-    /// Returns how many are ready now.
-    pub fn connect_all(&mut self, now: Instant, sink: &mut NodeSink<'_>) -> usize {
-        let registry = self.poll.registry();
-        for (i, conn) in self.conns.iter_mut().enumerate() {
-            let _ = conn.ensure_connected(now, registry, &mut |d| sink(i, d));
-        }
-        self.conns.iter().filter(|c| c.is_ready()).count()
-    }
-
     /// Starts a connection to node `node` if it has none and is not backing off.
-    pub fn ensure_connected(
+    fn ensure_connected(
         &mut self,
         node: usize,
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
-        self.conns[node].ensure_connected(now, registry, &mut |d| sink(node, d))
-    }
-
-    /// A waker that makes the current or next `poll` return (its events are ignored).
-    pub fn waker(&self) -> io::Result<mio::Waker> {
-        mio::Waker::new(self.poll.registry(), WAKER)
+        self.conns[node].ensure_connected(now, registry, &mut |d| sink(node, now, d))
     }
 
     /// Writes what every connection has queued: all requests of a round go out before any reply
     /// is read.
-    pub fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>) {
+    fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>) {
         let registry = self.poll.registry();
         for (i, conn) in self.conns.iter_mut().enumerate() {
-            conn.flush(now, registry, &mut |d| sink(i, d));
+            conn.flush(now, registry, &mut |d| sink(i, now, d));
         }
     }
 
     /// Waits for readiness until `until` at the latest (one `poll` call), then handles every
     /// event and every connection deadline that has passed.
-    pub fn turn(&mut self, until: Instant, sink: &mut NodeSink<'_>) {
+    fn turn(&mut self, until: Instant, sink: &mut NodeSink<'_>) {
         let Driver {
             poll,
             events,
@@ -136,32 +157,13 @@ impl Driver {
         for event in events.iter() {
             let i = event.token().0;
             if let Some(conn) = conns.get_mut(i) {
-                conn.on_ready(now, registry, &mut |d| sink(i, d));
+                conn.on_ready(now, registry, &mut |d| sink(i, now, d));
             }
         }
         for (i, conn) in conns.iter_mut().enumerate() {
             if conn.next_deadline().is_some_and(|d| d <= now) {
-                conn.on_timer(now, registry, &mut |d| sink(i, d));
+                conn.on_timer(now, registry, &mut |d| sink(i, now, d));
             }
         }
-    }
-
-    /// The earliest connection deadline (connect, handshake, a reply overdue).
-    pub fn next_deadline(&self) -> Option<Instant> {
-        self.conns.iter().filter_map(Conn::next_deadline).min()
-    }
-
-    /// Syscall counters summed over all connections.
-    pub fn stats(&self) -> IoStats {
-        let mut total = IoStats {
-            polls: self.polls,
-            ..IoStats::default()
-        };
-        for c in &self.conns {
-            total.writes += c.stats.writes;
-            total.reads += c.stats.reads;
-            total.connects += c.stats.connects;
-        }
-        total
     }
 }

@@ -33,6 +33,7 @@ use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::kept::{Callbacks, Kept};
 use crate::mailbox::{Mailbox, Slot};
+use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
@@ -203,9 +204,9 @@ pub struct Shutdown {
 }
 
 /// The engine of one [`Client`](crate::Client) or one [`Redlock`](crate::Redlock) handle.
-pub(crate) struct Engine {
+pub(crate) struct Engine<N: Net = Driver> {
     pub shared: Arc<Shared>,
-    pub driver: Driver,
+    pub net: N,
     core: Core,
     set_nx_px: SetNxPx,
     scratch: BytesMut,
@@ -246,8 +247,8 @@ fn node_bit(node: usize) -> u64 {
     1u64 << node
 }
 
-impl Engine {
-    pub fn new(shared: Arc<Shared>, driver: Driver, now: Instant) -> Engine {
+impl<N: Net> Engine<N> {
+    pub fn new(shared: Arc<Shared>, net: N, now: Instant) -> Engine<N> {
         let n = shared.nodes.len();
         Engine {
             core: Core {
@@ -285,7 +286,7 @@ impl Engine {
                 lost: Vec::new(),
             },
             callbacks: Arc::new(Callbacks::default()),
-            driver,
+            net,
             shared,
         }
     }
@@ -340,7 +341,7 @@ impl Engine {
                 .backoff_min
                 .max(Duration::from_millis(10))
         });
-        let conn = self.driver.next_deadline();
+        let conn = self.net.next_deadline();
         [retry, conn, self.keeps.next].into_iter().flatten().min()
     }
 
@@ -424,7 +425,7 @@ impl Engine {
         }
         let tag = id.tag();
         let Engine {
-            driver,
+            net: driver,
             core,
             scratch,
             set_nx_px,
@@ -485,7 +486,7 @@ impl Engine {
                     // Every node gets the release, but not every node is waited for: a node
                     // still answering earlier requests gets a short grace; one that missed it
                     // before is not waited for until it has caught up.
-                    let behind = driver.conns[node].pending() > 0;
+                    let behind = driver.session(node).pending() > 0;
                     if !behind {
                         core.slow[node] = false;
                     }
@@ -519,7 +520,9 @@ impl Engine {
 
     /// Writes what every connection has queued: one `write` per node.
     pub fn flush(&mut self, now: Instant) {
-        let Engine { driver, core, .. } = self;
+        let Engine {
+            net: driver, core, ..
+        } = self;
         driver.flush(now, &mut core.sink());
     }
 
@@ -527,7 +530,9 @@ impl Engine {
     /// and connections the servers closed while idle, so that they are re-established within
     /// the next operation.
     pub fn drain(&mut self, now: Instant) {
-        let Engine { driver, core, .. } = self;
+        let Engine {
+            net: driver, core, ..
+        } = self;
         driver.turn(now, &mut core.sink());
         // What other callers queued meanwhile goes before whatever the caller submits next.
         self.take_inbox(now);
@@ -815,13 +820,13 @@ impl Engine {
                 }
             }
             self.keeps.due = batch;
-            let before = self.driver.stats().writes;
+            let before = self.net.writes();
             self.flush(now);
             let shared = &self.shared;
             shared.keep_ticks.fetch_add(1, Ordering::Relaxed);
             shared
                 .keep_writes
-                .fetch_add(self.driver.stats().writes - before, Ordering::Relaxed);
+                .fetch_add(self.net.writes() - before, Ordering::Relaxed);
         }
         self.release_lost_keeps(now);
     }
@@ -841,11 +846,13 @@ impl Engine {
             if ledger.nodes[node].is_empty() {
                 continue;
             }
-            let conn = &mut self.driver.conns[node];
+            let conn = self.net.session(node);
             if !conn.is_ready() {
                 // Reconnect if not backing off; the next turn tries again.
                 if !conn.is_connecting() {
-                    let Engine { driver, core, .. } = self;
+                    let Engine {
+                        net: driver, core, ..
+                    } = self;
                     let _ = driver.ensure_connected(node, now, &mut core.sink());
                 }
                 continue;
@@ -890,17 +897,10 @@ impl Engine {
 
     /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
     /// settle what is due, write (one `write` per node), wait for replies or the next deadline.
-    pub fn drive_until(&mut self, until: Instant, mut done: impl FnMut(&Engine) -> bool) {
+    pub fn drive_until(&mut self, until: Instant, mut done: impl FnMut(&Engine<N>) -> bool) {
         loop {
-            let now = Instant::now();
-            self.take_inbox(now);
-            self.flush_ledger(now);
-            self.tick_keeps(now);
-            self.settle(now);
-            // Extends decided in `settle` moved their locks' timers: look again now, so that
-            // the timer a driver leaves behind is never one already past.
-            self.tick_keeps(now);
-            self.flush(now);
+            let now = self.net.now();
+            self.step(now);
             if done(self) || now >= until {
                 return;
             }
@@ -913,17 +913,55 @@ impl Engine {
         }
     }
 
+    /// One turn at `now`, without waiting: takes the mailbox in, sends the ledger's releases,
+    /// renews kept locks, settles what is due (round deadlines, graces), hands outcomes over and
+    /// writes (one write per node). What arrived must have been taken in before
+    /// ([`Engine::drain`] or [`Engine::take_input`]). A simulator calls this at every event
+    /// of its virtual time; [`Engine::drive_until`] calls it at every turn of the real loop.
+    pub fn step(&mut self, now: Instant) {
+        self.take_inbox(now);
+        self.flush_ledger(now);
+        self.tick_keeps(now);
+        self.settle(now);
+        // Extends decided in `settle` moved their locks' timers: look again now, so that the
+        // timer a driver leaves behind is never one already past.
+        self.tick_keeps(now);
+        self.flush(now);
+    }
+
+    /// Takes in what the network delivered, without waiting (for a network that never waits,
+    /// such as the simulator's; the real loop waits in [`Engine::drive_until`]).
+    pub fn take_input(&mut self, now: Instant) {
+        let Engine {
+            net: driver, core, ..
+        } = self;
+        driver.turn(now, &mut core.sink());
+    }
+
+    /// When the engine next needs a [`Engine::step`] although nothing arrives: an operation's
+    /// deadline, a kept lock's timer, a connection deadline, the ledger's next try.
+    pub fn wake_at(&self, now: Instant) -> Option<Instant> {
+        [self.next_deadline(), self.background_deadline(now)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// Waits in `poll` until `until` or a reply, unless a request is queued in the mailbox.
     fn sleep_turn(&mut self, until: Instant) {
         if let Some(mailbox) = self.mailbox.clone() {
             if !mailbox.sleep_begin() {
                 return;
             }
-            let Engine { driver, core, .. } = self;
+            let Engine {
+                net: driver, core, ..
+            } = self;
             driver.turn(until, &mut core.sink());
             mailbox.sleep_end();
         } else {
-            let Engine { driver, core, .. } = self;
+            let Engine {
+                net: driver, core, ..
+            } = self;
             driver.turn(until, &mut core.sink());
         }
     }
@@ -931,27 +969,29 @@ impl Engine {
     /// Connects to every node now and waits until each handshake is done, has failed, or
     /// `timeout` has passed; returns how many nodes are ready.
     pub fn connect(&mut self, timeout: Duration) -> usize {
-        let now = Instant::now();
+        let now = self.net.now();
         let deadline = deadline_after(now, timeout);
         let n = self.shared.nodes.len();
-        let Engine { driver, core, .. } = self;
+        let Engine {
+            net: driver, core, ..
+        } = self;
         let mut sink = core.sink();
         let mut ready = driver.connect_all(now, &mut sink);
         driver.flush(now, &mut sink);
         // Until every node is ready or down: a refused node does not hold the others up.
         while ready < n
-            && driver.conns.iter().any(|c| c.is_connecting())
-            && Instant::now() < deadline
+            && (0..n).any(|i| driver.session(i).is_connecting())
+            && driver.now() < deadline
         {
             driver.turn(deadline, &mut sink);
-            ready = driver.conns.iter().filter(|c| c.is_ready()).count();
+            ready = (0..n).filter(|&i| driver.session(i).is_ready()).count();
         }
         ready
     }
 
     /// Runs the loop until `done` says so.
-    pub fn drive(&mut self, done: impl FnMut(&Engine) -> bool) {
-        self.drive_until(deadline_after(Instant::now(), Duration::MAX), done);
+    pub fn drive(&mut self, done: impl FnMut(&Engine<N>) -> bool) {
+        self.drive_until(deadline_after(self.net.now(), Duration::MAX), done);
     }
 
     /// True once the operation is decided.
@@ -976,7 +1016,7 @@ impl Engine {
 
     /// Runs one local operation to its outcome: drains, submits, drives.
     pub fn run(&mut self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
-        let now = Instant::now();
+        let now = self.net.now();
         self.drain(now);
         // Requests queued before this one go first: a release not waited for must reach its
         // nodes before a later acquire of the same resource.
@@ -994,7 +1034,7 @@ impl Engine {
         &mut self,
         requests: impl IntoIterator<Item = (ReqKind, &'r [u8], Token)>,
     ) -> Vec<Option<Outcome>> {
-        let now = Instant::now();
+        let now = self.net.now();
         self.drain(now);
         let ids: Vec<OpId> = requests
             .into_iter()
@@ -1009,7 +1049,7 @@ impl Engine {
     pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
         let before = self.core.confirmed;
         // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
-        let now = Instant::now();
+        let now = self.net.now();
         for kept in std::mem::take(&mut self.keeps.locks) {
             if kept.end_by_holder() {
                 let (resource, token) = (kept.base().resource(), *kept.base().token());
@@ -1028,8 +1068,8 @@ impl Engine {
 impl Core {
     /// What the driver hands every reply and fault to. The one place where a delivery is
     /// stamped with the time (the driver's side of the sans-IO line).
-    fn sink(&mut self) -> impl for<'a> FnMut(usize, Delivery<'a>) + '_ {
-        |i, d| self.on_delivery(i, d, Instant::now())
+    fn sink(&mut self) -> impl for<'a> FnMut(usize, Instant, Delivery<'a>) + '_ {
+        |i, now, d| self.on_delivery(i, d, now)
     }
 
     fn alloc(&mut self, n: usize, now: Instant) -> OpId {

@@ -71,7 +71,7 @@ impl Hub {
     /// The hub and its background thread.
     pub fn start(mut client: Client) -> Result<Arc<Hub>, Error> {
         let waker =
-            client.engine().driver.waker().map_err(|e| {
+            client.engine().net.waker().map_err(|e| {
                 Error::Internal(format!("cannot create the event loop's waker: {e}"))
             })?;
         let mailbox = Arc::new(Mailbox::new(waker));

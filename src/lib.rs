@@ -73,6 +73,7 @@ mod keep;
 mod kept;
 mod lock;
 mod mailbox;
+mod net;
 mod quarantine;
 mod request;
 pub mod resp;
