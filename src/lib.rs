@@ -79,6 +79,9 @@ mod request;
 pub mod resp;
 pub mod round;
 mod session;
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub mod sim;
 mod token;
 
 pub use addr::NodeAddr;

@@ -1,0 +1,156 @@
+//! The simulation soak (issue 16): runs many seeds of the deterministic simulator on every core
+//! and prints schedules per second, simulated time, faults by kind and violations.
+//!
+//! ```text
+//! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
+//!     [--control] [--threads T]
+//! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
+//! ```
+//!
+//! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
+//! clock-drift, work-past-validity, lying-node, majority-down. `--control` runs the fault plan
+//! of KIND with the assumption kept (0 violations expected). Exits 1 on a violation where none
+//! is expected.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use redlock_mux::sim::{self, Break, FAULT_KINDS, Report, Setup};
+
+fn main() {
+    let mut seeds: u64 = 10_000;
+    let mut start: u64 = 0;
+    let mut breaks = Break::Nothing;
+    let mut control = false;
+    let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--start" => start = args.next().and_then(|v| v.parse().ok()).expect("--start N"),
+            "--threads" => {
+                threads = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--threads T")
+            }
+            "--control" => control = true,
+            "--trace" => {
+                let seed = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--trace SEED");
+                let mut trace = String::new();
+                let setup = Setup {
+                    breaks,
+                    control,
+                    ..Setup::default()
+                };
+                let r = sim::run(seed, setup, Some(&mut trace));
+                print!("{trace}");
+                println!("{r:?}");
+                return;
+            }
+            "--break" => {
+                breaks = match args.next().as_deref() {
+                    Some("nothing") => Break::Nothing,
+                    Some("quarantine") => Break::Quarantine,
+                    Some("clock-drift") => Break::ClockDrift,
+                    Some("work-past-validity") => Break::WorkPastValidity,
+                    Some("lying-node") => Break::LyingNode,
+                    Some("majority-down") => Break::MajorityDown,
+                    other => panic!("unknown --break {other:?}"),
+                }
+            }
+            n => seeds = n.replace('_', "").parse().expect("SEEDS: a number"),
+        }
+    }
+    let setup = Setup {
+        breaks,
+        control,
+        ..Setup::default()
+    };
+    let next = Arc::new(AtomicU64::new(start));
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let next = next.clone();
+            std::thread::spawn(move || {
+                let mut total = Report::default();
+                let mut violations = Vec::new();
+                let mut stalled = 0u64;
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= start + seeds {
+                        break;
+                    }
+                    let r = sim::run(seed, setup, None);
+                    total.ops += r.ops;
+                    total.acquired += r.acquired;
+                    total.sim_time += r.sim_time;
+                    total.events += r.events;
+                    for (t, f) in total.faults.iter_mut().zip(r.faults) {
+                        *t += f;
+                    }
+                    stalled += u64::from(r.stalled);
+                    if r.violation.is_some() {
+                        violations.push(r);
+                    }
+                }
+                (total, violations, stalled)
+            })
+        })
+        .collect();
+    let mut total = Report::default();
+    let mut violations = Vec::new();
+    let mut stalled = 0;
+    for w in workers {
+        let (t, v, s) = w.join().expect("a worker panicked");
+        total.ops += t.ops;
+        total.acquired += t.acquired;
+        total.sim_time += t.sim_time;
+        total.events += t.events;
+        for (a, b) in total.faults.iter_mut().zip(t.faults) {
+            *a += b;
+        }
+        violations.extend(v);
+        stalled += s;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    violations.sort_by_key(|r| r.seed);
+    println!(
+        "break: {breaks:?}{}",
+        if control {
+            " (control: assumption kept)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "schedules: {seeds} (seeds {start}..{}) in {secs:.1} s on {threads} threads: {:.0} schedules/s, {:.0} per thread",
+        start + seeds,
+        seeds as f64 / secs,
+        seeds as f64 / secs / threads as f64
+    );
+    println!(
+        "simulated: {:.2} h; lock operations: {} ({} acquired); events: {}",
+        total.sim_time.as_secs_f64() / 3600.0,
+        total.ops,
+        total.acquired,
+        total.events
+    );
+    let faults: Vec<String> = FAULT_KINDS
+        .iter()
+        .zip(total.faults)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!("faults: {}", faults.join(", "));
+    println!("stalled: {stalled}");
+    println!("violations: {}", violations.len());
+    for r in violations.iter().take(10) {
+        println!("  seed {}: {:?}", r.seed, r.violation);
+    }
+    if (breaks == Break::Nothing || control) && !violations.is_empty() {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,1095 @@
+//! Deterministic simulation (issue 16): the crate's real decision code — the engine, its
+//! `Round`s and one real `Session` per node and client — in a simulated world with virtual
+//! time, where a seed replays a run exactly.
+//!
+//! The world has N simulated Redis nodes ([`node`]), C client processes each with its own
+//! engine over a [`SimNet`](net::SimNet), links with a delay drawn per message (FIFO per
+//! connection, like TCP), and faults: node pauses (the node's clock runs on), crashes with all
+//! keys lost and a new `run_id`, connection resets, partitions that heal (messages held, as TCP
+//! retransmits them), `SCRIPT FLUSH`, client pauses ("GC pauses") and per-process clock rates.
+//! Clients contend for a few resources with random hold times and extends.
+//!
+//! The checker works in world time: for each resource, the intervals during which a client
+//! *believes* it holds the lock — from the outcome of its acquire until it sends the release or
+//! its own clock reaches the lock's validity, whichever is first — must never overlap. A run
+//! that breaks one of the README's assumptions ([`Break`]) is expected to find violations; one
+//! that keeps them, never.
+//!
+//! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
+
+mod net;
+mod node;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Builder, Quarantine, Shared};
+use crate::engine::{Engine, OpId, Waiter};
+use crate::request::{Outcome, ReqKind};
+use crate::token::Token;
+
+use net::{Action, Inbound, SimNet};
+use node::Node;
+
+/// Which assumption of the README's Reliability section a run breaks (none: the run must
+/// find no violation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Break {
+    /// Every assumption holds.
+    Nothing,
+    /// Restart quarantine is off while nodes crash and restart empty.
+    Quarantine,
+    /// Clock rates differ by more than the drift factor allows (±5 % against a factor of 1 %).
+    ClockDrift,
+    /// Clients pause longer than their validity and go on working as holders afterwards.
+    WorkPastValidity,
+    /// One node answers every `SET NX` with `OK`.
+    LyingNode,
+    /// A majority of nodes is down for most of the run (liveness: runs stall, never violate).
+    MajorityDown,
+}
+
+/// Fault kinds, as counted in a [`Report`].
+pub const FAULT_KINDS: [&str; 7] = [
+    "node pause",
+    "node crash",
+    "conn reset",
+    "partition",
+    "client pause",
+    "script flush",
+    "slow link",
+];
+
+/// Two clients that believed they held the same resource at once (world time, ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The resource's index.
+    pub resource: usize,
+    /// (client, belief start, belief end) of the earlier holder.
+    pub first: (usize, u64, u64),
+    /// (client, belief start, belief end) of the later one, which started before `first` ended.
+    pub second: (usize, u64, u64),
+}
+
+/// What one schedule did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// The seed.
+    pub seed: u64,
+    /// Lock operations started (acquire attempts, extends, releases).
+    pub ops: u64,
+    /// Acquires that succeeded.
+    pub acquired: u64,
+    /// Simulated time the run covered.
+    pub sim_time: Duration,
+    /// Faults injected, by kind (see [`FAULT_KINDS`]).
+    pub faults: [u64; 7],
+    /// Events the world processed.
+    pub events: u64,
+    /// The first overlap found, if any.
+    pub violation: Option<Violation>,
+    /// The run hit its event or time bound before every client finished.
+    pub stalled: bool,
+}
+
+/// SplitMix64: small, fast, and the same sequence on every platform and version.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `lo..hi` (`lo` if empty).
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            lo
+        } else {
+            lo + self.next() % (hi - lo)
+        }
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+}
+
+const MS: u64 = 1_000_000;
+/// Every process clock starts this far after the world's base instant (so local times never
+/// come before it, whatever the rate).
+const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
+
+/// A process's clock: `local = offset + g × (1 + ppm / 10⁶)`.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    ppm: i64,
+}
+
+impl Clock {
+    fn local_ns(self, g: u64) -> u64 {
+        let g = i128::from(g);
+        (CLOCK_OFFSET as i128 + g + g * i128::from(self.ppm) / 1_000_000) as u64
+    }
+    /// The world time at which this clock reads `local_ns` (rounded up).
+    fn world_ns(self, local_ns: u64) -> u64 {
+        let l = i128::from(local_ns) - CLOCK_OFFSET as i128;
+        let d = 1_000_000 + i128::from(self.ppm);
+        ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64
+    }
+}
+
+/// What a client is doing.
+enum Work {
+    Idle { until: Instant },
+    Acquiring { id: OpId, res: usize, token: Token },
+    Holding(Hold),
+    Extending { id: OpId, hold: Hold },
+    Releasing { id: OpId },
+    Done,
+}
+
+#[derive(Clone, Copy)]
+struct Hold {
+    res: usize,
+    token: Token,
+    valid: Instant,
+    until: Instant,
+    start_g: u64,
+    extensions: u32,
+}
+
+struct Client {
+    engine: Engine<SimNet>,
+    clock: Clock,
+    work: Work,
+    /// World time of the wake event planned (stale events are skipped).
+    wake: Option<u64>,
+    paused_until: Option<u64>,
+    deferred: Vec<Ev>,
+    /// Goes on as holder after its validity ended (breaks "work within validity").
+    ignores_validity: bool,
+}
+
+struct NodeState {
+    node: Node,
+    clock: Clock,
+    down: bool,
+    paused: bool,
+    deferred: Vec<Ev>,
+    incarnation: u64,
+}
+
+/// One connection, as the world sees it.
+struct WConn {
+    client: usize,
+    node: usize,
+    alive: bool,
+    incarnation: u64,
+    inbuf: Vec<u8>,
+    /// Last delivery time each way (FIFO).
+    up: u64,
+    down: u64,
+}
+
+#[derive(Debug)]
+enum EvKind {
+    ClientWake(usize),
+    ConnArrive {
+        conn: u64,
+        client: usize,
+        node: usize,
+    },
+    ToNode {
+        conn: u64,
+        bytes: Vec<u8>,
+    },
+    NodeClose {
+        conn: u64,
+    },
+    ToClient {
+        client: usize,
+        node: usize,
+        conn: u64,
+        what: Inbound,
+    },
+    NodePause(usize, u64),
+    NodeResume(usize),
+    NodeCrash(usize, u64),
+    NodeRestart(usize),
+    ConnReset(usize, usize),
+    Partition(usize, usize, u64),
+    ClientPause(usize, u64),
+    ClientResume(usize),
+    ScriptFlush(usize),
+    SlowLink(usize, usize, u64),
+}
+
+#[derive(Debug)]
+struct Ev {
+    t: u64,
+    seq: u64,
+    kind: EvKind,
+}
+
+impl PartialEq for Ev {
+    fn eq(&self, o: &Ev) -> bool {
+        (self.t, self.seq) == (o.t, o.seq)
+    }
+}
+impl Eq for Ev {}
+impl PartialOrd for Ev {
+    fn partial_cmp(&self, o: &Ev) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Ev {
+    fn cmp(&self, o: &Ev) -> std::cmp::Ordering {
+        (self.t, self.seq).cmp(&(o.t, o.seq))
+    }
+}
+
+/// Per (client, node) link: base delay, and until when it is partitioned or slow.
+#[derive(Clone, Copy)]
+struct Link {
+    base: u64,
+    blocked_until: u64,
+    slow_until: u64,
+}
+
+/// Settings of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Setup {
+    /// What assumption to break.
+    pub breaks: Break,
+    /// Lock operations after which clients stop starting new acquires.
+    pub ops: u64,
+    /// Inject random faults.
+    pub faults: bool,
+    /// Run the fault plan of `breaks` but keep the assumption itself (quarantine on, clocks
+    /// within the bound, validity respected, nodes honest): the control run, which must find
+    /// no violation.
+    pub control: bool,
+}
+
+impl Default for Setup {
+    fn default() -> Setup {
+        Setup {
+            breaks: Break::Nothing,
+            ops: 100,
+            faults: true,
+            control: false,
+        }
+    }
+}
+
+const NODES: usize = 5;
+const TTL: Duration = Duration::from_millis(500);
+/// A run that has not finished after this much world time has stalled.
+const TIME_LIMIT: u64 = 600_000 * MS;
+const EVENT_LIMIT: u64 = 2_000_000;
+
+struct World {
+    rng: Rng,
+    g: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<Ev>>,
+    base: Instant,
+    shared: Arc<Shared>,
+    clients: Vec<Client>,
+    nodes: Vec<NodeState>,
+    conns: BTreeMap<u64, WConn>,
+    links: Vec<Link>,
+    resources: Vec<Vec<u8>>,
+    /// (resource, client, start, end) of every belief interval that ended.
+    beliefs: Vec<(usize, usize, u64, u64)>,
+    setup: Setup,
+    report: Report,
+    trace: Option<String>,
+    args: Vec<(usize, usize)>,
+}
+
+/// Runs one schedule; `trace` collects a readable log of what happened.
+pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
+    let mut world = World::new(seed, setup, trace.is_some());
+    world.run();
+    if let (Some(out), Some(t)) = (trace, world.trace.take()) {
+        *out = t;
+    }
+    world.report
+}
+
+impl World {
+    fn new(seed: u64, setup: Setup, tracing: bool) -> World {
+        let mut rng = Rng(seed);
+        let broken = |b: Break| setup.breaks == b && !setup.control;
+        let quarantine = if broken(Break::Quarantine) {
+            Quarantine::Off
+        } else {
+            Quarantine::Ttl
+        };
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .ttl(TTL)
+            .retry_delay(Duration::from_millis(20), Duration::from_millis(100))
+            .connect_timeout(Duration::from_millis(200))
+            .backoff(Duration::from_millis(10), Duration::from_millis(200))
+            .reply_timeout(Duration::from_secs(2))
+            .quarantine(quarantine)
+            .shared()
+            .expect("the simulation's settings are valid");
+        let base = Instant::now();
+        // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
+        // within the factor (see the README's Reliability section).
+        let ppm_bound = if broken(Break::ClockDrift) {
+            50_000
+        } else {
+            4_900
+        };
+        let clock = |rng: &mut Rng| Clock {
+            ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
+        };
+        let n_clients = rng.range(3, 6) as usize;
+        let mut clients = Vec::with_capacity(n_clients);
+        for c in 0..n_clients {
+            let clock = clock(&mut rng);
+            let now = base + Duration::from_nanos(clock.local_ns(0));
+            let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
+            clients.push(Client {
+                engine: Engine::new(shared.clone(), net, now),
+                clock,
+                work: Work::Idle {
+                    until: now + Duration::from_nanos(rng.range(0, 20 * MS)),
+                },
+                wake: None,
+                paused_until: None,
+                deferred: Vec::new(),
+                ignores_validity: broken(Break::WorkPastValidity),
+            });
+        }
+        let mut nodes = Vec::with_capacity(NODES);
+        for i in 0..NODES {
+            let clock = clock(&mut rng);
+            let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - 3_600_000 * MS);
+            node.lying = broken(Break::LyingNode) && i == 0;
+            nodes.push(NodeState {
+                node,
+                clock,
+                down: false,
+                paused: false,
+                deferred: Vec::new(),
+                incarnation: 0,
+            });
+        }
+        let links = (0..n_clients * NODES)
+            .map(|_| Link {
+                base: rng.range(50_000, 2 * MS),
+                blocked_until: 0,
+                slow_until: 0,
+            })
+            .collect();
+        let resources = (0..rng.range(1, 4))
+            .map(|r| format!("sim:{r}").into_bytes())
+            .collect();
+        let mut world = World {
+            rng,
+            g: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            base,
+            shared,
+            clients,
+            nodes,
+            conns: BTreeMap::new(),
+            links,
+            resources,
+            beliefs: Vec::new(),
+            setup,
+            report: Report {
+                seed,
+                ..Report::default()
+            },
+            trace: tracing.then(String::new),
+            args: Vec::new(),
+        };
+        world.plan_faults();
+        for c in 0..n_clients {
+            world.poke(c);
+        }
+        world
+    }
+
+    fn log(&mut self, what: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            let _ = writeln!(t, "{:>12.6} ms  {}", self.g as f64 / MS as f64, what());
+        }
+    }
+
+    fn at(&mut self, t: u64, kind: EvKind) {
+        self.seq += 1;
+        self.queue.push(Reverse(Ev {
+            t,
+            seq: self.seq,
+            kind,
+        }));
+    }
+
+    fn plan_faults(&mut self) {
+        let n_clients = self.clients.len();
+        if self.setup.breaks == Break::MajorityDown && !self.setup.control {
+            // Down from the start until after the run (it ends after its lock operations).
+            for node in 0..3 {
+                self.at(0, EvKind::NodeCrash(node, TIME_LIMIT));
+            }
+        }
+        if !self.setup.faults {
+            return;
+        }
+        let count = match self.setup.breaks {
+            Break::Nothing | Break::MajorityDown => self.rng.range(0, 6),
+            _ => self.rng.range(3, 10),
+        };
+        for _ in 0..count {
+            let t = self.rng.range(0, 4_000 * MS);
+            let node = self.rng.range(0, NODES as u64) as usize;
+            let client = self.rng.range(0, n_clients as u64) as usize;
+            let kind = match self.setup.breaks {
+                Break::Quarantine => EvKind::NodeCrash(node, self.rng.range(0, 100 * MS)),
+                Break::WorkPastValidity => {
+                    EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
+                }
+                _ => match self.rng.range(0, 7) {
+                    0 => EvKind::NodePause(node, self.rng.range(10 * MS, 2_000 * MS)),
+                    1 => EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS)),
+                    2 => EvKind::ConnReset(client, node),
+                    3 => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
+                    4 => EvKind::ClientPause(client, self.rng.range(10 * MS, 1_500 * MS)),
+                    5 => EvKind::ScriptFlush(node),
+                    _ => EvKind::SlowLink(client, node, self.rng.range(100 * MS, 2_000 * MS)),
+                },
+            };
+            self.at(t, kind);
+        }
+    }
+
+    fn run(&mut self) {
+        while let Some(Reverse(ev)) = self.queue.pop() {
+            if self.clients.iter().all(|c| matches!(c.work, Work::Done)) {
+                break;
+            }
+            self.report.events += 1;
+            if ev.t > TIME_LIMIT || self.report.events > EVENT_LIMIT {
+                self.report.stalled = true;
+                break;
+            }
+            self.g = self.g.max(ev.t);
+            self.handle(ev);
+        }
+        // Holders still holding when the run ends believe until their validity.
+        for c in 0..self.clients.len() {
+            let hold = match &self.clients[c].work {
+                Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
+                _ => None,
+            };
+            if let Some(h) = hold {
+                self.end_belief(c, &h, u64::MAX);
+            }
+        }
+        self.report.sim_time = Duration::from_nanos(self.g);
+        self.report.violation = check(&mut self.beliefs);
+        if let Some(v) = self.report.violation.clone() {
+            self.log(|| format!("VIOLATION {v:?}"));
+        }
+    }
+
+    fn link(&mut self, client: usize, node: usize) -> &mut Link {
+        &mut self.links[client * NODES + node]
+    }
+
+    /// When a message sent now on (client, node) arrives, after `last` (FIFO).
+    fn delivery(&mut self, client: usize, node: usize, last: u64) -> u64 {
+        let g = self.g;
+        let jitter = self.rng.range(0, 200_000);
+        let spike = if self.rng.chance(1) {
+            self.rng.range(5 * MS, 60 * MS)
+        } else {
+            0
+        };
+        let link = *self.link(client, node);
+        let slow = if link.slow_until > g {
+            self.rng.range(10 * MS, 300 * MS)
+        } else {
+            0
+        };
+        let t = g.max(link.blocked_until) + link.base + jitter + spike + slow;
+        t.max(last + 1)
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev.kind {
+            EvKind::ClientWake(c) => {
+                if self.clients[c].wake == Some(ev.t) {
+                    self.clients[c].wake = None;
+                    self.poke(c);
+                }
+            }
+            EvKind::ToClient { client, .. } if self.clients[client].paused_until.is_some() => {
+                self.clients[client].deferred.push(ev);
+            }
+            EvKind::ToClient {
+                client,
+                node,
+                conn,
+                what,
+            } => {
+                self.clients[client].engine.net.deliver(node, conn, what);
+                self.poke(client);
+            }
+            EvKind::ConnArrive { conn, client, node } => {
+                if self.nodes[node].down {
+                    let t = self.delivery(client, node, 0);
+                    let what = Inbound::Refused;
+                    self.at(
+                        t,
+                        EvKind::ToClient {
+                            client,
+                            node,
+                            conn,
+                            what,
+                        },
+                    );
+                } else {
+                    let incarnation = self.nodes[node].incarnation;
+                    let t = self.delivery(client, node, 0);
+                    self.conns.insert(
+                        conn,
+                        WConn {
+                            client,
+                            node,
+                            alive: true,
+                            incarnation,
+                            inbuf: Vec::new(),
+                            up: 0,
+                            down: t,
+                        },
+                    );
+                    let what = Inbound::Connected;
+                    self.at(
+                        t,
+                        EvKind::ToClient {
+                            client,
+                            node,
+                            conn,
+                            what,
+                        },
+                    );
+                }
+            }
+            EvKind::ToNode { conn, .. } | EvKind::NodeClose { conn } => {
+                let Some(node) = self.conns.get(&conn).map(|c| c.node) else {
+                    return;
+                };
+                if self.nodes[node].paused {
+                    self.nodes[node].deferred.push(ev);
+                } else {
+                    self.at_node(ev);
+                }
+            }
+            EvKind::NodePause(node, d) => {
+                if self.nodes[node].down || self.nodes[node].paused {
+                    return;
+                }
+                self.report.faults[0] += 1;
+                self.log(|| format!("node {node} paused for {} ms", d / MS));
+                self.nodes[node].paused = true;
+                self.at(self.g + d, EvKind::NodeResume(node));
+            }
+            EvKind::NodeResume(node) => {
+                if !self.nodes[node].paused {
+                    return;
+                }
+                self.log(|| format!("node {node} resumes"));
+                self.nodes[node].paused = false;
+                for ev in std::mem::take(&mut self.nodes[node].deferred) {
+                    self.at_node(ev);
+                }
+            }
+            EvKind::NodeCrash(node, d) => {
+                if self.nodes[node].down {
+                    return;
+                }
+                self.report.faults[1] += 1;
+                self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
+                let state = &mut self.nodes[node];
+                state.down = true;
+                state.paused = false;
+                state.deferred.clear();
+                state.incarnation += 1;
+                let dead: Vec<(u64, usize)> = self
+                    .conns
+                    .iter_mut()
+                    .filter(|(_, c)| c.node == node && c.alive)
+                    .map(|(&id, c)| {
+                        c.alive = false;
+                        (id, c.client)
+                    })
+                    .collect();
+                for (conn, client) in dead {
+                    self.reset(conn, client, node);
+                }
+                self.at(self.g + d, EvKind::NodeRestart(node));
+            }
+            EvKind::NodeRestart(node) => {
+                let id = run_id(&mut self.rng);
+                let state = &mut self.nodes[node];
+                let now = state.clock.local_ns(self.g);
+                state.node.restart(id, now);
+                state.down = false;
+                self.log(|| format!("node {node} restarted empty"));
+            }
+            EvKind::ConnReset(client, node) => {
+                let found = self
+                    .conns
+                    .iter_mut()
+                    .find(|(_, c)| c.client == client && c.node == node && c.alive)
+                    .map(|(&id, c)| {
+                        c.alive = false;
+                        id
+                    });
+                if let Some(conn) = found {
+                    self.report.faults[2] += 1;
+                    self.log(|| format!("connection client {client} - node {node} reset"));
+                    self.reset(conn, client, node);
+                }
+            }
+            EvKind::Partition(client, node, d) => {
+                self.report.faults[3] += 1;
+                self.log(|| format!("client {client} cut from node {node} for {} ms", d / MS));
+                let until = self.g + d;
+                let link = self.link(client, node);
+                link.blocked_until = link.blocked_until.max(until);
+            }
+            EvKind::SlowLink(client, node, d) => {
+                self.report.faults[6] += 1;
+                self.log(|| format!("link client {client} - node {node} slow for {} ms", d / MS));
+                let until = self.g + d;
+                self.link(client, node).slow_until = until;
+            }
+            EvKind::ClientPause(c, d) => {
+                if self.clients[c].paused_until.is_some()
+                    || matches!(self.clients[c].work, Work::Done)
+                {
+                    return;
+                }
+                self.report.faults[4] += 1;
+                self.log(|| format!("client {c} paused for {} ms", d / MS));
+                self.clients[c].paused_until = Some(self.g + d);
+                self.at(self.g + d, EvKind::ClientResume(c));
+            }
+            EvKind::ClientResume(c) => {
+                self.log(|| format!("client {c} resumes"));
+                self.clients[c].paused_until = None;
+                for ev in std::mem::take(&mut self.clients[c].deferred) {
+                    if let EvKind::ToClient {
+                        client,
+                        node,
+                        conn,
+                        what,
+                    } = ev.kind
+                    {
+                        self.clients[client].engine.net.deliver(node, conn, what);
+                    }
+                }
+                self.clients[c].wake = None;
+                self.poke(c);
+            }
+            EvKind::ScriptFlush(node) => {
+                self.report.faults[5] += 1;
+                self.log(|| format!("node {node}: SCRIPT FLUSH"));
+                self.nodes[node].node.flush_scripts();
+            }
+        }
+    }
+
+    /// The node's side of a connection was reset: the client learns after a link delay.
+    fn reset(&mut self, conn: u64, client: usize, node: usize) {
+        let t = self.delivery(client, node, 0);
+        let what = Inbound::Closed;
+        self.at(
+            t,
+            EvKind::ToClient {
+                client,
+                node,
+                conn,
+                what,
+            },
+        );
+    }
+
+    /// A node takes a message: commands run on its clock, replies go back in order.
+    fn at_node(&mut self, ev: Ev) {
+        let (conn_id, bytes) = match ev.kind {
+            EvKind::ToNode { conn, bytes } => (conn, Some(bytes)),
+            EvKind::NodeClose { conn } => (conn, None),
+            _ => unreachable!("only node-bound events"),
+        };
+        let Some(conn) = self.conns.get_mut(&conn_id) else {
+            return;
+        };
+        let node = conn.node;
+        if !conn.alive || conn.incarnation != self.nodes[node].incarnation {
+            return;
+        }
+        let Some(bytes) = bytes else {
+            self.conns.remove(&conn_id);
+            return;
+        };
+        conn.inbuf.extend_from_slice(&bytes);
+        let client = conn.client;
+        let state = &mut self.nodes[node];
+        let now = state.clock.local_ns(self.g);
+        let mut reply = Vec::new();
+        let mut used = 0;
+        let mut cmd: Vec<&[u8]> = Vec::with_capacity(6);
+        while let Some(n) = node::parse_command(&conn.inbuf[used..], &mut self.args) {
+            cmd.clear();
+            cmd.extend(
+                self.args
+                    .iter()
+                    .map(|&(a, b)| &conn.inbuf[used + a..used + b]),
+            );
+            state.node.execute(&cmd, now, &mut reply);
+            used += n;
+        }
+        drop(cmd);
+        conn.inbuf.drain(..used);
+        if reply.is_empty() {
+            return;
+        }
+        let last = conn.down;
+        let t = self.delivery(client, node, last);
+        if let Some(c) = self.conns.get_mut(&conn_id) {
+            c.down = t;
+        }
+        let what = Inbound::Data(reply);
+        self.at(
+            t,
+            EvKind::ToClient {
+                client,
+                node,
+                conn: conn_id,
+                what,
+            },
+        );
+    }
+
+    fn local(&self, c: usize) -> Instant {
+        self.base + Duration::from_nanos(self.clients[c].clock.local_ns(self.g))
+    }
+
+    fn world_of(&self, c: usize, t: Instant) -> u64 {
+        let local = t.saturating_duration_since(self.base).as_nanos() as u64;
+        self.clients[c].clock.world_ns(local)
+    }
+
+    /// Runs client `c` at the current world time: takes in what arrived, steps its engine,
+    /// moves its workload on, sends what it wrote and plans its next wake.
+    fn poke(&mut self, c: usize) {
+        if self.clients[c].paused_until.is_some() {
+            return;
+        }
+        let now = self.local(c);
+        let client = &mut self.clients[c];
+        client.engine.net.now = now;
+        client.engine.take_input(now);
+        client.engine.step(now);
+        // The workload may submit; each submission is written by another step.
+        for _ in 0..4 {
+            if !self.work(c, now) {
+                break;
+            }
+            self.clients[c].engine.step(now);
+        }
+        let actions = std::mem::take(&mut self.clients[c].engine.net.actions);
+        for action in actions {
+            self.send(c, action);
+        }
+        let timer = match &self.clients[c].work {
+            Work::Idle { until } => Some(*until),
+            Work::Holding(h) => Some(h.until),
+            _ => None,
+        };
+        let next = [self.clients[c].engine.wake_at(now), timer]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(t) = next {
+            let t = self.world_of(c, t).max(self.g + 1_000);
+            if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
+                self.clients[c].wake = Some(t);
+                self.at(t, EvKind::ClientWake(c));
+            }
+        }
+    }
+
+    fn send(&mut self, client: usize, action: Action) {
+        match action {
+            Action::Connect { node, conn } => {
+                let t = self.delivery(client, node, 0);
+                self.at(t, EvKind::ConnArrive { conn, client, node });
+            }
+            Action::Send { node, conn, bytes } => {
+                // Before the node accepted, the bytes wait behind the connect (FIFO).
+                let last = self.conns.get(&conn).map_or(0, |c| c.up);
+                let t = self.delivery(client, node, last);
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.up = t;
+                }
+                self.at(t, EvKind::ToNode { conn, bytes });
+            }
+            Action::Close { node, conn } => {
+                let last = self.conns.get(&conn).map_or(0, |c| c.up);
+                let t = self.delivery(client, node, last);
+                self.at(t, EvKind::NodeClose { conn });
+            }
+        }
+    }
+
+    fn submit(&mut self, c: usize, kind: ReqKind, res: usize, token: &Token, now: Instant) -> OpId {
+        self.report.ops += 1;
+        let resource = self.resources[res].clone();
+        self.clients[c]
+            .engine
+            .submit(kind, &resource, token, Waiter::Local, now)
+    }
+
+    /// The belief of client `c` in `hold` ends at `end` (world time) or at its validity.
+    fn end_belief(&mut self, c: usize, hold: &Hold, end: u64) {
+        let valid_end = self.world_of(c, hold.valid);
+        let end = if self.clients[c].ignores_validity {
+            end.min(self.g)
+        } else {
+            end.min(valid_end)
+        };
+        self.beliefs.push((hold.res, c, hold.start_g, end));
+        let (res, start) = (hold.res, hold.start_g);
+        self.log(|| {
+            format!(
+                "client {c} believed it held {res} from {:.6} to {:.6} ms",
+                start as f64 / MS as f64,
+                end as f64 / MS as f64
+            )
+        });
+    }
+
+    /// Moves client `c`'s workload on; true if it submitted an operation.
+    fn work(&mut self, c: usize, now: Instant) -> bool {
+        let client = &mut self.clients[c];
+        match std::mem::replace(&mut client.work, Work::Done) {
+            Work::Idle { until } if now >= until => {
+                if self.report.ops >= self.setup.ops {
+                    self.clients[c].work = Work::Done;
+                    return false;
+                }
+                let res = self.rng.range(0, self.resources.len() as u64) as usize;
+                let token = Token::from_bytes(
+                    format!("{:016x}{:016x}", self.rng.next(), self.rng.next()).as_bytes(),
+                )
+                .expect("a valid token");
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let id = self.submit(c, kind, res, &token, now);
+                self.log(|| format!("client {c} acquires {res}"));
+                self.clients[c].work = Work::Acquiring { id, res, token };
+                true
+            }
+            Work::Acquiring { id, res, token } if client.engine.is_done(id) => {
+                match client.engine.take(id) {
+                    Some(Outcome::Acquired(Ok(valid))) => {
+                        self.report.acquired += 1;
+                        let left = valid.saturating_duration_since(now);
+                        // Some holders keep it past their validity (they stop believing then).
+                        let hold = left.mul_f64(self.rng.range(0, 120) as f64 / 100.0);
+                        let g = self.g;
+                        self.log(|| {
+                            format!("client {c} holds {res}, valid {} ms", left.as_millis())
+                        });
+                        self.clients[c].work = Work::Holding(Hold {
+                            res,
+                            token,
+                            valid,
+                            until: now + hold,
+                            start_g: g,
+                            extensions: 0,
+                        });
+                    }
+                    other => {
+                        self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
+                        let pause =
+                            crate::client::retry_pause(&self.shared.config, self.rng.next());
+                        self.clients[c].work = Work::Idle { until: now + pause };
+                    }
+                }
+                false
+            }
+            Work::Holding(mut hold) if now >= hold.until => {
+                let extend = hold.extensions < 3 && now < hold.valid && self.rng.chance(30);
+                if extend {
+                    let kind = ReqKind::Extend {
+                        ttl: TTL,
+                        valid_until: hold.valid,
+                    };
+                    let id = self.submit(c, kind, hold.res, &hold.token, now);
+                    hold.extensions += 1;
+                    self.log(|| format!("client {c} extends {}", hold.res));
+                    self.clients[c].work = Work::Extending { id, hold };
+                } else {
+                    self.end_belief(c, &hold, self.g);
+                    let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
+                    self.log(|| format!("client {c} releases {}", hold.res));
+                    self.clients[c].work = Work::Releasing { id };
+                }
+                true
+            }
+            Work::Extending { id, mut hold } if client.engine.is_done(id) => {
+                match client.engine.take(id) {
+                    Some(Outcome::Extended(valid, result)) => {
+                        hold.valid = valid;
+                        let left = valid.saturating_duration_since(now);
+                        let frac = self.rng.range(0, 120) as f64 / 100.0;
+                        hold.until = now + left.mul_f64(frac);
+                        self.log(|| format!("client {c} extend: {result:?}"));
+                    }
+                    other => unreachable!("an extend's outcome: {other:?}"),
+                }
+                self.clients[c].work = Work::Holding(hold);
+                false
+            }
+            Work::Releasing { id } if client.engine.is_done(id) => {
+                let _ = client.engine.take(id);
+                let think = Duration::from_nanos(self.rng.range(0, 20 * MS));
+                self.clients[c].work = Work::Idle { until: now + think };
+                false
+            }
+            other => {
+                self.clients[c].work = other;
+                false
+            }
+        }
+    }
+}
+
+fn run_id(rng: &mut Rng) -> [u8; 40] {
+    let mut id = [0u8; 40];
+    for b in id.iter_mut() {
+        *b = b"0123456789abcdef"[(rng.next() % 16) as usize];
+    }
+    id
+}
+
+/// The first overlap of two belief intervals on one resource, if any.
+fn check(beliefs: &mut [(usize, usize, u64, u64)]) -> Option<Violation> {
+    beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
+    let mut last: Option<(usize, usize, u64, u64)> = None;
+    for &b in beliefs.iter() {
+        let (res, client, start, end) = b;
+        if start >= end {
+            continue; // believed for no time at all (validity over at acquisition)
+        }
+        if let Some(l) = last.filter(|l| l.0 == res) {
+            if start < l.3 {
+                return Some(Violation {
+                    resource: res,
+                    first: (l.1, l.2, l.3),
+                    second: (client, start, end),
+                });
+            }
+            if end <= l.3 {
+                continue;
+            }
+        }
+        last = Some(b);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs what the client wrote on `nodes` and hands the replies back: the count of writes
+    /// and of commands per node in this exchange.
+    fn exchange(engine: &mut Engine<SimNet>, nodes: &mut [Node], now: Instant) -> Vec<(u32, u32)> {
+        let mut counts = vec![(0, 0); nodes.len()];
+        let mut args = Vec::new();
+        for action in std::mem::take(&mut engine.net.actions) {
+            match action {
+                Action::Connect { node, conn } => {
+                    engine.net.deliver(node, conn, Inbound::Connected);
+                }
+                Action::Send { node, conn, bytes } => {
+                    counts[node].0 += 1;
+                    let mut reply = Vec::new();
+                    let mut at = 0;
+                    while let Some(n) = node::parse_command(&bytes[at..], &mut args) {
+                        let cmd: Vec<&[u8]> =
+                            args.iter().map(|&(a, b)| &bytes[at + a..at + b]).collect();
+                        // Up for an hour: not quarantined.
+                        nodes[node].execute(&cmd, 3_600_000 * MS, &mut reply);
+                        counts[node].1 += 1;
+                        at += n;
+                    }
+                    engine.net.deliver(node, conn, Inbound::Data(reply));
+                }
+                Action::Close { .. } => {}
+            }
+        }
+        engine.take_input(now);
+        engine.step(now);
+        counts
+    }
+
+    #[test]
+    fn sixty_four_queued_operations_go_out_in_one_write_per_node() {
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .shared()
+            .unwrap();
+        let now = Instant::now();
+        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
+        let mut engine = Engine::new(shared.clone(), net, now);
+        let mut nodes: Vec<Node> = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        let token = Token::from_bytes(b"t").unwrap();
+        let ids: Vec<OpId> = (0..64)
+            .map(|i| {
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let resource = format!("r{i}");
+                engine.submit(kind, resource.as_bytes(), &token, Waiter::Local, now)
+            })
+            .collect();
+        engine.step(now);
+        // Connects; then the handshake (`INFO server`, for the quarantine) in one write per
+        // node, the 64 SETs held back until it succeeded; then all 64 in one write per node.
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(0, 0); NODES]);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 1); NODES]);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
+        assert!(ids.iter().all(|&id| engine.is_done(id)));
+        for id in ids {
+            assert!(matches!(engine.take(id), Some(Outcome::Acquired(Ok(_)))));
+        }
+        // The next 64 (releases) go out in one write per node too.
+        for i in 0..64 {
+            let resource = format!("r{i}");
+            engine.submit(
+                ReqKind::Release,
+                resource.as_bytes(),
+                &token,
+                Waiter::Local,
+                now,
+            );
+        }
+        engine.step(now);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
+    }
+}

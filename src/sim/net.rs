@@ -1,0 +1,253 @@
+//! The client side of the simulated network: a [`Net`] whose links are in-memory pipes to the
+//! world. It holds one real [`Session`] per node and does for it what `conn.rs` does for a
+//! socket — open, write the session's output, feed it what arrives, close when it says so —
+//! except that nothing waits: the world moves time between calls and hands in what arrived.
+
+use std::collections::VecDeque;
+use std::io;
+use std::time::Instant;
+
+use crate::addr::NodeAddr;
+use crate::error::NodeFault;
+use crate::net::{Net, NodeSink};
+use crate::session::{ConnConfig, Kind, Script, Session, Sink};
+
+/// What the client asks of the world (drained by the world after each call into the engine).
+#[derive(Debug)]
+pub(crate) enum Action {
+    Connect {
+        node: usize,
+        conn: u64,
+    },
+    Send {
+        node: usize,
+        conn: u64,
+        bytes: Vec<u8>,
+    },
+    Close {
+        node: usize,
+        conn: u64,
+    },
+}
+
+/// What the world hands a link.
+#[derive(Debug)]
+pub(crate) enum Inbound {
+    Connected,
+    Refused,
+    Data(Vec<u8>),
+    /// The peer closed or reset the connection.
+    Closed,
+}
+
+struct Link {
+    session: Session,
+    /// The world's id of the connection, while one is open or opening.
+    conn: Option<u64>,
+    inbox: VecDeque<(u64, Inbound)>,
+}
+
+/// One simulated client process's network and clock.
+pub(crate) struct SimNet {
+    links: Vec<Link>,
+    /// This process's clock: set by the world before every call.
+    pub now: Instant,
+    pub actions: Vec<Action>,
+    next_conn: u64,
+    /// High bits of this client's connection ids (ids are unique in the world).
+    id_base: u64,
+    writes: u64,
+}
+
+impl SimNet {
+    pub fn new(client: usize, nodes: &[NodeAddr], config: &ConnConfig, now: Instant) -> SimNet {
+        SimNet {
+            links: nodes
+                .iter()
+                .map(|a| Link {
+                    session: Session::new(a.clone(), config.clone(), now),
+                    conn: None,
+                    inbox: VecDeque::new(),
+                })
+                .collect(),
+            now,
+            actions: Vec::new(),
+            next_conn: 0,
+            id_base: (client as u64) << 40,
+            writes: 0,
+        }
+    }
+
+    /// The world delivers `what` on connection `conn` of node `node`'s link.
+    pub fn deliver(&mut self, node: usize, conn: u64, what: Inbound) {
+        self.links[node].inbox.push_back((conn, what));
+    }
+
+    fn open(&mut self, node: usize, now: Instant) {
+        self.next_conn += 1;
+        let conn = self.id_base | self.next_conn;
+        let link = &mut self.links[node];
+        link.conn = Some(conn);
+        link.session.connecting(now);
+        self.actions.push(Action::Connect { node, conn });
+    }
+
+    /// What `Conn::sync` does: close when the session failed the connection, reopen for a
+    /// replay.
+    fn sync(&mut self, node: usize, now: Instant) {
+        let link = &mut self.links[node];
+        if link.session.take_close()
+            && let Some(conn) = link.conn.take()
+        {
+            self.actions.push(Action::Close { node, conn });
+        }
+        if self.links[node].session.wants_replay() {
+            self.open(node, now);
+        }
+    }
+
+    fn fail(&mut self, node: usize, fault: NodeFault, now: Instant, sink: &mut Sink<'_>) {
+        self.links[node].session.fail(fault, now, sink);
+        self.sync(node, now);
+    }
+
+    fn flush_node(&mut self, node: usize) {
+        let link = &mut self.links[node];
+        let Some(conn) = link.conn else { return };
+        if link.session.awaits_connect() {
+            return;
+        }
+        let out = link.session.output();
+        if out.is_empty() {
+            return;
+        }
+        let bytes = out.to_vec();
+        link.session.written(bytes.len());
+        self.writes += 1;
+        self.actions.push(Action::Send { node, conn, bytes });
+    }
+
+    fn admit(&mut self, node: usize, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
+        self.connect_node(node, now, sink)?;
+        let admitted = self.links[node].session.admit(now, sink);
+        self.sync(node, now);
+        admitted
+    }
+
+    fn connect_node(
+        &mut self,
+        node: usize,
+        now: Instant,
+        _sink: &mut Sink<'_>,
+    ) -> Result<(), NodeFault> {
+        if self.links[node].session.connect_due(now)? {
+            self.open(node, now);
+        }
+        Ok(())
+    }
+}
+
+impl Net for SimNet {
+    fn now(&self) -> Instant {
+        self.now
+    }
+
+    fn session(&self, node: usize) -> &Session {
+        &self.links[node].session
+    }
+
+    fn nodes(&self) -> usize {
+        self.links.len()
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes
+    }
+
+    fn request(
+        &mut self,
+        node: usize,
+        kind: Kind,
+        tag: u64,
+        encoded: &[u8],
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.admit(node, now, &mut |d| sink(node, now, d))?;
+        self.links[node].session.request(kind, tag, encoded, now);
+        Ok(())
+    }
+
+    fn script(
+        &mut self,
+        node: usize,
+        script: &Script,
+        tag: u64,
+        tail: &[u8],
+        argc: usize,
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.admit(node, now, &mut |d| sink(node, now, d))?;
+        self.links[node]
+            .session
+            .script(script, tag, tail, argc, now);
+        Ok(())
+    }
+
+    fn ensure_connected(
+        &mut self,
+        node: usize,
+        now: Instant,
+        sink: &mut NodeSink<'_>,
+    ) -> Result<(), NodeFault> {
+        self.connect_node(node, now, &mut |d| sink(node, now, d))
+    }
+
+    fn flush(&mut self, _now: Instant, _sink: &mut NodeSink<'_>) {
+        for node in 0..self.links.len() {
+            self.flush_node(node);
+        }
+    }
+
+    fn turn(&mut self, _until: Instant, sink: &mut NodeSink<'_>) {
+        let now = self.now;
+        for node in 0..self.links.len() {
+            let sink: &mut Sink<'_> = &mut |d| sink(node, now, d);
+            while let Some((conn, what)) = self.links[node].inbox.pop_front() {
+                if self.links[node].conn != Some(conn) {
+                    continue; // a connection this side already closed
+                }
+                match what {
+                    Inbound::Connected => {
+                        if self.links[node].session.awaits_connect() {
+                            self.links[node].session.connected();
+                            self.flush_node(node);
+                        }
+                    }
+                    Inbound::Refused => {
+                        let fault = NodeFault::Io(io::ErrorKind::ConnectionRefused);
+                        self.fail(node, fault, now, sink);
+                    }
+                    Inbound::Closed => self.fail(node, NodeFault::Closed, now, sink),
+                    Inbound::Data(bytes) => {
+                        let session = &mut self.links[node].session;
+                        session.read_begin();
+                        session.on_bytes(&bytes, now, sink);
+                        if session.closing() {
+                            self.sync(node, now);
+                        } else if !session.output().is_empty() {
+                            // A NOSCRIPT reply queued its EVAL fallback.
+                            self.flush_node(node);
+                        }
+                    }
+                }
+            }
+            let link = &mut self.links[node];
+            if link.session.next_deadline().is_some_and(|d| d <= now) {
+                link.session.on_timer(now, sink);
+                self.sync(node, now);
+            }
+        }
+    }
+}

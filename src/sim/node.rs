@@ -1,0 +1,210 @@
+//! A simulated Redis node: the semantics the lock relies on, and nothing more.
+//!
+//! `SET key value NX PX ms` with expiry on the node's own clock, the release and extend scripts
+//! by `EVALSHA` (answered `NOSCRIPT` until the script was sent by `EVAL`) and by `EVAL`,
+//! `SCRIPT FLUSH`, `HELLO` and `INFO server` (`run_id`, uptime). Replies are RESP3, in order
+//! per connection. A *lying* node answers every `SET NX` with `OK` and overwrites the key: the
+//! fault that breaks the "no lying nodes" assumption.
+
+use std::collections::HashMap;
+
+use crate::session::scripts;
+
+/// A node's state: the keyspace, the scripts it has cached, who it is.
+pub(crate) struct Node {
+    /// Key → (value, expiry on this node's clock, in ns).
+    keys: HashMap<Vec<u8>, (Vec<u8>, u64)>,
+    loaded: [bool; 2],
+    pub run_id: [u8; 40],
+    /// When this incarnation started, on the node's clock (ns).
+    pub started: u64,
+    pub lying: bool,
+}
+
+/// Parses one command (an array of bulk strings) off the front of `buf`: the arguments'
+/// ranges and the bytes used, or `None` if incomplete. Malformed input is a bug of the
+/// client's encoder: it panics, so a simulation shows it at once.
+pub(crate) fn parse_command(buf: &[u8], args: &mut Vec<(usize, usize)>) -> Option<usize> {
+    args.clear();
+    let (n, mut at) = line_number(buf, 0, b'*')?;
+    for _ in 0..n {
+        let (len, body) = line_number(buf, at, b'$')?;
+        if buf.len() < body + len + 2 {
+            return None;
+        }
+        args.push((body, body + len));
+        at = body + len + 2;
+    }
+    Some(at)
+}
+
+fn line_number(buf: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
+    let rest = buf.get(at..)?;
+    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    assert_eq!(rest[0], prefix, "the client sent a malformed command");
+    let n = std::str::from_utf8(&rest[1..end])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("the client sent a malformed length");
+    Some((n, at + end + 2))
+}
+
+impl Node {
+    pub fn new(run_id: [u8; 40], started: u64) -> Node {
+        Node {
+            keys: HashMap::new(),
+            loaded: [false; 2],
+            run_id,
+            started,
+            lying: false,
+        }
+    }
+
+    /// Forgets everything (a crash: no persistence) and starts as a new incarnation.
+    pub fn restart(&mut self, run_id: [u8; 40], started: u64) {
+        self.keys.clear();
+        self.loaded = [false; 2];
+        self.run_id = run_id;
+        self.started = started;
+    }
+
+    /// `SCRIPT FLUSH`.
+    pub fn flush_scripts(&mut self) {
+        self.loaded = [false; 2];
+    }
+
+    fn live(&self, key: &[u8], now: u64) -> Option<&[u8]> {
+        match self.keys.get(key) {
+            Some((v, exp)) if now < *exp => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Runs one command at `now` (node clock, ns) and appends its reply to `out`.
+    pub fn execute(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let name = cmd[0].to_ascii_uppercase();
+        match name.as_slice() {
+            b"HELLO" => out.extend_from_slice(b"%1\r\n+server\r\n+redis\r\n"),
+            b"INFO" => {
+                let uptime = now.saturating_sub(self.started) / 1_000_000_000;
+                let text = format!(
+                    "# Server\r\nrun_id:{}\r\nuptime_in_seconds:{uptime}\r\n",
+                    std::str::from_utf8(&self.run_id).expect("hex")
+                );
+                out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
+            }
+            b"SET" => {
+                // SET key value NX PX ms: the only form the client sends.
+                let ms: u64 = number(cmd[5]);
+                if self.live(cmd[1], now).is_some() && !self.lying {
+                    // RESP2, the client's default protocol.
+                    out.extend_from_slice(b"$-1\r\n");
+                } else {
+                    let expiry = now + ms * 1_000_000;
+                    self.keys.insert(cmd[1].to_vec(), (cmd[2].to_vec(), expiry));
+                    out.extend_from_slice(b"+OK\r\n");
+                }
+            }
+            b"EVALSHA" | b"EVAL" => {
+                let index = scripts().iter().position(|s| {
+                    if name == b"EVAL" {
+                        s.body.as_bytes() == cmd[1]
+                    } else {
+                        s.sha[..] == *cmd[1]
+                    }
+                });
+                let Some(index) = index else {
+                    out.extend_from_slice(b"-ERR unknown script\r\n");
+                    return;
+                };
+                if name == b"EVALSHA" && !self.loaded[index] {
+                    out.extend_from_slice(b"-NOSCRIPT No matching script. Please use EVAL.\r\n");
+                    return;
+                }
+                self.loaded[index] = true;
+                // numkeys 1, key, token[, ms]
+                let (key, token) = (cmd[3], cmd[4]);
+                let ours = self.live(key, now) == Some(token);
+                let done = match (ours, index) {
+                    (false, _) => 0,
+                    (true, 0) => {
+                        self.keys.remove(key);
+                        1
+                    }
+                    (true, _) => {
+                        let ms: u64 = number(cmd[5]);
+                        if let Some(entry) = self.keys.get_mut(key) {
+                            entry.1 = now + ms * 1_000_000;
+                        }
+                        1
+                    }
+                };
+                out.extend_from_slice(if done == 1 { b":1\r\n" } else { b":0\r\n" });
+            }
+            b"SCRIPT" => {
+                self.flush_scripts();
+                out.extend_from_slice(b"+OK\r\n");
+            }
+            _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
+        }
+    }
+}
+
+fn number(arg: &[u8]) -> u64 {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .expect("the client sent a malformed number")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(node: &mut Node, args: &[&[u8]], now: u64) -> String {
+        let mut out = Vec::new();
+        node.execute(args, now, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn set_nx_px_expires_on_the_node_clock_and_scripts_need_eval_first() {
+        let mut n = Node::new([b'a'; 40], 0);
+        let set: &[&[u8]] = &[b"SET", b"k", b"t1", b"NX", b"PX", b"10"];
+        assert_eq!(run(&mut n, set, 0), "+OK\r\n");
+        assert_eq!(
+            run(&mut n, &[b"SET", b"k", b"t2", b"NX", b"PX", b"10"], 1),
+            "$-1\r\n"
+        );
+        let sha = &scripts()[0].sha[..];
+        let release: &[&[u8]] = &[b"EVALSHA", sha, b"1", b"k", b"t1"];
+        assert!(run(&mut n, release, 2).starts_with("-NOSCRIPT"));
+        let body = scripts()[0].body.as_bytes();
+        assert_eq!(
+            run(&mut n, &[b"EVAL", body, b"1", b"k", b"t2"], 3),
+            ":0\r\n"
+        );
+        assert_eq!(run(&mut n, release, 4), ":1\r\n");
+        assert_eq!(run(&mut n, set, 5), "+OK\r\n");
+        // Expired after 10 ms on the node's clock.
+        assert_eq!(
+            run(
+                &mut n,
+                &[b"SET", b"k", b"t2", b"NX", b"PX", b"10"],
+                10_000_005
+            ),
+            "+OK\r\n"
+        );
+    }
+
+    #[test]
+    fn commands_are_parsed_only_when_whole() {
+        let mut args = Vec::new();
+        let cmd = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
+        for cut in 0..cmd.len() {
+            assert_eq!(parse_command(&cmd[..cut], &mut args), None);
+        }
+        assert_eq!(parse_command(cmd, &mut args), Some(cmd.len()));
+        assert_eq!(args, [(8, 11), (17, 18)]);
+    }
+}
