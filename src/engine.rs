@@ -538,6 +538,13 @@ impl<N: Net> Engine<N> {
         self.take_inbox(now);
     }
 
+    /// Keeps `kept` renewed from now on (what [`Mailbox::push_keep`] hands over, for a driver
+    /// without a mailbox, such as the simulator's).
+    pub fn keep(&mut self, kept: Arc<Kept>, now: Instant) {
+        self.keeps.locks.push(kept);
+        self.keeps.next = Some(now);
+    }
+
     /// Starts the operations queued in the mailbox.
     pub fn take_inbox(&mut self, now: Instant) {
         let Some(mailbox) = self.mailbox.as_ref() else {

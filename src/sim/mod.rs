@@ -28,6 +28,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Builder, Quarantine, Shared};
 use crate::engine::{Engine, OpId, Waiter};
+use crate::kept::Kept;
+use crate::lock::Lock;
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
@@ -145,11 +147,24 @@ impl Clock {
 
 /// What a client is doing.
 enum Work {
-    Idle { until: Instant },
-    Acquiring { id: OpId, res: usize, token: Token },
+    Idle {
+        until: Instant,
+    },
+    Acquiring {
+        id: OpId,
+        res: usize,
+        token: Token,
+    },
     Holding(Hold),
-    Extending { id: OpId, hold: Hold },
-    Releasing { id: OpId },
+    Extending {
+        id: OpId,
+        hold: Hold,
+    },
+    /// A kept lock (renewed by the engine's timers), held until `until`.
+    Keeping(Keeping),
+    Releasing {
+        id: OpId,
+    },
     Done,
 }
 
@@ -161,6 +176,14 @@ struct Hold {
     until: Instant,
     start_g: u64,
     extensions: u32,
+}
+
+struct Keeping {
+    kept: Arc<Kept>,
+    res: usize,
+    until: Instant,
+    /// Start of the belief interval while the holder believes (`is_held()` would say yes).
+    open: Option<u64>,
 }
 
 struct Client {
@@ -497,6 +520,17 @@ impl World {
             if let Some(h) = hold {
                 self.end_belief(c, &h, u64::MAX);
             }
+            if let Work::Keeping(k) = &self.clients[c].work
+                && let Some(start) = k.open
+            {
+                let (res, valid) = (k.res, k.kept.valid_until());
+                let end = if self.clients[c].ignores_validity {
+                    self.g
+                } else {
+                    self.world_of(c, valid)
+                };
+                self.believed(c, res, start, end);
+            }
         }
         self.report.sim_time = Duration::from_nanos(self.g);
         self.report.violation = check(&mut self.beliefs);
@@ -802,10 +836,12 @@ impl World {
             return;
         }
         let now = self.local(c);
+        self.keeping_before(c, now);
         let client = &mut self.clients[c];
         client.engine.net.now = now;
         client.engine.take_input(now);
         client.engine.step(now);
+        self.keeping_after(c, now);
         // The workload may submit; each submission is written by another step.
         for _ in 0..4 {
             if !self.work(c, now) {
@@ -820,6 +856,7 @@ impl World {
         let timer = match &self.clients[c].work {
             Work::Idle { until } => Some(*until),
             Work::Holding(h) => Some(h.until),
+            Work::Keeping(k) => Some(k.until),
             _ => None,
         };
         let next = [self.clients[c].engine.wake_at(now), timer]
@@ -885,6 +922,59 @@ impl World {
         });
     }
 
+    /// A kept lock's belief ends when its validity passed without a renewal seen: found at
+    /// the first poke after (validity only moves in pokes, so the end is exact).
+    fn keeping_before(&mut self, c: usize, now: Instant) {
+        if self.clients[c].ignores_validity {
+            return;
+        }
+        let Work::Keeping(k) = &self.clients[c].work else {
+            return;
+        };
+        let valid = k.kept.valid_until();
+        if let Some(start) = k.open
+            && now >= valid
+        {
+            let (res, end) = (k.res, self.world_of(c, valid));
+            self.believed(c, res, start, end);
+            if let Work::Keeping(k) = &mut self.clients[c].work {
+                k.open = None;
+            }
+        }
+    }
+
+    /// After the engine ran: a lost lock is no longer believed; a renewed one is again.
+    fn keeping_after(&mut self, c: usize, now: Instant) {
+        let ignores_validity = self.clients[c].ignores_validity;
+        let g = self.g;
+        let Work::Keeping(k) = &mut self.clients[c].work else {
+            return;
+        };
+        let valid = k.kept.valid_until();
+        let lost = k.kept.is_lost();
+        match k.open {
+            Some(start) if lost && !ignores_validity => {
+                k.open = None;
+                let res = k.res;
+                let end = g.min(self.world_of(c, valid));
+                self.believed(c, res, start, end);
+            }
+            None if !lost && now < valid => k.open = Some(g),
+            _ => {}
+        }
+    }
+
+    fn believed(&mut self, c: usize, res: usize, start: u64, end: u64) {
+        self.beliefs.push((res, c, start, end));
+        self.log(|| {
+            format!(
+                "client {c} believed it held {res} from {:.6} to {:.6} ms",
+                start as f64 / MS as f64,
+                end as f64 / MS as f64
+            )
+        });
+    }
+
     /// Moves client `c`'s workload on; true if it submitted an operation.
     fn work(&mut self, c: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
@@ -916,6 +1006,23 @@ impl World {
                         self.log(|| {
                             format!("client {c} holds {res}, valid {} ms", left.as_millis())
                         });
+                        if self.rng.chance(25) {
+                            // Kept: renewed by the engine for up to four TTLs.
+                            let resource = &self.resources[res];
+                            let lock = Lock::new(resource, token, valid);
+                            let kept =
+                                Arc::new(Kept::new(lock, client_callbacks(&self.clients[c])));
+                            self.clients[c].engine.keep(kept.clone(), now);
+                            let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
+                            self.log(|| format!("client {c} keeps {res}"));
+                            self.clients[c].work = Work::Keeping(Keeping {
+                                kept,
+                                res,
+                                until,
+                                open: Some(g),
+                            });
+                            return true;
+                        }
                         self.clients[c].work = Work::Holding(Hold {
                             res,
                             token,
@@ -967,6 +1074,28 @@ impl World {
                 self.clients[c].work = Work::Holding(hold);
                 false
             }
+            Work::Keeping(k) if now >= k.until => {
+                let g = self.g;
+                if let Some(start) = k.open {
+                    let end = if self.clients[c].ignores_validity {
+                        g
+                    } else {
+                        g.min(self.world_of(c, k.kept.valid_until()))
+                    };
+                    self.believed(c, k.res, start, end);
+                }
+                if k.kept.end_by_holder() {
+                    let (res, token) = (k.res, *k.kept.base().token());
+                    let id = self.submit(c, ReqKind::Release, res, &token, now);
+                    self.log(|| format!("client {c} releases kept {res}"));
+                    self.clients[c].work = Work::Releasing { id };
+                    true
+                } else {
+                    self.log(|| format!("client {c} finds kept {} lost", k.res));
+                    self.clients[c].work = Work::Idle { until: now };
+                    false
+                }
+            }
             Work::Releasing { id } if client.engine.is_done(id) => {
                 let _ = client.engine.take(id);
                 let think = Duration::from_nanos(self.rng.range(0, 20 * MS));
@@ -979,6 +1108,10 @@ impl World {
             }
         }
     }
+}
+
+fn client_callbacks(client: &Client) -> Arc<crate::kept::Callbacks> {
+    client.engine.callbacks.clone()
 }
 
 fn run_id(rng: &mut Rng) -> [u8; 40] {
