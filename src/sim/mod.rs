@@ -584,20 +584,10 @@ impl World {
             }
             EvKind::ConnArrive { conn, client, node } => {
                 if self.nodes[node].down {
-                    let t = self.delivery(client, node, 0);
-                    let what = Inbound::Refused;
-                    self.at(
-                        t,
-                        EvKind::ToClient {
-                            client,
-                            node,
-                            conn,
-                            what,
-                        },
-                    );
+                    self.send_client(client, node, conn, Inbound::Refused, 0);
                 } else {
                     let incarnation = self.nodes[node].incarnation;
-                    let t = self.delivery(client, node, 0);
+                    let t = self.send_client(client, node, conn, Inbound::Connected, 0);
                     self.conns.insert(
                         conn,
                         WConn {
@@ -608,16 +598,6 @@ impl World {
                             inbuf: Vec::new(),
                             up: 0,
                             down: t,
-                        },
-                    );
-                    let what = Inbound::Connected;
-                    self.at(
-                        t,
-                        EvKind::ToClient {
-                            client,
-                            node,
-                            conn,
-                            what,
                         },
                     );
                 }
@@ -748,19 +728,30 @@ impl World {
         }
     }
 
+    /// Sends `what` to the client's side of `conn` after a link delay, behind `last` (FIFO);
+    /// returns when it arrives.
+    fn send_client(
+        &mut self,
+        client: usize,
+        node: usize,
+        conn: u64,
+        what: Inbound,
+        last: u64,
+    ) -> u64 {
+        let t = self.delivery(client, node, last);
+        let kind = EvKind::ToClient {
+            client,
+            node,
+            conn,
+            what,
+        };
+        self.at(t, kind);
+        t
+    }
+
     /// The node's side of a connection was reset: the client learns after a link delay.
     fn reset(&mut self, conn: u64, client: usize, node: usize) {
-        let t = self.delivery(client, node, 0);
-        let what = Inbound::Closed;
-        self.at(
-            t,
-            EvKind::ToClient {
-                client,
-                node,
-                conn,
-                what,
-            },
-        );
+        self.send_client(client, node, conn, Inbound::Closed, 0);
     }
 
     /// A node takes a message: commands run on its clock, replies go back in order.
@@ -804,20 +795,10 @@ impl World {
             return;
         }
         let last = conn.down;
-        let t = self.delivery(client, node, last);
+        let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
         if let Some(c) = self.conns.get_mut(&conn_id) {
             c.down = t;
         }
-        let what = Inbound::Data(reply);
-        self.at(
-            t,
-            EvKind::ToClient {
-                client,
-                node,
-                conn: conn_id,
-                what,
-            },
-        );
     }
 
     fn local(&self, c: usize) -> Instant {
