@@ -23,6 +23,7 @@ fn main() {
     let mut start: u64 = 0;
     let mut breaks = Break::Nothing;
     let mut control = false;
+    let mut trace: Option<u64> = None;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -36,20 +37,11 @@ fn main() {
             }
             "--control" => control = true,
             "--trace" => {
-                let seed = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--trace SEED");
-                let mut trace = String::new();
-                let setup = Setup {
-                    breaks,
-                    control,
-                    ..Setup::default()
-                };
-                let r = sim::run(seed, setup, Some(&mut trace));
-                print!("{trace}");
-                println!("{r:?}");
-                return;
+                trace = Some(
+                    args.next()
+                        .and_then(|v| v.parse().ok())
+                        .expect("--trace SEED"),
+                );
             }
             "--break" => {
                 breaks = match args.next().as_deref() {
@@ -70,6 +62,13 @@ fn main() {
         control,
         ..Setup::default()
     };
+    if let Some(seed) = trace {
+        let mut text = String::new();
+        let report = sim::run(seed, setup, Some(&mut text));
+        print!("{text}");
+        println!("{report:?}");
+        return;
+    }
     let next = Arc::new(AtomicU64::new(start));
     let t0 = Instant::now();
     let workers: Vec<_> = (0..threads)

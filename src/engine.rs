@@ -12,8 +12,9 @@
 //! [`Mailbox`] and park until the driver hands them the outcome.
 //!
 //! The decisions (which bytes go to which node, which operation a reply belongs to, round
-//! outcomes, deadlines) take `now` as an argument and never read the clock themselves; tokens
-//! come in with the request. The socket work stays in [`Driver`] and `conn.rs`.
+//! outcomes, deadlines) take `now` as an argument; the only clock is the [`Net`]'s, and tokens
+//! come in with the request. The engine reaches the nodes only through its [`Net`]: the `mio`
+//! [`Driver`] and `conn.rs` in production, the simulator's in-memory network in `sim`.
 //!
 //! An operation's slot lives until every node has answered or failed each of its requests, even
 //! after its caller got the outcome: so a late reply always finds its operation (a late yes to
@@ -425,7 +426,7 @@ impl<N: Net> Engine<N> {
         }
         let tag = id.tag();
         let Engine {
-            net: driver,
+            net,
             core,
             scratch,
             set_nx_px,
@@ -447,7 +448,7 @@ impl<N: Net> Engine<N> {
                     );
                 }
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let sent = driver.request(node, Kind::Set, tag, scratch, now, &mut core.sink());
+                    let sent = net.request(node, Kind::Set, tag, scratch, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
@@ -463,7 +464,7 @@ impl<N: Net> Engine<N> {
                 );
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                     let sent =
-                        driver.script(node, &scripts()[1], tag, scratch, 4, now, &mut core.sink());
+                        net.script(node, &scripts()[1], tag, scratch, 4, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
@@ -486,12 +487,12 @@ impl<N: Net> Engine<N> {
                     // Every node gets the release, but not every node is waited for: a node
                     // still answering earlier requests gets a short grace; one that missed it
                     // before is not waited for until it has caught up.
-                    let behind = driver.session(node).pending() > 0;
+                    let behind = net.session(node).pending() > 0;
                     if !behind {
                         core.slow[node] = false;
                     }
                     let sent =
-                        driver.script(node, &scripts()[0], tag, scratch, 3, now, &mut core.sink());
+                        net.script(node, &scripts()[0], tag, scratch, 3, now, &mut core.sink());
                     let ok = sent.is_ok();
                     core.sent(id, node, sent, now);
                     if ok && waited && !core.slow[node] {
@@ -509,7 +510,7 @@ impl<N: Net> Engine<N> {
                     );
                     for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                         let sent =
-                            driver.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
+                            net.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
                         core.sent(id, node, sent, now);
                     }
                 }
@@ -520,20 +521,16 @@ impl<N: Net> Engine<N> {
 
     /// Writes what every connection has queued: one `write` per node.
     pub fn flush(&mut self, now: Instant) {
-        let Engine {
-            net: driver, core, ..
-        } = self;
-        driver.flush(now, &mut core.sink());
+        let Engine { net, core, .. } = self;
+        net.flush(now, &mut core.sink());
     }
 
     /// Takes what arrived while nobody drove, without waiting (one `epoll_wait`): stragglers,
     /// and connections the servers closed while idle, so that they are re-established within
     /// the next operation.
     pub fn drain(&mut self, now: Instant) {
-        let Engine {
-            net: driver, core, ..
-        } = self;
-        driver.turn(now, &mut core.sink());
+        let Engine { net, core, .. } = self;
+        net.turn(now, &mut core.sink());
         // What other callers queued meanwhile goes before whatever the caller submits next.
         self.take_inbox(now);
     }
@@ -857,10 +854,8 @@ impl<N: Net> Engine<N> {
             if !conn.is_ready() {
                 // Reconnect if not backing off; the next turn tries again.
                 if !conn.is_connecting() {
-                    let Engine {
-                        net: driver, core, ..
-                    } = self;
-                    let _ = driver.ensure_connected(node, now, &mut core.sink());
+                    let Engine { net, core, .. } = self;
+                    let _ = net.ensure_connected(node, now, &mut core.sink());
                 }
                 continue;
             }
@@ -939,10 +934,8 @@ impl<N: Net> Engine<N> {
     /// Takes in what the network delivered, without waiting (for a network that never waits,
     /// such as the simulator's; the real loop waits in [`Engine::drive_until`]).
     pub fn take_input(&mut self, now: Instant) {
-        let Engine {
-            net: driver, core, ..
-        } = self;
-        driver.turn(now, &mut core.sink());
+        let Engine { net, core, .. } = self;
+        net.turn(now, &mut core.sink());
     }
 
     /// When the engine next needs a [`Engine::step`] although nothing arrives: an operation's
@@ -960,16 +953,12 @@ impl<N: Net> Engine<N> {
             if !mailbox.sleep_begin() {
                 return;
             }
-            let Engine {
-                net: driver, core, ..
-            } = self;
-            driver.turn(until, &mut core.sink());
+            let Engine { net, core, .. } = self;
+            net.turn(until, &mut core.sink());
             mailbox.sleep_end();
         } else {
-            let Engine {
-                net: driver, core, ..
-            } = self;
-            driver.turn(until, &mut core.sink());
+            let Engine { net, core, .. } = self;
+            net.turn(until, &mut core.sink());
         }
     }
 
@@ -979,19 +968,14 @@ impl<N: Net> Engine<N> {
         let now = self.net.now();
         let deadline = deadline_after(now, timeout);
         let n = self.shared.nodes.len();
-        let Engine {
-            net: driver, core, ..
-        } = self;
+        let Engine { net, core, .. } = self;
         let mut sink = core.sink();
-        let mut ready = driver.connect_all(now, &mut sink);
-        driver.flush(now, &mut sink);
+        let mut ready = net.connect_all(now, &mut sink);
+        net.flush(now, &mut sink);
         // Until every node is ready or down: a refused node does not hold the others up.
-        while ready < n
-            && (0..n).any(|i| driver.session(i).is_connecting())
-            && driver.now() < deadline
-        {
-            driver.turn(deadline, &mut sink);
-            ready = (0..n).filter(|&i| driver.session(i).is_ready()).count();
+        while ready < n && (0..n).any(|i| net.session(i).is_connecting()) && net.now() < deadline {
+            net.turn(deadline, &mut sink);
+            ready = (0..n).filter(|&i| net.session(i).is_ready()).count();
         }
         ready
     }
@@ -1073,8 +1057,7 @@ impl<N: Net> Engine<N> {
 }
 
 impl Core {
-    /// What the driver hands every reply and fault to. The one place where a delivery is
-    /// stamped with the time (the driver's side of the sans-IO line).
+    /// What the [`Net`] hands every reply and fault to, stamped with the time of its clock.
     fn sink(&mut self) -> impl for<'a> FnMut(usize, Instant, Delivery<'a>) + '_ {
         |i, now, d| self.on_delivery(i, d, now)
     }
