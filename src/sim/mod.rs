@@ -2,8 +2,8 @@
 //! `Round`s and one real `Session` per node and client — in a simulated world with virtual
 //! time, where a seed replays a run exactly.
 //!
-//! The world has N simulated Redis nodes ([`node`]), C client processes each with its own
-//! engine over a [`SimNet`](net::SimNet), links with a delay drawn per message (FIFO per
+//! The world has N simulated Redis nodes (`node.rs`), C client processes each with its own
+//! engine over a `SimNet` (`net.rs`), links with a delay drawn per message (FIFO per
 //! connection, like TCP), and faults: node pauses (the node's clock runs on), crashes with all
 //! keys lost and a new `run_id`, connection resets, partitions that heal (messages held, as TCP
 //! retransmits them), `SCRIPT FLUSH`, client pauses ("GC pauses") and per-process clock rates.
