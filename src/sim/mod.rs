@@ -524,11 +524,7 @@ impl World {
                 && let Some(start) = k.open
             {
                 let (res, valid) = (k.res, k.kept.valid_until());
-                let end = if self.clients[c].ignores_validity {
-                    self.g
-                } else {
-                    self.world_of(c, valid)
-                };
+                let end = self.belief_end(c, valid, u64::MAX);
                 self.believed(c, res, start, end);
             }
         }
@@ -886,21 +882,18 @@ impl World {
 
     /// The belief of client `c` in `hold` ends at `end` (world time) or at its validity.
     fn end_belief(&mut self, c: usize, hold: &Hold, end: u64) {
-        let valid_end = self.world_of(c, hold.valid);
-        let end = if self.clients[c].ignores_validity {
+        let end = self.belief_end(c, hold.valid, end);
+        self.believed(c, hold.res, hold.start_g, end);
+    }
+
+    /// When a belief that would last until `end` (world time) ends: at the lock's validity
+    /// `valid` on the client's clock, unless the client ignores it (then no later than now).
+    fn belief_end(&self, c: usize, valid: Instant, end: u64) -> u64 {
+        if self.clients[c].ignores_validity {
             end.min(self.g)
         } else {
-            end.min(valid_end)
-        };
-        self.beliefs.push((hold.res, c, hold.start_g, end));
-        let (res, start) = (hold.res, hold.start_g);
-        self.log(|| {
-            format!(
-                "client {c} believed it held {res} from {:.6} to {:.6} ms",
-                start as f64 / MS as f64,
-                end as f64 / MS as f64
-            )
-        });
+            end.min(self.world_of(c, valid))
+        }
     }
 
     /// A kept lock's belief ends when its validity passed without a renewal seen: found at
@@ -937,7 +930,7 @@ impl World {
             Some(start) if lost && !ignores_validity => {
                 k.open = None;
                 let res = k.res;
-                let end = g.min(self.world_of(c, valid));
+                let end = self.belief_end(c, valid, g);
                 self.believed(c, res, start, end);
             }
             None if !lost && now < valid => k.open = Some(g),
@@ -992,7 +985,7 @@ impl World {
                             let resource = &self.resources[res];
                             let lock = Lock::new(resource, token, valid);
                             let kept =
-                                Arc::new(Kept::new(lock, client_callbacks(&self.clients[c])));
+                                Arc::new(Kept::new(lock, self.clients[c].engine.callbacks.clone()));
                             self.clients[c].engine.keep(kept.clone(), now);
                             let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
                             self.log(|| format!("client {c} keeps {res}"));
@@ -1056,13 +1049,8 @@ impl World {
                 false
             }
             Work::Keeping(k) if now >= k.until => {
-                let g = self.g;
                 if let Some(start) = k.open {
-                    let end = if self.clients[c].ignores_validity {
-                        g
-                    } else {
-                        g.min(self.world_of(c, k.kept.valid_until()))
-                    };
+                    let end = self.belief_end(c, k.kept.valid_until(), self.g);
                     self.believed(c, k.res, start, end);
                 }
                 if k.kept.end_by_holder() {
@@ -1089,10 +1077,6 @@ impl World {
             }
         }
     }
-}
-
-fn client_callbacks(client: &Client) -> Arc<crate::kept::Callbacks> {
-    client.engine.callbacks.clone()
 }
 
 fn run_id(rng: &mut Rng) -> [u8; 40] {

@@ -128,18 +128,13 @@ impl SimNet {
     }
 
     fn admit(&mut self, node: usize, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
-        self.connect_node(node, now, sink)?;
+        self.connect_node(node, now)?;
         let admitted = self.links[node].session.admit(now, sink);
         self.sync(node, now);
         admitted
     }
 
-    fn connect_node(
-        &mut self,
-        node: usize,
-        now: Instant,
-        _sink: &mut Sink<'_>,
-    ) -> Result<(), NodeFault> {
+    fn connect_node(&mut self, node: usize, now: Instant) -> Result<(), NodeFault> {
         if self.links[node].session.connect_due(now)? {
             self.open(node, now);
         }
@@ -199,9 +194,9 @@ impl Net for SimNet {
         &mut self,
         node: usize,
         now: Instant,
-        sink: &mut NodeSink<'_>,
+        _sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
-        self.connect_node(node, now, &mut |d| sink(node, now, d))
+        self.connect_node(node, now)
     }
 
     fn flush(&mut self, _now: Instant, _sink: &mut NodeSink<'_>) {
