@@ -251,25 +251,49 @@ pub(crate) fn retry(
     deadline: Option<Instant>,
     mut attempt: impl FnMut(Option<Instant>) -> Result<Lock, Error>,
 ) -> Result<Lock, Error> {
-    let tries = config.retry_count;
+    let mut retries = Retries::new(config, deadline);
     let mut wake = None;
-    let mut n = 0u32;
     loop {
-        let error = match attempt(wake) {
+        match attempt(wake) {
             Ok(lock) => return Ok(lock),
-            Err(e @ (Error::Config(_) | Error::Auth { .. } | Error::Permission { .. })) => {
-                return Err(e);
-            }
-            Err(e) => e,
-        };
-        n += 1;
-        let at = Instant::now() + retry_pause(config, rand::rng().random());
-        match deadline {
-            Some(d) if at >= d => return Err(error),
-            None if n > tries => return Err(error),
-            _ => {}
+            Err(e) => wake = Some(retries.after(e)?),
         }
-        wake = Some(at);
+    }
+}
+
+/// The retry policy as a value, for the blocking loop above and the async one alike: after a
+/// failed attempt, when to try again — or the error to give up with.
+pub(crate) struct Retries<'c> {
+    config: &'c Config,
+    deadline: Option<Instant>,
+    failed: u32,
+}
+
+impl Retries<'_> {
+    pub fn new(config: &Config, deadline: Option<Instant>) -> Retries<'_> {
+        Retries {
+            config,
+            deadline,
+            failed: 0,
+        }
+    }
+
+    /// After an attempt failed with `error`: the instant of the next try, or `error` if it is
+    /// final (a bad name, refused credentials) or no try is left (count, or deadline).
+    pub fn after(&mut self, error: Error) -> Result<Instant, Error> {
+        if matches!(
+            error,
+            Error::Config(_) | Error::Auth { .. } | Error::Permission { .. }
+        ) {
+            return Err(error);
+        }
+        self.failed += 1;
+        let at = Instant::now() + retry_pause(self.config, rand::rng().random());
+        match self.deadline {
+            Some(d) if at >= d => Err(error),
+            None if self.failed > self.config.retry_count => Err(error),
+            _ => Ok(at),
+        }
     }
 }
 

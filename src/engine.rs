@@ -33,7 +33,7 @@ use crate::config::Shared;
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
 use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Mailbox, Slot};
+use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::request::{NodeStatus, Outcome, ReqKind};
@@ -220,6 +220,8 @@ pub(crate) struct Engine<N: Net = Driver> {
     /// A resource name copied out of a slot (reused).
     resource: Vec<u8>,
     keeps: Keeps,
+    /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
+    alarms: Vec<(Instant, Arc<Alarm>)>,
     /// The callback thread of kept locks that are lost.
     pub callbacks: Arc<Callbacks>,
 }
@@ -286,6 +288,7 @@ impl<N: Net> Engine<N> {
                 decided: Vec::new(),
                 lost: Vec::new(),
             },
+            alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),
             net,
             shared,
@@ -325,11 +328,34 @@ impl<N: Net> Engine<N> {
         self.core.ledger.len > 0
     }
 
-    /// When the kept locks need the loop next (a renewal due, a validity ending); `None` while
-    /// none is kept or every kept lock's extend is in flight. After a turn of the loop it is in
-    /// the future: a driver that leaves publishes it for the background thread.
-    pub fn keep_timer(&self) -> Option<Instant> {
-        self.keeps.next
+    /// When the engine's timers need the loop next: a kept lock's renewal or validity end, an
+    /// async caller's alarm; `None` while there is none (or every kept lock's extend is in
+    /// flight). After a turn of the loop it is in the future: a driver that leaves publishes it
+    /// for the background thread.
+    pub fn timer(&self) -> Option<Instant> {
+        [self.keeps.next, self.next_alarm()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn next_alarm(&self) -> Option<Instant> {
+        self.alarms.iter().map(|(t, _)| *t).min()
+    }
+
+    /// Fires the alarms due at `now`.
+    fn fire_alarms(&mut self, now: Instant) {
+        if self.alarms.is_empty() {
+            return;
+        }
+        self.alarms.retain(|(t, alarm)| {
+            if *t <= now {
+                alarm.fire();
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// When someone should drive the engine again although nobody waits: a connection
@@ -343,7 +369,7 @@ impl<N: Net> Engine<N> {
                 .max(Duration::from_millis(10))
         });
         let conn = self.net.next_deadline();
-        [retry, conn, self.keeps.next].into_iter().flatten().min()
+        [retry, conn, self.timer()].into_iter().flatten().min()
     }
 
     /// Starts an operation: queues its requests on every node (nothing written before
@@ -550,14 +576,19 @@ impl<N: Net> Engine<N> {
         if mailbox.queued() == 0 {
             return;
         }
-        if mailbox.take(&mut self.taken, &mut self.keeps.locks) {
+        if mailbox.take(&mut self.taken, &mut self.alarms, &mut self.keeps.locks) {
             self.keeps.next = Some(now);
         }
         let mut taken = std::mem::take(&mut self.taken);
         for slot in taken.drain(..) {
             let cell = slot.cell();
             let (kind, token) = (cell.request.kind, cell.request.token);
-            if cell.request.detached {
+            if cell.cancelled && !matches!(kind, ReqKind::Release) {
+                // An async caller gave up before its request was taken in: nothing was sent,
+                // nothing is. (A release still goes out, waited for by nobody.)
+                continue;
+            }
+            if cell.request.detached || cell.cancelled {
                 self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
                 drop(cell);
                 // Taken in: the caller may reuse the slot.
@@ -669,7 +700,11 @@ impl<N: Net> Engine<N> {
                         Waiter::Local => op.outcome = Some(outcome),
                         Waiter::Slot(slot) => {
                             self.core.waiting -= 1;
-                            slot.deliver(outcome);
+                            // An async caller that dropped its future: a lock won for nobody
+                            // is released like a lost one (every node, late OKs included).
+                            if let Some(Outcome::Acquired(Ok(_))) = slot.deliver(outcome) {
+                                self.lost.push(index as u32);
+                            }
                         }
                         Waiter::Keep(kept) => {
                             self.core.waiting -= 1;
@@ -894,7 +929,7 @@ impl<N: Net> Engine<N> {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        [next, self.keeps.next].into_iter().flatten().min()
+        [next, self.timer()].into_iter().flatten().min()
     }
 
     /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
@@ -922,6 +957,7 @@ impl<N: Net> Engine<N> {
     /// of its virtual time; [`Engine::drive_until`] calls it at every turn of the real loop.
     pub fn step(&mut self, now: Instant) {
         self.take_inbox(now);
+        self.fire_alarms(now);
         self.flush_ledger(now);
         self.tick_keeps(now);
         self.settle(now);

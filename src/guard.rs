@@ -1,4 +1,4 @@
-//! [`LockGuard`]: releases its lock when dropped.
+//! [`LockGuard`]: an owned guard; releases its lock when dropped, without waiting.
 
 use std::time::Duration;
 
@@ -6,15 +6,21 @@ use crate::error::Error;
 use crate::handle::Redlock;
 use crate::lock::Lock;
 
-/// Releases its lock when dropped (waiting at most the per-node timeout; errors are ignored and
-/// nothing panics). Derefs to the [`Lock`](crate::Lock).
+/// Releases its lock when dropped. Derefs to the [`Lock`](crate::Lock).
+///
+/// Owned and `'static`: it holds a clone of the handle, is `Send`, and can be moved into
+/// another thread or returned from one. Dropping it never waits: the release is queued on the
+/// handle's engine ([`Redlock::unlock_nowait`]) and written within a turn of its loop; a node
+/// that is down gets it when it is back. A process that exits right after dropping guards can
+/// lose those releases — call [`Redlock::shutdown`] first. [`LockGuard::unlock`] releases and
+/// waits for the count.
 #[derive(Debug)]
-pub struct LockGuard<'a> {
-    redlock: &'a Redlock,
+pub struct LockGuard {
+    redlock: Redlock,
     lock: Option<Lock>,
 }
 
-impl LockGuard<'_> {
+impl LockGuard {
     /// Extends the guarded lock.
     ///
     /// # Errors
@@ -47,7 +53,7 @@ impl LockGuard<'_> {
     }
 }
 
-impl std::ops::Deref for LockGuard<'_> {
+impl std::ops::Deref for LockGuard {
     type Target = Lock;
     fn deref(&self) -> &Lock {
         self.lock
@@ -56,10 +62,10 @@ impl std::ops::Deref for LockGuard<'_> {
     }
 }
 
-impl Drop for LockGuard<'_> {
+impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(lock) = self.lock.take() {
-            let _ = self.redlock.unlock(lock);
+            self.redlock.unlock_nowait(lock);
         }
     }
 }
@@ -70,9 +76,9 @@ impl Redlock {
     /// # Errors
     ///
     /// As [`Client::lock`](crate::Client::lock).
-    pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard<'_>, Error> {
+    pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
         Ok(LockGuard {
-            redlock: self,
+            redlock: self.clone(),
             lock: Some(self.lock(resource)?),
         })
     }

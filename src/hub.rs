@@ -31,7 +31,7 @@ use crate::client::Client;
 use crate::engine::{Shutdown, Waiter};
 use crate::error::Error;
 use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Mailbox, Slot};
+use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
@@ -123,7 +123,7 @@ impl Hub {
         let more = engine.waiting() > 0 || engine.has_ledger();
         // The kept locks' timer, which may have moved in this driver's turns (a lock taken in,
         // an extend decided): the background thread may be asleep until later than that.
-        let timer = engine.keep_timer().map_or(u64::MAX, |t| self.ns(t));
+        let timer = engine.timer().map_or(u64::MAX, |t| self.ns(t));
         drop(guard);
         // Stored only when it moved: no write to a shared cache line on every operation.
         if self.timer.load(Ordering::Relaxed) != timer {
@@ -190,6 +190,32 @@ impl Hub {
         }
     }
 
+    /// Starts an async caller's operation (its slot filled, its waker in it) without ever
+    /// waiting: the request is queued; if nobody drives the loop, this thread takes it for one
+    /// turn that waits for nothing (the request goes out in one write per node) and leaves the
+    /// rest to the background thread, which wakes the caller's task when the outcome is in.
+    pub fn submit_task(&self, slot: Arc<Slot>) {
+        self.mailbox.push(slot);
+        fence(Ordering::SeqCst);
+        self.turn_if_free();
+    }
+
+    /// One turn of the loop that waits for nothing, if the loop is free; otherwise whoever
+    /// drives takes in what was queued (pairs with `leave`).
+    fn turn_if_free(&self) {
+        if let Some(mut guard) = self.try_engine() {
+            guard.engine().drive_until(Instant::now(), |_| false);
+            self.leave(guard);
+        }
+    }
+
+    /// Fires `alarm` at `at` (or soon after): the engine's loop is the async API's only clock.
+    pub fn alarm(&self, at: Instant, alarm: Arc<Alarm>) {
+        self.mailbox.push_alarm(at, alarm);
+        fence(Ordering::SeqCst);
+        self.notify();
+    }
+
     /// Queues an operation nobody waits for (a release): sent within the current or next turn
     /// of the loop, its reply consumed later, a failure remembered in the ledger.
     pub fn send(&self, kind: ReqKind, resource: &[u8], token: &Token) {
@@ -213,10 +239,7 @@ impl Hub {
         self.mailbox.push(slot);
         fence(Ordering::SeqCst);
         // Nobody may be driving: take the loop for one turn, or make sure somebody will.
-        if let Some(mut guard) = self.try_engine() {
-            guard.engine().drive_until(Instant::now(), |_| false);
-            self.leave(guard);
-        }
+        self.turn_if_free();
     }
 
     /// The background thread: drives the loop while callers wait and nobody else drives, and
@@ -269,7 +292,7 @@ impl Hub {
             // Connection deadlines that passed while nobody drove.
             engine.drain(now);
             engine.drive(|e| e.waiting() == 0 && mailbox.queued() == 0);
-            let timer = engine.keep_timer().map_or(u64::MAX, |t| self.ns(t));
+            let timer = engine.timer().map_or(u64::MAX, |t| self.ns(t));
             self.timer.store(timer, Ordering::SeqCst);
             next = engine.background_deadline(Instant::now());
             drop(guard);

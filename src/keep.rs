@@ -127,13 +127,23 @@ impl KeepAlive {
     /// [`Error::Expired`] if the lock had been lost or had expired; errors of
     /// [`Client::unlock`](crate::Client::unlock).
     pub fn release(mut self) -> Result<usize, Error> {
+        let lock = self.end()?;
+        self.redlock.unlock(lock)
+    }
+
+    /// Stops keeping the lock: the lock to release, or [`Error::Expired`] if it had been lost
+    /// (then the engine releases it and runs the callback). Dropping does nothing more after.
+    pub(crate) fn end(&mut self) -> Result<Lock, Error> {
         self.done = true;
         let lock = self.kept.lock();
         if !self.kept.end_by_holder() {
-            // Lost before: the engine releases it (and runs the callback).
             return Err(Error::Expired { released: 0 });
         }
-        self.redlock.unlock(lock)
+        Ok(lock)
+    }
+
+    pub(crate) fn kept(&self) -> &Arc<Kept> {
+        &self.kept
     }
 }
 

@@ -10,6 +10,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
@@ -36,6 +37,8 @@ pub(crate) struct Kept {
     pub extending: AtomicBool,
     reason: Mutex<Option<Error>>,
     changed: Condvar,
+    /// Async waiters for the loss, woken with the `Condvar`'s.
+    wakers: Mutex<Vec<Waker>>,
     notice: Mutex<Notice>,
     base: Lock,
     pub callbacks: Arc<Callbacks>,
@@ -60,6 +63,7 @@ impl Kept {
             extending: AtomicBool::new(false),
             reason: Mutex::new(None),
             changed: Condvar::new(),
+            wakers: Mutex::new(Vec::new()),
             notice: Mutex::new(Notice::default()),
             callbacks,
             base: lock,
@@ -123,7 +127,22 @@ impl Kept {
         *reason = Some(why);
         drop(reason);
         self.changed.notify_all();
+        let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
+        for waker in wakers {
+            waker.wake();
+        }
         true
+    }
+
+    /// An async waiter: `waker` is woken when the lock is marked lost. Then looks again, so a
+    /// loss marked meanwhile is not missed: true if it is lost already.
+    pub fn wake_on_loss(&self, waker: &Waker) -> bool {
+        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
+        if !wakers.iter().any(|w| w.will_wake(waker)) {
+            wakers.push(waker.clone());
+        }
+        drop(wakers);
+        self.is_lost()
     }
 
     /// Records that the lock's end is settled (its release is over); returns the callback set

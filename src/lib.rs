@@ -60,6 +60,9 @@
 #![deny(missing_docs)]
 
 pub mod addr;
+mod async_guard;
+mod async_handle;
+mod async_keep;
 mod client;
 mod config;
 mod conn;
@@ -82,9 +85,13 @@ mod session;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim;
+mod task;
 mod token;
 
 pub use addr::NodeAddr;
+pub use async_guard::AsyncLockGuard;
+pub use async_handle::AsyncRedlock;
+pub use async_keep::{AsyncKeepAlive, LockWatch};
 pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
@@ -93,7 +100,7 @@ pub use error::{Error, NodeFault, Report};
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
-pub use lock::Lock;
+pub use lock::{Lock, Resource};
 pub use request::NodeStatus;
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 

@@ -51,7 +51,12 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::Config`] for an empty resource or a bad token.
-    pub fn from_parts(resource: &[u8], token: &[u8], validity: Duration) -> Result<Lock, Error> {
+    pub fn from_parts(
+        resource: impl AsRef<[u8]>,
+        token: impl AsRef<[u8]>,
+        validity: Duration,
+    ) -> Result<Lock, Error> {
+        let (resource, token) = (resource.as_ref(), token.as_ref());
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }
@@ -73,9 +78,10 @@ impl Lock {
         }
     }
 
-    /// The locked resource (the Redis key).
-    pub fn resource(&self) -> &[u8] {
-        self.resource.as_slice()
+    /// The locked resource (the Redis key): bytes (it derefs to `[u8]`) with a readable
+    /// `Debug`.
+    pub fn resource(&self) -> &Resource {
+        Resource::new(self.resource.as_slice())
     }
     /// The token stored on the nodes.
     pub fn token(&self) -> &Token {
@@ -107,10 +113,112 @@ impl Lock {
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Lock")
-            .field("resource", &String::from_utf8_lossy(self.resource()))
+            .field("resource", &self.resource())
             .field("token", &self.token)
             .field("validity", &self.validity())
             .field("extensions", &self.extensions)
             .finish()
+    }
+}
+
+/// A resource name: the bytes of a Redis key. Derefs to `[u8]`; `Debug` shows it as a string,
+/// with bytes that are not printable ASCII escaped (`"orders:42"`, `"blob\\xff"`), and `Display`
+/// as text (invalid UTF-8 replaced).
+#[repr(transparent)]
+#[derive(PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resource([u8]);
+
+impl Resource {
+    /// The name as a `Resource`.
+    pub fn new(bytes: &[u8]) -> &Resource {
+        // SAFETY: `Resource` is `repr(transparent)` over `[u8]`: same layout, same metadata
+        // (the length), so the pointer cast keeps both (as `std::path::Path` does over
+        // `OsStr`).
+        unsafe { &*(bytes as *const [u8] as *const Resource) }
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Resource {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl AsRef<[u8]> for Resource {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "\"{}\"", self.0.escape_ascii())
+    }
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.0))
+    }
+}
+
+impl PartialEq<[u8]> for Resource {
+    fn eq(&self, other: &[u8]) -> bool {
+        &self.0 == other
+    }
+}
+
+impl PartialEq<&[u8]> for Resource {
+    fn eq(&self, other: &&[u8]) -> bool {
+        &self.0 == *other
+    }
+}
+
+impl<const N: usize> PartialEq<[u8; N]> for Resource {
+    fn eq(&self, other: &[u8; N]) -> bool {
+        self.0 == other[..]
+    }
+}
+
+impl<const N: usize> PartialEq<&[u8; N]> for Resource {
+    fn eq(&self, other: &&[u8; N]) -> bool {
+        self.0 == other[..]
+    }
+}
+
+impl PartialEq<str> for Resource {
+    fn eq(&self, other: &str) -> bool {
+        &self.0 == other.as_bytes()
+    }
+}
+
+impl PartialEq<&str> for Resource {
+    fn eq(&self, other: &&str) -> bool {
+        &self.0 == other.as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_reads_as_text_and_compares_as_bytes() {
+        let lock = Lock::from_parts("orders:42", [b'a'; 16], Duration::from_secs(1)).unwrap();
+        assert_eq!(format!("{:?}", lock.resource()), "\"orders:42\"");
+        assert_eq!(lock.resource().to_string(), "orders:42");
+        assert!(lock.resource() == b"orders:42");
+        assert!(*lock.resource() == *"orders:42");
+        let odd = Resource::new(b"a\"b\xff\n");
+        assert_eq!(format!("{odd:?}"), "\"a\\\"b\\xff\\n\"");
+        assert!(format!("{lock:?}").contains("resource: \"orders:42\""));
+        let bytes: &[u8] = lock.resource();
+        assert_eq!(bytes, b"orders:42");
     }
 }

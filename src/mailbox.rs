@@ -1,10 +1,14 @@
-//! How callers hand requests to the thread that drives a shared engine: a reusable per-thread
-//! [`Slot`] (request in, outcome out, the thread to unpark) and the [`Mailbox`] the driver
-//! takes them from at every turn.
+//! How callers hand requests to the thread that drives a shared engine: a reusable [`Slot`]
+//! (request in, outcome out, the thread to unpark or the task to wake) and the [`Mailbox`] the
+//! driver takes them from at every turn — with the [`Alarm`]s of async callers (a retry pause,
+//! a validity deadline), which the engine's loop fires since the library has no timer of its
+//! own.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::thread::Thread;
+use std::time::Instant;
 
 use crate::kept::Kept;
 use crate::request::{Outcome, ReqKind};
@@ -21,11 +25,12 @@ pub(crate) struct Request {
     pub detached: bool,
 }
 
-/// One caller thread's hand-over cell: reused for every operation of the thread, so handing a
-/// request over allocates nothing.
+/// One caller's hand-over cell: reused for every operation of a thread (or, for async callers,
+/// kept in a per-thread pool of free cells), so handing a request over allocates nothing.
 #[derive(Debug)]
 pub(crate) struct Slot {
-    thread: Thread,
+    /// The blocked thread to unpark; `None` for an async caller, woken through its waker.
+    thread: Option<Thread>,
     pub done: AtomicBool,
     cell: Mutex<SlotCell>,
 }
@@ -34,12 +39,27 @@ pub(crate) struct Slot {
 pub(crate) struct SlotCell {
     pub request: Request,
     pub outcome: Option<Outcome>,
+    /// The async caller's task, woken when the outcome is in.
+    pub waker: Option<Waker>,
+    /// The async caller dropped its future: nobody takes the outcome, and the engine cleans up
+    /// after it (releases a lock won for nobody).
+    pub cancelled: bool,
 }
 
 impl Slot {
+    /// A slot for the calling thread, which parks while it waits.
     pub fn new() -> Slot {
+        Slot::with_thread(Some(std::thread::current()))
+    }
+
+    /// A slot for async callers: they are woken through the waker they leave in it.
+    pub fn for_tasks() -> Slot {
+        Slot::with_thread(None)
+    }
+
+    fn with_thread(thread: Option<Thread>) -> Slot {
         Slot {
-            thread: std::thread::current(),
+            thread,
             done: AtomicBool::new(false),
             cell: Mutex::new(SlotCell {
                 request: Request {
@@ -49,6 +69,8 @@ impl Slot {
                     detached: false,
                 },
                 outcome: None,
+                waker: None,
+                cancelled: false,
             }),
         }
     }
@@ -60,11 +82,23 @@ impl Slot {
         self.done.store(true, Ordering::Release);
     }
 
-    /// Hands the outcome over and unparks the caller.
-    pub fn deliver(&self, outcome: Outcome) {
-        self.cell().outcome = Some(outcome);
+    /// Hands the outcome over and unparks (or wakes) the caller. A cancelled caller takes
+    /// nothing: the outcome comes back, for the engine to clean up after.
+    pub fn deliver(&self, outcome: Outcome) -> Option<Outcome> {
+        let mut cell = self.cell();
+        if cell.cancelled {
+            return Some(outcome);
+        }
+        cell.outcome = Some(outcome);
+        let waker = cell.waker.take();
         self.done.store(true, Ordering::Release);
-        self.thread.unpark();
+        drop(cell);
+        if let Some(waker) = waker {
+            waker.wake();
+        } else if let Some(thread) = &self.thread {
+            thread.unpark();
+        }
+        None
     }
 
     pub fn is_done(&self) -> bool {
@@ -80,6 +114,8 @@ impl Slot {
         cell.request.token = *token;
         cell.request.detached = detached;
         cell.outcome = None;
+        cell.waker = None;
+        cell.cancelled = false;
         drop(cell);
         self.done.store(false, Ordering::Relaxed);
     }
@@ -90,6 +126,8 @@ pub(crate) struct Mailbox {
     inbox: Mutex<Vec<Arc<Slot>>>,
     /// Locks to keep, handed over by `Redlock::keep`.
     keeps: Mutex<Vec<Arc<Kept>>>,
+    /// Alarms of async callers, for the engine's timers.
+    alarms: Mutex<Vec<(Instant, Arc<Alarm>)>>,
     /// Requests in `inbox`; read without the lock by the driver before it sleeps.
     queued: AtomicUsize,
     /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
@@ -104,6 +142,7 @@ impl Mailbox {
         Mailbox {
             inbox: Mutex::new(Vec::with_capacity(64)),
             keeps: Mutex::new(Vec::new()),
+            alarms: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),
             sleeping: AtomicBool::new(false),
             waker,
@@ -139,17 +178,40 @@ impl Mailbox {
         self.wake_if_asleep();
     }
 
+    /// Queues an alarm (counted in `queued`, so the driver looks); wakes the driver if it
+    /// sleeps in `poll`.
+    pub fn push_alarm(&self, at: Instant, alarm: Arc<Alarm>) {
+        let mut alarms = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
+        alarms.push((at, alarm));
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        drop(alarms);
+        self.wake_if_asleep();
+    }
+
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::SeqCst)
     }
 
     /// The driver takes everything queued: requests swapped into `requests` (an empty list
-    /// whose capacity is reused), locks to keep appended to `keeps`; true if there were any.
-    pub fn take(&self, requests: &mut Vec<Arc<Slot>>, keeps: &mut Vec<Arc<Kept>>) -> bool {
+    /// whose capacity is reused), alarms appended to `alarms`, locks to keep appended to
+    /// `keeps`; true if there were locks to keep.
+    pub fn take(
+        &self,
+        requests: &mut Vec<Arc<Slot>>,
+        alarms: &mut Vec<(Instant, Arc<Alarm>)>,
+        keeps: &mut Vec<Arc<Kept>>,
+    ) -> bool {
         {
             let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
             std::mem::swap(&mut *inbox, requests);
             self.queued.fetch_sub(requests.len(), Ordering::SeqCst);
+        }
+        {
+            let mut new = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
+            if !new.is_empty() {
+                self.queued.fetch_sub(new.len(), Ordering::SeqCst);
+                alarms.append(&mut new);
+            }
         }
         let mut new = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
         if new.is_empty() {
@@ -175,5 +237,39 @@ impl Mailbox {
     /// The driver is back from `poll`.
     pub fn sleep_end(&self) {
         self.sleeping.store(false, Ordering::SeqCst);
+    }
+}
+
+/// A point in time an async caller waits for (a retry pause, a validity deadline): fired by
+/// whoever drives the engine when it has passed. The waker is replaced at every poll, so a
+/// task that moved between threads (or a combinator with wakers of its own) is still woken.
+#[derive(Debug, Default)]
+pub(crate) struct Alarm {
+    cell: Mutex<(bool, Option<Waker>)>,
+}
+
+impl Alarm {
+    /// True once fired; otherwise leaves `waker` to be woken.
+    pub fn poll(&self, waker: &Waker) -> bool {
+        let mut cell = self.cell.lock().unwrap_or_else(|e| e.into_inner());
+        if cell.0 {
+            return true;
+        }
+        match &cell.1 {
+            Some(w) if w.will_wake(waker) => {}
+            _ => cell.1 = Some(waker.clone()),
+        }
+        false
+    }
+
+    /// Its time has come.
+    pub fn fire(&self) {
+        let mut cell = self.cell.lock().unwrap_or_else(|e| e.into_inner());
+        cell.0 = true;
+        let waker = cell.1.take();
+        drop(cell);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
     }
 }

@@ -329,6 +329,8 @@ fn guard_releases_on_drop() {
             Some(&*guard.token().to_string())
         );
     }
+    // Dropping queued the release without waiting; a shutdown waits for its confirmation.
+    assert_eq!(redlock.shutdown(Duration::from_secs(10)).unconfirmed, 0);
     assert_eq!(holders(&servers, "res"), vec![None; 3]);
     let guard = redlock.guard("res").unwrap();
     assert_eq!(guard.unlock().unwrap(), 3);

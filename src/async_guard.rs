@@ -1,0 +1,79 @@
+//! [`AsyncLockGuard`]: an owned guard for async code; releases its lock when dropped, without
+//! waiting.
+
+use std::time::Duration;
+
+use crate::async_handle::AsyncRedlock;
+use crate::error::Error;
+use crate::lock::Lock;
+
+/// Releases its lock when dropped. Derefs to the [`Lock`].
+///
+/// Owned and `'static`: it holds a clone of the handle, is `Send`, and can be moved into a
+/// spawned task or returned from one. Dropping it never waits: the release is queued on the
+/// handle's engine and written within a turn of its loop (a node that is down gets it when it
+/// is back). A process that exits right after dropping guards can lose those releases — call
+/// [`AsyncRedlock::shutdown`] first. [`AsyncLockGuard::unlock`] releases and waits for the
+/// count.
+#[derive(Debug)]
+pub struct AsyncLockGuard {
+    redlock: AsyncRedlock,
+    lock: Option<Lock>,
+}
+
+impl AsyncLockGuard {
+    pub(crate) fn new(redlock: AsyncRedlock, lock: Lock) -> AsyncLockGuard {
+        AsyncLockGuard {
+            redlock,
+            lock: Some(lock),
+        }
+    }
+
+    /// Extends the guarded lock; see [`AsyncRedlock::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::extend`](crate::Client::extend).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        match self.lock.as_mut() {
+            Some(lock) => self.redlock.extend(lock, ttl).await,
+            None => Err(Error::Expired { released: 0 }),
+        }
+    }
+
+    /// Releases now and reports how many nodes released.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`](crate::Client::unlock).
+    pub async fn unlock(mut self) -> Result<usize, Error> {
+        match self.lock.take() {
+            Some(lock) => self.redlock.unlock(lock).await,
+            None => Ok(0),
+        }
+    }
+
+    /// Gives the lock up without releasing it.
+    pub fn into_inner(mut self) -> Lock {
+        self.lock
+            .take()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl std::ops::Deref for AsyncLockGuard {
+    type Target = Lock;
+    fn deref(&self) -> &Lock {
+        self.lock
+            .as_ref()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl Drop for AsyncLockGuard {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.redlock.unlock_nowait(lock);
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! [`AsyncRedlock`]: the async face of a [`Redlock`] handle — the same engine, futures instead
+//! of blocked threads (see `task.rs` for how they are woken).
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
+use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
+use crate::async_guard::AsyncLockGuard;
+use crate::async_keep::{AsyncKeepAlive, LockWatch};
+use crate::client::{Retries, apply_extend, lock_of, released_of, status_of};
+use crate::config::{Builder, Config};
+use crate::engine::Shutdown;
+use crate::error::Error;
+use crate::handle::Redlock;
+use crate::hub::Hub;
+use crate::lock::Lock;
+use crate::request::{NodeStatus, ReqKind};
+use crate::round::RoundConfig;
+use crate::task::{Call, Sleep};
+use crate::token::Token;
+
+impl Builder {
+    /// A handle for async code; see [`AsyncRedlock`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn build_async(self) -> Result<AsyncRedlock, Error> {
+        self.build().map(AsyncRedlock::from)
+    }
+}
+
+/// The async lock client: `Send + Sync + Clone`, methods take `&self` and return futures.
+///
+/// It is a [`Redlock`] handle seen through futures: the same engine (one connection per node,
+/// one `mio` loop on the handle's background thread), shared with the blocking API of the same
+/// handle ([`AsyncRedlock::blocking`], `AsyncRedlock::from(redlock)`). The futures need no
+/// particular runtime — they are woken through [`std::task::Waker`] by the engine's loop — so
+/// they run under tokio (multi-thread or current-thread), any other executor, or a plain
+/// `block_on`. They never block the thread that polls them: polling one costs at most a turn
+/// of the loop that waits for nothing (a `write` per node).
+///
+/// Every future is cancellation-safe: dropping an acquire at any point leaves no key behind
+/// longer than it takes to send the release (a lock won for nobody is released on every node;
+/// a node that is down gets the release when it is back); dropping an extend leaves the lock's
+/// validity at what the extend could have set at worst (see [`AsyncRedlock::extend`]);
+/// dropping a release lets it finish in the background.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redlock_mux::Error> {
+/// use redlock_mux::AsyncRedlock;
+///
+/// let redlock = AsyncRedlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+/// let guard = redlock.guard("orders:42").await?;
+/// // ... work, within guard.validity() ...
+/// drop(guard); // released through the engine; dropping never waits
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncRedlock {
+    redlock: Redlock,
+}
+
+impl fmt::Debug for AsyncRedlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncRedlock")
+            .field("nodes", &self.nodes())
+            .finish_non_exhaustive()
+    }
+}
+
+impl From<Redlock> for AsyncRedlock {
+    fn from(redlock: Redlock) -> AsyncRedlock {
+        AsyncRedlock { redlock }
+    }
+}
+
+impl From<AsyncRedlock> for Redlock {
+    fn from(redlock: AsyncRedlock) -> Redlock {
+        redlock.redlock
+    }
+}
+
+impl AsyncRedlock {
+    /// A handle with default settings.
+    ///
+    /// # Errors
+    ///
+    /// As [`Builder::build`].
+    pub fn new<I, S>(servers: I) -> Result<AsyncRedlock, Error>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        Builder::new(servers).build_async()
+    }
+
+    /// The blocking API on the same engine (for a thread that is not an executor's).
+    pub fn blocking(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &Config {
+        self.redlock.config()
+    }
+
+    /// The nodes, in the order given.
+    pub fn nodes(&self) -> &[NodeAddr] {
+        self.redlock.nodes()
+    }
+
+    pub(crate) fn hub(&self) -> &Hub {
+        self.redlock.hub()
+    }
+
+    /// One attempt; see [`Client::try_lock`](crate::Client::try_lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_lock`](crate::Client::try_lock).
+    pub async fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.attempt(resource.as_ref()).await
+    }
+
+    async fn attempt(&self, resource: &[u8]) -> Result<Lock, Error> {
+        let (kind, token) = ReqKind::acquire(self.config(), resource)?;
+        let outcome = Call::new(self.hub(), kind, resource, token).await;
+        lock_of(resource, token, outcome)
+    }
+
+    async fn retrying(&self, resource: &[u8], deadline: Option<Instant>) -> Result<Lock, Error> {
+        let mut retries = Retries::new(self.config(), deadline);
+        loop {
+            match self.attempt(resource).await {
+                Ok(lock) => return Ok(lock),
+                Err(e) => Sleep::until(self.hub(), retries.after(e)?).await,
+            }
+        }
+    }
+
+    /// Acquire with retries (the pauses are timers of the engine: no runtime needed); see
+    /// [`Client::lock`](crate::Client::lock).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`](crate::Client::lock).
+    pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.retrying(resource.as_ref(), None).await
+    }
+
+    /// Acquire, retrying until `deadline`; see [`Client::lock_until`](crate::Client::lock_until).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock_until`](crate::Client::lock_until).
+    pub async fn lock_until(
+        &self,
+        resource: impl AsRef<[u8]>,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        self.retrying(resource.as_ref(), Some(deadline)).await
+    }
+
+    /// Release, waiting for the nodes' replies; see [`Client::unlock`](crate::Client::unlock).
+    /// Dropped before it is done, the release still completes in the background.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::unlock`](crate::Client::unlock).
+    pub async fn unlock(&self, lock: Lock) -> Result<usize, Error> {
+        let expired = !lock.is_valid();
+        let outcome = Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
+        released_of(expired, outcome)
+    }
+
+    /// Releases without waiting for the replies (not a future: nothing to wait for); see
+    /// [`Redlock::unlock_nowait`].
+    pub fn unlock_nowait(&self, lock: Lock) {
+        self.redlock.unlock_nowait(lock);
+    }
+
+    /// Extend; see [`Client::extend`](crate::Client::extend).
+    ///
+    /// Dropped before it is decided, the extend may still reach some nodes, and it may shorten
+    /// the key there (a `ttl` below the validity left): so the lock's validity is cut to what
+    /// the extend could have given at worst, `min(validity before, start + ttl − drift)`,
+    /// where `start` is when the future was first polled.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::extend`](crate::Client::extend).
+    pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
+        let now = Instant::now();
+        let kind = ReqKind::extend(self.config(), lock, ttl, now)?;
+        let config = self.config();
+        let drift = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).drift();
+        let worst = lock.valid_until().min(now + ttl.saturating_sub(drift));
+        let mut pending = ExtendInFlight {
+            lock,
+            worst,
+            armed: true,
+        };
+        let outcome = Call::new(
+            self.hub(),
+            kind,
+            pending.lock.resource(),
+            *pending.lock.token(),
+        )
+        .await;
+        pending.armed = false;
+        apply_extend(&mut *pending.lock, outcome)
+    }
+
+    /// What every node says about `resource`; see [`Client::status`](crate::Client::status).
+    pub async fn status(&self, resource: impl AsRef<[u8]>, timeout: Duration) -> Vec<NodeStatus> {
+        let outcome = Call::new(
+            self.hub(),
+            ReqKind::Status { timeout },
+            resource.as_ref(),
+            Token::EMPTY,
+        )
+        .await;
+        status_of(outcome)
+    }
+
+    /// Acquire with retries and return a guard that releases the lock when dropped; see
+    /// [`AsyncLockGuard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`](crate::Client::lock).
+    pub async fn guard(&self, resource: impl AsRef<[u8]>) -> Result<AsyncLockGuard, Error> {
+        let lock = self.lock(resource).await?;
+        Ok(AsyncLockGuard::new(self.clone(), lock))
+    }
+
+    /// Keeps `lock` alive in the background until the returned handle is released or dropped;
+    /// see [`Redlock::keep`]. Not a future: handing the lock to the engine waits for nothing.
+    ///
+    /// # Errors
+    ///
+    /// None today; kept fallible for compatibility.
+    pub fn keep(&self, lock: Lock) -> Result<AsyncKeepAlive, Error> {
+        Ok(AsyncKeepAlive::new(self.clone(), self.redlock.keep(lock)?))
+    }
+
+    /// Acquires `resource` (with retries), keeps it alive while the future `work` returns runs,
+    /// then releases it. `work` gets a [`LockWatch`] to check between steps
+    /// ([`LockWatch::is_held`]) or to race against the loss ([`LockWatch::wait_lost`]).
+    /// Dropped midway, the lock is released (without waiting).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock`](crate::Client::lock) when the lock cannot be acquired.
+    pub async fn with_lock<F, Fut, R>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        work: F,
+    ) -> Result<R, Error>
+    where
+        F: FnOnce(LockWatch) -> Fut,
+        Fut: Future<Output = R>,
+    {
+        let kept = self.keep(self.lock(resource).await?)?;
+        let result = work(kept.watch()).await;
+        let _ = kept.release().await;
+        Ok(result)
+    }
+
+    /// Sends every release not confirmed yet and waits for the replies, at most `timeout`; see
+    /// [`Redlock::shutdown`]. Call it before a process exits: releases queued by dropped guards
+    /// are written within a turn of the engine's loop, but a process that exits at once can
+    /// lose them (their keys then live out their TTL). The flush runs on a thread of its own,
+    /// so no executor thread waits.
+    pub async fn shutdown(&self, timeout: Duration) -> Shutdown {
+        let done = Arc::new(Mutex::new((None::<Shutdown>, None::<Waker>)));
+        let (redlock, cell) = (self.redlock.clone(), done.clone());
+        let spawned = std::thread::Builder::new()
+            .name("redlock-shutdown".into())
+            .spawn(move || {
+                let report = redlock.shutdown(timeout);
+                let mut cell = cell.lock().unwrap_or_else(|e| e.into_inner());
+                cell.0 = Some(report);
+                if let Some(waker) = cell.1.take() {
+                    drop(cell);
+                    waker.wake();
+                }
+            });
+        if spawned.is_err() {
+            // No thread to spare (rare): flush on this one rather than not at all.
+            return self.redlock.shutdown(timeout);
+        }
+        std::future::poll_fn(|cx| {
+            let mut cell = done.lock().unwrap_or_else(|e| e.into_inner());
+            match cell.0.take() {
+                Some(report) => Poll::Ready(report),
+                None => {
+                    cell.1 = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// An extend in flight: if its future is dropped, the lock's validity is cut to the worst the
+/// extend could have set.
+struct ExtendInFlight<'l> {
+    lock: &'l mut Lock,
+    worst: Instant,
+    /// Cleared once the outcome is in.
+    armed: bool,
+}
+
+impl Drop for ExtendInFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (valid_until, extensions) = (self.lock.valid_until(), self.lock.extensions());
+        self.lock.set_state(valid_until.min(self.worst), extensions);
+    }
+}

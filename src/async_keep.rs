@@ -1,0 +1,170 @@
+//! [`AsyncKeepAlive`] and [`LockWatch`]: keep-alive for async code. The renewal is the engine's
+//! (see `keep.rs`); what is async here is waiting for the loss and the release.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use crate::async_handle::AsyncRedlock;
+use crate::error::Error;
+use crate::keep::KeepAlive;
+use crate::kept::Kept;
+use crate::lock::Lock;
+use crate::round::deadline_after;
+use crate::task::Sleep;
+
+/// A lock kept alive in the background until released (or dropped, which releases it without
+/// waiting); the async counterpart of [`KeepAlive`].
+///
+/// ```no_run
+/// # async fn run(redlock: redlock_mux::AsyncRedlock) -> Result<(), redlock_mux::Error> {
+/// let kept = redlock.keep(redlock.lock("report:daily").await?)?;
+/// for chunk in 0..1000 {
+///     if !kept.is_held() {
+///         break; // lost: stop touching the resource
+///     }
+///     // ... work on chunk ...
+/// }
+/// kept.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct AsyncKeepAlive {
+    inner: KeepAlive,
+    watch: LockWatch,
+}
+
+impl AsyncKeepAlive {
+    pub(crate) fn new(redlock: AsyncRedlock, inner: KeepAlive) -> AsyncKeepAlive {
+        let watch = LockWatch {
+            kept: inner.kept().clone(),
+            redlock,
+        };
+        AsyncKeepAlive { inner, watch }
+    }
+
+    /// A view of the kept lock that can be cloned and moved into other tasks: held or not,
+    /// why lost, wait for the loss. It does not release anything.
+    pub fn watch(&self) -> LockWatch {
+        self.watch.clone()
+    }
+
+    /// True while the lock is safe to rely on; see [`KeepAlive::is_held`].
+    pub fn is_held(&self) -> bool {
+        self.watch.is_held()
+    }
+
+    /// Why the lock is lost, or `None` while it is held.
+    pub fn lost(&self) -> Option<Error> {
+        self.watch.lost()
+    }
+
+    /// Waits until the lock is lost or `timeout` passes; see [`LockWatch::wait_lost`].
+    pub async fn wait_lost(&self, timeout: Duration) -> Option<Error> {
+        self.watch.wait_lost(timeout).await
+    }
+
+    /// Runs `callback` once when the lock is lost, on the handle's callback thread; see
+    /// [`KeepAlive::on_lost`].
+    pub fn on_lost(&self, callback: impl FnOnce(&Error) + Send + 'static) {
+        self.inner.on_lost(callback);
+    }
+
+    /// The lock as it stands now (its validity moves forward with each extension).
+    pub fn lock(&self) -> Lock {
+        self.watch.lock()
+    }
+
+    /// The validity left now.
+    pub fn validity(&self) -> Duration {
+        self.watch.validity()
+    }
+
+    /// Stops keeping the lock and releases it on every node; returns how many still held it.
+    ///
+    /// # Errors
+    ///
+    /// As [`KeepAlive::release`].
+    pub async fn release(mut self) -> Result<usize, Error> {
+        let lock = self.inner.end()?;
+        self.watch.redlock.unlock(lock).await
+    }
+}
+
+/// A view of a kept lock ([`AsyncKeepAlive::watch`], or what
+/// [`AsyncRedlock::with_lock`] hands its work): `Clone + Send + 'static`, it can check and wait
+/// for the loss, and releases nothing.
+#[derive(Clone)]
+pub struct LockWatch {
+    kept: Arc<Kept>,
+    redlock: AsyncRedlock,
+}
+
+impl std::fmt::Debug for LockWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockWatch")
+            .field("lock", &self.lock())
+            .field("held", &self.is_held())
+            .finish()
+    }
+}
+
+impl LockWatch {
+    /// True while the lock is safe to rely on: not reported lost, and its validity deadline not
+    /// passed. No I/O: an atomic load and a monotonic clock read.
+    pub fn is_held(&self) -> bool {
+        self.kept.is_held()
+    }
+
+    /// Why the lock is lost, or `None` while it is held.
+    pub fn lost(&self) -> Option<Error> {
+        self.kept.loss()
+    }
+
+    /// The lock as it stands now.
+    pub fn lock(&self) -> Lock {
+        self.kept.lock()
+    }
+
+    /// The validity left now.
+    pub fn validity(&self) -> Duration {
+        self.kept
+            .valid_until()
+            .saturating_duration_since(Instant::now())
+    }
+
+    /// Waits until the lock is lost or `timeout` passes; returns the reason, or `None` on
+    /// timeout. Wakes at the validity deadline by itself (a timer of the engine), whatever
+    /// the renewal does; returns as soon as the loss is known. `Duration::MAX` waits until the
+    /// lock is lost. Race it against the work (`tokio::select!`) to stop at the loss.
+    pub async fn wait_lost(&self, timeout: Duration) -> Option<Error> {
+        let give_up = deadline_after(Instant::now(), timeout);
+        let hub = self.redlock.hub();
+        let mut sleep: Option<Sleep<'_>> = None;
+        std::future::poll_fn(|cx| {
+            loop {
+                if let Some(why) = self.kept.loss() {
+                    return Poll::Ready(Some(why));
+                }
+                if Instant::now() >= give_up {
+                    return Poll::Ready(None);
+                }
+                if self.kept.wake_on_loss(cx.waker()) {
+                    continue;
+                }
+                // The validity moves forward with each extension: the alarm follows it.
+                let wake = give_up.min(self.kept.valid_until());
+                if sleep.as_ref().is_none_or(|s| s.at() != wake) {
+                    sleep = Some(Sleep::until(hub, wake));
+                }
+                let pinned = Pin::new(sleep.as_mut().expect("set above"));
+                if pinned.poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+            }
+        })
+        .await
+    }
+}

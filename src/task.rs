@@ -1,0 +1,189 @@
+//! The async API's plumbing: the future of one engine operation ([`Call`]) and of one point in
+//! time ([`Sleep`]), both woken by the engine's loop through `std::task::Waker` — no runtime.
+//!
+//! A [`Call`] fills a [`Slot`] with its request and its waker and hands it to the hub
+//! ([`Hub::submit_task`]): one turn of the loop that waits for nothing if the loop is free (the
+//! request goes out in one write per node), the mailbox otherwise. The outcome comes back in the
+//! slot, and the waker is woken by whoever drives the loop (the background thread, or a blocking
+//! caller). Nothing here ever waits: an executor's worker thread pays a few non-blocking
+//! syscalls at most.
+//!
+//! Dropping a [`Call`] before its outcome was taken cancels it: the slot is marked, and
+//! whichever comes second — the engine with the outcome, or the drop — cleans up. An acquire
+//! won for nobody is released on every node (late replies included; a node that is down gets
+//! the release when it is back, from the engine's ledger); anything else is dropped.
+//!
+//! Async slots are reused through a small per-thread pool (a task may finish on another thread
+//! than it started on; the pool is only a cache), so the hot path does not allocate once warm.
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use crate::hub::Hub;
+use crate::mailbox::{Alarm, Slot};
+use crate::request::{Outcome, ReqKind};
+use crate::token::Token;
+
+/// Free async slots kept per thread.
+const POOL: usize = 64;
+
+thread_local! {
+    static FREE: RefCell<Vec<Arc<Slot>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn take_slot() -> Arc<Slot> {
+    FREE.try_with(|free| free.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Arc::new(Slot::for_tasks()))
+}
+
+/// Back to the pool if nobody else holds it (the engine may still, for a moment after it
+/// delivered; then the slot is simply dropped when the engine lets go).
+fn give_back(slot: Arc<Slot>) {
+    if Arc::strong_count(&slot) == 1 {
+        let _ = FREE.try_with(|free| {
+            let mut free = free.borrow_mut();
+            if free.len() < POOL {
+                free.push(slot);
+            }
+        });
+    }
+}
+
+/// One operation of the engine, as a future.
+pub(crate) struct Call<'a> {
+    hub: &'a Hub,
+    kind: ReqKind,
+    resource: &'a [u8],
+    token: Token,
+    /// Submitted and not finished: the slot the outcome comes back in.
+    slot: Option<Arc<Slot>>,
+    finished: bool,
+}
+
+impl<'a> Call<'a> {
+    pub fn new(hub: &'a Hub, kind: ReqKind, resource: &'a [u8], token: Token) -> Call<'a> {
+        Call {
+            hub,
+            kind,
+            resource,
+            token,
+            slot: None,
+            finished: false,
+        }
+    }
+}
+
+impl Future for Call<'_> {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let this = &mut *self;
+        assert!(
+            !this.finished,
+            "a redlock-mux future polled after it completed"
+        );
+        if this.slot.is_none() {
+            let slot = take_slot();
+            slot.fill(this.kind, this.resource, &this.token, false);
+            slot.cell().waker = Some(cx.waker().clone());
+            this.slot = Some(slot.clone());
+            this.hub.submit_task(slot);
+        }
+        this.poll_slot(cx)
+    }
+}
+
+impl Call<'_> {
+    fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let slot = self.slot.as_ref().expect("submitted");
+        let mut cell = slot.cell();
+        if let Some(outcome) = cell.outcome.take() {
+            drop(cell);
+            self.finished = true;
+            if let Some(slot) = self.slot.take() {
+                give_back(slot);
+            }
+            return Poll::Ready(outcome);
+        }
+        match &cell.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => cell.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Call<'_> {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else {
+            // Never submitted, or finished.
+            return;
+        };
+        let mut cell = slot.cell();
+        let Some(outcome) = cell.outcome.take() else {
+            // In flight: the engine cleans up when it decides (a lock won for nobody is
+            // released); a request not taken in yet is skipped.
+            cell.cancelled = true;
+            cell.waker = None;
+            return;
+        };
+        drop(cell);
+        // Decided, but the caller went away before it looked: a lock is released at once.
+        if let Outcome::Acquired(Ok(_)) = outcome {
+            self.hub.send(ReqKind::Release, self.resource, &self.token);
+        }
+        give_back(slot);
+    }
+}
+
+/// Waits until an instant: an alarm the engine's loop fires.
+pub(crate) struct Sleep<'a> {
+    hub: &'a Hub,
+    at: Instant,
+    alarm: Option<Arc<Alarm>>,
+}
+
+impl<'a> Sleep<'a> {
+    pub fn until(hub: &'a Hub, at: Instant) -> Sleep<'a> {
+        Sleep {
+            hub,
+            at,
+            alarm: None,
+        }
+    }
+
+    /// The instant it waits for.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if Instant::now() >= self.at {
+            return Poll::Ready(());
+        }
+        match &self.alarm {
+            Some(alarm) => {
+                if alarm.poll(cx.waker()) {
+                    return Poll::Ready(());
+                }
+            }
+            None => {
+                let alarm = Arc::new(Alarm::default());
+                alarm.poll(cx.waker());
+                self.hub.alarm(self.at, alarm.clone());
+                self.alarm = Some(alarm);
+            }
+        }
+        Poll::Pending
+    }
+}

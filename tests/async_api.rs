@@ -1,0 +1,527 @@
+//! The async API against real servers: the same futures under tokio (multi-thread and
+//! current-thread), `futures`' executors and a minimal `block_on` on a plain thread; owned
+//! guards moved across tasks and threads; and cancellation at every point of an operation —
+//! before it is sent, with replies pending, after the quorum was reached but before the caller
+//! looked, with a frozen node, with a connection killed — leaving no key behind.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use common::Servers;
+use redlock_mux::{
+    AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockGuard, LockWatch,
+};
+
+fn builder(servers: &Servers) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        // Timing is not what these tests check: room for a loaded machine.
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
+}
+
+fn handle(servers: &Servers) -> AsyncRedlock {
+    builder(servers).build_async().unwrap()
+}
+
+fn holders(servers: &Servers, key: &str) -> Vec<Option<String>> {
+    servers.iter().map(|s| s.get(key)).collect()
+}
+
+/// A waker that records that it was woken and unparks the thread that made it.
+struct Probe {
+    woken: AtomicBool,
+    thread: Thread,
+}
+
+impl Wake for Probe {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::SeqCst);
+        self.thread.unpark();
+    }
+}
+
+fn probe() -> (Arc<Probe>, Waker) {
+    let probe = Arc::new(Probe {
+        woken: AtomicBool::new(false),
+        thread: std::thread::current(),
+    });
+    (probe.clone(), Waker::from(probe))
+}
+
+impl Probe {
+    /// Parks until woken (true) or `timeout` (false); clears the mark.
+    fn wait(&self, timeout: Duration) -> bool {
+        let give_up = Instant::now() + timeout;
+        while !self.woken.swap(false, Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= give_up {
+                return false;
+            }
+            std::thread::park_timeout(give_up - now);
+        }
+        true
+    }
+}
+
+/// The smallest executor there is: polls on this thread, parks between wake-ups.
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let (probe, waker) = probe();
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+        // A bound, not the mechanism: the engine wakes it.
+        probe.wait(Duration::from_secs(10));
+    }
+}
+
+/// An acquire of `key`, polled once and still pending: its request is out, no outcome taken. (On
+/// a loaded machine the engine's thread can decide it before the first poll returns; such a
+/// lock is released and the acquire tried again.)
+fn pending_acquire<'a>(
+    redlock: &'a AsyncRedlock,
+    key: &'a str,
+    probe: &Arc<Probe>,
+) -> Pin<Box<impl Future<Output = Result<Lock, Error>> + 'a>> {
+    let waker = Waker::from(probe.clone());
+    for _ in 0..100 {
+        let mut attempt = Box::pin(redlock.try_lock(key));
+        match attempt.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Pending => return attempt,
+            Poll::Ready(r) => {
+                block_on(redlock.unlock(r.unwrap())).unwrap();
+                probe.woken.store(false, Ordering::SeqCst);
+            }
+        }
+    }
+    panic!("every acquire was decided before its first poll returned");
+}
+
+/// Polls `future` once with `waker`; true if it is still pending. (Whether it is depends on
+/// how fast the engine's thread is, unless this thread holds the engine.)
+fn poll_once<F: Future + Unpin>(future: &mut F, waker: &Waker) -> bool {
+    let mut cx = Context::from_waker(waker);
+    Pin::new(future).poll(&mut cx).is_pending()
+}
+
+/// Waits (bounded) until `done` holds, looking every millisecond: for engine states that have no
+/// event of their own to wait on.
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let give_up = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < give_up, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Flushes every release and checks that no node holds `key`.
+fn assert_released(redlock: &AsyncRedlock, servers: &Servers, key: &str) {
+    let report = redlock.blocking().shutdown(Duration::from_secs(10));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    assert_eq!(
+        holders(servers, key),
+        vec![None; servers.len()],
+        "a key was left behind"
+    );
+}
+
+/// What every executor runs: each part of the surface once.
+async fn tour(redlock: AsyncRedlock, tag: &str) -> Vec<String> {
+    let mut seen = Vec::new();
+    let key = |s: &str| format!("{tag}:{s}");
+
+    // try_lock, extend, unlock.
+    let mut lock = redlock.try_lock(key("a")).await.unwrap();
+    let before = lock.valid_until();
+    redlock
+        .extend(&mut lock, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(lock.valid_until() > before);
+    assert_eq!(lock.extensions(), 1);
+    let contended = redlock.try_lock(key("a")).await;
+    assert!(matches!(contended, Err(Error::Held(_))), "{contended:?}");
+    let status = redlock.status(key("a"), Duration::from_secs(2)).await;
+    assert!(status.iter().all(|s| matches!(
+        &s.state,
+        Ok((Some(v), _)) if *v == lock.token().to_string().into_bytes()
+    )));
+    assert_eq!(redlock.unlock(lock).await.unwrap(), 3);
+    seen.push("try_lock/extend/status/unlock".to_string());
+
+    // A guard, released by dropping it; the next acquire follows the release on every
+    // connection.
+    let guard = redlock.guard(key("g")).await.unwrap();
+    drop(guard);
+    let mut guard = redlock.guard(key("g")).await.unwrap();
+    guard.extend(Duration::from_secs(30)).await.unwrap();
+    assert_eq!(guard.unlock().await.unwrap(), 3);
+    seen.push("guard".to_string());
+
+    // lock() retries on the engine's alarms until the holder (another thread) lets go.
+    let held = redlock.blocking().lock(key("r")).unwrap();
+    let sync = redlock.blocking().clone();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        sync.unlock(held).unwrap()
+    });
+    let t0 = Instant::now();
+    let got = redlock.lock(key("r")).await.unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(20));
+    assert_eq!(releaser.join().unwrap(), 3);
+    redlock.unlock(got).await.unwrap();
+    // lock_until gives up at its deadline.
+    let held = redlock.lock(key("u")).await.unwrap();
+    let t0 = Instant::now();
+    let r = redlock
+        .lock_until(key("u"), t0 + Duration::from_millis(60))
+        .await;
+    assert!(matches!(r, Err(Error::Held(_))), "{r:?}");
+    assert!(t0.elapsed() >= Duration::from_millis(40));
+    redlock.unlock(held).await.unwrap();
+    seen.push("lock/lock_until".to_string());
+
+    // keep: held, a wait for the loss that times out, then released.
+    let kept = redlock.keep(redlock.lock(key("k")).await.unwrap()).unwrap();
+    assert!(kept.is_held());
+    let t0 = Instant::now();
+    assert!(kept.wait_lost(Duration::from_millis(30)).await.is_none());
+    assert!(t0.elapsed() >= Duration::from_millis(25));
+    assert_eq!(kept.release().await.unwrap(), 3);
+    // with_lock hands the work a watch.
+    let out = redlock
+        .with_lock(key("w"), async |watch: LockWatch| {
+            assert!(watch.is_held());
+            watch.lock().resource().to_vec()
+        })
+        .await
+        .unwrap();
+    assert_eq!(out, key("w").into_bytes());
+    seen.push("keep/with_lock".to_string());
+    seen
+}
+
+fn tour_ok(seen: Vec<String>) {
+    assert_eq!(seen.len(), 4, "{seen:?}");
+}
+
+#[test]
+fn the_same_futures_run_under_tokio_multi_thread() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    // Spawned: the futures are Send.
+    let seen = rt.block_on(rt.spawn(tour(redlock.clone(), "mt"))).unwrap();
+    tour_ok(seen);
+}
+
+#[test]
+fn the_same_futures_run_under_tokio_current_thread() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    tour_ok(rt.block_on(tour(redlock, "ct")));
+}
+
+#[test]
+fn the_same_futures_run_under_the_futures_executors() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    tour_ok(futures::executor::block_on(tour(redlock.clone(), "fx")));
+    let pool = futures::executor::ThreadPool::builder()
+        .pool_size(2)
+        .create()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    pool.spawn_ok(async move {
+        let _ = tx.send(tour(redlock, "pool").await);
+    });
+    tour_ok(rx.recv_timeout(Duration::from_secs(30)).unwrap());
+}
+
+#[test]
+fn the_same_futures_run_from_a_plain_thread_with_a_minimal_block_on() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    tour_ok(block_on(tour(redlock, "plain")));
+}
+
+#[test]
+fn guards_are_owned_send_and_static() {
+    fn owned<T: Send + Sync + 'static>() {}
+    owned::<LockGuard>();
+    owned::<AsyncLockGuard>();
+    owned::<AsyncKeepAlive>();
+    owned::<LockWatch>();
+    owned::<AsyncRedlock>();
+    fn send<T: Send>(_: &T) {}
+    let servers = Servers::start(1);
+    let redlock = handle(&servers);
+    // The futures are Send (they borrow the handle; a task takes a clone of it).
+    send(&redlock.lock("x"));
+    send(&redlock.try_lock("x"));
+    send(&redlock.guard("x"));
+    send(&redlock.shutdown(Duration::ZERO));
+    send(&redlock.with_lock("x", async |_| ()));
+
+    // A blocking guard taken on one thread, dropped on another: released without waiting.
+    let guard = redlock.blocking().guard("sync").unwrap();
+    let token = guard.token().to_string();
+    assert_eq!(servers[0].get("sync"), Some(token));
+    std::thread::spawn(move || drop(guard)).join().unwrap();
+    assert_released(&redlock, &servers, "sync");
+
+    // An async guard returned from a task and dropped in another.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let r = redlock.clone();
+    let guard = rt
+        .block_on(rt.spawn(async move { r.guard("async").await.unwrap() }))
+        .unwrap();
+    assert!(servers[0].get("async").is_some());
+    rt.block_on(rt.spawn(async move { drop(guard) })).unwrap();
+    assert_released(&redlock, &servers, "async");
+}
+
+#[test]
+fn dropping_guards_then_shutdown_flushes_their_releases() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let report = rt.block_on(async {
+        let guards: Vec<_> =
+            futures::future::join_all((0..20).map(|i| redlock.guard(format!("s:{i}"))))
+                .await
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        drop(guards);
+        redlock.shutdown(Duration::from_secs(10)).await
+    });
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    for i in 0..20 {
+        assert_eq!(holders(&servers, &format!("s:{i}")), vec![None; 3]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_acquire_dropped_before_it_was_polled_sends_nothing() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    assert_eq!(
+        redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
+        3
+    );
+    let writes = redlock.blocking().io_stats().writes;
+    drop(redlock.try_lock("never"));
+    drop(redlock.lock("never"));
+    assert_eq!(redlock.blocking().io_stats().writes, writes);
+    assert_released(&redlock, &servers, "never");
+}
+
+#[test]
+fn an_acquire_dropped_with_replies_pending_is_released() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let (probe, _) = probe();
+    for i in 0..20 {
+        let key = format!("pending:{i}");
+        let attempt = pending_acquire(&redlock, &key, &probe);
+        // Sent; the OKs come back after the future is gone.
+        drop(attempt);
+        assert_released(&redlock, &servers, &key);
+    }
+}
+
+#[test]
+fn an_acquire_dropped_after_its_quorum_but_before_it_was_polled_is_released() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let (probe, _) = probe();
+    let attempt = pending_acquire(&redlock, "won", &probe);
+    // Woken: the outcome (a lock) is in, and nobody looks at it.
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    assert_eq!(holders(&servers, "won").iter().flatten().count(), 3);
+    drop(attempt);
+    assert_released(&redlock, &servers, "won");
+}
+
+#[test]
+fn an_acquire_dropped_with_a_frozen_node_is_released_there_when_it_wakes() {
+    let mut servers = Servers::start(3);
+    let redlock = handle(&servers);
+    assert_eq!(
+        redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
+        3
+    );
+    servers[2].freeze();
+    let (probe, _) = probe();
+    let attempt = pending_acquire(&redlock, "frozen", &probe);
+    // Two live nodes make the quorum; the frozen one has the SET in its socket.
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    drop(attempt);
+    // The release is out on every connection (the frozen node's queued behind its SET)...
+    wait_until("the release to go out", Duration::from_secs(5), || {
+        let (in_flight, ledger) = redlock.blocking().with_client(|c| c.unconfirmed()).unwrap();
+        in_flight + ledger > 0
+    });
+    assert_eq!(servers[0].get("frozen"), None);
+    assert_eq!(servers[1].get("frozen"), None);
+    // ... and runs after the SET once the node wakes.
+    servers[2].resume();
+    assert_released(&redlock, &servers, "frozen");
+}
+
+#[test]
+fn an_acquire_dropped_while_a_connection_is_cut_is_released_when_the_node_is_back() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let (probe, _) = probe();
+    let attempt = pending_acquire(&redlock, "cut", &probe);
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    // Node 0 drops our connection: the release cannot go out on it; the engine keeps it and
+    // sends it on the next connection.
+    servers[0].cmd(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    drop(attempt);
+    assert_released(&redlock, &servers, "cut");
+}
+
+#[test]
+fn an_extend_dropped_in_flight_cuts_the_validity_to_the_worst_it_could_set() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let mut lock = futures::executor::block_on(redlock.try_lock("ext")).unwrap();
+    assert!(lock.validity() > Duration::from_secs(29));
+    let (_, waker) = probe();
+    {
+        // Sent (and, on a loaded machine, perhaps even decided: then it set 2 s too).
+        let mut extend = Box::pin(redlock.extend(&mut lock, Duration::from_secs(2)));
+        poll_once(&mut extend, &waker);
+    }
+    // It may have reached the nodes and set 2 s there: the lock must not believe in 30.
+    assert!(lock.validity() <= Duration::from_secs(2), "{lock:?}");
+    assert!(lock.is_valid());
+    // Dropped before it was polled, it sent nothing and changes nothing.
+    let valid_until = lock.valid_until();
+    drop(redlock.extend(&mut lock, Duration::from_secs(1)));
+    assert_eq!(lock.valid_until(), valid_until);
+    futures::executor::block_on(redlock.unlock(lock)).unwrap();
+    assert_released(&redlock, &servers, "ext");
+}
+
+#[test]
+fn an_unlock_dropped_in_flight_still_releases() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let lock = futures::executor::block_on(redlock.try_lock("unl")).unwrap();
+    let (_, waker) = probe();
+    let mut unlock = Box::pin(redlock.unlock(lock));
+    poll_once(&mut unlock, &waker);
+    drop(unlock);
+    assert_released(&redlock, &servers, "unl");
+}
+
+#[test]
+fn requests_dropped_while_queued_for_a_busy_engine() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let lock = futures::executor::block_on(redlock.try_lock("queued")).unwrap();
+    let (_, waker) = probe();
+    // While this thread holds the engine, requests wait in its mailbox: dropped there, an
+    // acquire is never sent, a release still is.
+    redlock
+        .blocking()
+        .with_client(|_| {
+            let mut acquire = Box::pin(redlock.try_lock("queued:new"));
+            assert!(poll_once(&mut acquire, &waker));
+            drop(acquire);
+            let mut unlock = Box::pin(redlock.unlock(lock));
+            assert!(poll_once(&mut unlock, &waker));
+            drop(unlock);
+        })
+        .unwrap();
+    assert_released(&redlock, &servers, "queued");
+    assert_released(&redlock, &servers, "queued:new");
+    // One SET per node: the first acquire's. The dropped one never went out.
+    for server in servers.iter() {
+        let info = match server.cmd(&["INFO", "commandstats"]) {
+            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+            redis::Value::VerbatimString { text, .. } => text,
+            other => panic!("INFO commandstats answered {other:?}"),
+        };
+        assert!(info.contains("cmdstat_set:calls=1,"), "{info}");
+    }
+}
+
+#[test]
+fn a_lock_held_by_a_dropped_with_lock_future_is_released() {
+    let servers = Servers::start(3);
+    let redlock = handle(&servers);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let work = redlock.with_lock("wl", move |_| async move {
+            let _ = tx.send(());
+            std::future::pending::<()>().await
+        });
+        tokio::select! {
+            _ = work => unreachable!(),
+            _ = rx => {}
+        }
+    });
+    assert_released(&redlock, &servers, "wl");
+}
+
+#[test]
+fn a_kept_lock_that_is_lost_wakes_its_async_waiters() {
+    let servers = Servers::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_millis(600))
+        .build_async()
+        .unwrap();
+    let kept = block_on(async { redlock.keep(redlock.lock("lost").await.unwrap()).unwrap() });
+    let watch = kept.watch();
+    // Somebody else's key now: the next renewal finds it gone.
+    for s in servers.iter() {
+        s.cmd(&["SET", "lost", "thief"]);
+    }
+    let why = block_on(watch.wait_lost(Duration::MAX));
+    assert!(why.is_some());
+    assert!(!kept.is_held());
+    assert!(kept.lost().is_some());
+    // Released by the engine (our token only): the thief's key stays.
+    assert!(matches!(
+        block_on(kept.release()),
+        Err(Error::Expired { .. })
+    ));
+    assert_eq!(servers[0].get("lost").as_deref(), Some("thief"));
+}
