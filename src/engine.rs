@@ -217,8 +217,10 @@ pub(crate) struct Engine<N: Net = Driver> {
     taken: Vec<Arc<Slot>>,
     /// Lost acquires whose release is to be sent (reused list).
     lost: Vec<u32>,
-    /// A resource name copied out of a slot (reused).
+    /// Resource names copied out of slots (reused).
     resource: Vec<u8>,
+    /// The releases of lost acquires: each one's span of `resource`, and its token (reused).
+    releases: Vec<(usize, usize, Token)>,
     keeps: Keeps,
     /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
     alarms: Vec<(Instant, Arc<Alarm>)>,
@@ -279,6 +281,7 @@ impl<N: Net> Engine<N> {
             taken: Vec::with_capacity(64),
             lost: Vec::with_capacity(PREBUILT_OPS),
             resource: Vec::with_capacity(64),
+            releases: Vec::with_capacity(PREBUILT_OPS),
             keeps: Keeps {
                 locks: Vec::new(),
                 next: None,
@@ -563,6 +566,8 @@ impl<N: Net> Engine<N> {
 
     /// Keeps `kept` renewed from now on (what [`Mailbox::push_keep`] hands over, for a driver
     /// without a mailbox, such as the simulator's).
+    // Used by the simulator (feature `sim`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn keep(&mut self, kept: Arc<Kept>, now: Instant) {
         self.keeps.locks.push(kept);
         self.keeps.next = Some(now);
@@ -724,17 +729,31 @@ impl<N: Net> Engine<N> {
         }
         // Release everywhere at once after a lost acquire — refused and silent nodes too,
         // since a late yes may still come — without anybody waiting for the replies.
-        // (The resource is copied out first: the acquire's slot may already be free, and be
-        // the very slot the release gets.)
-        let mut resource = std::mem::take(&mut self.resource);
-        for i in 0..self.lost.len() {
-            let op = &self.core.ops[self.lost[i] as usize];
-            resource.clear();
-            resource.extend_from_slice(&op.resource);
-            let token = op.token;
-            self.submit(ReqKind::Release, &resource, &token, Waiter::None, now);
+        // Every lost acquire's resource and token are copied out before the first release is
+        // submitted: the acquires' slots may already be free, and a release may get the slot of
+        // a lost acquire whose own release is still to come (it once did, and released the
+        // first token twice and the second never: its keys lived out their TTL).
+        let mut resources = std::mem::take(&mut self.resource);
+        let mut releases = std::mem::take(&mut self.releases);
+        resources.clear();
+        releases.clear();
+        for &index in &self.lost {
+            let op = &self.core.ops[index as usize];
+            let start = resources.len();
+            resources.extend_from_slice(&op.resource);
+            releases.push((start, resources.len(), op.token));
         }
-        self.resource = resource;
+        for &(start, end, token) in &releases {
+            self.submit(
+                ReqKind::Release,
+                &resources[start..end],
+                &token,
+                Waiter::None,
+                now,
+            );
+        }
+        self.resource = resources;
+        self.releases = releases;
         if !self.keeps.decided.is_empty() {
             self.kept_decided(now);
         }
@@ -969,6 +988,8 @@ impl<N: Net> Engine<N> {
 
     /// Takes in what the network delivered, without waiting (for a network that never waits,
     /// such as the simulator's; the real loop waits in [`Engine::drive_until`]).
+    // Used by the simulator (feature `sim`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn take_input(&mut self, now: Instant) {
         let Engine { net, core, .. } = self;
         net.turn(now, &mut core.sink());
@@ -976,6 +997,8 @@ impl<N: Net> Engine<N> {
 
     /// When the engine next needs a [`Engine::step`] although nothing arrives: an operation's
     /// deadline, a kept lock's timer, a connection deadline, the ledger's next try.
+    // Used by the simulator (feature `sim`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn wake_at(&self, now: Instant) -> Option<Instant> {
         [self.next_deadline(), self.background_deadline(now)]
             .into_iter()

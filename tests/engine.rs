@@ -230,3 +230,45 @@ fn a_release_not_waited_for_is_not_overtaken_by_a_later_acquire() {
         redlock.unlock(again.unwrap()).unwrap();
     }
 }
+
+/// Many acquires lost at once (every node is fresh, so quarantined: each OK counts as no) are
+/// each released with their own token: no key is left to live out its TTL. The releases of
+/// acquires lost in the same turn once overwrote each other's slots: one token was released
+/// twice, another never, and its keys blocked the resource for a whole TTL.
+#[test]
+fn acquires_lost_together_leave_no_key_behind() {
+    let servers = Servers::start(3);
+    let redlock = Builder::new(servers.urls())
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let start = Arc::new(Barrier::new(32));
+    let threads: Vec<_> = (0..32)
+        .map(|t| {
+            let (redlock, start) = (redlock.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..20 {
+                    let r = redlock.try_lock(format!("lost:{}", (t + i) % 8));
+                    // Refused by the quarantine, or held by another lost attempt's keys for now.
+                    assert!(
+                        matches!(
+                            r,
+                            Err(redlock_mux::Error::NoQuorum(_) | redlock_mux::Error::Held(_))
+                        ),
+                        "fresh servers are quarantined: {r:?}"
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let report = redlock.shutdown(Duration::from_secs(10));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    for server in servers.iter() {
+        assert_eq!(server.dbsize(), 0, "keys left behind on {}", server.addr());
+    }
+}

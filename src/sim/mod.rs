@@ -1116,6 +1116,7 @@ fn check(beliefs: &mut [(usize, usize, u64, u64)]) -> Option<Violation> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mailbox::Slot;
 
     /// Runs what the client wrote on `nodes` and hands the replies back: the count of writes
     /// and of commands per node in this exchange.
@@ -1147,6 +1148,75 @@ mod tests {
         engine.take_input(now);
         engine.step(now);
         counts
+    }
+
+    /// Two acquires lost in the same turn, every reply in: each is released with its own
+    /// token. (The release of the first once took the freed slot of the second and overwrote
+    /// its resource and token: the second's keys were left to their TTL, blocking everyone.)
+    #[test]
+    fn acquires_lost_in_the_same_turn_are_each_released() {
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .shared()
+            .unwrap();
+        let now = Instant::now();
+        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
+        let mut engine = Engine::new(shared.clone(), net, now);
+        let mut nodes: Vec<Node> = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        let up = 3_600_000 * MS;
+        let mut out = Vec::new();
+        // Held elsewhere on a majority: our acquires win only nodes 3 and 4, and lose.
+        for node in &mut nodes[..3] {
+            for key in ["x", "y", "z"] {
+                node.execute(
+                    &[b"SET", key.as_bytes(), b"other", b"NX", b"PX", b"60000"],
+                    up,
+                    &mut out,
+                );
+            }
+        }
+        // Waited for as callers of a shared handle wait: the slab slot is freed as soon as the
+        // outcome is handed over.
+        let slots: Vec<Arc<Slot>> = ["x", "y", "z"]
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let token = Token::from_bytes(format!("t{i}").as_bytes()).unwrap();
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let slot = Arc::new(Slot::for_tasks());
+                engine.submit(
+                    kind,
+                    key.as_bytes(),
+                    &token,
+                    Waiter::Slot(slot.clone()),
+                    now,
+                );
+                slot
+            })
+            .collect();
+        engine.step(now);
+        exchange(&mut engine, &mut nodes, now); // connect
+        exchange(&mut engine, &mut nodes, now); // handshake
+        exchange(&mut engine, &mut nodes, now); // the SETs: all lost, all replies in
+        for slot in slots {
+            let outcome = slot.cell().outcome.take();
+            assert!(
+                matches!(outcome, Some(Outcome::Acquired(Err(_)))),
+                "{outcome:?}"
+            );
+        }
+        // The releases: after them, nodes 3 and 4 hold none of the keys.
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 3); NODES]);
+        for node in &mut nodes[3..] {
+            for key in ["x", "y", "z"] {
+                out.clear();
+                node.execute(
+                    &[b"SET", key.as_bytes(), b"next", b"NX", b"PX", b"60000"],
+                    up,
+                    &mut out,
+                );
+                assert_eq!(out, b"+OK\r\n", "{key} was left behind");
+            }
+        }
     }
 
     #[test]
