@@ -681,7 +681,34 @@ impl ScaleFig {
     }
 }
 
-const SCALE_KINDS: [Kind; 4] = [Kind::Mux, Kind::MuxNowait, Kind::Rslock, Kind::Floor];
+/// Who runs beside the 1 ms ticker in the lateness figure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum LateImp {
+    Idle,
+    MuxAsync,
+    Rslock,
+}
+
+impl LateImp {
+    fn name(self) -> &'static str {
+        match self {
+            LateImp::Idle => "nothing else (baseline)",
+            LateImp::MuxAsync => "redlock-mux async",
+            LateImp::Rslock => "rslock",
+        }
+    }
+}
+
+/// Tasks locking beside the ticker.
+const LATE_K: usize = 256;
+
+const SCALE_KINDS: [Kind; 5] = [
+    Kind::Mux,
+    Kind::MuxNowait,
+    Kind::MuxAsync,
+    Kind::Rslock,
+    Kind::Floor,
+];
 /// The K of the frozen-node run.
 const FROZEN_K: usize = 64;
 /// The server frozen in the frozen-node run.
@@ -726,6 +753,7 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
         }
     };
     let mut figs: BTreeMap<(bool, usize, Kind), Vec<Option<ScaleFig>>> = BTreeMap::new();
+    let mut late: BTreeMap<LateImp, Vec<(Duration, Duration, Duration)>> = BTreeMap::new();
     let started = Instant::now();
     for round in 0..opts.scale_rounds {
         let mut runs: Vec<(bool, usize)> = opts.scale_ks.iter().map(|&k| (false, k)).collect();
@@ -754,6 +782,14 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
                         kind == Kind::MuxNowait,
                         &mut on_ready,
                     ),
+                    Kind::MuxAsync => scale::run_mux_async(
+                        &urls,
+                        k,
+                        stop,
+                        &tag,
+                        hard(kind, frozen),
+                        &mut on_ready,
+                    ),
                     Kind::Rslock => {
                         scale::run_rslock(&urls, k, stop, &tag, hard(kind, frozen), &mut on_ready)
                     }
@@ -766,8 +802,18 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
                     servers[FROZEN].cmd(&["PING"]);
                 }
                 let fig = ScaleFig::of(&run);
+                let per_cycle = run.io.map_or(String::new(), |io| {
+                    let c = run.cycles.max(1) as f64;
+                    format!(
+                        ", per cycle: {:.2} writes, {:.2} reads, {:.2} polls, {:.2} wakes",
+                        io.writes as f64 / c,
+                        io.reads as f64 / c,
+                        io.polls as f64 / c,
+                        io.wakes as f64 / c
+                    )
+                });
                 eprintln!(
-                    "bench_table: scale round {} K={k}{} {}: {:.0} cycles/s, p99 {} ms{}",
+                    "bench_table: scale round {} K={k}{} {}: {:.0} cycles/s, p99 {} ms{per_cycle}{}",
                     round + 1,
                     if frozen { " (1 frozen)" } else { "" },
                     kind.name(),
@@ -781,6 +827,40 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
                 );
                 figs.entry((frozen, k, kind)).or_default().push(Some(fig));
             }
+        }
+        // The executor's lateness while 256 tasks lock with a frozen node: idle baseline (no
+        // lockers), this crate's async API, rslock; order rotated.
+        let imps = [LateImp::Idle, LateImp::MuxAsync, LateImp::Rslock];
+        for j in 0..imps.len() {
+            let imp = imps[(j + round) % imps.len()];
+            let tag = format!("late:{}:{round}", imp.name());
+            let server = &mut servers[FROZEN];
+            let mut on_ready = || server.freeze();
+            let k = if imp == LateImp::Idle { 0 } else { LATE_K };
+            let ticks = scale::ticker_lateness(
+                &urls,
+                k,
+                time,
+                &tag,
+                imp == LateImp::Rslock,
+                &mut on_ready,
+            );
+            servers[FROZEN].resume();
+            servers[FROZEN].cmd(&["PING"]);
+            let fig = (
+                quantile(&ticks, 0.5),
+                quantile(&ticks, 0.99),
+                ticks.last().copied().unwrap_or_default(),
+            );
+            eprintln!(
+                "bench_table: scale round {} lateness {}: p50 {} ms, p99 {} ms, max {} ms",
+                round + 1,
+                imp.name(),
+                ms(fig.0),
+                ms(fig.1),
+                ms(fig.2)
+            );
+            late.entry(imp).or_default().push(fig);
         }
         eprintln!(
             "bench_table: scale round {}/{} done at {:.1?}",
@@ -828,6 +908,7 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
     let mut md = format!(
         "\n#### Scale: K callers, a resource of their own each, one shared handle, N = 5 loopback ({}; {} round{} × {:?} per implementation and K, order rotated each round)\n\n\
          redlock-mux: K OS threads sharing one `Redlock` (one engine: one connection per node, one loop; `unlock_nowait` does not wait for the release replies); \
+         redlock-mux async (tokio): K tokio tasks sharing one `AsyncRedlock` (the same engine, futures woken through wakers), multi-thread runtime with 2 workers; \
          rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
          floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
          Figures are medians over rounds; ratios are medians of same-round ratios.\n\n\
@@ -912,6 +993,28 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
         );
     }
 
+    let _ = write!(
+        md,
+        "\n#### Scale: executor lateness — a tokio task ticking every 1 ms on the 2-worker runtime while {LATE_K} tasks lock on it, 1 of the 5 servers frozen ({})\n\n\
+         How late each tick runs (tokio's timer has 1 ms granularity: the baseline is the runtime alone). \
+         Medians over rounds.\n\n\
+         | beside the ticker | p50 ms | p99 ms | max ms |\n|---|--:|--:|--:|\n",
+        opts.label
+    );
+    for (imp, figs) in &late {
+        let mut p50: Vec<f64> = figs.iter().map(|f| f.0.as_secs_f64()).collect();
+        let mut p99: Vec<f64> = figs.iter().map(|f| f.1.as_secs_f64()).collect();
+        let mut max: Vec<f64> = figs.iter().map(|f| f.2.as_secs_f64()).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            imp.name(),
+            dur(Some(median(&mut p50))),
+            dur(Some(median(&mut p99))),
+            dur(Some(median(&mut max)))
+        );
+    }
+
     // Goals (issue "One engine for all callers"): blocking API, K OS threads, same-run ratios.
     let mut goals = String::new();
     let mux = |k: usize| (false, k, Kind::Mux);
@@ -993,6 +1096,43 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
                 ratio((false, k, Kind::Floor), (false, k, Kind::Rslock), &cpu),
             );
         }
+    }
+    // Goals of the async API (issue "Async API on the engine"): K tokio tasks, 2 workers.
+    let aio = |k: usize| (false, k, Kind::MuxAsync);
+    if opts.scale_ks.contains(&1) {
+        goal(
+            "async K=1: cycles/s ÷ blocking API's".into(),
+            true,
+            0.85,
+            ratio(aio(1), mux(1), &rate),
+            None,
+        );
+    }
+    for k in [64, 256] {
+        if !opts.scale_ks.contains(&k) {
+            continue;
+        }
+        goal(
+            format!("async K={k}: cycles/s ÷ floor"),
+            true,
+            0.8,
+            ratio(aio(k), (false, k, Kind::Floor), &rate),
+            None,
+        );
+        goal(
+            format!("async K={k}: cycles/s ÷ rslock"),
+            true,
+            3.0,
+            ratio(aio(k), (false, k, Kind::Rslock), &rate),
+            ratio((false, k, Kind::Floor), (false, k, Kind::Rslock), &rate),
+        );
+        goal(
+            format!("async K={k}: p99 ÷ rslock's p99"),
+            false,
+            0.5,
+            ratio(aio(k), (false, k, Kind::Rslock), &p99),
+            ratio((false, k, Kind::Floor), (false, k, Kind::Rslock), &p99),
+        );
     }
     let _ = write!(
         md,

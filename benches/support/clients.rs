@@ -32,6 +32,8 @@ pub enum Kind {
     Mux,
     /// This crate, releasing with `unlock_nowait` (the `scale` scenario only).
     MuxNowait,
+    /// This crate's async API on tokio (the `scale` scenario only).
+    MuxAsync,
     Floor,
     Seq,
     Rslock,
@@ -55,6 +57,7 @@ impl Kind {
             Kind::Rslock => "rslock",
             Kind::Redlock => "redlock",
             Kind::MuxNowait => "redlock-mux, unlock_nowait",
+            Kind::MuxAsync => "redlock-mux async (tokio)",
         }
     }
 
@@ -109,7 +112,7 @@ pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
         Kind::Seq => Box::new(Seq::new(urls)),
         Kind::Rslock => Box::new(Rslock::new(urls)),
         Kind::Redlock => Box::new(Redlock::new(urls)),
-        Kind::MuxNowait => unreachable!("the scale scenario's own runner"),
+        Kind::MuxNowait | Kind::MuxAsync => unreachable!("the scale scenario's own runners"),
     }
 }
 

@@ -3,6 +3,8 @@
 //!
 //! - [`run_mux`]: this crate through its public API, K OS threads sharing ONE
 //!   [`redlock_mux::Redlock`] handle.
+//! - [`run_mux_async`]: this crate's async API, K tokio tasks sharing ONE
+//!   [`redlock_mux::AsyncRedlock`] on a multi-thread runtime with 2 worker threads.
 //! - [`run_rslock`]: `rslock` as shipped, K tokio tasks sharing one `LockManager` on a
 //!   multi-thread runtime with 2 worker threads.
 //! - [`run_floor`]: a hand-rolled pipelined floor on one thread: per batch of K cycles, K
@@ -291,11 +293,7 @@ pub fn run_rslock(
     hard_limit: Duration,
     on_ready: &mut dyn FnMut(),
 ) -> ScaleRun {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
+    let rt = two_workers();
     let redis_clients = urls
         .iter()
         .map(|u| redis::Client::open(clients::redis_rs_info(u)).expect("redis client"))
@@ -371,6 +369,172 @@ pub fn run_rslock(
     // Drops tasks still waiting on a frozen node.
     rt.shutdown_timeout(Duration::from_secs(2));
     run
+}
+
+// ---------------------------------------------------------------------------------------------
+// this crate, async: K tokio tasks, one AsyncRedlock, 2 worker threads
+// ---------------------------------------------------------------------------------------------
+
+/// The 2-worker multi-thread runtime the async runners use (rslock's too).
+fn two_workers() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// K tokio tasks on a 2-worker multi-thread runtime sharing one [`redlock_mux::AsyncRedlock`]
+/// (the same engine as [`run_mux`], woken through wakers); task `t` cycles `try_lock` +
+/// `unlock` on `{tag}:{t}`. The same shape as [`run_rslock`].
+pub fn run_mux_async(
+    urls: &[String],
+    k: usize,
+    stop: Stop,
+    tag: &str,
+    hard_limit: Duration,
+    on_ready: &mut dyn FnMut(),
+) -> ScaleRun {
+    let rt = two_workers();
+    let redlock = Mux::builder(urls)
+        .build_async()
+        .expect("redlock-mux handle");
+    rt.block_on(async {
+        let warm = format!("{tag}:warm");
+        for _ in 0..WARMUP {
+            if let Ok(lock) = redlock.try_lock(&warm).await {
+                let _ = redlock.unlock(lock).await;
+            }
+        }
+    });
+    let halt = Arc::new(AtomicBool::new(false));
+    let completed = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = mpsc::channel();
+    let slots = slots_per_caller(k, stop);
+    let max = max_cycles(stop);
+    let tasks: Vec<_> = (0..k)
+        .map(|t| {
+            (
+                redlock.clone(),
+                format!("{tag}:{t}").into_bytes(),
+                Vec::<Duration>::with_capacity(slots),
+                halt.clone(),
+                completed.clone(),
+                tx.clone(),
+            )
+        })
+        .collect();
+    drop(tx);
+    on_ready();
+    let io0 = redlock.blocking().io_stats();
+    let cpu0 = process_cpu();
+    let start = Instant::now();
+    for (redlock, resource, mut latencies, halt, completed, tx) in tasks {
+        rt.spawn(async move {
+            let mut failed = 0;
+            let mut n = 0;
+            while n < max && !halt.load(Ordering::Relaxed) {
+                let t0 = Instant::now();
+                let ok = match redlock.try_lock(&resource).await {
+                    Ok(lock) => redlock.unlock(lock).await.is_ok(),
+                    Err(_) => false,
+                };
+                let d = t0.elapsed();
+                if ok {
+                    latencies.push(d);
+                    completed.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    failed += 1;
+                }
+                n += 1;
+            }
+            let _ = tx.send(CallerResult {
+                latencies,
+                failed,
+                finished_at: Instant::now(),
+                io: None,
+            });
+        });
+    }
+    if let Stop::Time(t) = stop {
+        std::thread::sleep(t);
+        halt.store(true, Ordering::Relaxed);
+    }
+    let mut run = collect(&rx, k, start, cpu0, start + hard_limit, &completed);
+    if run.finished {
+        run.io = Some(io_delta(io0, redlock.blocking().io_stats()));
+    }
+    rt.shutdown_timeout(Duration::from_secs(2));
+    run
+}
+
+/// How late a tokio task that ticks every millisecond runs while `k` tasks lock through `imp`
+/// on the same 2-worker runtime (one server frozen by `on_ready`): the executor's worker threads
+/// must never be held up by the library. Returns the lateness of every tick, sorted.
+pub fn ticker_lateness(
+    urls: &[String],
+    k: usize,
+    time: Duration,
+    tag: &str,
+    rslock: bool,
+    on_ready: &mut dyn FnMut(),
+) -> Vec<Duration> {
+    let rt = two_workers();
+    let halt = Arc::new(AtomicBool::new(false));
+    if rslock {
+        let redis_clients = urls
+            .iter()
+            .map(|u| redis::Client::open(clients::redis_rs_info(u)).expect("redis client"))
+            .collect();
+        let mut mgr = rslock::LockManager::from_clients(redis_clients);
+        mgr.set_retry(1, Duration::from_millis(1));
+        rt.block_on(async {
+            let _ = mgr.lock(format!("{tag}:warm").as_bytes(), TTL).await;
+        });
+        on_ready();
+        for t in 0..k {
+            let (mgr, halt, resource) = (mgr.clone(), halt.clone(), format!("{tag}:{t}"));
+            rt.spawn(async move {
+                while !halt.load(Ordering::Relaxed) {
+                    if let Ok(lock) = mgr.lock(resource.as_bytes(), TTL).await {
+                        mgr.unlock(&lock).await;
+                    }
+                }
+            });
+        }
+    } else {
+        let redlock = Mux::builder(urls).build_async().expect("redlock-mux handle");
+        rt.block_on(async {
+            let _ = redlock.try_lock(format!("{tag}:warm")).await;
+        });
+        on_ready();
+        for t in 0..k {
+            let (redlock, halt, resource) = (redlock.clone(), halt.clone(), format!("{tag}:{t}"));
+            rt.spawn(async move {
+                while !halt.load(Ordering::Relaxed) {
+                    if let Ok(lock) = redlock.try_lock(&resource).await {
+                        let _ = redlock.unlock(lock).await;
+                    }
+                }
+            });
+        }
+    }
+    let ticks = rt.block_on(rt.spawn(async move {
+        let mut late = Vec::with_capacity(time.as_millis() as usize + 16);
+        let end = Instant::now() + time;
+        let mut next = Instant::now() + Duration::from_millis(1);
+        while next < end {
+            tokio::time::sleep_until(next.into()).await;
+            late.push(Instant::now().saturating_duration_since(next));
+            next += Duration::from_millis(1);
+        }
+        late
+    }));
+    halt.store(true, Ordering::Relaxed);
+    rt.shutdown_timeout(Duration::from_secs(2));
+    let mut ticks = ticks.expect("the ticker task");
+    ticks.sort_unstable();
+    ticks
 }
 
 // ---------------------------------------------------------------------------------------------
