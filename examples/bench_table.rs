@@ -837,14 +837,8 @@ fn scale(servers: &mut Servers, opts: &Opts) -> String {
             let server = &mut servers[FROZEN];
             let mut on_ready = || server.freeze();
             let k = if imp == LateImp::Idle { 0 } else { LATE_K };
-            let ticks = scale::ticker_lateness(
-                &urls,
-                k,
-                time,
-                &tag,
-                imp == LateImp::Rslock,
-                &mut on_ready,
-            );
+            let ticks =
+                scale::ticker_lateness(&urls, k, time, &tag, imp == LateImp::Rslock, &mut on_ready);
             servers[FROZEN].resume();
             servers[FROZEN].cmd(&["PING"]);
             let fig = (

@@ -503,7 +503,9 @@ pub fn ticker_lateness(
             });
         }
     } else {
-        let redlock = Mux::builder(urls).build_async().expect("redlock-mux handle");
+        let redlock = Mux::builder(urls)
+            .build_async()
+            .expect("redlock-mux handle");
         rt.block_on(async {
             let _ = redlock.try_lock(format!("{tag}:warm")).await;
         });
