@@ -15,12 +15,17 @@
 //!
 //! Exits non-zero if a count is off or two holders were ever seen.
 
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redlock_mux::{AsyncRedlock, Builder, LockWatch};
+
+// Local servers when none are given: the test suite's harness (free loopback ports, no
+// persistence, killed on exit; it says how to install redis-server if it is missing).
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 const PRODUCTS: usize = 32;
 const TASKS: usize = 256;
@@ -39,7 +44,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let _servers;
     let urls = if args.is_empty() {
-        let local = LocalServers::start(3);
+        let local = common::Servers::start(3);
         let urls = local.urls();
         _servers = Some(local);
         urls
@@ -162,73 +167,4 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
-}
-
-/// Local `redis-server` processes on free loopback ports, no persistence, killed on drop.
-struct LocalServers {
-    children: Vec<(Child, u16)>,
-    _dir: tempfile::TempDir,
-}
-
-impl LocalServers {
-    fn start(n: usize) -> LocalServers {
-        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let children = (0..n)
-            .map(|i| {
-                let port = std::net::TcpListener::bind("127.0.0.1:0")
-                    .and_then(|l| l.local_addr())
-                    .expect("a free port")
-                    .port();
-                let sub = dir.path().join(i.to_string());
-                std::fs::create_dir_all(&sub).expect("a server directory");
-                let child = Command::new(&bin)
-                    .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                    .args(["--save", "", "--appendonly", "no"])
-                    .arg("--dir")
-                    .arg(&sub)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "cannot start {bin}: {e} (install it: apt-get install -y redis-server, \
-                             or set REDIS_SERVER)"
-                        )
-                    });
-                (child, port)
-            })
-            .collect();
-        let servers = LocalServers {
-            children,
-            _dir: dir,
-        };
-        for (_, port) in &servers.children {
-            let give_up = Instant::now() + Duration::from_secs(10);
-            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
-                assert!(
-                    Instant::now() < give_up,
-                    "redis-server on {port} did not start"
-                );
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-        servers
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.children
-            .iter()
-            .map(|(_, port)| format!("redis://127.0.0.1:{port}"))
-            .collect()
-    }
-}
-
-impl Drop for LocalServers {
-    fn drop(&mut self) {
-        for (child, _) in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
 }

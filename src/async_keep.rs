@@ -130,9 +130,7 @@ impl LockWatch {
 
     /// The validity left now.
     pub fn validity(&self) -> Duration {
-        self.kept
-            .valid_until()
-            .saturating_duration_since(Instant::now())
+        self.kept.validity()
     }
 
     /// Waits until the lock is lost or `timeout` passes; returns the reason, or `None` on

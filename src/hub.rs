@@ -171,7 +171,7 @@ impl Hub {
         let slot = SLOT
             .try_with(|s| s.clone())
             .unwrap_or_else(|_| Arc::new(Slot::new()));
-        slot.fill(kind, resource, token, false);
+        slot.fill(kind, resource, token, false, None);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
         loop {
@@ -190,19 +190,14 @@ impl Hub {
         }
     }
 
-    /// Starts an async caller's operation (its slot filled, its waker in it) without ever
-    /// waiting: the request is queued; if nobody drives the loop, this thread takes it for one
-    /// turn that waits for nothing (the request goes out in one write per node) and leaves the
-    /// rest to the background thread, which wakes the caller's task when the outcome is in.
-    pub fn submit_task(&self, slot: Arc<Slot>) {
+    /// Hands a filled slot over without ever waiting (an async caller's operation, with its
+    /// waker in the slot; a release nobody waits for): the request is queued; if nobody drives
+    /// the loop, this thread takes it for one turn that waits for nothing (the request goes out
+    /// in one write per node) and leaves the rest to the background thread. Otherwise whoever
+    /// drives takes it in (pairs with `leave`).
+    pub fn hand_over(&self, slot: Arc<Slot>) {
         self.mailbox.push(slot);
         fence(Ordering::SeqCst);
-        self.turn_if_free();
-    }
-
-    /// One turn of the loop that waits for nothing, if the loop is free; otherwise whoever
-    /// drives takes in what was queued (pairs with `leave`).
-    fn turn_if_free(&self) {
         if let Some(mut guard) = self.try_engine() {
             guard.engine().drive_until(Instant::now(), |_| false);
             self.leave(guard);
@@ -235,11 +230,8 @@ impl Hub {
             .ok()
             .filter(|s| s.is_done())
             .unwrap_or_else(|| Arc::new(Slot::new()));
-        slot.fill(kind, resource, token, true);
-        self.mailbox.push(slot);
-        fence(Ordering::SeqCst);
-        // Nobody may be driving: take the loop for one turn, or make sure somebody will.
-        self.turn_if_free();
+        slot.fill(kind, resource, token, true, None);
+        self.hand_over(slot);
     }
 
     /// The background thread: drives the loop while callers wait and nobody else drives, and

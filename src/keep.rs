@@ -115,9 +115,7 @@ impl KeepAlive {
 
     /// The validity left now.
     pub fn validity(&self) -> Duration {
-        self.kept
-            .valid_until()
-            .saturating_duration_since(Instant::now())
+        self.kept.validity()
     }
 
     /// Stops keeping the lock and releases it on every node; returns how many still held it.

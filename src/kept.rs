@@ -82,6 +82,11 @@ impl Kept {
             .store(u64::try_from(ns).unwrap_or(u64::MAX), Ordering::Release);
     }
 
+    /// The validity left now.
+    pub fn validity(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
     pub fn extensions(&self) -> u32 {
         self.extensions.load(Ordering::Acquire)
     }

@@ -104,9 +104,16 @@ impl Slot {
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
-    /// Puts a new request in (the previous operation is over: its outcome was taken, or, for a
-    /// detached one, the engine took the request in).
-    pub fn fill(&self, kind: ReqKind, resource: &[u8], token: &Token, detached: bool) {
+    /// Puts a new request in, with the waker of an async caller (the previous operation is
+    /// over: its outcome was taken, or, for a detached one, the engine took the request in).
+    pub fn fill(
+        &self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+        detached: bool,
+        waker: Option<Waker>,
+    ) {
         let mut cell = self.cell();
         cell.request.kind = kind;
         cell.request.resource.clear();
@@ -114,7 +121,7 @@ impl Slot {
         cell.request.token = *token;
         cell.request.detached = detached;
         cell.outcome = None;
-        cell.waker = None;
+        cell.waker = waker;
         cell.cancelled = false;
         drop(cell);
         self.done.store(false, Ordering::Relaxed);
@@ -152,11 +159,28 @@ impl Mailbox {
 
     /// Queues a request; wakes the driver if it sleeps in `poll`.
     pub fn push(&self, slot: Arc<Slot>) {
-        let mut inbox = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
-        inbox.push(slot);
+        self.enqueue(&self.inbox, slot);
+    }
+
+    /// Appends `item` to one of the queues, counts it in `queued` (so the driver looks) and
+    /// wakes the driver if it sleeps in `poll`.
+    fn enqueue<T>(&self, queue: &Mutex<Vec<T>>, item: T) {
+        let mut list = queue.lock().unwrap_or_else(|e| e.into_inner());
+        list.push(item);
         self.queued.fetch_add(1, Ordering::SeqCst);
-        drop(inbox);
+        drop(list);
         self.wake_if_asleep();
+    }
+
+    /// Moves everything in `queue` to the end of `into` and uncounts it; true if there was any.
+    fn drain<T>(&self, queue: &Mutex<Vec<T>>, into: &mut Vec<T>) -> bool {
+        let mut list = queue.lock().unwrap_or_else(|e| e.into_inner());
+        if list.is_empty() {
+            return false;
+        }
+        self.queued.fetch_sub(list.len(), Ordering::SeqCst);
+        into.append(&mut list);
+        true
     }
 
     /// After queuing: pairs with the driver's store-then-load in [`Mailbox::sleep_begin`]:
@@ -168,24 +192,14 @@ impl Mailbox {
         }
     }
 
-    /// Queues a lock to keep (counted in `queued`, so the driver looks); wakes the driver if
-    /// it sleeps in `poll`.
+    /// Queues a lock to keep; wakes the driver if it sleeps in `poll`.
     pub fn push_keep(&self, kept: Arc<Kept>) {
-        let mut keeps = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
-        keeps.push(kept);
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        drop(keeps);
-        self.wake_if_asleep();
+        self.enqueue(&self.keeps, kept);
     }
 
-    /// Queues an alarm (counted in `queued`, so the driver looks); wakes the driver if it
-    /// sleeps in `poll`.
+    /// Queues an alarm; wakes the driver if it sleeps in `poll`.
     pub fn push_alarm(&self, at: Instant, alarm: Arc<Alarm>) {
-        let mut alarms = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
-        alarms.push((at, alarm));
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        drop(alarms);
-        self.wake_if_asleep();
+        self.enqueue(&self.alarms, (at, alarm));
     }
 
     pub fn queued(&self) -> usize {
@@ -206,20 +220,8 @@ impl Mailbox {
             std::mem::swap(&mut *inbox, requests);
             self.queued.fetch_sub(requests.len(), Ordering::SeqCst);
         }
-        {
-            let mut new = self.alarms.lock().unwrap_or_else(|e| e.into_inner());
-            if !new.is_empty() {
-                self.queued.fetch_sub(new.len(), Ordering::SeqCst);
-                alarms.append(&mut new);
-            }
-        }
-        let mut new = self.keeps.lock().unwrap_or_else(|e| e.into_inner());
-        if new.is_empty() {
-            return false;
-        }
-        self.queued.fetch_sub(new.len(), Ordering::SeqCst);
-        keeps.append(&mut new);
-        true
+        self.drain(&self.alarms, alarms);
+        self.drain(&self.keeps, keeps)
     }
 
     /// The driver is about to sleep in `poll`: false (and no sleep) if something is queued.

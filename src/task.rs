@@ -2,7 +2,7 @@
 //! time ([`Sleep`]), both woken by the engine's loop through `std::task::Waker` — no runtime.
 //!
 //! A [`Call`] fills a [`Slot`] with its request and its waker and hands it to the hub
-//! ([`Hub::submit_task`]): one turn of the loop that waits for nothing if the loop is free (the
+//! ([`Hub::hand_over`]): one turn of the loop that waits for nothing if the loop is free (the
 //! request goes out in one write per node), the mailbox otherwise. The outcome comes back in the
 //! slot, and the waker is woken by whoever drives the loop (the background thread, or a blocking
 //! caller). Nothing here ever waits: an executor's worker thread pays a few non-blocking
@@ -90,10 +90,10 @@ impl Future for Call<'_> {
         );
         if this.slot.is_none() {
             let slot = take_slot();
-            slot.fill(this.kind, this.resource, &this.token, false);
-            slot.cell().waker = Some(cx.waker().clone());
+            let waker = Some(cx.waker().clone());
+            slot.fill(this.kind, this.resource, &this.token, false, waker);
             this.slot = Some(slot.clone());
-            this.hub.submit_task(slot);
+            this.hub.hand_over(slot);
         }
         this.poll_slot(cx)
     }

@@ -1118,6 +1118,17 @@ mod tests {
     use super::*;
     use crate::mailbox::Slot;
 
+    /// An engine over a simulated network to `NODES` fresh simulated nodes (default config).
+    fn engine_and_nodes(now: Instant) -> (Engine<SimNet>, Vec<Node>) {
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .shared()
+            .unwrap();
+        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
+        let engine = Engine::new(shared, net, now);
+        let nodes = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        (engine, nodes)
+    }
+
     /// Runs what the client wrote on `nodes` and hands the replies back: the count of writes
     /// and of commands per node in this exchange.
     fn exchange(engine: &mut Engine<SimNet>, nodes: &mut [Node], now: Instant) -> Vec<(u32, u32)> {
@@ -1155,13 +1166,8 @@ mod tests {
     /// its resource and token: the second's keys were left to their TTL, blocking everyone.)
     #[test]
     fn acquires_lost_in_the_same_turn_are_each_released() {
-        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
-            .shared()
-            .unwrap();
         let now = Instant::now();
-        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
-        let mut engine = Engine::new(shared.clone(), net, now);
-        let mut nodes: Vec<Node> = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        let (mut engine, mut nodes) = engine_and_nodes(now);
         let up = 3_600_000 * MS;
         let mut out = Vec::new();
         // Held elsewhere on a majority: our acquires win only nodes 3 and 4, and lose.
@@ -1221,13 +1227,8 @@ mod tests {
 
     #[test]
     fn sixty_four_queued_operations_go_out_in_one_write_per_node() {
-        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
-            .shared()
-            .unwrap();
         let now = Instant::now();
-        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
-        let mut engine = Engine::new(shared.clone(), net, now);
-        let mut nodes: Vec<Node> = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        let (mut engine, mut nodes) = engine_and_nodes(now);
         let token = Token::from_bytes(b"t").unwrap();
         let ids: Vec<OpId> = (0..64)
             .map(|i| {
