@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::async_guard::AsyncLockGuard;
 use crate::async_keep::{AsyncKeepAlive, LockWatch};
-use crate::client::{Retries, apply_extend, lock_of, released_of, status_of};
+use crate::client::{apply_extend, lock_of, released_of, status_of};
 use crate::config::{Builder, Config};
 use crate::engine::Shutdown;
 use crate::error::Error;
@@ -18,8 +18,8 @@ use crate::handle::Redlock;
 use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
-use crate::round::RoundConfig;
-use crate::task::{Call, Sleep};
+use crate::round::{RoundConfig, deadline_after};
+use crate::task::Call;
 use crate::token::Token;
 
 impl Builder {
@@ -132,27 +132,19 @@ impl AsyncRedlock {
         lock_of(resource, token, outcome)
     }
 
-    async fn retrying(&self, resource: &[u8], deadline: Option<Instant>) -> Result<Lock, Error> {
-        let mut retries = Retries::new(self.config(), deadline);
-        loop {
-            match self.attempt(resource).await {
-                Ok(lock) => return Ok(lock),
-                Err(e) => Sleep::until(self.hub(), retries.after(e)?).await,
-            }
-        }
-    }
-
-    /// Acquire with retries (the pauses are timers of the engine: no runtime needed); see
-    /// [`Client::lock`](crate::Client::lock).
+    /// Acquire, waiting at most [`Config::lock_wait`] (the waits are timers of the engine: no
+    /// runtime needed); see [`Client::lock_until`](crate::Client::lock_until).
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock).
+    /// As [`Client::lock_until`](crate::Client::lock_until).
     pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        self.retrying(resource.as_ref(), None).await
+        let deadline = deadline_after(Instant::now(), self.config().lock_wait());
+        self.lock_until(resource, deadline).await
     }
 
-    /// Acquire, retrying until `deadline`; see [`Client::lock_until`](crate::Client::lock_until).
+    /// Acquire, waiting until `deadline`; see [`Client::lock_until`](crate::Client::lock_until).
+    /// Dropping the future leaves the queue (a lock it won meanwhile is released).
     ///
     /// # Errors
     ///
@@ -162,7 +154,10 @@ impl AsyncRedlock {
         resource: impl AsRef<[u8]>,
         deadline: Instant,
     ) -> Result<Lock, Error> {
-        self.retrying(resource.as_ref(), Some(deadline)).await
+        let resource = resource.as_ref();
+        let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
+        let outcome = Call::new(self.hub(), kind, resource, token).await;
+        lock_of(resource, token, outcome)
     }
 
     /// Release, waiting for the nodes' replies; see [`Client::unlock`](crate::Client::unlock).

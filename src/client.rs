@@ -5,8 +5,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rand::RngExt;
-
 use crate::addr::NodeAddr;
 use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
@@ -15,6 +13,7 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, Outcome, ReqKind};
+use crate::round::deadline_after;
 use crate::token::Token;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling
@@ -104,6 +103,13 @@ impl Client {
         self.engine.net.conns.iter().map(|c| c.pending()).collect()
     }
 
+    /// Callers of this engine waiting in the queue of `resource` (its head included). For
+    /// tests.
+    #[doc(hidden)]
+    pub fn waiters(&mut self, resource: &[u8]) -> usize {
+        self.engine.waiters(resource)
+    }
+
     /// Releases not confirmed yet: (in flight, waiting in the ledger for their node). For tests.
     #[doc(hidden)]
     pub fn unconfirmed(&self) -> (usize, usize) {
@@ -158,40 +164,41 @@ impl Client {
             .collect()
     }
 
-    /// Acquires `resource`, retrying after a random delay up to the configured retry count.
+    /// Acquires `resource`, waiting for it at most [`Config::lock_wait`] (4 s by default); see
+    /// [`Client::lock_until`].
     ///
     /// # Errors
     ///
-    /// The last attempt's error, as [`Client::try_lock`].
+    /// As [`Client::lock_until`].
     pub fn lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        let config = self.config().clone();
-        let resource = resource.as_ref();
-        retry(&config, None, |wake| {
-            if let Some(until) = wake {
-                self.idle_until(until);
-            }
-            self.try_lock(resource)
-        })
+        let deadline = deadline_after(Instant::now(), self.config().lock_wait());
+        self.lock_until(resource, deadline)
     }
 
-    /// Acquires `resource`, retrying until `deadline` (whatever the retry count).
+    /// Acquires `resource`, waiting for it until `deadline`.
+    ///
+    /// A refused attempt is followed by another as soon as the resource is released — by a
+    /// caller of the same engine (the attempt goes out right behind the release), or by any
+    /// client that publishes a release notice (this crate does) — or else after the fallback
+    /// poll (`retry_delay` plus up to `retry_jitter`). A split vote (another client's attempt
+    /// took some nodes) is followed by a random pause that grows with every split in a row.
+    /// Failures other than a refusal (too few nodes answered, too slow) are retried after the
+    /// retry pause. At least one attempt is made; one still in flight at the deadline is
+    /// waited for.
     ///
     /// # Errors
     ///
-    /// The last attempt's error, as [`Client::try_lock`].
+    /// The last attempt's error, as [`Client::try_lock`]; refused credentials or a bad name at
+    /// once.
     pub fn lock_until(
         &mut self,
         resource: impl AsRef<[u8]>,
         deadline: Instant,
     ) -> Result<Lock, Error> {
-        let config = self.config().clone();
         let resource = resource.as_ref();
-        retry(&config, Some(deadline), |wake| {
-            if let Some(until) = wake {
-                self.idle_until(until);
-            }
-            self.try_lock(resource)
-        })
+        let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
+        let outcome = self.engine.run(kind, resource, &token);
+        lock_of(resource, token, outcome)
     }
 
     /// Waits until `until` while consuming late replies (instead of sleeping blind).
@@ -244,59 +251,6 @@ impl Client {
     }
 }
 
-/// Retries `attempt` after a random delay, up to the configured count or until `deadline`.
-/// `attempt` gets the instant to wait until before trying (none for the first try).
-pub(crate) fn retry(
-    config: &Config,
-    deadline: Option<Instant>,
-    mut attempt: impl FnMut(Option<Instant>) -> Result<Lock, Error>,
-) -> Result<Lock, Error> {
-    let mut retries = Retries::new(config, deadline);
-    let mut wake = None;
-    loop {
-        match attempt(wake) {
-            Ok(lock) => return Ok(lock),
-            Err(e) => wake = Some(retries.after(e)?),
-        }
-    }
-}
-
-/// The retry policy as a value, for the blocking loop above and the async one alike: after a
-/// failed attempt, when to try again — or the error to give up with.
-pub(crate) struct Retries<'c> {
-    config: &'c Config,
-    deadline: Option<Instant>,
-    failed: u32,
-}
-
-impl Retries<'_> {
-    pub fn new(config: &Config, deadline: Option<Instant>) -> Retries<'_> {
-        Retries {
-            config,
-            deadline,
-            failed: 0,
-        }
-    }
-
-    /// After an attempt failed with `error`: the instant of the next try, or `error` if it is
-    /// final (a bad name, refused credentials) or no try is left (count, or deadline).
-    pub fn after(&mut self, error: Error) -> Result<Instant, Error> {
-        if matches!(
-            error,
-            Error::Config(_) | Error::Auth { .. } | Error::Permission { .. }
-        ) {
-            return Err(error);
-        }
-        self.failed += 1;
-        let at = Instant::now() + retry_pause(self.config, rand::rng().random());
-        match self.deadline {
-            Some(d) if at >= d => Err(error),
-            None if self.failed > self.config.retry_count => Err(error),
-            _ => Ok(at),
-        }
-    }
-}
-
 /// The wait before the next try: the retry delay plus a share of the jitter picked by
 /// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
 pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
@@ -309,6 +263,8 @@ pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result
     match outcome {
         Outcome::Acquired(Ok(valid_until)) => Ok(Lock::new(resource, token, valid_until)),
         Outcome::Acquired(Err(e)) => Err(e),
+        Outcome::Locked(Ok((token, valid_until))) => Ok(Lock::new(resource, token, valid_until)),
+        Outcome::Locked(Err(e)) => Err(e),
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
     }
 }

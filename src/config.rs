@@ -26,9 +26,11 @@ pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
 pub struct Config {
     /// Lock time to live (`PX`). Default 30 s.
     pub ttl: Duration,
-    /// Retries after the first attempt in [`Client::lock`](crate::Client::lock). Default 10.
+    /// How many retry pauses [`Client::lock`](crate::Client::lock) waits at most: its budget is
+    /// [`Config::lock_wait`]. Default 10.
     pub retry_count: u32,
-    /// Wait between attempts. Default 200 ms.
+    /// Wait between attempts of a waiting caller that no release notice wakes (a lock held by a
+    /// client that does not publish, or one that expires): the fallback poll. Default 200 ms.
     pub retry_delay: Duration,
     /// Up to this much random time is added to each wait. Default 200 ms.
     pub retry_jitter: Duration,
@@ -138,6 +140,15 @@ impl Config {
     pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| (ttl / 20).min(Duration::from_millis(50)))
+    }
+
+    /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
+    /// `retry_count × (retry_delay + retry_jitter)` (4 s by default), at least `retry_count`
+    /// node timeouts (so a zero retry delay still waits for a few attempts). Zero retries: one
+    /// attempt, no wait.
+    pub fn lock_wait(&self) -> Duration {
+        let per_try = (self.retry_delay + self.retry_jitter).max(self.node_timeout_for(self.ttl));
+        per_try.saturating_mul(self.retry_count)
     }
 
     /// The longest TTL a lock of this client may have: [`Config::max_ttl`], or the TTL.

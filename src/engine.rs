@@ -41,6 +41,7 @@ use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
 use crate::token::Token;
+use crate::wait::{Queue, Waits, split_pause};
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
 /// never confused with its previous occupant).
@@ -55,6 +56,11 @@ impl OpId {
     fn tag(self) -> u64 {
         (u64::from(self.seq) << 32) | u64::from(self.index + 1)
     }
+    #[cfg(test)]
+    pub(crate) fn for_tests(index: u32) -> OpId {
+        OpId { index, seq: 1 }
+    }
+
     fn from_tag(tag: u64) -> Option<OpId> {
         let low = tag as u32;
         (low != 0).then(|| OpId {
@@ -77,13 +83,15 @@ pub(crate) enum Waiter {
     Keep(Arc<Kept>),
     /// The engine itself: the release of a kept lock that was lost; its callback runs after.
     KeepLost(Arc<Kept>),
+    /// The engine itself: an attempt of the waiting acquire `OpId` (see `wait.rs`).
+    Attempt(OpId),
 }
 
 impl Waiter {
     /// Counted in [`Engine::waiting`]: somebody (a parked thread, or the engine's own timers)
     /// needs the loop driven until it is decided.
     fn waits(&self) -> bool {
-        !matches!(self, Waiter::None | Waiter::Local)
+        !matches!(self, Waiter::None | Waiter::Local | Waiter::Attempt(_))
     }
 }
 
@@ -93,6 +101,8 @@ enum OpKind {
     Extend,
     Release,
     Status,
+    /// A waiting acquire: its attempts are acquires of their own (see `wait.rs`).
+    Wait,
 }
 
 /// Per node, for a release: until when its answer is waited for.
@@ -124,8 +134,11 @@ struct Op {
     resource: Vec<u8>,
     token: Token,
     start: Instant,
-    /// Extend: the validity before. Status: the deadline. Release: when its keys expire.
+    /// Extend: the validity before. Status, Wait: the deadline. Release: when its keys expire.
     until: Instant,
+    /// Wait: the TTL of its attempts, and how many it has made.
+    ttl: Duration,
+    tries: u32,
     /// Requests sent and neither answered nor failed yet.
     outstanding: u32,
     // Release:
@@ -152,6 +165,8 @@ impl Op {
             token: Token::EMPTY,
             start: now,
             until: now,
+            ttl: Duration::ZERO,
+            tries: 0,
             outstanding: 0,
             wait: vec![Wait::No; n],
             counted: 0,
@@ -226,6 +241,15 @@ pub(crate) struct Engine<N: Net = Driver> {
     alarms: Vec<(Instant, Arc<Alarm>)>,
     /// The callback thread of kept locks that are lost.
     pub callbacks: Arc<Callbacks>,
+    /// Queues of callers waiting for contended resources.
+    waits: Waits,
+    /// Attempts decided in this turn: the waiting operation, the attempt's token, its outcome,
+    /// and whether it was a split vote (reused list).
+    attempts: Vec<(OpId, Token, Outcome, bool)>,
+    /// Waiting operations whose attempt is due, with their resource's queue (reused).
+    due: Vec<OpId>,
+    /// A waiting operation's resource, copied out (reused).
+    wait_resource: Vec<u8>,
 }
 
 /// Kept locks: timers of the engine.
@@ -293,6 +317,10 @@ impl<N: Net> Engine<N> {
             },
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),
+            waits: Waits::new(seed()),
+            attempts: Vec::with_capacity(16),
+            due: Vec::with_capacity(16),
+            wait_resource: Vec::with_capacity(64),
             net,
             shared,
         }
@@ -306,6 +334,11 @@ impl<N: Net> Engine<N> {
     /// Operations with a parked waiter not answered yet.
     pub fn waiting(&self) -> usize {
         self.core.waiting
+    }
+
+    /// Callers waiting in the queue of `resource`.
+    pub fn waiters(&mut self, resource: &[u8]) -> usize {
+        self.waits.get_mut(resource).map_or(0, |q| q.waiters.len())
     }
 
     /// Releases not confirmed yet: in flight, and in the ledger.
@@ -385,9 +418,289 @@ impl<N: Net> Engine<N> {
         waiter: Waiter,
         now: Instant,
     ) -> OpId {
+        if let ReqKind::Wait { ttl, deadline } = kind {
+            return self.submit_wait(resource, token, ttl, deadline, waiter, now);
+        }
+        let id = self.submit_to(kind, resource, token, waiter, self.all_nodes(), now);
+        if matches!(kind, ReqKind::Release) && !self.waits.is_empty() {
+            // A caller of this engine released: its next waiter attempts right behind.
+            self.released(resource, now, true);
+        }
+        id
+    }
+
+    fn all_nodes(&self) -> u64 {
         let n = self.shared.nodes.len();
-        let all = if n == 64 { u64::MAX } else { node_bit(n) - 1 };
-        self.submit_to(kind, resource, token, waiter, all, now)
+        if n == 64 { u64::MAX } else { node_bit(n) - 1 }
+    }
+
+    /// Starts a waiting acquire: its first attempt at once, unless callers of this engine
+    /// already wait for the resource (then it lines up behind them).
+    fn submit_wait(
+        &mut self,
+        resource: &[u8],
+        token: &Token,
+        ttl: Duration,
+        deadline: Instant,
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
+        let n = self.shared.nodes.len();
+        let id = self.core.alloc(n, now);
+        if waiter.waits() {
+            self.core.waiting += 1;
+        }
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Wait;
+        op.resource.clear();
+        op.resource.extend_from_slice(resource);
+        op.token = *token;
+        op.start = now;
+        op.until = deadline;
+        op.ttl = ttl;
+        op.tries = 0;
+        op.waiter = waiter;
+        op.outcome = None;
+        op.outstanding = 0;
+        match self.waits.get_mut(resource) {
+            Some(q) => {
+                q.waiters.push_back(id);
+                q.earliest = q.earliest.min(deadline);
+                q.touch(now);
+                if q.waiters.len() == 1 && q.attempt.is_none() {
+                    // First in a queue that lingers: attempts at once, as its head.
+                    self.attempt(id, now);
+                }
+            }
+            None => self.attempt(id, now),
+        }
+        id
+    }
+
+    /// Submits the next attempt of the waiting operation `w`, with a token of its own.
+    fn attempt(&mut self, w: OpId, now: Instant) {
+        let mut resource = std::mem::take(&mut self.wait_resource);
+        let op = &mut self.core.ops[w.index as usize];
+        let token = op.token.variant(op.tries);
+        op.tries = op.tries.wrapping_add(1);
+        let ttl = op.ttl;
+        resource.clear();
+        resource.extend_from_slice(&op.resource);
+        if let Some(q) = self.waits.get_mut(&resource)
+            && q.waiters.front() == Some(&w)
+        {
+            q.attempt = Some(w);
+            q.released = false;
+        }
+        let all = self.all_nodes();
+        let kind = ReqKind::Acquire { ttl };
+        self.submit_to(kind, &resource, &token, Waiter::Attempt(w), all, now);
+        self.wait_resource = resource;
+    }
+
+    /// A release of `resource` was submitted here (`local`) or announced by another client:
+    /// the head of its queue attempts (now, in the same write as our release), unless a split
+    /// vote's pause or the local streak's yield holds it back.
+    fn released(&mut self, resource: &[u8], now: Instant, local: bool) {
+        let round = self.last_round;
+        let Some(q) = self.waits.get_mut(resource) else {
+            return;
+        };
+        if let Some(at) = q.on_release(now, round, local)
+            && at <= now
+            && let Some(&head) = q.waiters.front()
+            && !is_cancelled(&self.core.ops[head.index as usize])
+        {
+            self.attempt(head, now);
+        }
+    }
+
+    /// Ends the waiting operation `w` with `outcome` (`None`: its caller is gone).
+    fn finish_wait(&mut self, w: OpId, outcome: Option<Outcome>) {
+        let op = &mut self.core.ops[w.index as usize];
+        op.done = true;
+        if let Some(Outcome::Locked(Ok((token, _)))) = &outcome {
+            // What a release of a lock won for nobody must delete.
+            op.token = *token;
+        }
+        match std::mem::replace(&mut op.waiter, Waiter::None) {
+            Waiter::Local => op.outcome = outcome,
+            Waiter::Slot(slot) => {
+                self.core.waiting -= 1;
+                if let Some(outcome) = outcome
+                    && let Some(Outcome::Locked(Ok(_))) = slot.deliver(outcome)
+                {
+                    // Its caller dropped the future: released like a lost attempt.
+                    self.lost.push(w.index);
+                }
+            }
+            _ => {}
+        }
+        if op.outstanding == 0 && op.outcome.is_none() {
+            op.live = false;
+            self.core.free.push(w.index);
+        }
+    }
+
+    /// Applies the attempts decided in this turn to their waiting operations and queues.
+    fn attempts_decided(&mut self, now: Instant) {
+        let mut decided = std::mem::take(&mut self.attempts);
+        let mut resource = std::mem::take(&mut self.wait_resource);
+        for (w, token, outcome, split) in decided.drain(..) {
+            let op = &self.core.ops[w.index as usize];
+            if op.seq != w.seq || op.done || !op.live {
+                continue;
+            }
+            resource.clear();
+            resource.extend_from_slice(&op.resource);
+            let deadline = op.until;
+            let error = match outcome {
+                Outcome::Acquired(Ok(valid_until)) => {
+                    self.finish_wait(w, Some(Outcome::Locked(Ok((token, valid_until)))));
+                    let pause = retry_pause_of(&self.shared.config, self.waits.random());
+                    if let Some(q) = self.waits.get_mut(&resource) {
+                        if q.attempt == Some(w) {
+                            q.attempt = None;
+                        }
+                        q.held_until = Some(valid_until);
+                        if q.remove(w) {
+                            q.streak += 1;
+                            q.splits = 0;
+                            q.not_before = None;
+                            // The next in line waits for the release (ours), or the end of the
+                            // lock if it is never released.
+                            q.try_at = q.after_refusal(now, pause);
+                        }
+                        q.touch(now);
+                    }
+                    continue;
+                }
+                Outcome::Acquired(Err(e)) => e,
+                _ => continue,
+            };
+            let last = matches!(
+                error,
+                Error::Config(_) | Error::Auth { .. } | Error::Permission { .. }
+            ) || deadline <= now;
+            if last {
+                self.finish_wait(w, Some(Outcome::Locked(Err(error))));
+                if let Some(q) = self.waits.get_mut(&resource) {
+                    if q.attempt == Some(w) {
+                        q.attempt = None;
+                    }
+                    if q.remove(w) {
+                        // The next in line takes its place at once.
+                        q.try_at = now;
+                    }
+                    q.touch(now);
+                }
+                continue;
+            }
+            let round = self.last_round;
+            let random = self.waits.random();
+            let poll = retry_pause_of(&self.shared.config, random);
+            let held = matches!(error, Error::Held(_));
+            let q: &mut Queue = match self.waits.get_mut(&resource) {
+                Some(q) => {
+                    if !q.waiters.contains(&w) {
+                        q.waiters.push_back(w);
+                    }
+                    q.touch(now);
+                    q
+                }
+                None => {
+                    // Contended from now on. A release may have come while this attempt was
+                    // in flight, with no queue to note it: one more attempt at once.
+                    let q = self.waits.open(&resource, w, error.clone(), now);
+                    q.released = true;
+                    q
+                }
+            };
+            if q.attempt == Some(w) {
+                q.attempt = None;
+            }
+            if q.waiters.front() == Some(&w) {
+                let released = std::mem::take(&mut q.released);
+                q.try_at = if split {
+                    q.splits += 1;
+                    let pause = split_pause(q.splits, round, random);
+                    q.not_before = Some(now + pause);
+                    now + pause
+                } else {
+                    q.splits = 0;
+                    q.not_before = None;
+                    if held && q.held_until.is_none_or(|t| t <= now) {
+                        // Somebody else has it: our callers' streak is over.
+                        q.streak = 0;
+                    }
+                    match (held, released) {
+                        (true, true) => now,
+                        (true, false) => q.after_refusal(now, poll),
+                        (false, _) => now + poll,
+                    }
+                };
+            } else {
+                q.earliest = q.earliest.min(deadline);
+            }
+            q.last_error = error;
+        }
+        self.wait_resource = resource;
+        self.attempts = decided;
+    }
+
+    /// The queues' timers: waiters whose deadline passed or whose caller is gone leave; a head
+    /// whose attempt is due makes it.
+    fn tick_waits(&mut self, now: Instant) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        let mut ended: Vec<(OpId, Option<Error>)> = Vec::new();
+        {
+            let Engine { waits, core, .. } = self;
+            let ops = &core.ops;
+            for (_, q) in waits.iter_mut() {
+                let attempting = q.attempt;
+                if q.earliest <= now {
+                    q.waiters.retain(|&id| {
+                        let gone = attempting != Some(id) && ops[id.index as usize].until <= now;
+                        if gone {
+                            ended.push((id, Some(q.last_error.clone())));
+                        }
+                        !gone
+                    });
+                    q.earliest = q
+                        .waiters
+                        .iter()
+                        .filter(|&&id| attempting != Some(id))
+                        .map(|&id| ops[id.index as usize].until)
+                        .min()
+                        .unwrap_or(now + Duration::from_secs(3600));
+                }
+                while let Some(&head) = q.waiters.front() {
+                    if attempting == Some(head) || !is_cancelled(&ops[head.index as usize]) {
+                        break;
+                    }
+                    ended.push((head, None));
+                    q.waiters.pop_front();
+                }
+                if attempting.is_none()
+                    && q.try_at <= now
+                    && let Some(&head) = q.waiters.front()
+                {
+                    due.push(head);
+                }
+                q.touch(now);
+            }
+        }
+        for (id, error) in ended {
+            self.finish_wait(id, error.map(|e| Outcome::Locked(Err(e))));
+        }
+        self.waits.close_idle(now, |_, _| {});
+        for head in due.drain(..) {
+            self.attempt(head, now);
+        }
+        self.due = due;
     }
 
     fn submit_to(
@@ -438,6 +751,11 @@ impl<N: Net> Engine<N> {
                 ReqKind::Release => {
                     op.kind = OpKind::Release;
                     op.until = deadline_after(now, config.longest_ttl());
+                }
+                ReqKind::Wait { .. } => {
+                    // Dispatched by `submit` to `submit_wait`.
+                    debug_assert!(false, "a waiting acquire reached submit_to");
+                    op.kind = OpKind::Wait;
                 }
                 ReqKind::Status { timeout } => {
                     op.kind = OpKind::Status;
@@ -530,6 +848,7 @@ impl<N: Net> Engine<N> {
                     }
                 }
             }
+            ReqKind::Wait { .. } => {}
             ReqKind::Status { .. } => {
                 for verb in [b"GET".as_slice(), b"PTTL".as_slice()] {
                     let mut cmd = BytesMut::new();
@@ -671,6 +990,8 @@ impl<N: Net> Engine<N> {
                         }
                         (!open).then_some(Outcome::Released(op.released))
                     }
+                    // Decided by its attempts (`attempts_decided`) and timers (`tick_waits`).
+                    OpKind::Wait => None,
                     OpKind::Status => {
                         let status = op.status.as_mut().expect("status op has its replies");
                         if status.ttls.iter().all(Option::is_some) || op.until <= now {
@@ -719,6 +1040,13 @@ impl<N: Net> Engine<N> {
                             self.core.waiting -= 1;
                             self.keeps.decided.push((kept, None));
                         }
+                        Waiter::Attempt(w) => {
+                            // Split: some nodes said yes, not enough, and some refused — a
+                            // competing attempt took the others.
+                            let split = matches!(outcome, Outcome::Acquired(Err(Error::Held(_))))
+                                && (0..n).any(|i| op.round.vote(i) == Some(Vote::Yes));
+                            self.attempts.push((w, op.token, outcome, split));
+                        }
                     }
                 }
             }
@@ -726,6 +1054,9 @@ impl<N: Net> Engine<N> {
                 op.live = false;
                 self.core.free.push(index as u32);
             }
+        }
+        if !self.attempts.is_empty() {
+            self.attempts_decided(now);
         }
         // Release everywhere at once after a lost acquire — refused and silent nodes too,
         // since a late yes may still come — without anybody waiting for the replies.
@@ -743,12 +1074,15 @@ impl<N: Net> Engine<N> {
             resources.extend_from_slice(&op.resource);
             releases.push((start, resources.len(), op.token));
         }
+        let all = self.all_nodes();
         for &(start, end, token) in &releases {
-            self.submit(
+            // Not `submit`: a lost attempt's release does not hand the resource to a waiter.
+            self.submit_to(
                 ReqKind::Release,
                 &resources[start..end],
                 &token,
                 Waiter::None,
+                all,
                 now,
             );
         }
@@ -943,12 +1277,17 @@ impl<N: Net> Engine<N> {
                     })
                     .min(),
                 OpKind::Status => Some(op.until),
+                // Its queue's timers are the waits' (`Waits::next`).
+                OpKind::Wait => None,
             };
             if let Some(t) = t {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         }
-        [next, self.timer()].into_iter().flatten().min()
+        [next, self.timer(), self.waits.next()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
@@ -983,6 +1322,7 @@ impl<N: Net> Engine<N> {
         // Extends decided in `settle` moved their locks' timers: look again now, so that the
         // timer a driver leaves behind is never one already past.
         self.tick_keeps(now);
+        self.tick_waits(now);
         self.flush(now);
     }
 
@@ -1010,6 +1350,13 @@ impl<N: Net> Engine<N> {
     fn sleep_turn(&mut self, until: Instant) {
         if let Some(mailbox) = self.mailbox.clone() {
             if !mailbox.sleep_begin() {
+                if mailbox.wanted.load(Ordering::SeqCst) > 0 {
+                    // Someone waits for the loop and this driver does not stop for it (its
+                    // operation is not decided yet): it must not stop reading meanwhile.
+                    let now = self.net.now();
+                    let Engine { net, core, .. } = self;
+                    net.turn(now, &mut core.sink());
+                }
                 return;
             }
             let Engine { net, core, .. } = self;
@@ -1076,6 +1423,50 @@ impl<N: Net> Engine<N> {
         self.drive(|e| e.is_done(id));
         self.take(id)
             .expect("a local operation keeps its outcome until taken")
+    }
+
+    /// Runs a waiting acquire on the driving thread until it is decided or has to wait (its
+    /// attempt refused, or in line behind others): `Err(id)` then, for the caller to
+    /// [`Engine::adopt`] it with a slot and let go of the loop rather than hold it for the
+    /// whole wait.
+    pub fn run_until_waiting(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+    ) -> Result<Outcome, OpId> {
+        let now = self.net.now();
+        self.drain(now);
+        self.take_inbox(now);
+        let id = self.submit(kind, resource, token, Waiter::Local, now);
+        self.flush(now);
+        self.drive(|e| e.is_done(id) || e.is_waiting(id));
+        if self.is_done(id) {
+            return Ok(self
+                .take(id)
+                .expect("a local operation keeps its outcome until taken"));
+        }
+        Err(id)
+    }
+
+    /// True while the waiting operation `id` waits in its queue with no attempt in flight.
+    fn is_waiting(&self, id: OpId) -> bool {
+        let op = &self.core.ops[id.index as usize];
+        op.kind == OpKind::Wait
+            && !op.done
+            && self
+                .waits
+                .get(&op.resource)
+                .is_some_and(|q| q.attempt != Some(id) && q.waiters.contains(&id))
+    }
+
+    /// Hands the undecided waiting operation `id` to `slot`: its outcome goes there, and the
+    /// slot's thread is unparked.
+    pub fn adopt(&mut self, id: OpId, slot: Arc<Slot>) {
+        let op = &mut self.core.ops[id.index as usize];
+        debug_assert!(matches!(op.waiter, Waiter::Local) && !op.done);
+        op.waiter = Waiter::Slot(slot);
+        self.core.waiting += 1;
     }
 
     /// Runs several local operations side by side to their outcomes: every node gets all their
@@ -1171,6 +1562,8 @@ impl Core {
                     status.ttls[node].get_or_insert((Err(fault), now));
                 }
             }
+            // Sends nothing of its own.
+            OpKind::Wait => {}
         }
     }
 
@@ -1208,6 +1601,7 @@ impl Core {
                         status.ttls[node] = Some((Err(fault.clone()), now));
                     }
                 }
+                OpKind::Wait => {}
             }
             return;
         }
@@ -1278,6 +1672,7 @@ impl Core {
                     status.ttls[node] = Some((pttl, now));
                 }
             }
+            OpKind::Wait => {}
         }
     }
 }
@@ -1305,6 +1700,25 @@ impl Ledger {
         );
         self.len += 1;
     }
+}
+
+/// True if the operation's async caller dropped its future.
+fn is_cancelled(op: &Op) -> bool {
+    matches!(&op.waiter, Waiter::Slot(slot) if slot.is_cancelled())
+}
+
+/// The fallback poll of a waiting head: the retry pause.
+fn retry_pause_of(config: &crate::config::Config, random: u64) -> Duration {
+    crate::client::retry_pause(config, random)
+}
+
+/// A seed for the waits' pauses: differs between processes and engines.
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let here = &nanos as *const u64 as u64;
+    nanos ^ (u64::from(std::process::id()) << 32) ^ here.rotate_left(17)
 }
 
 /// Encodes `args` as bulk strings (no array header): the tail of a script call.

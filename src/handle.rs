@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
-use crate::client::{Client, apply_extend, lock_of, released_of, retry, status_of};
+use crate::client::{Client, apply_extend, lock_of, released_of, status_of};
 use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
 use crate::engine::Shutdown;
@@ -14,6 +14,7 @@ use crate::error::Error;
 use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
+use crate::round::deadline_after;
 use crate::token::Token;
 
 impl Builder {
@@ -168,29 +169,27 @@ impl Redlock {
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }
-    /// Acquire with retries; see [`Client::lock`](crate::Client::lock).
+    /// Acquire, waiting at most [`Config::lock_wait`]; see [`Client::lock_until`].
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock).
+    /// As [`Client::lock_until`].
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
-        let resource = resource.as_ref();
-        retry(self.config(), None, |wake| {
-            sleep_until(wake);
-            self.try_lock(resource)
-        })
+        let deadline = deadline_after(Instant::now(), self.config().lock_wait());
+        self.lock_until(resource, deadline)
     }
-    /// Acquire, retrying until `deadline`; see [`Client::lock_until`](crate::Client::lock_until).
+    /// Acquire, waiting until `deadline`; see [`Client::lock_until`]. Callers of this handle
+    /// that wait for the same resource queue in arrival order; only the first competes on the
+    /// wire, and a release by one of them hands the resource to the next at once.
     ///
     /// # Errors
     ///
-    /// As [`Client::lock_until`](crate::Client::lock_until).
+    /// As [`Client::lock_until`].
     pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
         let resource = resource.as_ref();
-        retry(self.config(), Some(deadline), |wake| {
-            sleep_until(wake);
-            self.try_lock(resource)
-        })
+        let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
+        let outcome = self.handle.hub.call(kind, resource, &token);
+        lock_of(resource, token, outcome)
     }
     /// Release; see [`Client::unlock`](crate::Client::unlock).
     ///
@@ -238,14 +237,5 @@ impl Redlock {
     /// the last handle does the same in the background, bounded by the connect timeout.
     pub fn shutdown(&self, timeout: Duration) -> Shutdown {
         self.handle.hub.shutdown(timeout)
-    }
-}
-
-fn sleep_until(wake: Option<Instant>) {
-    if let Some(until) = wake {
-        let now = Instant::now();
-        if until > now {
-            std::thread::sleep(until - now);
-        }
     }
 }

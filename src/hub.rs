@@ -110,9 +110,29 @@ impl Hub {
         }
     }
 
-    /// The engine, waiting for the driver to let go of it (not on the hot path).
+    /// The engine, waiting for the driver to let go of it (not on the hot path): the driver
+    /// does at its next turn, woken if it sleeps in `poll`.
     pub fn engine(&self) -> MutexGuard<'_, Client> {
-        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+        if let Some(guard) = self.try_engine() {
+            return guard;
+        }
+        self.mailbox.want();
+        let guard = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        self.mailbox.wanted.fetch_sub(1, Ordering::SeqCst);
+        // The driver that let go comes back.
+        self.notify();
+        guard
+    }
+
+    fn wanted(&self) -> bool {
+        self.mailbox.wanted.load(Ordering::SeqCst) > 0
+    }
+
+    /// Lets a thread blocked in [`Hub::engine`] have the loop.
+    fn yield_to_wanted(&self) {
+        while self.wanted() {
+            std::thread::yield_now();
+        }
     }
 
     /// Lets go of the engine; wakes the background thread if anybody still waits.
@@ -160,20 +180,45 @@ impl Hub {
 
     /// Runs one operation: on this thread if the engine is free, else through the mailbox.
     pub fn call(&self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
+        // The thread's slot. The engine may still hold a reference from this thread's previous
+        // operation for a moment after handing its outcome over; it never touches the slot
+        // again (the waiter was taken out at completion), so reusing it is safe.
+        let slot = || {
+            SLOT.try_with(|s| s.clone())
+                .unwrap_or_else(|_| Arc::new(Slot::new()))
+        };
         if let Some(mut guard) = self.try_engine() {
+            if let ReqKind::Wait { .. } = kind {
+                // Driven here until it has to wait; then parked like a queued caller, so that
+                // a long wait does not keep the loop on this thread.
+                let slot = match guard.engine().run_until_waiting(kind, resource, token) {
+                    Ok(outcome) => {
+                        self.leave(guard);
+                        return outcome;
+                    }
+                    Err(id) => {
+                        let slot = slot();
+                        slot.fill(kind, resource, token, false, None);
+                        guard.engine().adopt(id, slot.clone());
+                        self.leave(guard);
+                        slot
+                    }
+                };
+                return self.park(&slot);
+            }
             let outcome = guard.engine().run(kind, resource, token);
             self.leave(guard);
             return outcome;
         }
-        // The thread's slot. The engine may still hold a reference from this thread's previous
-        // operation for a moment after handing its outcome over; it never touches the slot
-        // again (the waiter was taken out at completion), so reusing it is safe.
-        let slot = SLOT
-            .try_with(|s| s.clone())
-            .unwrap_or_else(|_| Arc::new(Slot::new()));
+        let slot = slot();
         slot.fill(kind, resource, token, false, None);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
+        self.park(&slot)
+    }
+
+    /// Waits for the outcome in `slot`, driving the loop whenever it is free.
+    fn park(&self, slot: &Slot) -> Outcome {
         loop {
             // The outcome is written before `done` is set, under the slot's mutex.
             if slot.is_done()
@@ -181,8 +226,10 @@ impl Hub {
             {
                 return outcome;
             }
-            if let Some(mut guard) = self.try_engine() {
-                guard.engine().drive(|_| slot.is_done());
+            if !self.wanted()
+                && let Some(mut guard) = self.try_engine()
+            {
+                guard.engine().drive(|_| slot.is_done() || self.wanted());
                 self.leave(guard);
                 continue;
             }
@@ -283,11 +330,15 @@ impl Hub {
             let engine = guard.engine();
             // Connection deadlines that passed while nobody drove.
             engine.drain(now);
-            engine.drive(|e| e.waiting() == 0 && mailbox.queued() == 0);
+            engine.drive(|e| (e.waiting() == 0 && mailbox.queued() == 0) || self.wanted());
             let timer = engine.timer().map_or(u64::MAX, |t| self.ns(t));
             self.timer.store(timer, Ordering::SeqCst);
             next = engine.background_deadline(Instant::now());
             drop(guard);
+            if self.wanted() {
+                self.yield_to_wanted();
+                self.notified.store(true, Ordering::SeqCst);
+            }
             fence(Ordering::SeqCst);
             if self.mailbox.queued() > 0 {
                 self.notified.store(true, Ordering::SeqCst);

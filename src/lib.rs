@@ -87,6 +87,7 @@ mod session;
 pub mod sim;
 mod task;
 mod token;
+mod wait;
 
 pub use addr::NodeAddr;
 pub use async_guard::AsyncLockGuard;

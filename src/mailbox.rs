@@ -101,6 +101,11 @@ impl Slot {
         None
     }
 
+    /// Its async caller dropped the future.
+    pub fn is_cancelled(&self) -> bool {
+        self.cell().cancelled
+    }
+
     pub fn is_done(&self) -> bool {
         self.done.load(Ordering::Acquire)
     }
@@ -142,6 +147,8 @@ pub(crate) struct Mailbox {
     waker: mio::Waker,
     /// `Waker::wake` calls (for the counts of the benchmark).
     pub wakes: AtomicUsize,
+    /// Threads waiting for the loop itself ([`Mailbox::want`]).
+    pub wanted: AtomicUsize,
 }
 
 impl Mailbox {
@@ -154,6 +161,7 @@ impl Mailbox {
             sleeping: AtomicBool::new(false),
             waker,
             wakes: AtomicUsize::new(0),
+            wanted: AtomicUsize::new(0),
         }
     }
 
@@ -190,6 +198,13 @@ impl Mailbox {
             self.wakes.fetch_add(1, Ordering::Relaxed);
             let _ = self.waker.wake();
         }
+    }
+
+    /// A thread waits for the loop itself (`Hub::engine`): the driver lets go at its next turn,
+    /// woken if it sleeps in `poll` (the same store-then-load pairing as a request's).
+    pub fn want(&self) {
+        self.wanted.fetch_add(1, Ordering::SeqCst);
+        self.wake_if_asleep();
     }
 
     /// Queues a lock to keep; wakes the driver if it sleeps in `poll`.
@@ -229,7 +244,7 @@ impl Mailbox {
     /// or the caller sees it asleep and wakes it.
     pub fn sleep_begin(&self) -> bool {
         self.sleeping.store(true, Ordering::SeqCst);
-        if self.queued() > 0 {
+        if self.queued() > 0 || self.wanted.load(Ordering::SeqCst) > 0 {
             self.sleeping.store(false, Ordering::SeqCst);
             return false;
         }

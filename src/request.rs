@@ -19,6 +19,9 @@ pub(crate) enum ReqKind {
     Release,
     /// `GET` and `PTTL` on every node, waiting at most `timeout`.
     Status { timeout: Duration },
+    /// Acquire, waiting for the resource until `deadline`: queued behind this engine's other
+    /// callers waiting for it, attempts when it is released (see `wait.rs`).
+    Wait { ttl: Duration, deadline: Instant },
 }
 
 impl ReqKind {
@@ -26,6 +29,23 @@ impl ReqKind {
     pub(crate) fn acquire(config: &Config, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
         config.check_resource(resource)?;
         Ok((ReqKind::Acquire { ttl: config.ttl }, Token::generate()?))
+    }
+
+    /// An acquire of `resource` that waits until `deadline`, with a fresh token (each attempt
+    /// uses a variant of it: [`Token::variant`]).
+    pub(crate) fn wait(
+        config: &Config,
+        resource: &[u8],
+        deadline: Instant,
+    ) -> Result<(ReqKind, Token), Error> {
+        config.check_resource(resource)?;
+        Ok((
+            ReqKind::Wait {
+                ttl: config.ttl,
+                deadline,
+            },
+            Token::generate()?,
+        ))
     }
 
     /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
@@ -65,6 +85,8 @@ pub struct NodeStatus {
 #[derive(Debug)]
 pub(crate) enum Outcome {
     Acquired(Result<Instant, Error>),
+    /// A waited-for acquire: the token of the attempt that won, and its validity.
+    Locked(Result<(Token, Instant), Error>),
     /// The lock's validity after the extend (cut short if it was lost), and the result.
     Extended(Instant, Result<(), Error>),
     /// Nodes that confirmed the release in time.

@@ -135,8 +135,12 @@ impl Drop for Call<'_> {
         };
         drop(cell);
         // Decided, but the caller went away before it looked: a lock is released at once.
-        if let Outcome::Acquired(Ok(_)) = outcome {
-            self.hub.send(ReqKind::Release, self.resource, &self.token);
+        match outcome {
+            Outcome::Acquired(Ok(_)) => self.hub.send(ReqKind::Release, self.resource, &self.token),
+            Outcome::Locked(Ok((token, _))) => {
+                self.hub.send(ReqKind::Release, self.resource, &token)
+            }
+            _ => {}
         }
         give_back(slot);
     }

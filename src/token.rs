@@ -75,6 +75,33 @@ impl Token {
         })
     }
 
+    /// The `n`th variant of this token: its last four bytes shifted by the base-64 digits of
+    /// `n` (so variants 0 to 64⁴ − 1 of one token all differ, and 0 is the token itself). The
+    /// attempts of one waiting caller each need a token of their own — a release of an earlier
+    /// attempt, sent again after a reconnect, must never delete a later attempt's key — and
+    /// the engine cannot draw randomness for them (it is deterministic under the simulator).
+    pub(crate) fn variant(&self, n: u32) -> Token {
+        const ALPHABET: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = *self;
+        if n == 0 {
+            return out;
+        }
+        let len = usize::from(self.len);
+        for k in 0..4.min(len) {
+            let digit = ((n >> (6 * k)) & 63) as usize;
+            let at = len - 1 - k;
+            let byte = &mut out.bytes[at];
+            // Bytes outside the alphabet (tokens from elsewhere) map through their low bits.
+            let index = ALPHABET
+                .iter()
+                .position(|a| a == byte)
+                .unwrap_or(usize::from(*byte) & 63);
+            *byte = ALPHABET[(index + digit) & 63];
+        }
+        out
+    }
+
     /// The token's bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
@@ -90,5 +117,26 @@ impl fmt::Display for Token {
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Token({self})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_of_a_token_all_differ() {
+        let t = Token::generate().unwrap();
+        assert_eq!(t.variant(0), t);
+        let mut seen = std::collections::HashSet::new();
+        for n in (0..5000).chain([64u32.pow(4) - 1, 100_000, 262_143]) {
+            let v = t.variant(n);
+            assert_eq!(v.as_bytes().len(), TOKEN_LEN);
+            assert_eq!(v.as_bytes()[..TOKEN_LEN - 4], t.as_bytes()[..TOKEN_LEN - 4]);
+            assert!(seen.insert(v), "variant {n} repeats an earlier one");
+        }
+        // A short token from elsewhere, bytes outside the alphabet included.
+        let odd = Token::from_bytes(b"\x01\xff").unwrap();
+        assert_ne!(odd.variant(1), odd.variant(2));
     }
 }

@@ -1,0 +1,288 @@
+//! Callers of one engine waiting for the same resource: a FIFO queue per contended resource, of
+//! which only the head competes on the wire.
+//!
+//! A waiting acquire ([`ReqKind::Wait`](crate::request::ReqKind::Wait)) is an operation of the
+//! engine's slab that sends nothing itself: it makes attempts (ordinary acquires, each with a
+//! token of its own) until one wins or its deadline passes. While nobody else of this engine
+//! waits for the resource, the first attempt goes out at once and no queue exists (the
+//! uncontended path costs one hash lookup, and only while some queue exists). A refused attempt
+//! opens the queue; later callers line up behind it and make no attempt until they are at its
+//! head. When the head wins, the next caller becomes the head and waits for the release.
+//!
+//! What brings the head's next attempt:
+//! - a release of the resource submitted by this engine (any caller's `unlock`, a dropped
+//!   guard): the attempt is submitted right behind the release, so it goes out in the same
+//!   write and each node runs it after the delete — the local hand-off costs one round trip;
+//! - a release notice published by another client (see `engine.rs`, pub/sub);
+//! - the fallback poll, `retry_delay` plus up to `retry_jitter`, for locks that expire or are
+//!   released by clients that do not publish;
+//! - after a split vote (some nodes said yes, too few for a quorum: another client's attempt
+//!   raced ours), a random pause that doubles with every split in a row ([`split_pause`]);
+//!   notices do not cut it short, or every loser of a split would come back at once and split
+//!   again.
+//!
+//! Local hand-offs are not endless: after [`MAX_STREAK`] in a row, if other clients were known
+//! to be waiting at the last release (they were subscribed to its notice), the next local head
+//! steps back for a short pause before attempting, and the remote waiters, woken by the notice,
+//! get their chance.
+//!
+//! Everything here is data and arithmetic; the engine drives it (`engine.rs`), with `now` as an
+//! argument and randomness from a seeded generator, so the simulator replays it.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+use std::time::Instant;
+
+use crate::engine::OpId;
+use crate::error::Error;
+
+/// Local hand-offs in a row after which the next local head yields to known remote waiters.
+pub(crate) const MAX_STREAK: u32 = 8;
+
+/// The queues of contended resources.
+pub(crate) struct Waits {
+    queues: HashMap<Vec<u8>, Queue>,
+    /// Keys and waiter lists of closed queues, reused: a resource that is contended again and
+    /// again does not allocate each time.
+    spare: Vec<(Vec<u8>, VecDeque<OpId>)>,
+    /// xorshift64* state for the pauses.
+    rng: u64,
+}
+
+/// The callers of this engine waiting for one resource.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    /// Waiting operations in arrival order; the first is the head.
+    pub waiters: VecDeque<OpId>,
+    /// The head's attempt in flight.
+    pub attempt: Option<OpId>,
+    /// When the head attempts next (if no attempt is in flight).
+    pub try_at: Instant,
+    /// Releases and notices do not bring the next attempt before this (a split vote's pause).
+    pub not_before: Option<Instant>,
+    /// A release or notice came while the attempt was in flight: if it is refused, try again
+    /// at once.
+    pub released: bool,
+    /// Split votes in a row.
+    pub splits: u32,
+    /// Acquisitions in a row by this engine's callers.
+    pub streak: u32,
+    /// A caller of this engine holds the resource (won through this queue, not released
+    /// here since) until then at the latest: the head waits for that release, or for this
+    /// instant (the lock may expire unreleased), instead of polling.
+    pub held_until: Option<Instant>,
+    /// Other clients were subscribed to the notice of the last release we saw answered.
+    pub remote: bool,
+    /// Subscribed to the resource's release notices (nodes, as a bit set).
+    pub subscribed: u64,
+    /// The head's last failure: what a caller gets whose deadline passes while it waits.
+    pub last_error: Error,
+    /// The earliest deadline of the waiters (they are looked at when it has passed).
+    pub earliest: Instant,
+    /// Nobody has waited since then: the queue is closed after [`LINGER`]. Kept meanwhile, a
+    /// caller that comes back (the usual pattern: lock, work, unlock, lock again) finds it, and
+    /// its attempt learns of a release that comes while it is in flight.
+    pub idle_since: Option<Instant>,
+}
+
+/// How long an empty queue is kept (and its subscriptions).
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+impl Waits {
+    pub fn new(seed: u64) -> Waits {
+        Waits {
+            queues: HashMap::new(),
+            spare: Vec::new(),
+            rng: seed | 1,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    pub fn get(&self, resource: &[u8]) -> Option<&Queue> {
+        self.queues.get(resource)
+    }
+
+    pub fn get_mut(&mut self, resource: &[u8]) -> Option<&mut Queue> {
+        self.queues.get_mut(resource)
+    }
+
+    /// Opens the queue of `resource` with `head` at its head, after its attempt failed with
+    /// `error`.
+    pub fn open(&mut self, resource: &[u8], head: OpId, error: Error, now: Instant) -> &mut Queue {
+        let (mut key, mut waiters) = self.spare.pop().unwrap_or_default();
+        key.clear();
+        key.extend_from_slice(resource);
+        waiters.clear();
+        waiters.push_back(head);
+        self.queues.entry(key).or_insert(Queue {
+            waiters,
+            attempt: None,
+            try_at: now,
+            not_before: None,
+            released: false,
+            splits: 0,
+            streak: 0,
+            held_until: None,
+            remote: false,
+            subscribed: 0,
+            last_error: error,
+            earliest: now,
+            idle_since: None,
+        })
+    }
+
+    /// Closes the queues nobody has waited in for [`LINGER`]; `closed` gets each one's
+    /// resource and the nodes it was subscribed on.
+    pub fn close_idle(&mut self, now: Instant, mut closed: impl FnMut(&[u8], u64)) {
+        let spare = &mut self.spare;
+        self.queues.retain(|key, q| {
+            let idle = q
+                .idle_since
+                .is_some_and(|t| now.saturating_duration_since(t) >= LINGER);
+            if idle {
+                closed(key, q.subscribed);
+                if spare.len() < 64 {
+                    spare.push((Vec::new(), std::mem::take(&mut q.waiters)));
+                }
+            }
+            !idle
+        });
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Vec<u8>, &mut Queue)> {
+        self.queues.iter_mut()
+    }
+
+    /// A random `u64` (xorshift64*): seeded per engine, so the simulator replays it and two
+    /// processes do not pause alike.
+    pub fn random(&mut self) -> u64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// When the engine needs to look at the queues next: a head's attempt due, a deadline.
+    pub fn next(&self) -> Option<Instant> {
+        self.queues
+            .values()
+            .map(|q| match (q.idle_since, q.attempt) {
+                (Some(t), _) => t + LINGER,
+                (None, None) => q.try_at.min(q.earliest),
+                (None, Some(_)) => q.earliest,
+            })
+            .min()
+    }
+}
+
+impl Queue {
+    /// When the head tries again after a refusal (no release seen meanwhile): at the end of
+    /// a local holder's lock, or after the fallback `poll`.
+    pub fn after_refusal(&self, now: Instant, poll: Duration) -> Instant {
+        match self.held_until {
+            Some(t) if t > now => t,
+            _ => now + poll,
+        }
+    }
+
+    /// Notes when the queue became empty (or that it is not).
+    pub fn touch(&mut self, now: Instant) {
+        if self.waiters.is_empty() && self.attempt.is_none() {
+            self.idle_since.get_or_insert(now);
+        } else {
+            self.idle_since = None;
+        }
+    }
+
+    /// Takes `id` out of the queue, wherever it is; true if it was the head.
+    pub fn remove(&mut self, id: OpId) -> bool {
+        match self.waiters.iter().position(|&w| w == id) {
+            Some(0) => {
+                self.waiters.pop_front();
+                true
+            }
+            Some(i) => {
+                self.waiters.remove(i);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// A release of the resource was seen (ours, or another client's notice): when the head
+    /// attempts, `None` if an attempt is in flight (it is marked to try again if refused).
+    pub fn on_release(&mut self, now: Instant, round: Duration, local: bool) -> Option<Instant> {
+        if local {
+            self.held_until = None;
+        }
+        if self.attempt.is_some() {
+            self.released = true;
+            return None;
+        }
+        let mut at = now;
+        if local && self.streak >= MAX_STREAK && self.remote {
+            // Our callers have had it MAX_STREAK times in a row while others wait: step back
+            // long enough for a notified remote waiter's attempt to land first.
+            at = now + yield_pause(round);
+            self.streak = 0;
+        }
+        if let Some(t) = self.not_before {
+            at = at.max(t);
+        }
+        self.try_at = at;
+        Some(at)
+    }
+}
+
+/// The pause of a local head that yields to remote waiters: two round trips (theirs: the
+/// notice, then their attempt), at least a millisecond.
+pub(crate) fn yield_pause(round: Duration) -> Duration {
+    (round * 2).max(Duration::from_millis(1))
+}
+
+/// The pause after the `splits`th split vote in a row: uniform in `0..base × 2^splits`, where
+/// `base` is the last round's duration (at least 500 µs), the exponent capped at 6 (64 rounds).
+/// Randomized and growing, so competing clients spread out until one wins alone.
+pub(crate) fn split_pause(splits: u32, round: Duration, random: u64) -> Duration {
+    let base = round.max(Duration::from_micros(500));
+    let span = base * (1u32 << splits.min(6));
+    let share = random as f64 / (u64::MAX as f64 + 1.0);
+    span.mul_f64(share)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_pauses_grow_and_stay_bounded() {
+        let round = Duration::from_micros(200);
+        let top = |splits| split_pause(splits, round, u64::MAX);
+        assert!(top(1) < top(2) && top(2) < top(3));
+        assert!(top(60) <= Duration::from_micros(500) * 64);
+        assert_eq!(split_pause(3, round, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_local_streak_yields_only_to_known_remote_waiters() {
+        let now = Instant::now();
+        let err = Error::Config(String::new());
+        let mut waits = Waits::new(7);
+        let id = OpId::for_tests(1);
+        let q = waits.open(b"r", id, err, now);
+        q.streak = MAX_STREAK;
+        assert_eq!(q.on_release(now, Duration::ZERO, true), Some(now));
+        q.remote = true;
+        let at = q.on_release(now, Duration::ZERO, true).unwrap();
+        assert_eq!(at, now + Duration::from_millis(1));
+        assert_eq!(q.streak, 0);
+        q.attempt = Some(id);
+        assert_eq!(q.on_release(now, Duration::ZERO, true), None);
+        assert!(q.released);
+    }
+}

@@ -1,0 +1,260 @@
+//! Contended locks (issue 15) against real servers: callers of one handle waiting for the same
+//! resource queue in arrival order and only the head competes on the wire; a release by one of
+//! them hands the resource to the next without waiting for the retry pause; a waiter whose
+//! deadline passes, or whose future is dropped, leaves the queue holding nothing; a zero retry
+//! delay does not turn waiting into a storm of attempts.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{RedisServer, Servers};
+use redlock_mux::{Builder, Error, Redlock};
+
+/// A retry pause no test waits for: anything that completes did so without polling.
+const NEVER: Duration = Duration::from_secs(30);
+
+fn builder(servers: &Servers) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        // Timing is not what these tests check: room for a loaded machine.
+        .node_timeout(Duration::from_millis(200))
+}
+
+/// `SET` calls the server has run since its statistics were last reset.
+fn set_calls(server: &RedisServer) -> u64 {
+    let info = match server.cmd(&["INFO", "commandstats"]) {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        other => panic!("INFO commandstats answered {other:?}"),
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
+fn reset_stats(servers: &Servers) {
+    for s in servers.iter() {
+        s.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// Waits (bounded) until `n` callers wait in the queue of `resource`.
+fn until_waiting(redlock: &Redlock, resource: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting = redlock
+            .with_client(|c| c.waiters(resource.as_bytes()))
+            .unwrap();
+        if waiting == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} callers queued for {resource}, expected {n}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn assert_no_key(servers: &Servers, key: &str) {
+    for s in servers.iter() {
+        assert_eq!(s.get(key), None, "{key} left on {}", s.addr());
+    }
+}
+
+#[test]
+fn waiters_queue_in_arrival_order_and_only_the_head_competes() {
+    let servers = Servers::start(3);
+    // With this retry pause, a waiter that depended on polling would not finish in the test.
+    let redlock = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let first = redlock.lock("q").unwrap();
+    const K: usize = 12;
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..K {
+        let (mine, order) = (redlock.clone(), order.clone());
+        threads.push(std::thread::spawn(move || {
+            let lock = mine
+                .lock_until("q", Instant::now() + Duration::from_secs(20))
+                .unwrap();
+            order.lock().unwrap().push(i);
+            mine.unlock(lock).unwrap();
+        }));
+        // The next one starts once this one is in line.
+        until_waiting(&redlock, "q", i + 1);
+    }
+    reset_stats(&servers);
+    redlock.unlock(first).unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), (0..K).collect::<Vec<_>>());
+    // One attempt per waiter, sent right behind the release it waited for: nobody else
+    // competed, nobody was refused.
+    for s in servers.iter() {
+        assert_eq!(set_calls(s), K as u64, "SET calls on {}", s.addr());
+    }
+    assert_no_key(&servers, "q");
+}
+
+#[test]
+fn two_callers_taking_turns_never_wait_for_the_retry_pause() {
+    // The release of one may come while the other's attempt is in flight; it must still be
+    // noticed (the attempt is made again at once), or the caller waits for the pause.
+    let servers = Servers::start(3);
+    let redlock = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let redlock = redlock.clone();
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    let lock = redlock
+                        .lock_until("turns", Instant::now() + Duration::from_secs(10))
+                        .expect("a release went unnoticed: the caller waited for the pause");
+                    redlock.unlock(lock).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_no_key(&servers, "turns");
+}
+
+#[test]
+fn a_waiter_whose_deadline_passes_leaves_the_queue_and_the_next_one_still_gets_it() {
+    let servers = Servers::start(3);
+    let redlock = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let held = redlock.lock("d").unwrap();
+    let impatient = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || {
+            redlock.lock_until("d", Instant::now() + Duration::from_millis(300))
+        })
+    };
+    until_waiting(&redlock, "d", 1);
+    let patient = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || {
+            redlock.lock_until("d", Instant::now() + Duration::from_secs(20))
+        })
+    };
+    until_waiting(&redlock, "d", 2);
+    match impatient.join().unwrap() {
+        Err(Error::Held(_)) => {}
+        other => panic!("expected Held after the deadline, got {other:?}"),
+    }
+    until_waiting(&redlock, "d", 1);
+    redlock.unlock(held).unwrap();
+    let lock = patient.join().unwrap().unwrap();
+    redlock.unlock(lock).unwrap();
+    assert_no_key(&servers, "d");
+}
+
+#[test]
+fn a_zero_retry_delay_does_not_turn_waiting_into_a_storm() {
+    let servers = Servers::start(3);
+    let redlock = builder(&servers)
+        .retry_delay(Duration::ZERO, Duration::ZERO)
+        .build()
+        .unwrap();
+    // Warm: the queue exists and lingers.
+    let lock = redlock.lock("z").unwrap();
+    redlock.unlock(lock).unwrap();
+    reset_stats(&servers);
+    const K: usize = 8;
+    const EACH: usize = 25;
+    let inside = Arc::new(AtomicBool::new(false));
+    let sections = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..K)
+        .map(|_| {
+            let (redlock, inside, sections) = (redlock.clone(), inside.clone(), sections.clone());
+            std::thread::spawn(move || {
+                for _ in 0..EACH {
+                    let lock = redlock
+                        .lock_until("z", Instant::now() + Duration::from_secs(20))
+                        .unwrap();
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders");
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(500) {}
+                    inside.store(false, Ordering::SeqCst);
+                    sections.fetch_add(1, Ordering::SeqCst);
+                    redlock.unlock(lock).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(sections.load(Ordering::SeqCst), K * EACH);
+    // The head waits for the local holder's release (or its lock's end), not polling with the
+    // zero delay: about one attempt per section. (Polling every round trip during each
+    // 500 µs hold would make several.)
+    for s in servers.iter() {
+        let sets = set_calls(s);
+        assert!(
+            sets <= 2 * (K * EACH) as u64,
+            "{sets} SET calls on {} for {} sections",
+            s.addr(),
+            K * EACH
+        );
+    }
+    assert_no_key(&servers, "z");
+}
+
+#[test]
+fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
+    let servers = Servers::start(3);
+    let redlock = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let held = redlock.lock("c").unwrap();
+    let r = redlock_mux::AsyncRedlock::from(redlock.clone());
+    rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let dropped = tokio::spawn({
+            let r = r.clone();
+            async move { r.lock_until("c", deadline).await }
+        });
+        let queued = tokio::spawn({
+            let r = r.clone();
+            async move { r.lock_until("c", deadline).await }
+        });
+        while redlock.with_client(|c| c.waiters(b"c")).unwrap() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        dropped.abort();
+        assert!(dropped.await.unwrap_err().is_cancelled());
+        redlock.unlock(held).unwrap();
+        let lock = queued.await.unwrap().unwrap();
+        // The dropped waiter was the head: it must not have taken the lock for nobody.
+        for s in servers.iter() {
+            assert_eq!(
+                s.get("c").as_deref(),
+                Some(lock.token().to_string().as_str())
+            );
+        }
+        r.unlock(lock).await.unwrap();
+    });
+    assert_no_key(&servers, "c");
+    assert_eq!(redlock.with_client(|c| c.waiters(b"c")).unwrap(), 0);
+}
