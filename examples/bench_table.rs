@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! cargo run --release --example bench_table -- [--quick] [--rounds R] [--out FILE] [--label TEXT]
-//!     [--only NAME] [--scale-rounds R] [--scale-ms MS] [--scale-k K[,K...]]
+//!     [--only NAME] [--contention-rounds R] [--contention-ms MS] [--contention-k K[,K...]]
+//!     [--scale-rounds R] [--scale-ms MS] [--scale-k K[,K...]]
 //! ```
 //!
 //! Usually run through `scripts/bench`, which also runs it pinned to one CPU. Prints markdown:
@@ -18,11 +19,21 @@
 //! 3. N = 5 with one server frozen (SIGSTOP), one slowed (a relay adding 10 ms each way, 20 ms
 //!    per round trip), and both at once; plus that node behind a relay without delay, the
 //!    baseline that separates the relay's own CPU cost from the effect of the slow node;
-//! 4. contention: K threads, each with its own client, competing for one resource;
+//! 4. contention: K callers through one shared handle compete for ONE resource and hold it
+//!    200 µs each time (spinning), N = 5 loopback, with this crate's default retry delay and
+//!    with 1 ms; K = 2, 8, 32, 128 in one process (this crate: K OS threads, one `Redlock`;
+//!    rslock: K tokio tasks on 2 worker threads, one `LockManager`), and 4 child processes × 8
+//!    callers started together (the binary runs itself with a hidden `--contend-child` flag;
+//!    each child prints its critical sections' intervals, the parent merges them). Sections/s
+//!    against the ideal 1 ÷ (uncontended cycle + hold), time to acquire, hand-off gap,
+//!    fairness, overlapping sections, give-ups, and issue 15's goals.
+//!    `--only contention` runs only this one;
 //! 5. scale: K = 1, 8, 64, 256 concurrent callers, each on a resource of its own, through one
 //!    shared handle (this crate: K OS threads, one `Redlock`; rslock: K tokio tasks on 2 worker
 //!    threads, one `LockManager`; the floor: one thread pipelining K cycles per batch), N = 5
 //!    loopback, healthy and (K = 64) with one server frozen. `--only scale` runs only this one.
+//!
+//! Scenarios 4 and 5 print their own tables and goals.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -31,12 +42,11 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use common::Servers;
 use support::clients::{self, Cycle, Kind};
+use support::contention::{self, Fig, Retry};
 use support::relay::Relay;
 use support::scale;
 use support::{median, quantile, us};
@@ -49,8 +59,11 @@ struct Opts {
     max_cycles: usize,
     /// At least this many (slow implementations in the fault scenarios).
     min_cycles: usize,
+    /// Contention scenario: rounds, time per (configuration, K, implementation, round), the K
+    /// values in one process.
     contention_rounds: usize,
     contention_time: Duration,
+    contention_ks: Vec<usize>,
     /// Scale scenario: rounds, time per (implementation, K, round), the K values.
     scale_rounds: usize,
     scale_time: Duration,
@@ -68,7 +81,8 @@ impl Opts {
             max_cycles: 5000,
             min_cycles: 3,
             contention_rounds: 3,
-            contention_time: Duration::from_secs(1),
+            contention_time: Duration::from_secs(2),
+            contention_ks: vec![2, 8, 32, 128],
             scale_rounds: 3,
             scale_time: Duration::from_secs(2),
             scale_ks: vec![1, 8, 64, 256],
@@ -94,6 +108,16 @@ impl Opts {
                 "--max-cycles" => o.max_cycles = val().parse().expect("--max-cycles N"),
                 "--contention-rounds" => {
                     o.contention_rounds = val().parse().expect("--contention-rounds N")
+                }
+                "--contention-ms" => {
+                    o.contention_time =
+                        Duration::from_millis(val().parse().expect("--contention-ms MS"))
+                }
+                "--contention-k" => {
+                    o.contention_ks = val()
+                        .split(',')
+                        .map(|k| k.parse().expect("--contention-k K[,K...]"))
+                        .collect()
                 }
                 "--scale-rounds" => o.scale_rounds = val().parse().expect("--scale-rounds N"),
                 "--scale-ms" => {
@@ -152,6 +176,12 @@ struct Run {
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(contention::CHILD_FLAG) {
+        // A child process of the contention scenario's multi-process case.
+        contention::child_main(&args[2..]);
+        return;
+    }
     let opts = Opts::parse();
     let started = Instant::now();
     eprintln!("bench_table: starting 5 redis-server processes");
@@ -233,9 +263,10 @@ fn main() {
         kinds: with_timeouts.clone(),
     });
     let keep = |name: &str| {
-        opts.only
-            .as_ref()
-            .is_none_or(|f| f != "scale" && (name.contains(f.as_str()) || name == "loopback N=5"))
+        opts.only.as_ref().is_none_or(|f| {
+            !matches!(f.as_str(), "scale" | "contention")
+                && (name.contains(f.as_str()) || name == "loopback N=5")
+        })
     };
 
     let mut scenarios: Vec<Scenario> = Vec::new();
@@ -532,123 +563,364 @@ fn measure(client: &mut dyn Cycle, resource: &str, opts: &Opts) -> Run {
     run
 }
 
-/// Scenario 4: K threads, each with its own client, compete for one resource on N = 5.
+// ---------------------------------------------------------------------------------------------
+// Scenario 4: contention
+// ---------------------------------------------------------------------------------------------
+
+/// Case of one contention run: K in this process, or P child processes × K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Case {
+    One(usize),
+    Procs(usize, usize),
+}
+
+impl Case {
+    fn label(self) -> String {
+        match self {
+            Case::One(k) => k.to_string(),
+            Case::Procs(p, k) => format!("{p}×{k}"),
+        }
+    }
+
+    fn total(self) -> usize {
+        match self {
+            Case::One(k) => k,
+            Case::Procs(p, k) => p * k,
+        }
+    }
+}
+
+/// The multi-process case: processes × callers each.
+const PROCS: (usize, usize) = (4, 8);
+/// The implementations of the contention scenario.
+const CONTENTION_KINDS: [Kind; 2] = [Kind::Mux, Kind::Rslock];
+
+/// Scenario 4: K callers through one shared handle compete for ONE resource, each holding it
+/// for `contention::HOLD`; in one process (K = `--contention-k`), and in 4 processes × 8.
 fn contention(urls: &[String], opts: &Opts) -> String {
-    let kinds = [Kind::Mux, Kind::Rslock];
-    let ks = [2usize, 4, 8];
-    let mut acc: BTreeMap<(usize, Kind), Tally> = BTreeMap::new();
-    for round in 0..opts.contention_rounds {
-        for &k in &ks {
-            for j in 0..kinds.len() {
-                let kind = kinds[(j + round) % kinds.len()];
-                let resource = format!("contended:{k}:{}:{round}", kind.name());
-                let t = contend(kind, urls, k, &resource, opts.contention_time);
-                let e = acc.entry((k, kind)).or_default();
-                e.sections += t.sections;
-                e.elapsed += t.elapsed;
-                e.acquire.extend(t.acquire);
-                e.violations += t.violations;
-                e.gave_up += t.gave_up;
+    let time = opts.contention_time;
+    let rounds = opts.contention_rounds;
+    let mut cases: Vec<Case> = opts.contention_ks.iter().map(|&k| Case::One(k)).collect();
+    cases.push(Case::Procs(PROCS.0, PROCS.1));
+    let started = Instant::now();
+    let mut figs: BTreeMap<(Retry, Case, Kind), Vec<Fig>> = BTreeMap::new();
+    for round in 0..rounds {
+        for retry in Retry::ALL {
+            for &case in &cases {
+                for j in 0..CONTENTION_KINDS.len() {
+                    let kind = CONTENTION_KINDS[(j + round) % CONTENTION_KINDS.len()];
+                    // A fresh resource per run: no run inherits another's keys or waiters.
+                    let resource = format!(
+                        "contention:{}:{}:{}:{round}",
+                        retry.arg(),
+                        case.label(),
+                        kind.name()
+                    );
+                    let fig = match case {
+                        Case::One(k) => {
+                            let c = contention::run(&contention::Spec {
+                                kind,
+                                retry,
+                                urls,
+                                resource: &resource,
+                                k,
+                                time,
+                                caller_base: 0,
+                                start: None,
+                                solo_at: None,
+                            });
+                            Fig::of(std::slice::from_ref(&c), k, c.start, time)
+                        }
+                        Case::Procs(p, k) => {
+                            let (procs, start) = contention::run_processes(
+                                common::child::die_with_parent,
+                                kind,
+                                retry,
+                                urls,
+                                &resource,
+                                p,
+                                k,
+                                time,
+                            );
+                            Fig::of(&procs, k, start, time)
+                        }
+                    };
+                    eprintln!(
+                        "bench_table: contention round {} {} K={} {}: {:.0} sections/s (ideal {:.0}), acquire p99 {} ms, max {} ms, hand-off p50 {} µs, fairness {:.2}, overlaps {}, gave up {}{}{}{}",
+                        round + 1,
+                        retry.name(),
+                        case.label(),
+                        kind.name(),
+                        fig.rate,
+                        fig.ideal,
+                        ms(fig.acquire_p99),
+                        ms(fig.acquire_max),
+                        us(fig.gap_p50),
+                        fig.fairness,
+                        fig.overlaps,
+                        fig.gave_up,
+                        if fig.cut > 0 {
+                            format!(", {} waits cut at the end", fig.cut)
+                        } else {
+                            String::new()
+                        },
+                        if fig.finished { "" } else { ", DID NOT FINISH" },
+                        if fig.late > Duration::from_millis(1) {
+                            format!(", a process was {} ms late for the start", ms(fig.late))
+                        } else {
+                            String::new()
+                        },
+                    );
+                    figs.entry((retry, case, kind)).or_default().push(fig);
+                }
             }
         }
         eprintln!(
-            "bench_table: contention round {}/{} done",
+            "bench_table: contention round {}/{rounds} done at {:.1?}",
             round + 1,
-            opts.contention_rounds
+            started.elapsed()
         );
     }
-    let mut md = format!(
-        "\n#### Contention: K threads, own client each, one resource, N = 5 loopback ({}; {} × {:?} per K and implementation)\n\n\
-         | K | implementation | critical sections/s | p50 acquire µs | p99 acquire µs | exclusion violations | gave up |\n\
-         |--:|---|--:|--:|--:|--:|--:|\n",
-        opts.label, opts.contention_rounds, opts.contention_time
-    );
-    for ((k, kind), mut t) in acc {
-        t.acquire.sort();
-        let _ = writeln!(
-            md,
-            "| {k} | {} | {:.0} | {} | {} | {} | {} |",
-            kind.name(),
-            t.sections as f64 / t.elapsed.as_secs_f64(),
-            us(quantile(&t.acquire, 0.5)),
-            us(quantile(&t.acquire, 0.99)),
-            t.violations,
-            t.gave_up,
-        );
-    }
-    md
-}
 
-fn contend(kind: Kind, urls: &[String], k: usize, resource: &str, time: Duration) -> Tally {
-    let inside = Arc::new(AtomicBool::new(false));
-    let violations = Arc::new(AtomicU64::new(0));
-    let barrier = Arc::new(Barrier::new(k + 1));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for t in 0..k {
-        let mut c = clients::contender(kind, urls);
-        // Connect first, on a resource of its own.
-        c.acquire(&format!("{resource}:warm:{t}")).expect("warm-up");
-        c.release().expect("warm-up release");
-        let (inside, violations, barrier, stop) = (
-            inside.clone(),
-            violations.clone(),
-            barrier.clone(),
-            stop.clone(),
-        );
-        let resource = resource.to_owned();
-        handles.push(std::thread::spawn(move || {
-            let mut lat = Vec::with_capacity(1 << 14);
-            let mut errors = 0u64;
-            barrier.wait();
-            while !stop.load(Ordering::Relaxed) {
-                let t0 = Instant::now();
-                if c.acquire(&resource).is_err() {
-                    errors += 1;
+    let get = |retry: Retry, case: Case, kind: Kind| -> &[Fig] {
+        figs.get(&(retry, case, kind)).map_or(&[], |v| v.as_slice())
+    };
+    // Median over rounds of a figure.
+    let med = |retry: Retry, case: Case, kind: Kind, f: &dyn Fn(&Fig) -> f64| -> Option<f64> {
+        let mut v: Vec<f64> = get(retry, case, kind).iter().map(f).collect();
+        (!v.is_empty()).then(|| median(&mut v))
+    };
+    let secs = |d: Duration| d.as_secs_f64();
+    let dur = |x: Option<f64>| x.map_or("—".into(), |x| ms(Duration::from_secs_f64(x)));
+    let fmt = |x: Option<f64>, digits: usize| x.map_or("—".into(), |x| format!("{x:.digits$}"));
+
+    let mut md = format!(
+        "\n#### Contention: K callers, one shared handle, ONE resource, each holding it {:?}, N = 5 loopback ({}; {rounds} round{} × {time:?} per configuration, K and implementation, order rotated each round)\n\n\
+         redlock-mux: K OS threads sharing one `Redlock`, each looping `lock_until` (30 s) → hold → `unlock`; \
+         rslock: K tokio tasks sharing one `LockManager` on a 2-worker runtime, each looping `lock` (unbounded retries, 30 s timeout) → hold → `unlock`. \
+         {}×{}: {} processes of {} callers each (one handle per process), started together. \
+         Configurations: *defaults* — ours: 200 ms + up to 200 ms jitter; rslock: its default, a random 0–199 ms; \
+         *1 ms* — ours: 1 ms + up to 1 ms; rslock: 0 or 1 ms. \
+         Ideal = 1 ÷ (uncontended cycle + hold), the cycle measured in the same run on the same handle (median of {} cycles). \
+         Acquire: from calling `lock` to getting it, every call made during the run (a wait still unfinished {:?} after the end counts as what it had waited: ≥). \
+         Hand-off gap: from the holder's `unlock` call to the next acquisition. Fairness: fewest ÷ most sections among callers \
+         ({}×{}: among processes / within the worst process). Overlaps: sections that overlapped another (must be 0). \
+         Figures are medians over rounds; overlaps and give-ups are totals.\n\n\
+         | configuration | K | implementation | sections/s | ideal/s | ÷ ideal | acquire p50 ms | p99 ms | max ms | hand-off gap p50 µs | p99 µs | fairness | overlaps | gave up |\n\
+         |---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+        contention::HOLD,
+        opts.label,
+        if rounds == 1 { "" } else { "s" },
+        PROCS.0,
+        PROCS.1,
+        PROCS.0,
+        PROCS.1,
+        contention::SOLO_CYCLES,
+        contention::DRAIN,
+        PROCS.0,
+        PROCS.1,
+    );
+    for retry in Retry::ALL {
+        for &case in &cases {
+            for kind in CONTENTION_KINDS {
+                let runs = get(retry, case, kind);
+                if runs.is_empty() {
                     continue;
                 }
-                lat.push(t0.elapsed());
-                if inside.swap(true, Ordering::SeqCst) {
-                    violations.fetch_add(1, Ordering::SeqCst);
-                }
-                inside.store(false, Ordering::SeqCst);
-                let _ = c.release();
+                let m = |f: &dyn Fn(&Fig) -> f64| med(retry, case, kind, f);
+                let cut: usize = runs.iter().map(|f| f.cut).sum();
+                let at_least = if cut > 0 { "≥ " } else { "" };
+                let fairness = match case {
+                    Case::One(_) => fmt(m(&|f| f.fairness), 2),
+                    Case::Procs(..) => format!(
+                        "{} / {}",
+                        fmt(m(&|f| f.fairness), 2),
+                        fmt(m(&|f| f.fairness_within.unwrap_or(f64::NAN)), 2)
+                    ),
+                };
+                let unfinished = runs.iter().filter(|f| !f.finished).count();
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {at_least}{} | {} | {} | {fairness} | {} | {}{}{} |",
+                    retry.name(),
+                    case.label(),
+                    kind.name(),
+                    fmt(m(&|f| f.rate), 0),
+                    fmt(m(&|f| f.ideal), 0),
+                    fmt(m(&|f| f.rate / f.ideal), 3),
+                    dur(m(&|f| secs(f.acquire_p50))),
+                    dur(m(&|f| secs(f.acquire_p99))),
+                    dur(m(&|f| secs(f.acquire_max))),
+                    fmt(m(&|f| secs(f.gap_p50) * 1e6), 0),
+                    fmt(m(&|f| secs(f.gap_p99) * 1e6), 0),
+                    runs.iter().map(|f| f.overlaps).sum::<u64>(),
+                    runs.iter().map(|f| f.gave_up).sum::<u64>(),
+                    if cut > 0 {
+                        format!(" ({cut} cut)")
+                    } else {
+                        String::new()
+                    },
+                    if unfinished > 0 {
+                        format!(" (did not finish: {unfinished} run(s))")
+                    } else {
+                        String::new()
+                    },
+                );
             }
-            (lat, errors)
-        }));
+        }
     }
-    barrier.wait();
-    let start = Instant::now();
-    std::thread::sleep(time);
-    stop.store(true, Ordering::Relaxed);
-    let mut lat = Vec::new();
-    let mut errors = 0;
-    for h in handles {
-        let (l, e) = h.join().expect("contender thread");
-        lat.extend(l);
-        errors += e;
-    }
-    Tally {
-        sections: lat.len() as u64,
-        elapsed: start.elapsed(),
-        acquire: lat,
-        violations: violations.load(Ordering::SeqCst),
-        gave_up: errors,
-    }
-}
 
-/// Contention results of one implementation at one K.
-#[derive(Default)]
-struct Tally {
-    /// Critical sections entered.
-    sections: u64,
-    elapsed: Duration,
-    /// Time from the start of `lock` to success, per critical section.
-    acquire: Vec<Duration>,
-    /// Times a thread entered while another was inside (must be 0).
-    violations: u64,
-    /// `lock` calls that gave up.
-    gave_up: u64,
+    // Goals (issue 15), decided on redlock-mux; rslock's figure on the same measure beside.
+    let mut goals = String::new();
+    let mut goal = |what: String,
+                    retry: &str,
+                    case: Case,
+                    limit: String,
+                    ok: Option<bool>,
+                    got: String,
+                    rslock: String| {
+        let verdict = match ok {
+            None => "not measured",
+            Some(true) => "met",
+            Some(false) => "**missed**",
+        };
+        let _ = writeln!(
+            goals,
+            "| {what} | {retry} | {} | {limit} | {got} | {verdict} | {rslock} |",
+            case.label()
+        );
+    };
+    // p99 limit: max(2 × K × (cycle + hold), 5 ms) in one process; 4 × that (K = all callers)
+    // across processes. The cycle is the median over rounds of the run's uncontended cycle.
+    let p99_limit = |retry: Retry, case: Case, kind: Kind| -> Option<f64> {
+        let cycle = med(retry, case, kind, &|f| secs(f.solo))?;
+        let one = (2.0 * case.total() as f64 * (cycle + secs(contention::HOLD))).max(0.005);
+        Some(match case {
+            Case::One(_) => one,
+            Case::Procs(..) => 4.0 * one,
+        })
+    };
+    for retry in Retry::ALL {
+        for &case in &cases {
+            let (min_ideal, procs) = match case {
+                Case::One(_) => (0.8, false),
+                Case::Procs(..) => (0.5, true),
+            };
+            let r = |kind: Kind| med(retry, case, kind, &|f| f.rate / f.ideal);
+            goal(
+                "sections/s ÷ ideal".into(),
+                retry.name(),
+                case,
+                format!("≥ {min_ideal}"),
+                r(Kind::Mux).map(|x| x >= min_ideal),
+                fmt(r(Kind::Mux), 3),
+                fmt(r(Kind::Rslock), 3),
+            );
+            let p99 = |kind: Kind| med(retry, case, kind, &|f| secs(f.acquire_p99));
+            let limit = p99_limit(retry, case, Kind::Mux);
+            goal(
+                format!(
+                    "acquire p99 ≤ {}max(2 × K × (cycle + hold), 5 ms)",
+                    if procs { "4 × " } else { "" }
+                ),
+                retry.name(),
+                case,
+                format!("≤ {} ms", dur(limit)),
+                p99(Kind::Mux).zip(limit).map(|(p, l)| p <= l),
+                format!("{} ms", dur(p99(Kind::Mux))),
+                format!(
+                    "{} ms (limit {} ms)",
+                    dur(p99(Kind::Rslock)),
+                    dur(p99_limit(retry, case, Kind::Rslock))
+                ),
+            );
+            let fair = |kind: Kind| med(retry, case, kind, &|f| f.fairness);
+            goal(
+                if procs {
+                    "fairness across processes (fewest ÷ most sections per process)".into()
+                } else {
+                    "fairness (fewest ÷ most sections per caller)".into()
+                },
+                retry.name(),
+                case,
+                "≥ 0.5".into(),
+                fair(Kind::Mux).map(|x| x >= 0.5),
+                fmt(fair(Kind::Mux), 2),
+                fmt(fair(Kind::Rslock), 2),
+            );
+            if procs {
+                let within = |kind: Kind| {
+                    med(retry, case, kind, &|f| {
+                        f.fairness_within.unwrap_or(f64::NAN)
+                    })
+                };
+                goal(
+                    "fairness within processes (the worst process's fewest ÷ most per caller)"
+                        .into(),
+                    retry.name(),
+                    case,
+                    "≥ 0.5".into(),
+                    within(Kind::Mux).map(|x| x >= 0.5),
+                    fmt(within(Kind::Mux), 2),
+                    fmt(within(Kind::Rslock), 2),
+                );
+            }
+        }
+    }
+    // No collapse with a 1 ms delay: its sections/s ÷ the defaults' at the same K, same round.
+    for &case in &cases {
+        let ratio = |kind: Kind| -> Option<f64> {
+            let mut v: Vec<f64> = get(Retry::OneMs, case, kind)
+                .iter()
+                .zip(get(Retry::Defaults, case, kind))
+                .filter(|(_, d)| d.rate > 0.0)
+                .map(|(a, d)| a.rate / d.rate)
+                .collect();
+            (!v.is_empty()).then(|| median(&mut v))
+        };
+        goal(
+            "no collapse: 1 ms sections/s ÷ defaults sections/s (same K, same round)".into(),
+            "1 ms vs defaults",
+            case,
+            "≥ 0.5".into(),
+            ratio(Kind::Mux).map(|x| x >= 0.5),
+            fmt(ratio(Kind::Mux), 2),
+            fmt(ratio(Kind::Rslock), 2),
+        );
+    }
+    let overlaps = |kind: Kind| -> u64 {
+        figs.iter()
+            .filter(|((_, _, k), _)| *k == kind)
+            .flat_map(|(_, v)| v)
+            .map(|f| f.overlaps)
+            .sum()
+    };
+    let total_overlaps = overlaps(Kind::Mux);
+    let _ = writeln!(
+        goals,
+        "| zero overlaps (every run) | all | all | = 0 | {total_overlaps} | {} | {} |",
+        if figs.is_empty() {
+            "not measured"
+        } else if total_overlaps == 0 {
+            "met"
+        } else {
+            "**missed**"
+        },
+        overlaps(Kind::Rslock)
+    );
+    let _ = write!(
+        md,
+        "\n#### Contention goals ({}; medians over rounds)\n\n\
+         | goal | configuration | K | limit | redlock-mux | | rslock on the same measure |\n\
+         |---|---|--:|--:|--:|---|--:|\n{goals}",
+        opts.label
+    );
+    let _ = writeln!(
+        md,
+        "\n_Contention: {rounds} round(s) × {time:?} per configuration, K and implementation; {:.0?} in all._",
+        started.elapsed()
+    );
+    md
 }
 
 // ---------------------------------------------------------------------------------------------

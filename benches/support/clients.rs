@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use redlock_mux::{Builder, Client, Lock};
+use redlock_mux::{Builder, Client};
 
 /// Lock TTL used everywhere.
 pub const TTL: Duration = Duration::from_secs(10);
@@ -129,7 +129,6 @@ pub fn socket_addr(url: &str) -> SocketAddr {
 /// This crate's [`Client`].
 pub struct Mux {
     pub client: Client,
-    held: Option<Lock>,
 }
 
 impl Mux {
@@ -148,7 +147,6 @@ impl Mux {
     pub fn with(builder: Builder) -> Mux {
         Mux {
             client: builder.build_client().expect("redlock-mux client"),
-            held: None,
         }
     }
 }
@@ -441,7 +439,6 @@ impl Seq {
 pub struct Rslock {
     rt: tokio::runtime::Runtime,
     mgr: rslock::LockManager,
-    held: Option<rslock::Lock>,
 }
 
 impl Rslock {
@@ -457,16 +454,7 @@ impl Rslock {
         let mut mgr = rslock::LockManager::from_clients(clients);
         // One attempt per `lock` call: the benchmark measures attempts.
         mgr.set_retry(1, Duration::from_millis(1));
-        Rslock {
-            rt,
-            mgr,
-            held: None,
-        }
-    }
-
-    /// For the contention scenario: retry up to `count` times, pausing a random 0..`delay`.
-    pub fn set_retry(&mut self, count: u32, delay: Duration) {
-        self.mgr.set_retry(count, delay);
+        Rslock { rt, mgr }
     }
 }
 
@@ -521,71 +509,5 @@ impl Redlock {
         let acquired = since(t);
         self.rl.unlock(&lock);
         Ok(acquired)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// contention
-// ---------------------------------------------------------------------------------------------
-
-/// Lock with retries, then release: for the contention scenario.
-pub trait Contend: Send {
-    /// Acquires `resource`, retrying as configured. `Err` if it gave up.
-    fn acquire(&mut self, resource: &str) -> Result<(), String>;
-    /// Releases what [`Contend::acquire`] took.
-    fn release(&mut self) -> Result<(), String>;
-}
-
-/// Random pause between attempts in the contention scenario: uniform in 0..`RETRY_JITTER` for
-/// this crate; `rslock` draws whole milliseconds in 0..2 ms, i.e. 0 or 1 ms: the same mean.
-pub const RETRY_JITTER: Duration = Duration::from_millis(1);
-
-pub fn contender(kind: Kind, urls: &[String]) -> Box<dyn Contend> {
-    match kind {
-        Kind::Mux => Box::new(Mux::with(
-            Mux::builder(urls)
-                .retry_delay(Duration::ZERO, RETRY_JITTER)
-                .retry_count(u32::MAX),
-        )),
-        Kind::Rslock => {
-            let mut r = Rslock::new(urls);
-            r.set_retry(u32::MAX, Duration::from_millis(2));
-            Box::new(r)
-        }
-        other => panic!("no contention client for {other:?}"),
-    }
-}
-
-impl Contend for Mux {
-    fn acquire(&mut self, resource: &str) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        self.held = Some(
-            self.client
-                .lock_until(resource, deadline)
-                .map_err(|e| e.to_string())?,
-        );
-        Ok(())
-    }
-    fn release(&mut self) -> Result<(), String> {
-        let lock = self.held.take().ok_or("nothing held")?;
-        self.client.unlock(lock).map_err(|e| e.to_string())?;
-        Ok(())
-    }
-}
-
-impl Contend for Rslock {
-    fn acquire(&mut self, resource: &str) -> Result<(), String> {
-        let mgr = &self.mgr;
-        let lock = self
-            .rt
-            .block_on(mgr.lock(resource.as_bytes(), TTL))
-            .map_err(|e| e.to_string())?;
-        self.held = Some(lock);
-        Ok(())
-    }
-    fn release(&mut self) -> Result<(), String> {
-        let lock = self.held.take().ok_or("nothing held")?;
-        self.rt.block_on(self.mgr.unlock(&lock));
-        Ok(())
     }
 }

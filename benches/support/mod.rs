@@ -1,9 +1,10 @@
 //! Code shared by the benchmark targets (`benches/lock.rs`, `examples/bench_table.rs`,
-//! `examples/bench_counts.rs`): the compared clients, the delay relay, the `scale` scenario's
-//! runners and a few statistics.
+//! `examples/bench_counts.rs`): the compared clients, the delay relay, the `contention` and
+//! `scale` scenarios' runners and a few statistics.
 #![allow(dead_code)]
 
 pub mod clients;
+pub mod contention;
 pub mod relay;
 pub mod scale;
 

@@ -376,7 +376,7 @@ pub fn run_rslock(
 // ---------------------------------------------------------------------------------------------
 
 /// The 2-worker multi-thread runtime the async runners use (rslock's too).
-fn two_workers() -> tokio::runtime::Runtime {
+pub fn two_workers() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -17,7 +17,7 @@
 //! missing the harness panics with install instructions; it never skips.
 
 #[path = "../../src/bin/redlock/child.rs"]
-mod child;
+pub mod child;
 
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, Hasher, RandomState};
