@@ -23,6 +23,7 @@
 //! of unknown fate and sent again when the node is reachable.
 
 use std::collections::VecDeque;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -208,6 +209,18 @@ struct Core {
     waiting: usize,
     /// Release requests answered / failed (for `shutdown`).
     confirmed: u64,
+    /// What replies told about contended resources, for the waits (taken at every step):
+    /// their names in `events`, as spans; release notices, and releases our notice reached
+    /// `n` clients with.
+    events: Vec<u8>,
+    notices: Vec<(usize, usize)>,
+    listened: Vec<(usize, usize, u64)>,
+    /// Per node: refused our `SUBSCRIBE` (an ACL without the channel) or `HELLO 3` (a server
+    /// before Redis 6): its releases are noticed by polling only.
+    no_notices: Vec<bool>,
+    /// Per node: the connection on which `HELLO 3` succeeded (RESP3 from the handshake on, or
+    /// switched for subscribing).
+    resp3: Vec<Option<u64>>,
 }
 
 /// Counts of what a shutdown flushed.
@@ -250,6 +263,10 @@ pub(crate) struct Engine<N: Net = Driver> {
     due: Vec<OpId>,
     /// A waiting operation's resource, copied out (reused).
     wait_resource: Vec<u8>,
+    /// Per node: the connection our subscriptions were made on (a new one has none).
+    sub_gen: Vec<u64>,
+    /// Per node: the connection a `HELLO 3` is in flight on.
+    upgrading: Vec<Option<u64>>,
 }
 
 /// Kept locks: timers of the engine.
@@ -297,7 +314,14 @@ impl<N: Net> Engine<N> {
                 node_timeout: shared.config.node_timeout_for(shared.config.ttl),
                 waiting: 0,
                 confirmed: 0,
+                events: Vec::new(),
+                notices: Vec::new(),
+                listened: Vec::new(),
+                no_notices: vec![false; n],
+                resp3: vec![None; n],
             },
+            upgrading: vec![None; n],
+            sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
             scratch: BytesMut::with_capacity(256),
             last_round: Duration::ZERO,
@@ -506,6 +530,11 @@ impl<N: Net> Engine<N> {
         let Some(q) = self.waits.get_mut(resource) else {
             return;
         };
+        if !local && q.held_until.is_some_and(|t| t > now) {
+            // A caller of ours holds it: a notice is of an earlier release (often our own,
+            // coming back after the next of ours already won).
+            return;
+        }
         if let Some(at) = q.on_release(now, round, local)
             && at <= now
             && let Some(&head) = q.waiters.front()
@@ -609,9 +638,14 @@ impl<N: Net> Engine<N> {
                     q
                 }
                 None => {
-                    // Contended from now on. A release may have come while this attempt was
-                    // in flight, with no queue to note it: one more attempt at once.
+                    // Contended from now on: subscribed to its release notices, then (the
+                    // subscription goes out first) one more attempt at once, since a release
+                    // may have come while this one was in flight, with no queue to note it.
+                    let all = self.all_nodes();
+                    self.subscription(b"SUBSCRIBE", &resource, all, now);
                     let q = self.waits.open(&resource, w, error.clone(), now);
+                    // Nodes not reached now are subscribed when they are back.
+                    q.subscribed = all;
                     q.released = true;
                     q
                 }
@@ -646,6 +680,125 @@ impl<N: Net> Engine<N> {
         }
         self.wait_resource = resource;
         self.attempts = decided;
+    }
+
+    /// What replies told about contended resources: notices bring the waiting head's attempt;
+    /// a release of ours that reached other clients' subscriptions says that others wait.
+    fn take_events(&mut self, now: Instant) {
+        if self.core.notices.is_empty() && self.core.listened.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut self.core.events);
+        let mut notices = std::mem::take(&mut self.core.notices);
+        let mut listened = std::mem::take(&mut self.core.listened);
+        for &(start, end, listeners) in &listened {
+            if let Some(q) = self.waits.get_mut(&events[start..end]) {
+                // Our own subscription on that node is one of them.
+                q.remote = listeners > u64::from(q.subscribed != 0);
+            }
+        }
+        for &(start, end) in &notices {
+            self.released(&events[start..end], now, false);
+        }
+        notices.clear();
+        listened.clear();
+        self.core.notices = notices;
+        self.core.listened = listened;
+        let mut events = events;
+        events.clear();
+        self.core.events = events;
+    }
+
+    /// True if `node`'s connection speaks RESP3 (where a subscribed connection still runs
+    /// every command).
+    fn speaks_resp3(&self, node: usize) -> bool {
+        self.shared.nodes[node].protocol == 3
+            || self.core.resp3[node] == Some(self.net.session(node).generation())
+    }
+
+    /// Switches `node`'s RESP2 connection to RESP3 (`HELLO 3`) unless that is under way.
+    fn upgrade(&mut self, node: usize, now: Instant) {
+        let generation = self.net.session(node).generation();
+        if self.upgrading[node] == Some(generation) {
+            return;
+        }
+        let mut hello = BytesMut::new();
+        crate::resp::encode_command(&mut hello, &[Arg::Bytes(b"HELLO"), Arg::Bytes(b"3")]);
+        let Engine { net, core, .. } = self;
+        if net
+            .request(node, Kind::Upgrade, 0, &hello, now, &mut core.sink())
+            .is_ok()
+        {
+            self.upgrading[node] = Some(generation);
+        }
+    }
+
+    /// `SUBSCRIBE` (or `UNSUBSCRIBE`) to the release notices of `resource` on the nodes in
+    /// `nodes` that are ready, speak RESP3 and allow it; the others are switched to RESP3 and
+    /// subscribed later by [`Engine::resubscribe`].
+    fn subscription(&mut self, verb: &[u8], resource: &[u8], nodes: u64, now: Instant) {
+        let n = self.shared.nodes.len();
+        let mut ready = 0;
+        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+            if self.core.no_notices[node] || !self.net.session(node).is_ready() {
+                continue;
+            }
+            if self.speaks_resp3(node) {
+                ready |= node_bit(node);
+            } else if verb == b"SUBSCRIBE" {
+                self.upgrade(node, now);
+            }
+        }
+        let Engine {
+            net, core, scratch, ..
+        } = self;
+        scratch.clear();
+        let prefix = crate::session::RELEASE_CHANNEL_PREFIX.as_bytes();
+        crate::resp::encode_array_header(scratch, 2);
+        crate::resp::encode_bulk(scratch, &Arg::Bytes(verb));
+        // The channel, `prefix + resource`, as one bulk string without a copy.
+        let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
+        scratch.extend_from_slice(prefix);
+        scratch.extend_from_slice(resource);
+        scratch.extend_from_slice(b"\r\n");
+        for node in (0..n).filter(|&i| ready & node_bit(i) != 0) {
+            let _ = net.request(node, Kind::Subscribe, 0, scratch, now, &mut core.sink());
+        }
+    }
+
+    /// Subscribes on connections that have none of our subscriptions yet (new since, or just
+    /// switched to RESP3); the head of each queue subscribed there tries once more, behind the
+    /// subscription, in case a release came before it.
+    fn resubscribe(&mut self, now: Instant) {
+        let n = self.shared.nodes.len();
+        for node in 0..n {
+            let session = self.net.session(node);
+            let generation = session.generation();
+            if !session.is_ready() || generation == self.sub_gen[node] || self.core.no_notices[node]
+            {
+                continue;
+            }
+            let bit = node_bit(node);
+            if !self.waits.iter_mut().any(|(_, q)| q.subscribed & bit != 0) {
+                continue;
+            }
+            if !self.speaks_resp3(node) {
+                self.upgrade(node, now);
+                continue;
+            }
+            self.sub_gen[node] = generation;
+            // Rare (a new connection): the copies may allocate.
+            let resources: Vec<Vec<u8>> = self
+                .waits
+                .iter_mut()
+                .filter(|(_, q)| q.subscribed & bit != 0)
+                .map(|(r, _)| r.clone())
+                .collect();
+            for resource in &resources {
+                self.subscription(b"SUBSCRIBE", resource, bit, now);
+                self.released(resource, now, false);
+            }
+        }
     }
 
     /// The queues' timers: waiters whose deadline passed or whose caller is gone leave; a head
@@ -696,11 +849,21 @@ impl<N: Net> Engine<N> {
         for (id, error) in ended {
             self.finish_wait(id, error.map(|e| Outcome::Locked(Err(e))));
         }
-        self.waits.close_idle(now, |_, _| {});
+        let mut closed = Vec::new();
+        self.waits.close_idle(now, |resource, nodes| {
+            if nodes != 0 {
+                // Rare (a queue idle for a second): the copy may allocate.
+                closed.push((resource.to_vec(), nodes));
+            }
+        });
+        for (resource, nodes) in closed {
+            self.subscription(b"UNSUBSCRIBE", &resource, nodes, now);
+        }
         for head in due.drain(..) {
             self.attempt(head, now);
         }
         self.due = due;
+        self.resubscribe(now);
     }
 
     fn submit_to(
@@ -1314,6 +1477,7 @@ impl<N: Net> Engine<N> {
     /// ([`Engine::drain`] or [`Engine::take_input`]). A simulator calls this at every event
     /// of its virtual time; [`Engine::drive_until`] calls it at every turn of the real loop.
     pub fn step(&mut self, now: Instant) {
+        self.take_events(now);
         self.take_inbox(now);
         self.fire_alarms(now);
         self.flush_ledger(now);
@@ -1569,6 +1733,30 @@ impl Core {
 
     /// A reply (or a fault) for a request of operation `d.tag`.
     fn on_delivery(&mut self, node: usize, d: Delivery<'_>, now: Instant) {
+        match (d.kind, &d.reply) {
+            (Kind::Notice, Ok(Frame::Aggregate(push))) => {
+                // `message`, channel, payload.
+                if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
+                    && let Some(resource) =
+                        channel.strip_prefix(crate::session::RELEASE_CHANNEL_PREFIX.as_bytes())
+                {
+                    let start = self.events.len();
+                    self.events.extend_from_slice(resource);
+                    self.notices.push((start, self.events.len()));
+                }
+                return;
+            }
+            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(_))) => {
+                self.no_notices[node] = true;
+                return;
+            }
+            (Kind::Upgrade, Ok(_)) => {
+                self.resp3[node] = Some(d.generation);
+                return;
+            }
+            (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => return,
+            _ => {}
+        }
         let Some(id) = OpId::from_tag(d.tag) else {
             return;
         };
@@ -1640,9 +1828,19 @@ impl Core {
                         self.slow[node] = false;
                     }
                     op.wait[node] = Wait::No;
-                    if matches!(frame, Frame::Integer(1)) && op.counted & node_bit(node) == 0 {
+                    // 1 + 2 × the clients our release notice reached (see `RELEASE_BODY`).
+                    if let Frame::Integer(answer) = frame
+                        && answer & 1 == 1
+                        && op.counted & node_bit(node) == 0
+                    {
                         op.counted |= node_bit(node);
                         op.released += 1;
+                        let listeners = (answer >> 1) as u64;
+                        if listeners > 0 {
+                            let start = self.events.len();
+                            self.events.extend_from_slice(&op.resource);
+                            self.listened.push((start, self.events.len(), listeners));
+                        }
                     }
                 }
                 Err(fault) => {

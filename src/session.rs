@@ -50,8 +50,14 @@ pub(crate) struct Script {
     pub sha: [u8; 40],
 }
 
-/// Compare-and-delete: release the lock only if it still holds our token.
-pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"del\",KEYS[1]) else return 0 end";
+/// The channel a release notice is published on: this prefix, then the resource name.
+pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
+
+/// Compare-and-delete: release the lock only if it still holds our token; then publish a
+/// notice on `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not
+/// ours), or 1 + 2 × the clients the notice reached. The publish is in a `pcall`: a user who
+/// may not publish still releases (waiters then notice by polling).
+pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
 /// Compare-and-pexpire: extend the lock only if it still holds our token.
 pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
 
@@ -96,6 +102,14 @@ pub(crate) enum Kind {
     Script(usize),
     /// Anything else (status queries).
     Command,
+    /// `SUBSCRIBE` / `UNSUBSCRIBE` of one channel: answered by a push confirmation (RESP3),
+    /// which is consumed here, or by an error, which is delivered.
+    Subscribe,
+    /// A `message` push (a release notice): delivered as it comes, answering no request.
+    Notice,
+    /// `HELLO 3` on a connection opened with RESP2, before its first `SUBSCRIBE` (in RESP2 a
+    /// subscribed connection could run nothing else).
+    Upgrade,
 }
 
 /// Handshake steps, in the order they are pipelined.
@@ -281,6 +295,12 @@ impl Session {
             self.st.phase,
             Phase::Connecting { .. } | Phase::Handshaking { .. }
         )
+    }
+
+    /// Which connection this is: it changes with every connect (subscriptions do not survive
+    /// it).
+    pub fn generation(&self) -> u64 {
+        self.st.generation
     }
 
     /// Requests sent and not answered yet (handshake included).
@@ -685,7 +705,27 @@ impl State {
         if let Frame::Aggregate(agg) = frame
             && agg.kind() == AggregateKind::Push
         {
-            // RESP3 out-of-band data (e.g. invalidations) is not a reply to anything.
+            // RESP3 out-of-band data is not a reply to anything, except the confirmation of a
+            // (un)subscription, which takes the place of its reply.
+            match agg.iter().next() {
+                Some(Frame::Bulk(b"message")) => sink(Delivery {
+                    tag: 0,
+                    kind: Kind::Notice,
+                    reply: Ok(frame),
+                    generation: self.generation,
+                    info: self.info,
+                    withdrawn: false,
+                }),
+                Some(Frame::Bulk(b"subscribe" | b"unsubscribe"))
+                    if self
+                        .pending
+                        .front()
+                        .is_some_and(|p| p.kind == Kind::Subscribe) =>
+                {
+                    self.pending.pop_front();
+                }
+                _ => {}
+            }
             return;
         }
         let Some(p) = self.pending.pop_front() else {

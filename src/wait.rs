@@ -58,7 +58,8 @@ pub(crate) struct Queue {
     pub attempt: Option<OpId>,
     /// When the head attempts next (if no attempt is in flight).
     pub try_at: Instant,
-    /// Releases and notices do not bring the next attempt before this (a split vote's pause).
+    /// Releases and notices do not bring the next attempt before this: a split vote's pause,
+    /// or the head yielding to remote waiters.
     pub not_before: Option<Instant>,
     /// A release or notice came while the attempt was in flight: if it is refused, try again
     /// at once.
@@ -224,16 +225,14 @@ impl Queue {
             self.released = true;
             return None;
         }
-        let mut at = now;
         if local && self.streak >= MAX_STREAK && self.remote {
             // Our callers have had it MAX_STREAK times in a row while others wait: step back
-            // long enough for a notified remote waiter's attempt to land first.
-            at = now + yield_pause(round);
+            // long enough for a notified remote waiter's attempt to land first (our own
+            // notice, which comes next, does not cut this short).
+            self.not_before = Some(now + yield_pause(round));
             self.streak = 0;
         }
-        if let Some(t) = self.not_before {
-            at = at.max(t);
-        }
+        let at = self.not_before.map_or(now, |t| t.max(now));
         self.try_at = at;
         Some(at)
     }

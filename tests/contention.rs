@@ -258,3 +258,132 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
     assert_no_key(&servers, "c");
     assert_eq!(redlock.with_client(|c| c.waiters(b"c")).unwrap(), 0);
 }
+
+/// How long a test waits for something that a notice brings in a round trip: far below the
+/// retry pause (`NEVER`), so getting it in time proves the notice, not a poll, brought it.
+const SOON: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_waiter_is_woken_by_another_clients_release() {
+    let servers = Servers::start(3);
+    // Two handles: two engines, two sets of connections — two clients, as two processes are.
+    let holder = builder(&servers).build().unwrap();
+    let waiter = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = holder.lock("x").unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.lock_until("x", Instant::now() + SOON))
+    };
+    until_waiting(&waiter, "x", 1);
+    // Subscribed on every node (INFO reports one pattern-less channel).
+    for s in servers.iter() {
+        let deadline = Instant::now() + SOON;
+        while !matches!(s.cmd(&["PUBSUB", "NUMSUB", "redlock:released:x"]),
+            redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(1)))
+        {
+            assert!(Instant::now() < deadline, "not subscribed on {}", s.addr());
+            std::thread::yield_now();
+        }
+    }
+    holder.unlock(lock).unwrap();
+    let got = t
+        .join()
+        .unwrap()
+        .expect("the release notice did not wake the waiter");
+    waiter.unlock(got).unwrap();
+    assert_no_key(&servers, "x");
+}
+
+#[test]
+fn a_release_by_a_client_that_does_not_publish_is_noticed_by_the_fallback_poll() {
+    let servers = Servers::start(3);
+    let poll = Duration::from_millis(20);
+    let waiter = builder(&servers).retry_delay(poll, poll).build().unwrap();
+    // Another library's lock: a plain SET NX PX, released with a plain DEL (no notice).
+    for s in servers.iter() {
+        s.cmd(&["SET", "y", "theirs", "NX", "PX", "60000"]);
+    }
+    let t = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.lock_until("y", Instant::now() + SOON))
+    };
+    until_waiting(&waiter, "y", 1);
+    for s in servers.iter() {
+        s.cmd(&["DEL", "y"]);
+    }
+    let got = t
+        .join()
+        .unwrap()
+        .expect("the poll did not notice the release");
+    waiter.unlock(got).unwrap();
+    assert_no_key(&servers, "y");
+}
+
+#[test]
+fn waiters_are_woken_with_a_node_frozen() {
+    let mut servers = Servers::start(3);
+    let holder = builder(&servers).build().unwrap();
+    let waiter = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = holder.lock("f").unwrap();
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let waiter = waiter.clone();
+            std::thread::spawn(move || {
+                let got = waiter.lock_until("f", Instant::now() + SOON)?;
+                waiter.unlock(got)
+            })
+        })
+        .collect();
+    until_waiting(&waiter, "f", 3);
+    servers[0].freeze();
+    // The release reaches the two live nodes, whose notices wake the waiters; each wins on
+    // those two (a quorum of three) in turn.
+    let _ = holder.unlock(lock);
+    for t in threads {
+        t.join()
+            .unwrap()
+            .expect("a waiter was not woken with one node frozen");
+    }
+    servers[0].resume();
+}
+
+#[test]
+fn a_user_who_may_not_publish_or_subscribe_still_locks_and_waits_by_polling() {
+    let servers = Servers::start_with(
+        3,
+        RedisServer::builder().acl_user("locker on >pw ~* +@all resetchannels"),
+    );
+    let urls: Vec<String> = servers
+        .ports()
+        .iter()
+        .map(|p| format!("redis://locker:pw@127.0.0.1:{p}"))
+        .collect();
+    let poll = Duration::from_millis(20);
+    let make = || {
+        Builder::new(&urls)
+            .quarantine(None)
+            .node_timeout(Duration::from_millis(200))
+            .retry_delay(poll, poll)
+            .build()
+            .unwrap()
+    };
+    let (holder, waiter) = (make(), make());
+    let lock = holder.lock("p").unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.lock_until("p", Instant::now() + SOON))
+    };
+    until_waiting(&waiter, "p", 1);
+    // The release script's publish is refused; the release itself is not (a quorum at least
+    // confirms in time; a node still answering the acquire may get only a short grace).
+    assert!(holder.unlock(lock).unwrap() >= 2);
+    let got = t.join().unwrap().expect("the waiter did not poll");
+    assert!(waiter.unlock(got).unwrap() >= 2);
+    assert_no_key(&servers, "p");
+}
