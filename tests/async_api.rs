@@ -470,11 +470,7 @@ fn requests_dropped_while_queued_for_a_busy_engine() {
     assert_released(&redlock, &servers, "queued:new");
     // One SET per node: the first acquire's. The dropped one never went out.
     for server in servers.iter() {
-        let info = match server.cmd(&["INFO", "commandstats"]) {
-            redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-            redis::Value::VerbatimString { text, .. } => text,
-            other => panic!("INFO commandstats answered {other:?}"),
-        };
+        let info = server.info("commandstats");
         assert!(info.contains("cmdstat_set:calls=1,"), "{info}");
     }
 }

@@ -25,12 +25,9 @@ fn builder(servers: &Servers) -> Builder {
 
 /// `SET` calls the server has run since its statistics were last reset.
 fn set_calls(server: &RedisServer) -> u64 {
-    let info = match server.cmd(&["INFO", "commandstats"]) {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        redis::Value::VerbatimString { text, .. } => text,
-        other => panic!("INFO commandstats answered {other:?}"),
-    };
-    info.lines()
+    server
+        .info("commandstats")
+        .lines()
         .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }

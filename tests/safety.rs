@@ -26,18 +26,10 @@ fn client(urls: Vec<String>, ttl: Duration) -> Client {
         .unwrap()
 }
 
-/// `INFO <section>` as text.
-fn info(server: &RedisServer, section: &str) -> String {
-    match server.cmd(&["INFO", section]) {
-        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        redis::Value::VerbatimString { text, .. } => text,
-        other => panic!("INFO {section} answered {other:?}"),
-    }
-}
-
 /// A numeric field of an `INFO` section.
 fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
-    info(server, section)
+    server
+        .info(section)
         .lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .and_then(|v| v.trim().parse().ok())
@@ -46,7 +38,8 @@ fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
 
 /// The `db<N>:keys=…` lines of `INFO keyspace`: empty when no database holds a key.
 fn keyspace(server: &RedisServer) -> Vec<String> {
-    info(server, "keyspace")
+    server
+        .info("keyspace")
         .lines()
         .filter(|l| l.starts_with("db"))
         .map(str::to_owned)

@@ -399,15 +399,19 @@ impl RedisServer {
         }
     }
 
-    /// `FLUSHALL`.
-    /// `uptime_in_seconds` from `INFO server`.
-    pub fn uptime_secs(&self) -> u64 {
-        let info = match self.cmd(&["INFO", "server"]) {
+    /// `INFO <section>`, as text.
+    pub fn info(&self, section: &str) -> String {
+        match self.cmd(&["INFO", section]) {
             redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
             redis::Value::VerbatimString { text, .. } => text,
-            other => panic!("INFO server answered {other:?}"),
-        };
-        info.lines()
+            other => panic!("INFO {section} answered {other:?}"),
+        }
+    }
+
+    /// `uptime_in_seconds` from `INFO server`.
+    pub fn uptime_secs(&self) -> u64 {
+        self.info("server")
+            .lines()
             .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
             .and_then(|v| v.trim().parse().ok())
             .expect("uptime_in_seconds in INFO server")
