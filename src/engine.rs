@@ -350,6 +350,12 @@ impl<N: Net> Engine<N> {
         }
     }
 
+    /// Seeds the random pauses of waiting acquires (the simulator's replay).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fn seed(&mut self, seed: u64) {
+        self.waits = Waits::new(seed);
+    }
+
     /// Makes this engine take requests from `mailbox` at every turn.
     pub fn attach(&mut self, mailbox: Arc<Mailbox>) {
         self.mailbox = Some(mailbox);

@@ -381,8 +381,11 @@ impl World {
             let clock = clock(&mut rng);
             let now = base + Duration::from_nanos(clock.local_ns(0));
             let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
+            let mut engine = Engine::new(shared.clone(), net, now);
+            // The waits' pauses replay with the schedule.
+            engine.seed(rng.next());
             clients.push(Client {
-                engine: Engine::new(shared.clone(), net, now),
+                engine,
                 clock,
                 work: Work::Idle {
                     until: now + Duration::from_nanos(rng.range(0, 20 * MS)),
@@ -963,15 +966,31 @@ impl World {
                     format!("{:016x}{:016x}", self.rng.next(), self.rng.next()).as_bytes(),
                 )
                 .expect("a valid token");
-                let kind = ReqKind::Acquire { ttl: TTL };
+                // A third wait for the resource (lock_until): attempts with tokens of their own,
+                // brought by releases, the poll or a split vote's pause, until a deadline.
+                let kind = if self.rng.chance(33) {
+                    let wait = Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64));
+                    ReqKind::Wait {
+                        ttl: TTL,
+                        deadline: now + wait,
+                    }
+                } else {
+                    ReqKind::Acquire { ttl: TTL }
+                };
                 let id = self.submit(c, kind, res, &token, now);
-                self.log(|| format!("client {c} acquires {res}"));
+                self.log(|| format!("client {c} acquires {res} ({kind:?})"));
                 self.clients[c].work = Work::Acquiring { id, res, token };
                 true
             }
             Work::Acquiring { id, res, token } if client.engine.is_done(id) => {
-                match client.engine.take(id) {
-                    Some(Outcome::Acquired(Ok(valid))) => {
+                let won = match client.engine.take(id) {
+                    Some(Outcome::Acquired(Ok(valid))) => Ok((token, valid)),
+                    // A waited-for acquire: the token is the winning attempt's.
+                    Some(Outcome::Locked(Ok((token, valid)))) => Ok((token, valid)),
+                    other => Err(other),
+                };
+                match won {
+                    Ok((token, valid)) => {
                         self.report.acquired += 1;
                         let left = valid.saturating_duration_since(now);
                         // Some holders keep it past their validity (they stop believing then).
@@ -1006,7 +1025,7 @@ impl World {
                             extensions: 0,
                         });
                     }
-                    other => {
+                    Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
                         let pause =
                             crate::client::retry_pause(&self.shared.config, self.rng.next());
