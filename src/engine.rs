@@ -794,12 +794,13 @@ impl<N: Net> Engine<N> {
             }
             self.sub_gen[node] = generation;
             // Rare (a new connection): the copies may allocate.
-            let resources: Vec<Vec<u8>> = self
+            let mut resources: Vec<Vec<u8>> = self
                 .waits
                 .iter_mut()
                 .filter(|(_, q)| q.subscribed & bit != 0)
                 .map(|(r, _)| r.clone())
                 .collect();
+            resources.sort();
             for resource in &resources {
                 self.subscription(b"SUBSCRIBE", resource, bit, now);
                 self.released(resource, now, false);
@@ -852,6 +853,8 @@ impl<N: Net> Engine<N> {
                 q.touch(now);
             }
         }
+        // The queues' order is the hash map's: sorted, so that a simulated schedule replays.
+        ended.sort_by_key(|(id, _)| (id.index, id.seq));
         for (id, error) in ended {
             self.finish_wait(id, error.map(|e| Outcome::Locked(Err(e))));
         }
@@ -862,9 +865,11 @@ impl<N: Net> Engine<N> {
                 closed.push((resource.to_vec(), nodes));
             }
         });
+        closed.sort();
         for (resource, nodes) in closed {
             self.subscription(b"UNSUBSCRIBE", &resource, nodes, now);
         }
+        due.sort_by_key(|id| (id.index, id.seq));
         for head in due.drain(..) {
             self.attempt(head, now);
         }

@@ -91,22 +91,22 @@ fn assumption_is_needed(breaks: Break, seeds: &[u64]) {
 
 #[test]
 fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
-    assumption_is_needed(Break::Quarantine, &[5, 12, 14]);
+    assumption_is_needed(Break::Quarantine, &[3, 5, 13]);
 }
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
-    assumption_is_needed(Break::ClockDrift, &[34, 64, 66]);
+    assumption_is_needed(Break::ClockDrift, &[0, 12, 19]);
 }
 
 #[test]
 fn work_past_the_validity_gives_two_holders() {
-    assumption_is_needed(Break::WorkPastValidity, &[1, 3, 4]);
+    assumption_is_needed(Break::WorkPastValidity, &[0, 1, 2]);
 }
 
 #[test]
 fn a_lying_node_gives_two_holders() {
-    assumption_is_needed(Break::LyingNode, &[1, 5, 9]);
+    assumption_is_needed(Break::LyingNode, &[1, 2, 4]);
 }
 
 #[test]

@@ -968,17 +968,22 @@ impl World {
                 .expect("a valid token");
                 // A third wait for the resource (lock_until): attempts with tokens of their own,
                 // brought by releases, the poll or a split vote's pause, until a deadline.
-                let kind = if self.rng.chance(33) {
-                    let wait = Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64));
-                    ReqKind::Wait {
+                let wait = self
+                    .rng
+                    .chance(33)
+                    .then(|| Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64)));
+                let kind = match wait {
+                    Some(wait) => ReqKind::Wait {
                         ttl: TTL,
                         deadline: now + wait,
-                    }
-                } else {
-                    ReqKind::Acquire { ttl: TTL }
+                    },
+                    None => ReqKind::Acquire { ttl: TTL },
                 };
                 let id = self.submit(c, kind, res, &token, now);
-                self.log(|| format!("client {c} acquires {res} ({kind:?})"));
+                self.log(|| match wait {
+                    Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
+                    None => format!("client {c} acquires {res}"),
+                });
                 self.clients[c].work = Work::Acquiring { id, res, token };
                 true
             }
