@@ -993,3 +993,36 @@ fn help_documents_exit_codes_and_environment() {
         assert!(out.contains(needle), "{needle} missing from --help");
     }
 }
+
+#[test]
+fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    let token = acquire(&urls, "handoff", "60s");
+    // A retry pause the test never waits for: only the release notice can wake the waiter.
+    let waiter = redlock_mux::Builder::new(&urls)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_secs(30), Duration::ZERO)
+        .build()
+        .unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || {
+            waiter.lock_until("handoff", Instant::now() + Duration::from_secs(10))
+        })
+    };
+    // In line (and so subscribed) before the other process releases.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiter.with_client(|c| c.waiters(b"handoff")).unwrap() == 0 {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        std::thread::yield_now();
+    }
+    let o = output(redlock(&urls).args(["release", "handoff", &token]));
+    assert_code(&o, 0);
+    let lock = t
+        .join()
+        .unwrap()
+        .expect("the other process's release did not wake the waiter");
+    waiter.unlock(lock).unwrap();
+}
