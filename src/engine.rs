@@ -594,11 +594,8 @@ impl<N: Net> Engine<N> {
                     self.finish_wait(w, Some(Outcome::Locked(Ok((token, valid_until)))));
                     let pause = retry_pause_of(&self.shared.config, self.waits.random());
                     if let Some(q) = self.waits.get_mut(&resource) {
-                        if q.attempt == Some(w) {
-                            q.attempt = None;
-                        }
                         q.held_until = Some(valid_until);
-                        if q.remove(w) {
+                        if q.leave(w) {
                             q.streak += 1;
                             q.splits = 0;
                             q.not_before = None;
@@ -620,10 +617,7 @@ impl<N: Net> Engine<N> {
             if last {
                 self.finish_wait(w, Some(Outcome::Locked(Err(error))));
                 if let Some(q) = self.waits.get_mut(&resource) {
-                    if q.attempt == Some(w) {
-                        q.attempt = None;
-                    }
-                    if q.remove(w) {
+                    if q.leave(w) {
                         // The next in line takes its place at once.
                         q.try_at = now;
                     }
@@ -656,9 +650,7 @@ impl<N: Net> Engine<N> {
                     q
                 }
             };
-            if q.attempt == Some(w) {
-                q.attempt = None;
-            }
+            q.attempt_decided(w);
             if q.waiters.front() == Some(&w) {
                 let released = std::mem::take(&mut q.released);
                 q.try_at = if split {

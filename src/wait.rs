@@ -200,6 +200,20 @@ impl Queue {
         }
     }
 
+    /// The attempt of waiting operation `id` was decided (if it was the head's in flight).
+    pub fn attempt_decided(&mut self, id: OpId) {
+        if self.attempt == Some(id) {
+            self.attempt = None;
+        }
+    }
+
+    /// The waiting operation `id` is done: its attempt decided, and out of the queue; true if it
+    /// was the head.
+    pub fn leave(&mut self, id: OpId) -> bool {
+        self.attempt_decided(id);
+        self.remove(id)
+    }
+
     /// Takes `id` out of the queue, wherever it is; true if it was the head.
     pub fn remove(&mut self, id: OpId) -> bool {
         match self.waiters.iter().position(|&w| w == id) {
