@@ -222,8 +222,8 @@ impl AsyncRedlock {
         status_of(outcome)
     }
 
-    /// Acquire with retries and return a guard that releases the lock when dropped; see
-    /// [`AsyncLockGuard`].
+    /// Acquire (waiting for it, as `lock`) and return a guard that releases the lock when
+    /// dropped; see [`AsyncLockGuard`].
     ///
     /// # Errors
     ///
@@ -243,8 +243,8 @@ impl AsyncRedlock {
         Ok(AsyncKeepAlive::new(self.clone(), self.redlock.keep(lock)?))
     }
 
-    /// Acquires `resource` (with retries), keeps it alive while the future `work` returns runs,
-    /// then releases it. `work` gets a [`LockWatch`] to check between steps
+    /// Acquires `resource` (waiting, as `lock`), keeps it alive while the future `work` returns
+    /// runs, then releases it. `work` gets a [`LockWatch`] to check between steps
     /// ([`LockWatch::is_held`]) or to race against the loss ([`LockWatch::wait_lost`]).
     /// Dropped midway, the lock is released (without waiting).
     ///

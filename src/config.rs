@@ -328,7 +328,7 @@ impl Builder {
         self.config.ttl = ttl;
         self
     }
-    /// Retries after the first attempt.
+    /// How many retry pauses `lock` waits at most (see [`Config::lock_wait`]); 0: one attempt.
     pub fn retry_count(mut self, n: u32) -> Builder {
         self.config.retry_count = n;
         self

@@ -71,7 +71,8 @@ impl Drop for LockGuard {
 }
 
 impl Redlock {
-    /// Acquire with retries and return a guard that releases the lock when dropped.
+    /// Acquire (waiting for it, as `lock`) and return a guard that releases the lock when
+    /// dropped.
     ///
     /// # Errors
     ///

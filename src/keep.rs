@@ -169,7 +169,8 @@ impl Redlock {
         })
     }
 
-    /// Acquires `resource` (with retries), keeps it alive while `work` runs, then releases it.
+    /// Acquires `resource` (waiting for it, as `lock`), keeps it alive while `work` runs, then
+    /// releases it.
     /// `work` should check [`KeepAlive::is_held`] between steps.
     ///
     /// # Errors
