@@ -132,6 +132,21 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
     });
     assert_eq!(n, 0, "allocations in 100 refused attempts");
     other.unlock(held).unwrap();
+
+    // `lock`, a waiting acquire, on a free resource: its one attempt wins, no queue is made.
+    let waited = |c: &mut redlock_mux::Client| {
+        let lock = c.lock("alloc:waited").unwrap();
+        assert!(c.unlock(lock).unwrap() >= 3);
+    };
+    for _ in 0..50 {
+        waited(&mut c);
+    }
+    let n = allocations_during(|| {
+        for _ in 0..500 {
+            waited(&mut c);
+        }
+    });
+    assert_eq!(n, 0, "allocations in 500 lock (waiting) + unlock cycles");
 }
 
 #[test]
@@ -157,5 +172,21 @@ fn a_lock_cycle_through_a_shared_handle_allocates_nothing_on_the_calling_thread(
     assert_eq!(
         n, 0,
         "allocations on the caller's thread in 500 cycles through a Redlock handle"
+    );
+    let waited = || {
+        let lock = redlock.lock("alloc:shared-waited").unwrap();
+        assert!(redlock.unlock(lock).unwrap() >= 3);
+    };
+    for _ in 0..50 {
+        waited();
+    }
+    let n = allocations_during(|| {
+        for _ in 0..500 {
+            waited();
+        }
+    });
+    assert_eq!(
+        n, 0,
+        "allocations on the caller's thread in 500 lock (waiting) cycles through a Redlock handle"
     );
 }
