@@ -592,7 +592,8 @@ impl<N: Net> Engine<N> {
             let error = match outcome {
                 Outcome::Acquired(Ok(valid_until)) => {
                     self.finish_wait(w, Some(Outcome::Locked(Ok((token, valid_until)))));
-                    let pause = retry_pause_of(&self.shared.config, self.waits.random());
+                    let pause =
+                        crate::client::retry_pause(&self.shared.config, self.waits.random());
                     if let Some(q) = self.waits.get_mut(&resource) {
                         q.held_until = Some(valid_until);
                         if q.leave(w) {
@@ -627,7 +628,7 @@ impl<N: Net> Engine<N> {
             }
             let round = self.last_round;
             let random = self.waits.random();
-            let poll = retry_pause_of(&self.shared.config, random);
+            let poll = crate::client::retry_pause(&self.shared.config, random);
             let held = matches!(error, Error::Held(_));
             let q: &mut Queue = match self.waits.get_mut(&resource) {
                 Some(q) => {
@@ -777,7 +778,7 @@ impl<N: Net> Engine<N> {
                 continue;
             }
             let bit = node_bit(node);
-            if !self.waits.iter_mut().any(|(_, q)| q.subscribed & bit != 0) {
+            if !self.waits.iter().any(|(_, q)| q.subscribed & bit != 0) {
                 continue;
             }
             if !self.speaks_resp3(node) {
@@ -788,7 +789,7 @@ impl<N: Net> Engine<N> {
             // Rare (a new connection): the copies may allocate.
             let mut resources: Vec<Vec<u8>> = self
                 .waits
-                .iter_mut()
+                .iter()
                 .filter(|(_, q)| q.subscribed & bit != 0)
                 .map(|(r, _)| r.clone())
                 .collect();
@@ -1906,11 +1907,6 @@ impl Ledger {
 /// True if the operation's async caller dropped its future.
 fn is_cancelled(op: &Op) -> bool {
     matches!(&op.waiter, Waiter::Slot(slot) if slot.is_cancelled())
-}
-
-/// The fallback poll of a waiting head: the retry pause.
-fn retry_pause_of(config: &crate::config::Config, random: u64) -> Duration {
-    crate::client::retry_pause(config, random)
 }
 
 /// A seed for the waits' pauses: differs between processes and engines.

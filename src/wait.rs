@@ -153,6 +153,10 @@ impl Waits {
         });
     }
 
+    pub fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &Queue)> {
+        self.queues.iter()
+    }
+
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Vec<u8>, &mut Queue)> {
         self.queues.iter_mut()
     }
