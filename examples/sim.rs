@@ -3,14 +3,16 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--threads T]
+//!     [--control] [--fence] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
-//! clock-drift, work-past-validity, lying-node, majority-down. `--control` runs the fault plan
-//! of KIND with the assumption kept (0 violations expected). Exits 1 on a violation where none
-//! is expected.
+//! clock-drift, work-past-validity, lying-node, majority-down, and two wrong fencing
+//! constructions: fence-no-write-back, fence-blank-as-zero. `--control` runs the fault plan of
+//! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
+//! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
+//! lock does). Exits 1 on a violation where none is expected.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +25,7 @@ fn main() {
     let mut start: u64 = 0;
     let mut breaks = Break::Nothing;
     let mut control = false;
+    let mut fencing = false;
     let mut trace: Option<u64> = None;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut args = std::env::args().skip(1);
@@ -36,6 +39,7 @@ fn main() {
                     .expect("--threads T")
             }
             "--control" => control = true,
+            "--fence" => fencing = true,
             "--trace" => {
                 trace = Some(
                     args.next()
@@ -51,6 +55,8 @@ fn main() {
                     Some("work-past-validity") => Break::WorkPastValidity,
                     Some("lying-node") => Break::LyingNode,
                     Some("majority-down") => Break::MajorityDown,
+                    Some("fence-no-write-back") => Break::FenceNoWriteBack,
+                    Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -60,6 +66,7 @@ fn main() {
     let setup = Setup {
         breaks,
         control,
+        fencing,
         ..Setup::default()
     };
     if let Some(seed) = trace {
@@ -92,7 +99,8 @@ fn main() {
                         *t += f;
                     }
                     stalled += u64::from(r.stalled);
-                    if r.violation.is_some() {
+                    total.fenced += r.fenced;
+                    if r.violation.is_some() || r.fence_violation.is_some() {
                         violations.push(r);
                     }
                 }
@@ -109,6 +117,7 @@ fn main() {
         total.acquired += t.acquired;
         total.sim_time += t.sim_time;
         total.events += t.events;
+        total.fenced += t.fenced;
         for (a, b) in total.faults.iter_mut().zip(t.faults) {
             *a += b;
         }
@@ -145,11 +154,29 @@ fn main() {
         .collect();
     println!("faults: {}", faults.join(", "));
     println!("stalled: {stalled}");
-    println!("violations: {}", violations.len());
-    for r in violations.iter().take(10) {
+    let overlaps: Vec<&Report> = violations
+        .iter()
+        .filter(|r| r.violation.is_some())
+        .collect();
+    let fences: Vec<&Report> = violations
+        .iter()
+        .filter(|r| r.fence_violation.is_some())
+        .collect();
+    println!("violations: {}", overlaps.len());
+    for r in overlaps.iter().take(10) {
         println!("  seed {}: {:?}", r.seed, r.violation);
     }
-    if (breaks == Break::Nothing || control) && !violations.is_empty() {
+    let fence_break = matches!(breaks, Break::FenceNoWriteBack | Break::FenceBlankAsZero);
+    let flawed = fence_break && !control;
+    if fencing || fence_break {
+        println!("fenced acquisitions: {}", total.fenced);
+        println!("fence violations: {}", fences.len());
+        for r in fences.iter().take(10) {
+            println!("  seed {}: {:?}", r.seed, r.fence_violation);
+        }
+    }
+    let lock_expected = breaks == Break::Nothing || control || flawed;
+    if (lock_expected && !overlaps.is_empty()) || (!flawed && !fences.is_empty()) {
         std::process::exit(1);
     }
 }

@@ -261,9 +261,9 @@ pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
 /// The lock an acquire's outcome gives.
 pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result<Lock, Error> {
     match outcome {
-        Outcome::Acquired(Ok(valid_until)) => Ok(Lock::new(resource, token, valid_until)),
+        Outcome::Acquired(Ok(grant)) => Ok(Lock::granted(resource, token, grant)),
         Outcome::Acquired(Err(e)) => Err(e),
-        Outcome::Locked(Ok((token, valid_until))) => Ok(Lock::new(resource, token, valid_until)),
+        Outcome::Locked(Ok((token, grant))) => Ok(Lock::granted(resource, token, grant)),
         Outcome::Locked(Err(e)) => Err(e),
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::addr::NodeAddr;
 use crate::error::Error;
+use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
 use crate::session::ConnConfig;
@@ -70,6 +71,11 @@ pub struct Config {
     /// or its uptime is shorter) does not count towards a quorum. Default [`Quarantine::Ttl`]:
     /// the window is the longest TTL this client can set ([`Config::max_ttl`]).
     pub quarantine: Quarantine,
+    /// Fencing tokens: every acquisition also returns a fence ([`Lock::fence`](crate::Lock::fence)),
+    /// a number greater than that of every acquisition that completed before it began, at the
+    /// cost of one more round trip per acquisition (see the README's "Fencing tokens").
+    /// Default off.
+    pub fencing: bool,
 }
 
 /// The restart-quarantine setting: a node that may have restarted (and lost its keys) less than
@@ -130,6 +136,7 @@ impl Default for Config {
             client_name: None,
             max_ttl: None,
             quarantine: Quarantine::Ttl,
+            fencing: false,
         }
     }
 }
@@ -154,6 +161,15 @@ impl Config {
     /// The longest TTL a lock of this client may have: [`Config::max_ttl`], or the TTL.
     pub fn longest_ttl(&self) -> Duration {
         self.max_ttl.unwrap_or(self.ttl)
+    }
+
+    /// How long a node must have been up before a fenced acquire may seed its blank counter:
+    /// the restart-quarantine window, or the longest TTL when the quarantine is off (a fence
+    /// written to the node's previous process is then surely handed out or given up).
+    pub(crate) fn seed_window(&self) -> Duration {
+        self.quarantine_window()
+            .unwrap_or(self.longest_ttl())
+            .max(self.longest_ttl())
     }
 
     /// The restart-quarantine window in force, `None` when it is off.
@@ -393,6 +409,12 @@ impl Builder {
         self
     }
 
+    /// Fencing tokens on or off ([`Config::fencing`]).
+    pub fn fencing(mut self, on: bool) -> Builder {
+        self.config.fencing = on;
+        self
+    }
+
     pub(crate) fn shared(self) -> Result<Arc<Shared>, Error> {
         self.config.validate()?;
         if self.servers.is_empty() {
@@ -421,7 +443,7 @@ impl Builder {
             max_pending: c.max_pending,
             limits: c.limits,
             client_name: c.client_name.clone(),
-            info: c.quarantine_window().is_some(),
+            info: c.quarantine_window().is_some() || c.fencing,
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),
@@ -430,6 +452,7 @@ impl Builder {
             keep_ticks: AtomicU64::new(0),
             keep_writes: AtomicU64::new(0),
             keep_extended: AtomicU64::new(0),
+            fence_flaw: Flaw::None,
         }))
     }
 }
@@ -443,4 +466,6 @@ pub(crate) struct Shared {
     pub(crate) keep_ticks: AtomicU64,
     pub(crate) keep_writes: AtomicU64,
     pub(crate) keep_extended: AtomicU64,
+    /// A deliberately wrong fencing variant (the simulator's; never set otherwise).
+    pub(crate) fence_flaw: Flaw,
 }

@@ -33,11 +33,12 @@ use bytes::BytesMut;
 use crate::config::Shared;
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
+use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
 use crate::kept::{Callbacks, Kept};
 use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
-use crate::request::{NodeStatus, Outcome, ReqKind};
+use crate::request::{Grant, NodeFence, NodeStatus, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
@@ -116,11 +117,12 @@ enum Wait {
     Until(Instant, bool),
 }
 
-/// Replies to `GET` and `PTTL` per node.
+/// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
 #[derive(Debug, Default)]
 struct StatusReplies {
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+    fences: Vec<Option<Option<NodeFence>>>,
 }
 
 #[derive(Debug)]
@@ -148,6 +150,13 @@ struct Op {
     released: usize,
     // Status:
     status: Option<Box<StatusReplies>>,
+    // Fenced acquire (see `fence.rs`): 0 not fenced, 1 acquiring and reading the counters, 2
+    // writing the fence back (then `until` is the validity won in 1); the answers of 1, and
+    // per node the connection they came on.
+    fenced: u8,
+    fence: u64,
+    reads: Reads,
+    gens: Vec<u64>,
     waiter: Waiter,
     outcome: Option<Outcome>,
 }
@@ -173,6 +182,10 @@ impl Op {
             counted: 0,
             released: 0,
             status: None,
+            fenced: 0,
+            fence: 0,
+            reads: Reads::default(),
+            gens: vec![0; n],
             waiter: Waiter::None,
             outcome: None,
         }
@@ -221,6 +234,11 @@ struct Core {
     /// Per node: the connection on which `HELLO 3` succeeded (RESP3 from the handshake on, or
     /// switched for subscribing).
     resp3: Vec<Option<u64>>,
+    /// Fencing: restart tracking for seeding blank counters, its window, and the simulator's
+    /// deliberate flaw.
+    fence_watch: Vec<NodeWatch>,
+    seed_window: Duration,
+    flaw: Flaw,
 }
 
 /// Counts of what a shutdown flushed.
@@ -267,6 +285,8 @@ pub(crate) struct Engine<N: Net = Driver> {
     sub_gen: Vec<u64>,
     /// Per node: the connection a `HELLO 3` is in flight on.
     upgrading: Vec<Option<u64>>,
+    /// Fenced acquires whose fence is to be written back (reused list).
+    fence_due: Vec<u32>,
 }
 
 /// Kept locks: timers of the engine.
@@ -319,8 +339,12 @@ impl<N: Net> Engine<N> {
                 listened: Vec::new(),
                 no_notices: vec![false; n],
                 resp3: vec![None; n],
+                fence_watch: vec![NodeWatch::default(); n],
+                seed_window: shared.config.seed_window(),
+                flaw: shared.fence_flaw,
             },
             upgrading: vec![None; n],
+            fence_due: Vec::with_capacity(16),
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
             scratch: BytesMut::with_capacity(256),
@@ -590,8 +614,9 @@ impl<N: Net> Engine<N> {
             resource.extend_from_slice(&op.resource);
             let deadline = op.until;
             let error = match outcome {
-                Outcome::Acquired(Ok(valid_until)) => {
-                    self.finish_wait(w, Some(Outcome::Locked(Ok((token, valid_until)))));
+                Outcome::Acquired(Ok(grant)) => {
+                    let valid_until = grant.valid_until;
+                    self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
                     let pause =
                         crate::client::retry_pause(&self.shared.config, self.waits.random());
                     if let Some(q) = self.waits.get_mut(&resource) {
@@ -896,9 +921,15 @@ impl<N: Net> Engine<N> {
             op.counted = 0;
             op.released = 0;
             op.wait.fill(Wait::No);
+            op.fenced = 0;
             match kind {
                 ReqKind::Acquire { ttl } => {
                     op.kind = OpKind::Acquire;
+                    op.ttl = ttl;
+                    if config.fencing {
+                        op.fenced = 1;
+                        op.reads = Reads::default();
+                    }
                     let rc = RoundConfig {
                         min_validity: config.min_validity,
                         ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
@@ -932,6 +963,8 @@ impl<N: Net> Engine<N> {
                     status.values.resize(n, None);
                     status.ttls.clear();
                     status.ttls.resize(n, None);
+                    status.fences.clear();
+                    status.fences.resize(n, None);
                 }
             }
         }
@@ -950,6 +983,27 @@ impl<N: Net> Engine<N> {
         } = self;
         let config = &shared.config;
         match kind {
+            ReqKind::Acquire { ttl } if config.fencing => {
+                // SET NX and the counter's read in one script (see `fence.rs`).
+                encode_tail(
+                    scratch,
+                    &[
+                        Arg::Int(2),
+                        Arg::Bytes(resource),
+                        Arg::Bytes(FENCE_KEY.as_bytes()),
+                        Arg::Bytes(token.as_bytes()),
+                        Arg::UInt(ttl.as_millis() as u64),
+                    ],
+                );
+                let script = match core.flaw {
+                    Flaw::NoWriteBack => &scripts()[4],
+                    _ => &scripts()[2],
+                };
+                for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                    let sent = net.script(node, script, tag, scratch, 5, now, &mut core.sink());
+                    core.sent(id, node, sent, now);
+                }
+            }
             ReqKind::Acquire { ttl } => {
                 scratch.clear();
                 if ttl == config.ttl {
@@ -1017,12 +1071,17 @@ impl<N: Net> Engine<N> {
             }
             ReqKind::Wait { .. } => {}
             ReqKind::Status { .. } => {
-                for verb in [b"GET".as_slice(), b"PTTL".as_slice()] {
+                let fence = [
+                    Arg::Bytes(b"HMGET"),
+                    Arg::Bytes(FENCE_KEY.as_bytes()),
+                    Arg::Bytes(b"run"),
+                    Arg::Bytes(b"n"),
+                ];
+                let get = [Arg::Bytes(b"GET"), Arg::Bytes(resource)];
+                let pttl = [Arg::Bytes(b"PTTL"), Arg::Bytes(resource)];
+                for args in [&get[..], &pttl[..], &fence[..]] {
                     let mut cmd = BytesMut::new();
-                    crate::resp::encode_command(
-                        &mut cmd,
-                        &[Arg::Bytes(verb), Arg::Bytes(resource)],
-                    );
+                    crate::resp::encode_command(&mut cmd, args);
                     for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                         let sent =
                             net.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
@@ -1118,26 +1177,101 @@ impl<N: Net> Engine<N> {
                             None => None,
                             Some(decision) => {
                                 let nodes = &self.shared.nodes;
-                                Some(match (op.kind, decision) {
+                                let flaw = self.core.flaw;
+                                let grant = |valid_until, fence| {
+                                    Outcome::Acquired(Ok(Grant { valid_until, fence }))
+                                };
+                                match (op.kind, decision) {
+                                    (OpKind::Acquire, Decision::Won { valid_until, .. })
+                                        if op.fenced == 1 =>
+                                    {
+                                        let quorum = op.round.quorum();
+                                        match op.reads.fence(n, quorum, flaw) {
+                                            Ok(fence) if flaw == Flaw::NoWriteBack => {
+                                                self.last_round =
+                                                    now.saturating_duration_since(op.start);
+                                                Some(grant(valid_until, Some(fence)))
+                                            }
+                                            Ok(fence) => {
+                                                // Written back before it is handed out.
+                                                op.fence = fence;
+                                                op.until = valid_until;
+                                                self.fence_due.push(index as u32);
+                                                None
+                                            }
+                                            // Short of seeded counters, with nodes yet to
+                                            // answer (a quorum of yes comes before them, and
+                                            // a new deployment needs them all): wait for them,
+                                            // up to the node timeout.
+                                            Err(_)
+                                                if (0..n).any(|i| op.round.is_pending(i))
+                                                    && op
+                                                        .round
+                                                        .node_deadline()
+                                                        .is_some_and(|t| now < t) =>
+                                            {
+                                                None
+                                            }
+                                            Err(_) => {
+                                                self.last_round =
+                                                    now.saturating_duration_since(op.start);
+                                                self.lost.push(index as u32);
+                                                Some(Outcome::Acquired(Err(Error::Fence(
+                                                    fence_report(nodes, op, quorum),
+                                                ))))
+                                            }
+                                        }
+                                    }
+                                    (OpKind::Acquire, Decision::Won { .. }) if op.fenced == 2 => {
+                                        // A quorum took the fence. The validity is the one the
+                                        // first round trip won, less the time since.
+                                        self.last_round = now.saturating_duration_since(op.start);
+                                        let left = op.until.saturating_duration_since(now);
+                                        let min = self.shared.config.min_validity;
+                                        if !left.is_zero() && left >= min {
+                                            Some(grant(op.until, Some(op.fence)))
+                                        } else {
+                                            self.lost.push(index as u32);
+                                            Some(Outcome::Acquired(Err(Error::TooSlow(report(
+                                                nodes, &op.round, &op.faults, true,
+                                            )))))
+                                        }
+                                    }
+                                    (OpKind::Acquire, Decision::Lost { loss, .. })
+                                        if op.fenced == 2 =>
+                                    {
+                                        self.last_round = now.saturating_duration_since(op.start);
+                                        self.lost.push(index as u32);
+                                        Some(Outcome::Acquired(Err(
+                                            match loss_error(
+                                                nodes, &op.round, &op.faults, loss, true,
+                                            ) {
+                                                Error::Held(r)
+                                                | Error::NoQuorum(r)
+                                                | Error::TooSlow(r) => Error::Fence(r),
+                                                other => other,
+                                            },
+                                        )))
+                                    }
                                     (OpKind::Acquire, Decision::Won { valid_until, .. }) => {
                                         self.last_round = now.saturating_duration_since(op.start);
-                                        Outcome::Acquired(Ok(valid_until))
+                                        Some(grant(valid_until, None))
                                     }
                                     (OpKind::Acquire, Decision::Lost { loss, .. }) => {
                                         self.last_round = now.saturating_duration_since(op.start);
                                         self.lost.push(index as u32);
-                                        Outcome::Acquired(Err(loss_error(
+                                        Some(Outcome::Acquired(Err(loss_error(
                                             nodes, &op.round, &op.faults, loss, false,
-                                        )))
+                                        ))))
                                     }
                                     (_, Decision::Won { valid_until, .. }) => {
-                                        Outcome::Extended(valid_until, Ok(()))
+                                        Some(Outcome::Extended(valid_until, Ok(())))
                                     }
-                                    (_, Decision::Lost { loss, .. }) => Outcome::Extended(
+                                    (_, Decision::Lost { loss, .. }) => Some(Outcome::Extended(
                                         validity_after_lost_extend(op.until, &op.round),
                                         Err(loss_error(nodes, &op.round, &op.faults, loss, true)),
-                                    ),
-                                })
+                                    )),
+                                }
                             }
                         }
                     }
@@ -1161,7 +1295,7 @@ impl<N: Net> Engine<N> {
                     OpKind::Wait => None,
                     OpKind::Status => {
                         let status = op.status.as_mut().expect("status op has its replies");
-                        if status.ttls.iter().all(Option::is_some) || op.until <= now {
+                        if status.fences.iter().all(Option::is_some) || op.until <= now {
                             let start = op.start;
                             let until = op.until;
                             Some(Outcome::Status(
@@ -1177,6 +1311,7 @@ impl<N: Net> Engine<N> {
                                             node: self.shared.nodes[node].to_string(),
                                             state: value.and_then(|v| pttl.map(|t| (v, t))),
                                             rtt: at.saturating_duration_since(start),
+                                            fence: status.fences[node].take().flatten(),
                                         }
                                     })
                                     .collect(),
@@ -1222,6 +1357,9 @@ impl<N: Net> Engine<N> {
                 self.core.free.push(index as u32);
             }
         }
+        if !self.fence_due.is_empty() {
+            self.write_fences(now);
+        }
         if !self.attempts.is_empty() {
             self.attempts_decided(now);
         }
@@ -1258,6 +1396,87 @@ impl<N: Net> Engine<N> {
         if !self.keeps.decided.is_empty() {
             self.kept_decided(now);
         }
+    }
+
+    /// Starts the write-back of the fenced acquires in `fence_due` (see `fence.rs`): the fence
+    /// goes to every node that granted the lock on the connection it answered on; the fence is
+    /// handed out once a quorum took it, before the validity won ends.
+    fn write_fences(&mut self, now: Instant) {
+        let n = self.shared.nodes.len();
+        let mut due = std::mem::take(&mut self.fence_due);
+        for &index in &due {
+            let Engine {
+                net,
+                core,
+                scratch,
+                shared,
+                ..
+            } = self;
+            let config = &shared.config;
+            let op = &mut core.ops[index as usize];
+            let granted: u64 = (0..n)
+                .filter(|&i| op.round.vote(i) == Some(Vote::Yes))
+                .fold(0, |m, i| m | node_bit(i));
+            let rc = RoundConfig {
+                not_after: Some(op.until),
+                ..RoundConfig::new(op.ttl, config.drift_factor, config.node_timeout_for(op.ttl))
+            };
+            op.fenced = 2;
+            op.faults.fill(None);
+            op.round.start(now, &rc);
+            let id = OpId { index, seq: op.seq };
+            let (fence, reads) = (op.fence, op.reads);
+            let mut digits = [0u8; 20];
+            let fence_text = decimal(fence, &mut digits);
+            // Blank counters that may be seeded get the write-back too, whether or not they
+            // hold our key (seeding is a write of a quorum's maximum; it counts only with the
+            // key): fewer blank nodes, fewer acquires short of a seeded quorum.
+            let seeds = reads.seeds(n);
+            for node in 0..n {
+                let op = &mut core.ops[index as usize];
+                if (granted | seeds) & node_bit(node) == 0 {
+                    // Holds no key of ours: would not take the fence.
+                    op.round.handle_vote(node, Vote::Refused, now);
+                    continue;
+                }
+                let session = net.session(node);
+                let Some(info) = session
+                    .info()
+                    .filter(|_| session.generation() == op.gens[node])
+                else {
+                    // A new connection since it answered: maybe a new process, whose counter
+                    // our reads did not see.
+                    op.faults[node] = Some(NodeFault::Closed);
+                    op.round.handle_vote(node, Vote::Failed, now);
+                    continue;
+                };
+                let seed: &[u8] = if reads.may_seed(node, n) { b"1" } else { b"0" };
+                encode_tail(
+                    scratch,
+                    &[
+                        Arg::Int(2),
+                        Arg::Bytes(&op.resource),
+                        Arg::Bytes(FENCE_KEY.as_bytes()),
+                        Arg::Bytes(op.token.as_bytes()),
+                        Arg::Bytes(fence_text),
+                        Arg::Bytes(&info.run_id),
+                        Arg::Bytes(seed),
+                    ],
+                );
+                let sent = net.script(
+                    node,
+                    &scripts()[3],
+                    id.tag(),
+                    scratch,
+                    7,
+                    now,
+                    &mut core.sink(),
+                );
+                core.sent(id, node, sent, now);
+            }
+        }
+        due.clear();
+        self.fence_due = due;
     }
 
     /// Applies decided extends of kept locks (a lost one is marked lost and released), and
@@ -1434,6 +1653,10 @@ impl<N: Net> Engine<N> {
         let mut next: Option<Instant> = None;
         for op in self.core.ops.iter().filter(|o| o.live && !o.done) {
             let t = match op.kind {
+                // A fenced acquire that won the lock may still wait for counters.
+                OpKind::Acquire if op.fenced == 1 && op.round.poll_decision().is_some() => {
+                    op.round.node_deadline()
+                }
                 OpKind::Acquire | OpKind::Extend => op.round.poll_timeout(),
                 OpKind::Release => op
                     .wait
@@ -1728,6 +1951,7 @@ impl Core {
                 if let Some(status) = op.status.as_mut() {
                     status.values[node].get_or_insert(Err(fault.clone()));
                     status.ttls[node].get_or_insert((Err(fault), now));
+                    status.fences[node].get_or_insert(None);
                 }
             }
             // Sends nothing of its own.
@@ -1770,11 +1994,21 @@ impl Core {
         if op.seq != id.seq || !op.live {
             return;
         }
+        if op.fenced == 2 && d.kind != Kind::Script(3) {
+            // A late answer of the first round trip of a fenced acquire that has moved on to
+            // its write-back: nothing more to learn from it (a late yes is released with the
+            // lock, on every node).
+            if !d.withdrawn {
+                op.outstanding = op.outstanding.saturating_sub(1);
+            }
+            return;
+        }
         if d.withdrawn {
             // The node's answer came with surplus frames or garbage: it does not count.
             match op.kind {
                 OpKind::Acquire | OpKind::Extend => {
                     if !op.done {
+                        op.reads.forget(node);
                         if let Err(fault) = d.reply {
                             op.faults[node] = Some(fault.clone());
                         }
@@ -1791,6 +2025,7 @@ impl Core {
                     if let (Some(status), Err(fault)) = (op.status.as_mut(), d.reply) {
                         status.values[node] = Some(Err(fault.clone()));
                         status.ttls[node] = Some((Err(fault.clone()), now));
+                        status.fences[node] = Some(None);
                     }
                 }
                 OpKind::Wait => {}
@@ -1803,12 +2038,37 @@ impl Core {
                 if op.done {
                     return;
                 }
-                let mut vote = vote_of(d.kind, &d.reply);
+                let fenced_set = matches!(d.kind, Kind::Script(2 | 4));
+                let mut vote = match &d.reply {
+                    Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
+                        let run_id = d.info.as_ref().map(|i| &i.run_id);
+                        match crate::fence::parse_acquire(frame, run_id) {
+                            Some((won, reading)) => {
+                                // A blank counter may be seeded by this acquire only if its
+                                // node was up for a whole window before the acquire began.
+                                let seedable = matches!(reading, Reading::Blank(_))
+                                    && self.fence_watch[node]
+                                        .quarantine_left(
+                                            self.seed_window,
+                                            d.generation,
+                                            d.info,
+                                            op.start,
+                                        )
+                                        .is_none();
+                                op.reads.add(node, won, reading, seedable, self.flaw);
+                                op.gens[node] = d.generation;
+                                Ok(if won { Vote::Yes } else { Vote::Refused })
+                            }
+                            None => Err(NodeFault::Unexpected(format!("{:?}", frame.to_value()))),
+                        }
+                    }
+                    _ => vote_of(d.kind, &d.reply),
+                };
                 // Only a SET NX yes is doubtful: a node that lost its keys in a restart may
                 // grant a lock that is held. An extend yes proves the node still holds our
                 // token, so it is refusing everyone else and counts.
                 if vote == Ok(Vote::Yes)
-                    && d.kind == Kind::Set
+                    && (d.kind == Kind::Set || fenced_set)
                     && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
                     && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
                 {
@@ -1872,6 +2132,28 @@ impl Core {
                         Err(f) => Err(f.clone()),
                     };
                     status.ttls[node] = Some((pttl, now));
+                } else if status.fences[node].is_none() {
+                    // `run` and `n`; seeded when `run` is this connection's process.
+                    let fence = match d.reply {
+                        Ok(Frame::Aggregate(a)) => {
+                            let mut it = a.iter();
+                            let run = it.next();
+                            let counter = match it.next() {
+                                Some(Frame::Bulk(b)) => crate::fence::parse_u64(b),
+                                Some(Frame::Null) => Some(0),
+                                _ => None,
+                            };
+                            counter.map(|counter| NodeFence {
+                                counter,
+                                seeded: matches!(
+                                    (run, d.info),
+                                    (Some(Frame::Bulk(r)), Some(info)) if r == info.run_id
+                                ),
+                            })
+                        }
+                        _ => None,
+                    };
+                    status.fences[node] = Some(fence);
                 }
             }
             OpKind::Wait => {}
@@ -1938,6 +2220,50 @@ fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, No
         (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
         (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
         (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+    }
+}
+
+/// `v` in decimal, written into `buf`.
+fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            return &buf[at..];
+        }
+    }
+}
+
+/// The report of a fenced acquire that won the lock but read too few seeded counters: the
+/// seeded nodes count as yes, the blank and silent ones as failed.
+fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) -> Report {
+    let short = op.reads.short();
+    let mut failed = Vec::new();
+    for node in 0..nodes.len() {
+        let bit = node_bit(node);
+        if short.blank & bit != 0 {
+            failed.push((node, NodeFault::FenceBlank));
+        } else if short.unknown & bit != 0 {
+            failed.push((
+                node,
+                NodeFault::Unexpected(
+                    "no run_id from INFO server: fencing needs it (grant +info)".into(),
+                ),
+            ));
+        } else if short.seeded_nodes & bit == 0 {
+            let fault = op.faults[node].clone().unwrap_or(NodeFault::Timeout);
+            failed.push((node, fault));
+        }
+    }
+    Report {
+        nodes: nodes.clone(),
+        quorum,
+        yes: short.seeded,
+        refused: 0,
+        failed,
+        extend: false,
     }
 }
 

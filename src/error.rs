@@ -46,6 +46,10 @@ pub enum NodeFault {
     /// The node restarted recently and may have lost keys; it does not count towards a quorum
     /// until the quarantine ends.
     Quarantined(Duration),
+    /// (Fenced acquire) the node's fence counter is not known to be complete: its server
+    /// process restarted (or the counter was flushed or evicted) since it was last seeded. It
+    /// is seeded again by a fenced acquire once it has been up for a restart window.
+    FenceBlank,
 }
 
 impl fmt::Display for NodeFault {
@@ -72,6 +76,10 @@ impl fmt::Display for NodeFault {
             }
             NodeFault::Backoff(last) => write!(f, "down ({last}), reconnecting later"),
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
+            NodeFault::FenceBlank => f.write_str(
+                "its fence counter is blank (the server restarted, or the counter was flushed); \
+                 it is seeded again once up for a restart window",
+            ),
             NodeFault::Quarantined(left) => {
                 write!(
                     f,
@@ -184,6 +192,11 @@ pub enum Error {
     /// Not enough nodes could be reached to form a quorum.
     #[error("no quorum: {0}")]
     NoQuorum(Report),
+    /// (Fenced acquire) a quorum granted the lock, but no fence could be made safe: fewer than
+    /// a quorum of nodes answered with a seeded fence counter, or fewer than a quorum took the
+    /// fence. The lock was released.
+    #[error("not acquired: no fence ({0})")]
+    Fence(Report),
     /// A quorum said yes, but the attempt took so long that no validity was left.
     #[error("not acquired: a quorum said yes but no validity was left ({0})")]
     TooSlow(Report),
@@ -236,7 +249,7 @@ impl Error {
     /// The per-node report, for errors that have one.
     pub fn report(&self) -> Option<&Report> {
         match self {
-            Error::Held(r) | Error::NoQuorum(r) | Error::TooSlow(r) => Some(r),
+            Error::Held(r) | Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => Some(r),
             _ => None,
         }
     }

@@ -69,6 +69,7 @@ mod conn;
 mod driver;
 mod engine;
 pub mod error;
+mod fence;
 mod guard;
 mod handle;
 mod hub;
@@ -98,11 +99,12 @@ pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
 pub use error::{Error, NodeFault, Report};
+pub use fence::FENCE_KEY;
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
 pub use lock::{Lock, Resource};
-pub use request::NodeStatus;
+pub use request::{NodeFence, NodeStatus};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

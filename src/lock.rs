@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::MAX_TTL;
 use crate::error::Error;
+use crate::request::Grant;
 use crate::token::Token;
 
 /// Bytes stored inline when short (no allocation for the usual resource names).
@@ -42,6 +43,7 @@ pub struct Lock {
     token: Token,
     valid_until: Instant,
     extensions: u32,
+    fence: Option<u64>,
 }
 
 impl Lock {
@@ -65,7 +67,15 @@ impl Lock {
             token: Token::from_bytes(token)?,
             valid_until: Instant::now() + validity.min(MAX_TTL),
             extensions: 0,
+            fence: None,
         })
+    }
+
+    /// The same lock with its fence, e.g. `REDLOCK_FENCE` as `redlock run` exported it: for a
+    /// lock rebuilt from its parts in another process.
+    pub fn with_fence(mut self, fence: u64) -> Lock {
+        self.fence = Some(fence);
+        self
     }
 
     /// A lock just acquired.
@@ -75,6 +85,15 @@ impl Lock {
             token,
             valid_until,
             extensions: 0,
+            fence: None,
+        }
+    }
+
+    /// A lock just acquired, as its grant says.
+    pub(crate) fn granted(resource: &[u8], token: Token, grant: Grant) -> Lock {
+        Lock {
+            fence: grant.fence,
+            ..Lock::new(resource, token, grant.valid_until)
         }
     }
 
@@ -99,6 +118,14 @@ impl Lock {
     pub fn is_valid(&self) -> bool {
         Instant::now() < self.valid_until
     }
+    /// The fencing token of this acquisition ([`Config::fencing`](crate::Config::fencing)):
+    /// greater than the fence of every acquisition that completed before this one began, on
+    /// any resource, by any client of this crate on the same servers. Pass it to the resource
+    /// the lock protects, which refuses anything with a fence lower than the highest it has
+    /// seen. `None` for a lock acquired without fencing.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
     /// How often the lock was extended.
     pub fn extensions(&self) -> u32 {
         self.extensions
@@ -117,6 +144,7 @@ impl fmt::Debug for Lock {
             .field("token", &self.token)
             .field("validity", &self.validity())
             .field("extensions", &self.extensions)
+            .field("fence", &self.fence)
             .finish()
     }
 }

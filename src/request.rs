@@ -79,14 +79,35 @@ pub struct NodeStatus {
     pub state: Result<(Option<Vec<u8>>, i64), NodeFault>,
     /// Time from sending to the reply.
     pub rtt: Duration,
+    /// The node's fence counter (`HMGET redlock:fence run n`), when it answered.
+    pub fence: Option<NodeFence>,
+}
+
+/// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeFence {
+    /// The counter (0 when absent): every fence this node took is at most this.
+    pub counter: u64,
+    /// Seeded for the node's current server process: the counter is at least every fence
+    /// written to it. A blank one (restarted, flushed) does not count for fences until a
+    /// fenced acquire seeds it again. Always false from a client that does not ask the nodes'
+    /// `run_id` (neither fencing nor the restart quarantine on).
+    pub seeded: bool,
+}
+
+/// A won acquire: until when it is valid, and its fence (fenced locks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub valid_until: Instant,
+    pub fence: Option<u64>,
 }
 
 /// What an operation came to.
 #[derive(Debug)]
 pub(crate) enum Outcome {
-    Acquired(Result<Instant, Error>),
-    /// A waited-for acquire: the token of the attempt that won, and its validity.
-    Locked(Result<(Token, Instant), Error>),
+    Acquired(Result<Grant, Error>),
+    /// A waited-for acquire: the token of the attempt that won, and its grant.
+    Locked(Result<(Token, Grant), Error>),
     /// The lock's validity after the extend (cut short if it was lost), and the result.
     Extended(Instant, Result<(), Error>),
     /// Nodes that confirmed the release in time.

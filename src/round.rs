@@ -275,6 +275,11 @@ impl Round {
         Some(at)
     }
 
+    /// Until when nodes are waited for (from [`Round::start`]), also after the decision.
+    pub fn node_deadline(&self) -> Option<Instant> {
+        self.timing.map(|t| t.node_deadline)
+    }
+
     /// The decision, once there is one.
     pub fn poll_decision(&self) -> Option<Decision> {
         self.decision

@@ -72,23 +72,38 @@ fn sha_hex(body: &str) -> [u8; 40] {
     out
 }
 
-/// The release and extend scripts, their SHA-1 computed once per process.
-pub(crate) fn scripts() -> &'static [Script; 2] {
-    static SCRIPTS: OnceLock<[Script; 2]> = OnceLock::new();
+/// How many scripts there are (see [`scripts`]).
+pub(crate) const SCRIPT_COUNT: usize = 5;
+
+/// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
+/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`).
+pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
+    static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
-        [
+        let bodies = [
+            RELEASE_BODY,
+            EXTEND_BODY,
+            crate::fence::ACQUIRE_BODY,
+            crate::fence::WRITE_BODY,
+            crate::fence::INCR_BODY,
+        ];
+        let mut index = 0;
+        bodies.map(|body| {
+            index += 1;
             Script {
-                index: 0,
-                body: RELEASE_BODY,
-                sha: sha_hex(RELEASE_BODY),
-            },
-            Script {
-                index: 1,
-                body: EXTEND_BODY,
-                sha: sha_hex(EXTEND_BODY),
-            },
-        ]
+                index: index - 1,
+                body,
+                sha: sha_hex(body),
+            }
+        })
     })
+}
+
+/// Scripts that may be sent again on a fresh connection: release and extend (compare-and-
+/// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
+/// write-back carries the `run_id` of the connection it was meant for.
+fn replayable(index: usize) -> bool {
+    index <= 1
 }
 
 /// What a request was, so its reply can be interpreted.
@@ -224,7 +239,7 @@ struct State {
     answered: Vec<(u64, Kind)>,
     pending: VecDeque<Pending>,
     script_tails: BytesMut,
-    loaded: [bool; 2],
+    loaded: [bool; SCRIPT_COUNT],
     handshake_left: usize,
     backoff: Duration,
     last_fault: Option<NodeFault>,
@@ -269,7 +284,7 @@ impl Session {
                 answered: Vec::with_capacity(64),
                 pending: VecDeque::with_capacity(256),
                 script_tails: BytesMut::with_capacity(16 << 10),
-                loaded: [false; 2],
+                loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
                 backoff,
                 last_fault: None,
@@ -299,6 +314,11 @@ impl Session {
 
     /// Which connection this is: it changes with every connect (subscriptions do not survive
     /// it).
+    /// What the node said about itself in `INFO server` on the current connection.
+    pub fn info(&self) -> Option<ServerInfo> {
+        self.st.info
+    }
+
     pub fn generation(&self) -> u64 {
         self.st.generation
     }
@@ -353,7 +373,7 @@ impl Session {
         st.held.clear();
         st.pending.clear();
         st.script_tails.clear();
-        st.loaded = [false; 2];
+        st.loaded = [false; SCRIPT_COUNT];
         st.info = None;
         st.failure = None;
         st.replied = false;
@@ -526,7 +546,9 @@ impl Session {
             match p.kind {
                 Kind::Handshake(_) => {}
                 // Rare path: the request to send again, with its script arguments.
-                Kind::Script(_) if replay && p.sending == Sending::First => {
+                Kind::Script(index)
+                    if replay && p.sending == Sending::First && replayable(index) =>
+                {
                     self.replay.push((p, st.script_tails[..p.tail].to_vec()));
                 }
                 _ => sink(Delivery {

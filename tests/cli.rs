@@ -1026,3 +1026,51 @@ fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
         .expect("the other process's release did not wake the waiter");
     waiter.unlock(lock).unwrap();
 }
+
+#[test]
+fn fence_flag_prints_exports_and_shows_the_fence() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    // acquire --fence: the token, a space, the fence.
+    let o = output(redlock(&urls).args(["--fence", "acquire", "--ttl", "5s", "job"]));
+    assert_code(&o, 0);
+    let line = stdout(&o);
+    let (token, fence) = line.trim_end().split_once(' ').expect("token and fence");
+    assert_eq!(token.len(), 27, "{line}");
+    let first: u64 = fence.parse().unwrap();
+    assert!(
+        stderr(&o).contains(&format!("fence {first}")),
+        "{}",
+        stderr(&o)
+    );
+    let o = output(redlock(&urls).args(["release", "job", token]));
+    assert_code(&o, 0);
+    // run --fence: REDLOCK_FENCE, greater.
+    let o = output(redlock(&urls).args([
+        "--fence",
+        "run",
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDLOCK_FENCE\"",
+    ]));
+    assert_code(&o, 0);
+    let second: u64 = stdout(&o).trim().parse().expect("REDLOCK_FENCE");
+    assert!(second > first, "{second} after {first}");
+    // Without --fence: no REDLOCK_FENCE.
+    let o =
+        output(redlock(&urls).args(["run", "job", "--", "sh", "-c", "echo \"[$REDLOCK_FENCE]\""]));
+    assert_eq!(stdout(&o).trim(), "[]");
+    // status: each node's counter, and the summary.
+    let o = output(redlock(&urls).args(["status", "job"]));
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.contains("FENCE"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "fences: counter {second} at most; 3 of 3 counters seeded"
+        )),
+        "{out}"
+    );
+}

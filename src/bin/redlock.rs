@@ -125,6 +125,10 @@ struct Global {
     /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms)
     #[arg(long, value_name = "DURATION", global = true, value_parser = parse_duration)]
     node_timeout: Option<Duration>,
+    /// Fencing tokens: each acquisition also gets a fence, a number greater than that of every
+    /// acquisition completed before it (one more round trip)
+    #[arg(long, global = true)]
+    fence: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -133,7 +137,8 @@ enum Command {
     /// COMMAND's code
     #[command(after_help = RUN_HELP)]
     Run(run::RunArgs),
-    /// Acquire RESOURCE; print the token on stdout (and the validity on stderr)
+    /// Acquire RESOURCE; print the token on stdout (with --fence: the token, a space, the
+    /// fence), and the validity on stderr
     Acquire(AcquireArgs),
     /// Release RESOURCE held with TOKEN
     Release(ReleaseArgs),
@@ -148,7 +153,8 @@ enum Command {
 }
 
 const RUN_HELP: &str = "\
-COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_VALIDITY_MS in its environment. The lock
+COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_VALIDITY_MS in its environment, and
+REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
 is extended in the background when a third of its TTL is left; it is released when COMMAND exits.
 
 COMMAND runs in a process group of its own, with everything it starts. A watchdog process
@@ -264,7 +270,7 @@ pub fn code_of(e: &Error) -> u8 {
     match e {
         Error::Config(_) => exit::USAGE,
         Error::Held(_) => exit::HELD,
-        Error::NoQuorum(_) | Error::TooSlow(_) => exit::UNAVAILABLE,
+        Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => exit::UNAVAILABLE,
         Error::Auth { .. } | Error::Permission { .. } => exit::AUTH,
         Error::Expired { .. } | Error::ExtensionLimit(_) => exit::LOST,
         Error::Protocol { .. } | Error::Internal(_) => exit::INTERNAL,
@@ -304,7 +310,7 @@ impl Global {
         if let Some(t) = self.node_timeout {
             b = b.node_timeout(t);
         }
-        b
+        b.fencing(self.fence)
     }
 
     /// A handle on the given servers with this TTL.
@@ -351,8 +357,12 @@ fn cmd_acquire(g: &Global, a: &AcquireArgs) -> Result<u8, Fail> {
     let r = g.redlock(a.ttl)?;
     let lock = acquire(&r, &a.resource, a.wait)?;
     let token = lock.token().to_string();
+    let line = match lock.fence() {
+        Some(fence) => format!("{token} {fence}"),
+        None => token,
+    };
     let mut out = std::io::stdout().lock();
-    if writeln!(out, "{token}").and_then(|()| out.flush()).is_err() {
+    if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
         // Nobody will know the token: do not leave the lock behind.
         let _ = r.unlock(lock);
         return Err(Fail::new(
@@ -360,8 +370,11 @@ fn cmd_acquire(g: &Global, a: &AcquireArgs) -> Result<u8, Fail> {
             "cannot write the token to stdout; released the lock",
         ));
     }
+    let fence = lock
+        .fence()
+        .map_or(String::new(), |f| format!(", fence {f}"));
     say!(
-        "redlock: acquired {:?}, valid for {} ms",
+        "redlock: acquired {:?}{fence}, valid for {} ms",
         a.resource,
         lock.validity().as_millis()
     );
@@ -463,12 +476,30 @@ fn token_prefix(value: &[u8]) -> String {
     }
 }
 
+/// A node's fence counter for `status`: the number, "(blank)" when it is not seeded for the
+/// node's current process, "-" when there is none.
+fn fmt_fence(s: &NodeStatus) -> String {
+    match s.fence {
+        Some(f) if f.counter == 0 && !f.seeded => "-".into(),
+        Some(f) if f.seeded => f.counter.to_string(),
+        Some(f) => format!("{} (blank)", f.counter),
+        None => "?".into(),
+    }
+}
+
 fn fmt_rtt(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
 fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
-    let r = g.redlock(Duration::from_secs(30))?;
+    // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
+    // from a blank one.
+    let servers = g.server_list()?;
+    let r = g
+        .builder_for(&servers, Duration::from_secs(30))
+        .fencing(true)
+        .build()
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
     let statuses = r
         .with_client(|c| c.status(a.resource.as_bytes(), a.timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
@@ -481,6 +512,7 @@ fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
         "TOKEN".to_owned(),
         "PTTL".to_owned(),
         "RTT".to_owned(),
+        "FENCE".to_owned(),
     ]];
     // Distinct values held, with the PTTLs of the nodes holding each.
     let mut holders: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
@@ -503,6 +535,7 @@ fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
                     token_prefix(value),
                     pttl,
                     fmt_rtt(s.rtt),
+                    fmt_fence(s),
                 ]
             }
             Ok((None, _)) => [
@@ -512,6 +545,7 @@ fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
                 "-".into(),
                 "-".into(),
                 fmt_rtt(s.rtt),
+                fmt_fence(s),
             ],
             Err(f) => [
                 s.node.clone(),
@@ -520,11 +554,12 @@ fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
                 String::new(),
                 String::new(),
                 String::new(),
+                String::new(),
             ],
         };
         rows.push(row);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 7];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             // An unreachable node's reason runs to the end of its line.
@@ -582,6 +617,24 @@ fn cmd_status(g: &Global, a: &StatusArgs) -> Result<u8, Fail> {
         None => out.push_str(&format!(
             "unknown: no reachable node holds {:?}, but only {up} of {n} answered\n",
             a.resource
+        )),
+    }
+    // The fence counters: every fence handed out so far went to a quorum, so the largest
+    // counter of any quorum of seeded nodes is at least the last one.
+    let seeded: Vec<u64> = statuses
+        .iter()
+        .filter_map(|s| s.fence.filter(|f| f.seeded).map(|f| f.counter))
+        .collect();
+    let top = statuses
+        .iter()
+        .filter_map(|s| s.fence.map(|f| f.counter))
+        .max();
+    match top {
+        Some(0) | None => {}
+        Some(top) => out.push_str(&format!(
+            "fences: counter {top} at most; {} of {n} counters seeded ({quorum} needed for fenced \
+             locks)\n",
+            seeded.len()
         )),
     }
     let mut stdout = std::io::stdout().lock();

@@ -28,13 +28,14 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Builder, Quarantine, Shared};
 use crate::engine::{Engine, OpId, Waiter};
+use crate::fence::Flaw;
 use crate::kept::Kept;
 use crate::lock::Lock;
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
 use net::{Action, Inbound, SimNet};
-use node::Node;
+use node::{Node, Persist};
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
 /// find no violation).
@@ -52,6 +53,23 @@ pub enum Break {
     LyingNode,
     /// A majority of nodes is down for most of the run (liveness: runs stall, never violate).
     MajorityDown,
+    /// (Fencing) a wrong construction: per-node increments, the maximum of the winners', no
+    /// write-back.
+    FenceNoWriteBack,
+    /// (Fencing) a wrong construction: blank counters (restarted empty) read as seeded, as
+    /// with "the quarantine alone".
+    FenceBlankAsZero,
+}
+
+impl Break {
+    /// The fencing flaw this break runs with.
+    fn flaw(self) -> Flaw {
+        match self {
+            Break::FenceNoWriteBack => Flaw::NoWriteBack,
+            Break::FenceBlankAsZero => Flaw::BlankAsZero,
+            _ => Flaw::None,
+        }
+    }
 }
 
 /// Fault kinds, as counted in a [`Report`].
@@ -76,6 +94,20 @@ pub struct Violation {
     pub second: (usize, u64, u64),
 }
 
+/// Two acquisitions whose fences are out of order (world time, ns): `second` began after
+/// `first` had completed (or held the resource after `first` held it), with a fence that is not
+/// greater.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FenceViolation {
+    /// Which order was broken: "completed before began" (any resources) or "held after" (the
+    /// same resource).
+    pub order: &'static str,
+    /// (client, start, end, fence) of the earlier acquisition (or holder).
+    pub first: (usize, u64, u64, u64),
+    /// (client, start, end, fence) of the later one.
+    pub second: (usize, u64, u64, u64),
+}
+
 /// What one schedule did.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -93,6 +125,10 @@ pub struct Report {
     pub events: u64,
     /// The first overlap found, if any.
     pub violation: Option<Violation>,
+    /// (Fenced runs) the first pair of fences out of order, if any.
+    pub fence_violation: Option<FenceViolation>,
+    /// (Fenced runs) acquisitions that got a fence.
+    pub fenced: u64,
     /// The run hit its event or time bound before every client finished.
     pub stalled: bool,
 }
@@ -154,6 +190,8 @@ enum Work {
         id: OpId,
         res: usize,
         token: Token,
+        /// World time the acquire was submitted.
+        start_g: u64,
     },
     Holding(Hold),
     Extending {
@@ -176,6 +214,7 @@ struct Hold {
     until: Instant,
     start_g: u64,
     extensions: u32,
+    fence: u64,
 }
 
 struct Keeping {
@@ -184,6 +223,7 @@ struct Keeping {
     until: Instant,
     /// Start of the belief interval while the holder believes (`is_held()` would say yes).
     open: Option<u64>,
+    fence: u64,
 }
 
 struct Client {
@@ -297,6 +337,8 @@ pub struct Setup {
     /// within the bound, validity respected, nodes honest): the control run, which must find
     /// no violation.
     pub control: bool,
+    /// Fenced acquires (the fence breaks imply it).
+    pub fencing: bool,
 }
 
 impl Default for Setup {
@@ -306,6 +348,7 @@ impl Default for Setup {
             ops: 100,
             faults: true,
             control: false,
+            fencing: false,
         }
     }
 }
@@ -328,9 +371,14 @@ struct World {
     conns: BTreeMap<u64, WConn>,
     links: Vec<Link>,
     resources: Vec<Vec<u8>>,
-    /// (resource, client, start, end) of every belief interval that ended.
+    /// (resource, client, start, end) of every belief interval that ended, and its fence.
     beliefs: Vec<(usize, usize, u64, u64)>,
+    belief_fences: Vec<u64>,
+    /// (start, end, fence, client) of every acquisition that got a fence.
+    acquisitions: Vec<(u64, u64, u64, usize)>,
     setup: Setup,
+    /// Fenced acquires (the setup's, or a fence break's).
+    fencing: bool,
     report: Report,
     trace: Option<String>,
     args: Vec<(usize, usize)>,
@@ -362,8 +410,15 @@ impl World {
             .backoff(Duration::from_millis(10), Duration::from_millis(200))
             .reply_timeout(Duration::from_secs(2))
             .quarantine(quarantine)
+            .fencing(setup.fencing || setup.breaks.flaw() != Flaw::None)
             .shared()
             .expect("the simulation's settings are valid");
+        let mut shared = shared;
+        if !setup.control {
+            Arc::get_mut(&mut shared)
+                .expect("not shared yet")
+                .fence_flaw = setup.breaks.flaw();
+        }
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
         // within the factor (see the README's Reliability section).
@@ -433,6 +488,9 @@ impl World {
             links,
             resources,
             beliefs: Vec::new(),
+            belief_fences: Vec::new(),
+            acquisitions: Vec::new(),
+            fencing: setup.fencing || setup.breaks.flaw() != Flaw::None,
             setup,
             report: Report {
                 seed,
@@ -478,12 +536,20 @@ impl World {
             Break::Nothing | Break::MajorityDown => self.rng.range(0, 6),
             _ => self.rng.range(3, 10),
         };
+        let crashes = self.setup.breaks == Break::FenceBlankAsZero;
         for _ in 0..count {
             let t = self.rng.range(0, 4_000 * MS);
             let node = self.rng.range(0, NODES as u64) as usize;
             let client = self.rng.range(0, n_clients as u64) as usize;
             let kind = match self.setup.breaks {
                 Break::Quarantine => EvKind::NodeCrash(node, self.rng.range(0, 100 * MS)),
+                // Restarts, and clients cut from the nodes that still hold the highest fence.
+                _ if crashes && self.rng.chance(50) => {
+                    EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS))
+                }
+                _ if crashes => {
+                    EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS))
+                }
                 Break::WorkPastValidity => {
                     EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
                 }
@@ -526,16 +592,29 @@ impl World {
             if let Work::Keeping(k) = &self.clients[c].work
                 && let Some(start) = k.open
             {
-                let (res, valid) = (k.res, k.kept.valid_until());
+                let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
                 let end = self.belief_end(c, valid, u64::MAX);
-                self.believed(c, res, start, end);
+                self.believed(c, res, start, end, fence);
             }
         }
         self.report.sim_time = Duration::from_nanos(self.g);
+        self.report.fence_violation =
+            check_fences(&mut self.acquisitions, &self.beliefs, &self.belief_fences);
+        if let Some(v) = self.report.fence_violation.clone() {
+            self.log(|| format!("FENCE VIOLATION {v:?}"));
+        }
         self.report.violation = check(&mut self.beliefs);
         if let Some(v) = self.report.violation.clone() {
             self.log(|| format!("VIOLATION {v:?}"));
         }
+    }
+
+    /// Fencing's assumption (see docs/fencing.md): at every moment a majority of the nodes
+    /// holds a seeded counter (once any does). True if crashing `node` now would break it.
+    fn fence_assumption_needs(&self, node: usize) -> bool {
+        let seeded = |i: usize| !self.nodes[i].down && self.nodes[i].node.fence_seeded();
+        let count = (0..NODES).filter(|&i| seeded(i)).count();
+        count > 0 && seeded(node) && count - 1 < NODES / 2 + 1
     }
 
     fn link(&mut self, client: usize, node: usize) -> &mut Link {
@@ -634,6 +713,12 @@ impl World {
                 if self.nodes[node].down {
                     return;
                 }
+                if self.fencing && self.fence_assumption_needs(node) {
+                    self.log(|| {
+                        format!("node {node} would crash: skipped, a majority of counters would be blank")
+                    });
+                    return;
+                }
                 self.report.faults[1] += 1;
                 self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
                 let state = &mut self.nodes[node];
@@ -657,11 +742,18 @@ impl World {
             }
             EvKind::NodeRestart(node) => {
                 let id = run_id(&mut self.rng);
+                // The fence counter: lost, kept, or an older snapshot of it.
+                // (Drawn in fenced runs only: the others replay as before fencing existed.)
+                let persist = match self.fencing.then(|| self.rng.range(0, 3)) {
+                    None | Some(0) => Persist::Nothing,
+                    Some(1) => Persist::All,
+                    Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
+                };
                 let state = &mut self.nodes[node];
                 let now = state.clock.local_ns(self.g);
-                state.node.restart(id, now);
+                state.node.restart(id, now, persist);
                 state.down = false;
-                self.log(|| format!("node {node} restarted empty"));
+                self.log(|| format!("node {node} restarted empty (fence counter: {persist:?})"));
             }
             EvKind::ConnReset(client, node) => {
                 let found = self
@@ -886,7 +978,7 @@ impl World {
     /// The belief of client `c` in `hold` ends at `end` (world time) or at its validity.
     fn end_belief(&mut self, c: usize, hold: &Hold, end: u64) {
         let end = self.belief_end(c, hold.valid, end);
-        self.believed(c, hold.res, hold.start_g, end);
+        self.believed(c, hold.res, hold.start_g, end, hold.fence);
     }
 
     /// When a belief that would last until `end` (world time) ends: at the lock's validity
@@ -912,8 +1004,8 @@ impl World {
         if let Some(start) = k.open
             && now >= valid
         {
-            let (res, end) = (k.res, self.world_of(c, valid));
-            self.believed(c, res, start, end);
+            let (res, end, fence) = (k.res, self.world_of(c, valid), k.fence);
+            self.believed(c, res, start, end, fence);
             if let Work::Keeping(k) = &mut self.clients[c].work {
                 k.open = None;
             }
@@ -932,17 +1024,18 @@ impl World {
         match k.open {
             Some(start) if lost && !ignores_validity => {
                 k.open = None;
-                let res = k.res;
+                let (res, fence) = (k.res, k.fence);
                 let end = self.belief_end(c, valid, g);
-                self.believed(c, res, start, end);
+                self.believed(c, res, start, end, fence);
             }
             None if !lost && now < valid => k.open = Some(g),
             _ => {}
         }
     }
 
-    fn believed(&mut self, c: usize, res: usize, start: u64, end: u64) {
+    fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
         self.beliefs.push((res, c, start, end));
+        self.belief_fences.push(fence);
         self.log(|| {
             format!(
                 "client {c} believed it held {res} from {:.6} to {:.6} ms",
@@ -984,18 +1077,36 @@ impl World {
                     Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
                     None => format!("client {c} acquires {res}"),
                 });
-                self.clients[c].work = Work::Acquiring { id, res, token };
+                let start_g = self.g;
+                self.clients[c].work = Work::Acquiring {
+                    id,
+                    res,
+                    token,
+                    start_g,
+                };
                 true
             }
-            Work::Acquiring { id, res, token } if client.engine.is_done(id) => {
+            Work::Acquiring {
+                id,
+                res,
+                token,
+                start_g,
+            } if client.engine.is_done(id) => {
                 let won = match client.engine.take(id) {
-                    Some(Outcome::Acquired(Ok(valid))) => Ok((token, valid)),
+                    Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
                     // A waited-for acquire: the token is the winning attempt's.
-                    Some(Outcome::Locked(Ok((token, valid)))) => Ok((token, valid)),
+                    Some(Outcome::Locked(Ok((token, grant)))) => Ok((token, grant)),
                     other => Err(other),
                 };
                 match won {
-                    Ok((token, valid)) => {
+                    Ok((token, grant)) => {
+                        let valid = grant.valid_until;
+                        let fence = grant.fence.unwrap_or(0);
+                        if let Some(f) = grant.fence {
+                            self.report.fenced += 1;
+                            self.acquisitions.push((start_g, self.g, f, c));
+                            self.log(|| format!("client {c} got fence {f}"));
+                        }
                         self.report.acquired += 1;
                         let left = valid.saturating_duration_since(now);
                         // Some holders keep it past their validity (they stop believing then).
@@ -1007,7 +1118,7 @@ impl World {
                         if self.rng.chance(25) {
                             // Kept: renewed by the engine for up to four TTLs.
                             let resource = &self.resources[res];
-                            let lock = Lock::new(resource, token, valid);
+                            let lock = Lock::granted(resource, token, grant);
                             let kept =
                                 Arc::new(Kept::new(lock, self.clients[c].engine.callbacks.clone()));
                             self.clients[c].engine.keep(kept.clone(), now);
@@ -1018,6 +1129,7 @@ impl World {
                                 res,
                                 until,
                                 open: Some(g),
+                                fence,
                             });
                             return true;
                         }
@@ -1028,6 +1140,7 @@ impl World {
                             until: now + hold,
                             start_g: g,
                             extensions: 0,
+                            fence,
                         });
                     }
                     Err(other) => {
@@ -1075,7 +1188,7 @@ impl World {
             Work::Keeping(k) if now >= k.until => {
                 if let Some(start) = k.open {
                     let end = self.belief_end(c, k.kept.valid_until(), self.g);
-                    self.believed(c, k.res, start, end);
+                    self.believed(c, k.res, start, end, k.fence);
                 }
                 if k.kept.end_by_holder() {
                     let (res, token) = (k.res, *k.kept.base().token());
@@ -1109,6 +1222,59 @@ fn run_id(rng: &mut Rng) -> [u8; 40] {
         *b = b"0123456789abcdef"[(rng.next() % 16) as usize];
     }
     id
+}
+
+/// The first pair of fences out of order, if any: an acquisition that began after another had
+/// completed (any resource: the counter is shared) must have a greater fence; so must a holder
+/// that believed after another holder of the same resource stopped believing.
+fn check_fences(
+    acquisitions: &mut [(u64, u64, u64, usize)],
+    beliefs: &[(usize, usize, u64, u64)],
+    fences: &[u64],
+) -> Option<FenceViolation> {
+    // Completed-before-began: sweep the starts in order, with the largest fence of the
+    // acquisitions completed strictly before.
+    let mut by_end: Vec<(u64, u64, u64, usize)> = acquisitions.to_vec();
+    by_end.sort_unstable_by_key(|a| a.1);
+    acquisitions.sort_unstable_by_key(|a| a.0);
+    let mut best: Option<(u64, u64, u64, usize)> = None;
+    let mut next = 0;
+    for &b in acquisitions.iter() {
+        while next < by_end.len() && by_end[next].1 < b.0 {
+            if best.is_none_or(|m| by_end[next].2 > m.2) {
+                best = Some(by_end[next]);
+            }
+            next += 1;
+        }
+        if let Some(a) = best
+            && b.2 <= a.2
+        {
+            return Some(FenceViolation {
+                order: "completed before began",
+                first: (a.3, a.0, a.1, a.2),
+                second: (b.3, b.0, b.1, b.2),
+            });
+        }
+    }
+    // Held-after, per resource: every earlier belief that ended before this one began.
+    let mut order: Vec<usize> = (0..beliefs.len())
+        .filter(|&i| fences[i] != 0 && beliefs[i].2 < beliefs[i].3)
+        .collect();
+    order.sort_unstable_by_key(|&i| (beliefs[i].0, beliefs[i].2));
+    for (k, &i) in order.iter().enumerate() {
+        let (res, client, start, end) = beliefs[i];
+        for &j in &order[..k] {
+            let (r, c, s, e) = beliefs[j];
+            if r == res && e <= start && fences[i] <= fences[j] {
+                return Some(FenceViolation {
+                    order: "held after",
+                    first: (c, s, e, fences[j]),
+                    second: (client, start, end, fences[i]),
+                });
+            }
+        }
+    }
+    None
 }
 
 /// The first overlap of two belief intervals on one resource, if any.

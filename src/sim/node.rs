@@ -2,19 +2,31 @@
 //!
 //! `SET key value NX PX ms` with expiry on the node's own clock, the release and extend scripts
 //! by `EVALSHA` (answered `NOSCRIPT` until the script was sent by `EVAL`) and by `EVAL`,
-//! `SCRIPT FLUSH`, `HELLO` and `INFO server` (`run_id`, uptime). Replies are RESP3, in order
+//! `SCRIPT FLUSH`, `HELLO` and `INFO server` (`run_id`, uptime), and the fencing scripts over
+//! the counter hash `redlock:fence` (`run`, `n`; see `fence.rs`). Replies are RESP3, in order
 //! per connection. A *lying* node answers every `SET NX` with `OK` and overwrites the key: the
 //! fault that breaks the "no lying nodes" assumption.
 
 use std::collections::HashMap;
 
-use crate::session::scripts;
+use crate::session::{SCRIPT_COUNT, scripts};
+
+/// What a restart keeps of the fence counter: nothing (no persistence), all of it (an
+/// append-only file), or an older value (a snapshot).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Persist {
+    Nothing,
+    All,
+    Snapshot(u64),
+}
 
 /// A node's state: the keyspace, the scripts it has cached, who it is.
 pub(crate) struct Node {
     /// Key → (value, expiry on this node's clock, in ns).
     keys: HashMap<Vec<u8>, (Vec<u8>, u64)>,
-    loaded: [bool; 2],
+    /// The fence counter: (`run`, `n`), if the hash exists.
+    fence: Option<(Vec<u8>, u64)>,
+    loaded: [bool; SCRIPT_COUNT],
     pub run_id: [u8; 40],
     /// When this incarnation started, on the node's clock (ns).
     pub started: u64,
@@ -53,24 +65,56 @@ impl Node {
     pub fn new(run_id: [u8; 40], started: u64) -> Node {
         Node {
             keys: HashMap::new(),
-            loaded: [false; 2],
+            fence: None,
+            loaded: [false; SCRIPT_COUNT],
             run_id,
             started,
             lying: false,
         }
     }
 
-    /// Forgets everything (a crash: no persistence) and starts as a new incarnation.
-    pub fn restart(&mut self, run_id: [u8; 40], started: u64) {
+    /// Forgets every key (a crash: the lock keys are not persisted; the fence counter as
+    /// `persist` says) and starts as a new incarnation.
+    pub fn restart(&mut self, run_id: [u8; 40], started: u64, persist: Persist) {
         self.keys.clear();
-        self.loaded = [false; 2];
+        self.fence = match (persist, self.fence.take()) {
+            (Persist::Nothing, _) | (_, None) => None,
+            (Persist::All, kept) => kept,
+            (Persist::Snapshot(back), Some((run, n))) => Some((run, n.saturating_sub(back))),
+        };
+        self.loaded = [false; SCRIPT_COUNT];
         self.run_id = run_id;
         self.started = started;
     }
 
+    /// True when the fence counter is seeded for this incarnation.
+    pub fn fence_seeded(&self) -> bool {
+        self.fence
+            .as_ref()
+            .is_some_and(|(run, _)| run.as_slice() == self.run_id)
+    }
+
     /// `SCRIPT FLUSH`.
     pub fn flush_scripts(&mut self) {
-        self.loaded = [false; 2];
+        self.loaded = [false; SCRIPT_COUNT];
+    }
+
+    /// The fence counter's `run` and `n` as the scripts read them (empty strings if absent).
+    fn fence_fields(&self) -> (Vec<u8>, Vec<u8>) {
+        match &self.fence {
+            Some((run, n)) => (run.clone(), n.to_string().into_bytes()),
+            None => (Vec::new(), Vec::new()),
+        }
+    }
+
+    /// `SET key token NX PX ms` as the fenced scripts run it: true if set.
+    fn set_nx(&mut self, key: &[u8], token: &[u8], ms: u64, now: u64) -> bool {
+        if self.live(key, now).is_some() && !self.lying {
+            return false;
+        }
+        self.keys
+            .insert(key.to_vec(), (token.to_vec(), now + ms * 1_000_000));
+        true
     }
 
     fn live(&self, key: &[u8], now: u64) -> Option<&[u8]> {
@@ -122,6 +166,10 @@ impl Node {
                     return;
                 }
                 self.loaded[index] = true;
+                if index >= 2 {
+                    self.fenced(index, cmd, now, out);
+                    return;
+                }
                 // numkeys 1, key, token[, ms]
                 let (key, token) = (cmd[3], cmd[4]);
                 let ours = self.live(key, now) == Some(token);
@@ -146,6 +194,63 @@ impl Node {
                 out.extend_from_slice(b"+OK\r\n");
             }
             _ => out.extend_from_slice(b"-ERR unknown command\r\n"),
+        }
+    }
+}
+
+impl Node {
+    /// The fencing scripts (`fence.rs`): 2 acquire and read, 3 write back, 4 the flawed
+    /// per-node increment. Arguments: numkeys 2, lock key, counter key, then the script's.
+    fn fenced(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let (key, token) = (cmd[3], cmd[5]);
+        let array3 = |out: &mut Vec<u8>, ok: bool, run: &[u8], n: &[u8]| {
+            out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
+            for field in [run, n] {
+                out.extend_from_slice(format!("${}\r\n", field.len()).as_bytes());
+                out.extend_from_slice(field);
+                out.extend_from_slice(b"\r\n");
+            }
+        };
+        match index {
+            2 => {
+                let ok = self.set_nx(key, token, number(cmd[6]), now);
+                let (run, n) = self.fence_fields();
+                array3(out, ok, &run, &n);
+            }
+            4 => {
+                if !self.set_nx(key, token, number(cmd[6]), now) {
+                    array3(out, false, b"", b"");
+                    return;
+                }
+                let entry = self.fence.get_or_insert_with(|| (Vec::new(), 0));
+                entry.1 += 1;
+                let n = entry.1.to_string();
+                array3(out, true, b"", n.as_bytes());
+            }
+            _ => {
+                let (fence, run, seed) = (number(cmd[6]), cmd[7], cmd[8] == b"1");
+                let ours = self.live(key, now) == Some(token);
+                match &mut self.fence {
+                    Some((r, n)) if r.as_slice() == run => {
+                        if *n < fence {
+                            if !ours {
+                                out.extend_from_slice(b":0\r\n");
+                                return;
+                            }
+                            *n = fence;
+                        }
+                    }
+                    _ if !seed => {
+                        out.extend_from_slice(b":0\r\n");
+                        return;
+                    }
+                    slot => {
+                        let n = slot.as_ref().map_or(0, |(_, n)| *n).max(fence);
+                        *slot = Some((run.to_vec(), n));
+                    }
+                }
+                out.extend_from_slice(if ours { b":1\r\n" } else { b":0\r\n" });
+            }
         }
     }
 }

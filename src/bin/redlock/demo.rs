@@ -193,7 +193,7 @@ fn demo_client(r: &Redlock, board: &Board, interrupted: &AtomicBool) -> Tally {
             }
             match r.lock_until(DEMO_RESOURCE, Instant::now() + Duration::from_millis(200)) {
                 Ok(lock) => break Some(lock),
-                Err(Error::Held(_) | Error::NoQuorum(_) | Error::TooSlow(_))
+                Err(Error::Held(_) | Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_))
                     if t0.elapsed() < DEMO_TTL => {}
                 Err(e) => {
                     t.failed += 1;

@@ -175,7 +175,11 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
     // Before COMMAND starts, so that it never finds itself in the background by our doing.
     job.hand_over();
     let program = &a.command[0];
-    let mut child = match Command::new(program)
+    let mut command = Command::new(program);
+    if let Some(fence) = kept.lock().fence() {
+        command.env("REDLOCK_FENCE", fence.to_string());
+    }
+    let mut child = match command
         .args(&a.command[1..])
         .env("REDLOCK_RESOURCE", &a.resource)
         .env("REDLOCK_TOKEN", &token)

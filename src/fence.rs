@@ -1,0 +1,289 @@
+//! Fencing tokens over N independent masters (issue 17): the scripts, what a node's answer
+//! means, and how a fence is derived from a quorum's answers. No I/O: the engine sends the
+//! scripts and feeds the answers in. The argument is `docs/fencing.md`.
+//!
+//! Each node keeps **one** counter for all resources, the hash `redlock:fence` with the fields
+//! `run` (the `run_id` of the server process that holds a trustworthy value) and `n` (the
+//! counter, a decimal `u64`). A fenced acquire is two round trips:
+//!
+//! 1. With the `SET NX` ([`ACQUIRE_BODY`]) every node answers its `run` and `n`. A node whose
+//!    `run` is its current process's `run_id` is *seeded*: its `n` is at least every fence
+//!    written to it. Any other node is *blank* (restarted, flushed, evicted, or never used).
+//!    With answers from a quorum of seeded nodes, the fence is their maximum + 1 ([`Reads`]).
+//! 2. The fence is written back ([`WRITE_BODY`], `n = max(n, fence)`) to the nodes that hold
+//!    our key, and handed out only once a quorum of seeded nodes took it. A blank node that has
+//!    been up for a whole restart window before the first round trip started is seeded by this
+//!    write (its `run` set): every fence handed out before that window began is on a quorum of
+//!    seeded nodes, which the first round trip read.
+//!
+//! Any quorum of seeded readers intersects the quorum that took any earlier fence, so fences
+//! grow; the one key per node is what bounds the counter keys (no key per resource).
+
+use crate::resp::Frame;
+
+/// The counter's key on every node: a hash with the fields `run` and `n`.
+pub const FENCE_KEY: &str = "redlock:fence";
+
+/// Acquire and read: `SET KEYS[1] ARGV[1] NX PX ARGV[2]`, then the counter `KEYS[2]`'s `run`
+/// and `n`. Answers `{1 or 0, run, n}` (empty strings for missing fields).
+pub(crate) const ACQUIRE_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") return {ok and 1 or 0, h[1] or \"\", h[2] or \"\"}";
+
+/// Write back: raise the counter `KEYS[2]` to the fence `ARGV[2]` if it is seeded for this
+/// process (`run` = `ARGV[3]`) and the lock `KEYS[1]` still holds our token `ARGV[1]`; seed it
+/// (set `run`, and `n` to at least the fence) if it is blank and `ARGV[4]` is `1`. Answers 1
+/// when the node is seeded, holds at least the fence, and still holds our key; else 0. Numbers
+/// compare as canonical decimal strings: exact over all of `u64` (Lua's numbers are doubles).
+pub(crate) const WRITE_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.call(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0";
+
+/// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
+/// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
+/// winners' counters, nothing is written back. Counters drift apart, and a later quorum that
+/// misses the node with the highest one hands out a smaller fence. Never sent unless the
+/// simulator asks for [`Flaw::NoWriteBack`].
+pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) if not ok then return {0, \"\", \"\"} end return {1, \"\", tostring(redis.call(\"hincrby\", KEYS[2], \"n\", 1))}";
+
+/// Deliberate flaws, for the simulator to show that its check catches them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Flaw {
+    /// The construction described above.
+    #[default]
+    None,
+    /// Per-node increments, the maximum of the winners', no write-back ([`INCR_BODY`]).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    NoWriteBack,
+    /// Blank nodes are read as seeded (their counter, or 0): "the quarantine alone", which
+    /// lets a node restarted empty bring a quorum's maximum down.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    BlankAsZero,
+}
+
+/// What one node's answer to [`ACQUIRE_BODY`] said about its counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Seeded for the process answering: its counter.
+    Seeded(u64),
+    /// Blank: the counter is not known to be complete (its value, if any, from an earlier
+    /// process or a restored snapshot: never lower than the truth matters, so it is only ever
+    /// used to raise a fence).
+    Blank(u64),
+    /// The node's process is not known (no `INFO server`): it cannot take part.
+    Unknown,
+}
+
+/// Parses an answer `{ok, run, n}` given the `run_id` of the process that answered. `None` for
+/// an answer of the wrong shape (a fault of the node).
+pub(crate) fn parse_acquire(
+    frame: &Frame<'_>,
+    run_id: Option<&[u8; 40]>,
+) -> Option<(bool, Reading)> {
+    let Frame::Aggregate(agg) = frame else {
+        return None;
+    };
+    let mut it = agg.iter();
+    let ok = match it.next()? {
+        Frame::Integer(1) => true,
+        Frame::Integer(0) => false,
+        _ => None?,
+    };
+    let run = bulk(it.next()?)?;
+    let n = bulk(it.next()?)?;
+    if it.next().is_some() {
+        return None;
+    }
+    let value = if n.is_empty() { 0 } else { parse_u64(n)? };
+    let reading = match run_id {
+        None => Reading::Unknown,
+        Some(id) if !run.is_empty() && run == id => Reading::Seeded(value),
+        Some(_) => Reading::Blank(value),
+    };
+    Some((ok, reading))
+}
+
+fn bulk<'a>(frame: Frame<'a>) -> Option<&'a [u8]> {
+    match frame {
+        Frame::Bulk(b) => Some(b),
+        Frame::Simple(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// A canonical decimal `u64` (digits only, no sign, no leading zero but for "0").
+pub(crate) fn parse_u64(b: &[u8]) -> Option<u64> {
+    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &c in b {
+        if !c.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(c - b'0'))?;
+    }
+    Some(v)
+}
+
+/// The first round trip's answers, tallied (no allocation: bit sets over at most 64 nodes).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Reads {
+    /// Largest counter among all answers (a blank node's stale value only ever raises it).
+    any_max: u64,
+    /// Nodes that answered seeded / blank / with their process unknown.
+    seeded: u64,
+    blank: u64,
+    unknown: u64,
+    /// Blank nodes up for a whole restart window before the attempt started.
+    seedable: u64,
+    /// Nodes whose answer said our `SET NX` succeeded, with their counters (flawed variant).
+    winners_max: u64,
+}
+
+/// Why no fence could be derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Short {
+    /// Seeded nodes that answered: how many, and which.
+    pub seeded: usize,
+    pub seeded_nodes: u64,
+    /// Nodes that answered blank, and those whose process was unknown.
+    pub blank: u64,
+    pub unknown: u64,
+}
+
+impl Reads {
+    /// Records node `node`'s answer: whether our `SET` won there, and its reading.
+    /// `seedable`: a blank node that may be seeded by this attempt.
+    pub fn add(&mut self, node: usize, won: bool, reading: Reading, seedable: bool, flaw: Flaw) {
+        let bit = 1u64 << node;
+        let reading = match (flaw, reading) {
+            (Flaw::BlankAsZero, Reading::Blank(v)) => {
+                // Counted as seeded, and seeded by the write-back at once.
+                self.seedable |= bit;
+                Reading::Seeded(v)
+            }
+            (_, r) => r,
+        };
+        match reading {
+            Reading::Seeded(v) => {
+                self.seeded |= bit;
+                self.any_max = self.any_max.max(v);
+            }
+            Reading::Blank(v) => {
+                self.blank |= bit;
+                self.any_max = self.any_max.max(v);
+                if seedable {
+                    self.seedable |= bit;
+                }
+            }
+            Reading::Unknown => self.unknown |= bit,
+        }
+        if won && let Reading::Seeded(v) | Reading::Blank(v) = reading {
+            self.winners_max = self.winners_max.max(v);
+        }
+    }
+
+    /// Who answered what.
+    pub fn short(&self) -> Short {
+        Short {
+            seeded: self.seeded.count_ones() as usize,
+            seeded_nodes: self.seeded,
+            blank: self.blank,
+            unknown: self.unknown,
+        }
+    }
+
+    /// Takes node `node`'s answer back (it came with garbage). A maximum it raised stays:
+    /// a higher fence is never wrong.
+    pub fn forget(&mut self, node: usize) {
+        let keep = !(1u64 << node);
+        self.seeded &= keep;
+        self.blank &= keep;
+        self.unknown &= keep;
+        self.seedable &= keep;
+    }
+
+    /// The fence, from the answers of `n` nodes with quorum `quorum`: the largest counter + 1
+    /// once a quorum of seeded nodes answered; 1 + the largest (stale) value when every node
+    /// answered blank (a new deployment: every node is then seeded by the write-back).
+    pub fn fence(&self, n: usize, quorum: usize, flaw: Flaw) -> Result<u64, Short> {
+        let short = self.short();
+        if flaw == Flaw::NoWriteBack {
+            return Ok(self.winners_max);
+        }
+        // A quorum of seeded answers, or a new deployment (every node blank).
+        if short.seeded < quorum && !self.genesis(n) {
+            return Err(short);
+        }
+        let max = self.any_max;
+        max.checked_add(1).ok_or(short)
+    }
+
+    /// True when every node answered blank: the write-back seeds them all.
+    pub fn genesis(&self, n: usize) -> bool {
+        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        self.blank == all
+    }
+
+    /// Whether the write-back may seed `node` (if it is blank).
+    pub fn may_seed(&self, node: usize, n: usize) -> bool {
+        self.seedable & (1u64 << node) != 0 || (self.genesis(n) && self.blank & (1u64 << node) != 0)
+    }
+
+    /// Blank nodes the write-back may seed.
+    pub fn seeds(&self, n: usize) -> u64 {
+        if self.genesis(n) {
+            self.blank
+        } else {
+            self.seedable
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_canonical_u64() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b"007"), None);
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_u64(b""), None);
+    }
+
+    #[test]
+    fn a_fence_needs_a_quorum_of_seeded_answers_or_a_blank_deployment() {
+        let (n, q) = (3, 2);
+        // Every node blank: a new deployment, fence 1.
+        let mut r = Reads::default();
+        for i in 0..3 {
+            r.add(i, true, Reading::Blank(0), false, Flaw::None);
+        }
+        assert_eq!(r.fence(n, q, Flaw::None), Ok(1));
+        assert!(r.may_seed(1, n));
+        // The issue's example: node 2 restarted empty, node 3 older, node 1 silent: no fence
+        // rather than a smaller one.
+        let mut r = Reads::default();
+        r.add(1, true, Reading::Blank(0), false, Flaw::None);
+        r.add(2, true, Reading::Seeded(4), false, Flaw::None);
+        assert!(r.fence(n, q, Flaw::None).is_err());
+        assert!(!r.may_seed(1, n));
+        // ... which the flawed variant would hand out (5, not above node 1's 5).
+        let mut bad = Reads::default();
+        bad.add(1, true, Reading::Blank(0), false, Flaw::BlankAsZero);
+        bad.add(2, true, Reading::Seeded(4), false, Flaw::BlankAsZero);
+        assert_eq!(bad.fence(n, q, Flaw::BlankAsZero), Ok(5));
+        // Node 1 answers: 6.
+        r.add(0, false, Reading::Seeded(5), false, Flaw::None);
+        assert_eq!(r.fence(n, q, Flaw::None), Ok(6));
+        // A stale snapshot's value only ever raises the fence.
+        r.add(1, true, Reading::Blank(9), true, Flaw::None);
+        assert_eq!(r.fence(n, q, Flaw::None), Ok(10));
+        // The unknown never count; a counter at u64::MAX gives no fence.
+        let mut r = Reads::default();
+        r.add(0, true, Reading::Unknown, true, Flaw::None);
+        r.add(1, true, Reading::Seeded(u64::MAX), false, Flaw::None);
+        r.add(2, true, Reading::Seeded(1), false, Flaw::None);
+        assert!(r.fence(n, q, Flaw::None).is_err());
+    }
+}
