@@ -209,13 +209,26 @@ fn main() {
     let healthy = Kind::ALL.to_vec();
     let with_timeouts = vec![Kind::Mux, Kind::Seq, Kind::Rslock];
     let mut specs: Vec<Spec> = Vec::new();
+    // N = 5 also measures the cost of fencing tokens (issue 17).
+    let fencing_only = opts.only.as_deref() == Some("fencing");
+    let with_fenced = |n: usize| {
+        let mut kinds = if fencing_only {
+            vec![Kind::Mux, Kind::Floor]
+        } else {
+            healthy.clone()
+        };
+        if n == 5 {
+            kinds.insert(1, Kind::MuxFenced);
+        }
+        kinds
+    };
     for n in [1, 3, 5] {
         specs.push(Spec {
             name: format!("loopback N={n}"),
             group: Group::Loopback,
             urls: direct[..n].to_vec(),
             freeze: None,
-            kinds: healthy.clone(),
+            kinds: with_fenced(n),
         });
     }
     for n in [1, 3, 5] {
@@ -224,7 +237,7 @@ fn main() {
             group: Group::Relay,
             urls: urls_250[..n].to_vec(),
             freeze: None,
-            kinds: healthy.clone(),
+            kinds: with_fenced(n),
         });
     }
     specs.push(Spec {
@@ -232,7 +245,7 @@ fn main() {
         group: Group::Relay,
         urls: urls_1ms.clone(),
         freeze: None,
-        kinds: healthy.clone(),
+        kinds: with_fenced(5),
     });
     specs.push(Spec {
         name: "N=5, 1 frozen".into(),
@@ -263,9 +276,10 @@ fn main() {
         kinds: with_timeouts.clone(),
     });
     let keep = |name: &str| {
-        opts.only.as_ref().is_none_or(|f| {
-            !matches!(f.as_str(), "scale" | "contention")
-                && (name.contains(f.as_str()) || name == "loopback N=5")
+        opts.only.as_ref().is_none_or(|f| match f.as_str() {
+            "scale" | "contention" => false,
+            "fencing" => matches!(name, "loopback N=5" | "relay 250µs N=5" | "relay 1ms N=5"),
+            f => name.contains(f) || name == "loopback N=5",
         })
     };
 
@@ -377,6 +391,44 @@ fn main() {
                 rate,
                 ratio,
                 errors
+            );
+        }
+    }
+    // Fencing: what the second round trip costs, against the same round's unfenced cycles.
+    let fenced: Vec<usize> = (0..scenarios.len())
+        .filter(|&si| results[si].contains_key(&Kind::MuxFenced))
+        .collect();
+    if !fenced.is_empty() {
+        md.push_str(
+            "\n#### Fencing tokens: cost per cycle (N = 5; p50, same round, median over rounds)\n\n\
+             | scenario | acquire p50 µs, unfenced | acquire p50 µs, fenced | extra round trips per acquisition (goal ≤ 1) | release p50 µs, unfenced | release p50 µs, fenced | cycle p50 fenced ÷ unfenced |\n\
+             |---|--:|--:|--:|--:|--:|--:|\n",
+        );
+        for si in fenced {
+            let parts = |kind: Kind| {
+                let runs = &results[si][&kind];
+                let acquire: Vec<Duration> = runs.iter().flat_map(|r| r.acquire.clone()).collect();
+                let release: Vec<Duration> = runs
+                    .iter()
+                    .flat_map(|r| r.samples.iter().zip(&r.acquire).map(|(c, a)| *c - *a))
+                    .collect();
+                (p50(&acquire), p50(&release))
+            };
+            let (am, rm) = parts(Kind::Mux);
+            let (af, rf) = parts(Kind::MuxFenced);
+            // One unfenced acquisition is one round trip (plus the client's own work): the
+            // extra time of a fenced one, in those.
+            let extra = (af.as_secs_f64() - am.as_secs_f64()) / am.as_secs_f64().max(1e-9);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {extra:.2} | {} | {} | {} |",
+                scenarios[si].name,
+                us(am),
+                us(af),
+                us(rm),
+                us(rf),
+                ratios(si, Kind::MuxFenced, si, Kind::Mux)
+                    .map_or("—".into(), |r| format!("{r:.2}"))
             );
         }
     }

@@ -6,7 +6,8 @@
 //! cargo run --example fenced_store
 //! ```
 //!
-//! It starts three local `redis-server`s (or uses `$REDLOCK_SERVERS`, comma separated), the
+//! It starts three local `redis-server`s (`$REDIS_SERVER`, or the one on `PATH`; or it uses
+//! `$REDLOCK_SERVERS`, comma separated), the
 //! store (a TCP server in this process, one line per write: `WRITE <fence> <text>`, answered
 //! `OK` or `REFUSED <highest>`), and holder A in a child process. A locks, reports its fence,
 //! and is frozen before it writes. B (this process) waits for the lock, which A can no longer
@@ -196,7 +197,8 @@ fn servers() -> (Vec<String>, Vec<Child>) {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let child = Command::new("redis-server")
+        let bin = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let child = Command::new(bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())

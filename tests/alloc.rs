@@ -147,6 +147,30 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
         }
     });
     assert_eq!(n, 0, "allocations in 500 lock (waiting) + unlock cycles");
+
+    // Fenced: the counter's read in the acquire, the write-back, the fence on the lock.
+    let mut fenced = redlock_mux::Builder::new(servers.urls())
+        .quarantine(None)
+        .fencing(true)
+        .build_client()
+        .unwrap();
+    let mut last = 0;
+    let mut cycle = |c: &mut redlock_mux::Client| {
+        let lock = c.try_lock("alloc:fenced").unwrap();
+        let fence = lock.fence().unwrap();
+        assert!(fence > last);
+        last = fence;
+        assert!(c.unlock(lock).unwrap() >= 3);
+    };
+    for _ in 0..50 {
+        cycle(&mut fenced);
+    }
+    let n = allocations_during(|| {
+        for _ in 0..500 {
+            cycle(&mut fenced);
+        }
+    });
+    assert_eq!(n, 0, "allocations in 500 fenced acquire + release cycles");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! The implementations compared by the benchmarks, behind one interface: a *cycle* is one
 //! uncontended acquisition of a resource on N nodes followed by its release.
 //!
-//! - `mux`: this crate ([`redlock_mux::Client`]).
+//! - `mux`: this crate ([`redlock_mux::Client`]); `mux, fenced` with fencing tokens on.
 //! - `floor`: a hand-rolled multiplexed client on `std::net::TcpStream` with pre-encoded RESP:
 //!   write to all N, then read one reply from each. No timeouts, no parsing beyond the first
 //!   byte: the reference for what is physically possible.
@@ -30,6 +30,8 @@ pub const RELEASE: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Mux,
+    /// This crate with fencing tokens on (one more round trip per acquisition).
+    MuxFenced,
     /// This crate, releasing with `unlock_nowait` (the `scale` scenario only).
     MuxNowait,
     /// This crate's async API on tokio (the `scale` scenario only).
@@ -52,6 +54,7 @@ impl Kind {
     pub fn name(self) -> &'static str {
         match self {
             Kind::Mux => "redlock-mux",
+            Kind::MuxFenced => "redlock-mux, fenced",
             Kind::Floor => "floor",
             Kind::Seq => "seq",
             Kind::Rslock => "rslock",
@@ -108,6 +111,7 @@ fn since(t: Option<Instant>) -> Duration {
 pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
     match kind {
         Kind::Mux => Box::new(Mux::new(urls)),
+        Kind::MuxFenced => Box::new(Mux::with(Mux::builder(urls).fencing(true))),
         Kind::Floor => Box::new(Floor::new(urls)),
         Kind::Seq => Box::new(Seq::new(urls)),
         Kind::Rslock => Box::new(Rslock::new(urls)),
