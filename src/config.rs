@@ -194,6 +194,12 @@ impl Config {
                 resource.len()
             )));
         }
+        if resource == crate::fence::FENCE_KEY.as_bytes() {
+            return Err(Error::Config(format!(
+                "{:?} is the fence counter's key, not a resource name",
+                crate::fence::FENCE_KEY
+            )));
+        }
         Ok(())
     }
 

@@ -1242,14 +1242,17 @@ impl<N: Net> Engine<N> {
                                     {
                                         self.last_round = now.saturating_duration_since(op.start);
                                         self.lost.push(index as u32);
+                                        // Credentials and permissions as for any round;
+                                        // anything else is a fence not taken by a quorum.
                                         Some(Outcome::Acquired(Err(
                                             match loss_error(
                                                 nodes, &op.round, &op.faults, loss, true,
                                             ) {
-                                                Error::Held(r)
-                                                | Error::NoQuorum(r)
-                                                | Error::TooSlow(r) => Error::Fence(r),
-                                                other => other,
+                                                e @ (Error::Auth { .. }
+                                                | Error::Permission { .. }) => e,
+                                                _ => Error::Fence(report(
+                                                    nodes, &op.round, &op.faults, true,
+                                                )),
                                             },
                                         )))
                                     }

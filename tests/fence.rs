@@ -65,6 +65,8 @@ fn fences_grow_across_clients_and_resources_and_ride_on_the_lock() {
         on_last += usize::from(f.counter == last);
     }
     assert!(on_last >= 2, "{status:?}");
+    // The counter's key is no resource name.
+    assert!(matches!(a.try_lock(FENCE_KEY), Err(Error::Config(_))));
     // Without fencing: no fence, no counter touched.
     let mut plain = Builder::new(servers.urls())
         .quarantine(None)
