@@ -1443,10 +1443,8 @@ impl<N: Net> Engine<N> {
                     continue;
                 }
                 let session = net.session(node);
-                let Some(info) = session
-                    .info()
-                    .filter(|_| session.generation() == op.gens[node])
-                else {
+                let same = session.is_ready() && session.generation() == op.gens[node];
+                let Some(info) = session.info().filter(|_| same) else {
                     // A new connection since it answered: maybe a new process, whose counter
                     // our reads did not see.
                     op.faults[node] = Some(NodeFault::Closed);
@@ -1659,6 +1657,10 @@ impl<N: Net> Engine<N> {
                 // A fenced acquire that won the lock may still wait for counters.
                 OpKind::Acquire if op.fenced == 1 && op.round.poll_decision().is_some() => {
                     op.round.node_deadline()
+                }
+                // A write-back decided as it was sent (every target failed at once): due now.
+                OpKind::Acquire if op.fenced == 2 && op.round.poll_decision().is_some() => {
+                    Some(op.start)
                 }
                 OpKind::Acquire | OpKind::Extend => op.round.poll_timeout(),
                 OpKind::Release => op
@@ -2041,6 +2043,13 @@ impl Core {
                 if op.done {
                     return;
                 }
+                if d.kind == Kind::Script(3) && d.generation != op.gens[node] {
+                    // A write-back that went out on a connection other than the one its node
+                    // answered the first round trip on (maybe to another process): not counted.
+                    op.faults[node] = Some(NodeFault::Closed);
+                    op.round.handle_vote(node, Vote::Failed, now);
+                    return;
+                }
                 let fenced_set = matches!(d.kind, Kind::Script(2 | 4));
                 let mut vote = match &d.reply {
                     Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
@@ -2049,15 +2058,18 @@ impl Core {
                             Some((won, reading)) => {
                                 // A blank counter may be seeded by this acquire only if its
                                 // node was up for a whole window before the acquire began.
-                                let seedable = matches!(reading, Reading::Blank(_))
-                                    && self.fence_watch[node]
-                                        .quarantine_left(
-                                            self.seed_window,
-                                            d.generation,
-                                            d.info,
-                                            op.start,
-                                        )
-                                        .is_none();
+                                // Every answer updates the node's restart tracking, so that a
+                                // new run_id seen at the address (a restart, a failover) counts
+                                // the whole window from when it was noticed.
+                                let settled = self.fence_watch[node]
+                                    .quarantine_left(
+                                        self.seed_window,
+                                        d.generation,
+                                        d.info,
+                                        op.start,
+                                    )
+                                    .is_none();
+                                let seedable = matches!(reading, Reading::Blank(_)) && settled;
                                 op.reads.add(node, won, reading, seedable, self.flaw);
                                 op.gens[node] = d.generation;
                                 Ok(if won { Vote::Yes } else { Vote::Refused })
