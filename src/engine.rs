@@ -1429,8 +1429,6 @@ impl<N: Net> Engine<N> {
             op.round.start(now, &rc);
             let id = OpId { index, seq: op.seq };
             let (fence, reads) = (op.fence, op.reads);
-            let mut digits = [0u8; 20];
-            let fence_text = decimal(fence, &mut digits);
             // Blank counters that may be seeded get the write-back too, whether or not they
             // hold our key (seeding is a write of a quorum's maximum; it counts only with the
             // key): fewer blank nodes, fewer acquires short of a seeded quorum.
@@ -1459,7 +1457,7 @@ impl<N: Net> Engine<N> {
                         Arg::Bytes(&op.resource),
                         Arg::Bytes(FENCE_KEY.as_bytes()),
                         Arg::Bytes(op.token.as_bytes()),
-                        Arg::Bytes(fence_text),
+                        Arg::UInt(fence),
                         Arg::Bytes(&info.run_id),
                         Arg::Bytes(seed),
                     ],
@@ -2235,19 +2233,6 @@ fn vote_of(kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) -> Result<Vote, No
         (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
         (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
         (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
-    }
-}
-
-/// `v` in decimal, written into `buf`.
-fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            return &buf[at..];
-        }
     }
 }
 
