@@ -1449,7 +1449,11 @@ impl<N: Net> Engine<N> {
                     op.round.handle_vote(node, Vote::Failed, now);
                     continue;
                 };
-                let seed: &[u8] = if reads.may_seed(node, n) { b"1" } else { b"0" };
+                let seed: &[u8] = if seeds & node_bit(node) != 0 {
+                    b"1"
+                } else {
+                    b"0"
+                };
                 encode_tail(
                     scratch,
                     &[
@@ -2252,7 +2256,7 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
                     "no run_id from INFO server: fencing needs it (grant +info)".into(),
                 ),
             ));
-        } else if short.seeded_nodes & bit == 0 {
+        } else if short.seeded & bit == 0 {
             let fault = op.faults[node].clone().unwrap_or(NodeFault::Timeout);
             failed.push((node, fault));
         }
@@ -2260,7 +2264,7 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
     Report {
         nodes: nodes.clone(),
         quorum,
-        yes: short.seeded,
+        yes: short.seeded.count_ones() as usize,
         refused: 0,
         failed,
         extend: false,

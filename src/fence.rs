@@ -140,9 +140,8 @@ pub(crate) struct Reads {
 /// Why no fence could be derived.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Short {
-    /// Seeded nodes that answered: how many, and which.
-    pub seeded: usize,
-    pub seeded_nodes: u64,
+    /// Seeded nodes that answered.
+    pub seeded: u64,
     /// Nodes that answered blank, and those whose process was unknown.
     pub blank: u64,
     pub unknown: u64,
@@ -183,8 +182,7 @@ impl Reads {
     /// Who answered what.
     pub fn short(&self) -> Short {
         Short {
-            seeded: self.seeded.count_ones() as usize,
-            seeded_nodes: self.seeded,
+            seeded: self.seeded,
             blank: self.blank,
             unknown: self.unknown,
         }
@@ -209,7 +207,7 @@ impl Reads {
             return Ok(self.winners_max);
         }
         // A quorum of seeded answers, or a new deployment (every node blank).
-        if short.seeded < quorum && !self.genesis(n) {
+        if (short.seeded.count_ones() as usize) < quorum && !self.genesis(n) {
             return Err(short);
         }
         let max = self.any_max;
@@ -220,11 +218,6 @@ impl Reads {
     pub fn genesis(&self, n: usize) -> bool {
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
         self.blank == all
-    }
-
-    /// Whether the write-back may seed `node` (if it is blank).
-    pub fn may_seed(&self, node: usize, n: usize) -> bool {
-        self.seedable & (1u64 << node) != 0 || (self.genesis(n) && self.blank & (1u64 << node) != 0)
     }
 
     /// Blank nodes the write-back may seed.
@@ -260,14 +253,14 @@ mod tests {
             r.add(i, true, Reading::Blank(0), false, Flaw::None);
         }
         assert_eq!(r.fence(n, q, Flaw::None), Ok(1));
-        assert!(r.may_seed(1, n));
+        assert_eq!(r.seeds(n), 0b111);
         // The example: node 2 restarted empty, node 3 older, node 1 silent: no fence
         // rather than a smaller one.
         let mut r = Reads::default();
         r.add(1, true, Reading::Blank(0), false, Flaw::None);
         r.add(2, true, Reading::Seeded(4), false, Flaw::None);
         assert!(r.fence(n, q, Flaw::None).is_err());
-        assert!(!r.may_seed(1, n));
+        assert_eq!(r.seeds(n), 0);
         // ... which the flawed variant would hand out (5, not above node 1's 5).
         let mut bad = Reads::default();
         bad.add(1, true, Reading::Blank(0), false, Flaw::BlankAsZero);
