@@ -405,17 +405,8 @@ fn main() {
              |---|--:|--:|--:|--:|--:|--:|\n",
         );
         for si in fenced {
-            let parts = |kind: Kind| {
-                let runs = &results[si][&kind];
-                let acquire: Vec<Duration> = runs.iter().flat_map(|r| r.acquire.clone()).collect();
-                let release: Vec<Duration> = runs
-                    .iter()
-                    .flat_map(|r| r.samples.iter().zip(&r.acquire).map(|(c, a)| *c - *a))
-                    .collect();
-                (p50(&acquire), p50(&release))
-            };
-            let (am, rm) = parts(Kind::Mux);
-            let (af, rf) = parts(Kind::MuxFenced);
+            let (am, rm) = split_p50(&results[si][&Kind::Mux]);
+            let (af, rf) = split_p50(&results[si][&Kind::MuxFenced]);
             // One unfenced acquisition is one round trip (plus the client's own work): the
             // extra time of a fenced one, in those.
             let extra = (af.as_secs_f64() - am.as_secs_f64()) / am.as_secs_f64().max(1e-9);
@@ -449,19 +440,15 @@ fn main() {
                 let runs = &results[si][&kind];
                 let p = pooled_p50(runs);
                 let hp = results[h].get(&kind).map(|r| pooled_p50(r));
-                let acquire: Vec<Duration> = runs.iter().flat_map(|r| r.acquire.clone()).collect();
-                let release: Vec<Duration> = runs
-                    .iter()
-                    .flat_map(|r| r.samples.iter().zip(&r.acquire).map(|(c, a)| *c - *a))
-                    .collect();
+                let (acquire, release) = split_p50(runs);
                 let _ = writeln!(
                     md,
                     "| {} | {} | {} | {} | {} | {} | {} |",
                     sc.name,
                     kind.name(),
                     us(p),
-                    us(p50(&acquire)),
-                    us(p50(&release)),
+                    us(acquire),
+                    us(release),
                     hp.map_or("—".into(), us),
                     ratios(si, kind, h, kind).map_or("—".into(), |r| format!("{r:.2}"))
                 );
@@ -582,6 +569,17 @@ fn p50(samples: &[Duration]) -> Duration {
 fn pooled_p50(runs: &[Run]) -> Duration {
     let v: Vec<Duration> = runs.iter().flat_map(|r| r.samples.clone()).collect();
     p50(&v)
+}
+
+/// The p50 of the acquisition part and of the release part (cycle − acquisition), all rounds
+/// pooled.
+fn split_p50(runs: &[Run]) -> (Duration, Duration) {
+    let acquire: Vec<Duration> = runs.iter().flat_map(|r| r.acquire.clone()).collect();
+    let release: Vec<Duration> = runs
+        .iter()
+        .flat_map(|r| r.samples.iter().zip(&r.acquire).map(|(c, a)| *c - *a))
+        .collect();
+    (p50(&acquire), p50(&release))
 }
 
 /// Warms up (5 % of the time cap, at least one cycle), then records cycles until the cap (or

@@ -398,6 +398,7 @@ impl World {
     fn new(seed: u64, setup: Setup, tracing: bool) -> World {
         let mut rng = Rng(seed);
         let broken = |b: Break| setup.breaks == b && !setup.control;
+        let fencing = setup.fencing || setup.breaks.flaw() != Flaw::None;
         let quarantine = if broken(Break::Quarantine) {
             Quarantine::Off
         } else {
@@ -410,7 +411,7 @@ impl World {
             .backoff(Duration::from_millis(10), Duration::from_millis(200))
             .reply_timeout(Duration::from_secs(2))
             .quarantine(quarantine)
-            .fencing(setup.fencing || setup.breaks.flaw() != Flaw::None)
+            .fencing(fencing)
             .shared()
             .expect("the simulation's settings are valid");
         let mut shared = shared;
@@ -490,7 +491,7 @@ impl World {
             beliefs: Vec::new(),
             belief_fences: Vec::new(),
             acquisitions: Vec::new(),
-            fencing: setup.fencing || setup.breaks.flaw() != Flaw::None,
+            fencing,
             setup,
             report: Report {
                 seed,

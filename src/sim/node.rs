@@ -107,7 +107,8 @@ impl Node {
         }
     }
 
-    /// `SET key token NX PX ms` as the fenced scripts run it: true if set.
+    /// `SET key token NX PX ms` (alone, or in the fenced scripts): true if set. A lying node
+    /// always sets.
     fn set_nx(&mut self, key: &[u8], token: &[u8], ms: u64, now: u64) -> bool {
         if self.live(key, now).is_some() && !self.lying {
             return false;
@@ -138,16 +139,10 @@ impl Node {
                 out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
             }
             b"SET" => {
-                // SET key value NX PX ms: the only form the client sends.
-                let ms: u64 = number(cmd[5]);
-                if self.live(cmd[1], now).is_some() && !self.lying {
-                    // RESP2, the client's default protocol.
-                    out.extend_from_slice(b"$-1\r\n");
-                } else {
-                    let expiry = now + ms * 1_000_000;
-                    self.keys.insert(cmd[1].to_vec(), (cmd[2].to_vec(), expiry));
-                    out.extend_from_slice(b"+OK\r\n");
-                }
+                // SET key value NX PX ms: the only form the client sends. Nil in RESP2, the
+                // client's default protocol.
+                let set = self.set_nx(cmd[1], cmd[2], number(cmd[5]), now);
+                out.extend_from_slice(if set { b"+OK\r\n" } else { b"$-1\r\n" });
             }
             b"EVALSHA" | b"EVAL" => {
                 let index = scripts().iter().position(|s| {
