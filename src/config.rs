@@ -16,6 +16,52 @@ use crate::resp::Limits;
 use crate::round::RoundConfig;
 use crate::session::ConnConfig;
 
+/// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
+/// `3 h 20 min`, `24 days 20 h` (not `Debug`'s `0ns` or `2147483.647s`).
+pub(crate) struct Human(pub Duration);
+
+impl std::fmt::Display for Human {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        /// A number with up to three decimals, trailing zeros dropped.
+        fn decimal(
+            f: &mut std::fmt::Formatter<'_>,
+            whole: u128,
+            thousandths: u128,
+            unit: &str,
+        ) -> std::fmt::Result {
+            if thousandths == 0 {
+                return write!(f, "{whole} {unit}");
+            }
+            let frac = format!("{thousandths:03}");
+            write!(f, "{whole}.{} {unit}", frac.trim_end_matches('0'))
+        }
+        let d = self.0;
+        let (secs, nanos) = (u128::from(d.as_secs()), d.as_nanos());
+        let pair = |f: &mut std::fmt::Formatter<'_>,
+                    big: u128,
+                    big_unit: &str,
+                    small: u128,
+                    small_unit: &str| {
+            if small == 0 {
+                write!(f, "{big} {big_unit}")
+            } else {
+                write!(f, "{big} {big_unit} {small} {small_unit}")
+            }
+        };
+        match secs {
+            _ if nanos == 0 => f.write_str("0 ms"),
+            0 if nanos < 1_000 => write!(f, "{nanos} ns"),
+            0 if nanos < 1_000_000 => decimal(f, nanos / 1_000, 0, "µs"),
+            0 => decimal(f, nanos / 1_000_000, nanos / 1_000 % 1_000, "ms"),
+            1..60 => decimal(f, secs, nanos / 1_000_000 % 1_000, "s"),
+            60..3_600 => pair(f, secs / 60, "min", secs % 60, "s"),
+            3_600..86_400 => pair(f, secs / 3_600, "h", secs / 60 % 60, "min"),
+            86_400..172_800 => pair(f, 1, "day", secs / 3_600 % 24, "h"),
+            _ => pair(f, secs / 86_400, "days", secs / 3_600 % 24, "h"),
+        }
+    }
+}
+
 /// Most nodes a client may use (node sets are 64-bit masks).
 pub const MAX_NODES: usize = 64;
 /// Longest TTL accepted: 2³¹ − 1 ms (about 24.8 days).
@@ -208,10 +254,13 @@ impl Config {
         let longest = self.longest_ttl();
         if ttl > longest {
             return Err(Error::Config(format!(
-                "extend ttl {ttl:?} is longer than the longest ttl this client allows \
-                 ({longest:?}, the max_ttl setting): the restart quarantine could end while \
+                "extend ttl {} is longer than the longest ttl this client allows \
+                 ({}, the max_ttl setting): the restart quarantine could end while \
                  the lock still lives; raise max_ttl (and the quarantine of every client of \
-                 these servers) to at least {ttl:?}"
+                 these servers) to at least {}",
+                Human(ttl),
+                Human(longest),
+                Human(ttl)
             )));
         }
         Ok(())
@@ -220,13 +269,17 @@ impl Config {
     fn check_ttl(&self, ttl: Duration) -> Result<(), Error> {
         if ttl.as_millis() == 0 || ttl > MAX_TTL {
             return Err(Error::Config(format!(
-                "ttl {ttl:?} must be from 1 ms to {MAX_TTL:?}"
+                "ttl {} must be from 1 ms to {} ms (about 24.8 days)",
+                Human(ttl),
+                MAX_TTL.as_millis()
             )));
         }
         let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
         if ttl <= drift {
             return Err(Error::Config(format!(
-                "ttl {ttl:?} leaves no validity after the drift allowance of {drift:?}"
+                "ttl {} leaves no validity after the drift allowance of {}",
+                Human(ttl),
+                Human(drift)
             )));
         }
         Ok(())
@@ -257,14 +310,15 @@ impl Config {
             ("minimum validity", self.min_validity),
         ] {
             if value > hour {
-                return bad(format!("{name} {value:?} is longer than an hour"));
+                return bad(format!("{name} {} is longer than an hour", Human(value)));
             }
         }
         if let Some(t) = self.node_timeout
             && (t.is_zero() || t > hour)
         {
             return bad(format!(
-                "node timeout {t:?} must be above 0 and at most an hour"
+                "node timeout {} must be above 0 and at most an hour",
+                Human(t)
             ));
         }
         if self.connect_timeout.is_zero() || self.reply_timeout.is_zero() {
@@ -280,8 +334,9 @@ impl Config {
             self.check_ttl(max)?;
             if max < self.ttl {
                 return bad(format!(
-                    "max_ttl {max:?} is shorter than the ttl {:?}",
-                    self.ttl
+                    "max_ttl {} is shorter than the ttl {}",
+                    Human(max),
+                    Human(self.ttl)
                 ));
             }
         }
@@ -289,11 +344,14 @@ impl Config {
             let longest = self.longest_ttl();
             if window < longest {
                 return bad(format!(
-                    "quarantine window {window:?} is shorter than the longest ttl {longest:?} \
+                    "quarantine window {} is shorter than the longest ttl {} \
                      (ttl or max_ttl): a node that restarted without its keys could rejoin a \
                      quorum while a lock it forgot still lives; use Quarantine::Ttl, a window \
-                     of at least {longest:?}, or Quarantine::Off for servers that never lose \
-                     keys"
+                     of at least {}, or Quarantine::Off for servers that never lose \
+                     keys",
+                    Human(window),
+                    Human(longest),
+                    Human(longest)
                 ));
             }
             if window > Duration::from_secs(86_400 * 30) {
@@ -474,4 +532,40 @@ pub(crate) struct Shared {
     pub(crate) keep_extended: AtomicU64,
     /// A deliberately wrong fencing variant (the simulator's; never set otherwise).
     pub(crate) fence_flaw: Flaw,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        let cases = [
+            (Duration::ZERO, "0 ms"),
+            (Duration::from_nanos(500), "500 ns"),
+            (Duration::from_micros(250), "250 µs"),
+            (Duration::from_micros(1_500), "1.5 ms"),
+            (Duration::from_millis(250), "250 ms"),
+            (Duration::from_millis(1_500), "1.5 s"),
+            (Duration::from_secs(10), "10 s"),
+            (Duration::from_secs(125), "2 min 5 s"),
+            (Duration::from_secs(3_600), "1 h"),
+            (Duration::from_secs(12_000), "3 h 20 min"),
+            (Duration::from_secs(90_000), "1 day 1 h"),
+            (MAX_TTL, "24 days 20 h"),
+        ];
+        for (d, want) in cases {
+            assert_eq!(Human(d).to_string(), want, "{d:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_ttl_is_reported_in_human_units() {
+        let e = Builder::new(["redis://127.0.0.1:1"])
+            .ttl(Duration::ZERO)
+            .build()
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("ttl 0 ms must be from 1 ms to 2147483647 ms"), "{text}");
+    }
 }

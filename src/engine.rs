@@ -2265,6 +2265,7 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
         nodes: nodes.clone(),
         quorum,
         yes: short.seeded.count_ones() as usize,
+        said_yes: short.seeded,
         refused: 0,
         failed,
         extend: false,
@@ -2290,11 +2291,11 @@ fn report(
     extend: bool,
 ) -> Report {
     let mut refused = 0u64;
+    let mut said_yes = 0u64;
     let mut failed = Vec::new();
-    let mut yes = 0;
     for (node, fault) in faults.iter().enumerate().take(nodes.len()) {
         match round.vote(node) {
-            Some(Vote::Yes) => yes += 1,
+            Some(Vote::Yes) => said_yes |= 1 << node,
             Some(Vote::Refused) => refused |= 1 << node,
             Some(Vote::Failed) => failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout))),
             None => {}
@@ -2303,7 +2304,8 @@ fn report(
     Report {
         nodes: nodes.clone(),
         quorum: round.quorum(),
-        yes,
+        yes: said_yes.count_ones() as usize,
+        said_yes,
         refused,
         failed,
         extend,

@@ -74,7 +74,7 @@ impl fmt::Display for NodeFault {
                 }
                 Ok(())
             }
-            NodeFault::Backoff(last) => write!(f, "down ({last}), reconnecting later"),
+            NodeFault::Backoff(last) => write!(f, "unreachable ({last})"),
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
             NodeFault::FenceBlank => f.write_str(
                 "its fence counter is blank (the server restarted, or the counter was flushed); \
@@ -107,6 +107,9 @@ pub struct Report {
     pub(crate) nodes: Arc<[NodeAddr]>,
     pub(crate) quorum: usize,
     pub(crate) yes: usize,
+    /// The nodes that said yes, as a bit set (`yes` may count fewer: a fenced acquire counts
+    /// only the seeded ones).
+    pub(crate) said_yes: u64,
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
     /// An extension: a refusal means our token is gone, not necessarily held by someone else.
@@ -140,6 +143,22 @@ impl Report {
     pub fn failed(&self) -> impl Iterator<Item = (&NodeAddr, &NodeFault)> + '_ {
         self.failed.iter().map(|(i, f)| (&self.nodes[*i], f))
     }
+    /// Every node, in the order of the server list, with what it contributed.
+    pub fn votes(&self) -> impl Iterator<Item = (&NodeAddr, NodeVote<'_>)> + '_ {
+        self.nodes.iter().enumerate().map(|(i, node)| {
+            let bit = 1u64 << i;
+            let vote = if self.said_yes & bit != 0 {
+                NodeVote::Yes
+            } else if self.refused & bit != 0 {
+                NodeVote::Refused
+            } else if let Some((_, fault)) = self.failed.iter().find(|(n, _)| *n == i) {
+                NodeVote::Failed(fault)
+            } else {
+                NodeVote::NotWaitedFor
+            };
+            (node, vote)
+        })
+    }
 }
 
 impl fmt::Display for Report {
@@ -151,25 +170,50 @@ impl fmt::Display for Report {
             self.nodes.len(),
             self.quorum
         )?;
-        let mut refused = self.refused().peekable();
-        if refused.peek().is_some() {
-            f.write_str(if self.extend {
-                "; our token is gone (expired or taken) on "
-            } else {
-                "; held elsewhere on "
-            })?;
-            for (i, node) in refused.enumerate() {
-                if i > 0 {
-                    f.write_str(", ")?;
+        // Every node once, in the order of the server list: its vote, its fault, or that the
+        // round was decided without it.
+        let list = |f: &mut fmt::Formatter<'_>, label: &str, want: NodeVote<'_>| -> fmt::Result {
+            let mut first = true;
+            for (node, vote) in self.votes() {
+                if std::mem::discriminant(&vote) == std::mem::discriminant(&want) {
+                    f.write_str(if first { label } else { ", " })?;
+                    write!(f, "{node}")?;
+                    first = false;
                 }
-                write!(f, "{node}")?;
             }
-        }
+            Ok(())
+        };
+        list(f, "; yes from ", NodeVote::Yes)?;
+        let refused = if self.extend {
+            "; our token is gone (expired or taken) on "
+        } else {
+            "; held elsewhere on "
+        };
+        list(f, refused, NodeVote::Refused)?;
         for (node, fault) in self.failed() {
             write!(f, "; {node}: {fault}")?;
         }
-        Ok(())
+        list(
+            f,
+            "; not waited for (decided without them): ",
+            NodeVote::NotWaitedFor,
+        )
     }
+}
+
+/// What one node contributed to an operation that did not succeed: see [`Report::votes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeVote<'a> {
+    /// It said yes.
+    Yes,
+    /// It refused: the key is held by another token (for an extension: our token is gone).
+    Refused,
+    /// It could not take part, for this reason.
+    Failed(&'a NodeFault),
+    /// The outcome was decided before its answer came (a quorum could no longer be reached, or
+    /// was reached without it); it was not waited for.
+    NotWaitedFor,
 }
 
 impl fmt::Debug for Report {
@@ -252,5 +296,34 @@ impl Error {
             Error::Held(r) | Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => Some(r),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_names_every_node_once_including_those_not_waited_for() {
+        let nodes: Arc<[NodeAddr]> = ["redis://a:1", "redis://b:2", "redis://c:3", "redis://d:4"]
+            .iter()
+            .map(|s| NodeAddr::parse(s).unwrap())
+            .collect();
+        let report = Report {
+            nodes,
+            quorum: 3,
+            yes: 1,
+            said_yes: 0b0001,
+            refused: 0b0100,
+            failed: vec![(1, NodeFault::Timeout)],
+            extend: false,
+        };
+        assert_eq!(
+            report.to_string(),
+            "1 of 4 nodes said yes, 3 needed; yes from a:1; held elsewhere on c:3; b:2: no reply \
+             in time; not waited for (decided without them): d:4"
+        );
+        let votes: Vec<String> = report.votes().map(|(_, v)| format!("{v:?}")).collect();
+        assert_eq!(votes, ["Yes", "Failed(Timeout)", "Refused", "NotWaitedFor"]);
     }
 }

@@ -98,7 +98,7 @@ pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
-pub use error::{Error, NodeFault, Report};
+pub use error::{Error, NodeFault, NodeVote, Report};
 pub use fence::FENCE_KEY;
 pub use guard::LockGuard;
 pub use handle::Redlock;
