@@ -686,7 +686,11 @@ impl<N: Net> Engine<N> {
                     now + pause
                 } else {
                     q.splits = 0;
-                    q.not_before = None;
+                    // No quorum (nodes down, quarantined, too slow): a release notice does not
+                    // make the next attempt any likelier to win, and the attempt's own cleanup
+                    // publishes one that our subscription hears — without this pause a waiter
+                    // would retry at once, again and again, while the nodes are unavailable.
+                    q.not_before = (!held).then_some(now + poll);
                     if held && q.held_until.is_none_or(|t| t <= now) {
                         // Somebody else has it: our callers' streak is over.
                         q.streak = 0;

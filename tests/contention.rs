@@ -384,3 +384,35 @@ fn a_user_who_may_not_publish_or_subscribe_still_locks_and_waits_by_polling() {
     assert!(waiter.unlock(got).unwrap() >= 2);
     assert_no_key(&servers, "p");
 }
+
+/// A waiter whose attempts miss a quorum because the nodes are in their restart quarantine
+/// retries at the retry pause, not at once: each failed attempt's cleanup releases its keys, and
+/// the release notice that our own subscription hears must not bring the next attempt (before
+/// the fix, a one-second wait sent thousands of `SET`s and kept a CPU busy).
+#[test]
+fn a_waiter_without_a_quorum_retries_at_the_pause_not_at_its_own_notices() {
+    let servers = Servers::start(3);
+    let redlock = Builder::new(servers.urls())
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(100), Duration::ZERO)
+        .build()
+        .unwrap();
+    reset_stats(&servers);
+    let wait = Duration::from_secs(1);
+    let started = Instant::now();
+    let e = redlock.lock_until("fresh", started + wait).unwrap_err();
+    assert!(matches!(e, Error::NoQuorum(_)), "{e}");
+    // Attempts at a 100 ms pause over however long the wait took (the machine may be slow),
+    // with room for a few more.
+    let elapsed = started.elapsed();
+    let paced = elapsed.as_millis() as u64 / 100 + 5;
+    for s in servers.iter() {
+        let sets = set_calls(s);
+        assert!(
+            (1..=paced).contains(&sets),
+            "{sets} SETs on {} in {elapsed:?} (at most {paced} at the pause)",
+            s.addr()
+        );
+    }
+}
