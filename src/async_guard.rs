@@ -14,7 +14,7 @@ use crate::lock::Lock;
 /// handle's engine and written within a turn of its loop (a node that is down gets it when it
 /// is back). A process that exits right after dropping guards can lose those releases — call
 /// [`AsyncRedlock::shutdown`] first. [`AsyncLockGuard::unlock`] releases and waits for the
-/// count.
+/// count. Made by [`AsyncRedlock::guard`].
 #[derive(Debug)]
 pub struct AsyncLockGuard {
     redlock: AsyncRedlock,
@@ -29,11 +29,11 @@ impl AsyncLockGuard {
         }
     }
 
-    /// Extends the guarded lock; see [`AsyncRedlock::extend`].
+    /// Extends the guarded lock to `ttl` from now; see [`AsyncRedlock::extend`].
     ///
     /// # Errors
     ///
-    /// As [`Client::extend`](crate::Client::extend).
+    /// As [`Redlock::extend`](crate::Redlock::extend).
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         match self.lock.as_mut() {
             Some(lock) => self.redlock.extend(lock, ttl).await,
@@ -41,11 +41,11 @@ impl AsyncLockGuard {
         }
     }
 
-    /// Releases now and reports how many nodes released.
+    /// Releases now, waiting for the nodes' replies, and reports how many nodes released.
     ///
     /// # Errors
     ///
-    /// As [`Client::unlock`](crate::Client::unlock).
+    /// As [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(mut self) -> Result<usize, Error> {
         match self.lock.take() {
             Some(lock) => self.redlock.unlock(lock).await,

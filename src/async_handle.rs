@@ -23,7 +23,18 @@ use crate::task::Call;
 use crate::token::Token;
 
 impl Builder {
-    /// A handle for async code; see [`AsyncRedlock`].
+    /// A handle for async code; see [`AsyncRedlock`]. Like [`Builder::build`], it does not
+    /// connect.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .quarantine(None) // servers just started, never held a lock; in production keep the default
+    ///     .build_async()?;
+    /// # let _ = redlock;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -53,7 +64,9 @@ impl Builder {
 /// # async fn run() -> Result<(), redlock_mux::Error> {
 /// use redlock_mux::AsyncRedlock;
 ///
-/// let redlock = AsyncRedlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+/// let redlock: AsyncRedlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .quarantine(None) // servers just started, never held a lock; in production keep the default
+///     .build_async()?;
 /// let guard = redlock.guard("orders:42").await?;
 /// // ... work, within guard.validity() ...
 /// drop(guard); // released through the engine; dropping never waits
@@ -117,11 +130,28 @@ impl AsyncRedlock {
         self.redlock.hub()
     }
 
-    /// One attempt; see [`Client::try_lock`](crate::Client::try_lock).
+    /// One attempt to acquire `resource`, no waiting for a held resource; see
+    /// [`Redlock::try_lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// match redlock.try_lock("orders:42").await {
+    ///     Ok(lock) => {
+    ///         // ... work within lock.validity() ...
+    ///         redlock.unlock(lock).await?;
+    ///     }
+    ///     Err(redlock_mux::Error::Held(_)) => println!("busy"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::try_lock`](crate::Client::try_lock).
+    /// As [`Redlock::try_lock`].
     pub async fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         self.attempt(resource.as_ref()).await
     }
@@ -132,23 +162,45 @@ impl AsyncRedlock {
         lock_of(resource, token, outcome)
     }
 
-    /// Acquire, waiting at most [`Config::lock_wait`] (the waits are timers of the engine: no
-    /// runtime needed); see [`Client::lock_until`](crate::Client::lock_until).
+    /// Acquires `resource`, waiting at most [`Config::lock_wait`] (4 s by default; the waits
+    /// are timers of the engine: no runtime needed); see [`Redlock::lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let lock = redlock.lock("orders:42").await?;
+    /// // ... work within lock.validity() ...
+    /// redlock.unlock(lock).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock_until`](crate::Client::lock_until).
+    /// As [`Redlock::lock`].
     pub async fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let deadline = deadline_after(Instant::now(), self.config().lock_wait());
         self.lock_until(resource, deadline).await
     }
 
-    /// Acquire, waiting until `deadline`; see [`Client::lock_until`](crate::Client::lock_until).
-    /// Dropping the future leaves the queue (a lock it won meanwhile is released).
+    /// Acquires `resource`, waiting until `deadline`; see [`Redlock::lock_until`]. Dropping the
+    /// future leaves the queue (a lock it won meanwhile is released).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, Instant};
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let lock = redlock.lock_until("orders:42", Instant::now() + Duration::from_secs(10)).await?;
+    /// redlock.unlock(lock).await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock_until`](crate::Client::lock_until).
+    /// As [`Redlock::lock_until`].
     pub async fn lock_until(
         &self,
         resource: impl AsRef<[u8]>,
@@ -160,12 +212,24 @@ impl AsyncRedlock {
         lock_of(resource, token, outcome)
     }
 
-    /// Release, waiting for the nodes' replies; see [`Client::unlock`](crate::Client::unlock).
-    /// Dropped before it is done, the release still completes in the background.
+    /// Releases the lock, waiting for the nodes' replies, and returns how many nodes still held
+    /// it; see [`Redlock::unlock`]. Dropped before it is done, the release still completes in
+    /// the background.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let lock = redlock.lock("orders:42").await?;
+    /// let released = redlock.unlock(lock).await?;
+    /// println!("released on {released} of 3 nodes");
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::unlock`](crate::Client::unlock).
+    /// As [`Redlock::unlock`].
     pub async fn unlock(&self, lock: Lock) -> Result<usize, Error> {
         let expired = !lock.is_valid();
         let outcome = Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
@@ -178,16 +242,29 @@ impl AsyncRedlock {
         self.redlock.unlock_nowait(lock);
     }
 
-    /// Extend; see [`Client::extend`](crate::Client::extend).
+    /// Extends the lock to `ttl` from now, on a quorum, within its current validity; see
+    /// [`Redlock::extend`].
     ///
     /// Dropped before it is decided, the extend may still reach some nodes, and it may shorten
     /// the key there (a `ttl` below the validity left): so the lock's validity is cut to what
     /// the extend could have given at worst, `min(validity before, start + ttl − drift)`,
     /// where `start` is when the future was first polled.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let mut lock = redlock.lock("orders:42").await?;
+    /// redlock.extend(&mut lock, Duration::from_secs(30)).await?;
+    /// redlock.unlock(lock).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     ///
-    /// As [`Client::extend`](crate::Client::extend).
+    /// As [`Redlock::extend`].
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let now = Instant::now();
         let kind = ReqKind::extend(self.config(), lock, ttl, now)?;
@@ -210,7 +287,20 @@ impl AsyncRedlock {
         apply_extend(&mut *pending.lock, outcome)
     }
 
-    /// What every node says about `resource`; see [`Client::status`](crate::Client::status).
+    /// What every node says about `resource`, waiting at most `timeout`; see
+    /// [`Redlock::status`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// for node in redlock.status("orders:42", Duration::from_millis(500)).await {
+    ///     println!("{}: {:?}", node.node, node.state);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn status(&self, resource: impl AsRef<[u8]>, timeout: Duration) -> Vec<NodeStatus> {
         let outcome = Call::new(
             self.hub(),
@@ -222,12 +312,25 @@ impl AsyncRedlock {
         status_of(outcome)
     }
 
-    /// Acquire (waiting for it, as `lock`) and return a guard that releases the lock when
-    /// dropped; see [`AsyncLockGuard`].
+    /// Acquires `resource` (waiting for it, as [`AsyncRedlock::lock`]) and returns a guard that
+    /// releases the lock when dropped, without waiting; see [`AsyncLockGuard`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let mut guard = redlock.guard("orders:42").await?;
+    /// // ... work within guard.validity() ...
+    /// guard.extend(Duration::from_secs(30)).await?;
+    /// guard.unlock().await?; // or drop it: released without waiting
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock).
+    /// As [`Redlock::lock`].
     pub async fn guard(&self, resource: impl AsRef<[u8]>) -> Result<AsyncLockGuard, Error> {
         let lock = self.lock(resource).await?;
         Ok(AsyncLockGuard::new(self.clone(), lock))
@@ -235,6 +338,28 @@ impl AsyncRedlock {
 
     /// Keeps `lock` alive in the background until the returned handle is released or dropped;
     /// see [`Redlock::keep`]. Not a future: handing the lock to the engine waits for nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let kept = redlock.keep(redlock.lock("report:daily").await?)?;
+    /// let watch = kept.watch(); // for other tasks: is_held, wait_lost
+    /// for step in 0..100 {
+    ///     if !watch.is_held() {
+    ///         break; // lost: stop touching the resource
+    ///     }
+    ///     // ... step ...
+    ///     # let _ = step;
+    /// }
+    /// if let Some(why) = kept.wait_lost(Duration::ZERO).await {
+    ///     eprintln!("lost: {why}");
+    /// }
+    /// kept.release().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
@@ -246,11 +371,49 @@ impl AsyncRedlock {
     /// Acquires `resource` (waiting, as `lock`), keeps it alive while the future `work` returns
     /// runs, then releases it. `work` gets a [`LockWatch`] to check between steps
     /// ([`LockWatch::is_held`]) or to race against the loss ([`LockWatch::wait_lost`]).
-    /// Dropped midway, the lock is released (without waiting).
+    /// Dropped midway, the lock is released (without waiting). As with [`Redlock::with_lock`],
+    /// a lock lost meanwhile does not make it return an error: check the watch.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let rows = redlock
+    ///     .with_lock("report:daily", async |watch| {
+    ///         let mut rows = 0;
+    ///         while watch.is_held() && rows < 100 {
+    ///             rows += 1; // ... one step of the work ...
+    ///         }
+    ///         rows
+    ///     })
+    ///     .await?;
+    /// # let _ = rows;
+    /// redlock.shutdown(Duration::from_secs(2)).await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With tokio, race the work against the loss:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// redlock
+    ///     .with_lock("report:daily", async |watch| {
+    ///         tokio::select! {
+    ///             _ = async { /* the job */ } => {}
+    ///             why = watch.wait_lost(Duration::MAX) => eprintln!("lock lost: {why:?}"),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock) when the lock cannot be acquired.
+    /// As [`Redlock::lock`], when the lock cannot be acquired (then `work` is not run).
     pub async fn with_lock<F, Fut, R>(
         &self,
         resource: impl AsRef<[u8]>,

@@ -19,6 +19,21 @@ use crate::token::Token;
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling
 /// thread (`&mut self`), one operation at a time. `Send`, not shareable: see [`Redlock`](crate::Redlock) for a
 /// handle many threads share (one engine, one connection per node).
+///
+/// Made by [`Client::new`], [`Builder::build_client`] or [`Redlock::client`](crate::Redlock::client).
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// let mut client = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .quarantine(None) // servers just started, never held a lock; in production keep the default
+///     .build_client()?;
+/// client.connect(Duration::from_secs(1)); // optional: connect now rather than on first use
+/// let mut lock = client.lock("orders:42")?;
+/// client.extend(&mut lock, Duration::from_secs(30))?;
+/// client.unlock(lock)?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
 pub struct Client {
     engine: Engine,
 }
@@ -121,8 +136,12 @@ impl Client {
     /// # Errors
     ///
     /// [`Error::Held`] when another holder has it, [`Error::NoQuorum`] when too few nodes
-    /// answered, [`Error::TooSlow`] when the attempt ate the validity, [`Error::Auth`] when a
-    /// node refused our credentials, [`Error::Config`] for a bad resource name.
+    /// answered or counted (a node in its restart quarantine does not count, see
+    /// [`Builder::quarantine`]), [`Error::TooSlow`] when the attempt ate the validity (or left
+    /// less than [`Config::min_validity`]), [`Error::Fence`] when fencing is on and no fence
+    /// could be made safe, [`Error::Auth`] when a node refused our credentials,
+    /// [`Error::Permission`] when a node refused a command the client needs, [`Error::Config`]
+    /// for a bad resource name.
     pub fn try_lock(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;

@@ -67,7 +67,8 @@ pub const MAX_NODES: usize = 64;
 /// Longest TTL accepted: 2³¹ − 1 ms (about 24.8 days).
 pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
 
-/// Client settings. The defaults are those of the Redlock reference (see the README's table).
+/// Client settings. The defaults (given with each field, and set by [`Config::default`]) are
+/// those of the Redlock reference; [`Builder`] sets them one by one and checks them.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
@@ -119,8 +120,9 @@ pub struct Config {
     pub quarantine: Quarantine,
     /// Fencing tokens: every acquisition also returns a fence ([`Lock::fence`](crate::Lock::fence)),
     /// a number greater than that of every acquisition that completed before it began, at the
-    /// cost of one more round trip per acquisition (see the README's "Fencing tokens").
-    /// Default off.
+    /// cost of one more round trip per acquisition. The resource the lock protects refuses
+    /// anything with a fence lower than the highest it has seen, so a holder that paused past
+    /// its validity cannot overwrite the next holder's work. Default off.
     pub fencing: bool,
 }
 
@@ -392,88 +394,129 @@ impl Builder {
     }
 
     /// A request unanswered for this long means its node hangs: the connection is reset and
-    /// the node reconnected. Default 5 s.
+    /// the node reconnected. Default 5 s; above 0, at most an hour.
     pub fn reply_timeout(mut self, t: Duration) -> Builder {
         self.config.reply_timeout = t;
         self
     }
 
-    /// Replaces every setting at once.
+    /// Replaces every setting at once (settings made before are lost; later calls change the
+    /// new ones). Default [`Config::default()`], whose values each method here states.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlock_mux::{Builder, Config};
+    ///
+    /// let mut config = Config::default();
+    /// config.ttl = Duration::from_secs(10);
+    /// let builder = Builder::new(["redis://127.0.0.1:7001"]).config(config);
+    /// # let _ = builder;
+    /// ```
     pub fn config(mut self, config: Config) -> Builder {
         self.config = config;
         self
     }
-    /// Lock time to live.
+    /// Lock time to live (`PX`): how long the nodes keep a lock, and the start of its validity.
+    /// Default 30 s; from 1 ms to [`MAX_TTL`], and above the drift allowance
+    /// (`ttl × drift_factor + 2 ms`).
     pub fn ttl(mut self, ttl: Duration) -> Builder {
         self.config.ttl = ttl;
         self
     }
-    /// How many retry pauses `lock` waits at most (see [`Config::lock_wait`]); 0: one attempt.
+    /// How many retry pauses [`Redlock::lock`](crate::Redlock::lock) waits at most (its budget
+    /// is [`Config::lock_wait`]: 4 s with the defaults); 0: one attempt. Default 10.
     pub fn retry_count(mut self, n: u32) -> Builder {
         self.config.retry_count = n;
         self
     }
-    /// Wait between attempts, and the most random time added to it.
+    /// Wait between attempts of a waiting caller that no release notice wakes, and the most
+    /// random time added to it. Default 200 ms and 200 ms; each at most an hour.
     pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Builder {
         self.config.retry_delay = delay;
         self.config.retry_jitter = jitter;
         self
     }
-    /// Per-node timeout of each attempt.
+    /// How long each attempt waits for each node. Default: 5 % of the TTL, at most 50 ms
+    /// ([`Config::node_timeout_for`]); above 0, at most an hour.
     pub fn node_timeout(mut self, timeout: Duration) -> Builder {
         self.config.node_timeout = Some(timeout);
         self
     }
-    /// Clock drift factor.
+    /// Clock drift factor: `ttl × factor + 2 ms` is taken off each lock's validity. Default
+    /// 0.01; at least 0 and below 1.
     pub fn drift_factor(mut self, factor: f64) -> Builder {
         self.config.drift_factor = factor;
         self
     }
-    /// Least validity a successful acquisition must leave.
+    /// Least validity a successful acquisition must leave; an attempt that leaves less counts
+    /// as not acquired ([`Error::TooSlow`]). Default 0; at most an hour.
     pub fn min_validity(mut self, v: Duration) -> Builder {
         self.config.min_validity = v;
         self
     }
-    /// Most extensions per lock.
+    /// Most extensions per lock, by [`Redlock::extend`](crate::Redlock::extend) or a kept lock's
+    /// renewal; past it an extend fails with [`Error::ExtensionLimit`] and a kept lock is
+    /// reported lost. Default 1000.
     pub fn max_extensions(mut self, n: u32) -> Builder {
         self.config.max_extensions = n;
         self
     }
-    /// Kept locks are extended when this fraction of the TTL is left (default 1/3).
+    /// Kept locks ([`Redlock::keep`](crate::Redlock::keep)) are extended when this fraction of
+    /// the TTL is left. Default 1/3; above 0 and below 1.
     pub fn renew_fraction(mut self, fraction: f64) -> Builder {
         self.config.renew_fraction = fraction;
         self
     }
-    /// Connect (plus handshake) timeout.
+    /// TCP connect plus handshake timeout. Default 1 s; above 0, at most an hour.
     pub fn connect_timeout(mut self, t: Duration) -> Builder {
         self.config.connect_timeout = t;
         self
     }
-    /// Reconnect backoff bounds.
+    /// Reconnect backoff after a node failed: the first wait and the longest. Default 25 ms and
+    /// 2 s; `min` at most `max`, `max` at most an hour.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Builder {
         self.config.backoff_min = min;
         self.config.backoff_max = max;
         self
     }
-    /// `CLIENT SETNAME` sent in the handshake.
+    /// A name sent with `CLIENT SETNAME` in the handshake (shown by `CLIENT LIST`). Default
+    /// none.
     pub fn client_name(mut self, name: impl Into<String>) -> Builder {
         self.config.client_name = Some(name.into());
         self
     }
-    /// Longest TTL a lock may be extended (or kept) to; default: the TTL. With the default
-    /// [`Quarantine::Ttl`] it is also the restart-quarantine window.
+    /// Longest TTL a lock may be extended (or kept) to. Default: the TTL; at least the TTL,
+    /// at most [`MAX_TTL`]. With the default [`Quarantine::Ttl`] it is also the
+    /// restart-quarantine window.
     pub fn max_ttl(mut self, ttl: Duration) -> Builder {
         self.config.max_ttl = Some(ttl);
         self
     }
-    /// Restart quarantine: a [`Quarantine`], or `None` (off) / `Some(window)` (fixed) /
-    /// a `Duration` (fixed). Default [`Quarantine::Ttl`].
+    /// Restart quarantine: a node that restarted (and may have lost its keys) less than a
+    /// window ago does not count towards a quorum, so that it cannot grant a lock that is still
+    /// held. Takes a [`Quarantine`], or `None` (off), `Some(window)` or a `Duration` (a fixed
+    /// window, at least the longest TTL, at most 30 days). Default [`Quarantine::Ttl`]: the
+    /// window is [`Config::longest_ttl`].
+    ///
+    /// Servers started less than a window ago are quarantined too: on them every lock is
+    /// refused ([`Error::NoQuorum`]) until the window has passed. Switch it off for fresh
+    /// servers that never held a lock (tests, demos), or for servers that never lose keys
+    /// (`appendfsync always`); keep the default in production.
+    ///
+    /// ```no_run
+    /// let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .quarantine(None) // servers just started, never held a lock
+    ///     .build()?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     pub fn quarantine(mut self, quarantine: impl Into<Quarantine>) -> Builder {
         self.config.quarantine = quarantine.into();
         self
     }
 
-    /// Fencing tokens on or off ([`Config::fencing`]).
+    /// Fencing tokens on or off: with them every acquisition also returns a fence
+    /// ([`Lock::fence`](crate::Lock::fence)), at the cost of one more round trip per
+    /// acquisition; see [`Config::fencing`]. Default off.
     pub fn fencing(mut self, on: bool) -> Builder {
         self.config.fencing = on;
         self

@@ -13,7 +13,18 @@ use crate::lock::Lock;
 /// handle's engine ([`Redlock::unlock_nowait`]) and written within a turn of its loop; a node
 /// that is down gets it when it is back. A process that exits right after dropping guards can
 /// lose those releases — call [`Redlock::shutdown`] first. [`LockGuard::unlock`] releases and
-/// waits for the count.
+/// waits for the count. Made by [`Redlock::guard`].
+///
+/// ```no_run
+/// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+/// let guard = redlock.guard("orders:42")?;
+/// let worker = std::thread::spawn(move || {
+///     // ... work within guard.validity() ...
+///     drop(guard); // released
+/// });
+/// worker.join().expect("worker");
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct LockGuard {
     redlock: Redlock,
@@ -21,11 +32,20 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    /// Extends the guarded lock.
+    /// Extends the guarded lock to `ttl` from now; see [`Redlock::extend`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let mut guard = redlock.guard("orders:42")?;
+    /// guard.extend(std::time::Duration::from_secs(30))?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::extend`](crate::Client::extend).
+    /// As [`Redlock::extend`].
     pub fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
         match self.lock.as_mut() {
             Some(lock) => self.redlock.extend(lock, ttl),
@@ -33,11 +53,21 @@ impl LockGuard {
         }
     }
 
-    /// Releases now and reports how many nodes released.
+    /// Releases now, waiting for the nodes' replies, and reports how many nodes released.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let guard = redlock.guard("orders:42")?;
+    /// let released = guard.unlock()?;
+    /// # let _ = released;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::unlock`](crate::Client::unlock).
+    /// As [`Redlock::unlock`].
     pub fn unlock(mut self) -> Result<usize, Error> {
         match self.lock.take() {
             Some(lock) => self.redlock.unlock(lock),
@@ -71,12 +101,28 @@ impl Drop for LockGuard {
 }
 
 impl Redlock {
-    /// Acquire (waiting for it, as `lock`) and return a guard that releases the lock when
-    /// dropped.
+    /// Acquires `resource` (waiting for it, as [`Redlock::lock`]) and returns a guard that
+    /// releases the lock when dropped, without waiting. The guard derefs to the [`Lock`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// {
+    ///     let mut guard = redlock.guard("orders:42")?;
+    ///     // ... work within guard.validity() ...
+    ///     guard.extend(Duration::from_secs(30))?;
+    ///     // ... more work ...
+    /// } // released here
+    /// redlock.shutdown(Duration::from_secs(1)); // before the process exits: flush releases
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock).
+    /// As [`Redlock::lock`].
     pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
         Ok(LockGuard {
             redlock: self.clone(),

@@ -18,12 +18,33 @@ use crate::round::deadline_after;
 use crate::token::Token;
 
 impl Builder {
-    /// A handle for many threads.
+    /// A handle for many threads ([`Redlock`]). Checks the settings and addresses and starts
+    /// the handle's engine; it does not connect (connections are made on first use, or by
+    /// [`Redlock::connect`]), so servers that are down do not make it fail.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlock_mux::Builder;
+    ///
+    /// let redlock = Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+    ///     .ttl(Duration::from_secs(10))
+    ///     .build()?;
+    /// assert_eq!(redlock.nodes().len(), 3);
+    ///
+    /// // A bad setting is refused here, before anything is sent.
+    /// let refused = Builder::new(["redis://127.0.0.1:7001"]).ttl(Duration::ZERO).build();
+    /// assert!(matches!(refused, Err(redlock_mux::Error::Config(_))));
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty or duplicate server list, an unparsable address or a bad
-    /// setting.
+    /// [`Error::Config`] for an empty or duplicate server list, more than
+    /// [`MAX_NODES`](crate::MAX_NODES) servers, an unparsable address or a bad setting (each
+    /// [`Builder`] method says which values it accepts). [`Error::Internal`] if the event loop
+    /// or the engine's thread cannot be created.
     pub fn build(self) -> Result<Redlock, Error> {
         let shared = self.shared()?;
         let hub = Hub::start(Client::from_shared(shared.clone())?)?;
@@ -45,7 +66,8 @@ impl Drop for Handle {
     }
 }
 
-/// A lock client for many threads: `Send + Sync + Clone`, methods take `&self`.
+/// A lock client for many threads: `Send + Sync + Clone`, methods take `&self`. Built by
+/// [`Redlock::new`] or [`Builder::build`].
 ///
 /// All clones share one engine: one connection per node and one `mio` loop, with any number of
 /// operations in flight from any number of threads. Every command queued for a node during a
@@ -54,14 +76,24 @@ impl Drop for Handle {
 /// it runs hand their request over and park until their outcome is in. A background thread
 /// (`redlock-engine`) takes the loop over while callers wait and nobody else drives it.
 ///
+/// Ways to hold a lock: [`lock`](Redlock::lock) / [`try_lock`](Redlock::try_lock) /
+/// [`lock_until`](Redlock::lock_until) then [`unlock`](Redlock::unlock);
+/// [`guard`](Redlock::guard) (released when dropped); [`keep`](Redlock::keep) (renewed in the
+/// background); [`with_lock`](Redlock::with_lock) (kept for the length of a closure).
+///
 /// ```no_run
-/// let redlock = redlock_mux::Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+/// let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .quarantine(None) // servers just started, never held a lock; in production keep the default
+///     .build()?;
 /// let lock = redlock.lock("orders:42")?;
 /// // ... work, within lock.validity() ...
 /// let released = redlock.unlock(lock)?;
 /// assert_eq!(released, 3);
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
+///
+/// [`Redlock::new`] keeps the default restart quarantine ([`Builder::quarantine`]): on servers
+/// started less than a TTL (30 s) ago, every lock is refused until then.
 #[derive(Clone)]
 pub struct Redlock {
     handle: Arc<Handle>,
@@ -76,7 +108,14 @@ impl fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// A handle with default settings.
+    /// A handle with default settings: `Builder::new(servers).build()`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let redlock = redlock_mux::Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -158,44 +197,100 @@ impl Redlock {
         self.with_client(|c| c.connect(timeout))
     }
 
-    /// One attempt; see [`Client::try_lock`](crate::Client::try_lock).
+    /// One attempt to acquire `resource` with the configured TTL: no waiting for a held
+    /// resource. See [`Client::try_lock`](crate::Client::try_lock).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use redlock_mux::Error;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// match redlock.try_lock("orders:42") {
+    ///     Ok(lock) => {
+    ///         // ... work within lock.validity() ...
+    ///         redlock.unlock(lock)?;
+    ///     }
+    ///     Err(Error::Held(_)) => println!("busy: someone else holds orders:42"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::try_lock`](crate::Client::try_lock).
+    /// As [`Client::try_lock`](crate::Client::try_lock): [`Error::Held`] when another holder
+    /// has it, [`Error::NoQuorum`] when too few nodes answered (or counted), among others.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }
-    /// Acquire, waiting at most [`Config::lock_wait`]; see [`Client::lock_until`].
+    /// Acquires `resource`, waiting for it at most [`Config::lock_wait`] (4 s by default); see
+    /// [`Redlock::lock_until`] for how it waits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let lock = redlock.lock("orders:42")?;
+    /// println!("held for {:?} more", lock.validity());
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock_until`].
+    /// As [`Client::lock_until`]: the last attempt's error — [`Error::Held`] if the resource
+    /// was still held at the end of the wait.
     pub fn lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let deadline = deadline_after(Instant::now(), self.config().lock_wait());
         self.lock_until(resource, deadline)
     }
-    /// Acquire, waiting until `deadline`; see [`Client::lock_until`]. Callers of this handle
-    /// that wait for the same resource queue in arrival order; only the first competes on the
-    /// wire, and a release by one of them hands the resource to the next at once.
+    /// Acquires `resource`, waiting for it until `deadline`; see [`Client::lock_until`].
+    /// Callers of this handle that wait for the same resource queue in arrival order; only the
+    /// first competes on the wire, and a release by one of them hands the resource to the next
+    /// at once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::{Duration, Instant};
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let lock = redlock.lock_until("orders:42", Instant::now() + Duration::from_secs(10))?;
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock_until`].
+    /// As [`Client::lock_until`]: the last attempt's error — [`Error::Held`] if the resource
+    /// was still held at the deadline.
     pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }
-    /// Release; see [`Client::unlock`](crate::Client::unlock).
+    /// Releases the lock on every node and returns how many still held it; see
+    /// [`Client::unlock`](crate::Client::unlock) for how long it waits.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let lock = redlock.lock("orders:42")?;
+    /// let released = redlock.unlock(lock)?;
+    /// println!("released on {released} of 3 nodes");
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::unlock`](crate::Client::unlock).
+    /// As [`Client::unlock`](crate::Client::unlock): [`Error::Expired`] when the lock's validity
+    /// had run out before the call (the release is still sent).
     pub fn unlock(&self, lock: Lock) -> Result<usize, Error> {
         let expired = !lock.is_valid();
         let outcome = self
@@ -214,17 +309,54 @@ impl Redlock {
             .hub
             .send(ReqKind::Release, lock.resource(), lock.token());
     }
-    /// Extend; see [`Client::extend`](crate::Client::extend).
+    /// Extends the lock to `ttl` from now, on a quorum, within its current validity; on
+    /// success `lock`'s validity is updated. See [`Client::extend`](crate::Client::extend).
+    /// `ttl` may not exceed [`Config::longest_ttl`] (the TTL, or [`Builder::max_ttl`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let mut lock = redlock.lock("orders:42")?;
+    /// // ... a first part of the work ...
+    /// redlock.extend(&mut lock, Duration::from_secs(30))?;
+    /// assert_eq!(lock.extensions(), 1);
+    /// // ... the rest, within lock.validity() ...
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::extend`](crate::Client::extend).
+    /// As [`Client::extend`](crate::Client::extend): [`Error::Expired`] if the validity ran
+    /// out first, [`Error::Held`] when the nodes no longer hold our token,
+    /// [`Error::ExtensionLimit`], [`Error::Config`] for a `ttl` above the longest allowed.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let kind = ReqKind::extend(self.config(), lock, ttl, Instant::now())?;
         let outcome = self.handle.hub.call(kind, lock.resource(), lock.token());
         apply_extend(lock, outcome)
     }
-    /// What every node says about `resource`; see [`Client::status`](crate::Client::status).
+    /// What every node says about `resource` (its value and remaining TTL, or why the node
+    /// could not be asked), waiting at most `timeout`; see
+    /// [`Client::status`](crate::Client::status). For inspection, not a lock operation.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// for node in redlock.status(b"orders:42", Duration::from_millis(500)) {
+    ///     match node.state {
+    ///         Ok((Some(token), pttl)) => println!("{}: held by {token:x?} for {pttl} ms", node.node),
+    ///         Ok((None, _)) => println!("{}: free", node.node),
+    ///         Err(fault) => println!("{}: {fault}", node.node),
+    ///     }
+    /// }
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     pub fn status(&self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
         status_of(
             self.handle

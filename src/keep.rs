@@ -28,9 +28,17 @@ use crate::lock::Lock;
 use crate::round::deadline_after;
 
 /// A lock kept alive in the background until released (or dropped, which releases it too).
+/// Made by [`Redlock::keep`]; [`Redlock::with_lock`] uses one for the length of a closure.
+///
+/// The handle's engine extends the lock when [`Config::renew_fraction`](crate::Config::renew_fraction)
+/// of its TTL is left (a third by default), at most
+/// [`Config::max_extensions`](crate::Config::max_extensions) times. A lock whose extension fails,
+/// whose validity runs out first, or which reaches that limit is lost:
+/// [`is_held`](KeepAlive::is_held) turns false, [`wait_lost`](KeepAlive::wait_lost) returns, the
+/// lock is released on the nodes, then the [`on_lost`](KeepAlive::on_lost) callback runs.
 ///
 /// ```no_run
-/// # let redlock = redlock_mux::Redlock::new(["redis://127.0.0.1:7001"])?;
+/// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
 /// let kept = redlock.keep(redlock.lock("report:daily")?)?;
 /// for chunk in 0..1000 {
 ///     if !kept.is_held() {
@@ -120,10 +128,21 @@ impl KeepAlive {
 
     /// Stops keeping the lock and releases it on every node; returns how many still held it.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let kept = redlock.keep(redlock.lock("report:daily")?)?;
+    /// // ... work, checking kept.is_held() ...
+    /// let released = kept.release()?;
+    /// # let _ = released;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    ///
     /// # Errors
     ///
     /// [`Error::Expired`] if the lock had been lost or had expired; errors of
-    /// [`Client::unlock`](crate::Client::unlock).
+    /// [`Redlock::unlock`].
     pub fn release(mut self) -> Result<usize, Error> {
         let lock = self.end()?;
         self.redlock.unlock(lock)
@@ -154,7 +173,33 @@ impl Drop for KeepAlive {
 }
 
 impl Redlock {
-    /// Keeps `lock` alive in the background until the returned handle is released or dropped.
+    /// Keeps `lock` alive in the background until the returned [`KeepAlive`] is released or
+    /// dropped: the handle's engine extends it when a third of its TTL is left (by default),
+    /// and reports a loss ([`KeepAlive::is_held`], [`KeepAlive::wait_lost`],
+    /// [`KeepAlive::on_lost`]). It is extended at most
+    /// [`Config::max_extensions`](crate::Config::max_extensions) times (1000 by default), then
+    /// let go and reported lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let kept = redlock.keep(redlock.lock("report:daily")?)?;
+    /// kept.on_lost(|why| eprintln!("lock lost: {why}"));
+    /// for step in 0..100 {
+    ///     if let Some(why) = kept.lost() {
+    ///         eprintln!("stopped at step {step}: {why}");
+    ///         break;
+    ///     }
+    ///     // ... step ...
+    /// }
+    /// // Or wait for a loss, e.g. on a watchdog thread:
+    /// let _ = kept.wait_lost(Duration::from_millis(10));
+    /// kept.release()?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
@@ -169,13 +214,33 @@ impl Redlock {
         })
     }
 
-    /// Acquires `resource` (waiting for it, as `lock`), keeps it alive while `work` runs, then
-    /// releases it.
-    /// `work` should check [`KeepAlive::is_held`] between steps.
+    /// Acquires `resource` (waiting for it, as [`Redlock::lock`]), keeps it alive (as
+    /// [`Redlock::keep`]) while `work` runs, then releases it and returns what `work` returned.
+    ///
+    /// `work` should check [`KeepAlive::is_held`] between steps: a lock lost meanwhile does not
+    /// make this return an error, and the outcome of the final release is not reported.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let finished = redlock.with_lock("report:weekly", |held| {
+    ///     for step in 0..100 {
+    ///         if !held.is_held() {
+    ///             return false; // lost: stop touching the resource
+    ///         }
+    ///         // ... step ...
+    ///         # let _ = step;
+    ///     }
+    ///     true
+    /// })?;
+    /// # let _ = finished;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     ///
     /// # Errors
     ///
-    /// As [`Client::lock`](crate::Client::lock) when the lock cannot be acquired.
+    /// As [`Redlock::lock`], when the lock cannot be acquired (then `work` is not run).
     pub fn with_lock<R>(
         &self,
         resource: impl AsRef<[u8]>,

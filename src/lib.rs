@@ -7,28 +7,136 @@
 //! that sends `SET … NX PX` to all N masters at once and decides at the first reply that settles
 //! the quorum, and release/extend scripts sent by hash (`EVALSHA`, falling back to `EVAL`).
 //!
-//! ## Modules
+//! ## Quick start
 //!
-//! - [`resp`]: the codec — command encoding, incremental frame decoding. No I/O.
-//! - [`round`]: one attempt as a state machine — votes, deadlines, validity. No I/O, no clock.
-//! - `session`: one node's protocol state without I/O — takes bytes and `now`, gives bytes and
-//!   replies. `conn` / `driver`: the socket of each node; the `mio` loop that drives them all.
-//! - `engine`: every operation in flight over those connections — a slab of operations, each
-//!   with its own round, requests pipelined (one write per node per turn) and matched FIFO;
-//!   releases a node could not confirm are kept and sent again when it is back.
-//! - `request` / `mailbox`: what a caller asks and gets back; the per-thread slots and the
-//!   mailbox requests are handed over in.
-//! - `hub`: one engine shared by all threads of a [`Redlock`] handle: a caller that finds the
-//!   loop idle drives it; others hand their request over and park; a background thread takes
-//!   over while callers wait.
-//! - The public API, a file for each thing it owns: `config` ([`Config`], [`Quarantine`],
-//!   [`Builder`]), `token` ([`Token`]), `lock` ([`Lock`]), `client` ([`Client`]: one thread's
-//!   engine), `handle` ([`Redlock`]: the handle threads share), `guard` ([`LockGuard`]),
-//!   `quarantine` (restart tracking per node).
-//! - `keep` / `kept`: [`KeepAlive`] — kept locks are timers of the engine, extended in batches
-//!   with everything else in flight; lost-lock notice; `on_lost` callbacks run on a callback
-//!   thread of their own, after the lost lock was released.
-//! - [`addr`]: `redis://` and `redis+unix://` addresses. [`error`]: the error types.
+//! A [`Redlock`] handle is `Send + Sync + Clone`: build it once and share it between threads.
+//! Connections are made on first use.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redlock_mux::Builder;
+//!
+//! let redlock = Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+//!     .quarantine(None) // servers just started, never held a lock; in production keep the default
+//!     .build()?;
+//!
+//! let mut lock = redlock.lock("invoice:42")?; // waits for the resource, at most 4 s by default
+//! assert!(lock.validity() > Duration::from_secs(29)); // 30 s TTL − elapsed − drift
+//! // ... work that must finish within lock.validity() ...
+//! redlock.extend(&mut lock, Duration::from_secs(30))?;
+//! let released = redlock.unlock(lock)?; // how many nodes still held it
+//! # let _ = released;
+//! # Ok::<(), redlock_mux::Error>(())
+//! ```
+//!
+//! **About `quarantine(None)`.** By default a node that restarted less than a TTL ago does not
+//! count towards a quorum ([`Builder::quarantine`]): a node that restarted without its keys
+//! could otherwise grant a lock that is still held elsewhere. Servers started a moment ago look
+//! exactly like that, so for one TTL every lock on them is refused ([`Error::NoQuorum`], each
+//! node "restarted recently, quarantined"). Switching the quarantine off is right for fresh
+//! servers that never held a lock (tests, demos) and for servers that never lose keys; in
+//! production keep the default.
+//!
+//! ## Ways to hold a lock
+//!
+//! | Call | Gives | Released by |
+//! |---|---|---|
+//! | [`Redlock::lock`], [`try_lock`](Redlock::try_lock), [`lock_until`](Redlock::lock_until) | [`Lock`], plain data | [`Redlock::unlock`] (or its TTL) |
+//! | [`Redlock::guard`] | [`LockGuard`] | dropping it, or [`LockGuard::unlock`] |
+//! | [`Redlock::keep`] | [`KeepAlive`], renewed in the background | dropping it, or [`KeepAlive::release`] |
+//! | [`Redlock::with_lock`] | a kept lock for the length of a closure | the end of the closure |
+//!
+//! `lock` waits for a held resource (at most [`Config::lock_wait`], 4 s by default),
+//! `try_lock` makes one attempt, `lock_until` waits until a deadline. A [`Lock`] is valid for
+//! [`Lock::validity`]; [`Redlock::extend`] gives it a new TTL.
+//!
+//! ### `guard`: released when dropped
+//!
+//! ```no_run
+//! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+//! use std::time::Duration;
+//!
+//! let mut guard = redlock.guard("orders:42")?;
+//! // ... work within guard.validity() (the guard derefs to the Lock) ...
+//! guard.extend(Duration::from_secs(30))?;
+//! drop(guard); // queues the release on every node; never waits
+//! # Ok::<(), redlock_mux::Error>(())
+//! ```
+//!
+//! ### `keep`: renewed until released, with notice of a loss
+//!
+//! For work of unknown length. The handle extends the lock when a third of its TTL is left;
+//! if an extension fails, [`KeepAlive::is_held`] turns false at once.
+//!
+//! ```no_run
+//! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+//! let kept = redlock.keep(redlock.lock("report:daily")?)?;
+//! kept.on_lost(|why| eprintln!("lock lost: {why}")); // optional, on a thread of its own
+//! for batch in 0..1000 {
+//!     if !kept.is_held() {
+//!         break; // lost: stop touching the resource
+//!     }
+//!     // ... process batch ...
+//! }
+//! kept.release()?; // or drop it, which releases too
+//! # Ok::<(), redlock_mux::Error>(())
+//! ```
+//!
+//! ### `with_lock`: a kept lock for the length of a closure
+//!
+//! ```no_run
+//! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+//! let done = redlock.with_lock("report:weekly", |held| {
+//!     let mut n = 0;
+//!     while held.is_held() && n < 100 {
+//!         n += 1; // ... one step of the work ...
+//!     }
+//!     n
+//! })?;
+//! println!("{done} steps under the lock");
+//! # Ok::<(), redlock_mux::Error>(())
+//! ```
+//!
+//! ### Async
+//!
+//! [`AsyncRedlock`] is the same handle seen through futures, usable from any executor:
+//! [`guard`](AsyncRedlock::guard) ([`AsyncLockGuard`]), [`keep`](AsyncRedlock::keep)
+//! ([`AsyncKeepAlive`]), [`with_lock`](AsyncRedlock::with_lock) (its work gets a
+//! [`LockWatch`]), and `lock`, `try_lock`, `lock_until`, `extend`, `unlock`.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), redlock_mux::Error> {
+//! use std::time::Duration;
+//! use redlock_mux::{AsyncRedlock, Builder};
+//!
+//! let redlock: AsyncRedlock = Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+//!     .quarantine(None) // servers just started, never held a lock; in production keep the default
+//!     .build_async()?;
+//! let guard = redlock.guard("invoice:42").await?;
+//! // ... work within guard.validity() ...
+//! guard.unlock().await?;
+//!
+//! let rows = redlock
+//!     .with_lock("report:daily", async |watch| {
+//!         let mut rows = 0;
+//!         while watch.is_held() && rows < 100 {
+//!             rows += 1; // ... one step of the work ...
+//!         }
+//!         rows
+//!     })
+//!     .await?;
+//! # let _ = rows;
+//! redlock.shutdown(Duration::from_secs(2)).await; // flush releases before the process exits
+//! # Ok(()) }
+//! ```
+//!
+//! ### More
+//!
+//! - [`Client`]: an engine of its own for one thread (`&mut self` methods, its own connections).
+//! - [`Builder`]: every setting with its default; [`Config`] holds them.
+//! - Fencing tokens ([`Builder::fencing`], [`Lock::fence`]): a number that grows with every
+//!   acquisition, for resources that must refuse a holder that paused past its validity.
+//! - [`Redlock::status`]: what every node holds for a resource, for inspection.
 //!
 //! ## The algorithm in five lines
 //!
@@ -46,17 +154,11 @@
 //! forget keys; the client's restart quarantine ([`Config::quarantine`]) keeps such a node out of
 //! quorums for a TTL.
 //!
-//! ```no_run
-//! use std::time::Duration;
-//! use redlock_mux::Redlock;
+//! ## Modules
 //!
-//! let redlock = Redlock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
-//! let mut lock = redlock.lock("invoice:42")?;
-//! assert!(lock.validity() > Duration::from_secs(29));
-//! redlock.extend(&mut lock, Duration::from_secs(30))?;
-//! let released = redlock.unlock(lock)?;
-//! # Ok::<(), redlock_mux::Error>(())
-//! ```
+//! Everything above is at the crate root. The public modules are lower-level pieces:
+//! [`addr`] (`redis://` and `redis+unix://` addresses), [`error`] (the error types), [`resp`]
+//! (the RESP codec, no I/O) and [`round`] (one attempt as a state machine, no I/O, no clock).
 #![deny(missing_docs)]
 
 pub mod addr;
