@@ -609,6 +609,9 @@ mod tests {
             .build()
             .unwrap_err();
         let text = e.to_string();
-        assert!(text.contains("ttl 0 ms must be from 1 ms to 2147483647 ms"), "{text}");
+        assert!(
+            text.contains("ttl 0 ms must be from 1 ms to 2147483647 ms"),
+            "{text}"
+        );
     }
 }

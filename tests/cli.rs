@@ -18,14 +18,22 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 /// Longest any single redlock invocation may take in these tests.
 const LIMIT: Duration = Duration::from_secs(20);
 
-/// `redlock --server URL... --quarantine off` (fresh servers), with no inherited server list.
+/// `redlock --server URL... --quarantine off` (fresh servers), with no inherited server list:
+/// the form of earlier versions, options before the subcommand, which still works for the
+/// subcommands that take them (run, acquire, extend).
 fn redlock(urls: &[String]) -> Command {
+    let mut c = plain(urls);
+    c.args(["--quarantine", "off"]);
+    c
+}
+
+/// `redlock --server URL...`, with no inherited server list.
+fn plain(urls: &[String]) -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("REDLOCK_SERVERS").stdin(Stdio::null());
     for url in urls {
         c.arg("--server").arg(url);
     }
-    c.args(["--quarantine", "off"]);
     c
 }
 
@@ -175,8 +183,8 @@ fn contention_gives_75_after_wait() {
     // No attempt after the deadline: it gives up when the next retry would come too late.
     assert!(t0.elapsed() < Duration::from_secs(2));
     assert_one_line_error(&o, "within 400ms: not acquired: the lock is held elsewhere");
-    // One attempt by default: no waiting.
-    let o = output(redlock(&urls).args(["acquire", "job"]));
+    // -n: one attempt, no waiting.
+    let o = output(redlock(&urls).args(["acquire", "-n", "job"]));
     assert_code(&o, 75);
     assert_one_line_error(&o, "held elsewhere");
     for s in servers.iter() {
@@ -378,7 +386,7 @@ while :; do sleep 0.05; done"#;
     for s in servers.iter() {
         assert!(s.pttl("job") > 0, "the lock expired on {}", s.addr());
     }
-    let o = output(redlock(&urls).args(["run", "job", "--", "true"]));
+    let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
     assert_code(&o, 75);
 }
 
@@ -456,14 +464,15 @@ fn lost_lock_kills_grandchildren() {
     let dir = tempfile::tempdir().unwrap();
     let script =
         r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
-    let (child, grandchild) =
-        run_and_lose_the_lock(&mut servers, dir.path(), &["--grace", "300ms"], script);
+    // --lost-exit-code: a lost lock told apart from COMMAND's own 79.
+    let args = ["--grace", "300ms", "--lost-exit-code", "99"];
+    let (child, grandchild) = run_and_lose_the_lock(&mut servers, dir.path(), &args, script);
     let _reap = Reap(vec![grandchild]);
     let o = finish(child, Duration::from_secs(15));
     for s in servers.iter_mut().take(3) {
         s.resume();
     }
-    assert_code(&o, 79);
+    assert_code(&o, 99);
     assert!(
         wait_dead(grandchild, Duration::from_secs(10)),
         "COMMAND's child (pid {grandchild}) outlived the lock"
@@ -810,7 +819,7 @@ fn bad_address_duration_or_flag_gives_64() {
                 "redis://127.0.0.1:1",
                 "run",
                 "--wait",
-                "5",
+                "5x",
                 "j",
                 "--",
                 "true",
@@ -861,21 +870,21 @@ fn acquire_extend_release_round_trip() {
     for s in servers.iter() {
         assert!(s.pttl("job") > 50_000, "not extended on {}", s.addr());
     }
-    let o = output(redlock(&urls).args(["release", "job", &token]));
+    let o = output(plain(&urls).args(["release", "job", &token]));
     assert_code(&o, 0);
     assert!(stderr(&o).contains("3 of 3"), "{}", stderr(&o));
     for s in servers.iter() {
         assert_eq!(s.get("job"), None);
     }
     // Not held any more.
-    let o = output(redlock(&urls).args(["release", "job", &token]));
+    let o = output(plain(&urls).args(["release", "job", &token]));
     assert_code(&o, 79);
     assert_one_line_error(&o, "not released");
     let o = output(redlock(&urls).args(["extend", "job", &token]));
     assert_code(&o, 79);
     assert_one_line_error(&o, "no longer held");
     // Tokens are base64url: one may start with '-'.
-    let o = output(redlock(&urls).args(["release", "job", "-not-a-flag"]));
+    let o = output(plain(&urls).args(["release", "job", "-not-a-flag"]));
     assert_code(&o, 79);
 }
 
@@ -886,7 +895,7 @@ fn status_shows_the_holder_and_unreachable_nodes() {
     let token = acquire(&urls, "job", "30s");
     let down = servers[2].addr();
     servers[2].kill();
-    let o = output(redlock(&urls).args(["status", "job"]));
+    let o = output(plain(&urls).args(["status", "job"]));
     assert_code(&o, 0);
     let out = stdout(&o);
     assert!(
@@ -906,8 +915,9 @@ fn status_shows_the_holder_and_unreachable_nodes() {
         .find(|l| l.contains(&down))
         .expect("the dead node");
     assert!(line.contains("no:"), "{line}");
-    let o = output(redlock(&urls).args(["status", "other"]));
-    assert_code(&o, 0);
+    // Free: exit 1, "not held by a quorum".
+    let o = output(plain(&urls).args(["status", "other"]));
+    assert_code(&o, 1);
     assert!(
         stdout(&o).contains("free: no node holds \"other\""),
         "{}",
@@ -915,7 +925,7 @@ fn status_shows_the_holder_and_unreachable_nodes() {
     );
     // Without a quorum of reachable nodes: 69.
     servers[1].kill();
-    let o = output(redlock(&urls).args(["status", "job"]));
+    let o = output(plain(&urls).args(["status", "job"]));
     assert_code(&o, 69);
     assert_one_line_error(&o, "only 1 of 3 nodes reachable");
 }
@@ -989,8 +999,33 @@ fn help_documents_exit_codes_and_environment() {
     let o = output(Command::new(BIN).arg("--help"));
     assert_code(&o, 0);
     let out = stdout(&o);
-    for needle in ["REDLOCK_SERVERS", "64", "69", "70", "75", "77", "79"] {
+    for needle in [
+        "REDLOCK_SERVERS",
+        "64",
+        "69",
+        "70",
+        "75",
+        "77",
+        "78",
+        "79",
+        "80",
+        "-E N",
+    ] {
         assert!(out.contains(needle), "{needle} missing from --help");
+    }
+    // flock's options, in run's help.
+    let o = output(Command::new(BIN).args(["run", "--help"]));
+    let out = stdout(&o);
+    for needle in [
+        "-w, --wait",
+        "-n, --nonblock",
+        "-E, --conflict-exit-code",
+        "-c, --command",
+        "--lost-exit-code",
+        "-q, --quiet",
+        "waits until the lock is free",
+    ] {
+        assert!(out.contains(needle), "{needle} missing from run --help");
     }
 }
 
@@ -1018,7 +1053,7 @@ fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
         assert!(Instant::now() < deadline, "the waiter never queued");
         std::thread::yield_now();
     }
-    let o = output(redlock(&urls).args(["release", "handoff", &token]));
+    let o = output(plain(&urls).args(["release", "handoff", &token]));
     assert_code(&o, 0);
     let lock = t
         .join()
@@ -1043,7 +1078,7 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
         "{}",
         stderr(&o)
     );
-    let o = output(redlock(&urls).args(["release", "job", token]));
+    let o = output(plain(&urls).args(["release", "job", token]));
     assert_code(&o, 0);
     // run --fence: REDLOCK_FENCE, greater.
     let o = output(redlock(&urls).args([
@@ -1063,8 +1098,8 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
         output(redlock(&urls).args(["run", "job", "--", "sh", "-c", "echo \"[$REDLOCK_FENCE]\""]));
     assert_eq!(stdout(&o).trim(), "[]");
     // status: each node's counter, and the summary.
-    let o = output(redlock(&urls).args(["status", "job"]));
-    assert_code(&o, 0);
+    let o = output(plain(&urls).args(["status", "job"]));
+    assert_code(&o, 1); // released: not held
     let out = stdout(&o);
     assert!(out.contains("FENCE"), "{out}");
     assert!(
@@ -1073,4 +1108,226 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
         )),
         "{out}"
     );
+}
+
+/// The JSON object a `--json` command printed: exactly one line on stdout.
+#[track_caller]
+fn json_of(o: &Output) -> serde_json::Value {
+    let out = stdout(o);
+    assert_eq!(out.lines().count(), 1, "not one JSON line: {out:?}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"))
+}
+
+#[test]
+fn flock_conventions_wait_nonblock_conflict_code_shell_and_quiet() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    acquire(&urls, "job", "30s");
+    // -n: one attempt; -E: the code for "held elsewhere"; -q: no message for it.
+    let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
+    assert_code(&o, 75);
+    let o = output(redlock(&urls).args(["run", "-n", "-E", "3", "job", "--", "true"]));
+    assert_code(&o, 3);
+    let o = output(redlock(&urls).args(["run", "-nq", "job", "--", "true"]));
+    assert_code(&o, 75);
+    assert_eq!(stderr(&o), "", "--quiet printed something");
+    // -w in seconds, as flock takes them (and a fraction).
+    let t0 = Instant::now();
+    let o = output(redlock(&urls).args(["acquire", "-w", "0.3", "job"]));
+    assert_code(&o, 75);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_one_line_error(&o, "within 300ms");
+    // By default run waits, as flock does: it outlasts a lock that expires; -c goes through sh.
+    acquire(&urls, "short", "700ms");
+    let o = output(redlock(&urls).args(["run", "short", "-c", "echo \"[$REDLOCK_RESOURCE]\""]));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "[short]\n");
+    acquire(&urls, "short", "700ms");
+    let o = output(redlock(&urls).args(["run", "--wait", "inf", "short", "--", "true"]));
+    assert_code(&o, 0);
+    // -c and COMMAND together make no sense.
+    let o = output(redlock(&urls).args(["run", "x", "-c", "true", "--", "true"]));
+    assert_code(&o, 64);
+}
+
+#[test]
+fn json_output_is_one_object_on_stdout() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args(["acquire", "--json", "--ttl", "20s", "job"]));
+    assert_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["resource"], "job");
+    assert_eq!(v["ttl_ms"], 20_000);
+    assert!(v["validity_ms"].as_u64().unwrap() > 19_000, "{v}");
+    assert!(v["fence"].is_null(), "{v}");
+    let token = v["token"].as_str().unwrap().to_owned();
+    for s in servers.iter() {
+        assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
+    }
+    // Held elsewhere: still one object, with the exit code and every node's vote.
+    let o = output(redlock(&urls).args(["acquire", "--json", "-n", "job"]));
+    assert_code(&o, 75);
+    let v = json_of(&o);
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["exit_code"], 75);
+    assert_eq!(v["error"], "held");
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    assert!(
+        nodes
+            .iter()
+            .all(|n| ["refused", "not_waited_for"].contains(&n["vote"].as_str().unwrap())),
+        "{v}"
+    );
+    // status: held (0), with the holder; extend; release; status: free (1).
+    let o = output(plain(&urls).args(["status", "--json", "job"]));
+    assert_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["state"], "held");
+    assert_eq!(v["holder"]["token"], token.as_str());
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 3);
+    assert_eq!(v["nodes"][0]["reachable"], true);
+    let o = output(redlock(&urls).args(["extend", "--json", "--ttl", "40s", "job", &token]));
+    assert_code(&o, 0);
+    assert_eq!(json_of(&o)["ttl_ms"], 40_000);
+    let o = output(plain(&urls).args(["release", "--json", "job", &token]));
+    assert_code(&o, 0);
+    assert_eq!(json_of(&o)["released"], 3);
+    let o = output(plain(&urls).args(["status", "--json", "-q", "job"]));
+    assert_code(&o, 1);
+    assert_eq!(json_of(&o)["state"], "free");
+    // --quiet alone: nothing at all, the exit code says it.
+    let o = output(plain(&urls).args(["status", "-q", "job"]));
+    assert_code(&o, 1);
+    assert_eq!((stdout(&o), stderr(&o)), (String::new(), String::new()));
+}
+
+#[test]
+fn fresh_servers_say_what_the_quarantine_is_and_what_to_do() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    // One attempt: its own exit code (not 69 "unreachable", not 75 "held"), and the way out.
+    let o = output(plain(&urls).args(["acquire", "-n", "job"]));
+    assert_code(&o, 80);
+    assert_one_line_error(&o, "started");
+    let err = stderr(&o);
+    for needle in [
+        "a lock is refused for",
+        "restart quarantine",
+        "--quarantine off",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    for s in servers.iter() {
+        assert!(err.contains(&s.addr()), "{} not named: {err}", s.addr());
+    }
+    // Waiting: said once before the wait, then the same failure when the wait runs out.
+    let o = output(plain(&urls).args(["acquire", "-w", "300ms", "job"]));
+    assert_code(&o, 80);
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 2, "{err}");
+    assert!(
+        err.starts_with("redlock: waiting up to 300ms for \"job\""),
+        "{err}"
+    );
+    // The way out works.
+    let o = output(plain(&urls).args(["acquire", "--quarantine", "off", "job"]));
+    assert_code(&o, 0);
+}
+
+#[test]
+fn messages_name_every_node_shorten_long_names_and_use_human_units() {
+    let servers = Servers::start(3);
+    let urls = servers.urls();
+    acquire(&urls, "job", "30s");
+    // Decided early: every node is named, the ones not waited for too.
+    let o = output(redlock(&urls).args(["acquire", "-n", "job"]));
+    assert_code(&o, 75);
+    let err = stderr(&o);
+    for s in servers.iter() {
+        assert!(err.contains(&s.addr()), "{} not named: {err}", s.addr());
+    }
+    // A 2,000-byte name is not echoed whole.
+    let long = "a".repeat(2000);
+    let o = output(redlock(&urls).args(["acquire", "-n", &long]));
+    assert_code(&o, 64);
+    let err = stderr(&o);
+    assert!(err.len() < 400, "{} bytes: {err}", err.len());
+    assert!(err.contains("(2000 bytes)"), "{err}");
+    // Durations and numbers in words a person reads.
+    let o = output(redlock(&urls).args(["acquire", "--ttl", "0s", "x"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "ttl 0 ms must be from 1 ms to 2147483647 ms");
+    let o = output(Command::new(BIN).args(["bench", "--cycles", "0"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "must be at least 1 (see 'redlock bench --help')");
+    // A missing argument points to the subcommand's help.
+    let o = output(redlock(&urls).args(["run", "job"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "(see 'redlock run --help')");
+    // A one-shot command calls a dead server unreachable.
+    let o = output(plain(&["redis://127.0.0.1:1".to_owned()]).args(["acquire", "-n", "x"]));
+    assert_code(&o, 69);
+    assert_one_line_error(&o, "127.0.0.1:1: unreachable");
+}
+
+#[test]
+fn server_lists_written_the_wrong_way_are_recognised() {
+    let o = output(plain(&["redis://a:7701,redis://b:7702".to_owned()]).args(["status", "x"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "write --server redis://a:7701 --server redis://b:7702");
+    let o = output(
+        Command::new(BIN)
+            .env("REDLOCK_SERVERS", "redis://a:7701 redis://b:7702")
+            .args(["status", "x"]),
+    );
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "write REDLOCK_SERVERS=redis://a:7701,redis://b:7702");
+}
+
+#[test]
+fn every_option_a_subcommand_takes_means_something_there() {
+    let cases: &[&[&str]] = &[
+        &["demo", "--server", "redis://127.0.0.1:1"],
+        &[
+            "status",
+            "--server",
+            "redis://127.0.0.1:1",
+            "--quarantine",
+            "off",
+            "x",
+        ],
+        &[
+            "status",
+            "--server",
+            "redis://127.0.0.1:1",
+            "--node-timeout",
+            "1s",
+            "x",
+        ],
+        &["status", "--server", "redis://127.0.0.1:1", "--fence", "x"],
+        &[
+            "release",
+            "--server",
+            "redis://127.0.0.1:1",
+            "--quarantine",
+            "off",
+            "x",
+            "t",
+        ],
+        &["bench", "--nodes", "3", "--quarantine", "10s"],
+        &["bench", "--nodes", "3", "--server", "redis://127.0.0.1:1"],
+        &["run", "-n", "-w", "1", "x", "--", "true"],
+    ];
+    for args in cases {
+        let o = output(Command::new(BIN).env_remove("REDLOCK_SERVERS").args(*args));
+        assert_code(&o, 64);
+        assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
+    }
 }

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Fail, child, exit};
+use crate::child;
+use crate::common::{Fail, exit};
 
 /// How long a server gets to answer `PING` after it is started.
 const START_DEADLINE: Duration = Duration::from_secs(10);

@@ -6,42 +6,117 @@
 use std::ffi::OsString;
 use std::io;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlock_mux::{Error, KeepAlive};
+use redlock_mux::{Error, KeepAlive, Lock, Redlock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
-use super::group::{self, Job, Watchdog};
-use super::{Fail, Global, acquire, exit, fmt_duration, parse_duration};
+use crate::common::{
+    self, Fail, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration, parse_exit_code,
+    shorten,
+};
+use crate::group::{self, Job, Watchdog};
+
+pub const HELP: &str = "\
+Waiting: like flock, run waits until the lock is free (a lock held elsewhere is waited for in
+silence; servers in their restart quarantine or unreachable are reported once, then waited for
+too). -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
+when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as flock -c does.
+
+COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_VALIDITY_MS in its environment, and
+REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
+is extended in the background when a third of its TTL is left; it is released when COMMAND exits.
+
+COMMAND runs in a process group of its own, with everything it starts. A watchdog process
+(redlock-watch) sends SIGKILL to that whole group if redlock dies (SIGKILL included), and if
+redlock is stopped or hangs until the lock's validity runs out. So no process of the group runs on
+past the lock's validity once redlock can no longer keep the lock. A process that leaves the group
+(setsid, as daemons do) is not covered. Processes COMMAND leaves running when it exits are left
+alone, unless the lock was lost (then they get SIGKILL).
+
+If the lock is lost (the servers stopped answering, or the key vanished), the group gets SIGTERM,
+then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity ends, and
+redlock exits with 79 (or --lost-exit-code). SIGINT, SIGQUIT, SIGTERM, SIGHUP and SIGTSTP sent to
+redlock are forwarded to the group.
+
+Terminal: when redlock's stdin and stdout are its terminal and it runs in the foreground, COMMAND's
+group is made the terminal's foreground group (and redlock's own restored afterwards), so Ctrl-C,
+Ctrl-\\ and Ctrl-Z reach it directly, once. Otherwise (in a pipeline, with a redirection) the
+terminal stays with redlock's group, redlock forwards what it gets, and COMMAND is given the
+terminal only if it stops to read from it (or to set it up). Ctrl-Z stops COMMAND and redlock
+together; a job stopped for longer than the lock's validity loses the lock.
+
+Exit codes: COMMAND's own (128+N if signal N killed it); 64 usage error; 69 no quorum reachable;
+70 internal error; 75 held elsewhere (or -E's code); 77 authentication refused; 78 the servers do
+not match the configuration; 79 lock lost while COMMAND ran (or --lost-exit-code); 80 the servers
+restarted moments ago (restart quarantine); 126 COMMAND could not be started; 127 COMMAND not
+found. A COMMAND that exits with 75 or 79 itself cannot be told from these without -E and
+--lost-exit-code.";
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// The name of the lock (the Redis key)
     pub resource: String,
+    #[command(flatten)]
+    pub servers: Servers,
     /// Lock time to live; the lock is extended while COMMAND runs, so this bounds how long the
     /// lock outlives a redlock that was killed
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub ttl: Duration,
-    /// Keep retrying this long while the lock is held elsewhere (default: one attempt)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub wait: Option<Duration>,
+    #[command(flatten)]
+    pub waiting: Waiting,
     /// After the lock is lost, how long COMMAND's process group gets between SIGTERM and SIGKILL
     /// (cut short so that SIGKILL goes out before the lock's validity ends)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// The exit code when the lock is lost while COMMAND runs (default: 79)
+    #[arg(long, value_name = "N", value_parser = parse_exit_code)]
+    pub lost_exit_code: Option<u8>,
+    /// Fencing tokens: the acquisition also gets a fence, a number greater than that of every
+    /// acquisition completed before it, passed to COMMAND as REDLOCK_FENCE (one more round trip)
+    #[arg(long)]
+    pub fence: bool,
+    #[command(flatten)]
+    pub tuning: Tuning,
+    /// Print nothing when the lock is held elsewhere, nor notes while waiting (the exit code
+    /// says it); other failures are still reported
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// Run this command line through `sh -c`, as flock -c does (instead of COMMAND...)
+    #[arg(
+        short = 'c',
+        long = "command",
+        value_name = "COMMAND",
+        conflicts_with = "command"
+    )]
+    pub shell: Option<OsString>,
     /// The command and its arguments (after `--`)
     #[arg(
         value_name = "COMMAND",
-        required = true,
+        required_unless_present = "shell",
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and its arguments: COMMAND..., or `sh -c COMMAND` for `-c`.
+    fn argv(&self) -> Vec<OsString> {
+        match &self.shell {
+            Some(line) => vec!["sh".into(), "-c".into(), line.clone()],
+            None => self.command.clone(),
+        }
+    }
+
+    fn lost_code(&self) -> u8 {
+        self.lost_exit_code.unwrap_or(exit::LOST)
+    }
 }
 
 /// What the main loop waits for.
@@ -123,18 +198,20 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
     let _ = tx.send(Event::Exited);
 }
 
-pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
-    let servers = g.server_list()?;
+pub fn run(a: &RunArgs) -> Result<u8, Fail> {
+    let servers = a.servers.list()?;
     // A kept lock may run for days: no limit on the number of extensions.
-    let r = g
-        .builder_for(&servers, a.ttl)
+    let r = a
+        .tuning
+        .builder(&servers, a.ttl)
         .max_extensions(u32::MAX)
+        .fencing(a.fence)
         .build()
-        .map_err(|e| Fail::new(super::code_of(&e), e.to_string()))?;
-    let lock = acquire(&r, &a.resource, a.wait)?;
+        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let lock = common::acquire(&r, &a.resource, &a.waiting, a.quiet)?;
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
-    let signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP]);
-    let mut signals = match signals {
+    let signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP])
+    {
         Ok(s) => s,
         Err(e) => {
             let _ = r.unlock(lock);
@@ -144,14 +221,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
             ));
         }
     };
-    let token = lock.token().to_string();
-    let kept = match r.keep(lock.clone()) {
-        Ok(k) => k,
-        Err(e) => {
-            let _ = r.unlock(lock);
-            return Err(Fail::lib("cannot keep the lock", &e));
-        }
-    };
+    let kept = keep(&r, lock)?;
     let (tx, rx) = mpsc::channel::<Event>();
     {
         let tx = tx.clone();
@@ -174,38 +244,76 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
     let job = Job::new(watchdog.pgid());
     // Before COMMAND starts, so that it never finds itself in the background by our doing.
     job.hand_over();
-    let program = &a.command[0];
+    let child = match spawn_command(a, &kept, &job) {
+        Ok(child) => child,
+        Err(fail) => {
+            drop(job);
+            watchdog.done();
+            let _ = kept.release();
+            return Err(fail);
+        }
+    };
+    let (child, signal_handle) = match start_threads(child, &job, signals, tx) {
+        Ok(started) => started,
+        Err(fail) => {
+            drop(job);
+            let _ = kept.release();
+            return Err(fail);
+        }
+    };
+    supervise_and_finish(a, kept, child, job, watchdog, &rx, signal_handle)
+}
+
+/// Hands the lock to the engine's keep-alive.
+fn keep(r: &Redlock, lock: Lock) -> Result<KeepAlive, Fail> {
+    match r.keep(lock.clone()) {
+        Ok(k) => Ok(k),
+        Err(e) => {
+            let _ = r.unlock(lock);
+            Err(Fail::lib("cannot keep the lock", &e))
+        }
+    }
+}
+
+/// Starts COMMAND in the job's process group, with the lock in its environment.
+fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail> {
+    let argv = a.argv();
+    let program = &argv[0];
     let mut command = Command::new(program);
     if let Some(fence) = kept.lock().fence() {
         command.env("REDLOCK_FENCE", fence.to_string());
     }
-    let mut child = match command
-        .args(&a.command[1..])
+    command
+        .args(&argv[1..])
         .env("REDLOCK_RESOURCE", &a.resource)
-        .env("REDLOCK_TOKEN", &token)
+        .env("REDLOCK_TOKEN", kept.lock().token().to_string())
         .env(
             "REDLOCK_VALIDITY_MS",
             kept.validity().as_millis().to_string(),
         )
         .process_group(job.pgid)
         .spawn()
-    {
-        Ok(child) => child,
-        Err(e) => {
-            drop(job);
-            watchdog.done();
-            let _ = kept.release();
+        .map_err(|e| {
             let code = if e.kind() == io::ErrorKind::NotFound {
                 exit::NOT_FOUND
             } else {
                 exit::CANNOT_EXECUTE
             };
-            return Err(Fail::new(
+            Fail::new(
                 code,
                 format!("cannot run {}: {e}", program.to_string_lossy()),
-            ));
-        }
-    };
+            )
+        })
+}
+
+/// Starts the thread that waits for COMMAND and the one that receives signals (if the first
+/// cannot start, COMMAND is killed: it cannot be supervised).
+fn start_threads(
+    mut child: Child,
+    job: &Job,
+    signals: SignalsInfo<WithOrigin>,
+    tx: mpsc::Sender<Event>,
+) -> Result<(Child, signal_hook::iterator::Handle), Fail> {
     let pid = child.id() as libc::pid_t;
     let waiter = {
         let tx = tx.clone();
@@ -218,36 +326,45 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
         group::signal_group(job.pgid, libc::SIGKILL);
         let _ = child.kill();
         let _ = child.wait();
-        drop(job);
-        let _ = kept.release();
         return Err(Fail::new(
             exit::INTERNAL,
             format!("cannot start a thread: {e}; COMMAND was killed"),
         ));
     }
-    let signal_handle = signals.handle();
-    {
-        let tx = tx.clone();
-        let me = std::process::id() as libc::pid_t;
-        let _ = std::thread::Builder::new()
-            .name("redlock-signals".into())
-            .spawn(move || {
-                for origin in signals.forever() {
-                    let event = Event::Signal {
-                        signal: origin.signal,
-                        from_self: origin.process.is_some_and(|p| p.pid == me),
-                    };
-                    if tx.send(event).is_err() {
-                        return;
-                    }
+    let handle = signals.handle();
+    let me = std::process::id() as libc::pid_t;
+    let mut signals = signals;
+    let _ = std::thread::Builder::new()
+        .name("redlock-signals".into())
+        .spawn(move || {
+            for origin in signals.forever() {
+                let event = Event::Signal {
+                    signal: origin.signal,
+                    from_self: origin.process.is_some_and(|p| p.pid == me),
+                };
+                if tx.send(event).is_err() {
+                    return;
                 }
-            });
-    }
-    drop(tx);
+            }
+        });
+    Ok((child, handle))
+}
+
+/// Supervises COMMAND until it exits, then releases the lock (or reports it lost) and returns
+/// the exit code.
+fn supervise_and_finish(
+    a: &RunArgs,
+    kept: KeepAlive,
+    mut child: Child,
+    job: Job,
+    watchdog: Watchdog,
+    rx: &mpsc::Receiver<Event>,
+    signal_handle: signal_hook::iterator::Handle,
+) -> Result<u8, Fail> {
     let mut sup = Supervisor {
         kept: &kept,
         a,
-        pid,
+        pid: child.id() as libc::pid_t,
         job: &job,
         watchdog,
         lost: None,
@@ -255,7 +372,7 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
         kill_at: None,
         killed: false,
     };
-    sup.supervise(&rx);
+    sup.supervise(rx);
     let status = child.wait();
     let Supervisor {
         lost,
@@ -274,17 +391,15 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
     if lost.is_some() || by_watchdog {
         if lost.is_none() {
             note(format_args!(
-                "redlock: the lock on {:?} was not extended in time (was redlock stopped?); the \
+                "redlock: the lock on {} was not extended in time (was redlock stopped?); the \
                  watchdog killed COMMAND's process group",
-                a.resource
+                shorten(&a.resource, 64)
             ));
         }
         // Whatever COMMAND left behind in its group runs without the lock: end it (and with it
-        // the watchdog).
+        // the watchdog). The engine has already released what it could.
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
-        drop(watchdog);
-        drop(kept); // the engine has already released what it could
-        return Ok(exit::LOST);
+        return Ok(a.lost_code());
     }
     watchdog.done();
     let code = match status {
@@ -297,12 +412,11 @@ pub fn run(g: &Global, a: &RunArgs) -> Result<u8, Fail> {
         }
     };
     match kept.release() {
-        Ok(_) => {}
-        // It ran out at the very moment COMMAND exited: COMMAND did finish under the lock.
-        Err(Error::Expired { .. }) => {}
+        // Expired: it ran out at the very moment COMMAND exited; COMMAND did finish under it.
+        Ok(_) | Err(Error::Expired { .. }) => {}
         Err(e) => note(format_args!(
-            "redlock: warning: cannot release {:?} (it expires by itself): {e}",
-            a.resource
+            "redlock: warning: cannot release {} (it expires by itself): {e}",
+            shorten(&a.resource, 64)
         )),
     }
     Ok(code)
@@ -434,9 +548,10 @@ impl Supervisor<'_> {
             format!("SIGKILL in {}", fmt_duration(self.a.grace))
         };
         note(format_args!(
-            "redlock: lost the lock on {:?} while COMMAND was running ({why}); sending SIGTERM to \
+            "redlock: lost the lock on {} while COMMAND was running ({why}); sending SIGTERM to \
              its process group {} ({when})",
-            self.a.resource, self.job.pgid
+            shorten(&self.a.resource, 64),
+            self.job.pgid
         ));
         self.signal(libc::SIGTERM);
         // A stopped process acts on SIGTERM only once continued.

@@ -1,5 +1,6 @@
-//! `redlock demo` (local servers, competing clients doing a non-atomic read-modify-write under
-//! the lock, then the same with one node frozen) and `redlock bench` (latency percentiles).
+//! `redlock demo`: local servers, competing clients doing a non-atomic read-modify-write under
+//! the lock, then the same with one node frozen. Its figures' helpers (histograms, the
+//! progress bar, the interrupt flag) serve `bench` too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -10,8 +11,8 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use redlock_mux::{Builder, Error, Redlock};
 
-use super::servers::LocalServers;
-use super::{Fail, Global, code_of, exit, fmt_duration, parse_duration};
+use crate::common::{Fail, code_of, exit, fmt_duration, parse_duration};
+use crate::servers::LocalServers;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -24,22 +25,10 @@ pub struct DemoArgs {
     /// How long each of the two phases runs
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     duration: Duration,
-}
-
-#[derive(Args, Debug)]
-pub struct BenchArgs {
-    /// How many lock cycles (acquire + release) in all
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
-    cycles: u64,
-    /// Start this many local redis-servers (1 to 15) instead of using --server
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=15))]
-    nodes: Option<u16>,
-    /// Concurrent clients (1 to 64), each locking its own resource
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    clients: u16,
-    /// Lock time to live
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    ttl: Duration,
+    /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms); the
+    /// second phase freezes one node, and this is what each attempt loses to it
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    node_timeout: Option<Duration>,
 }
 
 /// The lock the demo's clients compete for.
@@ -53,12 +42,12 @@ const RETRY_JITTER: Duration = Duration::from_millis(50);
 /// The pause between reading and writing the counter: wide enough for a race without the lock.
 const CRITICAL_PAUSE: Duration = Duration::from_micros(50);
 
-fn histogram() -> Histogram<u64> {
+pub(super) fn histogram() -> Histogram<u64> {
     // Microseconds, 1 µs to an hour, 3 significant digits: these bounds are always valid.
     Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap_or_else(|_| unreachable!())
 }
 
-fn record(h: &mut Histogram<u64>, d: Duration) {
+pub(super) fn record(h: &mut Histogram<u64>, d: Duration) {
     h.saturating_record(u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1));
 }
 
@@ -67,7 +56,7 @@ fn ms(us: u64) -> String {
 }
 
 /// `latency  p50  p90  p99  max` rows.
-fn latency_table(rows: &[(&str, &Histogram<u64>)]) -> String {
+pub(super) fn latency_table(rows: &[(&str, &Histogram<u64>)]) -> String {
     let mut out = format!(
         "  {:<10}{:>11}{:>11}{:>11}{:>11}\n",
         "latency", "p50", "p90", "p99", "max"
@@ -89,7 +78,7 @@ fn latency_table(rows: &[(&str, &Histogram<u64>)]) -> String {
 }
 
 /// SIGINT, SIGTERM and SIGHUP set the flag (we stop and clean up); a second one ends the process at once.
-fn interrupt_flag() -> Result<Arc<AtomicBool>, Fail> {
+pub(super) fn interrupt_flag() -> Result<Arc<AtomicBool>, Fail> {
     let flag = Arc::new(AtomicBool::new(false));
     for (signal, code) in [
         (signal_hook::consts::SIGINT, 130),
@@ -109,7 +98,7 @@ fn interrupt_flag() -> Result<Arc<AtomicBool>, Fail> {
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).
-fn progress(len: u64) -> ProgressBar {
+pub(super) fn progress(len: u64) -> ProgressBar {
     let bar = ProgressBar::new(len);
     if let Ok(style) = ProgressStyle::with_template("  [{bar:36}] {msg}") {
         bar.set_style(style.progress_chars("=> "));
@@ -148,17 +137,17 @@ impl Board {
 }
 
 /// One client's figures.
-struct Tally {
-    acquire: Histogram<u64>,
-    release: Histogram<u64>,
-    cycle: Histogram<u64>,
-    cycles: u64,
-    failed: u64,
-    last_error: Option<Error>,
+pub(super) struct Tally {
+    pub(super) acquire: Histogram<u64>,
+    pub(super) release: Histogram<u64>,
+    pub(super) cycle: Histogram<u64>,
+    pub(super) cycles: u64,
+    pub(super) failed: u64,
+    pub(super) last_error: Option<Error>,
 }
 
 impl Tally {
-    fn new() -> Tally {
+    pub(super) fn new() -> Tally {
         Tally {
             acquire: histogram(),
             release: histogram(),
@@ -169,7 +158,7 @@ impl Tally {
         }
     }
 
-    fn merge(&mut self, other: &Tally) {
+    pub(super) fn merge(&mut self, other: &Tally) {
         let _ = self.acquire.add(&other.acquire);
         let _ = self.release.add(&other.release);
         let _ = self.cycle.add(&other.cycle);
@@ -340,7 +329,7 @@ fn report_phase(board: &Board, t: &Tally, elapsed: Duration) -> Vec<String> {
     problems
 }
 
-pub fn demo(g: &Global, a: &DemoArgs) -> Result<u8, Fail> {
+pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
     let interrupted = interrupt_flag()?;
     let (nodes, clients) = (usize::from(a.nodes), usize::from(a.clients));
     out!(
@@ -363,7 +352,7 @@ pub fn demo(g: &Global, a: &DemoArgs) -> Result<u8, Fail> {
                 .ttl(DEMO_TTL)
                 .quarantine(None)
                 .retry_delay(RETRY_DELAY, RETRY_JITTER);
-            if let Some(t) = g.node_timeout {
+            if let Some(t) = a.node_timeout {
                 b = b.node_timeout(t);
             }
             b.build()
@@ -457,166 +446,4 @@ pub fn demo(g: &Global, a: &DemoArgs) -> Result<u8, Fail> {
             format!("demo: mutual exclusion violated: {}", problems.join("; ")),
         ))
     }
-}
-
-/// A bench client: `cycles` times try_lock + unlock of its own resource.
-fn bench_client(
-    r: &Redlock,
-    resource: &str,
-    cycles: u64,
-    done: &AtomicU64,
-    stop: &AtomicBool,
-) -> Tally {
-    let mut t = Tally::new();
-    for _ in 0..cycles {
-        if stop.load(Ordering::Relaxed) {
-            break;
-        }
-        let t0 = Instant::now();
-        let lock = match r.try_lock(resource) {
-            Ok(lock) => lock,
-            Err(e) => {
-                t.failed += 1;
-                let first = t.cycles == 0 && t.failed == 1;
-                t.last_error = Some(e);
-                if first {
-                    // Misconfigured (quarantine, credentials, no quorum): no point going on.
-                    stop.store(true, Ordering::Relaxed);
-                    break;
-                }
-                done.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-        };
-        let t1 = Instant::now();
-        if let Err(e) = r.unlock(lock) {
-            t.failed += 1;
-            t.last_error = Some(e);
-        }
-        let t2 = Instant::now();
-        record(&mut t.acquire, t1 - t0);
-        record(&mut t.release, t2 - t1);
-        record(&mut t.cycle, t2 - t0);
-        t.cycles += 1;
-        done.fetch_add(1, Ordering::Relaxed);
-    }
-    t
-}
-
-pub fn bench(g: &Global, a: &BenchArgs) -> Result<u8, Fail> {
-    let interrupted = interrupt_flag()?;
-    let local = match a.nodes {
-        Some(_) if !g.servers.is_empty() => {
-            return Err(Fail::new(
-                exit::USAGE,
-                "bench: give either --server (the servers to measure) or --nodes (start local \
-                 ones), not both",
-            ));
-        }
-        Some(n) => Some(LocalServers::start(usize::from(n))?),
-        None => None,
-    };
-    let urls = match &local {
-        Some(l) => l.urls(),
-        None => g.server_list()?,
-    };
-    let clients = usize::from(a.clients);
-    let handles = (0..clients)
-        .map(|_| {
-            let mut b = g.builder_for(&urls, a.ttl);
-            if local.is_some() && g.quarantine.is_none() {
-                b = b.quarantine(None);
-            }
-            b.build()
-        })
-        .collect::<Result<Vec<Redlock>, Error>>()
-        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
-    let where_ = match &local {
-        Some(l) => format!(
-            "{} local {} (quarantine off)",
-            urls.len(),
-            l.version.as_deref().unwrap_or("redis-server")
-        ),
-        None => format!("{} servers", urls.len()),
-    };
-    out!(
-        "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
-        a.cycles,
-        if clients == 1 { "" } else { "s" },
-        fmt_duration(a.ttl)
-    );
-    let done = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let pid = std::process::id();
-    let started = Instant::now();
-    let tallies = std::thread::scope(|s| {
-        let workers: Vec<_> = handles
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let share =
-                    a.cycles / clients as u64 + u64::from((i as u64) < a.cycles % clients as u64);
-                let resource = format!("redlock-bench:{pid}:{i}");
-                let (done, stop) = (&done, &stop);
-                s.spawn(move || bench_client(r, &resource, share, done, stop))
-            })
-            .collect();
-        let bar = progress(a.cycles);
-        while !workers.iter().all(|w| w.is_finished()) {
-            if interrupted.load(Ordering::Relaxed) {
-                stop.store(true, Ordering::Relaxed);
-            }
-            bar.set_position(done.load(Ordering::Relaxed));
-            bar.set_message(format!(
-                "{} / {} cycles",
-                done.load(Ordering::Relaxed),
-                a.cycles
-            ));
-            // Screen refresh, not synchronisation: joining below waits for the clients.
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        bar.finish_and_clear();
-        workers
-            .into_iter()
-            .map(|w| w.join())
-            .collect::<Result<Vec<Tally>, _>>()
-    })
-    .map_err(|_| Fail::new(exit::INTERNAL, "a bench client panicked"))?;
-    let elapsed = started.elapsed();
-    let mut t = Tally::new();
-    for x in &tallies {
-        t.merge(x);
-    }
-    if interrupted.load(Ordering::Relaxed) {
-        out!("interrupted after {} cycles", t.cycles);
-        return Ok(exit::INTERRUPTED);
-    }
-    if t.cycles == 0 {
-        return Err(match &t.last_error {
-            Some(e) => Fail::lib("bench: no lock acquired", e),
-            None => Fail::new(exit::INTERNAL, "bench: no lock cycle ran"),
-        });
-    }
-    out!(
-        "  {} cycles in {:.2} s: {:.0} cycles/s, {} failed{}",
-        t.cycles,
-        elapsed.as_secs_f64(),
-        t.cycles as f64 / elapsed.as_secs_f64().max(1e-9),
-        t.failed,
-        t.last_error
-            .as_ref()
-            .map(|e| format!(" (last: {e})"))
-            .unwrap_or_default()
-    );
-    out_part!(
-        "{}",
-        latency_table(&[
-            ("acquire", &t.acquire),
-            ("release", &t.release),
-            ("cycle", &t.cycle)
-        ])
-    );
-    drop(handles);
-    drop(local);
-    Ok(exit::OK)
 }

@@ -1,0 +1,204 @@
+//! `redlock bench`: latency percentiles of lock cycles (acquire + release), on given servers or
+//! on local ones it starts.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use redlock_mux::{Error, Redlock};
+
+use super::demo::{Tally, interrupt_flag, latency_table, progress, record};
+use crate::common::{Fail, Servers, Tuning, code_of, exit, fmt_duration, parse_duration};
+use crate::servers::LocalServers;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// How many lock cycles (acquire + release) in all, at least 1
+    #[arg(long, default_value_t = 10_000, value_parser = parse_cycles)]
+    cycles: u64,
+    /// Start this many local redis-servers (1 to 15) instead of using --server; they are fresh,
+    /// so the restart quarantine is off
+    #[arg(
+        long,
+        value_parser = clap::value_parser!(u16).range(1..=15),
+        conflicts_with_all = ["servers", "quarantine"]
+    )]
+    nodes: Option<u16>,
+    #[command(flatten)]
+    servers: Servers,
+    /// Concurrent clients (1 to 64), each locking its own resource
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    clients: u16,
+    /// Lock time to live
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    ttl: Duration,
+    /// Fenced locks: each acquisition also gets a fence (one more round trip)
+    #[arg(long)]
+    fence: bool,
+    #[command(flatten)]
+    tuning: Tuning,
+}
+
+/// `--cycles`: a whole number, at least 1.
+fn parse_cycles(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        Ok(_) => Err("must be at least 1".into()),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
+}
+
+/// A bench client: `cycles` times try_lock + unlock of its own resource.
+fn bench_client(
+    r: &Redlock,
+    resource: &str,
+    cycles: u64,
+    done: &AtomicU64,
+    stop: &AtomicBool,
+) -> Tally {
+    let mut t = Tally::new();
+    for _ in 0..cycles {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let t0 = Instant::now();
+        let lock = match r.try_lock(resource) {
+            Ok(lock) => lock,
+            Err(e) => {
+                t.failed += 1;
+                let first = t.cycles == 0 && t.failed == 1;
+                t.last_error = Some(e);
+                if first {
+                    // Misconfigured (quarantine, credentials, no quorum): no point going on.
+                    stop.store(true, Ordering::Relaxed);
+                    break;
+                }
+                done.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        };
+        let t1 = Instant::now();
+        if let Err(e) = r.unlock(lock) {
+            t.failed += 1;
+            t.last_error = Some(e);
+        }
+        let t2 = Instant::now();
+        record(&mut t.acquire, t1 - t0);
+        record(&mut t.release, t2 - t1);
+        record(&mut t.cycle, t2 - t0);
+        t.cycles += 1;
+        done.fetch_add(1, Ordering::Relaxed);
+    }
+    t
+}
+
+pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
+    let interrupted = interrupt_flag()?;
+    let local = match a.nodes {
+        Some(n) => Some(LocalServers::start(usize::from(n))?),
+        None => None,
+    };
+    let urls = match &local {
+        Some(l) => l.urls(),
+        None => a.servers.list()?,
+    };
+    let clients = usize::from(a.clients);
+    let handles = (0..clients)
+        .map(|_| {
+            let b = a.tuning.builder(&urls, a.ttl).fencing(a.fence);
+            match local {
+                Some(_) => b.quarantine(None).build(),
+                None => b.build(),
+            }
+        })
+        .collect::<Result<Vec<Redlock>, Error>>()
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
+    let where_ = match &local {
+        Some(l) => format!(
+            "{} local {} (quarantine off)",
+            urls.len(),
+            l.version.as_deref().unwrap_or("redis-server")
+        ),
+        None => format!("{} servers", urls.len()),
+    };
+    out!(
+        "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
+        a.cycles,
+        if clients == 1 { "" } else { "s" },
+        fmt_duration(a.ttl)
+    );
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let pid = std::process::id();
+    let started = Instant::now();
+    let tallies = std::thread::scope(|s| {
+        let workers: Vec<_> = handles
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let share =
+                    a.cycles / clients as u64 + u64::from((i as u64) < a.cycles % clients as u64);
+                let resource = format!("redlock-bench:{pid}:{i}");
+                let (done, stop) = (&done, &stop);
+                s.spawn(move || bench_client(r, &resource, share, done, stop))
+            })
+            .collect();
+        let bar = progress(a.cycles);
+        while !workers.iter().all(|w| w.is_finished()) {
+            if interrupted.load(Ordering::Relaxed) {
+                stop.store(true, Ordering::Relaxed);
+            }
+            bar.set_position(done.load(Ordering::Relaxed));
+            bar.set_message(format!(
+                "{} / {} cycles",
+                done.load(Ordering::Relaxed),
+                a.cycles
+            ));
+            // Screen refresh, not synchronisation: joining below waits for the clients.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+        workers
+            .into_iter()
+            .map(|w| w.join())
+            .collect::<Result<Vec<Tally>, _>>()
+    })
+    .map_err(|_| Fail::new(exit::INTERNAL, "a bench client panicked"))?;
+    let elapsed = started.elapsed();
+    let mut t = Tally::new();
+    for x in &tallies {
+        t.merge(x);
+    }
+    if interrupted.load(Ordering::Relaxed) {
+        out!("interrupted after {} cycles", t.cycles);
+        return Ok(exit::INTERRUPTED);
+    }
+    if t.cycles == 0 {
+        return Err(match &t.last_error {
+            Some(e) => Fail::lib("bench: no lock acquired", e),
+            None => Fail::new(exit::INTERNAL, "bench: no lock cycle ran"),
+        });
+    }
+    out!(
+        "  {} cycles in {:.2} s: {:.0} cycles/s, {} failed{}",
+        t.cycles,
+        elapsed.as_secs_f64(),
+        t.cycles as f64 / elapsed.as_secs_f64().max(1e-9),
+        t.failed,
+        t.last_error
+            .as_ref()
+            .map(|e| format!(" (last: {e})"))
+            .unwrap_or_default()
+    );
+    out_part!(
+        "{}",
+        latency_table(&[
+            ("acquire", &t.acquire),
+            ("release", &t.release),
+            ("cycle", &t.cycle)
+        ])
+    );
+    drop(handles);
+    drop(local);
+    Ok(exit::OK)
+}

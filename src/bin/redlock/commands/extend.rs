@@ -1,0 +1,68 @@
+//! `redlock extend`: give a lock `redlock acquire` took a full TTL from now.
+
+use std::time::Duration;
+
+use clap::Args;
+use redlock_mux::{Error, Lock};
+use serde_json::json;
+
+use crate::common::{Fail, Output, Servers, Tuning, exit, parse_duration, print_json, shorten};
+
+pub const HELP: &str = "\
+Exit codes: 0 extended; 79 RESOURCE is no longer held with TOKEN (it expired, or was taken over);
+69 no quorum reachable; 64 usage; 70 internal; 77 authentication refused.";
+
+#[derive(Args, Debug)]
+pub struct ExtendArgs {
+    /// The name of the lock
+    pub resource: String,
+    /// The token `redlock acquire` printed (it may start with '-')
+    #[arg(allow_hyphen_values = true)]
+    pub token: String,
+    #[command(flatten)]
+    pub servers: Servers,
+    /// New time to live, from now
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub ttl: Duration,
+    #[command(flatten)]
+    pub tuning: Tuning,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
+    let servers = a.servers.list()?;
+    let r = a
+        .tuning
+        .builder(&servers, a.ttl)
+        .build()
+        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), a.ttl)
+        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let name = shorten(&a.resource, 64);
+    match r.extend(&mut lock, a.ttl) {
+        Ok(()) => {
+            let validity_ms = lock.validity().as_millis() as u64;
+            if a.output.json {
+                print_json(&json!({
+                    "ok": true,
+                    "command": "extend",
+                    "resource": a.resource,
+                    "validity_ms": validity_ms,
+                    "ttl_ms": a.ttl.as_millis() as u64,
+                }));
+            }
+            if !a.output.quiet {
+                say!("redlock: extended {name}, valid for {validity_ms} ms");
+            }
+            Ok(exit::OK)
+        }
+        Err(e @ Error::Held(_)) => {
+            let mut fail = Fail::lib(&format!("{name} is no longer held with this token"), &e);
+            fail.code = exit::LOST;
+            fail.kind = "lost";
+            Err(fail)
+        }
+        Err(e) => Err(Fail::lib(&format!("cannot extend {name}"), &e)),
+    }
+}

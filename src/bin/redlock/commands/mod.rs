@@ -1,0 +1,10 @@
+//! One file per subcommand: its options (a clap `Args` struct), its `--help` text, and the
+//! function that carries it out and returns the exit code (or a [`Fail`](crate::common::Fail)).
+
+pub mod acquire;
+pub mod bench;
+pub mod demo;
+pub mod extend;
+pub mod release;
+pub mod run;
+pub mod status;

@@ -1,0 +1,108 @@
+//! `redlock release`: release a lock `redlock acquire` took.
+
+use std::time::Duration;
+
+use clap::Args;
+use redlock_mux::{Builder, Lock, NodeStatus};
+use serde_json::json;
+
+use crate::common::{Fail, Output, Servers, exit, parse_duration, print_json, shorten};
+
+pub const HELP: &str = "\
+Exit codes: 0 released (on at least one node); 79 no node held RESOURCE with TOKEN (it expired,
+or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 usage; 70 internal;
+77 authentication refused.";
+
+/// The TTL given to the handle (a release sets none; it only bounds the configuration checks).
+const HANDLE_TTL: Duration = Duration::from_secs(30);
+
+/// How long `release` waits for the nodes' answers when it asks whether anybody held the lock.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+#[derive(Args, Debug)]
+pub struct ReleaseArgs {
+    /// The name of the lock
+    pub resource: String,
+    /// The token `redlock acquire` printed (it may start with '-')
+    #[arg(allow_hyphen_values = true)]
+    pub token: String,
+    #[command(flatten)]
+    pub servers: Servers,
+    /// How long to wait for each node's answer (default: 50ms)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
+    let servers = a.servers.list()?;
+    let mut b = Builder::new(&servers).ttl(HANDLE_TTL).quarantine(None);
+    if let Some(t) = a.node_timeout {
+        b = b.node_timeout(t);
+    }
+    let r = b.build().map_err(|e| Fail::lib("bad configuration", &e))?;
+    let lock = Lock::from_parts(
+        a.resource.as_bytes(),
+        a.token.as_bytes(),
+        Duration::from_secs(3600),
+    )
+    .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let n = r.nodes().len();
+    let name = shorten(&a.resource, 64);
+    let released = r
+        .unlock(lock)
+        .map_err(|e| Fail::lib(&format!("cannot release {name}"), &e))?;
+    if released > 0 {
+        if a.output.json {
+            print_json(&json!({
+                "ok": true,
+                "command": "release",
+                "resource": a.resource,
+                "released": released,
+                "nodes": n,
+            }));
+        }
+        if !a.output.quiet {
+            say!("redlock: released {name} on {released} of {n} nodes");
+        }
+        return Ok(exit::OK);
+    }
+    // Nothing released: tell "not held" apart from "servers not reachable".
+    let statuses = r
+        .with_client(|c| c.status(a.resource.as_bytes(), STATUS_TIMEOUT))
+        .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
+    check_reachable(&statuses, &format!("cannot release {name}"))?;
+    Err(Fail::new(
+        exit::LOST,
+        format!(
+            "not released: no node held {name} with this token (it had expired, or was released \
+             or taken over)"
+        ),
+    ))
+}
+
+/// Fails with 69 (or 77 if credentials were refused) when fewer than a quorum of nodes answered.
+pub fn check_reachable(statuses: &[NodeStatus], context: &str) -> Result<(), Fail> {
+    let quorum = statuses.len() / 2 + 1;
+    let up = statuses.iter().filter(|s| s.state.is_ok()).count();
+    if up >= quorum {
+        return Ok(());
+    }
+    let mut why = String::new();
+    let mut auth = false;
+    for s in statuses {
+        if let Err(f) = &s.state {
+            auth |= matches!(f.root(), redlock_mux::NodeFault::Auth(_));
+            why.push_str(&format!("; {}: {f}", s.node));
+        }
+    }
+    let code = if auth { exit::AUTH } else { exit::UNAVAILABLE };
+    Err(Fail::new(
+        code,
+        format!(
+            "{context}: only {up} of {} nodes reachable, {quorum} needed{why}",
+            statuses.len()
+        ),
+    ))
+}

@@ -1,0 +1,310 @@
+//! `redlock status`: what each node holds for a resource, and whether a quorum holds it.
+
+use std::io::Write;
+use std::time::Duration;
+
+use clap::Args;
+use redlock_mux::{Builder, NodeStatus};
+use serde_json::{Value, json};
+
+use super::release::check_reachable;
+use crate::common::{Fail, Output, Servers, exit, parse_duration, print_json, shorten};
+
+pub const HELP: &str = "\
+Exit codes: 0 held by a quorum; 1 not held by a quorum (free, or split between tokens);
+69 fewer than a quorum of nodes answered (the state is unknown); 64 usage; 77 authentication
+refused. With -q it prints nothing: `redlock status -q RESOURCE && echo held`.";
+
+/// The TTL given to the handle (`status` sets none; it only bounds the configuration checks).
+const HANDLE_TTL: Duration = Duration::from_secs(30);
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The name of the lock
+    pub resource: String,
+    #[command(flatten)]
+    pub servers: Servers,
+    /// How long to wait for the nodes' answers
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub output: Output,
+}
+
+/// What a quorum of the nodes says.
+enum Verdict {
+    /// A quorum holds this token, for this long at most (`None`: no expiry).
+    Held {
+        token: Vec<u8>,
+        nodes: usize,
+        left_ms: Option<i64>,
+    },
+    /// Some nodes hold it, no token has a quorum.
+    Split { token: Vec<u8>, nodes: usize },
+    /// No reachable node holds it, and a quorum answered.
+    Free,
+    /// No reachable node holds it, but too few answered to say.
+    Unknown,
+}
+
+pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
+    // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
+    // from a blank one; no quarantine: status takes no lock.
+    let servers = a.servers.list()?;
+    let r = Builder::new(&servers)
+        .ttl(HANDLE_TTL)
+        .quarantine(None)
+        .fencing(true)
+        .build()
+        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let statuses = r
+        .with_client(|c| c.status(a.resource.as_bytes(), a.timeout))
+        .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
+    let verdict = verdict(&statuses);
+    let reachable = check_reachable(&statuses, "status");
+    let code = match (&reachable, &verdict) {
+        (Err(fail), _) => fail.code,
+        (Ok(()), Verdict::Held { .. }) => exit::OK,
+        (Ok(()), _) => exit::NOT_HELD,
+    };
+    if a.output.json {
+        let mut object = to_json(&a.resource, &statuses, &verdict);
+        object["exit_code"] = code.into();
+        object["message"] = reachable.as_ref().err().map(|f| f.message.clone()).into();
+        print_json(&object);
+    } else if !a.output.quiet {
+        let text = table(&a.resource, &statuses) + &summary(&a.resource, &statuses, &verdict);
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush());
+    }
+    // The one JSON object is printed: the failure goes to stderr only.
+    if let Err(fail) = reachable {
+        say!("redlock: {}", fail.message);
+    }
+    Ok(code)
+}
+
+fn verdict(statuses: &[NodeStatus]) -> Verdict {
+    let quorum = statuses.len() / 2 + 1;
+    // Distinct values held, with the PTTLs of the nodes holding each.
+    let mut holders: Vec<(Vec<u8>, Vec<i64>)> = Vec::new();
+    for s in statuses {
+        if let Ok((Some(value), pttl)) = &s.state {
+            match holders.iter_mut().find(|(v, _)| v == value) {
+                Some((_, ttls)) => ttls.push(*pttl),
+                None => holders.push((value.clone(), vec![*pttl])),
+            }
+        }
+    }
+    holders.sort_by_key(|(_, ttls)| std::cmp::Reverse(ttls.len()));
+    let up = statuses.iter().filter(|s| s.state.is_ok()).count();
+    match holders.into_iter().next() {
+        Some((token, mut ttls)) if ttls.len() >= quorum => {
+            // The quorum lasts as long as the quorum-th longest PTTL among the holders.
+            ttls.sort_by_key(|&t| std::cmp::Reverse(if t == -1 { i64::MAX } else { t }));
+            let left_ms = Some(ttls[quorum - 1]).filter(|&t| t != -1);
+            Verdict::Held {
+                token,
+                nodes: ttls.len(),
+                left_ms,
+            }
+        }
+        Some((token, ttls)) => Verdict::Split {
+            token,
+            nodes: ttls.len(),
+        },
+        None if up >= quorum => Verdict::Free,
+        None => Verdict::Unknown,
+    }
+}
+
+/// The first characters of a token, for display.
+fn token_prefix(value: &[u8]) -> String {
+    let s = String::from_utf8_lossy(value);
+    let mut chars = s.chars();
+    let head: String = chars.by_ref().take(10).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+/// A node's fence counter: the number, "(blank)" when it is not seeded for the node's current
+/// process, "-" when there is none.
+fn fmt_fence(s: &NodeStatus) -> String {
+    match s.fence {
+        Some(f) if f.counter == 0 && !f.seeded => "-".into(),
+        Some(f) if f.seeded => f.counter.to_string(),
+        Some(f) => format!("{} (blank)", f.counter),
+        None => "?".into(),
+    }
+}
+
+fn fmt_rtt(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// One row of the table; an unreachable node's reason runs to the end of its line.
+fn row(s: &NodeStatus) -> Vec<String> {
+    match &s.state {
+        Ok((value, pttl)) => {
+            let (key, token, pttl) = match value {
+                Some(v) => (
+                    "held",
+                    token_prefix(v),
+                    match *pttl {
+                        -1 => "no expiry".to_owned(),
+                        ms if ms < 0 => "-".to_owned(),
+                        ms => format!("{ms} ms"),
+                    },
+                ),
+                None => ("free", "-".into(), "-".into()),
+            };
+            vec![
+                s.node.clone(),
+                "yes".into(),
+                key.into(),
+                token,
+                pttl,
+                fmt_rtt(s.rtt),
+                fmt_fence(s),
+            ]
+        }
+        Err(f) => vec![s.node.clone(), format!("no: {f}")],
+    }
+}
+
+/// The heading and one aligned row per node.
+fn table(resource: &str, statuses: &[NodeStatus]) -> String {
+    let n = statuses.len();
+    let header = ["NODE", "REACHABLE", "KEY", "TOKEN", "PTTL", "RTT", "FENCE"];
+    let mut rows = vec![header.map(str::to_owned).to_vec()];
+    rows.extend(statuses.iter().map(row));
+    let mut widths = [0usize; 7];
+    for r in rows.iter().filter(|r| r.len() == header.len()) {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let mut out = format!(
+        "{} on {n} node{} (quorum {}):\n",
+        shorten(resource, 64),
+        if n == 1 { "" } else { "s" },
+        n / 2 + 1
+    );
+    for r in &rows {
+        let mut line = String::new();
+        for (cell, w) in r.iter().zip(widths) {
+            line.push_str("  ");
+            line.push_str(cell);
+            line.extend(std::iter::repeat_n(
+                ' ',
+                w.saturating_sub(cell.chars().count()),
+            ));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The verdict line, and the fence counters' line when there are any.
+fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String {
+    let n = statuses.len();
+    let quorum = n / 2 + 1;
+    let up = statuses.iter().filter(|s| s.state.is_ok()).count();
+    let mut out = match verdict {
+        Verdict::Held {
+            token,
+            nodes,
+            left_ms,
+        } => format!(
+            "held by a quorum: {nodes} of {n} nodes hold token {} (quorum {quorum}), {}\n",
+            token_prefix(token),
+            match left_ms {
+                Some(ms) => format!("for {ms} ms more at most"),
+                None => "with no expiry".to_owned(),
+            }
+        ),
+        Verdict::Split { token, nodes } => format!(
+            "not held by a quorum: at most {nodes} of {n} nodes agree (token {}), {quorum} \
+             needed\n",
+            token_prefix(token)
+        ),
+        Verdict::Free => format!("free: no node holds {}\n", shorten(resource, 64)),
+        Verdict::Unknown => format!(
+            "unknown: no reachable node holds {}, but only {up} of {n} answered\n",
+            shorten(resource, 64)
+        ),
+    };
+    // Every fence handed out so far went to a quorum, so the largest counter of any quorum of
+    // seeded nodes is at least the last one.
+    let seeded = statuses
+        .iter()
+        .filter(|s| s.fence.is_some_and(|f| f.seeded))
+        .count();
+    let top = statuses
+        .iter()
+        .filter_map(|s| s.fence.map(|f| f.counter))
+        .max();
+    if let Some(top) = top.filter(|&t| t > 0) {
+        out.push_str(&format!(
+            "fences: counter {top} at most; {seeded} of {n} counters seeded ({quorum} needed for \
+             fenced locks)\n"
+        ));
+    }
+    out
+}
+
+/// The `--json` object: the verdict and every node.
+fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value {
+    let nodes: Vec<Value> = statuses
+        .iter()
+        .map(|s| {
+            let (held, token, pttl_ms, error) = match &s.state {
+                Ok((v, pttl)) => (
+                    Some(v.is_some()),
+                    v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
+                    v.as_ref().map(|_| *pttl),
+                    None,
+                ),
+                Err(f) => (None, None, None, Some(f.to_string())),
+            };
+            json!({
+                "node": s.node,
+                "reachable": s.state.is_ok(),
+                "held": held,
+                "token": token,
+                "pttl_ms": pttl_ms,
+                "rtt_ms": s.state.is_ok().then_some(s.rtt.as_secs_f64() * 1000.0),
+                "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
+                "error": error,
+            })
+        })
+        .collect();
+    let (state, holder) = match verdict {
+        Verdict::Held {
+            token,
+            nodes,
+            left_ms,
+        } => (
+            "held",
+            json!({"token": String::from_utf8_lossy(token), "nodes": nodes, "left_ms": left_ms}),
+        ),
+        Verdict::Split { .. } => ("split", Value::Null),
+        Verdict::Free => ("free", Value::Null),
+        Verdict::Unknown => ("unknown", Value::Null),
+    };
+    json!({
+        "ok": matches!(verdict, Verdict::Held { .. }),
+        "command": "status",
+        "resource": resource,
+        "quorum": statuses.len() / 2 + 1,
+        "state": state,
+        "holder": holder,
+        "nodes": nodes,
+    })
+}

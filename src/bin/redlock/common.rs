@@ -1,0 +1,495 @@
+//! What the subcommands share: exit codes, the one-line failure, the option groups (servers,
+//! waiting, output), acquiring with the user's waiting rules, and message formatting.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use redlock_mux::{Builder, Error, Lock, NodeFault, NodeVote, Redlock, Report};
+use serde_json::{Value, json};
+
+/// The exit codes: stable, documented in `--help`, the README and `docs/cli.md`. They follow
+/// `sysexits.h` where it has a meaning for the case.
+pub mod exit {
+    /// Success (for `run`: COMMAND's own exit code).
+    pub const OK: u8 = 0;
+    /// `status`: the lock is not held by a quorum (free, or split between tokens).
+    pub const NOT_HELD: u8 = 1;
+    /// Usage error: bad flag, bad address, bad duration, no servers.
+    pub const USAGE: u8 = 64;
+    /// No quorum of servers reachable (or they answered too slowly to leave any validity).
+    pub const UNAVAILABLE: u8 = 69;
+    /// Protocol or internal error.
+    pub const INTERNAL: u8 = 70;
+    /// Not acquired: the lock is held elsewhere (after the wait); `-E` changes it.
+    pub const HELD: u8 = 75;
+    /// A server refused our credentials.
+    pub const AUTH: u8 = 77;
+    /// The servers do not match the configuration: a database they do not have, or one server
+    /// listed twice under two names.
+    pub const CONFIG: u8 = 78;
+    /// The lock was lost while `run` ran COMMAND (`release` / `extend`: no longer held).
+    pub const LOST: u8 = 79;
+    /// Not acquired: the servers restarted moments ago and are in their restart quarantine.
+    pub const QUARANTINED: u8 = 80;
+    /// `run`: COMMAND was found but could not be started.
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// `run`: COMMAND was not found.
+    pub const NOT_FOUND: u8 = 127;
+    /// Interrupted by SIGINT (128 + 2), for `demo` and `bench`.
+    pub const INTERRUPTED: u8 = 130;
+}
+
+/// A failure: the exit code and the one-line message (printed as `redlock: MESSAGE`).
+#[derive(Debug)]
+pub struct Fail {
+    /// The exit code.
+    pub code: u8,
+    /// What happened, on one line.
+    pub message: String,
+    /// What kind of failure, for `--json` (`"held"`, `"no_quorum"`, …).
+    pub kind: &'static str,
+    /// The node-by-node report, when the library gave one.
+    pub report: Option<Box<Report>>,
+}
+
+impl Fail {
+    /// A failure with its code and message.
+    pub fn new(code: u8, message: impl Into<String>) -> Fail {
+        let kind = match code {
+            exit::USAGE => "usage",
+            exit::CONFIG => "config",
+            exit::UNAVAILABLE => "no_quorum",
+            exit::AUTH => "auth",
+            exit::LOST => "lost",
+            _ => "internal",
+        };
+        Fail {
+            code,
+            message: message.into(),
+            kind,
+            report: None,
+        }
+    }
+
+    /// A library error, with what was being done.
+    pub fn lib(context: &str, e: &Error) -> Fail {
+        let (code, kind) = classify(e);
+        Fail {
+            code,
+            message: format!("{context}: {e}"),
+            kind,
+            report: e.report().cloned().map(Box::new),
+        }
+    }
+
+    /// "Held elsewhere": the failure `--quiet` does not print (the exit code says it).
+    pub fn is_held(&self) -> bool {
+        self.kind == "held"
+    }
+
+    /// The failure as one JSON object, for `--json`.
+    pub fn to_json(&self, command: &str, resource: Option<&str>) -> Value {
+        json!({
+            "ok": false,
+            "command": command,
+            "resource": resource,
+            "exit_code": self.code,
+            "error": self.kind,
+            "message": self.message,
+            "nodes": self.report.as_deref().map(votes_json),
+        })
+    }
+}
+
+/// The exit code for a library error.
+pub fn code_of(e: &Error) -> u8 {
+    classify(e).0
+}
+
+/// The exit code and the `--json` kind of a library error.
+fn classify(e: &Error) -> (u8, &'static str) {
+    let config = e
+        .report()
+        .is_some_and(|r| r.failed().any(|(_, f)| is_config_fault(f)));
+    match e {
+        Error::Config(_) => (exit::USAGE, "usage"),
+        _ if config => (exit::CONFIG, "config"),
+        Error::Held(_) => (exit::HELD, "held"),
+        Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => {
+            (exit::UNAVAILABLE, "no_quorum")
+        }
+        Error::Auth { .. } | Error::Permission { .. } => (exit::AUTH, "auth"),
+        Error::Expired { .. } | Error::ExtensionLimit(_) => (exit::LOST, "lost"),
+        _ => (exit::INTERNAL, "internal"),
+    }
+}
+
+/// A node fault that no retry mends: the servers do not match the configuration.
+pub fn is_config_fault(f: &NodeFault) -> bool {
+    matches!(f.root(), NodeFault::Server(_, m) if m.contains("DB index is out of range"))
+}
+
+/// Every node of a report with its vote, for `--json`.
+pub fn votes_json(report: &Report) -> Value {
+    report
+        .votes()
+        .map(|(node, vote)| {
+            let (vote, fault) = match vote {
+                NodeVote::Yes => ("yes", None),
+                NodeVote::Refused => ("refused", None),
+                NodeVote::Failed(f) => ("failed", Some(f.to_string())),
+                _ => ("not_waited_for", None),
+            };
+            json!({"node": node.to_string(), "vote": vote, "fault": fault})
+        })
+        .collect()
+}
+
+/// Prints one JSON object on stdout (write errors ignored, as with `out!`).
+pub fn print_json(value: &Value) {
+    out!("{value}");
+}
+
+/// The servers to use: `-s` / `--server`, or `$REDLOCK_SERVERS`.
+#[derive(Args, Debug, Clone)]
+pub struct Servers {
+    /// A Redis master; repeat the option for each (default: $REDLOCK_SERVERS, comma separated)
+    #[arg(long = "server", short = 's', value_name = "URL")]
+    pub servers: Vec<String>,
+}
+
+impl Servers {
+    /// The server URLs: `--server`, else `$REDLOCK_SERVERS`; a list written the wrong way
+    /// (`-s a,b`, space-separated) is recognised and the right way shown.
+    pub fn list(&self) -> Result<Vec<String>, Fail> {
+        if !self.servers.is_empty() {
+            for s in &self.servers {
+                let parts = split_urls(s, |c| c == ',' || c.is_whitespace());
+                if parts.len() > 1 {
+                    return Err(Fail::new(
+                        exit::USAGE,
+                        format!(
+                            "--server takes one URL, and {} holds {}: write {}",
+                            shorten(s, 80),
+                            parts.len(),
+                            parts
+                                .iter()
+                                .map(|p| format!("--server {p}"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        ),
+                    ));
+                }
+            }
+            return Ok(self.servers.clone());
+        }
+        let env = std::env::var("REDLOCK_SERVERS").unwrap_or_default();
+        let spaced = split_urls(&env, char::is_whitespace);
+        if spaced.len() > 1 && !env.contains(',') {
+            return Err(Fail::new(
+                exit::USAGE,
+                format!(
+                    "REDLOCK_SERVERS is comma separated: write REDLOCK_SERVERS={}",
+                    spaced.join(",")
+                ),
+            ));
+        }
+        let list: Vec<String> = env
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if list.is_empty() {
+            return Err(Fail::new(
+                exit::USAGE,
+                "no servers given: use --server URL (once per Redis master) or set \
+                 REDLOCK_SERVERS=URL,URL,...",
+            ));
+        }
+        Ok(list)
+    }
+}
+
+/// The pieces of `s` split at `sep`, when at least two of them are URLs (`scheme://…`).
+fn split_urls(s: &str, sep: impl Fn(char) -> bool) -> Vec<String> {
+    let parts: Vec<String> = s
+        .split(sep)
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if parts.iter().filter(|p| p.contains("://")).count() >= 2 {
+        parts
+    } else {
+        Vec::new()
+    }
+}
+
+/// `--quarantine` and `--node-timeout`: for the subcommands that acquire or extend.
+#[derive(Args, Debug, Clone)]
+pub struct Tuning {
+    /// Restart quarantine: a node up for less than this does not count towards a quorum
+    /// (default: one TTL; `off` for servers started just now that never held a lock)
+    #[arg(long, value_name = "DURATION|off", value_parser = parse_quarantine)]
+    pub quarantine: Option<Quarantine>,
+    /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms)
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub node_timeout: Option<Duration>,
+}
+
+impl Tuning {
+    /// A builder for these servers with this TTL and these options.
+    pub fn builder(&self, servers: &[String], ttl: Duration) -> Builder {
+        let mut b = Builder::new(servers).ttl(ttl);
+        if let Some(Quarantine(q)) = self.quarantine {
+            b = b.quarantine(q);
+        }
+        if let Some(t) = self.node_timeout {
+            b = b.node_timeout(t);
+        }
+        b
+    }
+}
+
+/// How `run` and `acquire` wait for a lock held elsewhere: flock(1)'s `-w`, `-n` and `-E`.
+#[derive(Args, Debug, Clone)]
+pub struct Waiting {
+    /// Wait at most this long while the lock is held elsewhere: SECONDS as flock takes them
+    /// (0.5, 10), a DURATION (250ms, 2m) or `inf` (default: wait until acquired, as flock does)
+    #[arg(
+        short = 'w',
+        long = "wait",
+        alias = "timeout",
+        value_name = "SECONDS|DURATION|inf",
+        value_parser = parse_wait,
+        conflicts_with = "nonblock"
+    )]
+    pub wait: Option<Wait>,
+    /// Do not wait: one attempt, and if the lock is held elsewhere exit with 75 (or -E's code)
+    #[arg(short = 'n', long = "nonblock", alias = "nb")]
+    pub nonblock: bool,
+    /// The exit code when the lock is held elsewhere (default: 75), to tell it apart from
+    /// COMMAND's own exit codes
+    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N")]
+    pub conflict_exit_code: Option<u8>,
+}
+
+/// How long to wait for a lock held elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt.
+    Once,
+    /// Retry for this long.
+    For(Duration),
+    /// Retry until acquired.
+    Forever,
+}
+
+impl Waiting {
+    /// The waiting rule these options give.
+    pub fn rule(&self) -> Wait {
+        match (self.nonblock, self.wait) {
+            (true, _) | (false, Some(Wait::For(Duration::ZERO))) => Wait::Once,
+            (false, Some(w)) => w,
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+/// `--wait`: flock's seconds (`10`, `0.5`), a duration with a unit, or `inf`.
+fn parse_wait(s: &str) -> Result<Wait, String> {
+    let t = s.trim();
+    match t {
+        "inf" | "infinity" | "forever" => return Ok(Wait::Forever),
+        _ => {}
+    }
+    if let Ok(secs) = t.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map(Wait::For)
+            .map_err(|_| format!("{t} is not a number of seconds from 0 up"));
+    }
+    parse_duration(t).map(Wait::For)
+}
+
+/// `--json` and `--quiet`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Output {
+    /// Print one JSON object on stdout (on failure too: `"ok": false` with the exit code and
+    /// each node's vote)
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing on success, nor when the lock is held elsewhere (the exit code says it);
+    /// other failures are still reported on stderr
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+/// `--quarantine`: a window, or `None` for off.
+#[derive(Debug, Clone, Copy)]
+pub struct Quarantine(pub Option<Duration>);
+
+/// A duration with a unit: `250ms`, `10s`, `1h30m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("no time unit: use e.g. {t}s or {t}ms"));
+    }
+    humantime::parse_duration(t).map_err(|e| e.to_string())
+}
+
+fn parse_quarantine(s: &str) -> Result<Quarantine, String> {
+    match s.trim() {
+        "off" | "none" | "no" | "0" => Ok(Quarantine(None)),
+        other => parse_duration(other).map(|d| Quarantine((!d.is_zero()).then_some(d))),
+    }
+}
+
+/// An exit code from 1 to 255 (for `-E` and `--lost-exit-code`).
+pub fn parse_exit_code(s: &str) -> Result<u8, String> {
+    match s.trim().parse::<u8>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("{s:?} is not an exit code from 1 to 255")),
+    }
+}
+
+/// A far-away deadline for "wait until acquired" (a century: `Instant` arithmetic stays sound).
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Acquires `resource` under the user's waiting rule. The first attempt goes out alone, so that
+/// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
+/// before it waits; a lock held elsewhere is waited for in silence, as flock does.
+pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
+    // Connect (and handshake) first, so the first attempt's per-node timeout is spent on the
+    // SET alone: a one-shot command against distant masters must not fail on a cold start.
+    r.connect(r.config().connect_timeout)
+        .map_err(|e| Fail::lib("cannot start", &e))?;
+    let rule = waiting.rule();
+    let started = Instant::now();
+    let first = match r.try_lock(resource) {
+        Ok(lock) => return Ok(lock),
+        Err(e) => e,
+    };
+    let deadline = match rule {
+        Wait::Once => None,
+        Wait::For(d) => Some(started + d),
+        Wait::Forever => Some(started + FOREVER),
+    };
+    let retryable = matches!(classify(&first).1, "held" | "no_quorum");
+    let Some(deadline) = deadline.filter(|_| retryable) else {
+        return Err(lock_failure(r, resource, rule, &first, waiting));
+    };
+    if !quiet && !matches!(first, Error::Held(_)) {
+        let why = match quarantine_hint(r, &first) {
+            Some(hint) => hint,
+            None => first.to_string(),
+        };
+        say!(
+            "redlock: waiting{} for {}: {why}",
+            match rule {
+                Wait::For(d) => format!(" up to {}", fmt_duration(d)),
+                _ => String::new(),
+            },
+            shorten(resource, 64)
+        );
+    }
+    r.lock_until(resource, deadline)
+        .map_err(|e| lock_failure(r, resource, rule, &e, waiting))
+}
+
+/// The failure of an acquire: held elsewhere gets `-E`'s code, a quorum missed only because of
+/// the restart quarantine gets its own code and says what to do.
+fn lock_failure(r: &Redlock, resource: &str, rule: Wait, e: &Error, waiting: &Waiting) -> Fail {
+    let within = match rule {
+        Wait::For(d) => format!(" within {}", fmt_duration(d)),
+        _ => String::new(),
+    };
+    let context = format!("cannot lock {}{within}", shorten(resource, 64));
+    let mut fail = Fail::lib(&context, e);
+    if fail.is_held() {
+        fail.code = waiting.conflict_exit_code.unwrap_or(exit::HELD);
+    } else if let Some(hint) = quarantine_hint(r, e) {
+        fail.code = exit::QUARANTINED;
+        fail.kind = "quarantined";
+        fail.message = format!("{context}: {hint}");
+    }
+    fail
+}
+
+/// When a quorum was missed only because nodes are in their restart quarantine: what is
+/// happening and what to do, e.g. "127.0.0.1:7701, 127.0.0.1:7702 started 3s ago; a lock is
+/// refused for 7s more in case they lost keys in a restart: wait, or pass --quarantine off if
+/// they are new".
+pub fn quarantine_hint(r: &Redlock, e: &Error) -> Option<String> {
+    let report = match e {
+        Error::NoQuorum(report) => report,
+        _ => return None,
+    };
+    let window = r.config().quarantine_window()?;
+    // In the order of the server list.
+    let mut quarantined: Vec<(String, Duration)> = report
+        .votes()
+        .filter_map(|(node, vote)| match vote {
+            NodeVote::Failed(f) => match f.root() {
+                NodeFault::Quarantined(left) => Some((node.to_string(), *left)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    let need = report.quorum().saturating_sub(report.yes());
+    if need == 0 || quarantined.len() < need {
+        return None;
+    }
+    let names: Vec<&str> = quarantined.iter().map(|(n, _)| n.as_str()).collect();
+    let names = names.join(", ");
+    let youngest = window.saturating_sub(quarantined.iter().map(|&(_, left)| left).max()?);
+    // A quorum is possible once `need` of them are out of quarantine.
+    quarantined.sort_by_key(|&(_, left)| left);
+    let refused_for = quarantined[need - 1].1;
+    // Uptimes come in whole seconds.
+    let ago = match youngest.as_secs() {
+        0 => "just now".to_owned(),
+        s => format!("{} ago", fmt_duration(Duration::from_secs(s))),
+    };
+    Some(format!(
+        "{names} started {ago}; a lock is refused for {} more in case they lost keys in a \
+         restart (the restart quarantine): wait, or pass --quarantine off if they are new",
+        fmt_duration(round_up(refused_for))
+    ))
+}
+
+/// Rounds up to whole seconds above 1 s, whole milliseconds below (for messages).
+fn round_up(d: Duration) -> Duration {
+    if d >= Duration::from_secs(1) {
+        Duration::from_secs(d.as_secs() + u64::from(d.subsec_nanos() > 0))
+    } else {
+        Duration::from_millis(
+            d.as_millis() as u64 + u64::from(!d.subsec_nanos().is_multiple_of(1_000_000)),
+        )
+    }
+}
+
+/// `250ms`, `1.5s`, `2m 5s`: a duration as a person writes it (and as the options take it).
+pub fn fmt_duration(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else if d < Duration::from_secs(60) && d.subsec_millis() != 0 {
+        let decimal = format!("{}.{:03}", d.as_secs(), d.subsec_millis());
+        format!("{}s", decimal.trim_end_matches('0'))
+    } else {
+        humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+    }
+}
+
+/// A name quoted for a message, cut to `max` characters: a 2,000-byte resource name is not
+/// echoed whole (`"aaaa…" (2000 bytes)`).
+pub fn shorten(name: &str, max: usize) -> String {
+    let mut chars = name.chars();
+    let head: String = chars.by_ref().take(max).collect();
+    if chars.next().is_some() {
+        format!("{head:?}… ({} bytes)", name.len())
+    } else {
+        format!("{head:?}")
+    }
+}

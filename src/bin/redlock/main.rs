@@ -1,0 +1,285 @@
+//! `redlock`: a distributed `flock(1)` over N independent Redis masters, built on `redlock_mux`.
+//!
+//! This file parses the arguments and dispatches; each subcommand has a file of its own under
+//! `commands/` (the way mini-redis keeps one file per command), and `common.rs` holds what they
+//! share. Built only with the `cli` feature: `cargo build --release --features cli`. User
+//! documentation: `docs/cli.md`.
+//!
+//! Every failure is one line on stderr, `redlock: what happened (and on which node)`, and a stable
+//! exit code (see [`common::exit`]). No panic reaches the user: one is reported as an internal
+//! error (70).
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+/// `println!` that ignores write errors: a closed pipe or a hung-up terminal must not turn into a
+/// panic that skips the cleanup (releasing a lock, stopping local servers).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// `print!` that ignores write errors.
+macro_rules! out_part {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout();
+        let _ = write!(stdout, $($arg)*).and_then(|()| stdout.flush());
+    }};
+}
+
+/// `eprintln!` that ignores write errors.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod child;
+mod commands;
+mod common;
+mod group;
+mod servers;
+
+use commands::{acquire, bench, demo, extend, release, run, status};
+use common::exit;
+
+const MAIN_HELP: &str = "\
+Servers:
+  --server URL, once per master, or REDLOCK_SERVERS=URL,URL,... (comma separated; --server wins).
+  redis://[[user]:password@]host[:port][/db][?protocol=3]
+  redis+unix:///path/to/redis.sock[?db=N&username=U&password=P]
+  Use an odd number of independent masters (3 or 5); a lock needs a majority of them.
+
+Waiting (run, acquire): like flock, they wait until the lock is free; -n for one attempt,
+-w SECONDS (or 250ms, 2m, inf) for a limit, -E N for the exit code when it stays held.
+
+Exit codes:
+  0    success (run: COMMAND's own exit code, or 128+N if a signal N killed it)
+  1    status: the lock is not held by a quorum (free, or split between tokens)
+  64   usage error: bad flag, bad address, bad duration, no servers given
+  69   no quorum of servers reachable (or too slow to leave any validity)
+  70   protocol or internal error
+  75   lock not acquired: it is held elsewhere (after the wait; -E changes it)
+  77   authentication refused by a server
+  78   the servers do not match the configuration (a database they lack)
+  79   lock lost while run was running COMMAND (release, extend: not held any more)
+  80   lock not acquired: the servers restarted moments ago (restart quarantine); retry later
+  126  run: COMMAND could not be started;  127: COMMAND not found
+  130  demo, bench: interrupted
+A COMMAND that itself exits with 75 or 79 cannot be told from redlock's own codes: give run
+-E N and --lost-exit-code N.
+
+Durations: 250ms, 10s, 1m, 1h30m, ... (a unit is required, except for --wait's seconds).
+Every subcommand has its own --help.";
+
+/// A distributed flock(1): run a command while holding a Redlock over N Redis masters.
+#[derive(Parser, Debug)]
+#[command(
+    name = "redlock",
+    version,
+    after_help = MAIN_HELP,
+    max_term_width = 100,
+    disable_help_subcommand = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Acquire RESOURCE (waiting for it, as flock does), run COMMAND while keeping the lock
+    /// alive, release it, exit with COMMAND's code
+    #[command(after_help = run::HELP)]
+    Run(run::RunArgs),
+    /// Acquire RESOURCE (waiting for it); print the token on stdout (with --fence: the token, a
+    /// space, the fence), and the validity on stderr
+    #[command(after_help = acquire::HELP)]
+    Acquire(acquire::AcquireArgs),
+    /// Release RESOURCE held with TOKEN
+    #[command(after_help = release::HELP)]
+    Release(release::ReleaseArgs),
+    /// Extend RESOURCE held with TOKEN to a full TTL from now
+    #[command(after_help = extend::HELP)]
+    Extend(extend::ExtendArgs),
+    /// Show what each node holds for RESOURCE; exit 0 if a quorum holds it, 1 if not
+    #[command(after_help = status::HELP)]
+    Status(status::StatusArgs),
+    /// Start local redis-servers and show competing clients staying mutually exclusive
+    Demo(demo::DemoArgs),
+    /// Latency percentiles of lock cycles (acquire + release)
+    Bench(bench::BenchArgs),
+}
+
+impl Command {
+    /// The subcommand's name, whether it prints JSON, and the resource it is about.
+    fn describe(&self) -> (&'static str, bool, Option<&str>) {
+        match self {
+            Command::Run(a) => ("run", false, Some(&a.resource)),
+            Command::Acquire(a) => ("acquire", a.output.json, Some(&a.resource)),
+            Command::Release(a) => ("release", a.output.json, Some(&a.resource)),
+            Command::Extend(a) => ("extend", a.output.json, Some(&a.resource)),
+            Command::Status(a) => ("status", a.output.json, Some(&a.resource)),
+            Command::Demo(_) => ("demo", false, None),
+            Command::Bench(_) => ("bench", false, None),
+        }
+    }
+
+    /// Whether `--quiet` was given.
+    fn quiet(&self) -> bool {
+        match self {
+            Command::Run(a) => a.quiet,
+            Command::Acquire(a) => a.output.quiet,
+            Command::Release(a) => a.output.quiet,
+            Command::Extend(a) => a.output.quiet,
+            Command::Status(a) => a.output.quiet,
+            Command::Demo(_) | Command::Bench(_) => false,
+        }
+    }
+}
+
+/// The options that came before the subcommand in versions where they were global
+/// (`redlock --server URL --quarantine off run …`) are moved behind it, so that those command
+/// lines keep working; a subcommand that has no use for one of them rejects it by name.
+fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
+    const WITH_VALUE: [&str; 4] = ["-s", "--server", "--quarantine", "--node-timeout"];
+    let mut lead = Vec::new();
+    let mut i = 1;
+    while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+        let attached = ["--server=", "--quarantine=", "--node-timeout="]
+            .iter()
+            .any(|p| arg.starts_with(p))
+            || (arg.starts_with("-s") && arg.len() > 2 && !arg.starts_with("--"));
+        if WITH_VALUE.contains(&arg) {
+            lead.extend(args.get(i..i + 2).into_iter().flatten().cloned());
+            i += 2;
+        } else if attached || arg == "--fence" {
+            lead.push(args[i].clone());
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    if lead.is_empty() || i >= args.len() {
+        return args;
+    }
+    let mut out = vec![args[0].clone(), args[i].clone()];
+    out.extend(lead);
+    out.extend(args[i + 1..].iter().cloned());
+    out
+}
+
+/// Prints a clap error as one line (help and version go to stdout in full), pointing to the
+/// help of the subcommand it is about.
+fn usage_error(e: &clap::Error, args: &[OsString]) -> u8 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            exit::OK
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            exit::USAGE
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            // The first paragraph of clap's message, on one line.
+            let first: Vec<&str> = rendered
+                .lines()
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let first = first.join(" ");
+            let first = first.strip_prefix("error: ").unwrap_or(&first);
+            // "Usage: redlock run [OPTIONS] …": the help to point to is that subcommand's.
+            let help = rendered
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("Usage: "))
+                .map(|usage| {
+                    usage
+                        .split_whitespace()
+                        .take_while(|w| !w.starts_with(['[', '<', '-']))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .filter(|cmd| cmd.starts_with("redlock "))
+                .or_else(|| {
+                    // No usage line (an invalid value): the subcommand named on the command line.
+                    let names = Cli::command();
+                    let names: Vec<&str> = names.get_subcommands().map(|c| c.get_name()).collect();
+                    args.iter()
+                        .filter_map(|a| a.to_str())
+                        .find(|a| names.contains(a))
+                        .map(|name| format!("redlock {name}"))
+                })
+                .unwrap_or_else(|| "redlock".to_owned());
+            say!("redlock: {first} (see '{help} --help')");
+            exit::USAGE
+        }
+    }
+}
+
+fn real_main() -> u8 {
+    let args = hoist_leading_options(std::env::args_os().collect());
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e, &args),
+    };
+    let result = match &cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Acquire(a) => acquire::acquire(a),
+        Command::Release(a) => release::release(a),
+        Command::Extend(a) => extend::extend(a),
+        Command::Status(a) => status::status(a),
+        Command::Demo(a) => demo::demo(a),
+        Command::Bench(a) => bench::bench(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(fail) => {
+            let (name, json, resource) = cli.command.describe();
+            if json {
+                common::print_json(&fail.to_json(name, resource));
+            }
+            if !(cli.command.quiet() && fail.is_held()) {
+                say!("redlock: {}", fail.message);
+            }
+            fail.code
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let mut args = std::env::args_os().skip(1);
+    if let (Some(arg), None) = (args.next(), args.next())
+        && arg == group::WATCHDOG_ARG
+    {
+        // `redlock run`'s watchdog process (group.rs), not a subcommand.
+        return ExitCode::from(group::watchdog_main());
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "panic".to_owned());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let what = what.lines().next().unwrap_or_default().to_owned();
+        say!("redlock: internal error: {what}{at}");
+    }));
+    // Unwinding runs the destructors (local redis-servers are stopped) before we exit.
+    let code = std::panic::catch_unwind(real_main).unwrap_or(exit::INTERNAL);
+    ExitCode::from(code)
+}
