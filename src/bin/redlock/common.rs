@@ -269,8 +269,8 @@ pub struct Waiting {
     /// Do not wait: one attempt, and if the lock is held elsewhere exit with 75 (or -E's code)
     #[arg(short = 'n', long = "nonblock", alias = "nb")]
     pub nonblock: bool,
-    /// The exit code when the lock is held elsewhere (default: 75), to tell it apart from
-    /// COMMAND's own exit codes
+    /// The exit code when the lock stays held elsewhere (default: 75); for run, one that
+    /// COMMAND's own exit codes do not use
     #[arg(short = 'E', long = "conflict-exit-code", value_name = "N")]
     pub conflict_exit_code: Option<u8>,
 }
@@ -319,8 +319,8 @@ pub struct Output {
     /// each node's vote)
     #[arg(long)]
     pub json: bool,
-    /// Print nothing on success, nor when the lock is held elsewhere (the exit code says it);
-    /// other failures are still reported on stderr
+    /// Print nothing on success (the exit code says it), nor when an acquire finds the lock held
+    /// elsewhere; other failures are still reported on stderr
     #[arg(short = 'q', long)]
     pub quiet: bool,
 }
