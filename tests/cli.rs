@@ -1131,6 +1131,10 @@ fn flock_conventions_wait_nonblock_conflict_code_shell_and_quiet() {
     let o = output(redlock(&urls).args(["run", "-nq", "job", "--", "true"]));
     assert_code(&o, 75);
     assert_eq!(stderr(&o), "", "--quiet printed something");
+    // The cron form: skip this turn, silently, with success.
+    let o = output(redlock(&urls).args(["run", "-n", "-q", "-E", "0", "job", "-c", "exit 9"]));
+    assert_code(&o, 0);
+    assert_eq!(stderr(&o), "");
     // -w in seconds, as flock takes them (and a fraction).
     let t0 = Instant::now();
     let o = output(redlock(&urls).args(["acquire", "-w", "0.3", "job"]));

@@ -271,7 +271,12 @@ pub struct Waiting {
     pub nonblock: bool,
     /// The exit code when the lock stays held elsewhere (default: 75); for run, one that
     /// COMMAND's own exit codes do not use
-    #[arg(short = 'E', long = "conflict-exit-code", value_name = "N")]
+    #[arg(
+        short = 'E',
+        long = "conflict-exit-code",
+        value_name = "N",
+        value_parser = parse_conflict_code
+    )]
     pub conflict_exit_code: Option<u8>,
 }
 
@@ -345,11 +350,27 @@ fn parse_quarantine(s: &str) -> Result<Quarantine, String> {
     }
 }
 
-/// An exit code from 1 to 255 (for `-E` and `--lost-exit-code`).
+/// A whole number from `lo` to `hi`, said in words when it is not (not clap's `1..=15`).
+pub fn count(s: &str, lo: u16, hi: u16) -> Result<u16, String> {
+    match s.trim().parse::<u16>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(format!("must be a whole number from {lo} to {hi}")),
+    }
+}
+
+/// `-E`: an exit code from 0 to 255 (0: a lock held elsewhere is not a failure, as for a cron job
+/// that skips its turn).
+fn parse_conflict_code(s: &str) -> Result<u8, String> {
+    s.trim()
+        .parse::<u8>()
+        .map_err(|_| "must be an exit code from 0 to 255".to_owned())
+}
+
+/// `--lost-exit-code`: an exit code from 1 to 255 (a lost lock is never success).
 pub fn parse_exit_code(s: &str) -> Result<u8, String> {
     match s.trim().parse::<u8>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(format!("{s:?} is not an exit code from 1 to 255")),
+        _ => Err("must be an exit code from 1 to 255".to_owned()),
     }
 }
 

@@ -8,7 +8,7 @@ use clap::Args;
 use redlock_mux::{Error, Redlock};
 
 use super::demo::{Tally, interrupt_flag, latency_table, progress, record};
-use crate::common::{Fail, Servers, Tuning, code_of, exit, fmt_duration, parse_duration};
+use crate::common::{Fail, Servers, Tuning, code_of, count, exit, fmt_duration, parse_duration};
 use crate::servers::LocalServers;
 
 #[derive(Args, Debug)]
@@ -20,14 +20,14 @@ pub struct BenchArgs {
     /// so the restart quarantine is off
     #[arg(
         long,
-        value_parser = clap::value_parser!(u16).range(1..=15),
+        value_parser = |s: &str| count(s, 1, 15),
         conflicts_with_all = ["servers", "quarantine"]
     )]
     nodes: Option<u16>,
     #[command(flatten)]
     servers: Servers,
     /// Concurrent clients (1 to 64), each locking its own resource
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 1, value_parser = |s: &str| count(s, 1, 64))]
     clients: u16,
     /// Lock time to live
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]

@@ -11,16 +11,16 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use redlock_mux::{Builder, Error, Redlock};
 
-use crate::common::{Fail, code_of, exit, fmt_duration, parse_duration};
+use crate::common::{Fail, code_of, count, exit, fmt_duration, parse_duration};
 use crate::servers::LocalServers;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// How many redis-server processes to start (3 to 15)
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(3..=15))]
+    #[arg(long, default_value_t = 5, value_parser = |s: &str| count(s, 3, 15))]
     nodes: u16,
     /// How many competing clients (1 to 64), each with its own connections
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = 8, value_parser = |s: &str| count(s, 1, 64))]
     clients: u16,
     /// How long each of the two phases runs
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
