@@ -1228,9 +1228,10 @@ fn fresh_servers_say_what_the_quarantine_is_and_what_to_do() {
     ] {
         assert!(err.contains(needle), "{needle:?} not in {err}");
     }
-    for s in servers.iter() {
-        assert!(err.contains(&s.addr()), "{} not named: {err}", s.addr());
-    }
+    // The quarantined nodes that decided it are named (a quorum of them: the third may not
+    // have been waited for).
+    let named = servers.iter().filter(|s| err.contains(&s.addr())).count();
+    assert!(named >= 2, "{named} nodes named: {err}");
     // Waiting: said once before the wait, then the same failure when the wait runs out.
     let o = output(plain(&urls).args(["acquire", "-w", "300ms", "job"]));
     assert_code(&o, 80);
