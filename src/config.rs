@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
 use crate::fence::Flaw;
 use crate::resp::Limits;
@@ -433,11 +433,21 @@ impl Builder {
             )));
         }
         let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
+        let mut keys: Vec<ServerKey> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
             let addr = NodeAddr::parse(s)?;
-            if nodes.iter().any(|n| n.endpoint == addr.endpoint) {
-                return Err(Error::Config(format!("duplicate server {addr}")));
+            let key = addr.endpoint.server_key();
+            // Only the endpoint counts: another database or user on it is the same master,
+            // which would count twice towards every quorum.
+            if let Some(first) = keys.iter().position(|k| *k == key) {
+                return Err(Error::Config(format!(
+                    "duplicate server: {} and {} are the same server (listed twice, it would \
+                     count twice towards a quorum)",
+                    redact(&self.servers[first]),
+                    redact(s)
+                )));
             }
+            keys.push(key);
             nodes.push(addr);
         }
         let c = &self.config;
