@@ -246,6 +246,8 @@ struct State {
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
     generation: u64,
+    /// The address's database (named when `SELECT` is refused).
+    db: u32,
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
@@ -270,6 +272,7 @@ impl Session {
     pub fn new(addr: NodeAddr, config: ConnConfig, now: Instant) -> Session {
         let decoder = Decoder::new(config.limits);
         let backoff = config.backoff_min;
+        let db = addr.db;
         Session {
             addr,
             inp: BytesMut::with_capacity(8 << 10),
@@ -291,6 +294,7 @@ impl Session {
                 failure: None,
                 info: None,
                 generation: 0,
+                db,
                 replied: false,
             },
             config,
@@ -812,6 +816,11 @@ impl State {
                     message,
                 },
                 (_, kind) if kind.is_auth() => NodeFault::Auth(message),
+                // No such database (or none to select): the address is wrong, not the node.
+                (Step::Select, _) => NodeFault::Database {
+                    db: self.db,
+                    message,
+                },
                 (_, kind) => NodeFault::Server(kind, message),
             });
             return;
