@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
-use crate::session::ConnConfig;
+use crate::session::{ConnConfig, InfoNeed};
 
 /// Most nodes a client may use (node sets are 64-bit masks).
 pub const MAX_NODES: usize = 64;
@@ -459,7 +459,16 @@ impl Builder {
             max_pending: c.max_pending,
             limits: c.limits,
             client_name: c.client_name.clone(),
-            info: c.quarantine_window().is_some() || c.fencing,
+            // The quarantine and fencing need every node's run_id; with two nodes or more the
+            // duplicate check wants it (one server listed twice, under names the builder
+            // cannot tell apart, would count twice).
+            info: if c.quarantine_window().is_some() || c.fencing {
+                InfoNeed::Needed
+            } else if nodes.len() > 1 {
+                InfoNeed::Wanted
+            } else {
+                InfoNeed::Off
+            },
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),
