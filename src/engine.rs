@@ -158,7 +158,7 @@ struct Op {
     reads: Reads,
     gens: Vec<u64>,
     /// Acquire, extend: per node, the `run_id` of the server process whose answer counts for
-    /// it in this round (see `Core::one_vote_per_server`); `None` before it answered, for a
+    /// it in this round (see [`one_vote_per_server`]); `None` before it answered, for a
     /// node whose process is unknown, and for a duplicate.
     runs: Vec<Option<[u8; 40]>>,
     waiter: Waiter,
