@@ -13,7 +13,8 @@
 //! percent-encoded; the port defaults to 6379 and the database to 0.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Component, Path, PathBuf};
 
 /// Where a node listens.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -43,6 +44,69 @@ impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
+}
+
+/// What tells two endpoints apart as servers, as far as can be told without DNS or any I/O
+/// besides resolving a socket path that exists ([`Endpoint::server_key`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum ServerKey {
+    /// `localhost`, `127.0.0.1` or `::1`: this host's loopback, one server per port.
+    Loopback(u16),
+    /// Any other IP address (canonical form), and port.
+    Ip(IpAddr, u16),
+    /// A host name (lower case, without a trailing dot), and port.
+    Name(String, u16),
+    /// A Unix socket path (resolved when it exists, else normalised lexically).
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// What identifies the server behind this endpoint, so that two spellings of one server
+    /// compare equal: host names compare without case and without a trailing dot; IP addresses
+    /// in their canonical form (`::ffff:10.0.0.1` is `10.0.0.1`); `localhost`, `127.0.0.1` and
+    /// `::1` are one loopback; a socket path is resolved (`std::fs::canonicalize`) when it
+    /// exists, else normalised lexically (`/run//redis/./r.sock` is `/run/redis/r.sock`).
+    ///
+    /// Never asks DNS, so it cannot tell two names of one host apart (nor a TCP endpoint from a
+    /// socket of the same server): the handshake's `run_id` check catches those.
+    pub(crate) fn server_key(&self) -> ServerKey {
+        match self {
+            Endpoint::Tcp { host, port } => {
+                let port = *port;
+                let host = host.to_ascii_lowercase();
+                let host = host.strip_suffix('.').unwrap_or(&host);
+                match host.parse::<IpAddr>() {
+                    Ok(ip) => match ip.to_canonical() {
+                        IpAddr::V4(Ipv4Addr::LOCALHOST) | IpAddr::V6(Ipv6Addr::LOCALHOST) => {
+                            ServerKey::Loopback(port)
+                        }
+                        ip => ServerKey::Ip(ip, port),
+                    },
+                    Err(_) if host == "localhost" => ServerKey::Loopback(port),
+                    Err(_) => ServerKey::Name(host.to_owned(), port),
+                }
+            }
+            Endpoint::Unix(path) => ServerKey::Unix(
+                std::fs::canonicalize(path).unwrap_or_else(|_| lexically_normal(path)),
+            ),
+        }
+    }
+}
+
+/// `path` without `.` components, repeated or trailing separators, and with each `..` taking
+/// the component before it off (`..` at the root stays at the root).
+fn lexically_normal(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// A parsed node address: endpoint, credentials, database and protocol version.
@@ -115,7 +179,7 @@ impl fmt::Debug for NodeAddr {
 }
 
 /// Masks the password part of an address for messages.
-fn redact(address: &str) -> String {
+pub(crate) fn redact(address: &str) -> String {
     let Some(scheme_end) = address.find("://") else {
         return address.to_owned();
     };
@@ -361,6 +425,76 @@ mod tests {
             assert!(message.contains("invalid address"), "{message}");
             assert!(!message.contains("topsecret"), "{message}");
         }
+    }
+
+    fn key(address: &str) -> ServerKey {
+        NodeAddr::parse(address).unwrap().endpoint.server_key()
+    }
+
+    #[test]
+    fn spellings_of_one_server_have_one_key() {
+        let loopback = [
+            "redis://127.0.0.1:7701",
+            "redis://localhost:7701",
+            "redis://LocalHost.:7701",
+            "redis://[::1]:7701",
+            "redis://[0:0:0:0:0:0:0:1]:7701",
+            "redis://[::ffff:127.0.0.1]:7701",
+            // The same endpoint with another database, user or protocol: the same server.
+            "redis://alice:pw@localhost:7701/3?protocol=3",
+        ];
+        for address in loopback {
+            assert_eq!(key(address), ServerKey::Loopback(7701), "{address}");
+        }
+        assert_eq!(
+            key("redis://Redis-1.Example.COM."),
+            key("redis://redis-1.example.com:6379")
+        );
+        assert_eq!(key("redis://[::ffff:10.0.0.1]"), key("redis://10.0.0.1"));
+        assert_eq!(key("redis://[2001:DB8::1]"), key("redis://[2001:db8:0::1]"));
+        assert_eq!(
+            key("unix:///nonexistent//redis/./sub/../r.sock/?db=1"),
+            key("redis+unix:///nonexistent/redis/r.sock")
+        );
+        assert_eq!(
+            key("unix:///../nonexistent/r.sock"),
+            key("unix:///nonexistent/r.sock")
+        );
+    }
+
+    #[test]
+    fn different_servers_have_different_keys() {
+        let distinct = [
+            "redis://127.0.0.1:7701",
+            "redis://127.0.0.1:7702",
+            "redis://127.0.0.2:7701",
+            "redis://10.0.0.1:7701",
+            "redis://localhost2:7701",
+            "redis://example.com:7701",
+            "redis://[2001:db8::1]:7701",
+            "unix:///nonexistent/a.sock",
+            "unix:///nonexistent/b.sock",
+        ];
+        for (i, a) in distinct.iter().enumerate() {
+            for b in &distinct[i + 1..] {
+                assert_ne!(key(a), key(b), "{a} and {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_existing_socket_path_is_resolved() {
+        let dir = std::env::temp_dir().join(format!("redlock-addr-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("real")).unwrap();
+        let link = dir.join("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(dir.join("real"), &link).unwrap();
+        std::fs::write(dir.join("real/r.sock"), b"").unwrap();
+        let via_link = format!("unix://{}", link.join("r.sock").display());
+        let direct = format!("unix://{}", dir.join("real/r.sock").display());
+        let same = key(&via_link) == key(&direct);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(same, "{via_link} and {direct}");
     }
 
     #[test]

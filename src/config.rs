@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
 use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
-use crate::session::ConnConfig;
+use crate::session::{ConnConfig, InfoNeed};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
 /// `3 h 20 min`, `24 days 20 h` (not `Debug`'s `0ns` or `2147483.647s`).
@@ -534,11 +534,21 @@ impl Builder {
             )));
         }
         let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
+        let mut keys: Vec<ServerKey> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
             let addr = NodeAddr::parse(s)?;
-            if nodes.iter().any(|n| n.endpoint == addr.endpoint) {
-                return Err(Error::Config(format!("duplicate server {addr}")));
+            let key = addr.endpoint.server_key();
+            // Only the endpoint counts: another database or user on it is the same master,
+            // which would count twice towards every quorum.
+            if let Some(first) = keys.iter().position(|k| *k == key) {
+                return Err(Error::Config(format!(
+                    "duplicate server: {} and {} are the same server (listed twice, it would \
+                     count twice towards a quorum)",
+                    redact(&self.servers[first]),
+                    redact(s)
+                )));
             }
+            keys.push(key);
             nodes.push(addr);
         }
         let c = &self.config;
@@ -550,7 +560,16 @@ impl Builder {
             max_pending: c.max_pending,
             limits: c.limits,
             client_name: c.client_name.clone(),
-            info: c.quarantine_window().is_some() || c.fencing,
+            // The quarantine and fencing need every node's run_id; with two nodes or more the
+            // duplicate check wants it (one server listed twice, under names the builder
+            // cannot tell apart, would count twice).
+            info: if c.quarantine_window().is_some() || c.fencing {
+                InfoNeed::Needed
+            } else if nodes.len() > 1 {
+                InfoNeed::Wanted
+            } else {
+                InfoNeed::Off
+            },
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),

@@ -157,6 +157,10 @@ struct Op {
     fence: u64,
     reads: Reads,
     gens: Vec<u64>,
+    /// Acquire, extend: per node, the `run_id` of the server process whose answer counts for
+    /// it in this round (see [`one_vote_per_server`]); `None` before it answered, for a
+    /// node whose process is unknown, and for a duplicate.
+    runs: Vec<Option<[u8; 40]>>,
     waiter: Waiter,
     outcome: Option<Outcome>,
 }
@@ -186,8 +190,61 @@ impl Op {
             fence: 0,
             reads: Reads::default(),
             gens: vec![0; n],
+            runs: vec![None; n],
             waiter: Waiter::None,
             outcome: None,
+        }
+    }
+
+    /// Records node `node`'s vote in the round (`Err`: failed, with the fault), given the
+    /// `run_id` of the server process that answered: two entries that lead to one process count
+    /// once (see [`one_vote_per_server`]).
+    fn record_vote(
+        &mut self,
+        node: usize,
+        mut vote: Result<Vote, NodeFault>,
+        run_id: Option<&[u8; 40]>,
+        nodes: &[crate::addr::NodeAddr],
+        now: Instant,
+    ) {
+        let after = match run_id {
+            Some(run_id) => one_vote_per_server(self, node, run_id, &vote),
+            None => Counts::Alone,
+        };
+        match after {
+            Counts::Alone => {}
+            Counts::Keeps { better, .. } => {
+                if let Some(better) = better {
+                    vote = Ok(better);
+                }
+            }
+            Counts::Duplicate { twin, run_id, .. } => {
+                self.reads.forget(node);
+                vote = Err(duplicate(nodes, twin, &run_id));
+            }
+        }
+        match vote {
+            Ok(vote) => self.round.handle_vote(node, vote, now),
+            Err(fault) => {
+                self.faults[node] = Some(fault);
+                self.round.handle_vote(node, Vote::Failed, now);
+            }
+        }
+        // The other entry's vote is changed after this node's is in: the decision is then made
+        // again from the votes that count.
+        match after {
+            Counts::Alone => {}
+            Counts::Keeps { twin, run_id, .. } => {
+                self.reads.forget(twin);
+                self.faults[twin] = Some(duplicate(nodes, node, &run_id));
+                self.round.handle_withdraw(twin, now);
+            }
+            Counts::Duplicate { twin, better, .. } => {
+                if let Some(better) = better {
+                    self.faults[twin] = None;
+                    self.round.handle_revote(twin, better, now);
+                }
+            }
         }
     }
 }
@@ -209,6 +266,8 @@ struct Unconfirmed {
 
 /// Operations' state that deliveries update (split from the driver, which calls into it).
 struct Core {
+    /// The server list (named in duplicate faults).
+    nodes: Arc<[crate::addr::NodeAddr]>,
     ops: Vec<Op>,
     free: Vec<u32>,
     watch: Vec<NodeWatch>,
@@ -318,6 +377,7 @@ impl<N: Net> Engine<N> {
         let n = shared.nodes.len();
         Engine {
             core: Core {
+                nodes: shared.nodes.clone(),
                 // Pre-built slots: a loaded machine that answers slowly keeps more operations
                 // alive at once (releases after lost attempts linger until every node
                 // answered), and growing the slab then would allocate on the hot path.
@@ -919,6 +979,7 @@ impl<N: Net> Engine<N> {
             op.token = *token;
             op.start = now;
             op.faults.fill(None);
+            op.runs.fill(None);
             op.waiter = waiter;
             op.outcome = None;
             op.outstanding = 0;
@@ -986,6 +1047,15 @@ impl<N: Net> Engine<N> {
             ..
         } = self;
         let config = &shared.config;
+        // An entry known to lead to the same server process as one listed before it is asked
+        // nothing: it does not count. (A release still goes to every node.)
+        let twins = match kind {
+            ReqKind::Release | ReqKind::Wait { .. } => 0,
+            _ => (0..n)
+                .filter(|&i| targets & node_bit(i) != 0 && listed_before(&*net, i).is_some())
+                .fold(0, |m, i| m | node_bit(i)),
+        };
+        let targets = targets & !twins;
         match kind {
             ReqKind::Acquire { ttl } if config.fencing => {
                 // SET NX and the counter's read in one script (see `fence.rs`).
@@ -1092,6 +1162,11 @@ impl<N: Net> Engine<N> {
                         core.sent(id, node, sent, now);
                     }
                 }
+            }
+        }
+        for node in (0..n).filter(|&i| twins & node_bit(i) != 0) {
+            if let Some((of, run_id)) = listed_before(&*net, node) {
+                core.fail(id, node, duplicate(&core.nodes, of, &run_id), now);
             }
         }
         id
@@ -1429,7 +1504,16 @@ impl<N: Net> Engine<N> {
                 ..RoundConfig::new(op.ttl, config.drift_factor, config.node_timeout_for(op.ttl))
             };
             op.fenced = 2;
-            op.faults.fill(None);
+            // A duplicate stays one: the fence goes to the entry that counted for its server.
+            let duplicates: u64 = (0..n)
+                .filter(|&i| matches!(op.faults[i], Some(NodeFault::Duplicate { .. })))
+                .fold(0, |m, i| m | node_bit(i));
+            for (node, fault) in op.faults.iter_mut().enumerate() {
+                if duplicates & node_bit(node) == 0 {
+                    *fault = None;
+                }
+            }
+            op.runs.fill(None);
             op.round.start(now, &rc);
             let id = OpId { index, seq: op.seq };
             let (fence, reads) = (op.fence, op.reads);
@@ -1439,6 +1523,10 @@ impl<N: Net> Engine<N> {
             let seeds = reads.seeds(n);
             for node in 0..n {
                 let op = &mut core.ops[index as usize];
+                if duplicates & node_bit(node) != 0 {
+                    op.round.handle_vote(node, Vote::Failed, now);
+                    continue;
+                }
                 if (granted | seeds) & node_bit(node) == 0 {
                     // Holds no key of ours: would not take the fence.
                     op.round.handle_vote(node, Vote::Refused, now);
@@ -2020,6 +2108,7 @@ impl Core {
                 OpKind::Acquire | OpKind::Extend => {
                     if !op.done {
                         op.reads.forget(node);
+                        op.runs[node] = None;
                         if let Err(fault) = d.reply {
                             op.faults[node] = Some(fault.clone());
                         }
@@ -2095,13 +2184,9 @@ impl Core {
                 {
                     vote = Err(NodeFault::Quarantined(left));
                 }
-                match vote {
-                    Ok(vote) => op.round.handle_vote(node, vote, now),
-                    Err(fault) => {
-                        op.faults[node] = Some(fault);
-                        op.round.handle_vote(node, Vote::Failed, now);
-                    }
-                }
+                // The process answering: none for a fault (no answer), or when not known.
+                let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
+                op.record_vote(node, vote, run_id.as_ref(), &self.nodes, now);
             }
             OpKind::Release => match d.reply {
                 Ok(frame) => {
@@ -2204,6 +2289,90 @@ impl Ledger {
             },
         );
         self.len += 1;
+    }
+}
+
+/// What an answer is, given the other entries of its round (see [`one_vote_per_server`]).
+#[derive(Debug, Clone, Copy)]
+enum Counts {
+    /// No other entry of the round answered from the same server process.
+    Alone,
+    /// Listed before the other entry that answered from its server process: it counts, with the
+    /// better of the two answers; the other entry becomes a duplicate.
+    Keeps {
+        twin: usize,
+        run_id: [u8; 40],
+        better: Option<Vote>,
+    },
+    /// Listed after it: a duplicate; the other entry takes this answer if it is better.
+    Duplicate {
+        twin: usize,
+        run_id: [u8; 40],
+        better: Option<Vote>,
+    },
+}
+
+/// One vote per server process: two entries of the server list that lead to the same process
+/// (the same `run_id`: one server's TCP port and Unix socket, two of its addresses) would count
+/// twice towards the quorum. Their answers in a round count once, for the entry listed first,
+/// whichever came first, and as the better of the two (a yes over a refusal over a failure: the
+/// same server's `SET NX` grants one connection and refuses the other — our own key — in
+/// whatever order they reach it). The other entry is a duplicate. Records the `run_id` of the
+/// entry that counts.
+fn one_vote_per_server(
+    op: &mut Op,
+    node: usize,
+    run_id: &[u8; 40],
+    vote: &Result<Vote, NodeFault>,
+) -> Counts {
+    let twin = (0..op.runs.len())
+        .find(|&k| k != node && op.runs[k].as_ref() == Some(run_id) && op.round.vote(k).is_some());
+    let Some(twin) = twin else {
+        op.runs[node] = Some(*run_id);
+        return Counts::Alone;
+    };
+    let rank = |vote: Option<Vote>| match vote {
+        Some(Vote::Yes) => 2,
+        Some(Vote::Refused) => 1,
+        Some(Vote::Failed) | None => 0,
+    };
+    let (this, that) = (vote.as_ref().ok().copied(), op.round.vote(twin));
+    if node < twin {
+        op.runs[twin] = None;
+        op.runs[node] = Some(*run_id);
+        Counts::Keeps {
+            twin,
+            run_id: *run_id,
+            better: that.filter(|_| rank(that) > rank(this)),
+        }
+    } else {
+        Counts::Duplicate {
+            twin,
+            run_id: *run_id,
+            better: this.filter(|_| rank(this) > rank(that)),
+        }
+    }
+}
+
+/// The entry listed before `node` that leads to the same server process, with its `run_id`, as
+/// both entries' live connections said in their handshakes (`INFO server`); `None` while either
+/// is not known.
+fn listed_before<N: Net>(net: &N, node: usize) -> Option<(usize, [u8; 40])> {
+    let known = |i: usize| {
+        let session = net.session(i);
+        session.info().filter(|_| session.is_ready())
+    };
+    let run_id = known(node)?.run_id;
+    (0..node)
+        .find(|&k| known(k).is_some_and(|info| info.run_id == run_id))
+        .map(|k| (k, run_id))
+}
+
+/// The fault of an entry that leads to the same server process as entry `of`.
+fn duplicate(nodes: &[crate::addr::NodeAddr], of: usize, run_id: &[u8; 40]) -> NodeFault {
+    NodeFault::Duplicate {
+        of: nodes[of].to_string(),
+        run_id: String::from_utf8_lossy(run_id).into_owned(),
     }
 }
 
@@ -2353,6 +2522,95 @@ fn loss_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const A: &[u8; 40] = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &[u8; 40] = b"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// Each node's vote and fault.
+    type Votes = Vec<(Option<Vote>, Option<NodeFault>)>;
+
+    /// Entries 0 and 1 lead to server A, entry 2 to server B; the answers come in `order`
+    /// (node, vote); the round's decision, and every node's vote and fault.
+    fn three_entries_two_servers(
+        order: &[(usize, Result<Vote, NodeFault>)],
+    ) -> (Option<Decision>, Votes) {
+        let nodes: Vec<crate::addr::NodeAddr> =
+            ["redis://a:1", "redis+unix:///a.sock", "redis://b:1"]
+                .iter()
+                .map(|s| s.parse().unwrap())
+                .collect();
+        let now = Instant::now();
+        let mut op = Op::new(3, now);
+        let rc = RoundConfig::new(Duration::from_secs(10), 0.01, Duration::from_secs(1));
+        op.round.start(now, &rc);
+        for (node, vote) in order {
+            let run_id = if *node == 2 { B } else { A };
+            op.record_vote(*node, vote.clone(), Some(run_id), &nodes, now);
+        }
+        let votes = (0..3)
+            .map(|i| (op.round.vote(i), op.faults[i].clone()))
+            .collect();
+        (op.round.poll_decision(), votes)
+    }
+
+    fn duplicate_of_first() -> Option<NodeFault> {
+        Some(NodeFault::Duplicate {
+            of: "a:1".into(),
+            run_id: String::from_utf8(A.to_vec()).unwrap(),
+        })
+    }
+
+    #[test]
+    fn one_server_listed_twice_counts_once_whichever_answers_first() {
+        use Vote::{Refused, Yes};
+        // Extend: both connections of server A say yes, B refuses. One yes of the two needed.
+        for order in [[0, 1, 2], [1, 0, 2], [2, 1, 0], [1, 2, 0]] {
+            let (decision, votes) = three_entries_two_servers(
+                &order.map(|i| (i, Ok(if i == 2 { Refused } else { Yes }))),
+            );
+            assert!(
+                matches!(decision, Some(Decision::Lost { yes: 1, .. })),
+                "{order:?}: {decision:?}"
+            );
+            assert_eq!(votes[0], (Some(Yes), None), "{order:?}");
+            assert_eq!(
+                votes[1],
+                (Some(Vote::Failed), duplicate_of_first()),
+                "{order:?}"
+            );
+        }
+        // Acquire: server A grants one connection and refuses the other (our own key), in
+        // either order; with B's yes the lock is won, A counted once, for the entry listed first.
+        for (granted, order) in [
+            (0, [0, 1, 2]),
+            (1, [0, 1, 2]),
+            (0, [1, 0, 2]),
+            (1, [1, 0, 2]),
+            (1, [2, 1, 0]),
+        ] {
+            let answers =
+                order.map(|i| (i, Ok(if i == granted || i == 2 { Yes } else { Refused })));
+            let (decision, votes) = three_entries_two_servers(&answers);
+            assert!(
+                matches!(decision, Some(Decision::Won { yes: 2, .. })),
+                "{order:?}: {decision:?}"
+            );
+            assert_eq!(votes[0], (Some(Yes), None), "{granted} {order:?}");
+            assert_eq!(
+                votes[1],
+                (Some(Vote::Failed), duplicate_of_first()),
+                "{granted} {order:?}"
+            );
+        }
+        // A failure on one connection and a yes on the other: the yes counts.
+        let (decision, votes) =
+            three_entries_two_servers(&[(1, Ok(Yes)), (0, Err(NodeFault::Timeout)), (2, Ok(Yes))]);
+        assert!(
+            matches!(decision, Some(Decision::Won { yes: 2, .. })),
+            "{decision:?}"
+        );
+        assert_eq!(votes[0], (Some(Yes), None));
+    }
 
     #[test]
     fn tags_round_trip_and_never_collide_with_the_handshake() {

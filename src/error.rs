@@ -39,6 +39,24 @@ pub enum NodeFault {
         /// What the server answered.
         message: String,
     },
+    /// The handshake's `SELECT` was refused: the database of the address does not exist on the
+    /// server (`-ERR DB index is out of range`), or the server has no databases to select
+    /// (cluster mode, some proxies). A configuration mistake, not an outage.
+    Database {
+        /// The database number of the address.
+        db: u32,
+        /// What the server answered.
+        message: String,
+    },
+    /// The node leads to the same server process (the same `run_id`) as another entry of the
+    /// server list: listed twice, it would count twice towards a quorum, so it does not count.
+    /// Of two such entries, the one listed first counts.
+    Duplicate {
+        /// The other entry (`host:port`).
+        of: String,
+        /// The server's `run_id`, as `INFO server` gave it.
+        run_id: String,
+    },
     /// The node is down and the client waits before reconnecting; the last fault is attached.
     Backoff(Box<NodeFault>),
     /// Too many requests are waiting for replies: the node stopped answering.
@@ -73,6 +91,20 @@ impl fmt::Display for NodeFault {
                     )?;
                 }
                 Ok(())
+            }
+            NodeFault::Database { db, message } => {
+                write!(f, "database {db} refused: -{message}")?;
+                if message.contains("out of range") {
+                    f.write_str(" (the server has fewer databases)")?;
+                }
+                Ok(())
+            }
+            NodeFault::Duplicate { of, run_id } => {
+                let short = run_id.get(..8).unwrap_or(run_id);
+                write!(
+                    f,
+                    "the same server as {of} (run_id {short}…): listed twice, it does not count"
+                )
             }
             NodeFault::Backoff(last) => write!(f, "unreachable ({last})"),
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),

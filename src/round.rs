@@ -221,7 +221,8 @@ impl Round {
     }
 
     /// Takes a node's vote back: its answer turned out to come from a node that does not speak
-    /// the protocol (surplus frames or garbage in the same read). The node counts as failed, and
+    /// the protocol (surplus frames or garbage in the same read), or from a server another
+    /// node's answer already counts for (one server listed twice). The node counts as failed, and
     /// a decision that vote made is taken back and made again from the remaining votes. Call it
     /// before acting on [`Round::poll_decision`]: a decision already acted on cannot be undone.
     pub fn handle_withdraw(&mut self, node: usize, now: Instant) {
@@ -236,6 +237,33 @@ impl Round {
         }
         *slot = Slot::Voted(Vote::Failed);
         self.failed += 1;
+        if self.timing.is_some() {
+            self.decision = None;
+            self.evaluate(now);
+        }
+    }
+
+    /// Replaces a node's vote (or records it, if it has not voted): its server answered better
+    /// on another connection, whose own vote does not count (one server listed twice, see
+    /// [`NodeFault::Duplicate`](crate::NodeFault::Duplicate)). A decision already made is taken
+    /// back and made again, as with [`Round::handle_withdraw`], and the same rule applies: call
+    /// it before acting on [`Round::poll_decision`].
+    pub fn handle_revote(&mut self, node: usize, vote: Vote, now: Instant) {
+        let Some(slot) = self.slots.get_mut(node) else {
+            return;
+        };
+        match *slot {
+            Slot::Voted(Vote::Yes) => self.yes -= 1,
+            Slot::Voted(Vote::Refused) => self.refused -= 1,
+            Slot::Voted(Vote::Failed) => self.failed -= 1,
+            Slot::Pending => {}
+        }
+        *slot = Slot::Voted(vote);
+        match vote {
+            Vote::Yes => self.yes += 1,
+            Vote::Refused => self.refused += 1,
+            Vote::Failed => self.failed += 1,
+        }
         if self.timing.is_some() {
             self.decision = None;
             self.evaluate(now);

@@ -38,8 +38,23 @@ pub(crate) struct ConnConfig {
     pub limits: Limits,
     /// `CLIENT SETNAME` in the handshake.
     pub client_name: Option<String>,
-    /// Ask `INFO server` in the handshake (for restart quarantine).
-    pub info: bool,
+    /// Whether the handshake asks `INFO server`, and whether it must be answered.
+    pub info: InfoNeed,
+}
+
+/// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
+/// refusal means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InfoNeed {
+    /// Not asked: one node, and neither the restart quarantine nor fencing.
+    Off,
+    /// Asked for the duplicate check only (one server listed twice), in front of the requests,
+    /// which do not wait for its answer: an error answer (an ACL user without `+info`) leaves
+    /// the node's process unknown, and the node unchecked.
+    Wanted,
+    /// Asked and needed (the restart quarantine, fencing): requests wait for its answer, and
+    /// an error answer fails the handshake.
+    Needed,
 }
 
 /// A Lua script sent by hash.
@@ -246,6 +261,10 @@ struct State {
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
     generation: u64,
+    /// The address's database (named when `SELECT` is refused).
+    db: u32,
+    /// Whether an error answer to `INFO server` fails the handshake.
+    info_need: InfoNeed,
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
@@ -270,6 +289,8 @@ impl Session {
     pub fn new(addr: NodeAddr, config: ConnConfig, now: Instant) -> Session {
         let decoder = Decoder::new(config.limits);
         let backoff = config.backoff_min;
+        let db = addr.db;
+        let info_need = config.info;
         Session {
             addr,
             inp: BytesMut::with_capacity(8 << 10),
@@ -291,6 +312,8 @@ impl Session {
                 failure: None,
                 info: None,
                 generation: 0,
+                db,
+                info_need,
                 replied: false,
             },
             config,
@@ -635,8 +658,13 @@ impl Session {
                 &["CLIENT".into(), "SETNAME".into(), name.as_str().into()],
             );
         }
-        if self.config.info {
+        if self.config.info != InfoNeed::Off {
             push(st, Step::Info, &["INFO".into(), "server".into()]);
+            if self.config.info == InfoNeed::Wanted {
+                // Not a gate: the requests follow it in the same write, without waiting for its
+                // answer, which comes before theirs.
+                steps -= 1;
+            }
         }
         st.handshake_left = steps;
     }
@@ -802,7 +830,13 @@ impl State {
     }
 
     fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
-        if let Frame::Error(e) = frame {
+        // `INFO server` refused while only the duplicate check wanted it: carry on without.
+        let tolerated = step == Step::Info
+            && self.info_need == InfoNeed::Wanted
+            && matches!(frame, Frame::Error(_));
+        if let Frame::Error(e) = frame
+            && !tolerated
+        {
             let message = e.message.to_owned();
             self.failure = Some(match (step, e.kind) {
                 (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
@@ -812,11 +846,16 @@ impl State {
                     message,
                 },
                 (_, kind) if kind.is_auth() => NodeFault::Auth(message),
+                // No such database (or none to select): the address is wrong, not the node.
+                (Step::Select, _) => NodeFault::Database {
+                    db: self.db,
+                    message,
+                },
                 (_, kind) => NodeFault::Server(kind, message),
             });
             return;
         }
-        if !step.accepts(&frame) {
+        if !tolerated && !step.accepts(&frame) {
             self.failure = Some(NodeFault::Unexpected(format!(
                 "{:?} in answer to {}",
                 frame.to_value(),
@@ -825,11 +864,16 @@ impl State {
             return;
         }
         if step == Step::Info {
+            // A tolerated error: the process stays unknown.
             let text = match frame {
                 Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
                 _ => &[],
             };
             self.info = parse_info(text, now);
+            if self.info_need == InfoNeed::Wanted {
+                // Not one of the steps the requests wait for.
+                return;
+            }
         }
         self.handshake_left = self.handshake_left.saturating_sub(1);
         if self.handshake_left == 0 {
@@ -900,7 +944,7 @@ mod tests {
             max_pending: 4,
             limits: Limits::CLIENT,
             client_name: None,
-            info: false,
+            info: InfoNeed::Off,
         }
     }
 
@@ -1071,6 +1115,68 @@ mod tests {
         );
         assert_eq!(got, vec![1, 2, 3, 4]);
         assert!(s.closing());
+    }
+
+    #[test]
+    fn a_refused_info_fails_the_handshake_only_when_needed() {
+        let now = Instant::now();
+        let info = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n";
+        let set = "*1\r\n$3\r\nSET\r\n";
+        let refused = b"-NOPERM no permissions to run 'info'\r\n";
+        for need in [InfoNeed::Wanted, InfoNeed::Needed] {
+            let config = ConnConfig {
+                info: need,
+                ..config()
+            };
+            let mut s = Session::new(NodeAddr::parse("redis://127.0.0.1:1").unwrap(), config, now);
+            assert_eq!(s.connect_due(now), Ok(true));
+            s.connecting(now);
+            s.connected();
+            s.request(Kind::Set, 7, set.as_bytes(), now);
+            match need {
+                // Only wanted (the duplicate check): the request follows in the same write, and
+                // a refusal leaves the node's run_id unknown.
+                InfoNeed::Wanted => {
+                    assert_eq!(take_output(&mut s), format!("{info}{set}"));
+                    let mut answers = refused.to_vec();
+                    answers.extend_from_slice(b"+OK\r\n");
+                    let got = feed(&mut s, &answers, now);
+                    assert_eq!(got, vec![Got::Reply(7, "Simple(\"OK\")".into())]);
+                    assert!(s.is_ready() && s.info().is_none() && !s.closing());
+                }
+                // Needed (quarantine, fencing): the request waits for it, and never goes out
+                // after a refusal.
+                _ => {
+                    assert_eq!(take_output(&mut s), info);
+                    let got = feed(&mut s, refused, now);
+                    assert!(
+                        matches!(&got[..], [Got::Fault(7, why, false)] if why.contains("+info")),
+                        "{got:?}"
+                    );
+                    assert!(s.closing() && s.output().is_empty());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_select_names_the_database() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1/99", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut faults = Vec::new();
+        s.read_begin();
+        s.on_bytes(b"-ERR DB index is out of range\r\n", now, &mut |d| {
+            faults.push(d.reply.err().cloned())
+        });
+        assert_eq!(
+            faults,
+            vec![Some(NodeFault::Database {
+                db: 99,
+                message: "ERR DB index is out of range".into()
+            })]
+        );
     }
 
     #[test]

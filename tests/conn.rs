@@ -275,3 +275,34 @@ fn connect_warms_every_node_before_the_first_attempt() {
     assert_eq!(c.connect(Duration::from_secs(5)), 2);
     assert_eq!(cycle(&mut c, "a"), 2);
 }
+
+#[test]
+fn a_database_the_server_does_not_have_is_a_configuration_fault() {
+    let servers = Servers::start(3);
+    // 16 databases (0 to 15), redis-server's default: 99 does not exist on the first node.
+    let mut urls = servers.urls();
+    urls[0] = format!("{}/99", urls[0]);
+    let mut c = client(urls);
+    // The other two carry the quorum; the report names the refused database.
+    let lock = c.try_lock("res").unwrap();
+    c.unlock(lock).unwrap();
+    let mut c = client(vec![format!("{}/99", servers[1].url())]);
+    let report = match c.try_lock("res") {
+        Err(Error::NoQuorum(report)) => report,
+        other => panic!("{other:?}"),
+    };
+    let faults: Vec<_> = report.failed().map(|(_, f)| f.root().clone()).collect();
+    assert!(
+        matches!(&faults[..], [NodeFault::Database { db: 99, message }]
+            if message.contains("DB index is out of range")),
+        "{report}"
+    );
+    let text = report.to_string();
+    assert!(
+        text.contains(
+            "database 99 refused: -ERR DB index is out of range (the server has fewer databases)"
+        ),
+        "{text}"
+    );
+    assert_eq!(servers[1].dbsize(), 0, "nothing was written anywhere");
+}

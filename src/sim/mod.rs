@@ -1316,7 +1316,10 @@ mod tests {
             .unwrap();
         let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
         let engine = Engine::new(shared, net, now);
-        let nodes = (0..NODES).map(|_| Node::new([b'a'; 40], 0)).collect();
+        // Distinct servers: one run_id each (entries with the same run_id count once).
+        let nodes = (0..NODES)
+            .map(|i| Node::new([b'a' + i as u8; 40], 0))
+            .collect();
         (engine, nodes)
     }
 

@@ -124,9 +124,13 @@ fn classify(e: &Error) -> (u8, &'static str) {
     }
 }
 
-/// A node fault that no retry mends: the servers do not match the configuration.
+/// A node fault that no retry mends: the servers do not match the configuration (a database
+/// they do not have, one server listed twice under two names).
 pub fn is_config_fault(f: &NodeFault) -> bool {
-    matches!(f.root(), NodeFault::Server(_, m) if m.contains("DB index is out of range"))
+    matches!(
+        f.root(),
+        NodeFault::Database { .. } | NodeFault::Duplicate { .. }
+    )
 }
 
 /// Every node of a report with its vote, for `--json`.
