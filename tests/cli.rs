@@ -1336,3 +1336,32 @@ fn every_option_a_subcommand_takes_means_something_there() {
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn configuration_the_servers_do_not_match_gives_78_and_duplicates_are_caught() {
+    let servers = Servers::start(3);
+    // A database the server does not have: a configuration error, not "no quorum" (69).
+    let db99: Vec<String> = servers
+        .addrs()
+        .iter()
+        .map(|a| format!("redis://{a}/99"))
+        .collect();
+    let o = output(redlock(&db99).args(["acquire", "-n", "job"]));
+    assert_code(&o, 78);
+    assert_one_line_error(&o, "database 99 refused");
+    // One master under two names: refused before anything is sent, naming both.
+    let port = servers[0].port();
+    let twice = [
+        format!("redis://127.0.0.1:{port}"),
+        format!("redis://localhost:{port}"),
+        servers.urls()[1].clone(),
+    ];
+    let o = output(plain(&twice).args(["status", "job"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "are the same server");
+    assert!(
+        stderr(&o).contains(&format!("localhost:{port}")),
+        "{}",
+        stderr(&o)
+    );
+}
