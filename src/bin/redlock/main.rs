@@ -96,7 +96,11 @@ struct Cli {
 enum Command {
     /// Acquire RESOURCE (waiting for it, as flock does), run COMMAND while keeping the lock
     /// alive, release it, exit with COMMAND's code
-    #[command(after_help = run::HELP)]
+    #[command(
+        after_help = run::HELP,
+        override_usage = "redlock run [OPTIONS] RESOURCE -- COMMAND [ARGS]...\n       \
+                          redlock run [OPTIONS] RESOURCE -c 'COMMAND LINE'"
+    )]
     Run(run::RunArgs),
     /// Acquire RESOURCE (waiting for it); print the token on stdout (with --fence: the token, a
     /// space, the fence), and the validity on stderr
