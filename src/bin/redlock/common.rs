@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlock_mux::{Builder, Error, Lock, NodeFault, NodeVote, Redlock, Report};
+use redlock_mux::{Builder, Error, Lock, NodeFault, NodeStatus, NodeVote, Redlock, Report};
 use serde_json::{Value, json};
 
 /// The exit codes: stable, documented in `--help`, the README and `docs/cli.md`. They follow
@@ -131,6 +131,35 @@ pub fn is_config_fault(f: &NodeFault) -> bool {
         f.root(),
         NodeFault::Database { .. } | NodeFault::Duplicate { .. }
     )
+}
+
+/// The TTL given to the handles of `release` and `status`, which set none: it only bounds the
+/// configuration checks.
+pub const HANDLE_TTL: Duration = Duration::from_secs(30);
+
+/// Fails with 69 (or 77 if credentials were refused) when fewer than a quorum of nodes answered.
+pub fn check_reachable(statuses: &[NodeStatus], context: &str) -> Result<(), Fail> {
+    let quorum = statuses.len() / 2 + 1;
+    let up = statuses.iter().filter(|s| s.state.is_ok()).count();
+    if up >= quorum {
+        return Ok(());
+    }
+    let mut why = String::new();
+    let mut auth = false;
+    for s in statuses {
+        if let Err(f) = &s.state {
+            auth |= matches!(f.root(), NodeFault::Auth(_));
+            why.push_str(&format!("; {}: {f}", s.node));
+        }
+    }
+    let code = if auth { exit::AUTH } else { exit::UNAVAILABLE };
+    Err(Fail::new(
+        code,
+        format!(
+            "{context}: only {up} of {} nodes reachable, {quorum} needed{why}",
+            statuses.len()
+        ),
+    ))
 }
 
 /// Every node of a report with its vote, for `--json`.

@@ -3,18 +3,17 @@
 use std::time::Duration;
 
 use clap::Args;
-use redlock_mux::{Builder, Lock, NodeStatus};
+use redlock_mux::{Builder, Lock};
 use serde_json::json;
 
-use crate::common::{Fail, Output, Servers, exit, parse_duration, print_json, shorten};
+use crate::common::{
+    Fail, HANDLE_TTL, Output, Servers, check_reachable, exit, parse_duration, print_json, shorten,
+};
 
 pub const HELP: &str = "\
 Exit codes: 0 released (on at least one node); 79 no node held RESOURCE with TOKEN (it expired,
 or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 usage; 70 internal;
 77 authentication refused.";
-
-/// The TTL given to the handle (a release sets none; it only bounds the configuration checks).
-const HANDLE_TTL: Duration = Duration::from_secs(30);
 
 /// How long `release` waits for the nodes' answers when it asks whether anybody held the lock.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
@@ -78,31 +77,6 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
         format!(
             "not released: no node held {name} with this token (it had expired, or was released \
              or taken over)"
-        ),
-    ))
-}
-
-/// Fails with 69 (or 77 if credentials were refused) when fewer than a quorum of nodes answered.
-pub fn check_reachable(statuses: &[NodeStatus], context: &str) -> Result<(), Fail> {
-    let quorum = statuses.len() / 2 + 1;
-    let up = statuses.iter().filter(|s| s.state.is_ok()).count();
-    if up >= quorum {
-        return Ok(());
-    }
-    let mut why = String::new();
-    let mut auth = false;
-    for s in statuses {
-        if let Err(f) = &s.state {
-            auth |= matches!(f.root(), redlock_mux::NodeFault::Auth(_));
-            why.push_str(&format!("; {}: {f}", s.node));
-        }
-    }
-    let code = if auth { exit::AUTH } else { exit::UNAVAILABLE };
-    Err(Fail::new(
-        code,
-        format!(
-            "{context}: only {up} of {} nodes reachable, {quorum} needed{why}",
-            statuses.len()
         ),
     ))
 }

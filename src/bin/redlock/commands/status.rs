@@ -7,16 +7,14 @@ use clap::Args;
 use redlock_mux::{Builder, NodeStatus};
 use serde_json::{Value, json};
 
-use super::release::check_reachable;
-use crate::common::{Fail, Output, Servers, exit, parse_duration, print_json, shorten};
+use crate::common::{
+    Fail, HANDLE_TTL, Output, Servers, check_reachable, exit, parse_duration, print_json, shorten,
+};
 
 pub const HELP: &str = "\
 Exit codes: 0 held by a quorum; 1 not held by a quorum (free, or split between tokens);
 69 fewer than a quorum of nodes answered (the state is unknown); 64 usage; 77 authentication
 refused. With -q it prints nothing: `redlock status -q RESOURCE && echo held`.";
-
-/// The TTL given to the handle (`status` sets none; it only bounds the configuration checks).
-const HANDLE_TTL: Duration = Duration::from_secs(30);
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
