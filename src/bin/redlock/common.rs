@@ -39,6 +39,37 @@ pub mod exit {
     pub const INTERRUPTED: u8 = 130;
 }
 
+/// What kind of failure, for the decisions that depend on it (`--quiet`, whether waiting can
+/// help) and for `--json`'s `error` field. The exit code does not tell it: `-E` changes the one
+/// for a lock held elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Usage,
+    Config,
+    Held,
+    NoQuorum,
+    Quarantined,
+    Auth,
+    Lost,
+    Internal,
+}
+
+impl Kind {
+    /// The name in `--json` (documented in docs/cli.md).
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Usage => "usage",
+            Kind::Config => "config",
+            Kind::Held => "held",
+            Kind::NoQuorum => "no_quorum",
+            Kind::Quarantined => "quarantined",
+            Kind::Auth => "auth",
+            Kind::Lost => "lost",
+            Kind::Internal => "internal",
+        }
+    }
+}
+
 /// A failure: the exit code and the one-line message (printed as `redlock: MESSAGE`).
 #[derive(Debug)]
 pub struct Fail {
@@ -46,8 +77,8 @@ pub struct Fail {
     pub code: u8,
     /// What happened, on one line.
     pub message: String,
-    /// What kind of failure, for `--json` (`"held"`, `"no_quorum"`, …).
-    pub kind: &'static str,
+    /// What kind of failure (named in `--json`).
+    pub kind: Kind,
     /// The node-by-node report, when the library gave one.
     pub report: Option<Box<Report>>,
 }
@@ -56,12 +87,12 @@ impl Fail {
     /// A failure with its code and message.
     pub fn new(code: u8, message: impl Into<String>) -> Fail {
         let kind = match code {
-            exit::USAGE => "usage",
-            exit::CONFIG => "config",
-            exit::UNAVAILABLE => "no_quorum",
-            exit::AUTH => "auth",
-            exit::LOST => "lost",
-            _ => "internal",
+            exit::USAGE => Kind::Usage,
+            exit::CONFIG => Kind::Config,
+            exit::UNAVAILABLE => Kind::NoQuorum,
+            exit::AUTH => Kind::Auth,
+            exit::LOST => Kind::Lost,
+            _ => Kind::Internal,
         };
         Fail {
             code,
@@ -84,7 +115,7 @@ impl Fail {
 
     /// "Held elsewhere": the failure `--quiet` does not print (the exit code says it).
     pub fn is_held(&self) -> bool {
-        self.kind == "held"
+        self.kind == Kind::Held
     }
 
     /// The failure as one JSON object, for `--json`.
@@ -94,7 +125,7 @@ impl Fail {
             "command": command,
             "resource": resource,
             "exit_code": self.code,
-            "error": self.kind,
+            "error": self.kind.name(),
             "message": self.message,
             "nodes": self.report.as_deref().map(votes_json),
         })
@@ -107,20 +138,20 @@ pub fn code_of(e: &Error) -> u8 {
 }
 
 /// The exit code and the `--json` kind of a library error.
-fn classify(e: &Error) -> (u8, &'static str) {
+fn classify(e: &Error) -> (u8, Kind) {
     let config = e
         .report()
         .is_some_and(|r| r.failed().any(|(_, f)| is_config_fault(f)));
     match e {
-        Error::Config(_) => (exit::USAGE, "usage"),
-        _ if config => (exit::CONFIG, "config"),
-        Error::Held(_) => (exit::HELD, "held"),
+        Error::Config(_) => (exit::USAGE, Kind::Usage),
+        _ if config => (exit::CONFIG, Kind::Config),
+        Error::Held(_) => (exit::HELD, Kind::Held),
         Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => {
-            (exit::UNAVAILABLE, "no_quorum")
+            (exit::UNAVAILABLE, Kind::NoQuorum)
         }
-        Error::Auth { .. } | Error::Permission { .. } => (exit::AUTH, "auth"),
-        Error::Expired { .. } | Error::ExtensionLimit(_) => (exit::LOST, "lost"),
-        _ => (exit::INTERNAL, "internal"),
+        Error::Auth { .. } | Error::Permission { .. } => (exit::AUTH, Kind::Auth),
+        Error::Expired { .. } | Error::ExtensionLimit(_) => (exit::LOST, Kind::Lost),
+        _ => (exit::INTERNAL, Kind::Internal),
     }
 }
 
@@ -429,7 +460,7 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
         Wait::For(d) => Some(started + d),
         Wait::Forever => Some(started + FOREVER),
     };
-    let retryable = matches!(classify(&first).1, "held" | "no_quorum");
+    let retryable = matches!(classify(&first).1, Kind::Held | Kind::NoQuorum);
     let Some(deadline) = deadline.filter(|_| retryable) else {
         return Err(lock_failure(r, resource, rule, &first, waiting));
     };
@@ -464,7 +495,7 @@ fn lock_failure(r: &Redlock, resource: &str, rule: Wait, e: &Error, waiting: &Wa
         fail.code = waiting.conflict_exit_code.unwrap_or(exit::HELD);
     } else if let Some(hint) = quarantine_hint(r, e) {
         fail.code = exit::QUARANTINED;
-        fail.kind = "quarantined";
+        fail.kind = Kind::Quarantined;
         fail.message = format!("{context}: {hint}");
     }
     fail

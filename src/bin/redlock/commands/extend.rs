@@ -6,7 +6,9 @@ use clap::Args;
 use redlock_mux::{Error, Lock};
 use serde_json::json;
 
-use crate::common::{Fail, Output, Servers, Tuning, exit, parse_duration, print_json, shorten};
+use crate::common::{
+    Fail, Kind, Output, Servers, Tuning, exit, parse_duration, print_json, shorten,
+};
 
 pub const HELP: &str = "\
 Exit codes: 0 extended; 79 RESOURCE is no longer held with TOKEN (it expired, or was taken over);
@@ -60,7 +62,7 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
         Err(e @ Error::Held(_)) => {
             let mut fail = Fail::lib(&format!("{name} is no longer held with this token"), &e);
             fail.code = exit::LOST;
-            fail.kind = "lost";
+            fail.kind = Kind::Lost;
             Err(fail)
         }
         Err(e) => Err(Fail::lib(&format!("cannot extend {name}"), &e)),
