@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use redlock_mux::{Error, Redlock};
 
-use super::demo::{Tally, interrupt_flag, latency_table, progress, record};
+use super::demo::{Tally, interrupt_flag, latency_table, progress};
 use crate::common::{Fail, Servers, Tuning, code_of, count, exit, fmt_duration, parse_duration};
 use crate::servers::LocalServers;
 
@@ -78,15 +78,9 @@ fn bench_client(
             }
         };
         let t1 = Instant::now();
-        if let Err(e) = r.unlock(lock) {
-            t.failed += 1;
-            t.last_error = Some(e);
-        }
+        let released = r.unlock(lock);
         let t2 = Instant::now();
-        record(&mut t.acquire, t1 - t0);
-        record(&mut t.release, t2 - t1);
-        record(&mut t.cycle, t2 - t0);
-        t.cycles += 1;
+        t.cycle(t1 - t0, t2 - t1, t2 - t0, released);
         done.fetch_add(1, Ordering::Relaxed);
     }
     t

@@ -158,6 +158,24 @@ impl Tally {
         }
     }
 
+    /// One lock cycle: its acquire, release and whole-cycle times, and the release's result.
+    pub(super) fn cycle(
+        &mut self,
+        acquire: Duration,
+        release: Duration,
+        cycle: Duration,
+        released: Result<usize, Error>,
+    ) {
+        if let Err(e) = released {
+            self.failed += 1;
+            self.last_error = Some(e);
+        }
+        record(&mut self.acquire, acquire);
+        record(&mut self.release, release);
+        record(&mut self.cycle, cycle);
+        self.cycles += 1;
+    }
+
     pub(super) fn merge(&mut self, other: &Tally) {
         let _ = self.acquire.add(&other.acquire);
         let _ = self.release.add(&other.release);
@@ -198,15 +216,9 @@ fn demo_client(r: &Redlock, board: &Board, interrupted: &AtomicBool) -> Tally {
             board.late.fetch_add(1, Ordering::SeqCst);
         }
         let t2 = Instant::now();
-        if let Err(e) = r.unlock(lock) {
-            t.failed += 1;
-            t.last_error = Some(e);
-        }
+        let released = r.unlock(lock);
         let t3 = Instant::now();
-        record(&mut t.acquire, t1 - t0);
-        record(&mut t.release, t3 - t2);
-        record(&mut t.cycle, t3 - t0);
-        t.cycles += 1;
+        t.cycle(t1 - t0, t3 - t2, t3 - t0, released);
     }
     t
 }
