@@ -5,12 +5,20 @@
 //!
 //! ```text
 //! redis://[[username]:password@]host[:port][/db][?protocol=3]
+//! rediss://[[username]:password@]host[:port][/db][?protocol=3&tls_ca=F&tls_cert=F&tls_key=F&tls_server_name=N]
 //! redis+unix:///path/to.sock[?db=N&username=U&password=P&protocol=3]
 //! unix:///path/to.sock[?...]
 //! ```
 //!
 //! IPv6 hosts go in brackets (`redis://[::1]:6379`); user name and password may be
 //! percent-encoded; the port defaults to 6379 and the database to 0.
+//!
+//! `rediss://` is TLS (it needs the crate's `tls` feature, checked when a client is built). Its
+//! options ([`TlsParams`]): `tls_ca` a PEM file of the CA certificates to trust instead of the
+//! system's; `tls_cert` and `tls_key` PEM files of a client certificate and its key, for
+//! servers that ask for one (mutual TLS, `tls-auth-clients yes`); `tls_server_name` the name
+//! the server's certificate must carry when it is not the host of the address (connecting by
+//! IP address to a certificate made out to a name).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -121,6 +129,23 @@ pub struct NodeAddr {
     pub db: u32,
     /// 2 (default) or 3 (`?protocol=3`: the handshake sends `HELLO 3`).
     pub protocol: u8,
+    /// `Some` for `rediss://` (TLS), with the options of the address.
+    pub tls: Option<TlsParams>,
+}
+
+/// The TLS options of one `rediss://` address (see the [module docs](self)). A `None` here takes
+/// the [`Builder`](crate::Builder)'s setting, if any: `tls_ca` the system's trusted roots,
+/// `tls_server_name` the address's host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct TlsParams {
+    /// PEM file of the CA certificates to trust (`tls_ca=`).
+    pub ca_file: Option<PathBuf>,
+    /// PEM file of the client certificate chain (`tls_cert=`), for mutual TLS.
+    pub cert_file: Option<PathBuf>,
+    /// PEM file of the client certificate's private key (`tls_key=`).
+    pub key_file: Option<PathBuf>,
+    /// The name the server's certificate must be valid for (`tls_server_name=`).
+    pub server_name: Option<String>,
 }
 
 /// An address that cannot be parsed: which one (password masked) and what is wrong with it.
@@ -174,6 +199,7 @@ impl fmt::Debug for NodeAddr {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("db", &self.db)
             .field("protocol", &self.protocol)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -255,6 +281,10 @@ fn parse(address: &str) -> Result<NodeAddr, String> {
     };
     let mut addr = match scheme {
         "redis" => parse_tcp(body)?,
+        "rediss" => NodeAddr {
+            tls: Some(TlsParams::default()),
+            ..parse_tcp(body)?
+        },
         "redis+unix" | "unix" => {
             if body.is_empty() || !body.starts_with('/') {
                 return Err("a Unix socket address needs an absolute path".into());
@@ -265,9 +295,9 @@ fn parse(address: &str) -> Result<NodeAddr, String> {
                 password: None,
                 db: 0,
                 protocol: 2,
+                tls: None,
             }
         }
-        "rediss" => return Err("TLS (rediss://) is not supported".into()),
         other => return Err(format!("unknown scheme \"{other}\"")),
     };
     for param in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
@@ -283,8 +313,28 @@ fn parse(address: &str) -> Result<NodeAddr, String> {
                     _ => return Err(format!("protocol \"{value}\" is not 2 or 3")),
                 }
             }
+            "tls_ca" | "tls_cert" | "tls_key" | "tls_server_name" => {
+                let Some(tls) = addr.tls.as_mut() else {
+                    return Err(format!("\"{key}\" is for rediss:// (TLS) addresses"));
+                };
+                let value = percent_decode(value, key)?;
+                if value.is_empty() {
+                    return Err(format!("\"{key}\" needs a value"));
+                }
+                match key {
+                    "tls_ca" => tls.ca_file = Some(value.into()),
+                    "tls_cert" => tls.cert_file = Some(value.into()),
+                    "tls_key" => tls.key_file = Some(value.into()),
+                    _ => tls.server_name = Some(value),
+                }
+            }
             other => return Err(format!("unknown parameter \"{other}\"")),
         }
+    }
+    if let Some(tls) = &addr.tls
+        && tls.cert_file.is_some() != tls.key_file.is_some()
+    {
+        return Err("tls_cert and tls_key go together (a client certificate and its key)".into());
     }
     Ok(addr)
 }
@@ -348,6 +398,7 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, String> {
         password,
         db,
         protocol: 2,
+        tls: None,
     })
 }
 
@@ -389,6 +440,29 @@ mod tests {
     }
 
     #[test]
+    fn tls_forms() {
+        let a = NodeAddr::parse("redis://h").unwrap();
+        assert_eq!(a.tls, None);
+        let a = NodeAddr::parse("rediss://u:pw@h:6380/2").unwrap();
+        assert_eq!(a.endpoint, tcp("h", 6380));
+        assert_eq!((a.db, a.password()), (2, Some("pw")));
+        assert_eq!(a.tls, Some(TlsParams::default()));
+        let a = NodeAddr::parse(
+            "rediss://10.0.0.1?tls_ca=/etc/ca%20dir/ca.pem&tls_cert=/c.pem&tls_key=/k.pem\
+             &tls_server_name=redis.internal",
+        )
+        .unwrap();
+        let tls = a.tls.unwrap();
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(Path::new("/etc/ca dir/ca.pem"))
+        );
+        assert_eq!(tls.cert_file.as_deref(), Some(Path::new("/c.pem")));
+        assert_eq!(tls.key_file.as_deref(), Some(Path::new("/k.pem")));
+        assert_eq!(tls.server_name.as_deref(), Some("redis.internal"));
+    }
+
+    #[test]
     fn unix_forms() {
         for s in [
             "redis+unix:///tmp/r.sock?db=2&password=x",
@@ -406,7 +480,9 @@ mod tests {
         let cases = [
             ("localhost:6379", "expected redis://"),
             ("http://x", "unknown scheme \"http\""),
-            ("rediss://x", "TLS"),
+            ("redis://h?tls_ca=/x.pem", "for rediss://"),
+            ("rediss://h?tls_cert=/c.pem", "go together"),
+            ("rediss://h?tls_ca=", "needs a value"),
             ("redis://", "missing host"),
             ("redis://u:topsecret@h:notaport", "port \"notaport\""),
             ("redis://h:0", "port \"0\""),

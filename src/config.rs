@@ -5,6 +5,7 @@
 //! `Builder::build` and `Builder::build_client` live beside what they build (`handle.rs`,
 //! `client.rs`), so that this file depends on neither.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
@@ -15,6 +16,7 @@ use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
 use crate::session::{ConnConfig, InfoNeed};
+use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
 /// `3 h 20 min`, `24 days 20 h` (not `Debug`'s `0ns` or `2147483.647s`).
@@ -378,6 +380,7 @@ impl Config {
 pub struct Builder {
     servers: Vec<String>,
     config: Config,
+    tls: TlsDefaults,
 }
 
 impl Builder {
@@ -390,6 +393,7 @@ impl Builder {
         Builder {
             servers: servers.into_iter().map(|s| s.as_ref().to_owned()).collect(),
             config: Config::default(),
+            tls: TlsDefaults::default(),
         }
     }
 
@@ -522,6 +526,41 @@ impl Builder {
         self
     }
 
+    /// Trust the CA certificates of this PEM file, instead of the system's, for every
+    /// `rediss://` server that does not give its own `tls_ca`. Read when the client is built.
+    /// Default: the system's trusted roots.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Builder {
+        self.tls.params.ca_file = Some(path.into());
+        self
+    }
+
+    /// Present this client certificate (PEM chain, and its PEM private key) to `rediss://`
+    /// servers that ask for one (mutual TLS: `tls-auth-clients yes`), unless the address gives
+    /// its own `tls_cert`/`tls_key`. Read when the client is built. Default: none.
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> Builder {
+        self.tls.params.cert_file = Some(cert.into());
+        self.tls.params.key_file = Some(key.into());
+        self
+    }
+
+    /// The name every `rediss://` server's certificate must carry, for servers reached by an
+    /// address their certificate does not name (an IP address, a tunnel), unless the address
+    /// gives its own `tls_server_name`. Default: each address's host.
+    pub fn tls_server_name(mut self, name: impl Into<String>) -> Builder {
+        self.tls.params.server_name = Some(name.into());
+        self
+    }
+
+    /// A complete rustls configuration for the `rediss://` servers whose addresses give no TLS
+    /// option of their own (its roots, client certificate, protocol versions, session cache);
+    /// [`tls_ca_file`](Builder::tls_ca_file) and [`tls_client_cert`](Builder::tls_client_cert)
+    /// then do not apply to them. Needs the `tls` feature.
+    #[cfg(feature = "tls")]
+    pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Builder {
+        self.tls.config = Some(config);
+        self
+    }
+
     pub(crate) fn shared(self) -> Result<Arc<Shared>, Error> {
         self.config.validate()?;
         if self.servers.is_empty() {
@@ -551,6 +590,15 @@ impl Builder {
             keys.push(key);
             nodes.push(addr);
         }
+        if self.tls.is_set() && nodes.iter().all(|n| n.tls.is_none()) {
+            // Most likely redis:// where rediss:// was meant: the lock would go out in clear.
+            return Err(Error::Config(
+                "TLS options given, but no server address is rediss:// (TLS): write \
+                 rediss://host:port"
+                    .into(),
+            ));
+        }
+        let tls = tls::connectors(&nodes, &self.tls)?;
         let c = &self.config;
         let conn = ConnConfig {
             connect_timeout: c.connect_timeout,
@@ -570,6 +618,7 @@ impl Builder {
             } else {
                 InfoNeed::Off
             },
+            tls: tls.into(),
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),

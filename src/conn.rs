@@ -18,10 +18,14 @@ use mio::{Interest, Registry, Token};
 use crate::addr::{Endpoint, NodeAddr};
 use crate::error::NodeFault;
 use crate::session::{ConnConfig, Kind, Script, Session, Sink};
+#[cfg(feature = "tls")]
+use crate::tls::TlsStream;
 
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    #[cfg(feature = "tls")]
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -29,18 +33,40 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s,
             Stream::Unix(s) => s,
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => &mut s.tcp,
         }
     }
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    /// Reads into `buf`, counting the `read` calls made (TLS may make none, or several).
+    fn read(&mut self, buf: &mut [u8], reads: &mut u64) -> io::Result<usize> {
         match self {
-            Stream::Tcp(s) => s.read(buf),
-            Stream::Unix(s) => s.read(buf),
+            Stream::Tcp(s) => {
+                *reads += 1;
+                s.read(buf)
+            }
+            Stream::Unix(s) => {
+                *reads += 1;
+                s.read(buf)
+            }
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.read(buf, reads),
         }
     }
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    /// Whether a read shorter than its buffer means the socket is drained. Not for TLS: a
+    /// short read of plaintext says nothing of the socket ([`TlsStream`] keeps track itself).
+    fn short_read_drains(&self) -> bool {
+        match self {
+            Stream::Tcp(_) | Stream::Unix(_) => true,
+            #[cfg(feature = "tls")]
+            Stream::Tls(_) => false,
         }
     }
     /// Finishes a non-blocking connect: `Ok(true)` connected, `Ok(false)` still in progress.
@@ -48,6 +74,8 @@ impl Stream {
         let (error, peer) = match self {
             Stream::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
             Stream::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            #[cfg(feature = "tls")]
+            Stream::Tls(s) => (s.tcp.take_error(), s.tcp.peer_addr().map(|_| ())),
         };
         if let Some(e) = error? {
             return Err(e);
@@ -74,6 +102,22 @@ pub struct IoStats {
     /// Wake-ups of a shared engine's loop by callers (`Waker::wake`: one `write` to an
     /// eventfd each); zero for a [`Client`](crate::Client).
     pub wakes: u64,
+    /// TLS handshakes completed (`rediss://` nodes).
+    pub tls_handshakes: u64,
+    /// Of those, the ones that resumed an earlier session (no certificate sent or checked).
+    pub tls_resumed: u64,
+    /// Round trips of TLS handshakes: the server's flights a handshake waited for (TCP's own
+    /// connect not included). TLS 1.3 needs one per handshake, resumed or not.
+    pub tls_round_trips: u64,
+}
+
+/// The fault an I/O error stands for: a TLS error keeps its message.
+fn fault_of(e: &io::Error) -> NodeFault {
+    #[cfg(feature = "tls")]
+    if let Some(fault) = crate::tls::fault(e) {
+        return fault;
+    }
+    NodeFault::Io(e.kind())
 }
 
 /// One node's connection: the socket and its session.
@@ -84,6 +128,8 @@ pub(crate) struct Conn {
     rbuf: Box<[u8]>,
     pub session: Session,
     pub stats: IoStats,
+    /// How to start TLS on this node's sockets (`rediss://`), else `None`.
+    tls: Option<crate::tls::Connector>,
 }
 
 const READ_CHUNK: usize = 8 << 10;
@@ -91,6 +137,7 @@ const READ_CHUNK: usize = 8 << 10;
 impl Conn {
     pub fn new(addr: NodeAddr, token: Token, config: ConnConfig, now: Instant) -> Conn {
         Conn {
+            tls: config.tls.get(token.0).cloned().flatten(),
             session: Session::new(addr.clone(), config, now),
             addr,
             token,
@@ -161,7 +208,14 @@ impl Conn {
                     .map_err(|e| NodeFault::Resolve(e.to_string()))?
                     .next()
                     .ok_or_else(|| NodeFault::Resolve("no address".into()))?;
-                Stream::Tcp(TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?)
+                let tcp = TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?;
+                match &self.tls {
+                    None => Stream::Tcp(tcp),
+                    #[cfg(feature = "tls")]
+                    Some(tls) => Stream::Tls(Box::new(TlsStream::new(tcp, tls.start()?))),
+                    #[cfg(not(feature = "tls"))]
+                    Some(never) => match *never {},
+                }
             }
             Endpoint::Unix(path) => {
                 Stream::Unix(UnixStream::connect(path).map_err(|e| NodeFault::Io(e.kind()))?)
@@ -253,6 +307,14 @@ impl Conn {
         let Some(stream) = self.stream.as_mut() else {
             return;
         };
+        // TLS records a full socket held back go out first.
+        #[cfg(feature = "tls")]
+        if let Stream::Tls(s) = stream {
+            match s.push() {
+                Ok(writes) => self.stats.writes += writes,
+                Err(e) => return self.fail(fault_of(&e), now, registry, sink),
+            }
+        }
         loop {
             let out = self.session.output();
             if out.is_empty() {
@@ -264,9 +326,34 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.fail(NodeFault::Io(e.kind()), now, registry, sink);
+                    self.fail(fault_of(&e), now, registry, sink);
                     return;
                 }
+            }
+        }
+    }
+
+    /// Drives a TLS handshake on a readiness event: `true` when it is done (the session may
+    /// write), `false` while it goes on. A failure fails the connection.
+    #[cfg(feature = "tls")]
+    fn tls_handshake(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) -> bool {
+        let Some(Stream::Tls(s)) = self.stream.as_mut() else {
+            return true;
+        };
+        match s.handshake() {
+            Ok(p) => {
+                self.stats.reads += p.reads;
+                self.stats.writes += p.writes;
+                self.stats.tls_round_trips += p.flights;
+                if p.done {
+                    self.stats.tls_handshakes += 1;
+                    self.stats.tls_resumed += u64::from(s.resumed());
+                }
+                p.done
+            }
+            Err(fault) => {
+                self.fail(fault, now, registry, sink);
+                false
             }
         }
     }
@@ -280,17 +367,26 @@ impl Conn {
             match stream.connected() {
                 Ok(false) => return,
                 Ok(true) => {
-                    if let Stream::Tcp(s) = stream {
-                        // Without it, Nagle holds back the second small write of a cycle.
-                        let _ = s.set_nodelay(true);
+                    // Without it, Nagle holds back the second small write of a cycle.
+                    match stream {
+                        Stream::Tcp(s) => drop(s.set_nodelay(true)),
+                        #[cfg(feature = "tls")]
+                        Stream::Tls(s) => drop(s.tcp.set_nodelay(true)),
+                        Stream::Unix(_) => {}
                     }
-                    self.session.connected();
                 }
                 Err(e) => {
                     self.fail(NodeFault::Io(e.kind()), now, registry, sink);
                     return;
                 }
             }
+            // A TLS node counts as connected once its handshake is done: the connect timeout
+            // covers both, and the session writes nothing before.
+            #[cfg(feature = "tls")]
+            if !self.tls_handshake(now, registry, sink) {
+                return;
+            }
+            self.session.connected();
         }
         self.flush(now, registry, sink);
         self.read(now, registry, sink);
@@ -298,12 +394,15 @@ impl Conn {
 
     fn read(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
         self.session.read_begin();
+        #[cfg(feature = "tls")]
+        if let Some(Stream::Tls(s)) = self.stream.as_mut() {
+            s.read_begin();
+        }
         loop {
             let Some(stream) = self.stream.as_mut() else {
                 return;
             };
-            self.stats.reads += 1;
-            let n = match stream.read(&mut self.rbuf) {
+            let n = match stream.read(&mut self.rbuf, &mut self.stats.reads) {
                 Ok(0) => {
                     self.fail(NodeFault::Closed, now, registry, sink);
                     return;
@@ -312,10 +411,11 @@ impl Conn {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    self.fail(NodeFault::Io(e.kind()), now, registry, sink);
+                    self.fail(fault_of(&e), now, registry, sink);
                     return;
                 }
             };
+            let drained = n < self.rbuf.len() && stream.short_read_drains();
             self.session.on_bytes(&self.rbuf[..n], now, sink);
             if self.session.closing() {
                 self.sync(now, registry, sink);
@@ -327,7 +427,7 @@ impl Conn {
             }
             // A short read means the socket is drained: a new edge comes with new data, so the
             // read that would only say WouldBlock is skipped (tokio does the same).
-            if n < self.rbuf.len() {
+            if drained {
                 return;
             }
         }

@@ -54,6 +54,9 @@ impl Driver {
             total.writes += c.stats.writes;
             total.reads += c.stats.reads;
             total.connects += c.stats.connects;
+            total.tls_handshakes += c.stats.tls_handshakes;
+            total.tls_resumed += c.stats.tls_resumed;
+            total.tls_round_trips += c.stats.tls_round_trips;
         }
         total
     }

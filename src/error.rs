@@ -23,6 +23,10 @@ pub enum NodeFault {
     Timeout,
     /// The server closed the connection.
     Closed,
+    /// The TLS handshake failed, or the server broke the TLS protocol (`rediss://`): an
+    /// untrusted or expired certificate, a certificate for another name, a client
+    /// certificate the server refused, a plain-TCP port.
+    Tls(String),
     /// The server sent bytes that are not valid RESP.
     Protocol(ParseError),
     /// The server sent a valid reply of the wrong kind.
@@ -78,6 +82,21 @@ impl fmt::Display for NodeFault {
             NodeFault::ConnectTimeout => f.write_str("connect timed out"),
             NodeFault::Timeout => f.write_str("no reply in time"),
             NodeFault::Closed => f.write_str("connection closed by the server"),
+            NodeFault::Tls(why) => {
+                write!(f, "TLS: {why}")?;
+                if why.contains("UnknownIssuer") {
+                    f.write_str(
+                        " (the server's certificate is not signed by a trusted CA: give its CA \
+                         with tls_ca=FILE in the address, Builder::tls_ca_file, or --tls-ca)",
+                    )?;
+                } else if why.contains("not valid for name") {
+                    f.write_str(
+                        " (the certificate is made out to another name: connect by that name, \
+                         or give it with tls_server_name=NAME or --tls-server-name)",
+                    )?;
+                }
+                Ok(())
+            }
             NodeFault::Protocol(e) => write!(f, "protocol error: {e}"),
             NodeFault::Unexpected(what) => write!(f, "unexpected reply {what}"),
             NodeFault::Server(_, message) => write!(f, "answered -{message}"),

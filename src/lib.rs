@@ -189,10 +189,46 @@ mod session;
 #[doc(hidden)]
 pub mod sim;
 mod task;
+#[cfg(feature = "tls")]
+mod tls;
+/// Without the `tls` feature no TLS connector can be made, and `rediss://` is refused when a
+/// client is built.
+#[cfg(not(feature = "tls"))]
+mod tls {
+    use crate::addr::{NodeAddr, TlsParams};
+    use crate::error::Error;
+
+    /// Never made in this build.
+    #[derive(Debug, Clone)]
+    pub(crate) enum Connector {}
+
+    #[derive(Debug, Clone, Default)]
+    pub(crate) struct TlsDefaults {
+        pub params: TlsParams,
+    }
+
+    impl TlsDefaults {
+        pub fn is_set(&self) -> bool {
+            self.params != TlsParams::default()
+        }
+    }
+
+    pub(crate) fn connectors(
+        nodes: &[NodeAddr],
+        _: &TlsDefaults,
+    ) -> Result<Vec<Option<Connector>>, Error> {
+        match nodes.iter().find(|n| n.tls.is_some()) {
+            Some(n) => Err(Error::Config(format!(
+                "{n}: rediss:// (TLS) needs redlock-mux built with its `tls` feature"
+            ))),
+            None => Ok(nodes.iter().map(|_| None).collect()),
+        }
+    }
+}
 mod token;
 mod wait;
 
-pub use addr::NodeAddr;
+pub use addr::{NodeAddr, TlsParams};
 pub use async_guard::AsyncLockGuard;
 pub use async_handle::AsyncRedlock;
 pub use async_keep::{AsyncKeepAlive, LockWatch};

@@ -40,6 +40,8 @@ pub(crate) struct ConnConfig {
     pub client_name: Option<String>,
     /// Whether the handshake asks `INFO server`, and whether it must be answered.
     pub info: InfoNeed,
+    /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
+    pub tls: std::sync::Arc<[Option<crate::tls::Connector>]>,
 }
 
 /// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
@@ -945,6 +947,7 @@ mod tests {
             limits: Limits::CLIENT,
             client_name: None,
             info: InfoNeed::Off,
+            tls: std::sync::Arc::from([]),
         }
     }
 

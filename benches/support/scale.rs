@@ -180,6 +180,9 @@ fn io_delta(a: IoStats, b: IoStats) -> IoStats {
         polls: b.polls - a.polls,
         connects: b.connects - a.connects,
         wakes: b.wakes - a.wakes,
+        tls_handshakes: b.tls_handshakes - a.tls_handshakes,
+        tls_resumed: b.tls_resumed - a.tls_resumed,
+        tls_round_trips: b.tls_round_trips - a.tls_round_trips,
     }
 }
 

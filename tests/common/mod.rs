@@ -18,6 +18,7 @@
 
 #[path = "../../src/bin/redlock/child.rs"]
 pub mod child;
+pub mod pki;
 
 use std::fs::{self, File, OpenOptions};
 use std::hash::{BuildHasher, Hasher, RandomState};
@@ -59,6 +60,25 @@ pub struct RedisServerBuilder {
     extra_args: Vec<String>,
     admin: Option<(Option<String>, String)>,
     preferred_port: Option<u16>,
+    tls: Option<TlsListener>,
+}
+
+/// Whether a TLS port asks clients for a certificate (`--tls-auth-clients`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// Any client that trusts the server's certificate may connect.
+    No,
+    /// Mutual TLS: a client certificate signed by the test CA is required.
+    Required,
+}
+
+/// A TLS port's certificate files (from a [`pki::Pki`]).
+#[derive(Clone, Debug)]
+struct TlsListener {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth: ClientAuth,
 }
 
 impl RedisServerBuilder {
@@ -97,6 +117,18 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Also listen for TLS (`--tls-port`, a second free port) with the certificates of `pki`;
+    /// the plain port stays, for the admin client.
+    pub fn tls(mut self, pki: &pki::Pki, auth: ClientAuth) -> Self {
+        self.tls = Some(TlsListener {
+            cert: pki.server_cert(),
+            key: pki.server_key(),
+            ca: pki.ca(),
+            auth,
+        });
+        self
+    }
+
     /// Try this port first; if redis cannot bind it, fall back to random
     /// free ports like a server without a preference.
     pub fn preferred_port(mut self, port: u16) -> Self {
@@ -121,9 +153,11 @@ impl RedisServerBuilder {
             .clone()
             .or_else(|| self.requirepass.clone().map(|p| (None, p)));
         let port = self.preferred_port.unwrap_or_else(pick_port);
+        let tls_port = self.tls.as_ref().map(|_| pick_port());
         let mut server = RedisServer {
             bin,
             port,
+            tls_port,
             dir,
             unix_path,
             opts: self,
@@ -145,6 +179,8 @@ impl RedisServerBuilder {
 pub struct RedisServer {
     bin: PathBuf,
     port: u16,
+    /// The TLS port, for a server built with [`RedisServerBuilder::tls`].
+    tls_port: Option<u16>,
     dir: tempfile::TempDir,
     unix_path: Option<PathBuf>,
     opts: RedisServerBuilder,
@@ -205,6 +241,16 @@ impl RedisServer {
     /// `"redis://127.0.0.1:PORT"` (no credentials).
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port. Panics for a server without TLS.
+    pub fn tls_port(&self) -> u16 {
+        self.tls_port.expect("the server was built without .tls(…)")
+    }
+
+    /// `"rediss://127.0.0.1:TLS_PORT"` (no options).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}", self.tls_port())
     }
 
     pub fn unix_path(&self) -> Option<PathBuf> {
@@ -474,6 +520,25 @@ impl RedisServer {
             args.push("--user".into());
             args.extend(rule.split_whitespace().map(str::to_owned));
         }
+        if let (Some(tls), Some(port)) = (&self.opts.tls, self.tls_port) {
+            let path = |p: &PathBuf| p.to_str().expect("non-UTF-8 certificate path").to_owned();
+            let auth = match tls.auth {
+                ClientAuth::No => "no",
+                ClientAuth::Required => "yes",
+            };
+            args.extend([
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                path(&tls.cert),
+                "--tls-key-file".into(),
+                path(&tls.key),
+                "--tls-ca-cert-file".into(),
+                path(&tls.ca),
+                "--tls-auth-clients".into(),
+                auth.into(),
+            ]);
+        }
         args.extend(self.opts.extra_args.iter().cloned());
         args
     }
@@ -528,6 +593,7 @@ impl RedisServer {
                 Ok(()) => return,
                 Err(StartError::AddrInUse) if attempt < PORT_ATTEMPTS => {
                     self.port = pick_port();
+                    self.tls_port = self.tls_port.map(|_| pick_port());
                     if let Some(path) = &self.unix_path {
                         let _ = fs::remove_file(path);
                     }
