@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use common::pki::Pki;
 use redlock_mux::resp::{self, Frame, Limits, ParseError, Status};
 use redlock_mux::{Builder, Client, Error, Lock, NodeFault};
 
@@ -50,10 +51,14 @@ enum Ev {
     Done(usize),
 }
 
+/// A fake's side of a connection: plain TCP, or TLS over it.
+trait Duplex: Read + Write + Send {}
+impl<T: Read + Write + Send> Duplex for T {}
+
 /// One accepted connection, as the handler sees it.
 struct Peer {
     id: usize,
-    stream: TcpStream,
+    stream: Box<dyn Duplex>,
     buf: Vec<u8>,
     stop: Arc<AtomicBool>,
     events: Sender<Ev>,
@@ -166,6 +171,8 @@ type Handler = Arc<dyn Fn(&mut Peer) + Send + Sync>;
 /// Dropping it stops the accept loop and every connection thread, and joins them.
 struct Fake {
     port: u16,
+    /// `Some`: the fake speaks TLS, clients trust this CA file.
+    tls_ca: Option<std::path::PathBuf>,
     accepted: Arc<AtomicUsize>,
     events: Receiver<Ev>,
     stop: Arc<AtomicBool>,
@@ -174,7 +181,19 @@ struct Fake {
 
 impl Fake {
     fn start(handler: impl Fn(&mut Peer) + Send + Sync + 'static) -> Fake {
+        Fake::serve(handler, None)
+    }
+
+    /// The same fake behind TLS (`rediss://`), with the certificates of `pki`: what it does
+    /// to the RESP stream, it now does inside TLS records.
+    #[cfg(feature = "tls")]
+    fn start_tls(handler: impl Fn(&mut Peer) + Send + Sync + 'static, pki: &Pki) -> Fake {
+        Fake::serve(handler, Some(pki))
+    }
+
+    fn serve(handler: impl Fn(&mut Peer) + Send + Sync + 'static, pki: Option<&Pki>) -> Fake {
         let handler: Handler = Arc::new(handler);
+        let tls = pki.map(tls_front::config);
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         listener
             .set_nonblocking(true)
@@ -187,11 +206,12 @@ impl Fake {
             let (stop, accepted) = (stop.clone(), accepted.clone());
             thread::Builder::new()
                 .name(format!("fake-{port}"))
-                .spawn(move || accept_loop(listener, handler, tx, stop, accepted))
+                .spawn(move || accept_loop(listener, handler, tls, tx, stop, accepted))
                 .unwrap()
         };
         Fake {
             port,
+            tls_ca: pki.map(Pki::ca),
             accepted,
             events,
             stop,
@@ -200,7 +220,10 @@ impl Fake {
     }
 
     fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.tls_ca {
+            None => format!("redis://127.0.0.1:{}", self.port),
+            Some(ca) => format!("rediss://127.0.0.1:{}?tls_ca={}", self.port, ca.display()),
+        }
     }
 
     /// `host:port`, as errors name the node.
@@ -256,6 +279,7 @@ impl Drop for Fake {
 fn accept_loop(
     listener: TcpListener,
     handler: Handler,
+    tls: Option<tls_front::Config>,
     events: Sender<Ev>,
     stop: Arc<AtomicBool>,
     accepted: Arc<AtomicUsize>,
@@ -277,6 +301,10 @@ fn accept_loop(
         stream.set_read_timeout(Some(POLL)).unwrap();
         stream.set_write_timeout(Some(POLL)).unwrap();
         stream.set_nodelay(true).unwrap();
+        let stream: Box<dyn Duplex> = match &tls {
+            None => Box::new(stream),
+            Some(config) => tls_front::wrap(config, stream),
+        };
         let mut peer = Peer {
             id,
             stream,
@@ -291,6 +319,95 @@ fn accept_loop(
         }));
     }
     conns
+}
+
+/// The TLS side of a fake (the `tls` feature): rustls's server over the fake's blocking socket
+/// with short timeouts, so the handlers run unchanged.
+#[cfg(feature = "tls")]
+mod tls_front {
+    use super::*;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    use rustls::{ServerConfig, ServerConnection};
+
+    pub type Config = Arc<ServerConfig>;
+
+    pub fn config(pki: &Pki) -> Config {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let chain = CertificateDer::pem_file_iter(pki.server_cert())
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(pki.server_key()).unwrap();
+        let config = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        Arc::new(config)
+    }
+
+    pub fn wrap(config: &Config, sock: TcpStream) -> Box<dyn Duplex> {
+        let conn = ServerConnection::new(config.clone()).unwrap();
+        Box::new(Tls { conn, sock })
+    }
+
+    struct Tls {
+        conn: ServerConnection,
+        sock: TcpStream,
+    }
+
+    impl Tls {
+        /// Sends queued records; a socket timeout leaves the rest for the next call.
+        fn push(&mut self) -> io::Result<()> {
+            while self.conn.wants_write() {
+                match self.conn.write_tls(&mut self.sock) {
+                    Ok(_) => {}
+                    Err(e) if is_timeout(&e) => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        }
+    }
+
+    impl Read for Tls {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            rustls::Stream::new(&mut self.conn, &mut self.sock).read(buf)
+        }
+    }
+
+    impl Write for Tls {
+        /// Takes what rustls's buffer has room for, so a flood waits for a slow reader as on
+        /// plain TCP (a timeout when the buffer and the socket are full).
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.push()?;
+            let n = self.conn.writer().write(buf)?;
+            self.push()?;
+            if n == 0 {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            self.push()
+        }
+    }
+}
+
+/// Without the `tls` feature, no fake speaks TLS.
+#[cfg(not(feature = "tls"))]
+mod tls_front {
+    use super::*;
+    pub enum Never {}
+    pub type Config = Never;
+    pub fn config(_: &Pki) -> Config {
+        unreachable!("TLS fakes need the tls feature")
+    }
+    pub fn wrap(config: &Config, _: TcpStream) -> Box<dyn Duplex> {
+        match *config {}
+    }
 }
 
 fn verb(cmd: &[Vec<u8>]) -> &[u8] {
@@ -440,9 +557,11 @@ impl Hostile {
             Hostile::Deep => *fault == NodeFault::Protocol(ParseError::TooDeep),
             Hostile::Silent => *fault == NodeFault::Timeout,
             // The FIN, or an RST when the server closed with our SET unread.
+            // Over TLS, a door slammed during the handshake is a TLS fault.
             Hostile::SlamShut => matches!(
                 fault,
                 NodeFault::Closed
+                    | NodeFault::Tls(_)
                     | NodeFault::Io(
                         io::ErrorKind::ConnectionReset
                             | io::ErrorKind::BrokenPipe
@@ -559,7 +678,11 @@ fn idle_sampling(c: &mut Client, d: Duration, mut until: impl FnMut() -> bool) -
 /// buffers, a bounded time; then a second attempt fails the same way — on a new connection, or
 /// at once while the client backs off from a node that never answered properly.
 fn single_node_fails(hostile: Hostile, node_timeout: Duration) -> (Fake, Client) {
-    let fake = Fake::start(hostile.handler());
+    fails_alone(Fake::start(hostile.handler()), hostile, node_timeout)
+}
+
+/// [`single_node_fails`] on a given fake (plain or TLS).
+fn fails_alone(fake: Fake, hostile: Hostile, node_timeout: Duration) -> (Fake, Client) {
     let mut c = client(vec![fake.url()], node_timeout);
     let mut first = None;
     for attempt in ["first", "second"] {
@@ -876,6 +999,68 @@ fn oversized_frame_streamed_slowly_is_cut_off_at_the_frame_limit() {
         }
         assert_bounded(&c, "after");
         eprintln!("largest undecoded input seen: {most} bytes");
+    });
+}
+
+// ---------------------------------------------------------------------------
+// Inside TLS: the same misbehaviours, in records
+// ---------------------------------------------------------------------------
+
+/// Each misbehaviour of a fake behind TLS gives the fault it gives on plain TCP (a door slammed
+/// before the handshake ends is a TLS fault), within the same bounds; a reply trickled a byte
+/// per record is reassembled.
+#[cfg(feature = "tls")]
+#[test]
+fn every_hostile_behaviour_inside_tls_gives_the_same_typed_fault() {
+    bounded(|| {
+        let pki = Pki::generate();
+        for hostile in ALL {
+            if matches!(hostile, Hostile::Trickle | Hostile::Extra) {
+                continue;
+            }
+            eprintln!("--- {hostile:?} over TLS");
+            let fake = Fake::start_tls(hostile.handler(), &pki);
+            let (_fake, c) = fails_alone(fake, hostile, Duration::from_millis(300));
+            assert_bounded(&c, "after");
+        }
+        let fake = Fake::start_tls(Hostile::Trickle.handler(), &pki);
+        let mut c = client(vec![fake.url()], Duration::from_millis(500));
+        let lock = c
+            .try_lock("res")
+            .expect("a trickled +OK inside TLS is still +OK");
+        assert_eq!(c.unlock(lock).expect("a trickled :1"), 1);
+        assert_eq!(c.io_stats().tls_handshakes, 1);
+    });
+}
+
+/// A server that answers the ClientHello with bytes that are not TLS: a TLS fault naming the
+/// node, at once, not a timeout.
+#[cfg(feature = "tls")]
+#[test]
+fn a_server_answering_tls_with_garbage_is_a_tls_fault() {
+    bounded(|| {
+        let pki = Pki::generate();
+        let fake = Fake::start(|p: &mut Peer| {
+            // Then waits for the client to close, so that the bytes are not lost to a reset.
+            if p.send(b"-ERR this is not TLS\r\n") {
+                while p.fill() {}
+            }
+        });
+        let url = format!(
+            "rediss://127.0.0.1:{}?tls_ca={}",
+            fake.port,
+            pki.ca().display()
+        );
+        let mut c = client(vec![url], Duration::from_millis(300));
+        let started = Instant::now();
+        let result = c.try_lock("res");
+        assert_fault(
+            result,
+            &fake.node(),
+            started,
+            Duration::from_millis(300),
+            |f| matches!(f, NodeFault::Tls(_)),
+        );
     });
 }
 
