@@ -185,7 +185,7 @@ fn main() {
     let opts = Opts::parse();
     let started = Instant::now();
     eprintln!("bench_table: starting 5 redis-server processes");
-    let mut servers = Servers::start(5);
+    let (mut servers, _pki) = start_servers();
     let direct = servers.urls();
     let addrs: Vec<_> = servers.iter().map(|s| s.socket_addr()).collect();
     let relays_250: Vec<Relay> = addrs
@@ -222,13 +222,23 @@ fn main() {
         }
         kinds
     };
+    let tls_only = opts.only.as_deref() == Some("tls");
     for n in [1, 3, 5] {
+        let mut kinds = if tls_only {
+            vec![Kind::Mux, Kind::Floor]
+        } else {
+            with_fenced(n)
+        };
+        // The same servers' TLS ports: what encryption costs per cycle.
+        if clients::TLS.get().is_some() {
+            kinds.insert(1, Kind::MuxTls);
+        }
         specs.push(Spec {
             name: format!("loopback N={n}"),
             group: Group::Loopback,
             urls: direct[..n].to_vec(),
             freeze: None,
-            kinds: with_fenced(n),
+            kinds,
         });
     }
     for n in [1, 3, 5] {
@@ -278,6 +288,7 @@ fn main() {
     let keep = |name: &str| {
         opts.only.as_ref().is_none_or(|f| match f.as_str() {
             "scale" | "contention" => false,
+            "tls" => name.starts_with("loopback"),
             "fencing" => matches!(name, "loopback N=5" | "relay 250µs N=5" | "relay 1ms N=5"),
             f => name.contains(f) || name == "loopback N=5",
         })
@@ -518,6 +529,29 @@ fn main() {
         }
     }
 
+    let tls_rows: Vec<String> = (0..scenarios.len())
+        .filter(|&si| results[si].contains_key(&Kind::MuxTls))
+        .map(|si| {
+            let r =
+                ratios(si, Kind::MuxTls, si, Kind::Mux).map_or("—".into(), |r| format!("{r:.2}"));
+            format!(
+                "| {} | {} | {} | {r} |",
+                scenarios[si].name,
+                us(pooled_p50(&results[si][&Kind::Mux])),
+                us(pooled_p50(&results[si][&Kind::MuxTls])),
+            )
+        })
+        .collect();
+    if !tls_rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n#### TLS: cost per cycle (the same servers' TLS ports; p50, same round, median over rounds)\n\n\
+             | scenario | p50 µs, TCP | p50 µs, TLS | TLS ÷ TCP |\n|---|--:|--:|--:|\n{}",
+            tls_rows.join("\n")
+        );
+        md.push_str(&tls_handshakes(&direct[0], &opts));
+    }
+
     let ran_scenarios = !scenarios.is_empty();
     drop(scenarios);
     if opts.contention_rounds > 0 && opts.only.as_ref().is_none_or(|f| f == "contention") {
@@ -552,6 +586,120 @@ fn main() {
         std::fs::write(path, &md).unwrap_or_else(|e| panic!("write {path}: {e}"));
     }
     drop(servers);
+}
+
+/// The 5 servers; with the `tls` feature they also listen for TLS, with certificates made for
+/// this run (kept alive by the returned value).
+#[cfg(feature = "tls")]
+fn start_servers() -> (Servers, Option<common::pki::Pki>) {
+    let pki = common::pki::Pki::generate();
+    let builder = common::RedisServer::builder().tls(&pki, common::ClientAuth::No);
+    let servers = Servers::start_with(5, builder);
+    let ports = servers.iter().map(|s| (s.port(), s.tls_port())).collect();
+    let tls = clients::TlsServers {
+        ports,
+        ca: pki.ca(),
+    };
+    assert!(clients::TLS.set(tls).is_ok(), "servers started twice");
+    (servers, Some(pki))
+}
+
+#[cfg(not(feature = "tls"))]
+fn start_servers() -> (Servers, Option<()>) {
+    (Servers::start(5), None)
+}
+
+/// What connecting costs (N = 1): the first cycle of a new client, which connects first — plain
+/// TCP, TLS with a full handshake, TLS resuming a session an earlier client got (one rustls
+/// configuration, so one session cache, shared by the clients) — and the handshakes' round
+/// trips as the client counted them. Order rotated each repetition; medians.
+#[cfg(feature = "tls")]
+fn tls_handshakes(url: &str, opts: &Opts) -> String {
+    use std::sync::Arc;
+
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let tls = clients::TLS.get().expect("TLS servers");
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(&tls.ca).expect("CA file") {
+        roots.add(cert.expect("CA certificate")).expect("CA");
+    }
+    let config = |roots: rustls::RootCertStore| {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        Arc::new(config)
+    };
+    let urls = [url.to_owned()];
+    let reps = (opts.rounds * 10).max(10);
+    let mut times: [Vec<Duration>; 3] = Default::default();
+    let mut stats: [(u64, u64, u64); 3] = Default::default();
+    let shared = config(roots.clone());
+    // A first client fills the shared cache.
+    clients::Mux::with(clients::tls_builder(&urls).tls_config(shared.clone()))
+        .cycle("bench:hs")
+        .expect("first TLS cycle");
+    for rep in 0..reps {
+        for j in 0..3 {
+            let which = (j + rep) % 3;
+            let builder = match which {
+                0 => clients::Mux::builder(&urls),
+                1 => clients::tls_builder(&urls).tls_config(config(roots.clone())),
+                _ => clients::tls_builder(&urls).tls_config(shared.clone()),
+            };
+            let mut c = clients::Mux::with(builder);
+            let t = Instant::now();
+            c.cycle("bench:hs").expect("a first cycle");
+            times[which].push(t.elapsed());
+            let io = c.client.io_stats();
+            let s = &mut stats[which];
+            (s.0, s.1, s.2) = (
+                s.0 + io.tls_handshakes,
+                s.1 + io.tls_resumed,
+                s.2 + io.tls_round_trips,
+            );
+        }
+    }
+    let mut md = String::from(
+        "\n#### Connecting: the first cycle of a new client (N = 1, medians; TLS 1.3)\n\n\
+         | connection | first cycle p50 µs | ÷ TCP | handshakes | resumed | round trips per handshake |\n\
+         |---|--:|--:|--:|--:|--:|\n",
+    );
+    let tcp = median_duration(&mut times[0]);
+    for (which, name) in ["TCP", "TLS, full handshake", "TLS, resumed session"]
+        .iter()
+        .enumerate()
+    {
+        let p50 = median_duration(&mut times[which]);
+        let (hs, resumed, rtt) = stats[which];
+        let per = if hs == 0 {
+            "—".to_owned()
+        } else {
+            format!("{:.2}", rtt as f64 / hs as f64)
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {:.2} | {hs} | {resumed} | {per} |",
+            us(p50),
+            p50.as_secs_f64() / tcp.as_secs_f64().max(1e-9)
+        );
+    }
+    md
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_handshakes(_: &str, _: &Opts) -> String {
+    String::new()
+}
+
+#[cfg(feature = "tls")]
+fn median_duration(v: &mut [Duration]) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn sorted_kinds(clients: &[(Kind, Box<dyn Cycle>)]) -> Vec<(Kind, ())> {

@@ -1365,3 +1365,86 @@ fn configuration_the_servers_do_not_match_gives_78_and_duplicates_are_caught() {
         stderr(&o)
     );
 }
+
+/// `rediss://` servers with `--tls-ca`, `--tls-cert` and `--tls-key` (mutual TLS): acquire,
+/// status, release and run; a certificate from a CA not given is a configuration error (78)
+/// naming the node and the option that mends it; TLS options with plain servers a usage
+/// error (64).
+#[cfg(feature = "tls")]
+#[test]
+fn tls_servers_through_the_tls_options() {
+    use common::ClientAuth;
+    use common::pki::Pki;
+
+    let pki = Pki::generate();
+    let servers = Servers::start_with(3, RedisServer::builder().tls(&pki, ClientAuth::Required));
+    let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+    let tls = |cmd: &mut Command, ca: &Path| {
+        cmd.arg("--tls-ca")
+            .arg(ca)
+            .arg("--tls-cert")
+            .arg(pki.client_cert())
+            .arg("--tls-key")
+            .arg(pki.client_key());
+    };
+    let mut cmd = plain(&urls);
+    cmd.args([
+        "acquire",
+        "--quarantine",
+        "off",
+        "-n",
+        "--ttl",
+        "20s",
+        "tls-job",
+    ]);
+    tls(&mut cmd, &pki.ca());
+    let o = output(&mut cmd);
+    assert_code(&o, 0);
+    let token = stdout(&o).trim_end().to_owned();
+    assert!(
+        servers
+            .iter()
+            .filter(|s| s.get("tls-job") == Some(token.clone()))
+            .count()
+            >= 2
+    );
+
+    let mut cmd = plain(&urls);
+    cmd.args(["status", "-q", "tls-job"]);
+    tls(&mut cmd, &pki.ca());
+    assert_code(&output(&mut cmd), 0);
+
+    let mut cmd = plain(&urls);
+    cmd.args(["release", "tls-job", &token]);
+    tls(&mut cmd, &pki.ca());
+    assert_code(&output(&mut cmd), 0);
+    for s in servers.iter() {
+        assert_eq!(s.get("tls-job"), None, "released on {}", s.addr());
+    }
+
+    let mut cmd = plain(&urls);
+    cmd.args(["run", "--quarantine", "off", "-n", "tls-run"]);
+    tls(&mut cmd, &pki.ca());
+    cmd.args(["--", "sh", "-c", "exit 3"]);
+    assert_code(&output(&mut cmd), 3);
+
+    let mut cmd = plain(&urls);
+    cmd.args(["acquire", "--quarantine", "off", "-n", "tls-job"]);
+    tls(&mut cmd, &pki.other_ca());
+    let o = output(&mut cmd);
+    assert_code(&o, 78);
+    assert_one_line_error(&o, "--tls-ca");
+    assert!(
+        stderr(&o).contains(&urls[0]["rediss://".len()..]),
+        "{}",
+        stderr(&o)
+    );
+
+    let plain_urls = vec![servers.0[0].url()];
+    let mut cmd = plain(&plain_urls);
+    cmd.args(["acquire", "--quarantine", "off", "-n", "tls-job"]);
+    tls(&mut cmd, &pki.ca());
+    let o = output(&mut cmd);
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "rediss://");
+}

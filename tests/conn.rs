@@ -306,3 +306,55 @@ fn a_database_the_server_does_not_have_is_a_configuration_fault() {
     );
     assert_eq!(servers[1].dbsize(), 0, "nothing was written anywhere");
 }
+
+/// The ACL rule of the README's "Running in production" is enough for everything: the restart
+/// quarantine (INFO), fencing (the fence key's hash), extend, release, a waiter woken by the
+/// release's notice (SUBSCRIBE / PUBLISH on `redlock:released:*`) and the client name.
+#[test]
+fn the_production_acl_rule_of_the_readme_is_enough() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER locker "))
+        .expect("the ACL rule in the README");
+    let rule = line["ACL SETUSER ".len()..].replace(">PASSWORD", ">pw");
+    let servers = Servers::start_with(
+        3,
+        RedisServer::builder()
+            .acl_user(&rule)
+            .acl_user("admin on >adminpw ~* &* +@all")
+            .acl_user("default off")
+            .admin_credentials("admin", "adminpw"),
+    );
+    for s in servers.iter() {
+        s.wait_uptime(1);
+    }
+    let urls: Vec<String> = servers
+        .iter()
+        .map(|s| format!("redis://locker:pw@127.0.0.1:{}", s.port()))
+        .collect();
+    let redlock = Builder::new(&urls)
+        .ttl(Duration::from_secs(1))
+        .quarantine(Duration::from_secs(1))
+        .fencing(true)
+        .client_name("locker-test")
+        .build()
+        .unwrap();
+    let mut lock = redlock.try_lock("acl:res").expect("lock as the ACL user");
+    assert!(lock.fence().is_some());
+    redlock
+        .extend(&mut lock, Duration::from_secs(1))
+        .expect("extend");
+    let waiter = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || redlock.lock("acl:res"))
+    };
+    // The waiter subscribes, then is woken by the release's notice (or its poll).
+    while redlock.with_client(|c| c.waiters(b"acl:res")).unwrap() == 0 && !waiter.is_finished() {
+        std::thread::yield_now();
+    }
+    assert_eq!(redlock.unlock(lock).expect("release"), 3);
+    let next = waiter.join().unwrap().expect("the waiter got it");
+    redlock.unlock(next).expect("release");
+}

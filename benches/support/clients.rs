@@ -36,6 +36,8 @@ pub enum Kind {
     MuxNowait,
     /// This crate's async API on tokio (the `scale` scenario only).
     MuxAsync,
+    /// This crate over TLS, to the same servers' TLS ports ([`TLS`] must be set).
+    MuxTls,
     Floor,
     Seq,
     Rslock,
@@ -61,6 +63,7 @@ impl Kind {
             Kind::Redlock => "redlock",
             Kind::MuxNowait => "redlock-mux, unlock_nowait",
             Kind::MuxAsync => "redlock-mux async (tokio)",
+            Kind::MuxTls => "redlock-mux, TLS",
         }
     }
 
@@ -116,8 +119,36 @@ pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
         Kind::Seq => Box::new(Seq::new(urls)),
         Kind::Rslock => Box::new(Rslock::new(urls)),
         Kind::Redlock => Box::new(Redlock::new(urls)),
+        Kind::MuxTls => Box::new(Mux::with(tls_builder(urls))),
         Kind::MuxNowait | Kind::MuxAsync => unreachable!("the scale scenario's own runners"),
     }
+}
+
+/// The TLS ports of the servers (plain port → TLS port) and the CA that signed their
+/// certificates, when the benchmark started them with TLS.
+pub struct TlsServers {
+    pub ports: Vec<(u16, u16)>,
+    pub ca: std::path::PathBuf,
+}
+
+pub static TLS: std::sync::OnceLock<TlsServers> = std::sync::OnceLock::new();
+
+/// A builder for the TLS ports of the servers behind `urls`.
+pub fn tls_builder(urls: &[String]) -> Builder {
+    let tls = TLS.get().expect("the servers were started without TLS");
+    let urls: Vec<String> = urls
+        .iter()
+        .map(|u| {
+            let port = socket_addr(u).port();
+            let (_, tls_port) = tls
+                .ports
+                .iter()
+                .find(|(p, _)| *p == port)
+                .expect("TLS port");
+            format!("rediss://127.0.0.1:{tls_port}")
+        })
+        .collect();
+    Mux::builder(&urls).tls_ca_file(&tls.ca)
 }
 
 pub fn socket_addr(url: &str) -> SocketAddr {

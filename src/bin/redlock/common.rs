@@ -1,6 +1,7 @@
 //! What the subcommands share: exit codes, the one-line failure, the option groups (servers,
 //! waiting, output), acquiring with the user's waiting rules, and message formatting.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -156,11 +157,12 @@ fn classify(e: &Error) -> (u8, Kind) {
 }
 
 /// A node fault that no retry mends: the servers do not match the configuration (a database
-/// they do not have, one server listed twice under two names).
+/// they do not have, one server listed twice under two names, a certificate the TLS options
+/// do not accept).
 pub fn is_config_fault(f: &NodeFault) -> bool {
     matches!(
         f.root(),
-        NodeFault::Database { .. } | NodeFault::Duplicate { .. }
+        NodeFault::Database { .. } | NodeFault::Duplicate { .. } | NodeFault::Tls(_)
     )
 }
 
@@ -220,9 +222,36 @@ pub struct Servers {
     /// A Redis master; repeat the option for each (default: $REDLOCK_SERVERS, comma separated)
     #[arg(long = "server", short = 's', value_name = "URL")]
     pub servers: Vec<String>,
+    /// rediss:// servers: trust the CA certificates of this PEM file instead of the system's
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// rediss:// servers that ask for a client certificate (mutual TLS): this PEM chain
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// rediss:// servers: the name their certificates carry, when the URL's host is not it
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
 }
 
 impl Servers {
+    /// A builder for these URLs with the TLS options.
+    pub fn builder(&self, urls: &[String]) -> Builder {
+        let mut b = Builder::new(urls);
+        if let Some(ca) = &self.tls_ca {
+            b = b.tls_ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            b = b.tls_client_cert(cert, key);
+        }
+        if let Some(name) = &self.tls_server_name {
+            b = b.tls_server_name(name);
+        }
+        b
+    }
+
     /// The server URLs: `--server`, else `$REDLOCK_SERVERS`; a list written the wrong way
     /// (`-s a,b`, space-separated) is recognised and the right way shown.
     pub fn list(&self) -> Result<Vec<String>, Fail> {
@@ -303,9 +332,9 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// A builder for these servers with this TTL and these options.
-    pub fn builder(&self, servers: &[String], ttl: Duration) -> Builder {
-        let mut b = Builder::new(servers).ttl(ttl);
+    /// `base` (the servers' builder) with this TTL and these options.
+    pub fn builder(&self, base: Builder, ttl: Duration) -> Builder {
+        let mut b = base.ttl(ttl);
         if let Some(Quarantine(q)) = self.quarantine {
             b = b.quarantine(q);
         }

@@ -42,7 +42,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let servers = a.servers.list()?;
     let r = a
         .tuning
-        .builder(&servers, a.ttl)
+        .builder(a.servers.builder(&servers), a.ttl)
         .fencing(a.fence)
         .build()
         .map_err(|e| Fail::lib("bad configuration", &e))?;

@@ -99,7 +99,10 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
     let clients = usize::from(a.clients);
     let handles = (0..clients)
         .map(|_| {
-            let b = a.tuning.builder(&urls, a.ttl).fencing(a.fence);
+            let b = a
+                .tuning
+                .builder(a.servers.builder(&urls), a.ttl)
+                .fencing(a.fence);
             match local {
                 Some(_) => b.quarantine(None).build(),
                 None => b.build(),

@@ -36,7 +36,7 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
     let servers = a.servers.list()?;
     let r = a
         .tuning
-        .builder(&servers, a.ttl)
+        .builder(a.servers.builder(&servers), a.ttl)
         .build()
         .map_err(|e| Fail::lib("bad configuration", &e))?;
     let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), a.ttl)

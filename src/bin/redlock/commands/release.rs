@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use redlock_mux::{Builder, Lock};
+use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
@@ -36,7 +36,7 @@ pub struct ReleaseArgs {
 
 pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
     let servers = a.servers.list()?;
-    let mut b = Builder::new(&servers).ttl(HANDLE_TTL).quarantine(None);
+    let mut b = a.servers.builder(&servers).ttl(HANDLE_TTL).quarantine(None);
     if let Some(t) = a.node_timeout {
         b = b.node_timeout(t);
     }

@@ -203,7 +203,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     // A kept lock may run for days: no limit on the number of extensions.
     let r = a
         .tuning
-        .builder(&servers, a.ttl)
+        .builder(a.servers.builder(&servers), a.ttl)
         .max_extensions(u32::MAX)
         .fencing(a.fence)
         .build()

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
-use redlock_mux::{Builder, NodeStatus};
+use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
@@ -49,7 +49,9 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
     // from a blank one; no quarantine: status takes no lock.
     let servers = a.servers.list()?;
-    let r = Builder::new(&servers)
+    let r = a
+        .servers
+        .builder(&servers)
         .ttl(HANDLE_TTL)
         .quarantine(None)
         .fencing(true)
