@@ -171,6 +171,7 @@ mod conn;
 mod driver;
 mod engine;
 pub mod error;
+mod event;
 mod fence;
 mod guard;
 mod handle;
@@ -188,6 +189,7 @@ mod session;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim;
+mod stats;
 mod task;
 mod token;
 mod wait;
@@ -201,12 +203,14 @@ pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
 pub use error::{Error, NodeFault, NodeVote, Report};
+pub use event::TARGET as LOG_TARGET;
 pub use fence::FENCE_KEY;
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
-pub use lock::{Lock, Resource};
+pub use lock::{Lock, LockVote, Resource, Votes};
 pub use request::{NodeFence, NodeStatus};
+pub use stats::{Histogram, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.
