@@ -165,6 +165,10 @@ struct Op {
     /// it in this round (see [`one_vote_per_server`]); `None` before it answered, for a
     /// node whose process is unknown, and for a duplicate.
     runs: Vec<Option<[u8; 40]>>,
+    /// Acquire, extend: the nodes that answered after the decision, and whether the nodes
+    /// that never answered within the node timeout were counted as timeouts (stats).
+    late: u64,
+    silent_counted: bool,
     waiter: Waiter,
     outcome: Option<Outcome>,
 }
@@ -195,6 +199,8 @@ impl Op {
             reads: Reads::default(),
             gens: vec![0; n],
             runs: vec![None; n],
+            late: 0,
+            silent_counted: false,
             waiter: Waiter::None,
             outcome: None,
         }
@@ -1005,6 +1011,8 @@ impl<N: Net> Engine<N> {
             op.start = now;
             op.faults.fill(None);
             op.runs.fill(None);
+            op.late = 0;
+            op.silent_counted = false;
             op.waiter = waiter;
             op.outcome = None;
             op.outstanding = 0;
@@ -1478,6 +1486,10 @@ impl<N: Net> Engine<N> {
                         }
                     }
                 }
+            }
+            if op.done && !op.silent_counted && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
+            {
+                count_silent(&self.core.metrics, op, now);
             }
             if op.done && op.outstanding == 0 && op.outcome.is_none() {
                 op.live = false;
@@ -2195,6 +2207,7 @@ impl Core {
         match op.kind {
             OpKind::Acquire | OpKind::Extend => {
                 if op.done {
+                    op.late |= node_bit(node);
                     if d.kind == Kind::Set
                         && matches!(d.reply, Ok(Frame::Simple("OK")))
                         && op.round.node_deadline().is_some_and(|t| now <= t)
@@ -2626,6 +2639,24 @@ fn failed_event(resource: &[u8], what: &'static str, e: &Error) {
         }
         _ => {
             event!(Info, event = "extend_failed", resource:% = resource; "{resource}: {e}");
+        }
+    }
+}
+
+/// Once the node timeout of a decided acquire or extend has passed: the nodes that had not
+/// answered by the decision and have not since count as timeouts (a round decided at quorum
+/// never times out itself, but a frozen node must still show in its stats).
+fn count_silent(metrics: &Metrics, op: &mut Op, now: Instant) {
+    let Some(deadline) = op.round.node_deadline() else {
+        return;
+    };
+    if now < deadline {
+        return;
+    }
+    op.silent_counted = true;
+    for node in 0..op.round.nodes() {
+        if op.round.is_pending(node) && op.late & node_bit(node) == 0 {
+            metrics.node(node).timeouts.bump();
         }
     }
 }
