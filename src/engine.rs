@@ -124,6 +124,8 @@ enum Wait {
 /// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
 #[derive(Debug, Default)]
 struct StatusReplies {
+    /// Per node: its uptime and restart quarantine left, as of its first reply.
+    restart: Vec<(Option<Duration>, Option<Duration>)>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
     fences: Vec<Option<Option<NodeFence>>>,
@@ -1063,6 +1065,8 @@ impl<N: Net> Engine<N> {
                     status.ttls.resize(n, None);
                     status.fences.clear();
                     status.fences.resize(n, None);
+                    status.restart.clear();
+                    status.restart.resize(n, (None, None));
                 }
             }
         }
@@ -1441,11 +1445,14 @@ impl<N: Net> Engine<N> {
                                         let value = status.values[node]
                                             .take()
                                             .unwrap_or(Err(NodeFault::Timeout));
+                                        let (uptime, quarantine) = status.restart[node];
                                         NodeStatus {
                                             node: self.shared.nodes[node].to_string(),
                                             state: value.and_then(|v| pttl.map(|t| (v, t))),
                                             rtt: at.saturating_duration_since(start),
                                             fence: status.fences[node].take().flatten(),
+                                            uptime,
+                                            quarantine,
                                         }
                                     })
                                     .collect(),
@@ -2312,6 +2319,13 @@ impl Core {
                 let unexpected =
                     |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
                 if status.values[node].is_none() {
+                    if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
+                        let uptime = info.uptime + now.saturating_duration_since(info.seen);
+                        let left = self.window.and_then(|window| {
+                            self.watch[node].quarantine_left(window, d.generation, d.info, now)
+                        });
+                        status.restart[node] = (Some(uptime), left);
+                    }
                     status.values[node] = Some(match d.reply {
                         Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
                         Ok(Frame::Null) => Ok(None),

@@ -84,6 +84,13 @@ pub struct NodeStatus {
     pub rtt: Duration,
     /// The node's fence counter (`HMGET redlock:fence run n`), when it answered.
     pub fence: Option<NodeFence>,
+    /// How long the node's server process has been up, as its handshake's `INFO server` said
+    /// (brought forward to the reply); `None` when not asked or not answered.
+    pub uptime: Option<Duration>,
+    /// The restart quarantine left: how much longer the node's yeses do not count
+    /// ([`Config::quarantine`](crate::Config::quarantine)); `None` when it counts (or the
+    /// quarantine is off).
+    pub quarantine: Option<Duration>,
 }
 
 /// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.
