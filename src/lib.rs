@@ -137,6 +137,9 @@
 //! - Fencing tokens ([`Builder::fencing`], [`Lock::fence`]): a number that grows with every
 //!   acquisition, for resources that must refuse a holder that paused past its validity.
 //! - [`Redlock::status`]: what every node holds for a resource, for inspection.
+//! - Observability: [`Redlock::stats`] (counters and latency histograms per node and per
+//!   operation, always on), [`Lock::votes`] (which nodes granted a lock, which were unreachable),
+//!   and events through the `log` facade with the cargo feature `log` (target [`LOG_TARGET`]).
 //!
 //! ## The algorithm in five lines
 //!
