@@ -130,6 +130,11 @@ impl AsyncRedlock {
         self.redlock.hub()
     }
 
+    /// What the shared engine has counted so far; see [`Redlock::stats`]. Never waits.
+    pub fn stats(&self) -> crate::Stats {
+        self.redlock.stats()
+    }
+
     /// One attempt to acquire `resource`, no waiting for a held resource; see
     /// [`Redlock::try_lock`].
     ///

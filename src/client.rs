@@ -112,6 +112,12 @@ impl Client {
         self.engine.net.stats()
     }
 
+    /// What this client's engine has counted so far, per node and per operation kind (see
+    /// [`Stats`](crate::Stats)).
+    pub fn stats(&self) -> crate::Stats {
+        self.engine.metrics().snapshot(&self.engine.shared.nodes)
+    }
+
     /// Requests waiting for a reply, per node. For tests of connection failures.
     #[doc(hidden)]
     pub fn pending(&self) -> Vec<usize> {

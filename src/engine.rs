@@ -30,11 +30,14 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
+use crate::addr::NodeAddr;
 use crate::config::Shared;
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Report};
+use crate::event::event;
 use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
 use crate::kept::{Callbacks, Kept};
+use crate::lock::Votes;
 use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
@@ -42,6 +45,7 @@ use crate::request::{Grant, NodeFence, NodeStatus, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
+use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
 use crate::wait::{Queue, Waits, split_pause};
 
@@ -120,6 +124,8 @@ enum Wait {
 /// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
 #[derive(Debug, Default)]
 struct StatusReplies {
+    /// Per node: its uptime and restart quarantine left, as of its first reply.
+    restart: Vec<(Option<Duration>, Option<Duration>)>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
     fences: Vec<Option<Option<NodeFence>>>,
@@ -161,6 +167,10 @@ struct Op {
     /// it in this round (see [`one_vote_per_server`]); `None` before it answered, for a
     /// node whose process is unknown, and for a duplicate.
     runs: Vec<Option<[u8; 40]>>,
+    /// Acquire, extend: the nodes that answered after the decision, and whether the nodes
+    /// that never answered within the node timeout were counted as timeouts (stats).
+    late: u64,
+    silent_counted: bool,
     waiter: Waiter,
     outcome: Option<Outcome>,
 }
@@ -191,6 +201,8 @@ impl Op {
             reads: Reads::default(),
             gens: vec![0; n],
             runs: vec![None; n],
+            late: 0,
+            silent_counted: false,
             waiter: Waiter::None,
             outcome: None,
         }
@@ -298,6 +310,11 @@ struct Core {
     fence_watch: Vec<NodeWatch>,
     seed_window: Duration,
     flaw: Flaw,
+    /// Counters and histograms (read by the handles at any time; see `stats.rs`).
+    metrics: Arc<Metrics>,
+    /// Per node: the connection on which a quarantined yes was last reported (`warn` once per
+    /// connection, not once per acquire).
+    quarantine_told: Vec<u64>,
 }
 
 /// Counts of what a shutdown flushed.
@@ -402,6 +419,10 @@ impl<N: Net> Engine<N> {
                 fence_watch: vec![NodeWatch::default(); n],
                 seed_window: shared.config.seed_window(),
                 flaw: shared.fence_flaw,
+                metrics: Arc::new(Metrics::new(
+                    (0..n).map(|i| net.session(i).counters().clone()).collect(),
+                )),
+                quarantine_told: vec![0; n],
             },
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(16),
@@ -438,6 +459,11 @@ impl<N: Net> Engine<N> {
     #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn seed(&mut self, seed: u64) {
         self.waits = Waits::new(seed);
+    }
+
+    /// The counters of this engine (and of its connections).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.core.metrics
     }
 
     /// Makes this engine take requests from `mailbox` at every turn.
@@ -676,6 +702,13 @@ impl<N: Net> Engine<N> {
             let error = match outcome {
                 Outcome::Acquired(Ok(grant)) => {
                     let valid_until = grant.valid_until;
+                    acquired_event(
+                        &self.shared.nodes,
+                        &op.resource,
+                        op.tries,
+                        now.saturating_duration_since(op.start),
+                        grant.votes,
+                    );
                     self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
                     let pause =
                         crate::client::retry_pause(&self.shared.config, self.waits.random());
@@ -980,6 +1013,8 @@ impl<N: Net> Engine<N> {
             op.start = now;
             op.faults.fill(None);
             op.runs.fill(None);
+            op.late = 0;
+            op.silent_counted = false;
             op.waiter = waiter;
             op.outcome = None;
             op.outstanding = 0;
@@ -1030,6 +1065,8 @@ impl<N: Net> Engine<N> {
                     status.ttls.resize(n, None);
                     status.fences.clear();
                     status.fences.resize(n, None);
+                    status.restart.clear();
+                    status.restart.resize(n, (None, None));
                 }
             }
         }
@@ -1248,6 +1285,7 @@ impl<N: Net> Engine<N> {
                             for node in 0..n {
                                 if op.round.is_pending(node) {
                                     op.faults[node] = Some(NodeFault::Timeout);
+                                    self.core.metrics.node(node).timeouts.bump();
                                 }
                             }
                             op.round.handle_timeout(now);
@@ -1257,8 +1295,14 @@ impl<N: Net> Engine<N> {
                             Some(decision) => {
                                 let nodes = &self.shared.nodes;
                                 let flaw = self.core.flaw;
-                                let grant = |valid_until, fence| {
-                                    Outcome::Acquired(Ok(Grant { valid_until, fence }))
+                                let net = &self.net;
+                                let grant = |valid_until, fence, votes| {
+                                    Outcome::Acquired(Ok(Grant {
+                                        valid_until,
+                                        fence,
+                                        votes,
+                                        nodes: Some(nodes.clone()),
+                                    }))
                                 };
                                 match (op.kind, decision) {
                                     (OpKind::Acquire, Decision::Won { valid_until, .. })
@@ -1269,7 +1313,11 @@ impl<N: Net> Engine<N> {
                                             Ok(fence) if flaw == Flaw::NoWriteBack => {
                                                 self.last_round =
                                                     now.saturating_duration_since(op.start);
-                                                Some(grant(valid_until, Some(fence)))
+                                                Some(grant(
+                                                    valid_until,
+                                                    Some(fence),
+                                                    lock_votes(net, &op.round, &op.faults),
+                                                ))
                                             }
                                             Ok(fence) => {
                                                 // Written back before it is handed out.
@@ -1308,7 +1356,11 @@ impl<N: Net> Engine<N> {
                                         let left = op.until.saturating_duration_since(now);
                                         let min = self.shared.config.min_validity;
                                         if !left.is_zero() && left >= min {
-                                            Some(grant(op.until, Some(op.fence)))
+                                            Some(grant(
+                                                op.until,
+                                                Some(op.fence),
+                                                lock_votes(net, &op.round, &op.faults),
+                                            ))
                                         } else {
                                             self.lost.push(index as u32);
                                             Some(Outcome::Acquired(Err(Error::TooSlow(report(
@@ -1337,7 +1389,11 @@ impl<N: Net> Engine<N> {
                                     }
                                     (OpKind::Acquire, Decision::Won { valid_until, .. }) => {
                                         self.last_round = now.saturating_duration_since(op.start);
-                                        Some(grant(valid_until, None))
+                                        Some(grant(
+                                            valid_until,
+                                            None,
+                                            lock_votes(net, &op.round, &op.faults),
+                                        ))
                                     }
                                     (OpKind::Acquire, Decision::Lost { loss, .. }) => {
                                         self.last_round = now.saturating_duration_since(op.start);
@@ -1389,11 +1445,14 @@ impl<N: Net> Engine<N> {
                                         let value = status.values[node]
                                             .take()
                                             .unwrap_or(Err(NodeFault::Timeout));
+                                        let (uptime, quarantine) = status.restart[node];
                                         NodeStatus {
                                             node: self.shared.nodes[node].to_string(),
                                             state: value.and_then(|v| pttl.map(|t| (v, t))),
                                             rtt: at.saturating_duration_since(start),
                                             fence: status.fences[node].take().flatten(),
+                                            uptime,
+                                            quarantine,
                                         }
                                     })
                                     .collect(),
@@ -1404,6 +1463,7 @@ impl<N: Net> Engine<N> {
                     }
                 };
                 if let Some(outcome) = outcome {
+                    observe(&self.core.metrics, &self.shared.nodes, op, &outcome, now);
                     op.done = true;
                     match std::mem::replace(&mut op.waiter, Waiter::None) {
                         Waiter::None => {}
@@ -1433,6 +1493,10 @@ impl<N: Net> Engine<N> {
                         }
                     }
                 }
+            }
+            if op.done && !op.silent_counted && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
+            {
+                count_silent(&self.core.metrics, op, now);
             }
             if op.done && op.outstanding == 0 && op.outcome.is_none() {
                 op.live = false;
@@ -1616,6 +1680,12 @@ impl<N: Net> Engine<N> {
     fn release_lost_keeps(&mut self, now: Instant) {
         let mut lost = std::mem::take(&mut self.keeps.lost);
         lost.retain(|(kept, why)| kept.mark_lost(why.clone()));
+        #[cfg(feature = "log")]
+        for (kept, why) in &lost {
+            let resource = kept.base().resource().escape_ascii();
+            event!(Warn, event = "lost", resource:% = resource, why:% = why;
+                "{resource}: kept lock lost: {why}");
+        }
         for (kept, _) in lost.drain(..) {
             let (resource, token) = (kept.base().resource(), *kept.base().token());
             let waiter = Waiter::KeepLost(kept.clone());
@@ -2022,9 +2092,14 @@ impl Core {
 
     /// Records the outcome of queuing one request.
     fn sent(&mut self, id: OpId, node: usize, sent: Result<(), NodeFault>, now: Instant) {
+        let counters = self.metrics.node(node);
+        counters.requests.bump();
         match sent {
             Ok(()) => self.ops[id.index as usize].outstanding += 1,
-            Err(fault) => self.fail(id, node, fault, now),
+            Err(fault) => {
+                counters.failures.bump();
+                self.fail(id, node, fault, now);
+            }
         }
     }
 
@@ -2084,6 +2159,9 @@ impl Core {
             (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => return,
             _ => {}
         }
+        if !d.withdrawn {
+            count_reply(self.metrics.node(node), d.kind, &d.reply);
+        }
         let Some(id) = OpId::from_tag(d.tag) else {
             return;
         };
@@ -2136,6 +2214,14 @@ impl Core {
         match op.kind {
             OpKind::Acquire | OpKind::Extend => {
                 if op.done {
+                    op.late |= node_bit(node);
+                    if d.kind == Kind::Set
+                        && matches!(d.reply, Ok(Frame::Simple("OK")))
+                        && op.round.node_deadline().is_some_and(|t| now <= t)
+                    {
+                        // A yes after the decision, within the node timeout: not a failure.
+                        self.metrics.node(node).late_yes.bump();
+                    }
                     return;
                 }
                 if d.kind == Kind::Script(3) && d.generation != op.gens[node] {
@@ -2182,6 +2268,14 @@ impl Core {
                     && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
                     && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
                 {
+                    self.metrics.node(node).quarantined.bump();
+                    if self.quarantine_told[node] != d.generation {
+                        self.quarantine_told[node] = d.generation;
+                        event!(Warn, event = "quarantined", node:% = self.nodes[node],
+                            left_ms = left.as_millis() as u64;
+                            "{}: restarted recently, its yeses do not count for {} ms more",
+                            self.nodes[node], left.as_millis());
+                    }
                     vote = Err(NodeFault::Quarantined(left));
                 }
                 // The process answering: none for a fault (no answer), or when not known.
@@ -2225,6 +2319,13 @@ impl Core {
                 let unexpected =
                     |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
                 if status.values[node].is_none() {
+                    if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
+                        let uptime = info.uptime + now.saturating_duration_since(info.seen);
+                        let left = self.window.and_then(|window| {
+                            self.watch[node].quarantine_left(window, d.generation, d.info, now)
+                        });
+                        status.restart[node] = (Some(uptime), left);
+                    }
                     status.values[node] = Some(match d.reply {
                         Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
                         Ok(Frame::Null) => Ok(None),
@@ -2443,6 +2544,151 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
         failed,
         extend: false,
     }
+}
+
+/// What each node said to an acquire that won, at the moment of the decision: a node that
+/// failed for want of a connection (down, backing off, timed out) or whose connection is known
+/// to be down is unreachable; one that had simply not answered yet was not waited for.
+fn lock_votes<N: Net>(net: &N, round: &Round, faults: &[Option<NodeFault>]) -> Votes {
+    let n = round.nodes();
+    let (mut yes, mut refused, mut unreachable, mut failed) = (0, 0, 0, 0);
+    for (node, fault) in faults.iter().enumerate().take(n) {
+        let bit = node_bit(node);
+        match round.vote(node) {
+            Some(Vote::Yes) => yes |= bit,
+            Some(Vote::Refused) => refused |= bit,
+            Some(Vote::Failed) => match fault.as_ref().map(NodeFault::root) {
+                Some(NodeFault::Quarantined(_) | NodeFault::Duplicate { .. })
+                | Some(NodeFault::Server(..) | NodeFault::Unexpected(_) | NodeFault::Protocol(_))
+                | Some(NodeFault::Auth(_) | NodeFault::Permission { .. })
+                | Some(NodeFault::Database { .. } | NodeFault::FenceBlank) => failed |= bit,
+                _ => unreachable |= bit,
+            },
+            None if net.session(node).is_down() => unreachable |= bit,
+            None => {}
+        }
+    }
+    Votes::new(n, yes, refused, unreachable, failed)
+}
+
+/// Counts a decided operation (acquire, extend, a release somebody waits for) and tells its
+/// event.
+fn observe(metrics: &Metrics, nodes: &[NodeAddr], op: &Op, outcome: &Outcome, now: Instant) {
+    let latency = now.saturating_duration_since(op.start);
+    let ending = |e: &Error| match e {
+        Error::Held(_) => Ending::Refused,
+        Error::NoQuorum(_) => Ending::NoQuorum,
+        _ => Ending::Failed,
+    };
+    match (op.kind, outcome) {
+        (OpKind::Acquire, Outcome::Acquired(Ok(grant))) => {
+            metrics.op(stats::OpKind::Acquire, Ending::Ok, latency);
+            if !matches!(op.waiter, Waiter::Attempt(_)) {
+                // A waiting acquire's is told when its attempt is applied, with its attempts.
+                acquired_event(nodes, &op.resource, 1, latency, grant.votes);
+            }
+        }
+        (OpKind::Acquire, Outcome::Acquired(Err(e))) => {
+            metrics.op(stats::OpKind::Acquire, ending(e), latency);
+            failed_event(&op.resource, "acquire", e);
+        }
+        (OpKind::Extend, Outcome::Extended(_, Ok(()))) => {
+            metrics.op(stats::OpKind::Extend, Ending::Ok, latency);
+            event!(Debug, event = "extended", resource:% = op.resource.escape_ascii(),
+                latency_us = latency.as_micros() as u64;
+                "{}: extended in {latency:?}", op.resource.escape_ascii());
+        }
+        (OpKind::Extend, Outcome::Extended(_, Err(e))) => {
+            metrics.op(stats::OpKind::Extend, ending(e), latency);
+            failed_event(&op.resource, "extend", e);
+        }
+        (OpKind::Release, Outcome::Released(released)) if !matches!(op.waiter, Waiter::None) => {
+            let ending = if *released > 0 {
+                Ending::Ok
+            } else {
+                Ending::Refused
+            };
+            metrics.op(stats::OpKind::Release, ending, latency);
+            event!(Debug, event = "released", resource:% = op.resource.escape_ascii(),
+                released = *released, latency_us = latency.as_micros() as u64;
+                "{}: released on {released} node(s) in {latency:?}", op.resource.escape_ascii());
+        }
+        _ => {}
+    }
+}
+
+/// The event of an acquire that won: after how many attempts and how long, and which nodes
+/// said yes, refused, or were unreachable.
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+fn acquired_event(
+    nodes: &[NodeAddr],
+    resource: &[u8],
+    attempts: u32,
+    latency: Duration,
+    votes: Votes,
+) {
+    event!(Debug, event = "acquired", resource:% = resource.escape_ascii(), attempts = attempts,
+        latency_us = latency.as_micros() as u64, yes = votes.yes(), nodes = votes.nodes(),
+        unreachable = votes.unreachable();
+        "{}: acquired after {attempts} attempt(s) in {latency:?}; yes from {}{}",
+        resource.escape_ascii(), crate::event::NodeList(nodes, votes, crate::LockVote::Yes),
+        crate::event::Unreachable(nodes, votes));
+}
+
+/// The event of an acquire or extend that failed: held elsewhere (`debug`: routine under
+/// contention), no quorum (`warn`, each node's fault), anything else (`info`).
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+fn failed_event(resource: &[u8], what: &'static str, e: &Error) {
+    let resource = resource.escape_ascii();
+    match (what, e) {
+        ("acquire", Error::Held(_)) => {
+            event!(Debug, event = "refused", resource:% = resource; "{resource}: {e}");
+        }
+        (_, Error::NoQuorum(_)) => {
+            event!(Warn, event = "no_quorum", resource:% = resource, operation = what;
+                "{resource}: {what}: {e}");
+        }
+        ("acquire", _) => {
+            event!(Info, event = "acquire_failed", resource:% = resource; "{resource}: {e}");
+        }
+        _ => {
+            event!(Info, event = "extend_failed", resource:% = resource; "{resource}: {e}");
+        }
+    }
+}
+
+/// Once the node timeout of a decided acquire or extend has passed: the nodes that had not
+/// answered by the decision and have not since count as timeouts (a round decided at quorum
+/// never times out itself, but a frozen node must still show in its stats).
+fn count_silent(metrics: &Metrics, op: &mut Op, now: Instant) {
+    let Some(deadline) = op.round.node_deadline() else {
+        return;
+    };
+    if now < deadline {
+        return;
+    }
+    op.silent_counted = true;
+    for node in 0..op.round.nodes() {
+        if op.round.is_pending(node) && op.late & node_bit(node) == 0 {
+            metrics.node(node).timeouts.bump();
+        }
+    }
+}
+
+/// Counts one reply (or fault) of node `counters`' connection.
+fn count_reply(counters: &stats::NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) {
+    let counter = match (kind, reply) {
+        (_, Err(NodeFault::Timeout)) => &counters.timeouts,
+        (_, Err(_)) => &counters.failures,
+        (_, Ok(Frame::Error(_))) => &counters.errors,
+        (Kind::Set, Ok(Frame::Simple("OK"))) => &counters.ok,
+        (Kind::Set, Ok(Frame::Null)) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(0))) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(_) | Frame::Aggregate(_))) => &counters.ok,
+        (Kind::Command, Ok(_)) => &counters.ok,
+        _ => &counters.errors,
+    };
+    counter.bump();
 }
 
 /// The validity a lock keeps after an extend that was sent and did not win.

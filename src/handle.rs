@@ -15,6 +15,7 @@ use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
 use crate::round::deadline_after;
+use crate::stats::{Metrics, Stats};
 use crate::token::Token;
 
 impl Builder {
@@ -47,9 +48,15 @@ impl Builder {
     /// or the engine's thread cannot be created.
     pub fn build(self) -> Result<Redlock, Error> {
         let shared = self.shared()?;
-        let hub = Hub::start(Client::from_shared(shared.clone())?)?;
+        let mut client = Client::from_shared(shared.clone())?;
+        let metrics = client.engine().metrics().clone();
+        let hub = Hub::start(client)?;
         Ok(Redlock {
-            handle: Arc::new(Handle { shared, hub }),
+            handle: Arc::new(Handle {
+                shared,
+                hub,
+                metrics,
+            }),
         })
     }
 }
@@ -57,6 +64,8 @@ impl Builder {
 struct Handle {
     shared: Arc<Shared>,
     hub: Arc<Hub>,
+    /// The engine's counters: read without waiting for the loop.
+    metrics: Arc<Metrics>,
 }
 
 impl Drop for Handle {
@@ -186,6 +195,25 @@ impl Redlock {
         let mut stats = self.with_client(|c| c.io_stats()).unwrap_or_default();
         stats.wakes = hub.mailbox.wakes.load(Ordering::Relaxed) as u64;
         stats
+    }
+
+    /// What the shared engine has counted so far, per node and per operation kind: requests,
+    /// replies, timeouts, reconnects, latency histograms (see [`Stats`]). Reads atomics: it
+    /// never waits for the loop, and costs the caller one allocation per node for the
+    /// snapshot. The counters are always on.
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let stats = redlock.stats();
+    /// for node in &stats.nodes {
+    ///     println!("{}: {} requests, {} timeouts, p99 {:?}", node.node, node.requests,
+    ///         node.timeouts, node.latency.percentile(99.0));
+    /// }
+    /// println!("acquires: {} won, {} held elsewhere", stats.acquire.ok, stats.acquire.refused);
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn stats(&self) -> Stats {
+        self.handle.metrics.snapshot(&self.handle.shared.nodes)
     }
 
     /// Connects the shared engine to every node now; see [`Client::connect`](crate::Client::connect).

@@ -137,6 +137,9 @@
 //! - Fencing tokens ([`Builder::fencing`], [`Lock::fence`]): a number that grows with every
 //!   acquisition, for resources that must refuse a holder that paused past its validity.
 //! - [`Redlock::status`]: what every node holds for a resource, for inspection.
+//! - Observability: [`Redlock::stats`] (counters and latency histograms per node and per
+//!   operation, always on), [`Lock::votes`] (which nodes granted a lock, which were unreachable),
+//!   and events through the `log` facade with the cargo feature `log` (target [`LOG_TARGET`]).
 //!
 //! ## The algorithm in five lines
 //!
@@ -171,6 +174,7 @@ mod conn;
 mod driver;
 mod engine;
 pub mod error;
+mod event;
 mod fence;
 mod guard;
 mod handle;
@@ -188,6 +192,7 @@ mod session;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim;
+mod stats;
 mod task;
 #[cfg(feature = "tls")]
 mod tls;
@@ -237,12 +242,14 @@ pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
 pub use error::{Error, NodeFault, NodeVote, Report};
+pub use event::TARGET as LOG_TARGET;
 pub use fence::FENCE_KEY;
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
-pub use lock::{Lock, Resource};
+pub use lock::{Lock, LockVote, Resource, Votes};
 pub use request::{NodeFence, NodeStatus};
+pub use stats::{Histogram, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -1,8 +1,11 @@
-//! [`Lock`]: a held lock as plain data (resource, token, validity, extensions).
+//! [`Lock`]: a held lock as plain data (resource, token, validity, extensions, and which nodes
+//! granted it: [`Votes`]).
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::addr::NodeAddr;
 use crate::config::MAX_TTL;
 use crate::error::Error;
 use crate::request::Grant;
@@ -44,6 +47,95 @@ pub struct Lock {
     valid_until: Instant,
     extensions: u32,
     fence: Option<u64>,
+    /// What each node said when the lock was acquired, and the server list it refers to
+    /// (`None` for a lock rebuilt from its parts).
+    votes: Votes,
+    nodes: Option<Arc<[NodeAddr]>>,
+}
+
+/// What one node contributed to a lock that was acquired: see [`Lock::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockVote {
+    /// It said yes: it holds our key.
+    Yes,
+    /// It refused: another token held the key there.
+    Refused,
+    /// Its connection was known to be down, backing off or timed out when the lock was
+    /// granted: the lock stands on fewer nodes than the server list, and one more failure may
+    /// cost the quorum.
+    Unreachable,
+    /// It answered, but its answer did not count: an error reply, its restart quarantine, or
+    /// the same server as another entry.
+    Failed,
+    /// Its answer had not come when the quorum was reached: not waited for, not a fault (it
+    /// is usually a yes that came a moment later).
+    NotWaitedFor,
+}
+
+/// Per node, as bit sets in the order of the server list, what the nodes said to an acquire
+/// that won: `Copy`, no allocation. See [`Lock::votes`] and [`Lock::nodes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Votes {
+    yes: u64,
+    refused: u64,
+    unreachable: u64,
+    failed: u64,
+    nodes: u8,
+}
+
+impl Votes {
+    /// The votes of `nodes` nodes, as bit sets (bit `i` for node `i`); a node in no set was
+    /// not waited for.
+    pub(crate) fn new(
+        nodes: usize,
+        yes: u64,
+        refused: u64,
+        unreachable: u64,
+        failed: u64,
+    ) -> Votes {
+        Votes {
+            yes,
+            refused,
+            unreachable,
+            failed,
+            nodes: nodes as u8,
+        }
+    }
+    /// Nodes in the server list (0 for a lock rebuilt from its parts).
+    pub fn nodes(&self) -> usize {
+        usize::from(self.nodes)
+    }
+    /// Nodes that said yes by the time the quorum was reached.
+    pub fn yes(&self) -> usize {
+        self.yes.count_ones() as usize
+    }
+    /// Nodes that refused (another token held the key there).
+    pub fn refused(&self) -> usize {
+        self.refused.count_ones() as usize
+    }
+    /// Nodes known to be unreachable when the lock was granted ([`LockVote::Unreachable`]).
+    pub fn unreachable(&self) -> usize {
+        self.unreachable.count_ones() as usize
+    }
+    /// Node `node`'s vote (`None` beyond the server list).
+    pub fn vote(&self, node: usize) -> Option<LockVote> {
+        if node >= self.nodes() {
+            return None;
+        }
+        let bit = 1u64 << node;
+        Some(if self.yes & bit != 0 {
+            LockVote::Yes
+        } else if self.refused & bit != 0 {
+            LockVote::Refused
+        } else if self.unreachable & bit != 0 {
+            LockVote::Unreachable
+        } else if self.failed & bit != 0 {
+            LockVote::Failed
+        } else {
+            LockVote::NotWaitedFor
+        })
+    }
 }
 
 impl Lock {
@@ -68,6 +160,8 @@ impl Lock {
             valid_until: Instant::now() + validity.min(MAX_TTL),
             extensions: 0,
             fence: None,
+            votes: Votes::default(),
+            nodes: None,
         })
     }
 
@@ -86,6 +180,8 @@ impl Lock {
             valid_until,
             extensions: 0,
             fence: None,
+            votes: Votes::default(),
+            nodes: None,
         }
     }
 
@@ -93,6 +189,8 @@ impl Lock {
     pub(crate) fn granted(resource: &[u8], token: Token, grant: Grant) -> Lock {
         Lock {
             fence: grant.fence,
+            votes: grant.votes,
+            nodes: grant.nodes,
             ..Lock::new(resource, token, grant.valid_until)
         }
     }
@@ -130,6 +228,37 @@ impl Lock {
     pub fn extensions(&self) -> u32 {
         self.extensions
     }
+    /// What each node said when the lock was acquired, as counts and bit sets (empty for a
+    /// lock rebuilt with [`Lock::from_parts`]).
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let lock = redlock.lock("orders:42")?;
+    /// if lock.votes().unreachable() > 0 {
+    ///     eprintln!("acquired with nodes down: {:?}", lock.unreachable().collect::<Vec<_>>());
+    /// }
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn votes(&self) -> Votes {
+        self.votes
+    }
+    /// Every node, in the order of the server list, with what it said when the lock was
+    /// acquired (nothing for a lock rebuilt with [`Lock::from_parts`]). A node whose answer had
+    /// not come when the quorum was reached is [`LockVote::NotWaitedFor`], not unreachable.
+    pub fn nodes(&self) -> impl Iterator<Item = (&NodeAddr, LockVote)> + '_ {
+        let nodes: &[NodeAddr] = self.nodes.as_deref().unwrap_or(&[]);
+        nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, node)| self.votes.vote(i).map(|v| (node, v)))
+    }
+    /// The nodes known to be unreachable (down, backing off, timed out) when the lock was
+    /// acquired.
+    pub fn unreachable(&self) -> impl Iterator<Item = &NodeAddr> + '_ {
+        self.nodes()
+            .filter(|(_, v)| *v == LockVote::Unreachable)
+            .map(|(node, _)| node)
+    }
 
     pub(crate) fn set_state(&mut self, valid_until: Instant, extensions: u32) {
         self.valid_until = valid_until;
@@ -145,6 +274,7 @@ impl fmt::Debug for Lock {
             .field("validity", &self.validity())
             .field("extensions", &self.extensions)
             .field("fence", &self.fence)
+            .field("votes", &self.votes)
             .finish()
     }
 }

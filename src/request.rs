@@ -1,11 +1,14 @@
 //! What a caller asks of the engine ([`ReqKind`]) and what it gets back ([`Outcome`]): the
 //! vocabulary shared by the engine, the hub's mailbox and the public API.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
 
 use crate::config::Config;
 use crate::error::{Error, NodeFault};
-use crate::lock::Lock;
+use crate::lock::{Lock, Votes};
 use crate::token::Token;
 
 /// What a caller asks for.
@@ -81,6 +84,13 @@ pub struct NodeStatus {
     pub rtt: Duration,
     /// The node's fence counter (`HMGET redlock:fence run n`), when it answered.
     pub fence: Option<NodeFence>,
+    /// How long the node's server process has been up, as its handshake's `INFO server` said
+    /// (brought forward to the reply); `None` when not asked or not answered.
+    pub uptime: Option<Duration>,
+    /// The restart quarantine left: how much longer the node's yeses do not count
+    /// ([`Config::quarantine`](crate::Config::quarantine)); `None` when it counts (or the
+    /// quarantine is off).
+    pub quarantine: Option<Duration>,
 }
 
 /// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.
@@ -95,11 +105,14 @@ pub struct NodeFence {
     pub seeded: bool,
 }
 
-/// A won acquire: until when it is valid, and its fence (fenced locks).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A won acquire: until when it is valid, its fence (fenced locks), and what each node said
+/// (with the server list the votes refer to: a reference count, no allocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub valid_until: Instant,
     pub fence: Option<u64>,
+    pub votes: Votes,
+    pub nodes: Option<Arc<[NodeAddr]>>,
 }
 
 /// What an operation came to.

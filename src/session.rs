@@ -11,7 +11,7 @@
 //! own (the split of `quinn-proto`'s `Connection` from `quinn`'s endpoint driver).
 
 use std::collections::VecDeque;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BytesMut};
@@ -19,7 +19,9 @@ use sha1::{Digest, Sha1};
 
 use crate::addr::NodeAddr;
 use crate::error::NodeFault;
+use crate::event::event;
 use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Limits, Status};
+use crate::stats::NodeCounters;
 
 /// How connections behave; shared by all connections of a client.
 #[derive(Debug, Clone)]
@@ -270,6 +272,15 @@ struct State {
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
+    /// What this node's connections count (read by the engine's handles), and the node's
+    /// `host:port` for events.
+    counters: Arc<NodeCounters>,
+    #[cfg_attr(not(feature = "log"), allow(dead_code))]
+    name: String,
+    /// Whether a connection of this node was ever ready, and whether the last one was lost (or
+    /// failed to come up) since: the next one up is a reconnect.
+    ever_up: bool,
+    down: bool,
 }
 
 /// One node's protocol state; see the module docs.
@@ -293,6 +304,8 @@ impl Session {
         let backoff = config.backoff_min;
         let db = addr.db;
         let info_need = config.info;
+        // Built once per node (the name of its events): not on the hot path.
+        let name = addr.to_string();
         Session {
             addr,
             inp: BytesMut::with_capacity(8 << 10),
@@ -317,11 +330,26 @@ impl Session {
                 db,
                 info_need,
                 replied: false,
+                counters: Arc::default(),
+                name,
+                ever_up: false,
+                down: false,
             },
             config,
             replay: Vec::new(),
             close: false,
         }
+    }
+
+    /// What this node's connections count; the engine reads it (and counts into it).
+    pub fn counters(&self) -> &Arc<NodeCounters> {
+        &self.st.counters
+    }
+
+    /// True while the node is known to be down: its last connection was lost or failed to come
+    /// up, and no new one is ready yet.
+    pub fn is_down(&self) -> bool {
+        self.st.down
     }
 
     /// True once the handshake is done.
@@ -403,6 +431,7 @@ impl Session {
         st.failure = None;
         st.replied = false;
         st.generation += 1;
+        st.counters.connects.bump();
         st.phase = Phase::Connecting {
             deadline: now + self.config.connect_timeout,
         };
@@ -438,6 +467,7 @@ impl Session {
             self.st.phase = if self.st.handshake_left > 0 {
                 Phase::Handshaking { deadline }
             } else {
+                self.st.came_up();
                 Phase::Ready
             };
         }
@@ -592,6 +622,15 @@ impl Session {
         st.script_tails.clear();
         self.inp.clear();
         self.decoder.reset();
+        st.counters.downs.bump();
+        if st.down {
+            event!(Debug, event = "node_down", node = st.name.as_str(), fault:% = fault;
+                "{}: still down ({fault})", st.name);
+        } else {
+            event!(Warn, event = "node_down", node = st.name.as_str(), fault:% = fault;
+                "{}: node down ({fault})", st.name);
+        }
+        st.down = true;
         st.last_fault = Some(fault);
         if proven {
             st.backoff = self.config.backoff_min;
@@ -796,6 +835,9 @@ impl State {
                     // Flushed or restarted behind our back: send the script itself, which also
                     // loads it. Its reply keeps the request's place among this connection's
                     // replies (FIFO), so nobody else notices. (Rare: the copy may allocate.)
+                    self.counters.noscript.bump();
+                    event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
+                        "{}: NOSCRIPT, script sent again with EVAL", self.name);
                     let tail = self.script_tails[..p.tail].to_vec();
                     self.script_tails.advance(p.tail);
                     let script = &scripts()[index];
@@ -813,13 +855,22 @@ impl State {
                 if !matches!(frame, Frame::Error(_)) {
                     self.loaded[index] = true;
                 }
-                self.deliver(p, Ok(frame), sink);
+                self.deliver(p, Ok(frame), now, sink);
             }
-            _ => self.deliver(p, Ok(frame), sink),
+            _ => self.deliver(p, Ok(frame), now, sink),
         }
     }
 
-    fn deliver(&mut self, p: Pending, reply: Result<Frame<'_>, &NodeFault>, sink: &mut Sink<'_>) {
+    fn deliver(
+        &mut self,
+        p: Pending,
+        reply: Result<Frame<'_>, &NodeFault>,
+        now: Instant,
+        sink: &mut Sink<'_>,
+    ) {
+        self.counters
+            .latency
+            .record(now.saturating_duration_since(p.sent));
         self.answered.push((p.tag, p.kind));
         sink(Delivery {
             tag: p.tag,
@@ -829,6 +880,20 @@ impl State {
             info: self.info,
             withdrawn: false,
         });
+    }
+
+    /// A connection is ready: a reconnect if the node was down.
+    fn came_up(&mut self) {
+        if self.down {
+            self.counters.reconnects.bump();
+            event!(Info, event = "node_up", node = self.name.as_str(), generation = self.generation;
+                "{}: node reconnected", self.name);
+        } else if !self.ever_up {
+            event!(Debug, event = "node_up", node = self.name.as_str(), generation = self.generation;
+                "{}: connected", self.name);
+        }
+        self.ever_up = true;
+        self.down = false;
     }
 
     fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
@@ -880,6 +945,7 @@ impl State {
         self.handshake_left = self.handshake_left.saturating_sub(1);
         if self.handshake_left == 0 {
             self.phase = Phase::Ready;
+            self.came_up();
             // Only now has the connection proven itself: a node that refuses the handshake is
             // retried after the backoff, not at once by every operation.
             self.replied = true;

@@ -1300,14 +1300,7 @@ fn server_lists_written_the_wrong_way_are_recognised() {
 fn every_option_a_subcommand_takes_means_something_there() {
     let cases: &[&[&str]] = &[
         &["demo", "--server", "redis://127.0.0.1:1"],
-        &[
-            "status",
-            "--server",
-            "redis://127.0.0.1:1",
-            "--quarantine",
-            "off",
-            "x",
-        ],
+        // (`status --quarantine` means something: the window its QUARANTINE column shows.)
         &[
             "status",
             "--server",
@@ -1447,4 +1440,81 @@ fn tls_servers_through_the_tls_options() {
     let o = output(&mut cmd);
     assert_code(&o, 64);
     assert_one_line_error(&o, "rediss://");
+}
+
+#[test]
+fn status_shows_each_node_reachability_probe_latency_and_quarantine() {
+    let mut servers = Servers::start(3);
+    let urls = servers.urls();
+    // Fresh servers: within a 1 h window every node is in its restart quarantine.
+    let o = output(plain(&urls).args(["status", "--json", "--quarantine", "1h", "job"]));
+    let v = json_of(&o);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3, "{v}");
+    for n in nodes {
+        assert_eq!(n["reachable"], true, "{v}");
+        assert!(n["rtt_ms"].as_f64().unwrap() >= 0.0, "{v}");
+        let left = n["quarantine_ms"].as_u64().unwrap();
+        assert!(left > 3_000_000 && left <= 3_600_000, "{v}");
+        assert!(n["uptime_s"].as_u64().unwrap() < 600, "{v}");
+    }
+    // Off: nobody is quarantined; the text table has the column.
+    let o = output(plain(&urls).args(["status", "--json", "--quarantine", "off", "job"]));
+    let v = json_of(&o);
+    assert!(
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["quarantine_ms"].is_null())
+    );
+    let o = output(plain(&urls).args(["status", "--quarantine", "1h", "job"]));
+    let text = stdout(&o);
+    assert!(text.contains("QUARANTINE"), "{text}");
+    assert_eq!(text.matches(" s left").count(), 3, "{text}");
+
+    // A node down: unreachable, with its fault, and no probe latency.
+    servers[2].kill();
+    let o = output(plain(&urls).args(["status", "--json", "--quarantine", "off", "job"]));
+    let v = json_of(&o);
+    let down = &v["nodes"][2];
+    assert_eq!(down["reachable"], false, "{v}");
+    assert!(down["rtt_ms"].is_null() && down["error"].is_string(), "{v}");
+    assert_eq!(v["nodes"][0]["reachable"], true, "{v}");
+}
+
+#[test]
+fn acquire_warns_when_nodes_were_unreachable_and_only_then() {
+    let mut servers = Servers::start(3);
+    let urls = servers.urls();
+    // All up: no warning, every node's vote in --json.
+    let o = output(redlock(&urls).args(["acquire", "--json", "all-up"]));
+    assert_code(&o, 0);
+    let v = json_of(&o);
+    assert!(v["warning"].is_null(), "{v}");
+    let votes: Vec<&str> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["vote"].as_str().unwrap())
+        .collect();
+    assert_eq!(votes.len(), 3);
+    assert!(
+        votes.iter().all(|v| ["yes", "not_waited_for"].contains(v)),
+        "{v}"
+    );
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+
+    servers[2].kill();
+    let o = output(redlock(&urls).args(["acquire", "--json", "one-down"]));
+    assert_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["nodes"][2]["vote"], "unreachable", "{v}");
+    let warning = v["warning"].as_str().unwrap();
+    assert!(warning.contains(&servers[2].addr()), "{warning}");
+    assert!(stderr(&o).contains("warning: acquired with 1 of 3 nodes unreachable"));
+    // `run` says it too, on stderr.
+    let o = output(redlock(&urls).args(["run", "run-one-down", "--", "true"]));
+    assert_code(&o, 0);
+    assert!(stderr(&o).contains("nodes unreachable"), "{}", stderr(&o));
 }

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redlock_mux::{Builder, Error, Lock, NodeFault, NodeStatus, NodeVote, Redlock, Report};
+use redlock_mux::{
+    Builder, Error, Lock, LockVote, NodeFault, NodeStatus, NodeVote, Redlock, Report,
+};
 use serde_json::{Value, json};
 
 /// The exit codes: stable, documented in `--help`, the README and `docs/cli.md`. They follow
@@ -209,6 +211,42 @@ pub fn votes_json(report: &Report) -> Value {
             json!({"node": node.to_string(), "vote": vote, "fault": fault})
         })
         .collect()
+}
+
+/// Every node of a lock just acquired with its vote, for `--json`: the same objects as
+/// [`votes_json`] (`fault` is null), `vote` one of `yes`, `refused`, `unreachable`, `failed`,
+/// `not_waited_for`.
+pub fn lock_votes_json(lock: &Lock) -> Value {
+    lock.nodes()
+        .map(|(node, vote)| {
+            let vote = match vote {
+                LockVote::Yes => "yes",
+                LockVote::Refused => "refused",
+                LockVote::Unreachable => "unreachable",
+                LockVote::Failed => "failed",
+                _ => "not_waited_for",
+            };
+            json!({"node": node.to_string(), "vote": vote, "fault": Value::Null})
+        })
+        .collect()
+}
+
+/// The warning for a lock taken while some nodes were unreachable (down, backing off, timed
+/// out); `None` when every node was reachable, including those not waited for because the
+/// quorum came first.
+pub fn unreachable_warning(lock: &Lock) -> Option<String> {
+    let votes = lock.votes();
+    if votes.unreachable() == 0 {
+        return None;
+    }
+    let names: Vec<String> = lock.unreachable().map(|n| n.to_string()).collect();
+    Some(format!(
+        "acquired with {} of {} nodes unreachable ({}): one more node failure may cost the \
+         quorum",
+        votes.unreachable(),
+        votes.nodes(),
+        names.join(", ")
+    ))
 }
 
 /// Prints one JSON object on stdout (write errors ignored, as with `out!`).
@@ -436,7 +474,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(t).map_err(|e| e.to_string())
 }
 
-fn parse_quarantine(s: &str) -> Result<Quarantine, String> {
+pub fn parse_quarantine(s: &str) -> Result<Quarantine, String> {
     match s.trim() {
         "off" | "none" | "no" | "0" => Ok(Quarantine(None)),
         other => parse_duration(other).map(|d| Quarantine((!d.is_zero()).then_some(d))),
@@ -473,7 +511,23 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// Acquires `resource` under the user's waiting rule. The first attempt goes out alone, so that
 /// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
 /// before it waits; a lock held elsewhere is waited for in silence, as flock does.
+///
+/// A lock taken while some nodes were unreachable is said on stderr (unless `quiet`).
 pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
+    let lock = acquire_quietly(r, resource, waiting, quiet)?;
+    if !quiet && let Some(warning) = unreachable_warning(&lock) {
+        say!("redlock: warning: {warning}");
+    }
+    Ok(lock)
+}
+
+/// [`acquire`], without the warning about unreachable nodes.
+fn acquire_quietly(
+    r: &Redlock,
+    resource: &str,
+    waiting: &Waiting,
+    quiet: bool,
+) -> Result<Lock, Fail> {
     // Connect (and handshake) first, so the first attempt's per-node timeout is spent on the
     // SET alone: a one-shot command against distant masters must not fail on a cold start.
     r.connect(r.config().connect_timeout)

@@ -58,6 +58,8 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "fence": lock.fence(),
             "validity_ms": validity_ms,
             "ttl_ms": a.ttl.as_millis() as u64,
+            "nodes": common::lock_votes_json(&lock),
+            "warning": common::unreachable_warning(&lock),
         })
         .to_string()
     } else {

@@ -8,7 +8,8 @@ use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, Output, Servers, check_reachable, exit, parse_duration, print_json, shorten,
+    Fail, HANDLE_TTL, Output, Quarantine, Servers, check_reachable, exit, parse_duration,
+    parse_quarantine, print_json, shorten,
 };
 
 pub const HELP: &str = "\
@@ -25,6 +26,10 @@ pub struct StatusArgs {
     /// How long to wait for the nodes' answers
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
     pub timeout: Duration,
+    /// The restart-quarantine window the lock holders use (their longest TTL): a node up for
+    /// less is shown quarantined, with the time left
+    #[arg(long, value_name = "DURATION|off", default_value = "30s", value_parser = parse_quarantine)]
+    pub quarantine: Quarantine,
     #[command(flatten)]
     pub output: Output,
 }
@@ -47,13 +52,16 @@ enum Verdict {
 
 pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
-    // from a blank one; no quarantine: status takes no lock.
+    // from a blank one; the quarantine window only says which nodes are in it (status takes
+    // no lock).
     let servers = a.servers.list()?;
     let r = a
         .servers
         .builder(&servers)
-        .ttl(HANDLE_TTL)
-        .quarantine(None)
+        // A window shorter than the handle's TTL would be refused: a status read takes no
+        // lock, its TTL does not matter.
+        .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+        .quarantine(a.quarantine.0)
         .fencing(true)
         .build()
         .map_err(|e| Fail::lib("bad configuration", &e))?;
@@ -171,6 +179,10 @@ fn row(s: &NodeStatus) -> Vec<String> {
                 pttl,
                 fmt_rtt(s.rtt),
                 fmt_fence(s),
+                match s.quarantine {
+                    Some(left) => format!("{:.1} s left", left.as_secs_f64()),
+                    None => "-".into(),
+                },
             ]
         }
         Err(f) => vec![s.node.clone(), format!("no: {f}")],
@@ -180,10 +192,19 @@ fn row(s: &NodeStatus) -> Vec<String> {
 /// The heading and one aligned row per node.
 fn table(resource: &str, statuses: &[NodeStatus]) -> String {
     let n = statuses.len();
-    let header = ["NODE", "REACHABLE", "KEY", "TOKEN", "PTTL", "RTT", "FENCE"];
+    let header = [
+        "NODE",
+        "REACHABLE",
+        "KEY",
+        "TOKEN",
+        "PTTL",
+        "RTT",
+        "FENCE",
+        "QUARANTINE",
+    ];
     let mut rows = vec![header.map(str::to_owned).to_vec()];
     rows.extend(statuses.iter().map(row));
-    let mut widths = [0usize; 7];
+    let mut widths = [0usize; 8];
     for r in rows.iter().filter(|r| r.len() == header.len()) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -281,6 +302,8 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "pttl_ms": pttl_ms,
                 "rtt_ms": s.state.is_ok().then_some(s.rtt.as_secs_f64() * 1000.0),
                 "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
+                "uptime_s": s.uptime.map(|u| u.as_secs()),
+                "quarantine_ms": s.quarantine.map(|q| q.as_millis() as u64),
                 "error": error,
             })
         })
