@@ -597,6 +597,10 @@ impl Session {
         // back off, whatever the previous connection did.
         let proven = std::mem::take(&mut st.replied);
         let replay = proven && matches!(fault, NodeFault::Closed | NodeFault::Io(_));
+        // A proven connection the server closed with nothing asked of it: its `timeout`, a
+        // proxy's idle limit, `CLIENT KILL`. Routine, and mended by the next request's
+        // reconnect: not a node down (no warning, not unreachable, not in `downs`).
+        let idle = proven && fault == NodeFault::Closed && st.pending.is_empty();
         while let Some(p) = st.pending.pop_front() {
             match p.kind {
                 Kind::Handshake(_) => {}
@@ -622,15 +626,21 @@ impl Session {
         st.script_tails.clear();
         self.inp.clear();
         self.decoder.reset();
-        st.counters.downs.bump();
-        if st.down {
+        if idle {
+            st.counters.idle_closes.bump();
+            event!(Debug, event = "idle_close", node = st.name.as_str();
+                "{}: the server closed the idle connection; reconnecting at the next request",
+                st.name);
+        } else if st.down {
+            st.counters.downs.bump();
             event!(Debug, event = "node_down", node = st.name.as_str(), fault:% = fault;
                 "{}: still down ({fault})", st.name);
         } else {
+            st.counters.downs.bump();
             event!(Warn, event = "node_down", node = st.name.as_str(), fault:% = fault;
                 "{}: node down ({fault})", st.name);
         }
-        st.down = true;
+        st.down |= !idle;
         st.last_fault = Some(fault);
         if proven {
             st.backoff = self.config.backoff_min;

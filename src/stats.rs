@@ -210,6 +210,7 @@ pub(crate) struct NodeCounters {
     pub connects: Counter,
     pub reconnects: Counter,
     pub downs: Counter,
+    pub idle_closes: Counter,
     pub noscript: Counter,
     pub quarantined: Counter,
     pub latency: LiveHistogram,
@@ -229,6 +230,7 @@ impl NodeCounters {
             connects: self.connects.get(),
             reconnects: self.reconnects.get(),
             downs: self.downs.get(),
+            idle_closes: self.idle_closes.get(),
             noscript: self.noscript.get(),
             quarantined: self.quarantined.get(),
             latency: self.latency.snapshot(),
@@ -401,8 +403,11 @@ pub struct NodeStats {
     /// Connections that came up (handshake done) after an earlier one of this node was lost
     /// or failed.
     pub reconnects: u64,
-    /// Connections lost, or connects or handshakes that failed.
+    /// Connections lost, or connects or handshakes that failed (not the idle closes).
     pub downs: u64,
+    /// Connections the server closed while nothing was asked of them (its `timeout` setting,
+    /// a proxy's idle limit, `CLIENT KILL`): routine, reconnected at the next request.
+    pub idle_closes: u64,
     /// `NOSCRIPT` answers, each answered with `EVAL` (a server restart or `SCRIPT FLUSH`).
     pub noscript: u64,
     /// `SET NX` yeses not counted because the node was in its restart quarantine.

@@ -381,3 +381,40 @@ mod events {
         assert_eq!(redlock.stats().extend.refused, 1);
     }
 }
+
+/// Servers configured as production ones often are (`timeout 1`: idle connections closed)
+/// close ours between locks: routine, not a node down — counted as idle closes, no `downs`,
+/// and the next lock, which reconnects, reports no node unreachable.
+#[test]
+fn idle_connections_closed_by_the_server_are_routine_not_nodes_down() {
+    let servers = Servers::start_with(3, common::RedisServer::builder().arg("--timeout").arg("1"));
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("idle:res").unwrap();
+    redlock.unlock(lock).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    // Until the client has seen every connection closed, however it counts it.
+    while redlock
+        .stats()
+        .nodes
+        .iter()
+        .any(|n| n.idle_closes + n.downs == 0)
+    {
+        assert!(Instant::now() < deadline, "{:?}", redlock.stats().nodes);
+        // Waiting for the servers' idle timeout: nothing to wait on but the counter.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for _ in 0..3 {
+        let lock = redlock.try_lock("idle:res").unwrap();
+        let unreachable: Vec<_> = lock.unreachable().collect();
+        assert!(unreachable.is_empty(), "{unreachable:?}");
+        redlock.unlock(lock).unwrap();
+    }
+    let stats = redlock.stats();
+    for n in &stats.nodes {
+        assert_eq!((n.downs, n.failures), (0, 0), "{n:?}");
+        assert!(n.idle_closes >= 1, "{n:?}");
+    }
+}
