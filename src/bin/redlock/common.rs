@@ -197,6 +197,13 @@ pub fn check_reachable(statuses: &[NodeStatus], context: &str) -> Result<(), Fai
     ))
 }
 
+/// On stderr: the lock was taken while nodes were unreachable (see [`unreachable_warning`]).
+pub fn warn_unreachable(lock: &Lock) {
+    if let Some(warning) = unreachable_warning(lock) {
+        say!("redlock: warning: {warning}");
+    }
+}
+
 /// Every node of a report with its vote, for `--json`.
 pub fn votes_json(report: &Report) -> Value {
     report
@@ -513,21 +520,10 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// before it waits; a lock held elsewhere is waited for in silence, as flock does.
 ///
 /// A lock taken while some nodes were unreachable is said on stderr (unless `quiet`).
+///
+/// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
+/// what it acquired.
 pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
-    let lock = acquire_quietly(r, resource, waiting, quiet)?;
-    if !quiet && let Some(warning) = unreachable_warning(&lock) {
-        say!("redlock: warning: {warning}");
-    }
-    Ok(lock)
-}
-
-/// [`acquire`], without the warning about unreachable nodes.
-fn acquire_quietly(
-    r: &Redlock,
-    resource: &str,
-    waiting: &Waiting,
-    quiet: bool,
-) -> Result<Lock, Fail> {
     // Connect (and handshake) first, so the first attempt's per-node timeout is spent on the
     // SET alone: a one-shot command against distant masters must not fail on a cold start.
     r.connect(r.config().connect_timeout)

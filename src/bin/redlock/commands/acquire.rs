@@ -85,6 +85,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "redlock: acquired {}{fence}, valid for {validity_ms} ms",
             shorten(&a.resource, 64)
         );
+        common::warn_unreachable(&lock);
     }
     Ok(exit::OK)
 }

@@ -209,6 +209,9 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
         .build()
         .map_err(|e| Fail::lib("bad configuration", &e))?;
     let lock = common::acquire(&r, &a.resource, &a.waiting, a.quiet)?;
+    if !a.quiet {
+        common::warn_unreachable(&lock);
+    }
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
     let signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP])
     {
