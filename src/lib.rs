@@ -163,6 +163,8 @@
 //! [`addr`] (`redis://` and `redis+unix://` addresses), [`error`] (the error types), [`resp`]
 //! (the RESP codec, no I/O) and [`round`] (one attempt as a state machine, no I/O, no clock).
 #![deny(missing_docs)]
+// One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
+#![deny(unsafe_code)]
 
 pub mod addr;
 mod async_guard;

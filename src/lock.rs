@@ -288,10 +288,11 @@ pub struct Resource([u8]);
 
 impl Resource {
     /// The name as a `Resource`.
+    #[allow(unsafe_code)]
     pub fn new(bytes: &[u8]) -> &Resource {
         // SAFETY: `Resource` is `repr(transparent)` over `[u8]`: same layout, same metadata
         // (the length), so the pointer cast keeps both (as `std::path::Path` does over
-        // `OsStr`).
+        // `OsStr`); the lifetime of the result is that of `bytes`.
         unsafe { &*(bytes as *const [u8] as *const Resource) }
     }
 
