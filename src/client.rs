@@ -46,10 +46,6 @@ impl fmt::Debug for Client {
     }
 }
 
-fn io_error(e: std::io::Error) -> Error {
-    Error::Internal(format!("cannot create the event loop: {e}"))
-}
-
 impl Client {
     /// A client with default settings.
     ///
@@ -65,7 +61,8 @@ impl Client {
     }
 
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
-        let driver = Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?;
+        let driver = Driver::new(&shared.nodes, &shared.conn)
+            .map_err(|e| Error::system("create the event loop", e))?;
         Ok(Client {
             engine: Engine::new(shared, driver, Instant::now()),
         })
@@ -183,7 +180,7 @@ impl Client {
                 let (_, token) = p?;
                 match outcomes.next().flatten() {
                     Some(outcome) => lock_of(r.as_ref(), token, outcome),
-                    None => Err(Error::Internal("operation lost".into())),
+                    None => Err(Error::Internal("operation lost")),
                 }
             })
             .collect()
@@ -290,7 +287,7 @@ pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result
         Outcome::Acquired(Err(e)) => Err(e),
         Outcome::Locked(Ok((token, grant))) => Ok(Lock::granted(resource, token, grant)),
         Outcome::Locked(Err(e)) => Err(e),
-        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }
 }
 
@@ -323,7 +320,7 @@ pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Erro
             lock.set_state(valid_until, extensions);
             result
         }
-        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }
 }
 

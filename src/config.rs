@@ -575,7 +575,7 @@ impl Builder {
         let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
         let mut keys: Vec<ServerKey> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
-            let addr = NodeAddr::parse(s)?;
+            let addr = NodeAddr::parse(s).map_err(|e| Error::Config(e.quoting(s).to_string()))?;
             let key = addr.endpoint.server_key();
             // Only the endpoint counts: another database or user on it is the same master,
             // which would count twice towards every quorum.

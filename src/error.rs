@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::{AddrError, NodeAddr};
+use crate::addr::NodeAddr;
 use crate::resp::{ErrorKind, ParseError};
 
 /// Why one node could not take part in an operation.
@@ -321,22 +321,28 @@ pub enum Error {
         /// Which command, what the node answered, and what to grant.
         message: String,
     },
-    /// A failure inside this process: the event loop or one of its threads could not run.
-    #[error("internal error: {0}")]
-    Internal(String),
-    /// A node broke the protocol.
-    #[error("protocol error from {node}: {detail}")]
-    Protocol {
-        /// `host:port` of the node.
-        node: String,
-        /// What it sent.
-        detail: String,
+    /// The operating system refused something the client needs to run: its event loop, the
+    /// loop's waker, a thread, random bytes for a token. Not a configuration mistake; a retry
+    /// may succeed once the resource is free again.
+    #[error("cannot {what}: {cause}")]
+    System {
+        /// What the client tried, e.g. `start the engine thread`.
+        what: &'static str,
+        /// What the operating system answered.
+        cause: String,
     },
+    /// A bug in this crate: an operation's outcome was lost or of the wrong kind.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
-impl From<AddrError> for Error {
-    fn from(e: AddrError) -> Error {
-        Error::Config(e.to_string())
+impl Error {
+    /// An [`Error::System`] for `what`, failed with `cause`.
+    pub(crate) fn system(what: &'static str, cause: impl fmt::Display) -> Error {
+        Error::System {
+            what,
+            cause: cause.to_string(),
+        }
     }
 }
 

@@ -70,10 +70,8 @@ thread_local! {
 impl Hub {
     /// The hub and its background thread.
     pub fn start(mut client: Client) -> Result<Arc<Hub>, Error> {
-        let waker =
-            client.engine().net.waker().map_err(|e| {
-                Error::Internal(format!("cannot create the event loop's waker: {e}"))
-            })?;
+        let waker = (client.engine().net.waker())
+            .map_err(|e| Error::system("create the event loop's waker", e))?;
         let mailbox = Arc::new(Mailbox::new(waker));
         client.engine().attach(mailbox.clone());
         let callbacks = client.engine().callbacks.clone();
@@ -97,7 +95,7 @@ impl Hub {
         let thread = std::thread::Builder::new()
             .name("redlock-engine".into())
             .spawn(move || runner.background())
-            .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
+            .map_err(|e| Error::system("start the engine thread", e))?;
         let _ = hub.background.set(thread.thread().clone());
         Ok(hub)
     }

@@ -29,12 +29,12 @@ impl Token {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if the operating system's random source fails.
+    /// [`Error::System`] if the operating system's random source fails.
     pub fn generate() -> Result<Token, Error> {
         let mut raw = [0u8; 20];
         rand::rngs::SysRng
             .try_fill_bytes(&mut raw)
-            .map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+            .map_err(|e| Error::system("read the OS random source", e))?;
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let mut bytes = [0u8; MAX_TOKEN_LEN];
