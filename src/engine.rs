@@ -33,12 +33,12 @@ use bytes::BytesMut;
 use crate::addr::NodeAddr;
 use crate::config::Shared;
 use crate::driver::Driver;
-use crate::error::{Error, NodeFault, Report};
+use crate::error::{Error, NodeFault, Refusal, Report};
 use crate::event::event;
 use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
 use crate::kept::{Callbacks, Kept};
 use crate::lock::Votes;
-use crate::mailbox::{Alarm, Mailbox, Slot};
+use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::request::{Grant, NodeFence, NodeStatus, Outcome, ReqKind};
@@ -47,7 +47,7 @@ use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
-use crate::wait::{Queue, Waits, split_pause};
+use crate::wait::{Queue, Seen, Waits, split_pause};
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
 /// never confused with its previous occupant).
@@ -564,7 +564,7 @@ impl<N: Net> Engine<N> {
         let id = self.submit_to(kind, resource, token, waiter, self.all_nodes(), now);
         if matches!(kind, ReqKind::Release) && !self.waits.is_empty() {
             // A caller of this engine released: its next waiter attempts right behind.
-            self.released(resource, now, true);
+            self.released(resource, now, Seen::Ours);
         }
         id
     }
@@ -638,20 +638,20 @@ impl<N: Net> Engine<N> {
         self.wait_resource = resource;
     }
 
-    /// A release of `resource` was submitted here (`local`) or announced by another client:
-    /// the head of its queue attempts (now, in the same write as our release), unless a split
-    /// vote's pause or the local streak's yield holds it back.
-    fn released(&mut self, resource: &[u8], now: Instant, local: bool) {
+    /// A release of `resource` was submitted here ([`Seen::Ours`]) or announced by another
+    /// client: the head of its queue attempts (now, in the same write as our release), unless a
+    /// split vote's pause or the local streak's yield holds it back.
+    fn released(&mut self, resource: &[u8], now: Instant, seen: Seen) {
         let round = self.last_round;
         let Some(q) = self.waits.get_mut(resource) else {
             return;
         };
-        if !local && q.held_until.is_some_and(|t| t > now) {
+        if seen == Seen::Notice && q.held_until.is_some_and(|t| t > now) {
             // A caller of ours holds it: a notice is of an earlier release (often our own,
             // coming back after the next of ours already won).
             return;
         }
-        if let Some(at) = q.on_release(now, round, local)
+        if let Some(at) = q.on_release(now, round, seen)
             && at <= now
             && let Some(&head) = q.waiters.front()
             && !is_cancelled(&self.core.ops[head.index as usize])
@@ -819,7 +819,7 @@ impl<N: Net> Engine<N> {
             }
         }
         for &(start, end) in &notices {
-            self.released(&events[start..end], now, false);
+            self.released(&events[start..end], now, Seen::Notice);
         }
         notices.clear();
         listened.clear();
@@ -918,7 +918,7 @@ impl<N: Net> Engine<N> {
             resources.sort();
             for resource in &resources {
                 self.subscription(b"SUBSCRIBE", resource, bit, now);
-                self.released(resource, now, false);
+                self.released(resource, now, Seen::Notice);
             }
         }
     }
@@ -1254,7 +1254,7 @@ impl<N: Net> Engine<N> {
                 // nothing is. (A release still goes out, waited for by nobody.)
                 continue;
             }
-            if cell.request.detached || cell.cancelled {
+            if cell.request.caller == Caller::Detached || cell.cancelled {
                 self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
                 drop(cell);
                 // Taken in: the caller may reuse the slot.
@@ -1364,7 +1364,10 @@ impl<N: Net> Engine<N> {
                                         } else {
                                             self.lost.push(index as u32);
                                             Some(Outcome::Acquired(Err(Error::TooSlow(report(
-                                                nodes, &op.round, &op.faults, true,
+                                                nodes,
+                                                &op.round,
+                                                &op.faults,
+                                                Refusal::TokenGone,
                                             )))))
                                         }
                                     }
@@ -1377,12 +1380,19 @@ impl<N: Net> Engine<N> {
                                         // anything else is a fence not taken by a quorum.
                                         Some(Outcome::Acquired(Err(
                                             match loss_error(
-                                                nodes, &op.round, &op.faults, loss, true,
+                                                nodes,
+                                                &op.round,
+                                                &op.faults,
+                                                loss,
+                                                Refusal::TokenGone,
                                             ) {
                                                 e @ (Error::Auth { .. }
                                                 | Error::Permission { .. }) => e,
                                                 _ => Error::Fence(report(
-                                                    nodes, &op.round, &op.faults, true,
+                                                    nodes,
+                                                    &op.round,
+                                                    &op.faults,
+                                                    Refusal::TokenGone,
                                                 )),
                                             },
                                         )))
@@ -1399,7 +1409,11 @@ impl<N: Net> Engine<N> {
                                         self.last_round = now.saturating_duration_since(op.start);
                                         self.lost.push(index as u32);
                                         Some(Outcome::Acquired(Err(loss_error(
-                                            nodes, &op.round, &op.faults, loss, false,
+                                            nodes,
+                                            &op.round,
+                                            &op.faults,
+                                            loss,
+                                            Refusal::HeldElsewhere,
                                         ))))
                                     }
                                     (_, Decision::Won { valid_until, .. }) => {
@@ -1407,7 +1421,13 @@ impl<N: Net> Engine<N> {
                                     }
                                     (_, Decision::Lost { loss, .. }) => Some(Outcome::Extended(
                                         validity_after_lost_extend(op.until, &op.round),
-                                        Err(loss_error(nodes, &op.round, &op.faults, loss, true)),
+                                        Err(loss_error(
+                                            nodes,
+                                            &op.round,
+                                            &op.faults,
+                                            loss,
+                                            Refusal::TokenGone,
+                                        )),
                                     )),
                                 }
                             }
@@ -2542,7 +2562,7 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
         said_yes: short.seeded,
         refused: 0,
         failed,
-        extend: false,
+        refusal: Refusal::HeldElsewhere,
     }
 }
 
@@ -2707,7 +2727,7 @@ fn report(
     nodes: &Arc<[crate::addr::NodeAddr]>,
     round: &Round,
     faults: &[Option<NodeFault>],
-    extend: bool,
+    refusal: Refusal,
 ) -> Report {
     let mut refused = 0u64;
     let mut said_yes = 0u64;
@@ -2727,7 +2747,7 @@ fn report(
         said_yes,
         refused,
         failed,
-        extend,
+        refusal,
     }
 }
 
@@ -2737,9 +2757,9 @@ fn loss_error(
     round: &Round,
     faults: &[Option<NodeFault>],
     loss: Loss,
-    extend: bool,
+    refusal: Refusal,
 ) -> Error {
-    let report = report(nodes, round, faults, extend);
+    let report = report(nodes, round, faults, refusal);
     for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
         match fault {
             NodeFault::Auth(message) => {

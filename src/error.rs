@@ -163,8 +163,17 @@ pub struct Report {
     pub(crate) said_yes: u64,
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
-    /// An extension: a refusal means our token is gone, not necessarily held by someone else.
-    pub(crate) extend: bool,
+    pub(crate) refusal: Refusal,
+}
+
+/// What a node's refusal means in the round a [`Report`] is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// An acquisition: the key is held by another token.
+    HeldElsewhere,
+    /// An extension (or a fenced acquire's second round trip): our token is gone, not
+    /// necessarily held by someone else.
+    TokenGone,
 }
 
 impl Report {
@@ -173,10 +182,9 @@ impl Report {
         self.quorum
     }
     fn held_verdict(&self) -> &'static str {
-        if self.extend {
-            "not extended"
-        } else {
-            "not acquired: the lock is held elsewhere"
+        match self.refusal {
+            Refusal::TokenGone => "not extended",
+            Refusal::HeldElsewhere => "not acquired: the lock is held elsewhere",
         }
     }
 
@@ -235,10 +243,9 @@ impl fmt::Display for Report {
             Ok(())
         };
         list(f, "; yes from ", NodeVote::Yes)?;
-        let refused = if self.extend {
-            "; our token is gone (expired or taken) on "
-        } else {
-            "; held elsewhere on "
+        let refused = match self.refusal {
+            Refusal::TokenGone => "; our token is gone (expired or taken) on ",
+            Refusal::HeldElsewhere => "; held elsewhere on ",
         };
         list(f, refused, NodeVote::Refused)?;
         for (node, fault) in self.failed() {
@@ -373,7 +380,7 @@ mod tests {
             said_yes: 0b0001,
             refused: 0b0100,
             failed: vec![(1, NodeFault::Timeout)],
-            extend: false,
+            refusal: Refusal::HeldElsewhere,
         };
         assert_eq!(
             report.to_string(),

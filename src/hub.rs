@@ -31,7 +31,7 @@ use crate::client::Client;
 use crate::engine::{Shutdown, Waiter};
 use crate::error::Error;
 use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Alarm, Mailbox, Slot};
+use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
@@ -196,7 +196,7 @@ impl Hub {
                     }
                     Err(id) => {
                         let slot = slot();
-                        slot.fill(kind, resource, token, false, None);
+                        slot.fill(kind, resource, token, Caller::Waits, None);
                         guard.engine().adopt(id, slot.clone());
                         self.leave(guard);
                         slot
@@ -209,7 +209,7 @@ impl Hub {
             return outcome;
         }
         let slot = slot();
-        slot.fill(kind, resource, token, false, None);
+        slot.fill(kind, resource, token, Caller::Waits, None);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
         self.park(&slot)
@@ -275,7 +275,7 @@ impl Hub {
             .ok()
             .filter(|s| s.is_done())
             .unwrap_or_else(|| Arc::new(Slot::new()));
-        slot.fill(kind, resource, token, true, None);
+        slot.fill(kind, resource, token, Caller::Detached, None);
         self.hand_over(slot);
     }
 

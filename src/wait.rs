@@ -235,7 +235,8 @@ impl Queue {
 
     /// A release of the resource was seen (ours, or another client's notice): when the head
     /// attempts, `None` if an attempt is in flight (it is marked to try again if refused).
-    pub fn on_release(&mut self, now: Instant, round: Duration, local: bool) -> Option<Instant> {
+    pub fn on_release(&mut self, now: Instant, round: Duration, seen: Seen) -> Option<Instant> {
+        let local = seen == Seen::Ours;
         if local {
             self.held_until = None;
         }
@@ -254,6 +255,15 @@ impl Queue {
         self.try_at = at;
         Some(at)
     }
+}
+
+/// How a release of a resource that callers wait for was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// A caller of this engine released it (the release was submitted here).
+    Ours,
+    /// Another client's release notice, or a resubscription that may have missed one.
+    Notice,
 }
 
 /// The pause of a local head that yields to remote waiters: two round trips (theirs: the
@@ -293,13 +303,13 @@ mod tests {
         let id = OpId::for_tests(1);
         let q = waits.open(b"r", id, err, now);
         q.streak = MAX_STREAK;
-        assert_eq!(q.on_release(now, Duration::ZERO, true), Some(now));
+        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), Some(now));
         q.remote = true;
-        let at = q.on_release(now, Duration::ZERO, true).unwrap();
+        let at = q.on_release(now, Duration::ZERO, Seen::Ours).unwrap();
         assert_eq!(at, now + Duration::from_millis(1));
         assert_eq!(q.streak, 0);
         q.attempt = Some(id);
-        assert_eq!(q.on_release(now, Duration::ZERO, true), None);
+        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), None);
         assert!(q.released);
     }
 }
