@@ -15,7 +15,6 @@ use crate::error::Error;
 use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
-use crate::session::{ConnConfig, InfoNeed};
 use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
@@ -601,13 +600,7 @@ impl Builder {
         let tls = tls::connectors(&nodes, &self.tls)?;
         let c = &self.config;
         let conn = ConnConfig {
-            connect_timeout: c.connect_timeout,
-            backoff_min: c.backoff_min,
-            backoff_max: c.backoff_max,
-            reply_timeout: c.reply_timeout,
-            max_pending: c.max_pending,
-            limits: c.limits,
-            client_name: c.client_name.clone(),
+            settings: c.clone(),
             // The quarantine and fencing need every node's run_id; with two nodes or more the
             // duplicate check wants it (one server listed twice, under names the builder
             // cannot tell apart, would count twice).
@@ -630,6 +623,34 @@ impl Builder {
             fence_flaw: Flaw::None,
         }))
     }
+}
+
+/// How connections behave; shared by all connections of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnConfig {
+    /// The client's settings; a connection reads `connect_timeout`, `backoff_min`,
+    /// `backoff_max`, `reply_timeout`, `max_pending`, `limits` (`max_frame_len` also bounds the
+    /// input buffer) and `client_name` (`CLIENT SETNAME` in the handshake).
+    pub settings: Config,
+    /// Whether the handshake asks `INFO server`, and whether it must be answered.
+    pub info: InfoNeed,
+    /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
+    pub tls: Arc<[Option<tls::Connector>]>,
+}
+
+/// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
+/// refusal means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InfoNeed {
+    /// Not asked: one node, and neither the restart quarantine nor fencing.
+    Off,
+    /// Asked for the duplicate check only (one server listed twice), in front of the requests,
+    /// which do not wait for its answer: an error answer (an ACL user without `+info`) leaves
+    /// the node's process unknown, and the node unchecked.
+    Wanted,
+    /// Asked and needed (the restart quarantine, fencing): requests wait for its answer, and
+    /// an error answer fails the handshake.
+    Needed,
 }
 
 pub(crate) struct Shared {
