@@ -273,13 +273,6 @@ impl Client {
     }
 }
 
-/// The wait before the next try: the retry delay plus a share of the jitter picked by
-/// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
-pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
-    let share = random as f64 / (u64::MAX as f64 + 1.0);
-    config.retry_delay + config.retry_jitter.mul_f64(share)
-}
-
 /// The lock an acquire's outcome gives.
 pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result<Lock, Error> {
     match outcome {

@@ -37,44 +37,17 @@ use crate::error::{Error, NodeFault, Refusal, Report};
 use crate::event::event;
 use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
 use crate::kept::{Callbacks, Kept};
-use crate::lock::Votes;
+use crate::lock::{Grant, Votes};
 use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
-use crate::request::{Grant, NodeFence, NodeStatus, Outcome, ReqKind};
+use crate::request::{NodeFence, NodeStatus, OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
-use crate::wait::{Queue, Seen, Waits, split_pause};
-
-/// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
-/// never confused with its previous occupant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OpId {
-    index: u32,
-    seq: u32,
-}
-
-impl OpId {
-    /// The tag carried by the operation's requests; 0 is the handshake's.
-    fn tag(self) -> u64 {
-        (u64::from(self.seq) << 32) | u64::from(self.index + 1)
-    }
-    #[cfg(test)]
-    pub(crate) fn for_tests(index: u32) -> OpId {
-        OpId { index, seq: 1 }
-    }
-
-    fn from_tag(tag: u64) -> Option<OpId> {
-        let low = tag as u32;
-        (low != 0).then(|| OpId {
-            index: low - 1,
-            seq: (tag >> 32) as u32,
-        })
-    }
-}
+use crate::wait::{Queue, Seen, Waits, retry_pause, split_pause};
 
 /// Who waits for an operation.
 #[derive(Debug)]
@@ -710,8 +683,7 @@ impl<N: Net> Engine<N> {
                         grant.votes,
                     );
                     self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
-                    let pause =
-                        crate::client::retry_pause(&self.shared.config, self.waits.random());
+                    let pause = retry_pause(&self.shared.config, self.waits.random());
                     if let Some(q) = self.waits.get_mut(&resource) {
                         q.held_until = Some(valid_until);
                         if q.leave(w) {
@@ -746,7 +718,7 @@ impl<N: Net> Engine<N> {
             }
             let round = self.last_round;
             let random = self.waits.random();
-            let poll = crate::client::retry_pause(&self.shared.config, random);
+            let poll = retry_pause(&self.shared.config, random);
             let held = matches!(error, Error::Held(_));
             let q: &mut Queue = match self.waits.get_mut(&resource) {
                 Some(q) => {

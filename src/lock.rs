@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::config::MAX_TTL;
 use crate::error::Error;
-use crate::request::Grant;
 use crate::token::Token;
 
 /// Bytes stored inline when short (no allocation for the usual resource names).
@@ -277,6 +276,16 @@ impl fmt::Debug for Lock {
             .field("votes", &self.votes)
             .finish()
     }
+}
+
+/// A won acquire: until when it is valid, its fence (fenced locks), and what each node said
+/// (with the server list the votes refer to: a reference count, no allocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub valid_until: Instant,
+    pub fence: Option<u64>,
+    pub votes: Votes,
+    pub nodes: Option<Arc<[NodeAddr]>>,
 }
 
 /// A resource name: the bytes of a Redis key. Derefs to `[u8]`; `Debug` shows it as a string,

@@ -33,8 +33,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use std::time::Instant;
 
-use crate::engine::OpId;
+use crate::config::Config;
 use crate::error::Error;
+use crate::request::OpId;
 
 /// Local hand-offs in a row after which the next local head yields to known remote waiters.
 pub(crate) const MAX_STREAK: u32 = 8;
@@ -264,6 +265,13 @@ pub(crate) enum Seen {
     Ours,
     /// Another client's release notice, or a resubscription that may have missed one.
     Notice,
+}
+
+/// The wait before the next try: the retry delay plus a share of the jitter picked by
+/// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
+pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
+    let share = random as f64 / (u64::MAX as f64 + 1.0);
+    config.retry_delay + config.retry_jitter.mul_f64(share)
 }
 
 /// The pause of a local head that yields to remote waiters: two round trips (theirs: the

@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Builder, Quarantine, Shared};
-use crate::engine::{Engine, OpId, Waiter};
+use crate::engine::{Engine, Waiter};
 use crate::fence::Flaw;
 use crate::kept::Kept;
 use crate::lock::Lock;
-use crate::request::{Outcome, ReqKind};
+use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
 use net::{Action, Inbound, SimNet};
@@ -1146,8 +1146,7 @@ impl World {
                     }
                     Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
-                        let pause =
-                            crate::client::retry_pause(&self.shared.config, self.rng.next());
+                        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
                         self.clients[c].work = Work::Idle { until: now + pause };
                     }
                 }
