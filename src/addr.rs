@@ -437,6 +437,9 @@ fn parse(address: &str) -> Result<NodeAddr, AddrError> {
     Ok(addr)
 }
 
+/// The port of an address that gives none: Redis's own default.
+const DEFAULT_PORT: u16 = 6379;
+
 fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
     let (authority, path) = match body.find('/') {
         Some(slash) => (&body[..slash], &body[slash + 1..]),
@@ -476,7 +479,7 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
         return Err(AddrError::MissingHost);
     }
     let port = match port {
-        None => 6379,
+        None => DEFAULT_PORT,
         Some(p) => p
             .parse::<u16>()
             .ok()

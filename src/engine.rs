@@ -158,7 +158,7 @@ impl Op {
             round: Round::new(n),
             faults: vec![None; n],
             // The usual resource name fits: a slot's first use does not allocate.
-            resource: Vec::with_capacity(64),
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
             token: Token::EMPTY,
             start: now,
             until: now,
@@ -357,6 +357,29 @@ struct Keeps {
 
 /// Operation slots built with the engine (more are added when needed).
 const PREBUILT_OPS: usize = 128;
+/// Resource-name buffers start this large: the usual names fit, so their first use does not
+/// allocate.
+const RESOURCE_CAPACITY: usize = 64;
+/// Small per-turn lists (fence write-backs due, attempts and kept locks due) start this
+/// large: more than a turn usually holds.
+const TURN_LIST_CAPACITY: usize = 16;
+/// The scratch buffer for a request's encoded arguments: a `SET`, an `EVALSHA` tail with a
+/// usual resource name and token fit.
+const SCRATCH_CAPACITY: usize = 256;
+/// The kept locks' timers are rounded to this share of the TTL (a tenth): renewals due close
+/// together go out in one turn, and a renewal is still far from the end of the validity.
+const COALESCE_SHARE: u32 = 10;
+/// The background thread wakes at most this often for the ledger's retries, even with a
+/// shorter reconnect backoff: a retry sooner is no likelier to succeed.
+const MIN_LEDGER_RETRY: Duration = Duration::from_millis(10);
+/// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
+const FAR_FUTURE: Duration = Duration::from_secs(3600);
+/// A release waits for a node still answering earlier requests this many of the last round's
+/// durations (at least a tenth of the node timeout, at most all of it, and never under
+/// `MIN_RELEASE_GRACE`): a healthy straggler makes it.
+const RELEASE_GRACE_ROUNDS: u32 = 4;
+const RELEASE_GRACE_FLOOR_SHARE: u32 = 10;
+const MIN_RELEASE_GRACE: Duration = Duration::from_millis(1);
 
 fn node_bit(node: usize) -> u64 {
     1u64 << node
@@ -398,21 +421,21 @@ impl<N: Net> Engine<N> {
                 quarantine_told: vec![0; n],
             },
             upgrading: vec![None; n],
-            fence_due: Vec::with_capacity(16),
+            fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
-            scratch: BytesMut::with_capacity(256),
+            scratch: BytesMut::with_capacity(SCRATCH_CAPACITY),
             last_round: Duration::ZERO,
             mailbox: None,
-            taken: Vec::with_capacity(64),
+            taken: Vec::with_capacity(RESOURCE_CAPACITY),
             lost: Vec::with_capacity(PREBUILT_OPS),
-            resource: Vec::with_capacity(64),
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
             releases: Vec::with_capacity(PREBUILT_OPS),
             keeps: Keeps {
                 locks: Vec::new(),
                 next: None,
                 renew_left: shared.config.ttl.mul_f64(shared.config.renew_fraction),
-                coalesce: shared.config.ttl / 10,
+                coalesce: shared.config.ttl / COALESCE_SHARE,
                 due: Vec::new(),
                 decided: Vec::new(),
                 lost: Vec::new(),
@@ -420,9 +443,9 @@ impl<N: Net> Engine<N> {
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),
             waits: Waits::new(seed()),
-            attempts: Vec::with_capacity(16),
-            due: Vec::with_capacity(16),
-            wait_resource: Vec::with_capacity(64),
+            attempts: Vec::with_capacity(TURN_LIST_CAPACITY),
+            due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            wait_resource: Vec::with_capacity(RESOURCE_CAPACITY),
             net,
             shared,
         }
@@ -510,13 +533,8 @@ impl<N: Net> Engine<N> {
     /// When someone should drive the engine again although nobody waits: a connection
     /// deadline of a request still outstanding, or the ledger's next try.
     pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
-        let retry = (self.core.ledger.len > 0).then(|| {
-            now + self
-                .shared
-                .config
-                .backoff_min
-                .max(Duration::from_millis(10))
-        });
+        let retry = (self.core.ledger.len > 0)
+            .then(|| now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY));
         let conn = self.net.next_deadline();
         [retry, conn, self.timer()].into_iter().flatten().min()
     }
@@ -922,7 +940,7 @@ impl<N: Net> Engine<N> {
                         .filter(|&&id| attempting != Some(id))
                         .map(|&id| ops[id.index as usize].until)
                         .min()
-                        .unwrap_or(now + Duration::from_secs(3600));
+                        .unwrap_or(now + FAR_FUTURE);
                 }
                 while let Some(&head) = q.waiters.front() {
                     if attempting == Some(head) || !is_cancelled(&ops[head.index as usize]) {
@@ -1131,8 +1149,8 @@ impl<N: Net> Engine<N> {
                 let timeout = config.node_timeout_for(config.ttl);
                 // At least a tenth of the node timeout (5 ms by default): a healthy straggler
                 // on a loaded machine makes it; a slow node pays it once, then is not waited for.
-                let floor = (timeout / 10).max(Duration::from_millis(1));
-                let grace = (*last_round * 4).clamp(floor, timeout);
+                let floor = (timeout / RELEASE_GRACE_FLOOR_SHARE).max(MIN_RELEASE_GRACE);
+                let grace = (*last_round * RELEASE_GRACE_ROUNDS).clamp(floor, timeout);
                 let waited = !matches!(core.ops[id.index as usize].waiter, Waiter::None);
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                     // Every node gets the release, but not every node is waited for: a node

@@ -35,6 +35,10 @@ use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
+/// A parked caller re-checks its slot at least this seldom (it is unparked when its outcome is
+/// in; the re-check only bounds a lost wake-up): more often would only burn CPU.
+const MIN_RECHECK: Duration = Duration::from_millis(10);
+
 pub(crate) struct Hub {
     engine: Mutex<Client>,
     pub mailbox: Arc<Mailbox>,
@@ -78,7 +82,7 @@ impl Hub {
         let recheck = client
             .config()
             .node_timeout_for(client.config().ttl)
-            .max(Duration::from_millis(10));
+            .max(MIN_RECHECK);
         let hub = Arc::new(Hub {
             engine: Mutex::new(client),
             mailbox,

@@ -10,17 +10,21 @@ use crate::config::MAX_TTL;
 use crate::error::Error;
 use crate::token::Token;
 
+/// Names up to this long are stored inline: with the length byte and the enum's tag the
+/// inline form is 48 bytes, and the usual names fit (no allocation per lock).
+const INLINE_LEN: usize = 46;
+
 /// Bytes stored inline when short (no allocation for the usual resource names).
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Bytes {
-    Inline(u8, [u8; 46]),
+    Inline(u8, [u8; INLINE_LEN]),
     Heap(Box<[u8]>),
 }
 
 impl Bytes {
     fn new(b: &[u8]) -> Bytes {
-        if b.len() <= 46 {
-            let mut buf = [0; 46];
+        if b.len() <= INLINE_LEN {
+            let mut buf = [0; INLINE_LEN];
             buf[..b.len()].copy_from_slice(b);
             Bytes::Inline(b.len() as u8, buf)
         } else {

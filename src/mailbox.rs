@@ -141,6 +141,10 @@ impl Slot {
     }
 }
 
+/// The inbox starts this large: more requests than one turn usually takes in, so that queuing
+/// does not allocate.
+const INBOX_CAPACITY: usize = 64;
+
 /// Requests queued by callers while another thread drives the engine.
 pub(crate) struct Mailbox {
     inbox: Mutex<Vec<Arc<Slot>>>,
@@ -162,7 +166,7 @@ pub(crate) struct Mailbox {
 impl Mailbox {
     pub fn new(waker: mio::Waker) -> Mailbox {
         Mailbox {
-            inbox: Mutex::new(Vec::with_capacity(64)),
+            inbox: Mutex::new(Vec::with_capacity(INBOX_CAPACITY)),
             keeps: Mutex::new(Vec::new()),
             alarms: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),

@@ -54,6 +54,20 @@ fn sha_hex(body: &str) -> [u8; 40] {
     out
 }
 
+/// Each connection's input and output buffers start this large: a burst of pipelined
+/// requests or replies (a shared engine under load) fits without growing on the hot path.
+const IO_BUFFER: usize = 8 << 10;
+/// Replies matched in one read before they are handed on: more than a read usually holds.
+const ANSWERED_CAPACITY: usize = 64;
+/// Requests awaiting replies on one connection: room for a deep pipeline before growing
+/// (`max_pending` bounds it).
+const PENDING_CAPACITY: usize = 256;
+/// The arguments of scripts that may be replayed on a fresh connection: a few hundred
+/// releases and extends in flight.
+const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
+/// Room reserved for a command's array header (`*<argc>\r\n`, at most 23 bytes) and slack.
+const ARRAY_HEADER_MAX: usize = 32;
+
 /// How many scripts there are (see [`scripts`]).
 pub(crate) const SCRIPT_COUNT: usize = 5;
 
@@ -271,18 +285,18 @@ impl Session {
         let name = addr.to_string();
         Session {
             addr,
-            inp: BytesMut::with_capacity(8 << 10),
+            inp: BytesMut::with_capacity(IO_BUFFER),
             decoder,
             st: State {
                 phase: Phase::Down { retry_at: now },
                 // Sized for a burst of pipelined requests (a shared engine under load, or
                 // releases lingering on a slow machine): growing them later allocates on the
                 // hot path.
-                out: BytesMut::with_capacity(8 << 10),
+                out: BytesMut::with_capacity(IO_BUFFER),
                 held: BytesMut::new(),
-                answered: Vec::with_capacity(64),
-                pending: VecDeque::with_capacity(256),
-                script_tails: BytesMut::with_capacity(16 << 10),
+                answered: Vec::with_capacity(ANSWERED_CAPACITY),
+                pending: VecDeque::with_capacity(PENDING_CAPACITY),
+                script_tails: BytesMut::with_capacity(SCRIPT_TAILS_CAPACITY),
                 loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
                 backoff,
@@ -733,7 +747,7 @@ impl State {
             (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
         };
         let out = self.queue_buffer();
-        out.reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
+        out.reserve(ARRAY_HEADER_MAX + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
         resp::encode_array_header(out, 2 + argc);
         resp::encode_bulk(out, &verb);
         resp::encode_bulk(out, &head);
