@@ -148,22 +148,117 @@ pub struct TlsParams {
     pub server_name: Option<String>,
 }
 
-/// An address that cannot be parsed: which one (password masked) and what is wrong with it.
-/// Its own type so that this module depends on nothing else of the crate; a `?` turns it into
-/// [`Error::Config`](crate::Error::Config).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid address {0}")]
-pub struct AddrError(String);
+/// What is wrong with an address that cannot be parsed. Small, `Copy`, static messages; the
+/// address itself (password masked) is quoted by whoever reports it: [`AddrError::quoting`]
+/// (as [`Error::Config`](crate::Error::Config) does when a client is built).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AddrError {
+    /// No `scheme://` at the start.
+    #[error("expected redis://host[:port] or redis+unix:///path")]
+    NoScheme,
+    /// A scheme other than `redis`, `rediss`, `redis+unix` and `unix`.
+    #[error("unknown scheme (expected redis://, rediss://, redis+unix:// or unix://)")]
+    UnknownScheme,
+    /// A Unix socket address whose path does not start with `/`.
+    #[error("a Unix socket address needs an absolute path")]
+    RelativePath,
+    /// Nothing between `://` and the port, database or query.
+    #[error("missing host")]
+    MissingHost,
+    /// `[` of an IPv6 host without its `]`.
+    #[error("unclosed '[' in IPv6 host")]
+    UnclosedBracket,
+    /// Something other than `:port` after an IPv6 host's `]`.
+    #[error("expected ':' after ']'")]
+    AfterBracket,
+    /// The port is not a number from 1 to 65535.
+    #[error("the port is not a number from 1 to 65535")]
+    Port,
+    /// The database is not a number from 0 to 2³² − 1.
+    #[error("the database is not a number from 0 to 4294967295")]
+    Database,
+    /// `protocol=` is not `2`, `3`, `resp2` or `resp3`.
+    #[error("the protocol is not 2 or 3")]
+    Protocol,
+    /// A `%` not followed by two hex digits, in this part.
+    #[error("bad percent-encoding in the {0}")]
+    PercentEncoding(AddrPart),
+    /// This part is not UTF-8 once percent-decoded.
+    #[error("the {0} is not UTF-8 after percent-decoding")]
+    NotUtf8(AddrPart),
+    /// A TLS option in a `redis://` (not `rediss://`) address.
+    #[error("\"{0}\" is for rediss:// (TLS) addresses")]
+    TlsOnly(AddrPart),
+    /// A TLS option with an empty value.
+    #[error("\"{0}\" needs a value")]
+    Empty(AddrPart),
+    /// `tls_cert` without `tls_key`, or the other way round.
+    #[error("tls_cert and tls_key go together (a client certificate and its key)")]
+    CertWithoutKey,
+    /// A query parameter this crate does not know.
+    #[error("unknown parameter")]
+    UnknownParameter,
+}
+
+/// The part of an address an [`AddrError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AddrPart {
+    /// The ACL user name (`user:` or `username=`).
+    UserName,
+    /// The password (`:password@` or `password=`).
+    Password,
+    /// A Unix socket path.
+    Path,
+    /// `tls_ca=`.
+    TlsCa,
+    /// `tls_cert=`.
+    TlsCert,
+    /// `tls_key=`.
+    TlsKey,
+    /// `tls_server_name=`.
+    TlsServerName,
+}
+
+impl fmt::Display for AddrPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AddrPart::UserName => "user name",
+            AddrPart::Password => "password",
+            AddrPart::Path => "path",
+            AddrPart::TlsCa => "tls_ca",
+            AddrPart::TlsCert => "tls_cert",
+            AddrPart::TlsKey => "tls_key",
+            AddrPart::TlsServerName => "tls_server_name",
+        })
+    }
+}
+
+impl AddrError {
+    /// The error with the address it is about, for a message: `invalid address "<address>":
+    /// <what is wrong>`, the password masked.
+    pub fn quoting(self, address: &str) -> impl fmt::Display + '_ {
+        Quoting(self, address)
+    }
+}
+
+struct Quoting<'a>(AddrError, &'a str);
+
+impl fmt::Display for Quoting<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid address \"{}\": {}", redact(self.1), self.0)
+    }
+}
 
 impl NodeAddr {
     /// Parses an address; see the [module docs](self) for the forms.
     ///
     /// # Errors
     ///
-    /// [`AddrError`] quoting the address (password masked) and saying what is wrong; it
-    /// converts into [`Error::Config`](crate::Error::Config).
+    /// [`AddrError`] saying what is wrong; [`AddrError::quoting`] quotes the address with it.
     pub fn parse(address: &str) -> Result<NodeAddr, AddrError> {
-        parse(address).map_err(|why| AddrError(format!("\"{}\": {why}", redact(address))))
+        parse(address)
     }
 
     /// The password, if any (never printed by this crate).
@@ -245,7 +340,7 @@ pub(crate) fn redact(address: &str) -> String {
     out
 }
 
-fn percent_decode(s: &str, what: &str) -> Result<String, String> {
+fn percent_decode(s: &str, what: AddrPart) -> Result<String, AddrError> {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -255,7 +350,7 @@ fn percent_decode(s: &str, what: &str) -> Result<String, String> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-encoding in the {what}"))?;
+                .ok_or(AddrError::PercentEncoding(what))?;
             out.push(hex);
             i += 3;
         } else {
@@ -263,18 +358,15 @@ fn percent_decode(s: &str, what: &str) -> Result<String, String> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| format!("the {what} is not UTF-8 after percent-decoding"))
+    String::from_utf8(out).map_err(|_| AddrError::NotUtf8(what))
 }
 
-fn parse_db(s: &str) -> Result<u32, String> {
-    s.parse()
-        .map_err(|_| format!("database \"{s}\" is not a number from 0 to 4294967295"))
+fn parse_db(s: &str) -> Result<u32, AddrError> {
+    s.parse().map_err(|_| AddrError::Database)
 }
 
-fn parse(address: &str) -> Result<NodeAddr, String> {
-    let (scheme, rest) = address
-        .split_once("://")
-        .ok_or("expected redis://host[:port] or redis+unix:///path")?;
+fn parse(address: &str) -> Result<NodeAddr, AddrError> {
+    let (scheme, rest) = address.split_once("://").ok_or(AddrError::NoScheme)?;
     let (body, query) = match rest.split_once('?') {
         Some((b, q)) => (b, Some(q)),
         None => (rest, None),
@@ -287,10 +379,10 @@ fn parse(address: &str) -> Result<NodeAddr, String> {
         },
         "redis+unix" | "unix" => {
             if body.is_empty() || !body.starts_with('/') {
-                return Err("a Unix socket address needs an absolute path".into());
+                return Err(AddrError::RelativePath);
             }
             NodeAddr {
-                endpoint: Endpoint::Unix(PathBuf::from(percent_decode(body, "path")?)),
+                endpoint: Endpoint::Unix(PathBuf::from(percent_decode(body, AddrPart::Path)?)),
                 username: None,
                 password: None,
                 db: 0,
@@ -298,48 +390,57 @@ fn parse(address: &str) -> Result<NodeAddr, String> {
                 tls: None,
             }
         }
-        other => return Err(format!("unknown scheme \"{other}\"")),
+        _ => return Err(AddrError::UnknownScheme),
     };
     for param in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = param.split_once('=').unwrap_or((param, ""));
         match key {
             "db" => addr.db = parse_db(value)?,
-            "password" => addr.password = Some(percent_decode(value, "password")?),
-            "username" | "user" => addr.username = Some(percent_decode(value, "user name")?),
+            "password" => addr.password = Some(percent_decode(value, AddrPart::Password)?),
+            "username" | "user" => addr.username = Some(percent_decode(value, AddrPart::UserName)?),
             "protocol" => {
                 addr.protocol = match value {
                     "2" | "resp2" => 2,
                     "3" | "resp3" => 3,
-                    _ => return Err(format!("protocol \"{value}\" is not 2 or 3")),
+                    _ => return Err(AddrError::Protocol),
                 }
             }
             "tls_ca" | "tls_cert" | "tls_key" | "tls_server_name" => {
-                let Some(tls) = addr.tls.as_mut() else {
-                    return Err(format!("\"{key}\" is for rediss:// (TLS) addresses"));
+                let part = match key {
+                    "tls_ca" => AddrPart::TlsCa,
+                    "tls_cert" => AddrPart::TlsCert,
+                    "tls_key" => AddrPart::TlsKey,
+                    _ => AddrPart::TlsServerName,
                 };
-                let value = percent_decode(value, key)?;
+                let Some(tls) = addr.tls.as_mut() else {
+                    return Err(AddrError::TlsOnly(part));
+                };
+                let value = percent_decode(value, part)?;
                 if value.is_empty() {
-                    return Err(format!("\"{key}\" needs a value"));
+                    return Err(AddrError::Empty(part));
                 }
-                match key {
-                    "tls_ca" => tls.ca_file = Some(value.into()),
-                    "tls_cert" => tls.cert_file = Some(value.into()),
-                    "tls_key" => tls.key_file = Some(value.into()),
+                match part {
+                    AddrPart::TlsCa => tls.ca_file = Some(value.into()),
+                    AddrPart::TlsCert => tls.cert_file = Some(value.into()),
+                    AddrPart::TlsKey => tls.key_file = Some(value.into()),
                     _ => tls.server_name = Some(value),
                 }
             }
-            other => return Err(format!("unknown parameter \"{other}\"")),
+            _ => return Err(AddrError::UnknownParameter),
         }
     }
     if let Some(tls) = &addr.tls
         && tls.cert_file.is_some() != tls.key_file.is_some()
     {
-        return Err("tls_cert and tls_key go together (a client certificate and its key)".into());
+        return Err(AddrError::CertWithoutKey);
     }
     Ok(addr)
 }
 
-fn parse_tcp(body: &str) -> Result<NodeAddr, String> {
+/// The port of an address that gives none: Redis's own default.
+const DEFAULT_PORT: u16 = 6379;
+
+fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
     let (authority, path) = match body.find('/') {
         Some(slash) => (&body[..slash], &body[slash + 1..]),
         None => (body, ""),
@@ -353,19 +454,19 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, String> {
         Some(info) => match info.split_once(':') {
             Some((user, pass)) => (
                 (!user.is_empty())
-                    .then(|| percent_decode(user, "user name"))
+                    .then(|| percent_decode(user, AddrPart::UserName))
                     .transpose()?,
-                Some(percent_decode(pass, "password")?),
+                Some(percent_decode(pass, AddrPart::Password)?),
             ),
             // redis://secret@host: a lone userinfo is the password, as redis-cli reads it.
-            None => (None, Some(percent_decode(info, "password")?)),
+            None => (None, Some(percent_decode(info, AddrPart::Password)?)),
         },
     };
     let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or("unclosed '[' in IPv6 host")?;
+        let (host, after) = v6.split_once(']').ok_or(AddrError::UnclosedBracket)?;
         let port = match after {
             "" => None,
-            p => Some(p.strip_prefix(':').ok_or("expected ':' after ']'")?),
+            p => Some(p.strip_prefix(':').ok_or(AddrError::AfterBracket)?),
         };
         (host, port)
     } else {
@@ -375,15 +476,15 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, String> {
         }
     };
     if host.is_empty() {
-        return Err("missing host".into());
+        return Err(AddrError::MissingHost);
     }
     let port = match port {
-        None => 6379,
+        None => DEFAULT_PORT,
         Some(p) => p
             .parse::<u16>()
             .ok()
             .filter(|&p| p != 0)
-            .ok_or_else(|| format!("port \"{p}\" is not a number from 1 to 65535"))?,
+            .ok_or(AddrError::Port)?,
     };
     let db = match path {
         "" => 0,
@@ -477,28 +578,65 @@ mod tests {
 
     #[test]
     fn errors_quote_the_address_without_its_password() {
+        use AddrError as E;
         let cases = [
-            ("localhost:6379", "expected redis://"),
-            ("http://x", "unknown scheme \"http\""),
-            ("redis://h?tls_ca=/x.pem", "for rediss://"),
-            ("rediss://h?tls_cert=/c.pem", "go together"),
-            ("rediss://h?tls_ca=", "needs a value"),
-            ("redis://", "missing host"),
-            ("redis://u:topsecret@h:notaport", "port \"notaport\""),
-            ("redis://h:0", "port \"0\""),
-            ("redis://h:70000", "port \"70000\""),
-            ("redis://h/abc", "database \"abc\""),
-            ("redis://[::1", "unclosed"),
-            ("redis://h?protocol=4", "protocol \"4\""),
-            ("redis://h?colour=red", "unknown parameter"),
-            ("redis+unix://relative", "absolute path"),
-            ("redis://u:top%zzsecret@h", "percent-encoding"),
-            ("unix:///s?password=topsecret&db=x", "database \"x\""),
+            ("localhost:6379", E::NoScheme, "expected redis://"),
+            ("http://x", E::UnknownScheme, "unknown scheme"),
+            (
+                "redis://h?tls_ca=/x.pem",
+                E::TlsOnly(AddrPart::TlsCa),
+                "for rediss://",
+            ),
+            (
+                "rediss://h?tls_cert=/c.pem",
+                E::CertWithoutKey,
+                "go together",
+            ),
+            (
+                "rediss://h?tls_ca=",
+                E::Empty(AddrPart::TlsCa),
+                "needs a value",
+            ),
+            ("redis://", E::MissingHost, "missing host"),
+            (
+                "redis://u:topsecret@h:notaport",
+                E::Port,
+                "h:notaport\": the port",
+            ),
+            ("redis://h:0", E::Port, "port is not"),
+            ("redis://h:70000", E::Port, "h:70000\": the port"),
+            ("redis://h/abc", E::Database, "h/abc\": the database"),
+            ("redis://[::1", E::UnclosedBracket, "unclosed"),
+            ("redis://[::1]x", E::AfterBracket, "after ']'"),
+            (
+                "redis://h?protocol=4",
+                E::Protocol,
+                "protocol=4\": the protocol",
+            ),
+            (
+                "redis://h?colour=red",
+                E::UnknownParameter,
+                "colour=red\": unknown parameter",
+            ),
+            ("redis+unix://relative", E::RelativePath, "absolute path"),
+            (
+                "redis://u:top%zzsecret@h",
+                E::PercentEncoding(AddrPart::Password),
+                "percent-encoding in the password",
+            ),
+            ("redis://%ff@h", E::NotUtf8(AddrPart::Password), "not UTF-8"),
+            (
+                "unix:///s?password=topsecret&db=x",
+                E::Database,
+                "db=x\": the database",
+            ),
         ];
-        for (input, needle) in cases {
-            let message = NodeAddr::parse(input).unwrap_err().to_string();
+        for (input, error, needle) in cases {
+            let e = NodeAddr::parse(input).unwrap_err();
+            assert_eq!(e, error, "{input}");
+            let message = e.quoting(input).to_string();
             assert!(message.contains(needle), "{input}: {message}");
-            assert!(message.contains("invalid address"), "{message}");
+            assert!(message.starts_with("invalid address \""), "{message}");
             assert!(!message.contains("topsecret"), "{message}");
         }
     }

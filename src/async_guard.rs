@@ -77,3 +77,29 @@ impl Drop for AsyncLockGuard {
         }
     }
 }
+
+impl AsyncRedlock {
+    /// Acquires `resource` (waiting for it, as [`AsyncRedlock::lock`]) and returns a guard that
+    /// releases the lock when dropped, without waiting; see [`AsyncLockGuard`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let mut guard = redlock.guard("orders:42").await?;
+    /// // ... work within guard.validity() ...
+    /// guard.extend(Duration::from_secs(30)).await?;
+    /// guard.unlock().await?; // or drop it: released without waiting
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`](crate::Redlock::lock).
+    pub async fn guard(&self, resource: impl AsRef<[u8]>) -> Result<AsyncLockGuard, Error> {
+        let lock = self.lock(resource).await?;
+        Ok(AsyncLockGuard::new(self.clone(), lock))
+    }
+}

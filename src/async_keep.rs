@@ -166,3 +166,101 @@ impl LockWatch {
         .await
     }
 }
+
+impl AsyncRedlock {
+    /// Keeps `lock` alive in the background until the returned handle is released or dropped;
+    /// see [`Redlock::keep`](crate::Redlock::keep). Not a future: handing the lock to the engine waits for nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let kept = redlock.keep(redlock.lock("report:daily").await?)?;
+    /// let watch = kept.watch(); // for other tasks: is_held, wait_lost
+    /// for step in 0..100 {
+    ///     if !watch.is_held() {
+    ///         break; // lost: stop touching the resource
+    ///     }
+    ///     // ... step ...
+    ///     # let _ = step;
+    /// }
+    /// if let Some(why) = kept.wait_lost(Duration::ZERO).await {
+    ///     eprintln!("lost: {why}");
+    /// }
+    /// kept.release().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// None today; kept fallible for compatibility.
+    pub fn keep(&self, lock: Lock) -> Result<AsyncKeepAlive, Error> {
+        Ok(AsyncKeepAlive::new(
+            self.clone(),
+            self.blocking().keep(lock)?,
+        ))
+    }
+
+    /// Acquires `resource` (waiting, as `lock`), keeps it alive while the future `work` returns
+    /// runs, then releases it. `work` gets a [`LockWatch`] to check between steps
+    /// ([`LockWatch::is_held`]) or to race against the loss ([`LockWatch::wait_lost`]).
+    /// Dropped midway, the lock is released (without waiting). As with [`Redlock::with_lock`](crate::Redlock::with_lock),
+    /// a lock lost meanwhile does not make it return an error: check the watch.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let rows = redlock
+    ///     .with_lock("report:daily", async |watch| {
+    ///         let mut rows = 0;
+    ///         while watch.is_held() && rows < 100 {
+    ///             rows += 1; // ... one step of the work ...
+    ///         }
+    ///         rows
+    ///     })
+    ///     .await?;
+    /// # let _ = rows;
+    /// redlock.shutdown(Duration::from_secs(2)).await;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With tokio, race the work against the loss:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// redlock
+    ///     .with_lock("report:daily", async |watch| {
+    ///         tokio::select! {
+    ///             _ = async { /* the job */ } => {}
+    ///             why = watch.wait_lost(Duration::MAX) => eprintln!("lock lost: {why:?}"),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`](crate::Redlock::lock), when the lock cannot be acquired (then `work` is not run).
+    pub async fn with_lock<F, Fut, R>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        work: F,
+    ) -> Result<R, Error>
+    where
+        F: FnOnce(LockWatch) -> Fut,
+        Fut: Future<Output = R>,
+    {
+        let kept = self.keep(self.lock(resource).await?)?;
+        let result = work(kept.watch()).await;
+        let _ = kept.release().await;
+        Ok(result)
+    }
+}

@@ -46,10 +46,6 @@ impl fmt::Debug for Client {
     }
 }
 
-fn io_error(e: std::io::Error) -> Error {
-    Error::Internal(format!("cannot create the event loop: {e}"))
-}
-
 impl Client {
     /// A client with default settings.
     ///
@@ -65,7 +61,8 @@ impl Client {
     }
 
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
-        let driver = Driver::new(&shared.nodes, &shared.conn).map_err(io_error)?;
+        let driver = Driver::new(&shared.nodes, &shared.conn)
+            .map_err(|e| Error::system("create the event loop", e))?;
         Ok(Client {
             engine: Engine::new(shared, driver, Instant::now()),
         })
@@ -183,7 +180,7 @@ impl Client {
                 let (_, token) = p?;
                 match outcomes.next().flatten() {
                     Some(outcome) => lock_of(r.as_ref(), token, outcome),
-                    None => Err(Error::Internal("operation lost".into())),
+                    None => Err(Error::Internal("operation lost")),
                 }
             })
             .collect()
@@ -276,13 +273,6 @@ impl Client {
     }
 }
 
-/// The wait before the next try: the retry delay plus a share of the jitter picked by
-/// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
-pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
-    let share = random as f64 / (u64::MAX as f64 + 1.0);
-    config.retry_delay + config.retry_jitter.mul_f64(share)
-}
-
 /// The lock an acquire's outcome gives.
 pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result<Lock, Error> {
     match outcome {
@@ -290,7 +280,7 @@ pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result
         Outcome::Acquired(Err(e)) => Err(e),
         Outcome::Locked(Ok((token, grant))) => Ok(Lock::granted(resource, token, grant)),
         Outcome::Locked(Err(e)) => Err(e),
-        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }
 }
 
@@ -323,7 +313,7 @@ pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Erro
             lock.set_state(valid_until, extensions);
             result
         }
-        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome".into()))),
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }
 }
 

@@ -15,7 +15,6 @@ use crate::error::Error;
 use crate::fence::Flaw;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
-use crate::session::{ConnConfig, InfoNeed};
 use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
@@ -164,23 +163,52 @@ impl From<Duration> for Quarantine {
     }
 }
 
+/// The per-node timeout with none configured: this share of the TTL (5 %, the reference's
+/// "small compared to the TTL")…
+const NODE_TIMEOUT_SHARE: u32 = 20;
+/// …but at most this: a healthy node on a LAN answers in well under a millisecond, and a
+/// timeout is paid in full by every attempt that needs the slow node's vote.
+const MAX_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// Longest retry delay, jitter, connect, backoff or reply timeout accepted: longer ones are
+/// mistakes (a unit slip), and would stall a caller for longer than any lock is useful.
+const MAX_TIMEOUT_SETTING: Duration = Duration::from_secs(3600);
+/// Longest fixed quarantine window accepted: a month covers any TTL a client may set
+/// ([`MAX_TTL`] is about 24.8 days); longer ones are unit slips.
+const MAX_QUARANTINE: Duration = Duration::from_secs(86_400 * 30);
+
 impl Default for Config {
     fn default() -> Config {
+        // The Redlock reference's values where it has one (TTL, retries, drift); the others
+        // are sized for a LAN, and each field's doc says what it bounds.
         Config {
+            // Long enough for most critical sections, short enough that a crashed holder's
+            // lock frees itself soon.
             ttl: Duration::from_secs(30),
             retry_count: 10,
+            // The reference's retry delay and jitter: far above a round trip, so competing
+            // clients spread out.
             retry_delay: Duration::from_millis(200),
             retry_jitter: Duration::from_millis(200),
             node_timeout: None,
+            // The reference's drift factor: 1 % of the TTL (+ 2 ms).
             drift_factor: 0.01,
             min_validity: Duration::ZERO,
+            // A runaway renewal loop stops within a day at the default TTL.
             max_extensions: 1000,
+            // Renewed with a third of the TTL left: two more tries fit before it runs out.
             renew_fraction: 1.0 / 3.0,
+            // Redis keys may be longer, but lock names are short; longer ones are mistakes.
             max_resource_len: 1024,
+            // A TCP connect plus handshake on a LAN takes well under this; a dead host's
+            // SYNs time out much later.
             connect_timeout: Duration::from_secs(1),
+            // First reconnect soon (a restart), then back off to a retry every 2 s (a host
+            // that is down).
             backoff_min: Duration::from_millis(25),
             backoff_max: Duration::from_secs(2),
+            // Far above any healthy reply (a blocked server, a swapped-out host).
             reply_timeout: Duration::from_secs(5),
+            // Far above a healthy pipeline's depth, low enough to bound a hung node's memory.
             max_pending: 1024,
             limits: Limits::CLIENT,
             client_name: None,
@@ -196,7 +224,7 @@ impl Config {
     /// 50 ms.
     pub fn node_timeout_for(&self, ttl: Duration) -> Duration {
         self.node_timeout
-            .unwrap_or_else(|| (ttl / 20).min(Duration::from_millis(50)))
+            .unwrap_or_else(|| (ttl / NODE_TIMEOUT_SHARE).min(MAX_DEFAULT_NODE_TIMEOUT))
     }
 
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
@@ -304,7 +332,7 @@ impl Config {
                 self.renew_fraction
             ));
         }
-        let hour = Duration::from_secs(3600);
+        let hour = MAX_TIMEOUT_SETTING;
         for (name, value) in [
             ("retry delay", self.retry_delay),
             ("retry jitter", self.retry_jitter),
@@ -358,7 +386,7 @@ impl Config {
                     Human(longest)
                 ));
             }
-            if window > Duration::from_secs(86_400 * 30) {
+            if window > MAX_QUARANTINE {
                 return bad("quarantine longer than 30 days".into());
             }
         }
@@ -575,7 +603,7 @@ impl Builder {
         let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
         let mut keys: Vec<ServerKey> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
-            let addr = NodeAddr::parse(s)?;
+            let addr = NodeAddr::parse(s).map_err(|e| Error::Config(e.quoting(s).to_string()))?;
             let key = addr.endpoint.server_key();
             // Only the endpoint counts: another database or user on it is the same master,
             // which would count twice towards every quorum.
@@ -601,13 +629,7 @@ impl Builder {
         let tls = tls::connectors(&nodes, &self.tls)?;
         let c = &self.config;
         let conn = ConnConfig {
-            connect_timeout: c.connect_timeout,
-            backoff_min: c.backoff_min,
-            backoff_max: c.backoff_max,
-            reply_timeout: c.reply_timeout,
-            max_pending: c.max_pending,
-            limits: c.limits,
-            client_name: c.client_name.clone(),
+            settings: c.clone(),
             // The quarantine and fencing need every node's run_id; with two nodes or more the
             // duplicate check wants it (one server listed twice, under names the builder
             // cannot tell apart, would count twice).
@@ -630,6 +652,34 @@ impl Builder {
             fence_flaw: Flaw::None,
         }))
     }
+}
+
+/// How connections behave; shared by all connections of a client.
+#[derive(Debug, Clone)]
+pub(crate) struct ConnConfig {
+    /// The client's settings; a connection reads `connect_timeout`, `backoff_min`,
+    /// `backoff_max`, `reply_timeout`, `max_pending`, `limits` (`max_frame_len` also bounds the
+    /// input buffer) and `client_name` (`CLIENT SETNAME` in the handshake).
+    pub settings: Config,
+    /// Whether the handshake asks `INFO server`, and whether it must be answered.
+    pub info: InfoNeed,
+    /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
+    pub tls: Arc<[Option<tls::Connector>]>,
+}
+
+/// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
+/// refusal means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InfoNeed {
+    /// Not asked: one node, and neither the restart quarantine nor fencing.
+    Off,
+    /// Asked for the duplicate check only (one server listed twice), in front of the requests,
+    /// which do not wait for its answer: an error answer (an ACL user without `+info`) leaves
+    /// the node's process unknown, and the node unchecked.
+    Wanted,
+    /// Asked and needed (the restart quarantine, fencing): requests wait for its answer, and
+    /// an error answer fails the handshake.
+    Needed,
 }
 
 pub(crate) struct Shared {

@@ -16,8 +16,9 @@ use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
 use crate::addr::{Endpoint, NodeAddr};
+use crate::config::ConnConfig;
 use crate::error::NodeFault;
-use crate::session::{ConnConfig, Kind, Script, Session, Sink};
+use crate::session::{Kind, Script, Session, Sink};
 #[cfg(feature = "tls")]
 use crate::tls::TlsStream;
 

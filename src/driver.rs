@@ -9,10 +9,11 @@ use std::time::Instant;
 use mio::{Events, Poll, Token};
 
 use crate::addr::NodeAddr;
+use crate::config::ConnConfig;
 use crate::conn::{Conn, IoStats};
 use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
-use crate::session::{ConnConfig, Kind, Script, Session};
+use crate::session::{Kind, Script, Session};
 
 /// The token of the [`Driver::waker`]: beyond any node index.
 const WAKER: Token = Token(usize::MAX - 1);

@@ -33,48 +33,21 @@ use bytes::BytesMut;
 use crate::addr::NodeAddr;
 use crate::config::Shared;
 use crate::driver::Driver;
-use crate::error::{Error, NodeFault, Report};
+use crate::error::{Error, NodeFault, Refusal, Report};
 use crate::event::event;
 use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
 use crate::kept::{Callbacks, Kept};
-use crate::lock::Votes;
-use crate::mailbox::{Alarm, Mailbox, Slot};
+use crate::lock::{Grant, Votes};
+use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
-use crate::request::{Grant, NodeFence, NodeStatus, Outcome, ReqKind};
+use crate::request::{NodeFence, NodeStatus, OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
 use crate::session::{Delivery, Kind, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
-use crate::wait::{Queue, Waits, split_pause};
-
-/// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
-/// never confused with its previous occupant).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct OpId {
-    index: u32,
-    seq: u32,
-}
-
-impl OpId {
-    /// The tag carried by the operation's requests; 0 is the handshake's.
-    fn tag(self) -> u64 {
-        (u64::from(self.seq) << 32) | u64::from(self.index + 1)
-    }
-    #[cfg(test)]
-    pub(crate) fn for_tests(index: u32) -> OpId {
-        OpId { index, seq: 1 }
-    }
-
-    fn from_tag(tag: u64) -> Option<OpId> {
-        let low = tag as u32;
-        (low != 0).then(|| OpId {
-            index: low - 1,
-            seq: (tag >> 32) as u32,
-        })
-    }
-}
+use crate::wait::{Queue, Seen, Waits, retry_pause, split_pause};
 
 /// Who waits for an operation.
 #[derive(Debug)]
@@ -185,7 +158,7 @@ impl Op {
             round: Round::new(n),
             faults: vec![None; n],
             // The usual resource name fits: a slot's first use does not allocate.
-            resource: Vec::with_capacity(64),
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
             token: Token::EMPTY,
             start: now,
             until: now,
@@ -384,6 +357,29 @@ struct Keeps {
 
 /// Operation slots built with the engine (more are added when needed).
 const PREBUILT_OPS: usize = 128;
+/// Resource-name buffers start this large: the usual names fit, so their first use does not
+/// allocate.
+const RESOURCE_CAPACITY: usize = 64;
+/// Small per-turn lists (fence write-backs due, attempts and kept locks due) start this
+/// large: more than a turn usually holds.
+const TURN_LIST_CAPACITY: usize = 16;
+/// The scratch buffer for a request's encoded arguments: a `SET`, an `EVALSHA` tail with a
+/// usual resource name and token fit.
+const SCRATCH_CAPACITY: usize = 256;
+/// The kept locks' timers are rounded to this share of the TTL (a tenth): renewals due close
+/// together go out in one turn, and a renewal is still far from the end of the validity.
+const COALESCE_SHARE: u32 = 10;
+/// The background thread wakes at most this often for the ledger's retries, even with a
+/// shorter reconnect backoff: a retry sooner is no likelier to succeed.
+const MIN_LEDGER_RETRY: Duration = Duration::from_millis(10);
+/// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
+const FAR_FUTURE: Duration = Duration::from_secs(3600);
+/// A release waits for a node still answering earlier requests this many of the last round's
+/// durations (at least a tenth of the node timeout, at most all of it, and never under
+/// `MIN_RELEASE_GRACE`): a healthy straggler makes it.
+const RELEASE_GRACE_ROUNDS: u32 = 4;
+const RELEASE_GRACE_FLOOR_SHARE: u32 = 10;
+const MIN_RELEASE_GRACE: Duration = Duration::from_millis(1);
 
 fn node_bit(node: usize) -> u64 {
     1u64 << node
@@ -425,21 +421,21 @@ impl<N: Net> Engine<N> {
                 quarantine_told: vec![0; n],
             },
             upgrading: vec![None; n],
-            fence_due: Vec::with_capacity(16),
+            fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
-            scratch: BytesMut::with_capacity(256),
+            scratch: BytesMut::with_capacity(SCRATCH_CAPACITY),
             last_round: Duration::ZERO,
             mailbox: None,
-            taken: Vec::with_capacity(64),
+            taken: Vec::with_capacity(RESOURCE_CAPACITY),
             lost: Vec::with_capacity(PREBUILT_OPS),
-            resource: Vec::with_capacity(64),
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
             releases: Vec::with_capacity(PREBUILT_OPS),
             keeps: Keeps {
                 locks: Vec::new(),
                 next: None,
                 renew_left: shared.config.ttl.mul_f64(shared.config.renew_fraction),
-                coalesce: shared.config.ttl / 10,
+                coalesce: shared.config.ttl / COALESCE_SHARE,
                 due: Vec::new(),
                 decided: Vec::new(),
                 lost: Vec::new(),
@@ -447,9 +443,9 @@ impl<N: Net> Engine<N> {
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),
             waits: Waits::new(seed()),
-            attempts: Vec::with_capacity(16),
-            due: Vec::with_capacity(16),
-            wait_resource: Vec::with_capacity(64),
+            attempts: Vec::with_capacity(TURN_LIST_CAPACITY),
+            due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            wait_resource: Vec::with_capacity(RESOURCE_CAPACITY),
             net,
             shared,
         }
@@ -537,13 +533,8 @@ impl<N: Net> Engine<N> {
     /// When someone should drive the engine again although nobody waits: a connection
     /// deadline of a request still outstanding, or the ledger's next try.
     pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
-        let retry = (self.core.ledger.len > 0).then(|| {
-            now + self
-                .shared
-                .config
-                .backoff_min
-                .max(Duration::from_millis(10))
-        });
+        let retry = (self.core.ledger.len > 0)
+            .then(|| now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY));
         let conn = self.net.next_deadline();
         [retry, conn, self.timer()].into_iter().flatten().min()
     }
@@ -564,7 +555,7 @@ impl<N: Net> Engine<N> {
         let id = self.submit_to(kind, resource, token, waiter, self.all_nodes(), now);
         if matches!(kind, ReqKind::Release) && !self.waits.is_empty() {
             // A caller of this engine released: its next waiter attempts right behind.
-            self.released(resource, now, true);
+            self.released(resource, now, Seen::Ours);
         }
         id
     }
@@ -638,20 +629,20 @@ impl<N: Net> Engine<N> {
         self.wait_resource = resource;
     }
 
-    /// A release of `resource` was submitted here (`local`) or announced by another client:
-    /// the head of its queue attempts (now, in the same write as our release), unless a split
-    /// vote's pause or the local streak's yield holds it back.
-    fn released(&mut self, resource: &[u8], now: Instant, local: bool) {
+    /// A release of `resource` was submitted here ([`Seen::Ours`]) or announced by another
+    /// client: the head of its queue attempts (now, in the same write as our release), unless a
+    /// split vote's pause or the local streak's yield holds it back.
+    fn released(&mut self, resource: &[u8], now: Instant, seen: Seen) {
         let round = self.last_round;
         let Some(q) = self.waits.get_mut(resource) else {
             return;
         };
-        if !local && q.held_until.is_some_and(|t| t > now) {
+        if seen == Seen::Notice && q.held_until.is_some_and(|t| t > now) {
             // A caller of ours holds it: a notice is of an earlier release (often our own,
             // coming back after the next of ours already won).
             return;
         }
-        if let Some(at) = q.on_release(now, round, local)
+        if let Some(at) = q.on_release(now, round, seen)
             && at <= now
             && let Some(&head) = q.waiters.front()
             && !is_cancelled(&self.core.ops[head.index as usize])
@@ -710,8 +701,7 @@ impl<N: Net> Engine<N> {
                         grant.votes,
                     );
                     self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
-                    let pause =
-                        crate::client::retry_pause(&self.shared.config, self.waits.random());
+                    let pause = retry_pause(&self.shared.config, self.waits.random());
                     if let Some(q) = self.waits.get_mut(&resource) {
                         q.held_until = Some(valid_until);
                         if q.leave(w) {
@@ -746,7 +736,7 @@ impl<N: Net> Engine<N> {
             }
             let round = self.last_round;
             let random = self.waits.random();
-            let poll = crate::client::retry_pause(&self.shared.config, random);
+            let poll = retry_pause(&self.shared.config, random);
             let held = matches!(error, Error::Held(_));
             let q: &mut Queue = match self.waits.get_mut(&resource) {
                 Some(q) => {
@@ -819,7 +809,7 @@ impl<N: Net> Engine<N> {
             }
         }
         for &(start, end) in &notices {
-            self.released(&events[start..end], now, false);
+            self.released(&events[start..end], now, Seen::Notice);
         }
         notices.clear();
         listened.clear();
@@ -918,7 +908,7 @@ impl<N: Net> Engine<N> {
             resources.sort();
             for resource in &resources {
                 self.subscription(b"SUBSCRIBE", resource, bit, now);
-                self.released(resource, now, false);
+                self.released(resource, now, Seen::Notice);
             }
         }
     }
@@ -950,7 +940,7 @@ impl<N: Net> Engine<N> {
                         .filter(|&&id| attempting != Some(id))
                         .map(|&id| ops[id.index as usize].until)
                         .min()
-                        .unwrap_or(now + Duration::from_secs(3600));
+                        .unwrap_or(now + FAR_FUTURE);
                 }
                 while let Some(&head) = q.waiters.front() {
                     if attempting == Some(head) || !is_cancelled(&ops[head.index as usize]) {
@@ -1159,8 +1149,8 @@ impl<N: Net> Engine<N> {
                 let timeout = config.node_timeout_for(config.ttl);
                 // At least a tenth of the node timeout (5 ms by default): a healthy straggler
                 // on a loaded machine makes it; a slow node pays it once, then is not waited for.
-                let floor = (timeout / 10).max(Duration::from_millis(1));
-                let grace = (*last_round * 4).clamp(floor, timeout);
+                let floor = (timeout / RELEASE_GRACE_FLOOR_SHARE).max(MIN_RELEASE_GRACE);
+                let grace = (*last_round * RELEASE_GRACE_ROUNDS).clamp(floor, timeout);
                 let waited = !matches!(core.ops[id.index as usize].waiter, Waiter::None);
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
                     // Every node gets the release, but not every node is waited for: a node
@@ -1254,7 +1244,7 @@ impl<N: Net> Engine<N> {
                 // nothing is. (A release still goes out, waited for by nobody.)
                 continue;
             }
-            if cell.request.detached || cell.cancelled {
+            if cell.request.caller == Caller::Detached || cell.cancelled {
                 self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
                 drop(cell);
                 // Taken in: the caller may reuse the slot.
@@ -1364,7 +1354,10 @@ impl<N: Net> Engine<N> {
                                         } else {
                                             self.lost.push(index as u32);
                                             Some(Outcome::Acquired(Err(Error::TooSlow(report(
-                                                nodes, &op.round, &op.faults, true,
+                                                nodes,
+                                                &op.round,
+                                                &op.faults,
+                                                Refusal::TokenGone,
                                             )))))
                                         }
                                     }
@@ -1377,12 +1370,19 @@ impl<N: Net> Engine<N> {
                                         // anything else is a fence not taken by a quorum.
                                         Some(Outcome::Acquired(Err(
                                             match loss_error(
-                                                nodes, &op.round, &op.faults, loss, true,
+                                                nodes,
+                                                &op.round,
+                                                &op.faults,
+                                                loss,
+                                                Refusal::TokenGone,
                                             ) {
                                                 e @ (Error::Auth { .. }
                                                 | Error::Permission { .. }) => e,
                                                 _ => Error::Fence(report(
-                                                    nodes, &op.round, &op.faults, true,
+                                                    nodes,
+                                                    &op.round,
+                                                    &op.faults,
+                                                    Refusal::TokenGone,
                                                 )),
                                             },
                                         )))
@@ -1399,7 +1399,11 @@ impl<N: Net> Engine<N> {
                                         self.last_round = now.saturating_duration_since(op.start);
                                         self.lost.push(index as u32);
                                         Some(Outcome::Acquired(Err(loss_error(
-                                            nodes, &op.round, &op.faults, loss, false,
+                                            nodes,
+                                            &op.round,
+                                            &op.faults,
+                                            loss,
+                                            Refusal::HeldElsewhere,
                                         ))))
                                     }
                                     (_, Decision::Won { valid_until, .. }) => {
@@ -1407,7 +1411,13 @@ impl<N: Net> Engine<N> {
                                     }
                                     (_, Decision::Lost { loss, .. }) => Some(Outcome::Extended(
                                         validity_after_lost_extend(op.until, &op.round),
-                                        Err(loss_error(nodes, &op.round, &op.faults, loss, true)),
+                                        Err(loss_error(
+                                            nodes,
+                                            &op.round,
+                                            &op.faults,
+                                            loss,
+                                            Refusal::TokenGone,
+                                        )),
                                     )),
                                 }
                             }
@@ -2542,7 +2552,7 @@ fn fence_report(nodes: &Arc<[crate::addr::NodeAddr]>, op: &Op, quorum: usize) ->
         said_yes: short.seeded,
         refused: 0,
         failed,
-        extend: false,
+        refusal: Refusal::HeldElsewhere,
     }
 }
 
@@ -2707,7 +2717,7 @@ fn report(
     nodes: &Arc<[crate::addr::NodeAddr]>,
     round: &Round,
     faults: &[Option<NodeFault>],
-    extend: bool,
+    refusal: Refusal,
 ) -> Report {
     let mut refused = 0u64;
     let mut said_yes = 0u64;
@@ -2727,7 +2737,7 @@ fn report(
         said_yes,
         refused,
         failed,
-        extend,
+        refusal,
     }
 }
 
@@ -2737,9 +2747,9 @@ fn loss_error(
     round: &Round,
     faults: &[Option<NodeFault>],
     loss: Loss,
-    extend: bool,
+    refusal: Refusal,
 ) -> Error {
-    let report = report(nodes, round, faults, extend);
+    let report = report(nodes, round, faults, refusal);
     for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
         match fault {
             NodeFault::Auth(message) => {

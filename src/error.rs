@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::{AddrError, NodeAddr};
+use crate::addr::NodeAddr;
 use crate::resp::{ErrorKind, ParseError};
 
 /// Why one node could not take part in an operation.
@@ -163,8 +163,17 @@ pub struct Report {
     pub(crate) said_yes: u64,
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
-    /// An extension: a refusal means our token is gone, not necessarily held by someone else.
-    pub(crate) extend: bool,
+    pub(crate) refusal: Refusal,
+}
+
+/// What a node's refusal means in the round a [`Report`] is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// An acquisition: the key is held by another token.
+    HeldElsewhere,
+    /// An extension (or a fenced acquire's second round trip): our token is gone, not
+    /// necessarily held by someone else.
+    TokenGone,
 }
 
 impl Report {
@@ -173,10 +182,9 @@ impl Report {
         self.quorum
     }
     fn held_verdict(&self) -> &'static str {
-        if self.extend {
-            "not extended"
-        } else {
-            "not acquired: the lock is held elsewhere"
+        match self.refusal {
+            Refusal::TokenGone => "not extended",
+            Refusal::HeldElsewhere => "not acquired: the lock is held elsewhere",
         }
     }
 
@@ -235,10 +243,9 @@ impl fmt::Display for Report {
             Ok(())
         };
         list(f, "; yes from ", NodeVote::Yes)?;
-        let refused = if self.extend {
-            "; our token is gone (expired or taken) on "
-        } else {
-            "; held elsewhere on "
+        let refused = match self.refusal {
+            Refusal::TokenGone => "; our token is gone (expired or taken) on ",
+            Refusal::HeldElsewhere => "; held elsewhere on ",
         };
         list(f, refused, NodeVote::Refused)?;
         for (node, fault) in self.failed() {
@@ -321,22 +328,28 @@ pub enum Error {
         /// Which command, what the node answered, and what to grant.
         message: String,
     },
-    /// A failure inside this process: the event loop or one of its threads could not run.
-    #[error("internal error: {0}")]
-    Internal(String),
-    /// A node broke the protocol.
-    #[error("protocol error from {node}: {detail}")]
-    Protocol {
-        /// `host:port` of the node.
-        node: String,
-        /// What it sent.
-        detail: String,
+    /// The operating system refused something the client needs to run: its event loop, the
+    /// loop's waker, a thread, random bytes for a token. Not a configuration mistake; a retry
+    /// may succeed once the resource is free again.
+    #[error("cannot {what}: {cause}")]
+    System {
+        /// What the client tried, e.g. `start the engine thread`.
+        what: &'static str,
+        /// What the operating system answered.
+        cause: String,
     },
+    /// A bug in this crate: an operation's outcome was lost or of the wrong kind.
+    #[error("internal error: {0}")]
+    Internal(&'static str),
 }
 
-impl From<AddrError> for Error {
-    fn from(e: AddrError) -> Error {
-        Error::Config(e.to_string())
+impl Error {
+    /// An [`Error::System`] for `what`, failed with `cause`.
+    pub(crate) fn system(what: &'static str, cause: impl fmt::Display) -> Error {
+        Error::System {
+            what,
+            cause: cause.to_string(),
+        }
     }
 }
 
@@ -367,7 +380,7 @@ mod tests {
             said_yes: 0b0001,
             refused: 0b0100,
             failed: vec![(1, NodeFault::Timeout)],
-            extend: false,
+            refusal: Refusal::HeldElsewhere,
         };
         assert_eq!(
             report.to_string(),

@@ -107,9 +107,12 @@ fn bulk<'a>(frame: Frame<'a>) -> Option<&'a [u8]> {
     }
 }
 
+/// Digits of `u64::MAX`: a longer number cannot fit.
+const U64_DIGITS: usize = 20;
+
 /// A canonical decimal `u64` (digits only, no sign, no leading zero but for "0").
 pub(crate) fn parse_u64(b: &[u8]) -> Option<u64> {
-    if b.is_empty() || b.len() > 20 || (b.len() > 1 && b[0] == b'0') {
+    if b.is_empty() || b.len() > U64_DIGITS || (b.len() > 1 && b[0] == b'0') {
         return None;
     }
     let mut v: u64 = 0;

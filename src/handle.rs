@@ -44,7 +44,7 @@ impl Builder {
     ///
     /// [`Error::Config`] for an empty or duplicate server list, more than
     /// [`MAX_NODES`](crate::MAX_NODES) servers, an unparsable address or a bad setting (each
-    /// [`Builder`] method says which values it accepts). [`Error::Internal`] if the event loop
+    /// [`Builder`] method says which values it accepts). [`Error::System`] if the event loop
     /// or the engine's thread cannot be created.
     pub fn build(self) -> Result<Redlock, Error> {
         let shared = self.shared()?;

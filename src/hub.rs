@@ -31,9 +31,13 @@ use crate::client::Client;
 use crate::engine::{Shutdown, Waiter};
 use crate::error::Error;
 use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Alarm, Mailbox, Slot};
+use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
+
+/// A parked caller re-checks its slot at least this seldom (it is unparked when its outcome is
+/// in; the re-check only bounds a lost wake-up): more often would only burn CPU.
+const MIN_RECHECK: Duration = Duration::from_millis(10);
 
 pub(crate) struct Hub {
     engine: Mutex<Client>,
@@ -70,17 +74,15 @@ thread_local! {
 impl Hub {
     /// The hub and its background thread.
     pub fn start(mut client: Client) -> Result<Arc<Hub>, Error> {
-        let waker =
-            client.engine().net.waker().map_err(|e| {
-                Error::Internal(format!("cannot create the event loop's waker: {e}"))
-            })?;
+        let waker = (client.engine().net.waker())
+            .map_err(|e| Error::system("create the event loop's waker", e))?;
         let mailbox = Arc::new(Mailbox::new(waker));
         client.engine().attach(mailbox.clone());
         let callbacks = client.engine().callbacks.clone();
         let recheck = client
             .config()
             .node_timeout_for(client.config().ttl)
-            .max(Duration::from_millis(10));
+            .max(MIN_RECHECK);
         let hub = Arc::new(Hub {
             engine: Mutex::new(client),
             mailbox,
@@ -97,7 +99,7 @@ impl Hub {
         let thread = std::thread::Builder::new()
             .name("redlock-engine".into())
             .spawn(move || runner.background())
-            .map_err(|e| Error::Internal(format!("cannot start the engine thread: {e}")))?;
+            .map_err(|e| Error::system("start the engine thread", e))?;
         let _ = hub.background.set(thread.thread().clone());
         Ok(hub)
     }
@@ -198,7 +200,7 @@ impl Hub {
                     }
                     Err(id) => {
                         let slot = slot();
-                        slot.fill(kind, resource, token, false, None);
+                        slot.fill(kind, resource, token, Caller::Waits, None);
                         guard.engine().adopt(id, slot.clone());
                         self.leave(guard);
                         slot
@@ -211,7 +213,7 @@ impl Hub {
             return outcome;
         }
         let slot = slot();
-        slot.fill(kind, resource, token, false, None);
+        slot.fill(kind, resource, token, Caller::Waits, None);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
         self.park(&slot)
@@ -277,7 +279,7 @@ impl Hub {
             .ok()
             .filter(|s| s.is_done())
             .unwrap_or_else(|| Arc::new(Slot::new()));
-        slot.fill(kind, resource, token, true, None);
+        slot.fill(kind, resource, token, Caller::Detached, None);
         self.hand_over(slot);
     }
 

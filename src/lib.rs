@@ -162,7 +162,37 @@
 //! Everything above is at the crate root. The public modules are lower-level pieces:
 //! [`addr`] (`redis://` and `redis+unix://` addresses), [`error`] (the error types), [`resp`]
 //! (the RESP codec, no I/O) and [`round`] (one attempt as a state machine, no I/O, no clock).
+//!
+//! Every module depends only on modules of the layers above its own, and on those of its own
+//! layer listed before it; there are no import cycles.
+//!
+//! 1. Foundations, depending on nothing else of the crate: `addr` (addresses), `resp` (the
+//!    codec), `round` (one quorum decision).
+//! 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
+//!    and histograms: addr).
+//! 3. `tls` (connectors: addr, error); `token` (error).
+//! 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
+//!    resp, round, tls).
+//! 5. `lock` (the `Lock` a caller holds: addr, config, error, token).
+//! 6. `event` (log events: addr, lock); `kept` (a kept lock's shared state: error, lock);
+//!    `request` (what a caller asks and gets: config, error, lock, token).
+//! 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
+//!    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
+//!    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
+//! 8. I/O: `conn` (one socket: addr, config, error, session, tls); `net` (what the engine asks
+//!    of the network: error, session); `driver` (the mio loop: addr, config, conn, error, net,
+//!    session).
+//! 9. `engine` (every operation in flight: the layers above, and driver).
+//! 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
+//!     engine, kept, mailbox, request, round, token).
+//! 11. The handles: `handle` (`Redlock`: hub, client and below); `task` (futures: hub,
+//!     mailbox, request, token); `async_handle` (`AsyncRedlock`: handle, task and below).
+//! 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
+//!     `async_keep` (async_handle, keep, task, …); `sim` (the simulator, feature `sim`: engine,
+//!     wait and below).
 #![deny(missing_docs)]
+// One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
+#![deny(unsafe_code)]
 
 pub mod addr;
 mod async_guard;

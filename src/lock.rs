@@ -8,20 +8,23 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::config::MAX_TTL;
 use crate::error::Error;
-use crate::request::Grant;
 use crate::token::Token;
+
+/// Names up to this long are stored inline: with the length byte and the enum's tag the
+/// inline form is 48 bytes, and the usual names fit (no allocation per lock).
+const INLINE_LEN: usize = 46;
 
 /// Bytes stored inline when short (no allocation for the usual resource names).
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Bytes {
-    Inline(u8, [u8; 46]),
+    Inline(u8, [u8; INLINE_LEN]),
     Heap(Box<[u8]>),
 }
 
 impl Bytes {
     fn new(b: &[u8]) -> Bytes {
-        if b.len() <= 46 {
-            let mut buf = [0; 46];
+        if b.len() <= INLINE_LEN {
+            let mut buf = [0; INLINE_LEN];
             buf[..b.len()].copy_from_slice(b);
             Bytes::Inline(b.len() as u8, buf)
         } else {
@@ -279,6 +282,16 @@ impl fmt::Debug for Lock {
     }
 }
 
+/// A won acquire: until when it is valid, its fence (fenced locks), and what each node said
+/// (with the server list the votes refer to: a reference count, no allocation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub valid_until: Instant,
+    pub fence: Option<u64>,
+    pub votes: Votes,
+    pub nodes: Option<Arc<[NodeAddr]>>,
+}
+
 /// A resource name: the bytes of a Redis key. Derefs to `[u8]`; `Debug` shows it as a string,
 /// with bytes that are not printable ASCII escaped (`"orders:42"`, `"blob\\xff"`), and `Display`
 /// as text (invalid UTF-8 replaced).
@@ -288,10 +301,11 @@ pub struct Resource([u8]);
 
 impl Resource {
     /// The name as a `Resource`.
+    #[allow(unsafe_code)]
     pub fn new(bytes: &[u8]) -> &Resource {
         // SAFETY: `Resource` is `repr(transparent)` over `[u8]`: same layout, same metadata
         // (the length), so the pointer cast keeps both (as `std::path::Path` does over
-        // `OsStr`).
+        // `OsStr`); the lifetime of the result is that of `bytes`.
         unsafe { &*(bytes as *const [u8] as *const Resource) }
     }
 

@@ -20,9 +20,17 @@ pub(crate) struct Request {
     pub kind: ReqKind,
     pub resource: Vec<u8>,
     pub token: Token,
+    pub caller: Caller,
+}
+
+/// Whether the caller that queued a request waits for its outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Caller {
+    /// It waits (parked, or an async task): the outcome goes into its slot.
+    Waits,
     /// Nobody waits for the outcome (a release not waited for): the slot is free again as soon
     /// as the engine has taken the request in.
-    pub detached: bool,
+    Detached,
 }
 
 /// One caller's hand-over cell: reused for every operation of a thread (or, for async callers,
@@ -66,7 +74,7 @@ impl Slot {
                     kind: ReqKind::Release,
                     resource: Vec::new(),
                     token: Token::EMPTY,
-                    detached: false,
+                    caller: Caller::Waits,
                 },
                 outcome: None,
                 waker: None,
@@ -116,7 +124,7 @@ impl Slot {
         kind: ReqKind,
         resource: &[u8],
         token: &Token,
-        detached: bool,
+        caller: Caller,
         waker: Option<Waker>,
     ) {
         let mut cell = self.cell();
@@ -124,7 +132,7 @@ impl Slot {
         cell.request.resource.clear();
         cell.request.resource.extend_from_slice(resource);
         cell.request.token = *token;
-        cell.request.detached = detached;
+        cell.request.caller = caller;
         cell.outcome = None;
         cell.waker = waker;
         cell.cancelled = false;
@@ -132,6 +140,10 @@ impl Slot {
         self.done.store(false, Ordering::Relaxed);
     }
 }
+
+/// The inbox starts this large: more requests than one turn usually takes in, so that queuing
+/// does not allocate.
+const INBOX_CAPACITY: usize = 64;
 
 /// Requests queued by callers while another thread drives the engine.
 pub(crate) struct Mailbox {
@@ -154,7 +166,7 @@ pub(crate) struct Mailbox {
 impl Mailbox {
     pub fn new(waker: mio::Waker) -> Mailbox {
         Mailbox {
-            inbox: Mutex::new(Vec::with_capacity(64)),
+            inbox: Mutex::new(Vec::with_capacity(INBOX_CAPACITY)),
             keeps: Mutex::new(Vec::new()),
             alarms: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),

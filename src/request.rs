@@ -1,15 +1,40 @@
-//! What a caller asks of the engine ([`ReqKind`]) and what it gets back ([`Outcome`]): the
-//! vocabulary shared by the engine, the hub's mailbox and the public API.
+//! What a caller asks of the engine ([`ReqKind`]), what the engine calls the operation it
+//! starts ([`OpId`]) and what the caller gets back ([`Outcome`]): the vocabulary shared by the
+//! engine, its wait queues, the hub's mailbox and the public API.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use crate::addr::NodeAddr;
 
 use crate::config::Config;
 use crate::error::{Error, NodeFault};
-use crate::lock::{Lock, Votes};
+use crate::lock::{Grant, Lock};
 use crate::token::Token;
+
+/// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
+/// never confused with its previous occupant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OpId {
+    pub index: u32,
+    pub seq: u32,
+}
+
+impl OpId {
+    /// The tag carried by the operation's requests; 0 is the handshake's.
+    pub fn tag(self) -> u64 {
+        (u64::from(self.seq) << 32) | u64::from(self.index + 1)
+    }
+    #[cfg(test)]
+    pub(crate) fn for_tests(index: u32) -> OpId {
+        OpId { index, seq: 1 }
+    }
+
+    pub fn from_tag(tag: u64) -> Option<OpId> {
+        let low = tag as u32;
+        (low != 0).then(|| OpId {
+            index: low - 1,
+            seq: (tag >> 32) as u32,
+        })
+    }
+}
 
 /// What a caller asks for.
 #[derive(Debug, Clone, Copy)]
@@ -103,16 +128,6 @@ pub struct NodeFence {
     /// fenced acquire seeds it again. Always false from a client that does not ask the nodes'
     /// `run_id` (neither fencing nor the restart quarantine on).
     pub seeded: bool,
-}
-
-/// A won acquire: until when it is valid, its fence (fenced locks), and what each node said
-/// (with the server list the votes refer to: a reference count, no allocation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Grant {
-    pub valid_until: Instant,
-    pub fence: Option<u64>,
-    pub votes: Votes,
-    pub nodes: Option<Arc<[NodeAddr]>>,
 }
 
 /// What an operation came to.

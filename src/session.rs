@@ -18,48 +18,11 @@ use bytes::{Buf, BytesMut};
 use sha1::{Digest, Sha1};
 
 use crate::addr::NodeAddr;
+use crate::config::{ConnConfig, InfoNeed};
 use crate::error::NodeFault;
 use crate::event::event;
-use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Limits, Status};
+use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
 use crate::stats::NodeCounters;
-
-/// How connections behave; shared by all connections of a client.
-#[derive(Debug, Clone)]
-pub(crate) struct ConnConfig {
-    /// TCP connect plus handshake must finish within this.
-    pub connect_timeout: Duration,
-    /// First wait after a failed connect; doubles up to `backoff_max`.
-    pub backoff_min: Duration,
-    /// Longest wait between reconnect attempts.
-    pub backoff_max: Duration,
-    /// A request unanswered for this long means the node is hung: the connection is reset.
-    pub reply_timeout: Duration,
-    /// Most requests waiting for a reply on one connection before it is reset.
-    pub max_pending: usize,
-    /// Decoder limits; `max_frame_len` also bounds the input buffer.
-    pub limits: Limits,
-    /// `CLIENT SETNAME` in the handshake.
-    pub client_name: Option<String>,
-    /// Whether the handshake asks `INFO server`, and whether it must be answered.
-    pub info: InfoNeed,
-    /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
-    pub tls: std::sync::Arc<[Option<crate::tls::Connector>]>,
-}
-
-/// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
-/// refusal means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum InfoNeed {
-    /// Not asked: one node, and neither the restart quarantine nor fencing.
-    Off,
-    /// Asked for the duplicate check only (one server listed twice), in front of the requests,
-    /// which do not wait for its answer: an error answer (an ACL user without `+info`) leaves
-    /// the node's process unknown, and the node unchecked.
-    Wanted,
-    /// Asked and needed (the restart quarantine, fencing): requests wait for its answer, and
-    /// an error answer fails the handshake.
-    Needed,
-}
 
 /// A Lua script sent by hash.
 #[derive(Debug)]
@@ -90,6 +53,20 @@ fn sha_hex(body: &str) -> [u8; 40] {
     }
     out
 }
+
+/// Each connection's input and output buffers start this large: a burst of pipelined
+/// requests or replies (a shared engine under load) fits without growing on the hot path.
+const IO_BUFFER: usize = 8 << 10;
+/// Replies matched in one read before they are handed on: more than a read usually holds.
+const ANSWERED_CAPACITY: usize = 64;
+/// Requests awaiting replies on one connection: room for a deep pipeline before growing
+/// (`max_pending` bounds it).
+const PENDING_CAPACITY: usize = 256;
+/// The arguments of scripts that may be replayed on a fresh connection: a few hundred
+/// releases and extends in flight.
+const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
+/// Room reserved for a command's array header (`*<argc>\r\n`, at most 23 bytes) and slack.
+const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
 pub(crate) const SCRIPT_COUNT: usize = 5;
@@ -300,26 +277,26 @@ pub(crate) type Sink<'s> = dyn for<'a> FnMut(Delivery<'a>) + 's;
 
 impl Session {
     pub fn new(addr: NodeAddr, config: ConnConfig, now: Instant) -> Session {
-        let decoder = Decoder::new(config.limits);
-        let backoff = config.backoff_min;
+        let decoder = Decoder::new(config.settings.limits);
+        let backoff = config.settings.backoff_min;
         let db = addr.db;
         let info_need = config.info;
         // Built once per node (the name of its events): not on the hot path.
         let name = addr.to_string();
         Session {
             addr,
-            inp: BytesMut::with_capacity(8 << 10),
+            inp: BytesMut::with_capacity(IO_BUFFER),
             decoder,
             st: State {
                 phase: Phase::Down { retry_at: now },
                 // Sized for a burst of pipelined requests (a shared engine under load, or
                 // releases lingering on a slow machine): growing them later allocates on the
                 // hot path.
-                out: BytesMut::with_capacity(8 << 10),
+                out: BytesMut::with_capacity(IO_BUFFER),
                 held: BytesMut::new(),
-                answered: Vec::with_capacity(64),
-                pending: VecDeque::with_capacity(256),
-                script_tails: BytesMut::with_capacity(16 << 10),
+                answered: Vec::with_capacity(ANSWERED_CAPACITY),
+                pending: VecDeque::with_capacity(PENDING_CAPACITY),
+                script_tails: BytesMut::with_capacity(SCRIPT_TAILS_CAPACITY),
                 loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
                 backoff,
@@ -396,7 +373,7 @@ impl Session {
             .st
             .pending
             .front()
-            .map(|p| p.sent + self.config.reply_timeout);
+            .map(|p| p.sent + self.config.settings.reply_timeout);
         match (phase, stale) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -433,7 +410,7 @@ impl Session {
         st.generation += 1;
         st.counters.connects.bump();
         st.phase = Phase::Connecting {
-            deadline: now + self.config.connect_timeout,
+            deadline: now + self.config.settings.connect_timeout,
         };
         self.queue_handshake(now);
         for (p, tail) in std::mem::take(&mut self.replay) {
@@ -480,7 +457,7 @@ impl Session {
 
     /// Room for one more request: at `max_pending` the connection is failed (`Overloaded`).
     pub fn admit(&mut self, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
-        if self.st.pending.len() >= self.config.max_pending {
+        if self.st.pending.len() >= self.config.settings.max_pending {
             self.fail(NodeFault::Overloaded, now, sink);
             return Err(NodeFault::Overloaded);
         }
@@ -560,7 +537,7 @@ impl Session {
             _ => {}
         }
         if let Some(p) = self.st.pending.front()
-            && now >= p.sent + self.config.reply_timeout
+            && now >= p.sent + self.config.settings.reply_timeout
         {
             self.fail(NodeFault::Timeout, now, sink);
         }
@@ -643,12 +620,12 @@ impl Session {
         st.down |= !idle;
         st.last_fault = Some(fault);
         if proven {
-            st.backoff = self.config.backoff_min;
+            st.backoff = self.config.settings.backoff_min;
             st.phase = Phase::Closed;
         } else {
             // No connect attempt for the current backoff, which doubles for the next failure.
             let wait = st.backoff;
-            st.backoff = (st.backoff * 2).min(self.config.backoff_max);
+            st.backoff = (st.backoff * 2).min(self.config.settings.backoff_max);
             st.phase = Phase::Down {
                 retry_at: now + wait,
             };
@@ -702,7 +679,7 @@ impl Session {
                 &["SELECT".into(), u64::from(addr.db).into()],
             );
         }
-        if let Some(name) = &self.config.client_name {
+        if let Some(name) = &self.config.settings.client_name {
             push(
                 st,
                 Step::SetName,
@@ -770,7 +747,7 @@ impl State {
             (Arg::Bytes(b"EVAL"), Arg::Bytes(script.body.as_bytes()))
         };
         let out = self.queue_buffer();
-        out.reserve(32 + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
+        out.reserve(ARRAY_HEADER_MAX + resp::bulk_len(&verb) + resp::bulk_len(&head) + tail.len());
         resp::encode_array_header(out, 2 + argc);
         resp::encode_bulk(out, &verb);
         resp::encode_bulk(out, &head);
@@ -994,6 +971,7 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
 
     #[test]
     fn script_hashes_match_redis() {
@@ -1015,13 +993,11 @@ mod tests {
 
     fn config() -> ConnConfig {
         ConnConfig {
-            connect_timeout: Duration::from_secs(1),
-            backoff_min: Duration::from_millis(25),
-            backoff_max: Duration::from_secs(2),
-            reply_timeout: Duration::from_secs(5),
-            max_pending: 4,
-            limits: Limits::CLIENT,
-            client_name: None,
+            // The defaults: connect 1 s, backoff 25 ms to 2 s, replies 5 s, `Limits::CLIENT`.
+            settings: Config {
+                max_pending: 4,
+                ..Config::default()
+            },
             info: InfoNeed::Off,
             tls: std::sync::Arc::from([]),
         }

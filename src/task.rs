@@ -24,7 +24,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use crate::hub::Hub;
-use crate::mailbox::{Alarm, Slot};
+use crate::mailbox::{Alarm, Caller, Slot};
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
@@ -91,7 +91,7 @@ impl Future for Call<'_> {
         if this.slot.is_none() {
             let slot = take_slot();
             let waker = Some(cx.waker().clone());
-            slot.fill(this.kind, this.resource, &this.token, false, waker);
+            slot.fill(this.kind, this.resource, &this.token, Caller::Waits, waker);
             this.slot = Some(slot.clone());
             this.hub.hand_over(slot);
         }

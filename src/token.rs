@@ -10,6 +10,9 @@ use crate::error::Error;
 pub const TOKEN_LEN: usize = 27;
 /// Longest token accepted from elsewhere ([`Lock::from_parts`](crate::Lock::from_parts)).
 pub const MAX_TOKEN_LEN: usize = 64;
+/// Random bytes in a generated token: 160 bits, unguessable and unique in practice; they
+/// encode to [`TOKEN_LEN`] characters.
+const RANDOM_BYTES: usize = 20;
 
 /// A lock token: unique per acquisition, the lock's signature on every node.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -29,12 +32,12 @@ impl Token {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if the operating system's random source fails.
+    /// [`Error::System`] if the operating system's random source fails.
     pub fn generate() -> Result<Token, Error> {
-        let mut raw = [0u8; 20];
+        let mut raw = [0u8; RANDOM_BYTES];
         rand::rngs::SysRng
             .try_fill_bytes(&mut raw)
-            .map_err(|e| Error::Config(format!("the OS random source failed: {e}")))?;
+            .map_err(|e| Error::system("read the OS random source", e))?;
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let mut bytes = [0u8; MAX_TOKEN_LEN];

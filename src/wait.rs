@@ -33,8 +33,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use std::time::Instant;
 
-use crate::engine::OpId;
+use crate::config::Config;
 use crate::error::Error;
+use crate::request::OpId;
 
 /// Local hand-offs in a row after which the next local head yields to known remote waiters.
 pub(crate) const MAX_STREAK: u32 = 8;
@@ -145,7 +146,7 @@ impl Waits {
                 .is_some_and(|t| now.saturating_duration_since(t) >= LINGER);
             if idle {
                 closed(key, q.subscribed);
-                if spare.len() < 64 {
+                if spare.len() < MAX_SPARE_QUEUES {
                     spare.push((Vec::new(), std::mem::take(&mut q.waiters)));
                 }
             }
@@ -235,7 +236,8 @@ impl Queue {
 
     /// A release of the resource was seen (ours, or another client's notice): when the head
     /// attempts, `None` if an attempt is in flight (it is marked to try again if refused).
-    pub fn on_release(&mut self, now: Instant, round: Duration, local: bool) -> Option<Instant> {
+    pub fn on_release(&mut self, now: Instant, round: Duration, seen: Seen) -> Option<Instant> {
+        let local = seen == Seen::Ours;
         if local {
             self.held_until = None;
         }
@@ -256,18 +258,48 @@ impl Queue {
     }
 }
 
+/// How a release of a resource that callers wait for was seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Seen {
+    /// A caller of this engine released it (the release was submitted here).
+    Ours,
+    /// Another client's release notice, or a resubscription that may have missed one.
+    Notice,
+}
+
+/// The wait before the next try: the retry delay plus a share of the jitter picked by
+/// `random` (uniform over `u64`). The randomness is an input, so a simulator replays it.
+pub(crate) fn retry_pause(config: &Config, random: u64) -> Duration {
+    let share = random as f64 / (u64::MAX as f64 + 1.0);
+    config.retry_delay + config.retry_jitter.mul_f64(share)
+}
+
+/// The shortest yield: a loopback round trip can be a few µs, too short for the remote
+/// waiter's attempt to land first.
+const MIN_YIELD_PAUSE: Duration = Duration::from_millis(1);
+
 /// The pause of a local head that yields to remote waiters: two round trips (theirs: the
 /// notice, then their attempt), at least a millisecond.
 pub(crate) fn yield_pause(round: Duration) -> Duration {
-    (round * 2).max(Duration::from_millis(1))
+    (round * 2).max(MIN_YIELD_PAUSE)
 }
+
+/// The shortest base of a split vote's pause: a loopback round trip can be a few µs, too short
+/// for competing clients to spread out.
+const MIN_SPLIT_BASE: Duration = Duration::from_micros(500);
+/// A split vote's pause doubles at most this many times (64 rounds): enough for dozens of
+/// competitors to spread out, without a pause longer than a retry delay.
+const MAX_SPLIT_DOUBLINGS: u32 = 6;
+/// Closed queues kept for reuse (their buffers): more than the resources usually waited for
+/// at once, so a busy engine does not allocate a queue per wait.
+const MAX_SPARE_QUEUES: usize = 64;
 
 /// The pause after the `splits`th split vote in a row: uniform in `0..base × 2^splits`, where
 /// `base` is the last round's duration (at least 500 µs), the exponent capped at 6 (64 rounds).
 /// Randomized and growing, so competing clients spread out until one wins alone.
 pub(crate) fn split_pause(splits: u32, round: Duration, random: u64) -> Duration {
-    let base = round.max(Duration::from_micros(500));
-    let span = base * (1u32 << splits.min(6));
+    let base = round.max(MIN_SPLIT_BASE);
+    let span = base * (1u32 << splits.min(MAX_SPLIT_DOUBLINGS));
     let share = random as f64 / (u64::MAX as f64 + 1.0);
     span.mul_f64(share)
 }
@@ -293,13 +325,13 @@ mod tests {
         let id = OpId::for_tests(1);
         let q = waits.open(b"r", id, err, now);
         q.streak = MAX_STREAK;
-        assert_eq!(q.on_release(now, Duration::ZERO, true), Some(now));
+        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), Some(now));
         q.remote = true;
-        let at = q.on_release(now, Duration::ZERO, true).unwrap();
+        let at = q.on_release(now, Duration::ZERO, Seen::Ours).unwrap();
         assert_eq!(at, now + Duration::from_millis(1));
         assert_eq!(q.streak, 0);
         q.attempt = Some(id);
-        assert_eq!(q.on_release(now, Duration::ZERO, true), None);
+        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), None);
         assert!(q.released);
     }
 }

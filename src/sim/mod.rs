@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Builder, Quarantine, Shared};
-use crate::engine::{Engine, OpId, Waiter};
+use crate::engine::{Engine, Waiter};
 use crate::fence::Flaw;
 use crate::kept::Kept;
 use crate::lock::Lock;
-use crate::request::{Outcome, ReqKind};
+use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
 use net::{Action, Inbound, SimNet};
@@ -158,6 +158,20 @@ impl Rng {
 }
 
 const MS: u64 = 1_000_000;
+/// A client pauses up to this long (in ns) between its locks: short against the TTL, so locks
+/// contend, long enough that the clients' attempts interleave.
+const MAX_THINK: u64 = 20 * MS;
+/// The clients' settings are ten times faster than the defaults where the simulated network's
+/// delays allow, so that a run covers many retries, reconnects and timeouts: retries every
+/// 20 ms plus up to 100 ms of jitter…
+const RETRY_DELAY: Duration = Duration::from_millis(20);
+const RETRY_JITTER: Duration = Duration::from_millis(100);
+/// …connects that fail within 200 ms, reconnects after 10 ms up to 200 ms…
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
+const BACKOFF_MAX: Duration = Duration::from_millis(200);
+/// …and a node that hangs for 2 s reset.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// Every process clock starts this far after the world's base instant (so local times never
 /// come before it, whatever the rate).
 const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
@@ -406,10 +420,10 @@ impl World {
         };
         let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
             .ttl(TTL)
-            .retry_delay(Duration::from_millis(20), Duration::from_millis(100))
-            .connect_timeout(Duration::from_millis(200))
-            .backoff(Duration::from_millis(10), Duration::from_millis(200))
-            .reply_timeout(Duration::from_secs(2))
+            .retry_delay(RETRY_DELAY, RETRY_JITTER)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .backoff(BACKOFF_MIN, BACKOFF_MAX)
+            .reply_timeout(REPLY_TIMEOUT)
             .quarantine(quarantine)
             .fencing(fencing)
             .shared()
@@ -444,7 +458,7 @@ impl World {
                 engine,
                 clock,
                 work: Work::Idle {
-                    until: now + Duration::from_nanos(rng.range(0, 20 * MS)),
+                    until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
                 },
                 wake: None,
                 paused_until: None,
@@ -1146,8 +1160,7 @@ impl World {
                     }
                     Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
-                        let pause =
-                            crate::client::retry_pause(&self.shared.config, self.rng.next());
+                        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
                         self.clients[c].work = Work::Idle { until: now + pause };
                     }
                 }
@@ -1205,7 +1218,7 @@ impl World {
             }
             Work::Releasing { id } if client.engine.is_done(id) => {
                 let _ = client.engine.take(id);
-                let think = Duration::from_nanos(self.rng.range(0, 20 * MS));
+                let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
                 self.clients[c].work = Work::Idle { until: now + think };
                 false
             }

@@ -8,9 +8,10 @@ use std::io;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
+use crate::config::ConnConfig;
 use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
-use crate::session::{ConnConfig, Kind, Script, Session, Sink};
+use crate::session::{Kind, Script, Session, Sink};
 
 /// What the client asks of the world (drained by the world after each call into the engine).
 #[derive(Debug)]
