@@ -18,7 +18,7 @@ use mio::{Interest, Registry, Token};
 use crate::addr::{Endpoint, NodeAddr};
 use crate::config::ConnConfig;
 use crate::error::NodeFault;
-use crate::session::{Kind, Script, Session, Sink};
+use crate::session::{Kind, ScriptCall, Session, Sink};
 #[cfg(feature = "tls")]
 use crate::tls::TlsStream;
 
@@ -286,19 +286,15 @@ impl Conn {
     }
 
     /// Queues a script call (see [`Session::script`]).
-    #[allow(clippy::too_many_arguments)]
     pub fn script(
         &mut self,
-        script: &Script,
-        tag: u64,
-        tail: &[u8],
-        argc: usize,
+        call: ScriptCall<'_>,
         now: Instant,
         registry: &Registry,
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(now, registry, sink)?;
-        self.session.script(script, tag, tail, argc, now);
+        self.session.script(call, now);
         Ok(())
     }
 

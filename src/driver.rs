@@ -13,7 +13,7 @@ use crate::config::ConnConfig;
 use crate::conn::{Conn, IoStats};
 use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
-use crate::session::{Kind, Script, Session};
+use crate::session::{Kind, ScriptCall, Session};
 
 /// The token of the [`Driver::waker`]: beyond any node index.
 const WAKER: Token = Token(usize::MAX - 1);
@@ -100,17 +100,12 @@ impl Net for Driver {
     fn script(
         &mut self,
         node: usize,
-        script: &Script,
-        tag: u64,
-        tail: &[u8],
-        argc: usize,
+        call: ScriptCall<'_>,
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         let registry = self.poll.registry();
-        self.conns[node].script(script, tag, tail, argc, now, registry, &mut |d| {
-            sink(node, now, d)
-        })
+        self.conns[node].script(call, now, registry, &mut |d| sink(node, now, d))
     }
 
     /// Starts a connection to node `node` if it has none and is not backing off.

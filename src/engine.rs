@@ -44,7 +44,7 @@ use crate::quarantine::NodeWatch;
 use crate::request::{NodeFence, NodeStatus, OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
-use crate::session::{Delivery, Kind, scripts};
+use crate::session::{Delivery, Kind, ScriptCall, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
 use crate::wait::{Queue, Seen, Waits, retry_pause, split_pause};
@@ -1086,7 +1086,7 @@ impl<N: Net> Engine<N> {
         match kind {
             ReqKind::Acquire { ttl } if config.fencing => {
                 // SET NX and the counter's read in one script (see `fence.rs`).
-                encode_tail(
+                let argc = encode_tail(
                     scratch,
                     &[
                         Arg::Int(2),
@@ -1101,7 +1101,13 @@ impl<N: Net> Engine<N> {
                     _ => &scripts()[2],
                 };
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let sent = net.script(node, script, tag, scratch, 5, now, &mut core.sink());
+                    let call = ScriptCall {
+                        script,
+                        tag,
+                        tail: scratch,
+                        argc,
+                    };
+                    let sent = net.script(node, call, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
@@ -1122,7 +1128,7 @@ impl<N: Net> Engine<N> {
                 }
             }
             ReqKind::Extend { ttl, .. } => {
-                encode_tail(
+                let argc = encode_tail(
                     scratch,
                     &[
                         Arg::Int(1),
@@ -1132,13 +1138,18 @@ impl<N: Net> Engine<N> {
                     ],
                 );
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let sent =
-                        net.script(node, &scripts()[1], tag, scratch, 4, now, &mut core.sink());
+                    let call = ScriptCall {
+                        script: &scripts()[1],
+                        tag,
+                        tail: scratch,
+                        argc,
+                    };
+                    let sent = net.script(node, call, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
             ReqKind::Release => {
-                encode_tail(
+                let argc = encode_tail(
                     scratch,
                     &[
                         Arg::Int(1),
@@ -1160,8 +1171,13 @@ impl<N: Net> Engine<N> {
                     if !behind {
                         core.slow[node] = false;
                     }
-                    let sent =
-                        net.script(node, &scripts()[0], tag, scratch, 3, now, &mut core.sink());
+                    let call = ScriptCall {
+                        script: &scripts()[0],
+                        tag,
+                        tail: scratch,
+                        argc,
+                    };
+                    let sent = net.script(node, call, now, &mut core.sink());
                     let ok = sent.is_ok();
                     core.sent(id, node, sent, now);
                     if ok && waited && !core.slow[node] {
@@ -1620,7 +1636,7 @@ impl<N: Net> Engine<N> {
                 } else {
                     b"0"
                 };
-                encode_tail(
+                let argc = encode_tail(
                     scratch,
                     &[
                         Arg::Int(2),
@@ -1632,15 +1648,13 @@ impl<N: Net> Engine<N> {
                         Arg::Bytes(seed),
                     ],
                 );
-                let sent = net.script(
-                    node,
-                    &scripts()[3],
-                    id.tag(),
-                    scratch,
-                    7,
-                    now,
-                    &mut core.sink(),
-                );
+                let call = ScriptCall {
+                    script: &scripts()[3],
+                    tag: id.tag(),
+                    tail: scratch,
+                    argc,
+                };
+                let sent = net.script(node, call, now, &mut core.sink());
                 core.sent(id, node, sent, now);
             }
         }
@@ -2502,12 +2516,13 @@ fn seed() -> u64 {
 }
 
 /// Encodes `args` as bulk strings (no array header): the tail of a script call.
-fn encode_tail(buf: &mut BytesMut, args: &[Arg<'_>]) {
+fn encode_tail(buf: &mut BytesMut, args: &[Arg<'_>]) -> usize {
     buf.clear();
     buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
     for arg in args {
         crate::resp::encode_bulk(buf, arg);
     }
+    args.len()
 }
 
 /// What a reply means for a vote, per request kind.

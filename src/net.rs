@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use crate::error::NodeFault;
-use crate::session::{Delivery, Kind, Script, Session};
+use crate::session::{Delivery, Kind, ScriptCall, Session};
 
 /// Receives every reply (or fault): the node's index, when it arrived (the `Net`'s clock) and
 /// the delivery.
@@ -42,10 +42,7 @@ pub(crate) trait Net {
     fn script(
         &mut self,
         node: usize,
-        script: &Script,
-        tag: u64,
-        tail: &[u8],
-        argc: usize,
+        call: ScriptCall<'_>,
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault>;

@@ -32,6 +32,16 @@ pub(crate) struct Script {
     pub sha: [u8; 40],
 }
 
+/// One script call: the script, the request's tag, and its arguments after the script's hash
+/// (`numkeys`, the keys, the values): `argc` RESP bulk strings, encoded in `tail`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScriptCall<'a> {
+    pub script: &'a Script,
+    pub tag: u64,
+    pub tail: &'a [u8],
+    pub argc: usize,
+}
+
 /// The channel a release notice is published on: this prefix, then the resource name.
 pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 
@@ -480,7 +490,13 @@ impl Session {
     /// Queues a script call: `EVALSHA` once the script is known on this connection, `EVAL`
     /// (which loads it) before. `tail` is the encoded `numkeys key... arg...` (`argc` bulk
     /// strings), the same for every node, so it is encoded once per operation.
-    pub fn script(&mut self, script: &Script, tag: u64, tail: &[u8], argc: usize, now: Instant) {
+    pub fn script(&mut self, call: ScriptCall<'_>, now: Instant) {
+        let ScriptCall {
+            script,
+            tag,
+            tail,
+            argc,
+        } = call;
         self.st
             .queue_script(script, tag, tail, argc, now, Sending::First);
     }
@@ -1074,7 +1090,15 @@ mod tests {
         let now = Instant::now();
         let mut s = connected("redis://127.0.0.1:1", now);
         let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n";
-        s.script(&scripts()[0], 1, tail, 3, now);
+        s.script(
+            ScriptCall {
+                script: &scripts()[0],
+                tag: 1,
+                tail,
+                argc: 3,
+            },
+            now,
+        );
         assert!(
             take_output(&mut s).contains("$4\r\nEVAL\r\n"),
             "not loaded yet: EVAL"
@@ -1083,7 +1107,15 @@ mod tests {
             feed(&mut s, b":1\r\n", now),
             vec![Got::Reply(1, "Integer(1)".into())]
         );
-        s.script(&scripts()[0], 2, tail, 3, now);
+        s.script(
+            ScriptCall {
+                script: &scripts()[0],
+                tag: 2,
+                tail,
+                argc: 3,
+            },
+            now,
+        );
         s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", now);
         assert!(take_output(&mut s).contains("EVALSHA"), "loaded: by hash");
         // Flushed behind our back: the fallback EVAL goes out, the SET's reply is not taken
@@ -1118,7 +1150,15 @@ mod tests {
         let mut s = connected("redis://127.0.0.1:1", now);
         s.request(Kind::Set, 1, b"*1\r\n$3\r\nSET\r\n", now);
         assert_eq!(feed(&mut s, b"+OK\r\n", now).len(), 1);
-        s.script(&scripts()[0], 2, b"$1\r\n1\r\n", 1, now);
+        s.script(
+            ScriptCall {
+                script: &scripts()[0],
+                tag: 2,
+                tail: b"$1\r\n1\r\n",
+                argc: 1,
+            },
+            now,
+        );
         s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", now);
         take_output(&mut s);
         let mut got = Vec::new();

@@ -11,7 +11,7 @@ use crate::addr::NodeAddr;
 use crate::config::ConnConfig;
 use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
-use crate::session::{Kind, Script, Session, Sink};
+use crate::session::{Kind, ScriptCall, Session, Sink};
 
 /// What the client asks of the world (drained by the world after each call into the engine).
 #[derive(Debug)]
@@ -177,17 +177,12 @@ impl Net for SimNet {
     fn script(
         &mut self,
         node: usize,
-        script: &Script,
-        tag: u64,
-        tail: &[u8],
-        argc: usize,
+        call: ScriptCall<'_>,
         now: Instant,
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(node, now, &mut |d| sink(node, now, d))?;
-        self.links[node]
-            .session
-            .script(script, tag, tail, argc, now);
+        self.links[node].session.script(call, now);
         Ok(())
     }
 
