@@ -113,7 +113,7 @@ fn run_clients(
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let pid = std::process::id();
-    let tallies = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let workers: Vec<_> = handles
             .iter()
             .enumerate()
@@ -136,17 +136,8 @@ fn run_clients(
             std::thread::sleep(Duration::from_millis(100));
         }
         bar.finish_and_clear();
-        workers
-            .into_iter()
-            .map(|w| w.join())
-            .collect::<Result<Vec<Tally>, _>>()
+        Tally::join(workers, "a bench client panicked")
     })
-    .map_err(|_| Fail::new(exit::INTERNAL, "a bench client panicked"))?;
-    let mut t = Tally::new();
-    for x in &tallies {
-        t.merge(x);
-    }
-    Ok(t)
 }
 
 /// The throughput line and the latency table.

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -176,7 +177,20 @@ impl Tally {
         self.cycles += 1;
     }
 
-    pub(super) fn merge(&mut self, other: &Tally) {
+    /// Waits for the clients and merges their tallies; `panicked` is the failure if one did.
+    pub(super) fn join(
+        workers: Vec<ScopedJoinHandle<'_, Tally>>,
+        panicked: &'static str,
+    ) -> Result<Tally, Fail> {
+        let mut total = Tally::new();
+        for w in workers {
+            let t = w.join().map_err(|_| Fail::new(exit::INTERNAL, panicked))?;
+            total.merge(&t);
+        }
+        Ok(total)
+    }
+
+    fn merge(&mut self, other: &Tally) {
         let _ = self.acquire.add(&other.acquire);
         let _ = self.release.add(&other.release);
         let _ = self.cycle.add(&other.cycle);
@@ -231,7 +245,7 @@ fn demo_phase(
 ) -> Result<Option<(Board, Tally, Duration)>, Fail> {
     let board = Board::default();
     let started = Instant::now();
-    let tallies = std::thread::scope(|s| {
+    let total = std::thread::scope(|s| {
         let workers: Vec<_> = handles
             .iter()
             .map(|r| s.spawn(|| demo_client(r, &board, interrupted)))
@@ -254,19 +268,11 @@ fn demo_phase(
         }
         board.stop.store(true, Ordering::SeqCst);
         bar.finish_and_clear();
-        workers
-            .into_iter()
-            .map(|w| w.join())
-            .collect::<Result<Vec<Tally>, _>>()
-    })
-    .map_err(|_| Fail::new(exit::INTERNAL, "a demo client panicked"))?;
+        Tally::join(workers, "a demo client panicked")
+    })?;
     let elapsed = started.elapsed();
     if interrupted.load(Ordering::Relaxed) {
         return Ok(None);
-    }
-    let mut total = Tally::new();
-    for t in &tallies {
-        total.merge(t);
     }
     Ok(Some((board, total, elapsed)))
 }
