@@ -11,16 +11,13 @@
 //! `examples/bench_table.rs` (`scripts/bench`). Under `cargo test` (no `--bench` argument) this
 //! target starts nothing and returns at once.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "support/mod.rs"]
 mod support;
 
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion};
+use redis_local::{Cluster, Relay};
 use support::clients::{self, Kind};
-use support::relay::Relay;
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -35,7 +32,7 @@ fn main() {
         .sample_size(30)
         .configure_from_args();
 
-    let servers = common::Servers::start(5);
+    let servers = Cluster::start(5);
     let direct = servers.urls();
     for n in [1, 3, 5] {
         let mut group = c.benchmark_group(format!("loopback/N={n}"));

@@ -12,10 +12,8 @@
 
 use std::time::Duration;
 
+use redis_local::Cluster;
 use redlock_mux::{Builder, LOG_TARGET};
-
-#[path = "../tests/common/mod.rs"]
-mod common;
 
 /// Prints every event of this crate on stderr: level, message, then the key-values.
 struct Stderr;
@@ -58,7 +56,7 @@ fn main() -> Result<(), redlock_mux::Error> {
     log::set_max_level(log::LevelFilter::Debug);
 
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut local = args.is_empty().then(|| common::Servers::start(3));
+    let mut local = args.is_empty().then(|| Cluster::start(3));
     let urls = local.as_ref().map_or(args, |s| s.urls());
     let mut builder = Builder::new(&urls);
     if local.is_some() {

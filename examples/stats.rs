@@ -10,10 +10,8 @@
 
 use std::time::Duration;
 
+use redis_local::Cluster;
 use redlock_mux::{Builder, Histogram};
-
-#[path = "../tests/common/mod.rs"]
-mod common;
 
 const CYCLES: usize = 1_000;
 
@@ -34,7 +32,7 @@ fn percentiles(h: &Histogram) -> String {
 
 fn main() -> Result<(), redlock_mux::Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let local = args.is_empty().then(|| common::Servers::start(3));
+    let local = args.is_empty().then(|| Cluster::start(3));
     let urls = local.as_ref().map_or(args, |s| s.urls());
     let mut builder = Builder::new(&urls);
     if local.is_some() {

@@ -20,12 +20,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use redis_local::Cluster;
 use redlock_mux::{AsyncRedlock, Builder, LockWatch};
 
 // Local servers when none are given: the test suite's harness (free loopback ports, no
 // persistence, killed on exit; it says how to install redis-server if it is missing).
-#[path = "../tests/common/mod.rs"]
-mod common;
 
 const PRODUCTS: usize = 32;
 const TASKS: usize = 256;
@@ -44,7 +43,7 @@ async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let _servers;
     let urls = if args.is_empty() {
-        let local = common::Servers::start(3);
+        let local = Cluster::start(3);
         let urls = local.urls();
         _servers = Some(local);
         urls

@@ -1,46 +1,17 @@
 //! Allocation counts that do not depend on the machine, measured with a counting global allocator
 //! that counts per thread (so parallel tests do not disturb each other).
 
-mod common;
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
+use redis_local::CountingAlloc;
 use redlock_mux::resp::{Decoder, Frame, Limits, Status};
 
-struct Counting;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // try_with: the allocator may run while this thread's locals are being torn down.
-    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
+/// Allocations this thread makes in `f` (other tests run on other threads).
 fn allocations_during(f: impl FnOnce()) -> u64 {
-    let before = ALLOCATIONS.with(Cell::get);
-    f();
-    ALLOCATIONS.with(Cell::get) - before
+    CountingAlloc::on_this_thread_during(f)
 }
 
 #[test]
@@ -85,7 +56,7 @@ fn decoding_replies_allocates_nothing() {
 
 #[test]
 fn a_lock_cycle_allocates_nothing_in_steady_state() {
-    let servers = common::Servers::start(5);
+    let servers = redis_local::Cluster::start(5);
     let mut c = redlock_mux::Builder::new(servers.urls())
         .quarantine(None)
         .build_client()
@@ -175,7 +146,7 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
 
 #[test]
 fn a_lock_cycle_through_a_shared_handle_allocates_nothing_on_the_calling_thread() {
-    let servers = common::Servers::start(5);
+    let servers = redis_local::Cluster::start(5);
     let redlock = redlock_mux::Builder::new(servers.urls())
         .quarantine(None)
         .build()

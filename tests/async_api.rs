@@ -4,8 +4,6 @@
 //! before it is sent, with replies pending, after the quorum was reached but before the caller
 //! looked, with a frozen node, with a connection killed — leaving no key behind.
 
-mod common;
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,12 +12,12 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{
     AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockGuard, LockWatch,
 };
 
-fn builder(servers: &Servers) -> Builder {
+fn builder(servers: &Cluster) -> Builder {
     Builder::new(servers.urls())
         .quarantine(None)
         // Timing is not what these tests check: room for a loaded machine.
@@ -27,11 +25,11 @@ fn builder(servers: &Servers) -> Builder {
         .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
 }
 
-fn handle(servers: &Servers) -> AsyncRedlock {
+fn handle(servers: &Cluster) -> AsyncRedlock {
     builder(servers).build_async().unwrap()
 }
 
-fn holders(servers: &Servers, key: &str) -> Vec<Option<String>> {
+fn holders(servers: &Cluster, key: &str) -> Vec<Option<String>> {
     servers.iter().map(|s| s.get(key)).collect()
 }
 
@@ -128,7 +126,7 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 }
 
 /// Flushes every release and checks that no node holds `key`.
-fn assert_released(redlock: &AsyncRedlock, servers: &Servers, key: &str) {
+fn assert_released(redlock: &AsyncRedlock, servers: &Cluster, key: &str) {
     let report = redlock.blocking().shutdown(Duration::from_secs(10));
     assert_eq!(report.unconfirmed, 0, "{report:?}");
     assert_eq!(
@@ -220,7 +218,7 @@ fn tour_ok(seen: Vec<String>) {
 
 #[test]
 fn the_same_futures_run_under_tokio_multi_thread() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -233,7 +231,7 @@ fn the_same_futures_run_under_tokio_multi_thread() {
 
 #[test]
 fn the_same_futures_run_under_tokio_current_thread() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -243,7 +241,7 @@ fn the_same_futures_run_under_tokio_current_thread() {
 
 #[test]
 fn the_same_futures_run_under_the_futures_executors() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     tour_ok(futures::executor::block_on(tour(redlock.clone(), "fx")));
     let pool = futures::executor::ThreadPool::builder()
@@ -259,7 +257,7 @@ fn the_same_futures_run_under_the_futures_executors() {
 
 #[test]
 fn the_same_futures_run_from_a_plain_thread_with_a_minimal_block_on() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     tour_ok(block_on(tour(redlock, "plain")));
 }
@@ -273,7 +271,7 @@ fn guards_are_owned_send_and_static() {
     owned::<LockWatch>();
     owned::<AsyncRedlock>();
     fn send<T: Send>(_: &T) {}
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let redlock = handle(&servers);
     // The futures are Send (they borrow the handle; a task takes a clone of it).
     send(&redlock.lock("x"));
@@ -305,7 +303,7 @@ fn guards_are_owned_send_and_static() {
 
 #[test]
 fn dropping_guards_then_shutdown_flushes_their_releases() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
@@ -332,7 +330,7 @@ fn dropping_guards_then_shutdown_flushes_their_releases() {
 
 #[test]
 fn an_acquire_dropped_before_it_was_polled_sends_nothing() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     assert_eq!(
         redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
@@ -347,7 +345,7 @@ fn an_acquire_dropped_before_it_was_polled_sends_nothing() {
 
 #[test]
 fn an_acquire_dropped_with_replies_pending_is_released() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let (probe, _) = probe();
     for i in 0..20 {
@@ -361,7 +359,7 @@ fn an_acquire_dropped_with_replies_pending_is_released() {
 
 #[test]
 fn an_acquire_dropped_after_its_quorum_but_before_it_was_polled_is_released() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let (probe, _) = probe();
     let attempt = pending_acquire(&redlock, "won", &probe);
@@ -374,7 +372,7 @@ fn an_acquire_dropped_after_its_quorum_but_before_it_was_polled_is_released() {
 
 #[test]
 fn an_acquire_dropped_with_a_frozen_node_is_released_there_when_it_wakes() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let redlock = handle(&servers);
     assert_eq!(
         redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
@@ -400,7 +398,7 @@ fn an_acquire_dropped_with_a_frozen_node_is_released_there_when_it_wakes() {
 
 #[test]
 fn an_acquire_dropped_while_a_connection_is_cut_is_released_when_the_node_is_back() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let (probe, _) = probe();
     let attempt = pending_acquire(&redlock, "cut", &probe);
@@ -414,7 +412,7 @@ fn an_acquire_dropped_while_a_connection_is_cut_is_released_when_the_node_is_bac
 
 #[test]
 fn an_extend_dropped_in_flight_cuts_the_validity_to_the_worst_it_could_set() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let mut lock = futures::executor::block_on(redlock.try_lock("ext")).unwrap();
     assert!(lock.validity() > Duration::from_secs(29));
@@ -437,7 +435,7 @@ fn an_extend_dropped_in_flight_cuts_the_validity_to_the_worst_it_could_set() {
 
 #[test]
 fn an_unlock_dropped_in_flight_still_releases() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let lock = futures::executor::block_on(redlock.try_lock("unl")).unwrap();
     let (_, waker) = probe();
@@ -449,7 +447,7 @@ fn an_unlock_dropped_in_flight_still_releases() {
 
 #[test]
 fn requests_dropped_while_queued_for_a_busy_engine() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let lock = futures::executor::block_on(redlock.try_lock("queued")).unwrap();
     let (_, waker) = probe();
@@ -477,7 +475,7 @@ fn requests_dropped_while_queued_for_a_busy_engine() {
 
 #[test]
 fn a_lock_held_by_a_dropped_with_lock_future_is_released() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = handle(&servers);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -499,7 +497,7 @@ fn a_lock_held_by_a_dropped_with_lock_future_is_released() {
 
 #[test]
 fn a_kept_lock_that_is_lost_wakes_its_async_waiters() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .ttl(Duration::from_millis(600))
         .build_async()

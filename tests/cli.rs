@@ -3,8 +3,6 @@
 //! its watchdog, the terminal on a pseudo-terminal), `acquire` / `extend` / `release`, `status`,
 //! usage and authentication errors, `demo` and `bench`.
 
-mod common;
-
 use std::fs;
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -12,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Servers};
+use redis_local::{Cluster, Server};
 
 const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 /// Longest any single redlock invocation may take in these tests.
@@ -136,7 +134,7 @@ fn acquire(urls: &[String], resource: &str, ttl: &str) -> String {
 
 #[test]
 fn run_passes_environment_and_exit_code_and_releases() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // The servers come from REDLOCK_SERVERS here; the child inherits it and runs `status`
     // (`$0` is the redlock binary) while it holds the lock.
     let script = r#"printf '%s %s %s\n' "$REDLOCK_RESOURCE" "$REDLOCK_TOKEN" "$REDLOCK_VALIDITY_MS"
@@ -174,7 +172,7 @@ exit 7"#;
 
 #[test]
 fn contention_gives_75_after_wait() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     let token = acquire(&urls, "job", "20s");
     let t0 = Instant::now();
@@ -204,7 +202,7 @@ fn contention_gives_75_after_wait() {
 
 #[test]
 fn lost_lock_gives_79_and_command_gets_sigterm_then_sigkill() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let dir = tempfile::tempdir().unwrap();
     // Traps SIGTERM (writes a file) and keeps running, so that redlock must also SIGKILL it.
     let script = r#"trap 'echo term >> "$1/termed"' TERM
@@ -235,7 +233,7 @@ while :; do sleep 0.05; done"#;
 
 #[test]
 fn sigterm_is_forwarded_and_the_lock_released() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"trap 'echo term >> "$1/termed"; exit 42' TERM
 touch "$1/started"
@@ -302,7 +300,7 @@ fn wait_dead(pid: i32, limit: Duration) -> bool {
             return true;
         }
         if n == 0 && Instant::now() >= deadline {
-            return common::pid_is_dead(pid as u32);
+            return redis_local::pid_is_dead(pid as u32);
         }
     }
 }
@@ -338,7 +336,7 @@ impl Drop for Reap {
         // SAFETY: getpgrp(2) has no preconditions.
         let ours = unsafe { libc::getpgrp() };
         for &pid in &self.0 {
-            if common::pid_is_dead(pid as u32) || is_us_or_ancestor(pid) {
+            if redis_local::pid_is_dead(pid as u32) || is_us_or_ancestor(pid) {
                 continue;
             }
             // SAFETY: getpgid(2) and kill(2) with plain integers; the pid was alive just now.
@@ -363,7 +361,7 @@ fn signal(child: &Child, signal: i32) {
 
 #[test]
 fn sigkill_of_redlock_kills_command_before_the_lock_expires() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     let dir = tempfile::tempdir().unwrap();
     let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
@@ -392,7 +390,7 @@ while :; do sleep 0.05; done"#;
 
 #[test]
 fn sigkill_of_redlock_kills_grandchildren() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script =
         r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
@@ -416,7 +414,7 @@ fn sigkill_of_redlock_kills_grandchildren() {
 
 #[test]
 fn forwarded_sigterm_reaches_grandchildren() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script =
         r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
@@ -439,7 +437,7 @@ fn forwarded_sigterm_reaches_grandchildren() {
 /// Starts `redlock run --ttl 1s ARGS job -- sh -c SCRIPT sh DIR` on 5 servers, waits for the pid
 /// the script writes to DIR/pid, and freezes 3 of the servers so that the lock is lost.
 fn run_and_lose_the_lock(
-    servers: &mut Servers,
+    servers: &mut Cluster,
     dir: &Path,
     args: &[&str],
     script: &str,
@@ -460,7 +458,7 @@ fn run_and_lose_the_lock(
 
 #[test]
 fn lost_lock_kills_grandchildren() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let dir = tempfile::tempdir().unwrap();
     let script =
         r#"sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
@@ -481,7 +479,7 @@ fn lost_lock_kills_grandchildren() {
 
 #[test]
 fn lost_lock_sigkills_a_group_that_ignores_sigterm() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let dir = tempfile::tempdir().unwrap();
     // `sleep` inherits the ignored SIGTERM.
     let script = r#"trap '' TERM
@@ -503,7 +501,7 @@ sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wai
 
 #[test]
 fn lost_lock_grace_never_outlasts_the_validity() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"trap '' TERM
 sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wait"#;
@@ -526,7 +524,7 @@ sleep 30 >/dev/null 2>&1 & echo $! > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"; wai
 
 #[test]
 fn sigstop_of_redlock_cannot_keep_command_running_past_the_lock() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
 while :; do sleep 0.05; done"#;
@@ -660,7 +658,7 @@ echo "$? $(cut -d' ' -f5,8 /proc/$$/stat)" > "$d/after""#
 
 #[test]
 fn command_gets_the_terminal_and_ctrl_c_once_then_redlock_takes_it_back() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
 read -r line; echo "$line" > "$1/line"
@@ -706,7 +704,7 @@ while :; do sleep 0.05; done"#;
 
 #[test]
 fn without_terminal_stdin_ctrl_c_is_forwarded_once_and_the_terminal_given_on_demand() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
 trap 'echo int >> "$1/ints"' INT
@@ -740,7 +738,7 @@ read -r line < /dev/tty; echo "$line" > "$1/line""#;
 
 #[test]
 fn watchdog_holds_nothing_and_exits_after_a_normal_finish() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
     let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
 while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
@@ -850,7 +848,7 @@ fn bad_address_duration_or_flag_gives_64() {
 
 #[test]
 fn acquire_extend_release_round_trip() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     let o = output(redlock(&urls).args(["acquire", "--ttl", "10s", "job"]));
     assert_code(&o, 0);
@@ -890,7 +888,7 @@ fn acquire_extend_release_round_trip() {
 
 #[test]
 fn status_shows_the_holder_and_unreachable_nodes() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let urls = servers.urls();
     let token = acquire(&urls, "job", "30s");
     let down = servers[2].addr();
@@ -932,7 +930,7 @@ fn status_shows_the_holder_and_unreachable_nodes() {
 
 #[test]
 fn refused_credentials_give_77() {
-    let servers = Servers::start_with(3, RedisServer::builder().requirepass("secret"));
+    let servers = Cluster::start_with(3, Server::builder().requirepass("secret"));
     let with = |pass: &str| -> Vec<String> {
         servers
             .addrs()
@@ -1031,7 +1029,7 @@ fn help_documents_exit_codes_and_environment() {
 
 #[test]
 fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     let token = acquire(&urls, "handoff", "60s");
     // A retry pause the test never waits for: only the release notice can wake the waiter.
@@ -1064,7 +1062,7 @@ fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
 
 #[test]
 fn fence_flag_prints_exports_and_shows_the_fence() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     // acquire --fence: the token, a space, the fence.
     let o = output(redlock(&urls).args(["--fence", "acquire", "--ttl", "5s", "job"]));
@@ -1120,7 +1118,7 @@ fn json_of(o: &Output) -> serde_json::Value {
 
 #[test]
 fn flock_conventions_wait_nonblock_conflict_code_shell_and_quiet() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     acquire(&urls, "job", "30s");
     // -n: one attempt; -E: the code for "held elsewhere"; -q: no message for it.
@@ -1160,7 +1158,7 @@ fn flock_conventions_wait_nonblock_conflict_code_shell_and_quiet() {
 
 #[test]
 fn json_output_is_one_object_on_stdout() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     let o = output(redlock(&urls).args(["acquire", "--json", "--ttl", "20s", "job"]));
     assert_code(&o, 0);
@@ -1214,7 +1212,7 @@ fn json_output_is_one_object_on_stdout() {
 
 #[test]
 fn fresh_servers_say_what_the_quarantine_is_and_what_to_do() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     // One attempt: its own exit code (not 69 "unreachable", not 75 "held"), and the way out.
     let o = output(plain(&urls).args(["acquire", "-n", "job"]));
@@ -1248,7 +1246,7 @@ fn fresh_servers_say_what_the_quarantine_is_and_what_to_do() {
 
 #[test]
 fn messages_name_every_node_shorten_long_names_and_use_human_units() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = servers.urls();
     acquire(&urls, "job", "30s");
     // Decided early: every node is named, the ones not waited for too.
@@ -1332,7 +1330,7 @@ fn every_option_a_subcommand_takes_means_something_there() {
 
 #[test]
 fn configuration_the_servers_do_not_match_gives_78_and_duplicates_are_caught() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // A database the server does not have: a configuration error, not "no quorum" (69).
     let db99: Vec<String> = servers
         .addrs()
@@ -1366,12 +1364,12 @@ fn configuration_the_servers_do_not_match_gives_78_and_duplicates_are_caught() {
 #[cfg(feature = "tls")]
 #[test]
 fn tls_servers_through_the_tls_options() {
-    use common::ClientAuth;
-    use common::pki::Pki;
+    use redis_local::ClientAuth;
+    use redis_local::Pki;
 
     let pki = Pki::generate();
-    let servers = Servers::start_with(3, RedisServer::builder().tls(&pki, ClientAuth::Required));
-    let urls: Vec<String> = servers.iter().map(RedisServer::tls_url).collect();
+    let servers = Cluster::start_with(3, Server::builder().tls(&pki, ClientAuth::Required));
+    let urls: Vec<String> = servers.iter().map(Server::tls_url).collect();
     let tls = |cmd: &mut Command, ca: &Path| {
         cmd.arg("--tls-ca")
             .arg(ca)
@@ -1433,7 +1431,7 @@ fn tls_servers_through_the_tls_options() {
         stderr(&o)
     );
 
-    let plain_urls = vec![servers.0[0].url()];
+    let plain_urls = vec![servers[0].url()];
     let mut cmd = plain(&plain_urls);
     cmd.args(["acquire", "--quarantine", "off", "-n", "tls-job"]);
     tls(&mut cmd, &pki.ca());
@@ -1444,7 +1442,7 @@ fn tls_servers_through_the_tls_options() {
 
 #[test]
 fn status_shows_each_node_reachability_probe_latency_and_quarantine() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let urls = servers.urls();
     // Fresh servers: within a 1 h window every node is in its restart quarantine.
     let o = output(plain(&urls).args(["status", "--json", "--quarantine", "1h", "job"]));
@@ -1485,7 +1483,7 @@ fn status_shows_each_node_reachability_probe_latency_and_quarantine() {
 
 #[test]
 fn acquire_warns_when_nodes_were_unreachable_and_only_then() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let urls = servers.urls();
     // All up: no warning, every node's vote in --json.
     let o = output(redlock(&urls).args(["acquire", "--json", "all-up"]));

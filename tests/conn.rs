@@ -1,11 +1,9 @@
 //! Connections against real servers: handshakes (password, ACL user, db, Unix socket, RESP3,
 //! client name), a frozen node resumed later, refused connections and backoff, syscall counts.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{RedisServer, Servers};
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Client, Error, NodeFault};
 
 fn client(urls: Vec<String>) -> Client {
@@ -32,7 +30,7 @@ fn cycle(c: &mut Client, resource: &str) -> usize {
 
 #[test]
 fn password_acl_user_db_and_client_name() {
-    let s = RedisServer::builder()
+    let s = Server::builder()
         .requirepass("pw")
         .acl_user("alice on >s3cret ~* +@all")
         .start();
@@ -60,7 +58,7 @@ fn password_acl_user_db_and_client_name() {
 
 #[test]
 fn wrong_or_missing_credentials_are_an_auth_error_naming_the_node() {
-    let s = RedisServer::builder()
+    let s = Server::builder()
         .requirepass("pw")
         .acl_user("alice on >s3cret ~* +@all")
         .start();
@@ -90,7 +88,7 @@ fn wrong_or_missing_credentials_are_an_auth_error_naming_the_node() {
 
 #[test]
 fn unix_socket_and_resp3() {
-    let s = RedisServer::builder().unix_socket(true).start();
+    let s = Server::builder().unix_socket(true).start();
     let path = s.unix_path().unwrap();
     let mut c = client(vec![format!("redis+unix://{}", path.display())]);
     assert_eq!(cycle(&mut c, "a"), 1);
@@ -112,7 +110,7 @@ fn unix_socket_and_resp3() {
 
 #[test]
 fn a_frozen_node_resumed_later_does_not_mix_up_replies() {
-    let mut servers = Servers::start(1);
+    let mut servers = Cluster::start(1);
     let mut c = Builder::new(servers.urls())
         .quarantine(None)
         .node_timeout(Duration::from_millis(30))
@@ -144,7 +142,7 @@ fn a_frozen_node_resumed_later_does_not_mix_up_replies() {
 
 #[test]
 fn a_refused_connection_backs_off_instead_of_reconnecting_on_every_attempt() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(servers.urls());
     assert_eq!(cycle(&mut c, "a"), 3);
     servers[2].kill();
@@ -193,7 +191,7 @@ fn a_refused_connection_backs_off_instead_of_reconnecting_on_every_attempt() {
 
 #[test]
 fn one_round_costs_one_write_per_node() {
-    let servers = Servers::start(5);
+    let servers = Cluster::start(5);
     let mut c = client(servers.urls());
     for _ in 0..20 {
         cycle(&mut c, "warm");
@@ -227,7 +225,7 @@ fn one_round_costs_one_write_per_node() {
 
 #[test]
 fn buffers_stay_bounded_when_a_node_keeps_quiet() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = Builder::new(servers.urls())
         .quarantine(None)
         .node_timeout(Duration::from_millis(5))
@@ -257,7 +255,7 @@ fn buffers_stay_bounded_when_a_node_keeps_quiet() {
 
 #[test]
 fn connect_warms_every_node_before_the_first_attempt() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(servers.urls());
     assert_eq!(c.connect(Duration::from_secs(5)), 3);
     let connects = c.io_stats().connects;
@@ -278,7 +276,7 @@ fn connect_warms_every_node_before_the_first_attempt() {
 
 #[test]
 fn a_database_the_server_does_not_have_is_a_configuration_fault() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // 16 databases (0 to 15), redis-server's default: 99 does not exist on the first node.
     let mut urls = servers.urls();
     urls[0] = format!("{}/99", urls[0]);
@@ -319,9 +317,9 @@ fn the_production_acl_rule_of_the_readme_is_enough() {
         .find(|l| l.starts_with("ACL SETUSER locker "))
         .expect("the ACL rule in the README");
     let rule = line["ACL SETUSER ".len()..].replace(">PASSWORD", ">pw");
-    let servers = Servers::start_with(
+    let servers = Cluster::start_with(
         3,
-        RedisServer::builder()
+        Server::builder()
             .acl_user(&rule)
             .acl_user("admin on >adminpw ~* &* +@all")
             .acl_user("default off")

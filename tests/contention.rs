@@ -4,19 +4,17 @@
 //! deadline passes, or whose future is dropped, leaves the queue holding nothing; a zero retry
 //! delay does not turn waiting into a storm of attempts.
 
-mod common;
-
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Servers};
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Error, Redlock};
 
 /// A retry pause no test waits for: anything that completes did so without polling.
 const NEVER: Duration = Duration::from_secs(30);
 
-fn builder(servers: &Servers) -> Builder {
+fn builder(servers: &Cluster) -> Builder {
     Builder::new(servers.urls())
         .quarantine(None)
         // Timing is not what these tests check: room for a loaded machine.
@@ -24,7 +22,7 @@ fn builder(servers: &Servers) -> Builder {
 }
 
 /// `SET` calls the server has run since its statistics were last reset.
-fn set_calls(server: &RedisServer) -> u64 {
+fn set_calls(server: &Server) -> u64 {
     server
         .info("commandstats")
         .lines()
@@ -32,7 +30,7 @@ fn set_calls(server: &RedisServer) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
-fn reset_stats(servers: &Servers) {
+fn reset_stats(servers: &Cluster) {
     for s in servers.iter() {
         s.cmd(&["CONFIG", "RESETSTAT"]);
     }
@@ -56,7 +54,7 @@ fn until_waiting(redlock: &Redlock, resource: &str, n: usize) {
     }
 }
 
-fn assert_no_key(servers: &Servers, key: &str) {
+fn assert_no_key(servers: &Cluster, key: &str) {
     for s in servers.iter() {
         assert_eq!(s.get(key), None, "{key} left on {}", s.addr());
     }
@@ -64,7 +62,7 @@ fn assert_no_key(servers: &Servers, key: &str) {
 
 #[test]
 fn waiters_queue_in_arrival_order_and_only_the_head_competes() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // With this retry pause, a waiter that depended on polling would not finish in the test.
     let redlock = builder(&servers)
         .retry_delay(NEVER, Duration::ZERO)
@@ -104,7 +102,7 @@ fn waiters_queue_in_arrival_order_and_only_the_head_competes() {
 fn two_callers_taking_turns_never_wait_for_the_retry_pause() {
     // The release of one may come while the other's attempt is in flight; it must still be
     // noticed (the attempt is made again at once), or the caller waits for the pause.
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .retry_delay(NEVER, Duration::ZERO)
         .build()
@@ -130,7 +128,7 @@ fn two_callers_taking_turns_never_wait_for_the_retry_pause() {
 
 #[test]
 fn a_waiter_whose_deadline_passes_leaves_the_queue_and_the_next_one_still_gets_it() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .retry_delay(NEVER, Duration::ZERO)
         .build()
@@ -163,7 +161,7 @@ fn a_waiter_whose_deadline_passes_leaves_the_queue_and_the_next_one_still_gets_i
 
 #[test]
 fn a_zero_retry_delay_does_not_turn_waiting_into_a_storm() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .retry_delay(Duration::ZERO, Duration::ZERO)
         .build()
@@ -215,7 +213,7 @@ fn a_zero_retry_delay_does_not_turn_waiting_into_a_storm() {
 
 #[test]
 fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .retry_delay(NEVER, Duration::ZERO)
         .build()
@@ -262,7 +260,7 @@ const SOON: Duration = Duration::from_secs(10);
 
 #[test]
 fn a_waiter_is_woken_by_another_clients_release() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // Two handles: two engines, two sets of connections — two clients, as two processes are.
     let holder = builder(&servers).build().unwrap();
     let waiter = builder(&servers)
@@ -296,7 +294,7 @@ fn a_waiter_is_woken_by_another_clients_release() {
 
 #[test]
 fn a_release_by_a_client_that_does_not_publish_is_noticed_by_the_fallback_poll() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let poll = Duration::from_millis(20);
     let waiter = builder(&servers).retry_delay(poll, poll).build().unwrap();
     // Another library's lock: a plain SET NX PX, released with a plain DEL (no notice).
@@ -321,7 +319,7 @@ fn a_release_by_a_client_that_does_not_publish_is_noticed_by_the_fallback_poll()
 
 #[test]
 fn waiters_are_woken_with_a_node_frozen() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let holder = builder(&servers).build().unwrap();
     let waiter = builder(&servers)
         .retry_delay(NEVER, Duration::ZERO)
@@ -352,9 +350,9 @@ fn waiters_are_woken_with_a_node_frozen() {
 
 #[test]
 fn a_user_who_may_not_publish_or_subscribe_still_locks_and_waits_by_polling() {
-    let servers = Servers::start_with(
+    let servers = Cluster::start_with(
         3,
-        RedisServer::builder().acl_user("locker on >pw ~* +@all resetchannels"),
+        Server::builder().acl_user("locker on >pw ~* +@all resetchannels"),
     );
     let urls: Vec<String> = servers
         .ports()
@@ -391,7 +389,7 @@ fn a_user_who_may_not_publish_or_subscribe_still_locks_and_waits_by_polling() {
 /// the fix, a one-second wait sent thousands of `SET`s and kept a CPU busy).
 #[test]
 fn a_waiter_without_a_quorum_retries_at_the_pause_not_at_its_own_notices() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = Builder::new(servers.urls())
         .ttl(Duration::from_secs(30))
         .node_timeout(Duration::from_millis(200))

@@ -2,16 +2,14 @@
 //! and at the handshake when only the server can (its `run_id`: TCP and a Unix socket of one
 //! server); a duplicate never counts towards a quorum.
 
-mod common;
-
 use std::time::Duration;
 
-use common::RedisServer;
+use redis_local::Server;
 use redlock_mux::{Builder, Error, NodeFault, Report};
 
 #[test]
 fn two_spellings_of_one_endpoint_are_refused_when_building() {
-    let server = RedisServer::start();
+    let server = Server::start();
     let port = server.port();
     let cases = [
         (
@@ -60,7 +58,7 @@ fn builder(urls: &[String]) -> Builder {
 }
 
 /// The server's `run_id`, from `INFO server`.
-fn run_id(server: &RedisServer) -> String {
+fn run_id(server: &Server) -> String {
     server
         .info("server")
         .lines()
@@ -80,8 +78,8 @@ fn fault_of(report: &Report, node: &str) -> Option<NodeFault> {
 
 #[test]
 fn tcp_and_unix_socket_of_one_server_count_once() {
-    let a = RedisServer::builder().unix_socket(true).start();
-    let b = RedisServer::start();
+    let a = Server::builder().unix_socket(true).start();
+    let b = Server::start();
     let path = a.unix_path().expect("unix socket");
     let tcp = a.url();
     let unix = format!("redis+unix://{}", path.display());
@@ -148,9 +146,9 @@ fn tcp_and_unix_socket_of_one_server_count_once() {
 fn an_acl_user_without_info_is_not_checked_but_still_served() {
     // Neither the quarantine nor fencing needs INFO: its refusal leaves the nodes unchecked,
     // and locks work.
-    let servers: Vec<RedisServer> = (0..3)
+    let servers: Vec<Server> = (0..3)
         .map(|_| {
-            RedisServer::builder()
+            Server::builder()
                 .acl_user("locker on >pw ~* +@all -info")
                 .start()
         })

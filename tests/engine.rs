@@ -2,12 +2,10 @@
 //! for all threads of a handle, and releases a node could not confirm (the ledger of keys of
 //! unknown fate) sent again when it is back.
 
-mod common;
-
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{Builder, Redlock};
 
 /// Polls `cond` every few ms until it holds; panics with `what` after `within`.
@@ -21,7 +19,7 @@ fn wait_for(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn sixty_four_acquires_queued_together_go_out_in_one_write_per_node() {
-    let servers = Servers::start(5);
+    let servers = Cluster::start(5);
     let mut c = Builder::new(servers.urls())
         .quarantine(None)
         .build_client()
@@ -47,7 +45,7 @@ fn sixty_four_acquires_queued_together_go_out_in_one_write_per_node() {
 
 #[test]
 fn threads_sharing_a_handle_share_one_connection_per_node() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = Builder::new(servers.urls())
         .quarantine(None)
         .client_name("engine-test")
@@ -83,7 +81,7 @@ fn threads_sharing_a_handle_share_one_connection_per_node() {
 }
 
 /// The server's view of a handle's connections: how many carry `name`.
-fn connections_named(server: &common::RedisServer, name: &str) -> usize {
+fn connections_named(server: &redis_local::Server, name: &str) -> usize {
     let list = match server.cmd(&["CLIENT", "LIST"]) {
         redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
         redis::Value::VerbatimString { text, .. } => text,
@@ -98,7 +96,7 @@ fn connections_named(server: &common::RedisServer, name: &str) -> usize {
 /// caller's operations (before, a keeper thread had connections of its own: two per node).
 #[test]
 fn kept_locks_are_renewed_on_the_connections_the_callers_use() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_millis(600);
     let redlock = Builder::new(servers.urls())
         .quarantine(None)
@@ -153,7 +151,7 @@ fn kept_locks_are_renewed_on_the_connections_the_callers_use() {
 
 #[test]
 fn a_release_a_frozen_node_never_got_is_sent_when_it_is_back() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let redlock: Redlock = Builder::new(servers.urls())
         .quarantine(None)
         .reply_timeout(Duration::from_millis(200))
@@ -197,7 +195,7 @@ fn a_release_a_frozen_node_never_got_is_sent_when_it_is_back() {
 
 #[test]
 fn a_release_not_waited_for_is_not_overtaken_by_a_later_acquire() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = Builder::new(servers.urls())
         .quarantine(None)
         .build()
@@ -237,7 +235,7 @@ fn a_release_not_waited_for_is_not_overtaken_by_a_later_acquire() {
 /// twice, another never, and its keys blocked the resource for a whole TTL.
 #[test]
 fn acquires_lost_together_leave_no_key_behind() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = Builder::new(servers.urls())
         .ttl(Duration::from_secs(30))
         .node_timeout(Duration::from_millis(200))

@@ -8,8 +8,6 @@
 //! The workers are this test binary run again with `worker` and an environment that says what to
 //! do. `REDLOCK_SOAK=1` runs longer variants (more processes and iterations).
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -17,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Servers;
 use rand::RngExt;
+use redis_local::Cluster;
 
 fn monotonic_ns() -> u128 {
     let mut ts = libc::timespec {
@@ -82,12 +80,12 @@ fn worker() {
 }
 
 struct Phase<'a> {
-    servers: &'a mut Servers,
+    servers: &'a mut Cluster,
     processes: usize,
     iterations: usize,
     quarantine: Option<Duration>,
     /// Run once, when half of all critical sections are done.
-    halfway: Box<dyn FnMut(&mut Servers) + 'a>,
+    halfway: Box<dyn FnMut(&mut Cluster) + 'a>,
 }
 
 fn spawn_worker(dir: &Path, urls: &str, phase: &Phase<'_>) -> Child {
@@ -200,7 +198,7 @@ fn size() -> (usize, usize) {
 
 #[test]
 fn processes_exclude_each_other_healthy_frozen_and_restarted() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let (processes, iterations) = size();
     run_phase(Phase {
         servers: &mut servers,

@@ -2,16 +2,14 @@
 //! flushed, a node sleeping past the TTL, and the restart quarantine that keeps a restarted node
 //! out of quorums.
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Servers};
+use redis_local::{Cluster, FakeServer, Peer, Server};
 use redlock_mux::{Builder, Client, Error, NodeFault};
 
-fn client(servers: &Servers) -> Client {
+fn client(servers: &Cluster) -> Client {
     Builder::new(servers.urls())
         .quarantine(None)
         .node_timeout(Duration::from_millis(50))
@@ -22,7 +20,7 @@ fn client(servers: &Servers) -> Client {
 
 /// Keys of ours left on the live nodes, after the client has finished one more operation (its
 /// releases are written before that operation's requests on each connection).
-fn leftovers(c: &mut Client, servers: &Servers, live: &[usize], key: &str) -> usize {
+fn leftovers(c: &mut Client, servers: &Cluster, live: &[usize], key: &str) -> usize {
     if let Ok(lock) = c.try_lock("barrier") {
         let _ = c.unlock(lock);
     }
@@ -33,7 +31,7 @@ fn leftovers(c: &mut Client, servers: &Servers, live: &[usize], key: &str) -> us
 
 #[test]
 fn one_of_five_killed_still_locks_without_connect_waits() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let mut c = client(&servers);
     let lock = c.try_lock("warm").unwrap();
     c.unlock(lock).unwrap();
@@ -50,7 +48,7 @@ fn one_of_five_killed_still_locks_without_connect_waits() {
 
 #[test]
 fn two_of_five_frozen_lock_at_quorum_and_their_late_replies_confuse_nothing() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let mut c = client(&servers);
     let lock = c.try_lock("warm").unwrap();
     c.unlock(lock).unwrap();
@@ -87,7 +85,7 @@ fn two_of_five_frozen_lock_at_quorum_and_their_late_replies_confuse_nothing() {
 
 #[test]
 fn three_of_five_frozen_or_killed_is_no_quorum_in_bounded_time_and_leaves_nothing() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let node_timeout = Duration::from_millis(30);
     let (delay, jitter, retries) = (Duration::from_millis(10), Duration::from_millis(10), 3);
     let mut c = Builder::new(servers.urls())
@@ -130,7 +128,7 @@ fn three_of_five_frozen_or_killed_is_no_quorum_in_bounded_time_and_leaves_nothin
 
 #[test]
 fn client_kill_mid_use_is_survived() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = Builder::new(servers.urls())
         .quarantine(None)
         .client_name("victim")
@@ -157,7 +155,7 @@ fn client_kill_mid_use_is_survived() {
 
 #[test]
 fn a_node_sleeping_past_the_ttl_while_acquiring_means_not_acquired_and_released() {
-    let s = RedisServer::builder()
+    let s = Server::builder()
         .arg("--enable-debug-command")
         .arg("yes")
         .start();
@@ -171,11 +169,11 @@ fn a_node_sleeping_past_the_ttl_while_acquiring_means_not_acquired_and_released(
     c.unlock(lock).unwrap();
     let mut admin = TcpStream::connect(s.socket_addr()).unwrap();
     admin
-        .write_all(&common::resp_encode(&["DEBUG", "SLEEP", "0.5"]))
+        .write_all(&redis_local::resp_encode(&["DEBUG", "SLEEP", "0.5"]))
         .unwrap();
     // Wait until the server is really asleep: a PING goes unanswered.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while common::raw_ping(&s.addr(), Duration::from_millis(50)).is_ok() {
+    while redis_local::raw_ping(&s.addr(), Duration::from_millis(50)).is_ok() {
         assert!(Instant::now() < deadline, "DEBUG SLEEP never started");
     }
     match c.try_lock("r") {
@@ -193,7 +191,7 @@ fn a_node_sleeping_past_the_ttl_while_acquiring_means_not_acquired_and_released(
 
 #[test]
 fn a_node_in_backoff_is_reported_with_its_last_fault() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(&servers);
     let lock = c.try_lock("a").unwrap();
     c.unlock(lock).unwrap();
@@ -221,7 +219,7 @@ fn a_node_in_backoff_is_reported_with_its_last_fault() {
 
 #[test]
 fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let ttl = Duration::from_millis(1_500);
     let window = Some(ttl);
     for s in servers.iter() {
@@ -298,7 +296,7 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
 
 #[test]
 fn quarantine_doubts_set_votes_but_not_extend_votes() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_secs(30);
     // Fresh servers: uptime < 30 s, so every node is in quarantine for this client.
     let mut careful = Builder::new(servers.urls())
@@ -335,52 +333,28 @@ fn quarantine_doubts_set_votes_but_not_extend_votes() {
 
 /// A node that answers every command correctly, but 50 ms late: a slow link or an overloaded
 /// server. (A fake, because a real server cannot be made consistently slow.)
-fn slow_node(delay: Duration) -> (u16, std::thread::JoinHandle<()>) {
-    use redlock_mux::resp::{self, Frame, Limits, Status};
-    use std::io::Read;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let handle = std::thread::spawn(move || {
-        let Ok((mut stream, _)) = listener.accept() else {
-            return;
-        };
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            match stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-            while let Ok(Status::Complete((frame, used))) = resp::decode(&buf, &Limits::DEFAULT) {
-                let verb = match frame {
-                    Frame::Aggregate(a) => match a.iter().next() {
-                        Some(Frame::Bulk(b)) => b.to_ascii_uppercase(),
-                        _ => Vec::new(),
-                    },
-                    _ => Vec::new(),
-                };
-                buf.drain(..used);
-                std::thread::sleep(delay);
-                let reply: &[u8] = if verb == b"SET" {
-                    b"+OK\r\n"
-                } else {
-                    b":1\r\n"
-                };
-                if stream.write_all(reply).is_err() {
-                    return;
-                }
+fn slow_node(delay: Duration) -> FakeServer {
+    FakeServer::start(move |p: &mut Peer| {
+        while let Some(cmd) = p.command() {
+            std::thread::sleep(delay);
+            let reply: &[u8] = if cmd[0].eq_ignore_ascii_case(b"SET") {
+                b"+OK\r\n"
+            } else {
+                b":1\r\n"
+            };
+            if !p.send(reply) {
+                return;
             }
         }
-    });
-    (port, handle)
+    })
 }
 
 #[test]
 fn unlock_does_not_wait_for_a_slow_node_every_cycle() {
-    let servers = Servers::start(2);
-    let (port, fake) = slow_node(Duration::from_millis(50));
+    let servers = Cluster::start(2);
+    let fake = slow_node(Duration::from_millis(50));
     let mut urls = servers.urls();
-    urls.push(format!("redis://127.0.0.1:{port}"));
+    urls.push(fake.url());
     let mut c = Builder::new(urls)
         .quarantine(None)
         .node_timeout(Duration::from_millis(200))
@@ -401,7 +375,7 @@ fn unlock_does_not_wait_for_a_slow_node_every_cycle() {
         assert_eq!(s.dbsize(), 0);
     }
     drop(c);
-    fake.join().unwrap();
+    drop(fake);
 
     // A healthy cluster still reports every node.
     let mut c = Builder::new(servers.urls())

@@ -1,14 +1,12 @@
 //! Fencing tokens (issue 17) against real servers: fences grow across clients and resources,
 //! and a node restarted empty between two holders never brings a fence down.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{Builder, Client, Error, FENCE_KEY, NodeFault};
 
-fn fenced(servers: &Servers, ttl: Duration) -> Client {
+fn fenced(servers: &Cluster, ttl: Duration) -> Client {
     Builder::new(servers.urls())
         .ttl(ttl)
         .fencing(true)
@@ -20,7 +18,7 @@ fn fenced(servers: &Servers, ttl: Duration) -> Client {
 }
 
 /// The counter a node holds (0 when absent).
-fn counter(servers: &Servers, i: usize) -> u64 {
+fn counter(servers: &Cluster, i: usize) -> u64 {
     match servers[i].cmd(&["HGET", FENCE_KEY, "n"]) {
         redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse().unwrap(),
         redis::Value::Nil => 0,
@@ -30,7 +28,7 @@ fn counter(servers: &Servers, i: usize) -> u64 {
 
 #[test]
 fn fences_grow_across_clients_and_resources_and_ride_on_the_lock() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut a = fenced(&servers, Duration::from_secs(10));
     let mut b = fenced(&servers, Duration::from_secs(10));
     let mut last = 0;
@@ -91,7 +89,7 @@ fn fences_grow_across_clients_and_resources_and_ride_on_the_lock() {
 /// one; and node 1 is seeded again once up for a window.
 #[test]
 fn a_node_restarted_empty_between_holders_never_brings_the_fence_down() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let ttl = Duration::from_secs(1);
     let mut a = fenced(&servers, ttl);
     let mut b = fenced(&servers, ttl);
@@ -161,7 +159,7 @@ fn a_node_restarted_empty_between_holders_never_brings_the_fence_down() {
 /// With one restarted, the others carry the count.
 #[test]
 fn one_restarted_node_is_carried_by_the_others() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut a = fenced(&servers, Duration::from_secs(1));
     let lock = a.try_lock("y").unwrap();
     let before = lock.fence().unwrap();

@@ -7,408 +7,26 @@
 //! where the bytes are valid), no panic, no hang (each test runs under a watchdog), and that each
 //! connection's undecoded input stays below `Limits::CLIENT.max_frame_len` plus one read chunk.
 
-mod common;
-
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
-use redlock_mux::resp::{self, Frame, Limits, ParseError, Status};
+use redis_local::fake::WAIT;
+use redis_local::{Event, FakeServer, Peer};
+use redlock_mux::resp::{Limits, ParseError};
 use redlock_mux::{Builder, Client, Error, Lock, NodeFault};
 
 /// Most undecoded input a connection may hold: one frame at the limit plus one read chunk.
 const IN_LIMIT: usize = Limits::CLIENT.max_frame_len + 8192;
 /// Unsent output is a handful of tiny commands here; anything near this means it piles up.
 const OUT_LIMIT: usize = 64 << 10;
-/// Bound on every wait for an event from a fake server.
-const WAIT: Duration = Duration::from_secs(5);
 /// A test that runs longer than this is hung.
 const WATCHDOG: Duration = Duration::from_secs(30);
 /// Scheduling slack allowed on top of a configured timeout (shared 2-core VMs are slow).
 const SLACK: Duration = Duration::from_millis(400);
-/// How often the fake's accept loop and blocked reads look at the stop flag.
-const POLL: Duration = Duration::from_millis(5);
-
-// ---------------------------------------------------------------------------
-// The fake server
-// ---------------------------------------------------------------------------
-
-/// What a fake server reports to the test.
-#[derive(Debug, Clone, PartialEq)]
-enum Ev {
-    /// Connection `id` (0, 1, ...) was accepted.
-    Accepted(usize),
-    /// Connection `id` received a whole command.
-    Command(usize, Vec<Vec<u8>>),
-    /// Connection `id` reached a milestone of its script.
-    Note(usize, &'static str),
-    /// Connection `id`'s handler finished (the socket is closed right after).
-    Done(usize),
-}
-
-/// A fake's side of a connection: plain TCP, or TLS over it.
-trait Duplex: Read + Write + Send {}
-impl<T: Read + Write + Send> Duplex for T {}
-
-/// One accepted connection, as the handler sees it.
-struct Peer {
-    id: usize,
-    stream: Box<dyn Duplex>,
-    buf: Vec<u8>,
-    stop: Arc<AtomicBool>,
-    events: Sender<Ev>,
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
-    )
-}
-
-impl Peer {
-    fn stopped(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    fn note(&self, what: &'static str) {
-        let _ = self.events.send(Ev::Note(self.id, what));
-    }
-
-    /// Reads more bytes into `buf`; false on EOF, error or stop.
-    fn fill(&mut self) -> bool {
-        let mut chunk = [0u8; 16 << 10];
-        loop {
-            if self.stopped() {
-                return false;
-            }
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    return true;
-                }
-                Err(e) if is_timeout(&e) => continue,
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// The next command (an array of bulk strings), reported as [`Ev::Command`]; `None` once the
-    /// client closed the connection (or the test ended).
-    fn command(&mut self) -> Option<Vec<Vec<u8>>> {
-        loop {
-            let decoded = match resp::decode(&self.buf, &Limits::DEFAULT) {
-                Ok(Status::Complete((Frame::Aggregate(args), used))) => {
-                    let args: Vec<Vec<u8>> = args
-                        .iter()
-                        .map(|arg| match arg {
-                            Frame::Bulk(b) => b.to_vec(),
-                            other => panic!("command argument is not a bulk string: {other:?}"),
-                        })
-                        .collect();
-                    Some((args, used))
-                }
-                Ok(Status::Complete((other, _))) => panic!("command is not an array: {other:?}"),
-                Ok(Status::Partial) => None,
-                Err(e) => panic!("the client sent invalid RESP ({e}): {:?}", self.buf),
-            };
-            if let Some((args, used)) = decoded {
-                self.buf.drain(..used);
-                let _ = self.events.send(Ev::Command(self.id, args.clone()));
-                return Some(args);
-            }
-            if !self.fill() {
-                return None;
-            }
-        }
-    }
-
-    /// Writes all of `bytes`; false when the client is gone (or the test ended).
-    fn send(&mut self, bytes: &[u8]) -> bool {
-        let mut off = 0;
-        while off < bytes.len() {
-            if self.stopped() {
-                return false;
-            }
-            match self.stream.write(&bytes[off..]) {
-                Ok(0) => return false,
-                Ok(n) => off += n,
-                Err(e) if is_timeout(&e) => continue,
-                Err(_) => return false,
-            }
-        }
-        true
-    }
-
-    /// Writes `bytes` one byte per write, `gap` apart (pacing, not synchronisation).
-    fn trickle(&mut self, bytes: &[u8], gap: Duration) -> bool {
-        for (i, b) in bytes.iter().enumerate() {
-            if i > 0 {
-                thread::sleep(gap);
-            }
-            if !self.send(std::slice::from_ref(b)) {
-                return false;
-            }
-        }
-        true
-    }
-
-    /// Reads (and reports) commands without ever answering, until the client closes.
-    fn drain(&mut self) {
-        while self.command().is_some() {}
-    }
-}
-
-type Handler = Arc<dyn Fn(&mut Peer) + Send + Sync>;
-
-/// A misbehaving server on 127.0.0.1: each accepted connection runs `handler` on its own thread.
-/// Dropping it stops the accept loop and every connection thread, and joins them.
-struct Fake {
-    port: u16,
-    /// `Some`: the fake speaks TLS, clients trust this CA file.
-    tls_ca: Option<std::path::PathBuf>,
-    accepted: Arc<AtomicUsize>,
-    events: Receiver<Ev>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<Vec<JoinHandle<()>>>>,
-}
-
-impl Fake {
-    fn start(handler: impl Fn(&mut Peer) + Send + Sync + 'static) -> Fake {
-        Fake::serve(handler, None)
-    }
-
-    /// The same fake behind TLS (`rediss://`), with the certificates of `pki`: what it does
-    /// to the RESP stream, it now does inside TLS records.
-    #[cfg(feature = "tls")]
-    fn start_tls(handler: impl Fn(&mut Peer) + Send + Sync + 'static, pki: &Pki) -> Fake {
-        Fake::serve(handler, Some(pki))
-    }
-
-    fn serve(handler: impl Fn(&mut Peer) + Send + Sync + 'static, pki: Option<&Pki>) -> Fake {
-        let handler: Handler = Arc::new(handler);
-        let tls = pki.map(tls_front::config);
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        listener
-            .set_nonblocking(true)
-            .expect("non-blocking listener");
-        let port = listener.local_addr().unwrap().port();
-        let (tx, events) = mpsc::channel();
-        let stop = Arc::new(AtomicBool::new(false));
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let acceptor = {
-            let (stop, accepted) = (stop.clone(), accepted.clone());
-            thread::Builder::new()
-                .name(format!("fake-{port}"))
-                .spawn(move || accept_loop(listener, handler, tls, tx, stop, accepted))
-                .unwrap()
-        };
-        Fake {
-            port,
-            tls_ca: pki.map(Pki::ca),
-            accepted,
-            events,
-            stop,
-            acceptor: Some(acceptor),
-        }
-    }
-
-    fn url(&self) -> String {
-        match &self.tls_ca {
-            None => format!("redis://127.0.0.1:{}", self.port),
-            Some(ca) => format!("rediss://127.0.0.1:{}?tls_ca={}", self.port, ca.display()),
-        }
-    }
-
-    /// `host:port`, as errors name the node.
-    fn node(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn accepted(&self) -> usize {
-        self.accepted.load(Ordering::SeqCst)
-    }
-
-    /// Waits (at most [`WAIT`]) for the first event matching `what`, discarding the others.
-    fn wait_for(&self, label: &str, mut what: impl FnMut(&Ev) -> bool) -> Ev {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.events.recv_timeout(left) {
-                Ok(ev) if what(&ev) => return ev,
-                Ok(_) => {}
-                Err(RecvTimeoutError::Timeout) => panic!("fake server: no {label} within {WAIT:?}"),
-                Err(RecvTimeoutError::Disconnected) => panic!("fake server gone before {label}"),
-            }
-        }
-    }
-
-    /// Every event reported so far, without waiting.
-    fn seen(&self) -> Vec<Ev> {
-        self.events.try_iter().collect()
-    }
-}
-
-impl Drop for Fake {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        let Some(acceptor) = self.acceptor.take() else {
-            return;
-        };
-        let mut panicked = false;
-        match acceptor.join() {
-            Ok(conns) => {
-                for conn in conns {
-                    panicked |= conn.join().is_err();
-                }
-            }
-            Err(_) => panicked = true,
-        }
-        if panicked && !thread::panicking() {
-            panic!("a fake server thread panicked (see above)");
-        }
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    handler: Handler,
-    tls: Option<tls_front::Config>,
-    events: Sender<Ev>,
-    stop: Arc<AtomicBool>,
-    accepted: Arc<AtomicUsize>,
-) -> Vec<JoinHandle<()>> {
-    let mut conns = Vec::new();
-    while !stop.load(Ordering::SeqCst) {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
-            Err(e) if is_timeout(&e) => {
-                thread::sleep(POLL);
-                continue;
-            }
-            Err(e) => panic!("accept: {e}"),
-        };
-        let id = accepted.fetch_add(1, Ordering::SeqCst);
-        let _ = events.send(Ev::Accepted(id));
-        stream.set_nonblocking(false).unwrap();
-        // Bounded blocking so every loop looks at the stop flag often.
-        stream.set_read_timeout(Some(POLL)).unwrap();
-        stream.set_write_timeout(Some(POLL)).unwrap();
-        stream.set_nodelay(true).unwrap();
-        let stream: Box<dyn Duplex> = match &tls {
-            None => Box::new(stream),
-            Some(config) => tls_front::wrap(config, stream),
-        };
-        let mut peer = Peer {
-            id,
-            stream,
-            buf: Vec::new(),
-            stop: stop.clone(),
-            events: events.clone(),
-        };
-        let handler = handler.clone();
-        conns.push(thread::spawn(move || {
-            handler(&mut peer);
-            let _ = peer.events.send(Ev::Done(peer.id));
-        }));
-    }
-    conns
-}
-
-/// The TLS side of a fake (the `tls` feature): rustls's server over the fake's blocking socket
-/// with short timeouts, so the handlers run unchanged.
-#[cfg(feature = "tls")]
-mod tls_front {
-    use super::*;
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    use rustls::{ServerConfig, ServerConnection};
-
-    pub type Config = Arc<ServerConfig>;
-
-    pub fn config(pki: &Pki) -> Config {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let chain = CertificateDer::pem_file_iter(pki.server_cert())
-            .unwrap()
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        let key = PrivateKeyDer::from_pem_file(pki.server_key()).unwrap();
-        let config = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(chain, key)
-            .unwrap();
-        Arc::new(config)
-    }
-
-    pub fn wrap(config: &Config, sock: TcpStream) -> Box<dyn Duplex> {
-        let conn = ServerConnection::new(config.clone()).unwrap();
-        Box::new(Tls { conn, sock })
-    }
-
-    struct Tls {
-        conn: ServerConnection,
-        sock: TcpStream,
-    }
-
-    impl Tls {
-        /// Sends queued records; a socket timeout leaves the rest for the next call.
-        fn push(&mut self) -> io::Result<()> {
-            while self.conn.wants_write() {
-                match self.conn.write_tls(&mut self.sock) {
-                    Ok(_) => {}
-                    Err(e) if is_timeout(&e) => return Ok(()),
-                    Err(e) => return Err(e),
-                }
-            }
-            Ok(())
-        }
-    }
-
-    impl Read for Tls {
-        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-            rustls::Stream::new(&mut self.conn, &mut self.sock).read(buf)
-        }
-    }
-
-    impl Write for Tls {
-        /// Takes what rustls's buffer has room for, so a flood waits for a slow reader as on
-        /// plain TCP (a timeout when the buffer and the socket are full).
-        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-            self.push()?;
-            let n = self.conn.writer().write(buf)?;
-            self.push()?;
-            if n == 0 {
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
-        }
-        fn flush(&mut self) -> io::Result<()> {
-            self.push()
-        }
-    }
-}
-
-/// Without the `tls` feature, no fake speaks TLS.
-#[cfg(not(feature = "tls"))]
-mod tls_front {
-    use super::*;
-    pub enum Never {}
-    pub type Config = Never;
-    pub fn config(_: &Pki) -> Config {
-        unreachable!("TLS fakes need the tls feature")
-    }
-    pub fn wrap(config: &Config, _: TcpStream) -> Box<dyn Duplex> {
-        match *config {}
-    }
-}
 
 fn verb(cmd: &[Vec<u8>]) -> &[u8] {
     cmd.first().map_or(&[][..], Vec::as_slice)
@@ -677,12 +295,12 @@ fn idle_sampling(c: &mut Client, d: Duration, mut until: impl FnMut() -> bool) -
 /// The N = 1 flow for the behaviours that must fail: one attempt, the exact fault, bounded
 /// buffers, a bounded time; then a second attempt fails the same way — on a new connection, or
 /// at once while the client backs off from a node that never answered properly.
-fn single_node_fails(hostile: Hostile, node_timeout: Duration) -> (Fake, Client) {
-    fails_alone(Fake::start(hostile.handler()), hostile, node_timeout)
+fn single_node_fails(hostile: Hostile, node_timeout: Duration) -> (FakeServer, Client) {
+    fails_alone(FakeServer::start(hostile.handler()), hostile, node_timeout)
 }
 
 /// [`single_node_fails`] on a given fake (plain or TLS).
-fn fails_alone(fake: Fake, hostile: Hostile, node_timeout: Duration) -> (Fake, Client) {
+fn fails_alone(fake: FakeServer, hostile: Hostile, node_timeout: Duration) -> (FakeServer, Client) {
     let mut c = client(vec![fake.url()], node_timeout);
     let mut first = None;
     for attempt in ["first", "second"] {
@@ -733,14 +351,15 @@ fn garbage_in_answer_to_set_is_an_unknown_type_byte() {
 #[test]
 fn reply_trickled_one_byte_at_a_time_is_reassembled() {
     bounded(|| {
-        let fake = Fake::start(Hostile::Trickle.handler());
+        let fake = FakeServer::start(Hostile::Trickle.handler());
         let mut c = client(vec![fake.url()], Duration::from_millis(500));
         let started = Instant::now();
         let lock = c.try_lock("res").expect("a trickled +OK is still +OK");
         // 5 bytes, one write each, 10 ms apart: the reply arrived in pieces.
         assert!(started.elapsed() >= 4 * TRICKLE_GAP);
         assert_bounded(&c, "after the trickled +OK");
-        let Ev::Command(0, set) = fake.wait_for("SET", |e| matches!(e, Ev::Command(..))) else {
+        let Event::Command(0, set) = fake.wait_for("SET", |e| matches!(e, Event::Command(..)))
+        else {
             unreachable!()
         };
         assert_eq!(verb(&set), b"SET");
@@ -753,7 +372,8 @@ fn reply_trickled_one_byte_at_a_time_is_reassembled() {
             other => panic!("a trickled :1 is still 1, got {other:?}"),
         }
         assert_bounded(&c, "after the trickled :1");
-        let Ev::Command(0, script) = fake.wait_for("EVAL", |e| matches!(e, Ev::Command(..))) else {
+        let Event::Command(0, script) = fake.wait_for("EVAL", |e| matches!(e, Event::Command(..)))
+        else {
             unreachable!()
         };
         // First use of the script on this connection: the body itself, not its hash.
@@ -782,8 +402,8 @@ fn a_million_nested_arrays_are_refused_early_not_buffered() {
             "{reads} reads: the client kept reading the flood"
         );
         // The client closed the connection before the fake had sent everything.
-        let outcome = fake.wait_for("the end of the flood", |e| matches!(e, Ev::Note(0, _)));
-        assert_eq!(outcome, Ev::Note(0, "cut off"));
+        let outcome = fake.wait_for("the end of the flood", |e| matches!(e, Event::Note(0, _)));
+        assert_eq!(outcome, Event::Note(0, "cut off"));
         assert_bounded(&c, "after");
     });
 }
@@ -791,7 +411,7 @@ fn a_million_nested_arrays_are_refused_early_not_buffered() {
 #[test]
 fn unsolicited_extra_reply_is_never_taken_for_a_later_request() {
     bounded(|| {
-        let fake = Fake::start(Hostile::Extra.handler());
+        let fake = FakeServer::start(Hostile::Extra.handler());
         let node = fake.node();
         let mut c = client(vec![fake.url()], Duration::from_millis(100));
         // The first SET gets `+OK` twice in one read: the surplus takes the yes back, so the
@@ -837,7 +457,7 @@ fn unsolicited_reply_arriving_between_requests_is_never_taken_for_the_next() {
         // acquire returned and before the next request is sent.
         let (go_tx, go) = mpsc::channel::<()>();
         let go = Mutex::new(go);
-        let fake = Fake::start(move |p: &mut Peer| {
+        let fake = FakeServer::start(move |p: &mut Peer| {
             let mut sets = 0;
             while let Some(cmd) = p.command() {
                 if is_script(&cmd) {
@@ -860,7 +480,7 @@ fn unsolicited_reply_arriving_between_requests_is_never_taken_for_the_next() {
         let mut c = client(vec![fake.url()], Duration::from_millis(100));
         let first = c.try_lock("res").expect("the first SET got a plain +OK");
         go_tx.send(()).unwrap();
-        fake.wait_for("surplus", |e| matches!(e, Ev::Note(0, "surplus sent")));
+        fake.wait_for("surplus", |e| matches!(e, Event::Note(0, "surplus sent")));
         // On loopback the surplus is in our socket buffer once the fake's write returned.
         match c.try_lock("res") {
             Err(Error::Held(report)) => {
@@ -878,7 +498,7 @@ fn unsolicited_reply_arriving_between_requests_is_never_taken_for_the_next() {
                 // Show what the fake really answered to the SET that was "granted".
                 fake.wait_for(
                     "the second SET",
-                    |e| matches!(e, Ev::Command(0, cmd) if verb(cmd) == b"SET"),
+                    |e| matches!(e, Event::Command(0, cmd) if verb(cmd) == b"SET"),
                 );
                 panic!(
                     "the stale +OK was taken for the second SET's reply: {second:?} granted \
@@ -897,7 +517,7 @@ fn unsolicited_reply_arriving_between_requests_is_never_taken_for_the_next() {
 fn silent_server_is_a_timeout_after_the_node_timeout() {
     bounded(|| {
         let node_timeout = Duration::from_millis(100);
-        let fake = Fake::start(Hostile::Silent.handler());
+        let fake = FakeServer::start(Hostile::Silent.handler());
         let mut c = client(vec![fake.url()], node_timeout);
         let started = Instant::now();
         let result = c.try_lock("res");
@@ -917,7 +537,7 @@ fn silent_server_is_a_timeout_after_the_node_timeout() {
         let sets = fake
             .seen()
             .iter()
-            .filter(|e| matches!(e, Ev::Command(_, cmd) if verb(cmd) == b"SET"))
+            .filter(|e| matches!(e, Event::Command(_, cmd) if verb(cmd) == b"SET"))
             .count();
         assert!(sets >= 1, "the fake saw no SET");
     });
@@ -941,8 +561,8 @@ fn endless_line_is_line_too_long_after_the_line_limit() {
             reads < 100,
             "{reads} reads: the client kept reading the line"
         );
-        let outcome = fake.wait_for("the end of the line", |e| matches!(e, Ev::Note(0, _)));
-        assert_eq!(outcome, Ev::Note(0, "cut off"));
+        let outcome = fake.wait_for("the end of the line", |e| matches!(e, Event::Note(0, _)));
+        assert_eq!(outcome, Event::Note(0, "cut off"));
         assert_bounded(&c, "after");
     });
 }
@@ -953,7 +573,7 @@ fn endless_line_is_line_too_long_after_the_line_limit() {
 #[test]
 fn oversized_frame_streamed_slowly_is_cut_off_at_the_frame_limit() {
     bounded(|| {
-        let fake = Fake::start(|p: &mut Peer| {
+        let fake = FakeServer::start(|p: &mut Peer| {
             if p.command().is_none() {
                 return;
             }
@@ -983,14 +603,16 @@ fn oversized_frame_streamed_slowly_is_cut_off_at_the_frame_limit() {
         });
         let mut outcome = None;
         let most = idle_sampling(&mut c, WAIT, || {
-            outcome = outcome
-                .take()
-                .or_else(|| fake.seen().into_iter().find(|e| matches!(e, Ev::Note(..))));
+            outcome = outcome.take().or_else(|| {
+                fake.seen()
+                    .into_iter()
+                    .find(|e| matches!(e, Event::Note(..)))
+            });
             outcome.is_some()
         });
         assert_eq!(
             outcome,
-            Some(Ev::Note(0, "cut off")),
+            Some(Event::Note(0, "cut off")),
             "the client read the 4 MiB frame to the end (or the fake never finished)"
         );
         if fault == NodeFault::Timeout {
@@ -1013,17 +635,17 @@ fn oversized_frame_streamed_slowly_is_cut_off_at_the_frame_limit() {
 #[test]
 fn every_hostile_behaviour_inside_tls_gives_the_same_typed_fault() {
     bounded(|| {
-        let pki = Pki::generate();
+        let pki = redis_local::Pki::generate();
         for hostile in ALL {
             if matches!(hostile, Hostile::Trickle | Hostile::Extra) {
                 continue;
             }
             eprintln!("--- {hostile:?} over TLS");
-            let fake = Fake::start_tls(hostile.handler(), &pki);
+            let fake = FakeServer::start_tls(hostile.handler(), &pki);
             let (_fake, c) = fails_alone(fake, hostile, Duration::from_millis(300));
             assert_bounded(&c, "after");
         }
-        let fake = Fake::start_tls(Hostile::Trickle.handler(), &pki);
+        let fake = FakeServer::start_tls(Hostile::Trickle.handler(), &pki);
         let mut c = client(vec![fake.url()], Duration::from_millis(500));
         let lock = c
             .try_lock("res")
@@ -1039,8 +661,8 @@ fn every_hostile_behaviour_inside_tls_gives_the_same_typed_fault() {
 #[test]
 fn a_server_answering_tls_with_garbage_is_a_tls_fault() {
     bounded(|| {
-        let pki = Pki::generate();
-        let fake = Fake::start(|p: &mut Peer| {
+        let pki = redis_local::Pki::generate();
+        let fake = FakeServer::start(|p: &mut Peer| {
             // Then waits for the client to close, so that the bytes are not lost to a reset.
             if p.send(b"-ERR this is not TLS\r\n") {
                 while p.fill() {}
@@ -1048,7 +670,7 @@ fn a_server_answering_tls_with_garbage_is_a_tls_fault() {
         });
         let url = format!(
             "rediss://127.0.0.1:{}?tls_ca={}",
-            fake.port,
+            fake.port(),
             pki.ca().display()
         );
         let mut c = client(vec![url], Duration::from_millis(300));
@@ -1073,11 +695,11 @@ fn a_server_answering_tls_with_garbage_is_a_tls_fault() {
 #[test]
 fn two_real_nodes_carry_the_quorum_past_each_hostile_third() {
     bounded(|| {
-        let servers = common::Servers::start(2);
+        let servers = redis_local::Cluster::start(2);
         let urls = servers.urls();
         let node_timeout = Duration::from_millis(100);
         for hostile in ALL {
-            let fake = Fake::start(hostile.handler());
+            let fake = FakeServer::start(hostile.handler());
             let mut c = client(
                 vec![urls[0].clone(), fake.url(), urls[1].clone()],
                 node_timeout,
@@ -1120,7 +742,7 @@ fn two_real_nodes_carry_the_quorum_past_each_hostile_third() {
             }
             // The client connected to the fake (its accept loop may lag the fast cycles).
             fake.wait_for(&format!("{hostile:?}: the fake was never used"), |e| {
-                matches!(e, Ev::Accepted(_))
+                matches!(e, Event::Accepted(_))
             });
             drop(c);
             drop(fake);
@@ -1136,17 +758,9 @@ fn two_real_nodes_carry_the_quorum_past_each_hostile_third() {
 fn yes_flood(p: &mut Peer) {
     let mut reply = b"+OK\r\n".repeat(50);
     reply.extend_from_slice(&b":1\r\n".repeat(50));
-    let mut chunk = [0u8; 4096];
-    loop {
-        match p.stream.read(&mut chunk) {
-            Ok(0) => return,
-            Ok(_) => {
-                if !p.send(&reply) {
-                    return;
-                }
-            }
-            Err(e) if is_timeout(&e) && !p.stopped() => {}
-            Err(_) => return,
+    while p.skip_input() {
+        if !p.send(&reply) {
+            return;
         }
     }
 }
@@ -1154,7 +768,7 @@ fn yes_flood(p: &mut Peer) {
 #[test]
 fn a_server_answering_every_packet_with_yeses_never_grants_a_lock() {
     bounded(|| {
-        let servers = common::Servers::start(2);
+        let servers = redis_local::Cluster::start(2);
         // The resource is free on node 0 and held by someone else on node 1: only the fake's
         // "yes" could make a quorum of two.
         servers[1].set("res", "someone-else");
@@ -1163,7 +777,7 @@ fn a_server_answering_every_packet_with_yeses_never_grants_a_lock() {
             s.wait_uptime(2);
         }
         let urls = servers.urls();
-        let fake = Fake::start(yes_flood);
+        let fake = FakeServer::start(yes_flood);
         for quarantine in [None, Some(Duration::from_secs(1))] {
             let mut c = Builder::new(vec![urls[0].clone(), fake.url(), urls[1].clone()])
                 .ttl(Duration::from_secs(1))
@@ -1219,7 +833,7 @@ fn no_run_id(p: &mut Peer) {
 #[test]
 fn a_node_whose_restart_state_is_unknown_waits_a_window_counted_across_reconnects() {
     bounded(|| {
-        let fake = Fake::start(no_run_id);
+        let fake = FakeServer::start(no_run_id);
         let window = Duration::from_secs(1);
         let mut c = Builder::new([fake.url()])
             .ttl(window)
@@ -1267,7 +881,7 @@ fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
         // The first script on the first connection is read and the connection closed without an
         // answer, as a server closing an idle connection at that moment would; the fresh
         // connection answers.
-        let fake = Fake::start(|p: &mut Peer| {
+        let fake = FakeServer::start(|p: &mut Peer| {
             while let Some(cmd) = p.command() {
                 if is_script(&cmd) && p.id == 0 {
                     p.note("closed under a script");
@@ -1293,7 +907,7 @@ fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
         c.extend(&mut lock, Duration::from_secs(2))
             .expect("the extend is sent again on a fresh connection");
         fake.wait_for("the close", |e| {
-            matches!(e, Ev::Note(0, "closed under a script"))
+            matches!(e, Event::Note(0, "closed under a script"))
         });
         assert_eq!(fake.accepted(), 2);
         assert_eq!(c.unlock(lock).unwrap(), 1);

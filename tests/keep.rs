@@ -1,16 +1,14 @@
 //! Keeping a lock alive against real servers: renewal, loss notification, bounds, batching.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{Builder, Error, Redlock};
 
-fn redlock(servers: &Servers, ttl: Duration) -> Redlock {
+fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
     Builder::new(servers.urls())
         .quarantine(None)
         .ttl(ttl)
@@ -30,7 +28,7 @@ fn barrier(r: &Redlock, resource: &str) {
 
 #[test]
 fn work_longer_than_five_ttls_keeps_the_lock() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_millis(600);
     let r = redlock(&servers, ttl);
     let rival = redlock(&servers, ttl);
@@ -57,7 +55,7 @@ fn work_longer_than_five_ttls_keeps_the_lock() {
 
 #[test]
 fn freezing_three_of_five_reports_the_loss_before_the_deadline() {
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let r = redlock(&servers, Duration::from_millis(1_000));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -90,7 +88,7 @@ fn freezing_three_of_five_reports_the_loss_before_the_deadline() {
 
 #[test]
 fn the_extension_bound_ends_the_lock() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let r = Builder::new(servers.urls())
         .quarantine(None)
         .ttl(Duration::from_millis(600))
@@ -109,7 +107,7 @@ fn the_extension_bound_ends_the_lock() {
 
 #[test]
 fn a_hundred_kept_locks_renew_with_one_write_per_node_per_tick() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(1_000));
     // The handle's engine renews on its own connections: up before the first tick, so that
     // each tick's write is counted in the tick (not in a later turn after the handshake).
@@ -145,7 +143,7 @@ fn a_hundred_kept_locks_renew_with_one_write_per_node_per_tick() {
 
 #[test]
 fn dropping_the_handle_releases_on_all_nodes() {
-    let servers = Servers::start(5);
+    let servers = Cluster::start(5);
     let r = redlock(&servers, Duration::from_secs(10));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     assert!(servers.iter().all(|s| s.get("job").is_some()));
@@ -156,7 +154,7 @@ fn dropping_the_handle_releases_on_all_nodes() {
 
 #[test]
 fn with_lock_holds_during_the_work_and_releases_after() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let ran = Arc::new(AtomicBool::new(false));
     let flag = ran.clone();
@@ -178,7 +176,7 @@ fn with_lock_holds_during_the_work_and_releases_after() {
 
 #[test]
 fn a_lock_taken_over_is_reported_lost() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     for s in servers.iter() {
@@ -202,7 +200,7 @@ fn a_lock_taken_over_is_reported_lost() {
 /// loop, so a call that needs the loop is served at once.
 #[test]
 fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_millis(900);
     let r = redlock(&servers, ttl);
     let rival = redlock(&servers, ttl);
@@ -274,7 +272,7 @@ fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
 /// on a loaded machine.
 #[test]
 fn the_callback_runs_after_the_lost_lock_was_released() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let ttl = Duration::from_secs(6);
     let r = Builder::new(servers.urls())
         .quarantine(None)
@@ -330,7 +328,7 @@ fn the_callback_runs_after_the_lost_lock_was_released() {
 /// `wait_lost(Duration::MAX)` means "until lost": it used to panic adding the timeout to now.
 #[test]
 fn waiting_forever_returns_the_loss() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     for s in servers.iter() {
@@ -352,7 +350,7 @@ fn waiting_forever_returns_the_loss() {
 /// renewed.
 #[test]
 fn a_panicking_callback_takes_nothing_down() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_millis(900);
     let r = redlock(&servers, ttl);
     let steady = r.keep(r.lock("steady").unwrap()).unwrap();
@@ -386,7 +384,7 @@ fn a_panicking_callback_takes_nothing_down() {
 /// so does one set before.
 #[test]
 fn callbacks_run_on_the_callback_thread() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -418,7 +416,7 @@ fn callbacks_run_on_the_callback_thread() {
 /// second: longer than this TTL.)
 #[test]
 fn a_lock_renewed_in_callers_turns_is_renewed_after_they_stop() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let ttl = Duration::from_millis(600);
     let r = redlock(&servers, ttl);
     let kept = r.keep(r.lock("job").unwrap()).unwrap();

@@ -1,18 +1,16 @@
 //! Redlock against 1, 3 and 5 real local servers: acquire, contention, release, extend, scripts
 //! flushed or forgotten, many threads.
 
-mod common;
-
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{Builder, Client, Error};
 
 /// Fresh test servers have a short uptime: quarantine is tested on its own, off elsewhere.
-fn builder(servers: &Servers) -> Builder {
+fn builder(servers: &Cluster) -> Builder {
     Builder::new(servers.urls())
         .quarantine(None)
         // Timing is not what these tests check: room for a loaded machine.
@@ -20,18 +18,18 @@ fn builder(servers: &Servers) -> Builder {
         .retry_delay(Duration::from_millis(5), Duration::from_millis(5))
 }
 
-fn client(servers: &Servers) -> Client {
+fn client(servers: &Cluster) -> Client {
     builder(servers).build_client().unwrap()
 }
 
-fn holders(servers: &Servers, key: &str) -> Vec<Option<String>> {
+fn holders(servers: &Cluster, key: &str) -> Vec<Option<String>> {
     servers.iter().map(|s| s.get(key)).collect()
 }
 
 #[test]
 fn lock_and_unlock_on_1_3_and_5_nodes() {
     for n in [1, 3, 5] {
-        let servers = Servers::start(n);
+        let servers = Cluster::start(n);
         let mut c = client(&servers);
         assert_eq!(c.quorum(), n / 2 + 1);
         let lock = c.try_lock("res").unwrap();
@@ -51,7 +49,7 @@ fn lock_and_unlock_on_1_3_and_5_nodes() {
 
 #[test]
 fn a_held_lock_is_refused_and_free_again_after_unlock() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut a = client(&servers);
     let mut b = client(&servers);
     let lock = a.try_lock("res").unwrap();
@@ -80,7 +78,7 @@ fn a_held_lock_is_refused_and_free_again_after_unlock() {
 
 #[test]
 fn tokens_are_unique_per_acquisition() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let mut c = client(&servers);
     let mut seen = HashSet::new();
     for _ in 0..200 {
@@ -98,7 +96,7 @@ fn tokens_are_unique_per_acquisition() {
 
 #[test]
 fn a_lost_attempt_releases_the_minority_it_got() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     // Someone else holds the key on two of three nodes.
     servers[1].set("res", "other");
     servers[2].set("res", "other");
@@ -114,7 +112,7 @@ fn a_lost_attempt_releases_the_minority_it_got() {
 
 #[test]
 fn extend_renews_on_all_nodes_and_counts() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = builder(&servers)
         .ttl(Duration::from_millis(2_000))
         .max_ttl(Duration::from_secs(60))
@@ -138,7 +136,7 @@ fn extend_renews_on_all_nodes_and_counts() {
 
 #[test]
 fn extend_of_a_lock_taken_over_fails() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = client(&servers);
     let mut lock = c.try_lock("res").unwrap();
     for s in servers.iter() {
@@ -155,7 +153,7 @@ fn extend_of_a_lock_taken_over_fails() {
 
 #[test]
 fn unlock_after_expiry_says_so() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let mut c = builder(&servers)
         .ttl(Duration::from_millis(50))
         .max_ttl(Duration::from_secs(1))
@@ -179,7 +177,7 @@ fn unlock_after_expiry_says_so() {
 
 #[test]
 fn script_flush_between_calls_is_invisible() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = client(&servers);
     // Load the scripts on every connection, then flush them behind the client's back.
     let lock = c.try_lock("a").unwrap();
@@ -201,7 +199,7 @@ fn script_flush_between_calls_is_invisible() {
 
 #[test]
 fn a_server_restart_between_lock_and_unlock_is_transparent() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(&servers);
     let lock = c.try_lock("a").unwrap();
     assert_eq!(c.unlock(lock).unwrap(), 3); // scripts now known on each connection
@@ -225,7 +223,7 @@ fn a_server_restart_between_lock_and_unlock_is_transparent() {
 
 #[test]
 fn even_number_of_nodes_needs_more_than_half() {
-    let servers = Servers::start(4);
+    let servers = Cluster::start(4);
     let mut c = client(&servers);
     assert_eq!(c.quorum(), 3);
     servers[0].set("res", "x");
@@ -238,7 +236,7 @@ fn even_number_of_nodes_needs_more_than_half() {
 
 #[test]
 fn configuration_errors_are_reported_before_anything_is_sent() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let url = servers[0].url();
     let cases: Vec<(Builder, &str)> = vec![
         (Builder::new(Vec::<String>::new()), "no servers"),
@@ -285,7 +283,7 @@ fn configuration_errors_are_reported_before_anything_is_sent() {
 
 #[test]
 fn lock_retries_until_the_holder_releases() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers)
         .retry_count(1000)
         .retry_delay(Duration::from_millis(2), Duration::from_millis(2))
@@ -308,7 +306,7 @@ fn lock_retries_until_the_holder_releases() {
 
 #[test]
 fn lock_until_gives_up_at_the_deadline() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let redlock = builder(&servers).build().unwrap();
     let held = redlock.try_lock("res").unwrap();
     let t0 = Instant::now();
@@ -320,7 +318,7 @@ fn lock_until_gives_up_at_the_deadline() {
 
 #[test]
 fn guard_releases_on_drop() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = builder(&servers).build().unwrap();
     {
         let guard = redlock.guard("res").unwrap();
@@ -338,7 +336,7 @@ fn guard_releases_on_drop() {
 
 #[test]
 fn eight_threads_contend_with_mutual_exclusion() {
-    let servers = Servers::start(5);
+    let servers = Cluster::start(5);
     let redlock = builder(&servers)
         .retry_count(10_000)
         .retry_delay(Duration::from_millis(1), Duration::from_millis(3))
@@ -372,7 +370,7 @@ fn eight_threads_contend_with_mutual_exclusion() {
 
 #[test]
 fn one_client_holds_many_locks() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = client(&servers);
     let locks: Vec<_> = (0..50)
         .map(|i| c.try_lock(format!("r{i}")).unwrap())

@@ -2,17 +2,15 @@
 //! counts), a frozen node's timeouts, a killed node's downs and reconnects, NOSCRIPT fallbacks;
 //! which nodes a `Lock` says granted it; and (feature `log`) the events.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::Cluster;
 use redlock_mux::{Builder, Client, LockVote, Stats};
 
 /// How long a test waits for something the servers do before it gives up.
 const PATIENCE: Duration = Duration::from_secs(10);
 
-fn client(servers: &Servers) -> Client {
+fn client(servers: &Cluster) -> Client {
     let mut c = Builder::new(servers.urls())
         .quarantine(None)
         .node_timeout(Duration::from_millis(50))
@@ -35,7 +33,7 @@ fn delta(before: &Stats, after: &Stats, field: fn(&redlock_mux::NodeStats) -> u6
 #[test]
 fn a_known_sequence_of_cycles_gives_exact_counts() {
     const CYCLES: u64 = 20;
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = client(&servers);
     let before = c.stats();
     for i in 0..CYCLES {
@@ -97,7 +95,7 @@ fn a_known_sequence_of_cycles_gives_exact_counts() {
 #[test]
 fn a_frozen_node_shows_timeouts_and_is_not_waited_for_not_unreachable() {
     const CYCLES: u64 = 5;
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(&servers);
     servers[2].freeze();
     let before = c.stats();
@@ -120,7 +118,7 @@ fn a_frozen_node_shows_timeouts_and_is_not_waited_for_not_unreachable() {
 
 #[test]
 fn a_killed_node_is_unreachable_counted_down_then_reconnected() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut c = client(&servers);
     servers[2].kill();
     // The first cycle after the kill finds the connection dead (maybe only after its
@@ -162,7 +160,7 @@ fn a_killed_node_is_unreachable_counted_down_then_reconnected() {
 
 #[test]
 fn all_nodes_up_never_reports_unreachable() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let redlock = Builder::new(servers.urls())
         .quarantine(None)
         .build()
@@ -195,7 +193,7 @@ fn all_nodes_up_never_reports_unreachable() {
 
 #[test]
 fn a_flushed_script_is_counted_as_a_noscript_fallback() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let mut c = client(&servers);
     let mut lock = c.try_lock("noscript").unwrap();
     // The first extend loads the script (EVAL); then node 0 forgets it.
@@ -223,7 +221,8 @@ mod events {
     use std::sync::{Mutex, OnceLock};
     use std::time::Duration;
 
-    use super::{client, common::Servers};
+    use super::client;
+    use redis_local::Cluster;
     use redlock_mux::Builder;
 
     /// One captured record: level, message, key-values.
@@ -302,7 +301,7 @@ mod events {
     #[test]
     fn acquired_no_quorum_and_node_down_are_told() {
         capture();
-        let mut servers = Servers::start(3);
+        let mut servers = Cluster::start(3);
         let mut c = client(&servers);
         let lock = c.try_lock("ev:acquired").unwrap();
         c.unlock(lock).unwrap();
@@ -342,7 +341,7 @@ mod events {
     #[test]
     fn a_lost_kept_lock_and_a_noscript_fallback_are_told() {
         capture();
-        let servers = Servers::start(3);
+        let servers = Cluster::start(3);
         let mut c = client(&servers);
         let mut lock = c.try_lock("ev:noscript").unwrap();
         c.extend(&mut lock, Duration::from_secs(30)).unwrap();
@@ -387,7 +386,7 @@ mod events {
 /// and the next lock, which reconnects, reports no node unreachable.
 #[test]
 fn idle_connections_closed_by_the_server_are_routine_not_nodes_down() {
-    let servers = Servers::start_with(3, common::RedisServer::builder().arg("--timeout").arg("1"));
+    let servers = Cluster::start_with(3, redis_local::Server::builder().arg("--timeout").arg("1"));
     let redlock = Builder::new(servers.urls())
         .quarantine(None)
         .build()

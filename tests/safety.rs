@@ -6,11 +6,9 @@
 //!
 //! Each test names the defect it covers; every one of them failed before its fix.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Servers};
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Client, Config, Error, NodeFault, Quarantine};
 
 const MS: Duration = Duration::from_millis(1);
@@ -27,7 +25,7 @@ fn client(urls: Vec<String>, ttl: Duration) -> Client {
 }
 
 /// A numeric field of an `INFO` section.
-fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
+fn info_field(server: &Server, section: &str, field: &str) -> u64 {
     server
         .info(section)
         .lines()
@@ -37,7 +35,7 @@ fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
 }
 
 /// The `db<N>:keys=…` lines of `INFO keyspace`: empty when no database holds a key.
-fn keyspace(server: &RedisServer) -> Vec<String> {
+fn keyspace(server: &Server) -> Vec<String> {
     server
         .info("keyspace")
         .lines()
@@ -47,7 +45,7 @@ fn keyspace(server: &RedisServer) -> Vec<String> {
 }
 
 /// Asserts that no database of any server holds a key.
-fn assert_no_key_anywhere(servers: &Servers) {
+fn assert_no_key_anywhere(servers: &Cluster) {
     for s in servers.iter() {
         assert_eq!(
             keyspace(s),
@@ -59,12 +57,12 @@ fn assert_no_key_anywhere(servers: &Servers) {
 }
 
 /// One URL per server, made from its port.
-fn urls_by_port(servers: &Servers, url: impl Fn(u16) -> String) -> Vec<String> {
+fn urls_by_port(servers: &Cluster, url: impl Fn(u16) -> String) -> Vec<String> {
     servers.ports().into_iter().map(url).collect()
 }
 
 /// Waits until the server has closed every client connection but the admin one asking.
-fn wait_idle_closed(server: &RedisServer) {
+fn wait_idle_closed(server: &Server) {
     let deadline = Instant::now() + WAIT;
     while info_field(server, "clients", "connected_clients") > 1 {
         assert!(
@@ -81,7 +79,7 @@ fn wait_idle_closed(server: &RedisServer) {
 
 #[test]
 fn failed_extend_leaves_at_most_what_the_extend_could_have_set() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     let mut a = client(servers.urls(), Duration::from_secs(10));
     let mut lock = a.try_lock("r").unwrap();
     assert!(lock.validity() > Duration::from_secs(9));
@@ -116,7 +114,7 @@ fn failed_extend_leaves_at_most_what_the_extend_could_have_set() {
 
 #[test]
 fn extend_beyond_the_longest_ttl_is_refused_with_both_named() {
-    let servers = Servers::start(1);
+    let servers = Cluster::start(1);
     let mut c = client(servers.urls(), 1500 * MS);
     let mut lock = c.try_lock("r").unwrap();
     let before = lock.valid_until();
@@ -159,7 +157,7 @@ fn a_restarted_node_stays_out_while_an_extended_lock_lives() {
     // A holds 3 of 5 nodes (two are held by someone else) and extends to max_ttl; one of its
     // three restarts empty. With a window of only the TTL, B would get the lock as soon as the
     // restarted node's uptime passed 300 ms: nodes 3 and 4 (freed) plus the restarted one.
-    let mut servers = Servers::start(5);
+    let mut servers = Cluster::start(5);
     let (ttl, max_ttl) = (300 * MS, Duration::from_secs(3));
     // Past the start-up quarantine of max_ttl (uptime is counted in whole seconds).
     for s in servers.iter() {
@@ -269,8 +267,8 @@ fn quarantine_follows_the_final_ttl_whatever_the_builder_order() {
 
 // --- 4. Connections the server closed while idle are re-established within the operation --
 
-fn idle_closing_servers(n: usize) -> Servers {
-    Servers::start_with(n, RedisServer::builder().arg("--timeout").arg("1"))
+fn idle_closing_servers(n: usize) -> Cluster {
+    Cluster::start_with(n, Server::builder().arg("--timeout").arg("1"))
 }
 
 #[test]
@@ -343,7 +341,7 @@ fn a_kept_lock_survives_servers_that_close_idle_connections() {
 
 #[test]
 fn a_new_run_id_behind_the_same_address_is_quarantined_whatever_its_uptime() {
-    let builder = RedisServer::builder().unix_socket(true);
+    let builder = Server::builder().unix_socket(true);
     let mut first = builder.clone().start();
     let second = builder.start();
     // Both have been up longer than the window: only the run_id tells them apart.
@@ -397,7 +395,7 @@ fn a_new_run_id_behind_the_same_address_is_quarantined_whatever_its_uptime() {
 
 #[test]
 fn duration_max_timeouts_mean_no_deadline() {
-    let servers = Servers::start(2);
+    let servers = Cluster::start(2);
     let mut c = client(servers.urls(), Duration::from_secs(1));
     assert_eq!(c.connect(Duration::MAX), 2);
     let status = c.status(b"r", Duration::MAX);
@@ -416,8 +414,8 @@ fn duration_max_timeouts_mean_no_deadline() {
 
 #[test]
 fn a_dead_unix_socket_node_is_retried_with_backoff() {
-    let servers = Servers::start(2);
-    let mut unix = RedisServer::builder().unix_socket(true).start();
+    let servers = Cluster::start(2);
+    let mut unix = Server::builder().unix_socket(true).start();
     let mut urls = servers.urls();
     urls.push(format!(
         "redis+unix://{}",
@@ -445,7 +443,7 @@ fn a_dead_unix_socket_node_is_retried_with_backoff() {
 
 #[test]
 fn a_password_for_a_server_without_one_leaves_no_key() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = urls_by_port(&servers, |p| format!("redis://:typo@127.0.0.1:{p}"));
     let mut c = client(urls, Duration::from_secs(30));
     assert!(matches!(c.try_lock("r"), Err(Error::Auth { .. })));
@@ -454,7 +452,7 @@ fn a_password_for_a_server_without_one_leaves_no_key() {
 
 #[test]
 fn a_database_that_does_not_exist_leaves_no_key_in_database_0() {
-    let servers = Servers::start(3);
+    let servers = Cluster::start(3);
     let urls = urls_by_port(&servers, |p| format!("redis://127.0.0.1:{p}/99"));
     let mut c = client(urls, Duration::from_secs(30));
     match c.try_lock("r") {
@@ -468,9 +466,9 @@ fn a_database_that_does_not_exist_leaves_no_key_in_database_0() {
 
 #[test]
 fn an_acl_user_without_info_is_told_what_to_grant_and_leaves_no_key() {
-    let servers = Servers::start_with(
+    let servers = Cluster::start_with(
         3,
-        RedisServer::builder().acl_user("locker on >pw ~* +@all -info"),
+        Server::builder().acl_user("locker on >pw ~* +@all -info"),
     );
     let urls = urls_by_port(&servers, |p| format!("redis://locker:pw@127.0.0.1:{p}"));
     let mut c = Builder::new(urls)

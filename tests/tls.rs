@@ -1,26 +1,24 @@
 //! TLS (`rediss://`, the `tls` feature) against real `redis-server` processes listening with
-//! `--tls-port` and certificates each test makes (`common::pki`): a lock cycle, session
+//! `--tls-port` and certificates each test makes (`redis_local::pki`): a lock cycle, session
 //! resumption and the handshake's round trips, a wrong CA, mutual TLS, a node frozen in the
 //! middle of the handshake, and TLS options given without a `rediss://` server.
 #![cfg(feature = "tls")]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::pki::Pki;
-use common::{ClientAuth, RedisServer, Servers};
+use redis_local::Pki;
+use redis_local::{ClientAuth, Cluster, Server};
 use redlock_mux::{Builder, Client, Error, NodeFault};
 
 /// Waits longer than any timeout configured here; a wait that reaches it is a hang.
 const HANG: Duration = Duration::from_secs(10);
 
-fn tls_servers(pki: &Pki, n: usize, auth: ClientAuth) -> Servers {
-    Servers::start_with(n, RedisServer::builder().tls(pki, auth))
+fn tls_servers(pki: &Pki, n: usize, auth: ClientAuth) -> Cluster {
+    Cluster::start_with(n, Server::builder().tls(pki, auth))
 }
 
-fn urls(servers: &Servers) -> Vec<String> {
-    servers.0.iter().map(RedisServer::tls_url).collect()
+fn urls(servers: &Cluster) -> Vec<String> {
+    servers.iter().map(Server::tls_url).collect()
 }
 
 fn client(builder: Builder) -> Client {
@@ -52,7 +50,6 @@ fn a_lock_cycle_over_tls_and_resumed_reconnects() {
     // lock is granted at the second yes).
     let token = lock.token().to_string();
     let holding = servers
-        .0
         .iter()
         .filter(|s| s.get("tls:res") == Some(token.clone()));
     assert!(holding.count() >= 2);
@@ -66,7 +63,7 @@ fn a_lock_cycle_over_tls_and_resumed_reconnects() {
     assert_eq!(first.tls_round_trips, 3, "{first:?}");
 
     // Every server drops our connections: the next cycle reconnects, resuming the sessions.
-    for s in &servers.0 {
+    for s in servers.iter() {
         s.cmd(&["CLIENT", "KILL", "TYPE", "normal"]);
     }
     let deadline = Instant::now() + HANG;
@@ -97,16 +94,16 @@ fn a_certificate_from_an_unknown_ca_is_refused_naming_the_node() {
         "{fault:?}"
     );
     let message = e.to_string();
-    assert!(message.contains(&servers.0[0].tls_url()[9..]), "{message}");
+    assert!(message.contains(&servers[0].tls_url()[9..]), "{message}");
     assert!(message.contains("tls_ca"), "the hint is missing: {message}");
-    assert_eq!(servers.0[0].dbsize(), 0, "nothing reached the server");
+    assert_eq!(servers[0].dbsize(), 0, "nothing reached the server");
 }
 
 #[test]
 fn a_certificate_for_another_name_is_refused_and_tls_server_name_fixes_it() {
     let pki = Pki::generate();
     let servers = tls_servers(&pki, 1, ClientAuth::No);
-    let port = servers.0[0].tls_port();
+    let port = servers[0].tls_port();
     let wrong = format!("rediss://127.0.0.1:{port}?tls_server_name=redis.example");
     let mut c = client(Builder::new([wrong]).tls_ca_file(pki.ca()));
     let fault = only_fault(
@@ -142,7 +139,7 @@ fn mutual_tls_needs_the_client_certificate() {
         "{fault:?}"
     );
     eprintln!("without a client certificate: {fault}");
-    assert_eq!(servers.0[0].dbsize(), 0, "nothing reached the server");
+    assert_eq!(servers[0].dbsize(), 0, "nothing reached the server");
 
     let mut c = client(
         Builder::new(urls(&servers))
@@ -154,7 +151,7 @@ fn mutual_tls_needs_the_client_certificate() {
     // The same through the address's own options.
     let url = format!(
         "{}?tls_ca={}&tls_cert={}&tls_key={}",
-        servers.0[0].tls_url(),
+        servers[0].tls_url(),
         pki.ca().display(),
         pki.client_cert().display(),
         pki.client_key().display()
@@ -172,14 +169,14 @@ fn a_node_frozen_mid_handshake_times_out_and_the_others_carry_the_quorum() {
     let mut servers = tls_servers(&pki, 3, ClientAuth::No);
     // Frozen before we connect: the kernel completes TCP's handshake, the server never
     // answers the ClientHello.
-    servers.0[2].freeze();
+    servers[2].freeze();
     let mut c = client(Builder::new(urls(&servers)).tls_ca_file(pki.ca()));
     let started = Instant::now();
     let lock = c.try_lock("res").expect("two of three carry the quorum");
     assert!(started.elapsed() < HANG);
     c.unlock(lock).unwrap();
     // Alone, the frozen node is a typed failure, not a hang.
-    let frozen = servers.0[2].tls_url();
+    let frozen = servers[2].tls_url();
     let mut alone = client(Builder::new([frozen]).tls_ca_file(pki.ca()));
     let e = alone.try_lock("res").expect_err("a frozen node");
     let fault = only_fault(&e);
@@ -187,7 +184,7 @@ fn a_node_frozen_mid_handshake_times_out_and_the_others_carry_the_quorum() {
         matches!(fault, NodeFault::ConnectTimeout | NodeFault::Timeout),
         "{fault:?}: {e}"
     );
-    servers.0[2].resume();
+    servers[2].resume();
     let deadline = Instant::now() + HANG;
     loop {
         match alone.try_lock("res2") {
@@ -204,7 +201,7 @@ fn a_node_frozen_mid_handshake_times_out_and_the_others_carry_the_quorum() {
 #[test]
 fn a_tls_address_on_a_plain_port_is_a_typed_failure() {
     let pki = Pki::generate();
-    let s = RedisServer::start();
+    let s = Server::start();
     let url = format!("rediss://127.0.0.1:{}", s.port());
     let mut c = client(Builder::new([url]).tls_ca_file(pki.ca()));
     // Redis reads the ClientHello as the start of an inline command and waits for its end.

@@ -1,11 +1,10 @@
-//! Code shared by the benchmark targets (`benches/lock.rs`, `examples/bench_table.rs`,
-//! `examples/bench_counts.rs`): the compared clients, the delay relay, the `contention` and
-//! `scale` scenarios' runners and a few statistics.
+//! Code shared by the benchmark targets (`benches/lock.rs`, `benches/bench_table.rs`,
+//! `benches/bench_counts.rs`): the compared clients, the `contention` and `scale` scenarios'
+//! runners and a few statistics. (The delay relay is `redis_local::Relay`.)
 #![allow(dead_code)]
 
 pub mod clients;
 pub mod contention;
-pub mod relay;
 pub mod scale;
 
 use std::time::Duration;

@@ -40,11 +40,9 @@ macro_rules! say {
     }};
 }
 
-mod child;
 mod commands;
 mod common;
 mod group;
-mod servers;
 
 use commands::{acquire, bench, demo, extend, release, run, status};
 use common::exit;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use redlock_mux::{Error, Redlock};
 
-use super::demo::{Tally, interrupt_flag, latency_table, progress};
+use super::demo::{Tally, interrupt_flag, latency_table, local_servers, progress, version};
 use crate::common::{Fail, Servers, Tuning, code_of, count, exit, fmt_duration, parse_duration};
-use crate::servers::LocalServers;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -86,55 +85,40 @@ fn bench_client(
     t
 }
 
-pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
-    let interrupted = interrupt_flag()?;
-    let local = match a.nodes {
-        Some(n) => Some(LocalServers::start(usize::from(n))?),
-        None => None,
-    };
-    let urls = match &local {
-        Some(l) => l.urls(),
-        None => a.servers.list()?,
-    };
-    let clients = usize::from(a.clients);
-    let handles = (0..clients)
+/// The handles, one per client; local servers are fresh, so their quarantine is off.
+fn bench_clients(a: &BenchArgs, urls: &[String], local: bool) -> Result<Vec<Redlock>, Fail> {
+    (0..a.clients)
         .map(|_| {
             let b = a
                 .tuning
-                .builder(a.servers.builder(&urls), a.ttl)
+                .builder(a.servers.builder(urls), a.ttl)
                 .fencing(a.fence);
-            match local {
-                Some(_) => b.quarantine(None).build(),
-                None => b.build(),
+            if local {
+                b.quarantine(None).build()
+            } else {
+                b.build()
             }
         })
         .collect::<Result<Vec<Redlock>, Error>>()
-        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
-    let where_ = match &local {
-        Some(l) => format!(
-            "{} local {} (quarantine off)",
-            urls.len(),
-            l.version.as_deref().unwrap_or("redis-server")
-        ),
-        None => format!("{} servers", urls.len()),
-    };
-    out!(
-        "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
-        a.cycles,
-        if clients == 1 { "" } else { "s" },
-        fmt_duration(a.ttl)
-    );
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))
+}
+
+/// Runs the clients, `a.cycles` in all, with a progress bar; their tallies merged.
+fn run_clients(
+    a: &BenchArgs,
+    handles: &[Redlock],
+    interrupted: &AtomicBool,
+) -> Result<Tally, Fail> {
+    let clients = handles.len() as u64;
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let pid = std::process::id();
-    let started = Instant::now();
-    let tallies = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         let workers: Vec<_> = handles
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                let share =
-                    a.cycles / clients as u64 + u64::from((i as u64) < a.cycles % clients as u64);
+                let share = a.cycles / clients + u64::from((i as u64) < a.cycles % clients);
                 let resource = format!("redlock-bench:{pid}:{i}");
                 let (done, stop) = (&done, &stop);
                 s.spawn(move || bench_client(r, &resource, share, done, stop))
@@ -145,37 +129,19 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
             if interrupted.load(Ordering::Relaxed) {
                 stop.store(true, Ordering::Relaxed);
             }
-            bar.set_position(done.load(Ordering::Relaxed));
-            bar.set_message(format!(
-                "{} / {} cycles",
-                done.load(Ordering::Relaxed),
-                a.cycles
-            ));
+            let n = done.load(Ordering::Relaxed);
+            bar.set_position(n);
+            bar.set_message(format!("{n} / {} cycles", a.cycles));
             // Screen refresh, not synchronisation: joining below waits for the clients.
             std::thread::sleep(Duration::from_millis(100));
         }
         bar.finish_and_clear();
-        workers
-            .into_iter()
-            .map(|w| w.join())
-            .collect::<Result<Vec<Tally>, _>>()
+        Tally::join(workers, "a bench client panicked")
     })
-    .map_err(|_| Fail::new(exit::INTERNAL, "a bench client panicked"))?;
-    let elapsed = started.elapsed();
-    let mut t = Tally::new();
-    for x in &tallies {
-        t.merge(x);
-    }
-    if interrupted.load(Ordering::Relaxed) {
-        out!("interrupted after {} cycles", t.cycles);
-        return Ok(exit::INTERRUPTED);
-    }
-    if t.cycles == 0 {
-        return Err(match &t.last_error {
-            Some(e) => Fail::lib("bench: no lock acquired", e),
-            None => Fail::new(exit::INTERNAL, "bench: no lock cycle ran"),
-        });
-    }
+}
+
+/// The throughput line and the latency table.
+fn report(t: &Tally, elapsed: Duration) {
     out!(
         "  {} cycles in {:.2} s: {:.0} cycles/s, {} failed{}",
         t.cycles,
@@ -195,6 +161,44 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
             ("cycle", &t.cycle)
         ])
     );
+}
+
+pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
+    let interrupted = interrupt_flag()?;
+    let local = match a.nodes {
+        Some(n) => Some(local_servers(usize::from(n))?),
+        None => None,
+    };
+    let urls = match &local {
+        Some(l) => l.urls(),
+        None => a.servers.list()?,
+    };
+    let handles = bench_clients(a, &urls, local.is_some())?;
+    let where_ = match &local {
+        Some(l) => format!("{} local {} (quarantine off)", urls.len(), version(l)),
+        None => format!("{} servers", urls.len()),
+    };
+    let clients = handles.len();
+    out!(
+        "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
+        a.cycles,
+        if clients == 1 { "" } else { "s" },
+        fmt_duration(a.ttl)
+    );
+    let started = Instant::now();
+    let t = run_clients(a, &handles, &interrupted)?;
+    let elapsed = started.elapsed();
+    if interrupted.load(Ordering::Relaxed) {
+        out!("interrupted after {} cycles", t.cycles);
+        return Ok(exit::INTERRUPTED);
+    }
+    if t.cycles == 0 {
+        return Err(match &t.last_error {
+            Some(e) => Fail::lib("bench: no lock acquired", e),
+            None => Fail::new(exit::INTERNAL, "bench: no lock cycle ran"),
+        });
+    }
+    report(&t, elapsed);
     drop(handles);
     drop(local);
     Ok(exit::OK)

@@ -4,15 +4,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::thread::ScopedJoinHandle;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Error, Redlock};
 
 use crate::common::{Fail, code_of, count, exit, fmt_duration, parse_duration};
-use crate::servers::LocalServers;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -176,7 +177,20 @@ impl Tally {
         self.cycles += 1;
     }
 
-    pub(super) fn merge(&mut self, other: &Tally) {
+    /// Waits for the clients and merges their tallies; `panicked` is the failure if one did.
+    pub(super) fn join(
+        workers: Vec<ScopedJoinHandle<'_, Tally>>,
+        panicked: &'static str,
+    ) -> Result<Tally, Fail> {
+        let mut total = Tally::new();
+        for w in workers {
+            let t = w.join().map_err(|_| Fail::new(exit::INTERNAL, panicked))?;
+            total.merge(&t);
+        }
+        Ok(total)
+    }
+
+    fn merge(&mut self, other: &Tally) {
         let _ = self.acquire.add(&other.acquire);
         let _ = self.release.add(&other.release);
         let _ = self.cycle.add(&other.cycle);
@@ -231,7 +245,7 @@ fn demo_phase(
 ) -> Result<Option<(Board, Tally, Duration)>, Fail> {
     let board = Board::default();
     let started = Instant::now();
-    let tallies = std::thread::scope(|s| {
+    let total = std::thread::scope(|s| {
         let workers: Vec<_> = handles
             .iter()
             .map(|r| s.spawn(|| demo_client(r, &board, interrupted)))
@@ -254,19 +268,11 @@ fn demo_phase(
         }
         board.stop.store(true, Ordering::SeqCst);
         bar.finish_and_clear();
-        workers
-            .into_iter()
-            .map(|w| w.join())
-            .collect::<Result<Vec<Tally>, _>>()
-    })
-    .map_err(|_| Fail::new(exit::INTERNAL, "a demo client panicked"))?;
+        Tally::join(workers, "a demo client panicked")
+    })?;
     let elapsed = started.elapsed();
     if interrupted.load(Ordering::Relaxed) {
         return Ok(None);
-    }
-    let mut total = Tally::new();
-    for t in &tallies {
-        total.merge(t);
     }
     Ok(Some((board, total, elapsed)))
 }
@@ -341,26 +347,28 @@ fn report_phase(board: &Board, t: &Tally, elapsed: Duration) -> Vec<String> {
     problems
 }
 
-pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
-    let interrupted = interrupt_flag()?;
-    let (nodes, clients) = (usize::from(a.nodes), usize::from(a.clients));
-    out!(
-        "redlock demo: {nodes} local redis-servers, {clients} competing client{}, {} per phase",
-        if clients == 1 { "" } else { "s" },
-        fmt_duration(a.duration)
-    );
-    let mut local = LocalServers::start(nodes)?;
-    let ports: Vec<String> = local.servers.iter().map(|s| s.port.to_string()).collect();
-    out!(
-        "started {} on 127.0.0.1 ports {}",
-        local.version.as_deref().unwrap_or("redis-server"),
-        ports.join(", ")
-    );
-    out!("the servers are fresh, so the restart quarantine is off (as with --quarantine off)");
-    let urls = local.urls();
-    let handles = (0..clients)
+/// Starts `n` local redis-servers for `demo` or `bench` (on this thread: they die with it).
+pub(super) fn local_servers(n: usize) -> Result<Cluster, Fail> {
+    let code = |e: &redis_local::Error| match e {
+        redis_local::Error::Io { .. } => exit::INTERNAL,
+        _ => exit::UNAVAILABLE,
+    };
+    Cluster::try_start_with(n, Server::builder()).map_err(|e| Fail::new(code(&e), e.to_string()))
+}
+
+/// `redis-server 7.0.15`, or just `redis-server` if it does not say.
+pub(super) fn version(local: &Cluster) -> String {
+    local
+        .first()
+        .and_then(Server::version)
+        .unwrap_or_else(|| "redis-server".into())
+}
+
+/// One handle per client, each with its own connections.
+fn demo_clients(urls: &[String], a: &DemoArgs) -> Result<Vec<Redlock>, Fail> {
+    (0..a.clients)
         .map(|_| {
-            let mut b = Builder::new(&urls)
+            let mut b = Builder::new(urls)
                 .ttl(DEMO_TTL)
                 .quarantine(None)
                 .retry_delay(RETRY_DELAY, RETRY_JITTER);
@@ -370,7 +378,26 @@ pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
             b.build()
         })
         .collect::<Result<Vec<Redlock>, Error>>()
-        .map_err(|e| Fail::new(code_of(&e), e.to_string()))?;
+        .map_err(|e| Fail::new(code_of(&e), e.to_string()))
+}
+
+/// Starts the servers and the clients, and says what the demo does.
+fn set_up(a: &DemoArgs) -> Result<(Cluster, Vec<Redlock>), Fail> {
+    let (nodes, clients) = (usize::from(a.nodes), usize::from(a.clients));
+    out!(
+        "redlock demo: {nodes} local redis-servers, {clients} competing client{}, {} per phase",
+        if clients == 1 { "" } else { "s" },
+        fmt_duration(a.duration)
+    );
+    let local = local_servers(nodes)?;
+    let ports: Vec<String> = local.ports().iter().map(u16::to_string).collect();
+    out!(
+        "started {} on 127.0.0.1 ports {}",
+        version(&local),
+        ports.join(", ")
+    );
+    out!("the servers are fresh, so the restart quarantine is off (as with --quarantine off)");
+    let handles = demo_clients(&local.urls(), a)?;
     out!(
         "each client has its own connections and loops: lock {DEMO_RESOURCE:?} (ttl {}; if it is\n\
          taken, retry after {} to {}), read the shared counter, pause {}µs, write it back\n\
@@ -380,7 +407,12 @@ pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
         fmt_duration(RETRY_DELAY + RETRY_JITTER),
         CRITICAL_PAUSE.as_micros()
     );
+    Ok((local, handles))
+}
 
+/// The race the lock prevents: the clients without it, for a second at most.
+fn show_the_race(a: &DemoArgs) {
+    let clients = usize::from(a.clients);
     let warmup = a.duration.min(Duration::from_secs(1));
     let (increments, counter) = unlocked_phase(clients, warmup);
     if clients > 1 {
@@ -393,60 +425,84 @@ pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
     } else {
         out!("(one client: nothing to race with; use --clients 2 or more)");
     }
+}
 
-    let mut problems = Vec::new();
+/// Both phases' acquire and cycle latencies, and what went wrong in either.
+struct Totals {
+    acquire: Histogram<u64>,
+    cycle: Histogram<u64>,
+    problems: Vec<String>,
+}
+
+impl Totals {
+    fn add(&mut self, phase: &str, (board, tally, elapsed): &(Board, Tally, Duration)) {
+        let problems = report_phase(board, tally, *elapsed);
+        self.problems
+            .extend(problems.into_iter().map(|p| format!("{phase}: {p}")));
+        let _ = self.acquire.add(&tally.acquire);
+        let _ = self.cycle.add(&tally.cycle);
+    }
+}
+
+/// Phase 2: one node frozen with SIGSTOP for the phase; `None` if interrupted.
+fn frozen_phase(
+    local: &mut Cluster,
+    handles: &[Redlock],
+    duration: Duration,
+    interrupted: &AtomicBool,
+) -> Result<Option<(Board, Tally, Duration)>, Fail> {
+    let nodes = local.len();
+    let frozen = nodes / 2;
+    local[frozen].freeze();
+    out!(
+        "\nphase 2 of 2: node {} frozen with SIGSTOP (connections stay open, no answers);\n\
+         the other {} still make a quorum of {}",
+        local[frozen].addr(),
+        nodes - 1,
+        nodes / 2 + 1
+    );
+    let phase = demo_phase(handles, duration, interrupted);
+    local[frozen].resume();
+    phase
+}
+
+pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
+    let interrupted = interrupt_flag()?;
+    let nodes = usize::from(a.nodes);
+    let (mut local, handles) = set_up(a)?;
+    show_the_race(a);
+    let mut totals = Totals {
+        acquire: histogram(),
+        cycle: histogram(),
+        problems: Vec::new(),
+    };
     out!(
         "\nphase 1 of 2: all {nodes} nodes up, quorum {}",
         nodes / 2 + 1
     );
-    let Some((board, tally, elapsed)) = demo_phase(&handles, a.duration, &interrupted)? else {
+    let Some(phase) = demo_phase(&handles, a.duration, &interrupted)? else {
         out!("interrupted; stopping the servers");
         return Ok(exit::INTERRUPTED);
     };
-    problems.extend(
-        report_phase(&board, &tally, elapsed)
-            .into_iter()
-            .map(|p| format!("phase 1: {p}")),
-    );
-    let mut acquire = tally.acquire.clone();
-    let mut cycle = tally.cycle.clone();
-
-    let frozen = nodes / 2;
-    local.servers[frozen].freeze();
-    out!(
-        "\nphase 2 of 2: node {} frozen with SIGSTOP (connections stay open, no answers);\n\
-         the other {} still make a quorum of {}",
-        local.servers[frozen].addr(),
-        nodes - 1,
-        nodes / 2 + 1
-    );
-    let phase = demo_phase(&handles, a.duration, &interrupted);
-    local.servers[frozen].resume();
-    let Some((board, tally, elapsed)) = phase? else {
+    totals.add("phase 1", &phase);
+    let Some(phase) = frozen_phase(&mut local, &handles, a.duration, &interrupted)? else {
         out!("interrupted; stopping the servers");
         return Ok(exit::INTERRUPTED);
     };
-    problems.extend(
-        report_phase(&board, &tally, elapsed)
-            .into_iter()
-            .map(|p| format!("phase 2: {p}")),
-    );
+    totals.add("phase 2", &phase);
     out!(
         "  (when competing clients split the live nodes' votes, each waits the node timeout\n  \
          for the frozen node before giving up and retrying: hence the longer tail)"
     );
-    let _ = acquire.add(&tally.acquire);
-    let _ = cycle.add(&tally.cycle);
-
     out!("\nboth phases (acquire includes waiting for the other clients to release):");
     out_part!(
         "{}",
-        latency_table(&[("acquire", &acquire), ("cycle", &cycle)])
+        latency_table(&[("acquire", &totals.acquire), ("cycle", &totals.cycle)])
     );
     out!("stopping the {nodes} servers");
     drop(handles);
     drop(local);
-    if problems.is_empty() {
+    if totals.problems.is_empty() {
         out!(
             "ok: no two clients were ever inside the critical section at once, and no update \
              was lost"
@@ -455,7 +511,10 @@ pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
     } else {
         Err(Fail::new(
             exit::INTERNAL,
-            format!("demo: mutual exclusion violated: {}", problems.join("; ")),
+            format!(
+                "demo: mutual exclusion violated: {}",
+                totals.problems.join("; ")
+            ),
         ))
     }
 }

@@ -17,41 +17,21 @@
 //! warms up with `scale::WARMUP` cycles). `allocs_total` counts the whole process, for a
 //! difference of two runs.
 
-#[path = "../benches/support/mod.rs"]
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
+use redis_local::CountingAlloc;
 use support::clients::{self, Kind};
 
-struct Counting;
-
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator, only counting.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() {
+        // `cargo test --all-targets` runs bench targets without arguments: counts need servers.
+        eprintln!("bench_counts: no arguments, nothing run (scripts/bench-counts runs it)");
+        return;
+    }
     if args.len() == 5 {
         return scale_counts(&args);
     }
@@ -83,14 +63,14 @@ fn main() {
         cycle(&mut mux).expect("warm-up cycle");
     }
     let io_before = mux.as_ref().map(|m| m.client.io_stats());
-    let (a0, b0) = (ALLOCS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
+    let (a0, b0) = (CountingAlloc::allocations(), CountingAlloc::bytes());
     let mut failed = 0u64;
     for _ in 0..cycles {
         if cycle(&mut mux).is_err() {
             failed += 1;
         }
     }
-    let (a1, b1) = (ALLOCS.load(Ordering::SeqCst), BYTES.load(Ordering::SeqCst));
+    let (a1, b1) = (CountingAlloc::allocations(), CountingAlloc::bytes());
     let per = |x: u64| x as f64 / cycles.max(1) as f64;
     let mut line = format!(
         "impl={} n={} warmup={warmup} cycles={cycles} failed={failed} allocs={} allocs_per_cycle={:.3} alloc_bytes_per_cycle={:.1}",
@@ -145,8 +125,8 @@ fn scale_counts(args: &[String]) {
         run.cycles,
         run.failed,
         run.finished,
-        ALLOCS.load(Ordering::SeqCst),
-        BYTES.load(Ordering::SeqCst),
+        CountingAlloc::allocations(),
+        CountingAlloc::bytes(),
     );
     if let Some(io) = run.io {
         line.push_str(&format!(

@@ -1,7 +1,4 @@
-//! Tests of the test harness itself (tests/common), against real redis-server
-//! processes.
-
-mod common;
+//! Tests of the servers themselves, against real redis-server processes.
 
 use std::collections::HashSet;
 use std::io::{ErrorKind, Write};
@@ -9,13 +6,15 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{RedisServer, Servers, find_redis_binary, is_timeout, pid_is_dead, raw_ping};
 use redis::Value;
+use redis_local::{
+    Cluster, Server, find_redis_binary, is_timeout, pid_is_dead, raw_ping, raw_ping_on, read_line,
+};
 
 const SHORT: Duration = Duration::from_millis(200);
 const LONG: Duration = Duration::from_secs(5);
 
-fn config_get(server: &RedisServer, name: &str) -> String {
+fn config_get(server: &Server, name: &str) -> String {
     match server.cmd(&["CONFIG", "GET", name]) {
         Value::Array(items) => match items.as_slice() {
             [_, Value::BulkString(v)] => String::from_utf8(v.clone()).unwrap(),
@@ -27,7 +26,7 @@ fn config_get(server: &RedisServer, name: &str) -> String {
 
 #[test]
 fn start_and_ping() {
-    let server = RedisServer::start();
+    let server = Server::start();
     assert_eq!(raw_ping(&server.addr(), LONG).unwrap(), "+PONG\r\n");
     assert_eq!(
         server.cmd(&["PING"]),
@@ -61,8 +60,8 @@ fn start_and_ping() {
 
 #[test]
 fn two_servers_are_independent() {
-    let a = RedisServer::start();
-    let b = RedisServer::start();
+    let a = Server::start();
+    let b = Server::start();
     assert_ne!(a.port(), b.port());
     assert_ne!(a.pid(), b.pid());
     assert_ne!(a.dir(), b.dir());
@@ -73,15 +72,15 @@ fn two_servers_are_independent() {
 
 #[test]
 fn freeze_blocks_replies_and_resume_delivers_them() {
-    let mut server = RedisServer::start();
+    let mut server = Server::start();
     let mut s = TcpStream::connect(server.addr()).unwrap();
-    assert_eq!(common::raw_ping_on(&mut s, LONG).unwrap(), "+PONG\r\n");
+    assert_eq!(raw_ping_on(&mut s, LONG).unwrap(), "+PONG\r\n");
 
     server.freeze();
     assert!(server.is_running(), "a frozen server is still running");
     assert!(server.is_frozen());
     // Negative check with a bounded wait: no reply within 200 ms.
-    let err = common::raw_ping_on(&mut s, SHORT).expect_err("frozen server replied");
+    let err = raw_ping_on(&mut s, SHORT).expect_err("frozen server replied");
     assert!(is_timeout(&err), "expected a read timeout, got {err:?}");
     // A brand-new connection is accepted by the kernel but not answered.
     let err = raw_ping(&server.addr(), SHORT).expect_err("frozen server replied");
@@ -90,13 +89,13 @@ fn freeze_blocks_replies_and_resume_delivers_them() {
     server.resume();
     assert!(!server.is_frozen());
     s.set_read_timeout(Some(LONG)).unwrap();
-    assert_eq!(common::read_line(&mut s).unwrap(), "+PONG\r\n");
+    assert_eq!(read_line(&mut s).unwrap(), "+PONG\r\n");
     assert_eq!(raw_ping(&server.addr(), LONG).unwrap(), "+PONG\r\n");
 }
 
 #[test]
 fn kill_then_restart_on_same_port_loses_data() {
-    let mut server = RedisServer::start();
+    let mut server = Server::start();
     let port = server.port();
     let old_pid = server.pid();
     server.set("key", "value");
@@ -127,7 +126,7 @@ fn kill_then_restart_on_same_port_loses_data() {
 
 #[test]
 fn restart_after_freeze() {
-    let mut server = RedisServer::start();
+    let mut server = Server::start();
     server.freeze();
     server.restart();
     assert!(!server.is_frozen());
@@ -136,7 +135,7 @@ fn restart_after_freeze() {
 
 #[test]
 fn requirepass_rejects_unauthenticated_commands() {
-    let server = RedisServer::builder().requirepass("s3cret").start();
+    let server = Server::builder().requirepass("s3cret").start();
     let err = server
         .try_cmd_unauthenticated(&["GET", "x"])
         .expect_err("unauthenticated GET succeeded");
@@ -157,7 +156,7 @@ fn requirepass_rejects_unauthenticated_commands() {
 
 #[test]
 fn acl_user_can_authenticate() {
-    let server = RedisServer::builder()
+    let server = Server::builder()
         .acl_user("alice on >secret ~* +@all")
         .acl_user("bob on >pw ~bob:* +get")
         .start();
@@ -182,7 +181,7 @@ fn acl_user_can_authenticate() {
 
 #[test]
 fn admin_credentials_for_acl_only_server() {
-    let server = RedisServer::builder()
+    let server = Server::builder()
         .acl_user("default off")
         .acl_user("admin on >adminpw ~* &* +@all")
         .admin_credentials("admin", "adminpw")
@@ -194,7 +193,7 @@ fn admin_credentials_for_acl_only_server() {
 
 #[test]
 fn unix_socket_accepts_ping() {
-    let server = RedisServer::builder().unix_socket(true).start();
+    let server = Server::builder().unix_socket(true).start();
     let path = server.unix_path().expect("unix path");
     assert!(path.starts_with(server.dir()));
     let mut s = UnixStream::connect(&path).unwrap();
@@ -209,10 +208,7 @@ fn unix_socket_accepts_ping() {
 
 #[test]
 fn extra_args_are_passed() {
-    let server = RedisServer::builder()
-        .arg("--maxmemory")
-        .arg("12mb")
-        .start();
+    let server = Server::builder().arg("--maxmemory").arg("12mb").start();
     assert_eq!(
         config_get(&server, "maxmemory"),
         (12 * 1024 * 1024).to_string()
@@ -221,10 +217,10 @@ fn extra_args_are_passed() {
 
 #[test]
 fn port_clash_is_retried_on_a_new_port() {
-    let a = RedisServer::start();
+    let a = Server::start();
     // First attempt binds a's port: redis exits with "Address already in
     // use" and the harness must move on to another port.
-    let b = RedisServer::builder().preferred_port(a.port()).start();
+    let b = Server::builder().preferred_port(a.port()).start();
     assert_ne!(b.port(), a.port());
     assert!(
         b.log().contains("Address already in use"),
@@ -238,7 +234,7 @@ fn port_clash_is_retried_on_a_new_port() {
 
 #[test]
 fn servers_start_gives_distinct_live_servers() {
-    let servers = Servers::start(5);
+    let servers = Cluster::start(5);
     assert_eq!(servers.len(), 5);
     let ports: HashSet<u16> = servers.iter().map(|s| s.port()).collect();
     assert_eq!(ports.len(), 5, "ports not distinct: {:?}", servers.ports());
@@ -260,7 +256,7 @@ fn servers_start_gives_distinct_live_servers() {
 
 #[test]
 fn servers_support_faults_through_index() {
-    let mut servers = Servers::start(3);
+    let mut servers = Cluster::start(3);
     servers[1].kill();
     assert!(!servers[1].is_running());
     assert!(servers[0].is_running() && servers[2].is_running());
@@ -270,12 +266,12 @@ fn servers_support_faults_through_index() {
 
 #[test]
 fn drop_kills_the_server() {
-    let server = RedisServer::start();
+    let server = Server::start();
     let pid = server.pid();
     drop(server);
     assert!(pid_is_dead(pid));
 
-    let mut frozen = RedisServer::start();
+    let mut frozen = Server::start();
     let pid = frozen.pid();
     frozen.freeze();
     drop(frozen);
@@ -286,7 +282,7 @@ fn drop_kills_the_server() {
 fn panicking_test_kills_its_server() {
     let (tx, rx) = std::sync::mpsc::channel();
     let result = std::panic::catch_unwind(move || {
-        let server = RedisServer::start();
+        let server = Server::start();
         tx.send(server.pid()).unwrap();
         panic!("simulated test failure");
     });
@@ -303,7 +299,7 @@ fn pdeathsig_helper() {
     if std::env::var_os("HARNESS_PDEATHSIG_HELPER").is_none() {
         return;
     }
-    let server = RedisServer::start();
+    let server = Server::start();
     println!("REDIS_PID={}", server.pid());
     std::io::stdout().flush().unwrap();
     // Wait to be SIGKILLed (bounded, in case the parent is gone).
@@ -378,13 +374,17 @@ fn killed_test_process_does_not_leave_servers_behind() {
 
 #[test]
 fn missing_binary_message_says_how_to_install() {
-    let err = find_redis_binary(None, Some("/nonexistent-dir".into())).unwrap_err();
+    let err = find_redis_binary(None, Some("/nonexistent-dir".into()))
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("apt-get update && apt-get install -y redis-server"),
         "{err}"
     );
     assert!(err.contains("REDIS_SERVER"), "{err}");
-    let err = find_redis_binary(Some("/nonexistent/redis-server".into()), None).unwrap_err();
+    let err = find_redis_binary(Some("/nonexistent/redis-server".into()), None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains("apt-get update && apt-get install -y redis-server"),
         "{err}"

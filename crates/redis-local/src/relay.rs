@@ -1,7 +1,7 @@
 //! A TCP relay that delays every byte by a fixed one-way delay, in both directions.
 //!
-//! `tc netem` is not available on these machines' kernels, so the benchmark puts one of these in
-//! front of a server to emulate a network with a given round-trip time. Per accepted connection
+//! `tc netem` is not available on every kernel, so a benchmark puts one of these in front of a
+//! server to emulate a network with a given round-trip time. Per accepted connection
 //! it opens one upstream connection and runs, per direction, a reader thread (which timestamps
 //! each chunk as it is read) and a writer thread (which sleeps until the chunk is due and writes
 //! it). Bytes are therefore delayed by the one-way delay measured from the moment they are read,
@@ -9,7 +9,7 @@
 //!
 //! Writer threads set their timer slack to 1 ns so that a 250 µs delay is not rounded up by the
 //! kernel's default 50 µs slack. The relay adds no delay to the TCP handshake itself (only bytes
-//! are delayed), which favours clients that connect per operation; the README says so.
+//! are delayed), which favours clients that connect per operation.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -65,6 +65,7 @@ impl Relay {
         format!("redis://{}", self.addr)
     }
 
+    /// The relay's own address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -81,6 +82,9 @@ impl Drop for Relay {
     }
 }
 
+/// Buffer of each reader thread: a read takes whatever arrived, up to this.
+const READ_CHUNK: usize = 64 << 10;
+
 /// Forwards `from` → `to` with the delay: a reader thread and a writer thread.
 fn pipe(from: &TcpStream, to: &TcpStream, delay: Duration) {
     let (mut from, mut to) = (
@@ -91,7 +95,7 @@ fn pipe(from: &TcpStream, to: &TcpStream, delay: Duration) {
     thread::Builder::new()
         .name("relay-read".into())
         .spawn(move || {
-            let mut buf = vec![0u8; 64 << 10];
+            let mut buf = vec![0u8; READ_CHUNK];
             loop {
                 match from.read(&mut buf) {
                     Ok(0) | Err(_) => break,
@@ -128,7 +132,7 @@ fn pipe(from: &TcpStream, to: &TcpStream, delay: Duration) {
 }
 
 /// Timer slack of 1 ns for the calling thread (default 50 µs).
-pub fn precise_timers() {
+fn precise_timers() {
     // SAFETY: prctl(PR_SET_TIMERSLACK) only changes a property of the calling thread.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0);

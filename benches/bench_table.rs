@@ -2,7 +2,7 @@
 //! implementations rotated from round to round, on the same `redis-server` processes.
 //!
 //! ```text
-//! cargo run --release --example bench_table -- [--quick] [--rounds R] [--out FILE] [--label TEXT]
+//! cargo bench --bench bench_table -- [--quick] [--rounds R] [--out FILE] [--label TEXT]
 //!     [--only NAME] [--contention-rounds R] [--contention-ms MS] [--contention-k K[,K...]]
 //!     [--scale-rounds R] [--scale-ms MS] [--scale-k K[,K...]]
 //! ```
@@ -35,19 +35,15 @@
 //!
 //! Scenarios 4 and 5 print their own tables and goals.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-#[path = "../benches/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
-use common::Servers;
+use redis_local::{Cluster, Relay};
 use support::clients::{self, Cycle, Kind};
 use support::contention::{self, Fig, Retry};
-use support::relay::Relay;
 use support::scale;
 use support::{median, quantile, us};
 
@@ -177,6 +173,14 @@ struct Run {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.len() == 1 {
+        // `cargo test --all-targets` runs bench targets without arguments (`cargo bench` passes
+        // `--bench`): a whole table is not a test.
+        eprintln!(
+            "bench_table: no arguments, nothing run (cargo bench --bench bench_table runs it)"
+        );
+        return;
+    }
     if args.get(1).map(String::as_str) == Some(contention::CHILD_FLAG) {
         // A child process of the contention scenario's multi-process case.
         contention::child_main(&args[2..]);
@@ -591,10 +595,10 @@ fn main() {
 /// The 5 servers; with the `tls` feature they also listen for TLS, with certificates made for
 /// this run (kept alive by the returned value).
 #[cfg(feature = "tls")]
-fn start_servers() -> (Servers, Option<common::pki::Pki>) {
-    let pki = common::pki::Pki::generate();
-    let builder = common::RedisServer::builder().tls(&pki, common::ClientAuth::No);
-    let servers = Servers::start_with(5, builder);
+fn start_servers() -> (Cluster, Option<redis_local::Pki>) {
+    let pki = redis_local::Pki::generate();
+    let builder = redis_local::Server::builder().tls(&pki, redis_local::ClientAuth::No);
+    let servers = Cluster::start_with(5, builder);
     let ports = servers.iter().map(|s| (s.port(), s.tls_port())).collect();
     let tls = clients::TlsServers {
         ports,
@@ -605,8 +609,8 @@ fn start_servers() -> (Servers, Option<common::pki::Pki>) {
 }
 
 #[cfg(not(feature = "tls"))]
-fn start_servers() -> (Servers, Option<()>) {
-    (Servers::start(5), None)
+fn start_servers() -> (Cluster, Option<()>) {
+    (Cluster::start(5), None)
 }
 
 /// What connecting costs (N = 1): the first cycle of a new client, which connects first — plain
@@ -831,7 +835,7 @@ fn contention(urls: &[String], opts: &Opts) -> String {
                         }
                         Case::Procs(p, k) => {
                             let (procs, start) = contention::run_processes(
-                                common::child::die_with_parent,
+                                redis_local::die_with_parent,
                                 kind,
                                 retry,
                                 urls,
@@ -1195,7 +1199,7 @@ fn ms(d: Duration) -> String {
 }
 
 /// Scenario 5: K callers through one shared handle, each on a resource of its own.
-fn scale(servers: &mut Servers, opts: &Opts) -> String {
+fn scale(servers: &mut Cluster, opts: &Opts) -> String {
     let urls = servers.urls();
     let max_k = opts
         .scale_ks

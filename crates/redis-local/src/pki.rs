@@ -1,4 +1,4 @@
-//! Certificates for TLS tests, made fresh for each test with rcgen: a CA, a server certificate
+//! Certificates for TLS tests (feature `pki`), made fresh for each test with rcgen: a CA, a server certificate
 //! it signed for `localhost` and `127.0.0.1`, a client certificate it signed (mutual TLS), and
 //! a second, unrelated CA (the "wrong CA" case). PEM files in a temporary directory, removed
 //! on drop.
@@ -11,13 +11,17 @@ use rcgen::{
     KeyUsagePurpose,
 };
 
-/// The files of one test's certificates.
+/// The files of one test's certificates, removed on drop.
 pub struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
     /// Makes every certificate and key and writes them out.
+    ///
+    /// # Panics
+    ///
+    /// If a certificate cannot be made or a file cannot be written.
     pub fn generate() -> Pki {
         let dir = tempfile::Builder::new()
             .prefix("redlock-pki-")
@@ -54,18 +58,23 @@ impl Pki {
     pub fn other_ca(&self) -> PathBuf {
         self.file("other-ca.pem")
     }
+    /// The server's certificate, for `localhost` and `127.0.0.1`.
     pub fn server_cert(&self) -> PathBuf {
         self.file("server.pem")
     }
+    /// The server certificate's key.
     pub fn server_key(&self) -> PathBuf {
         self.file("server.key")
     }
+    /// A client certificate (mutual TLS) signed by [`ca`](Self::ca).
     pub fn client_cert(&self) -> PathBuf {
         self.file("client.pem")
     }
+    /// The client certificate's key.
     pub fn client_key(&self) -> PathBuf {
         self.file("client.key")
     }
+    /// The directory of the PEM files.
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
