@@ -207,6 +207,9 @@ pub mod error;
 mod event;
 mod fence;
 mod guard;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod handle;
 mod hub;
 mod keep;

@@ -1,10 +1,9 @@
 //! Replays every committed fuzz input (`fuzz/corpus/*/` and `fuzz/regressions/`) through the
 //! checks of the `decode` fuzz target: no panic, and decoding each input whole or in chunks
 //! through one resumable decoder gives the same frames and the same final outcome. The checks
-//! live in `fuzz/fuzz_targets/common.rs`, shared with the fuzz target.
+//! live in `src/fuzzing.rs` (feature `fuzzing`), shared with the fuzz target.
 
-#[path = "../fuzz/fuzz_targets/common.rs"]
-mod common;
+use redlock_mux::fuzzing as common;
 
 use std::fs;
 use std::panic;

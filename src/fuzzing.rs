@@ -1,5 +1,7 @@
-//! The checks of the `decode` fuzz target, shared with `tests/fuzz_corpus.rs` (which includes this
-//! file with `#[path]`), so that every corpus and regression input is replayed by `cargo test`.
+//! The checks of the `decode` fuzz target (feature `fuzzing`, hidden: not part of the API),
+//! shared with `tests/fuzz_corpus.rs`, so that every corpus and regression input is replayed by
+//! `cargo test`. They live in the crate, behind a feature, so that the fuzz target and the test
+//! share them as code of a crate both depend on, not as a file included twice.
 //!
 //! Input layout (so that the fuzzer controls the limits and the chunking as well as the bytes):
 //!
@@ -22,9 +24,9 @@
 //! - `Value::encode` of each frame decodes back to the same value, consuming all of it;
 //! - under a tighter profile, decoding with `Limits::DEFAULT` gives the same answer unless a
 //!   limit was exceeded.
-#![allow(dead_code)]
+#![allow(missing_docs)]
 
-use redlock_mux::resp::{self, Decoder, Frame, Limits, MAX_DEPTH_CAP, ParseError, Status};
+use crate::resp::{self, Decoder, Frame, Limits, MAX_DEPTH_CAP, ParseError, Status};
 
 /// Small limits, so that every limit check is reachable with fuzzer-sized inputs.
 pub const SMALL: Limits = Limits {
