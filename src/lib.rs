@@ -206,10 +206,10 @@ mod engine;
 pub mod error;
 mod event;
 mod fence;
-mod guard;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod guard;
 mod handle;
 mod hub;
 mod keep;
