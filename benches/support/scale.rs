@@ -312,63 +312,7 @@ pub fn run_rslock(
             }
         }
     });
-    let halt = Arc::new(AtomicBool::new(false));
-    let completed = Arc::new(AtomicU64::new(0));
-    let (tx, rx) = mpsc::channel();
-    let slots = slots_per_caller(k, stop);
-    let max = max_cycles(stop);
-    // Everything a task needs is prepared before the clock starts.
-    let tasks: Vec<_> = (0..k)
-        .map(|t| {
-            (
-                mgr.clone(),
-                format!("{tag}:{t}").into_bytes(),
-                Vec::<Duration>::with_capacity(slots),
-                halt.clone(),
-                completed.clone(),
-                tx.clone(),
-            )
-        })
-        .collect();
-    drop(tx);
-    on_ready();
-    let cpu0 = process_cpu();
-    let start = Instant::now();
-    for (mgr, resource, mut latencies, halt, completed, tx) in tasks {
-        rt.spawn(async move {
-            let mut failed = 0;
-            let mut n = 0;
-            while n < max && !halt.load(Ordering::Relaxed) {
-                let t0 = Instant::now();
-                let ok = match mgr.lock(&resource[..], TTL).await {
-                    Ok(lock) => {
-                        mgr.unlock(&lock).await;
-                        true
-                    }
-                    Err(_) => false,
-                };
-                let d = t0.elapsed();
-                if ok {
-                    latencies.push(d);
-                    completed.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed += 1;
-                }
-                n += 1;
-            }
-            let _ = tx.send(CallerResult {
-                latencies,
-                failed,
-                finished_at: Instant::now(),
-                io: None,
-            });
-        });
-    }
-    if let Stop::Time(t) = stop {
-        std::thread::sleep(t);
-        halt.store(true, Ordering::Relaxed);
-    }
-    let run = collect(&rx, k, start, cpu0, start + hard_limit, &completed);
+    let run = spawn_callers(&rt, &Rslock(mgr), k, stop, tag, hard_limit, on_ready);
     // Drops tasks still waiting on a frozen node.
     rt.shutdown_timeout(Duration::from_secs(2));
     run
@@ -410,6 +354,59 @@ pub fn run_mux_async(
             }
         }
     });
+    let io0 = redlock.blocking().io_stats();
+    let mut run = spawn_callers(&rt, &redlock, k, stop, tag, hard_limit, on_ready);
+    if run.finished {
+        run.io = Some(io_delta(io0, redlock.blocking().io_stats()));
+    }
+    rt.shutdown_timeout(Duration::from_secs(2));
+    run
+}
+
+/// One async implementation's cycle, for [`spawn_callers`]: acquire `resource` once and release
+/// it; `true` if it was acquired.
+trait AsyncCycle: Clone + Send + 'static {
+    fn cycle(&self, resource: &[u8]) -> impl std::future::Future<Output = bool> + Send;
+}
+
+/// rslock's manager, one attempt per `lock`.
+#[derive(Clone)]
+struct Rslock(rslock::LockManager);
+
+impl AsyncCycle for Rslock {
+    async fn cycle(&self, resource: &[u8]) -> bool {
+        match self.0.lock(resource, TTL).await {
+            Ok(lock) => {
+                self.0.unlock(&lock).await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl AsyncCycle for redlock_mux::AsyncRedlock {
+    async fn cycle(&self, resource: &[u8]) -> bool {
+        match self.try_lock(resource).await {
+            Ok(lock) => self.unlock(lock).await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// K tokio tasks on `rt`, task `t` cycling on `{tag}:{t}` through its clone of `imp` until
+/// `stop`; everything a task needs is prepared before the clock starts. Tasks still running at
+/// `hard_limit` after the start are reported as not finished (the caller drops them with the
+/// runtime).
+fn spawn_callers<C: AsyncCycle>(
+    rt: &tokio::runtime::Runtime,
+    imp: &C,
+    k: usize,
+    stop: Stop,
+    tag: &str,
+    hard_limit: Duration,
+    on_ready: &mut dyn FnMut(),
+) -> ScaleRun {
     let halt = Arc::new(AtomicBool::new(false));
     let completed = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel();
@@ -418,7 +415,7 @@ pub fn run_mux_async(
     let tasks: Vec<_> = (0..k)
         .map(|t| {
             (
-                redlock.clone(),
+                imp.clone(),
                 format!("{tag}:{t}").into_bytes(),
                 Vec::<Duration>::with_capacity(slots),
                 halt.clone(),
@@ -429,19 +426,15 @@ pub fn run_mux_async(
         .collect();
     drop(tx);
     on_ready();
-    let io0 = redlock.blocking().io_stats();
     let cpu0 = process_cpu();
     let start = Instant::now();
-    for (redlock, resource, mut latencies, halt, completed, tx) in tasks {
+    for (imp, resource, mut latencies, halt, completed, tx) in tasks {
         rt.spawn(async move {
             let mut failed = 0;
             let mut n = 0;
             while n < max && !halt.load(Ordering::Relaxed) {
                 let t0 = Instant::now();
-                let ok = match redlock.try_lock(&resource).await {
-                    Ok(lock) => redlock.unlock(lock).await.is_ok(),
-                    Err(_) => false,
-                };
+                let ok = imp.cycle(&resource).await;
                 let d = t0.elapsed();
                 if ok {
                     latencies.push(d);
@@ -463,12 +456,7 @@ pub fn run_mux_async(
         std::thread::sleep(t);
         halt.store(true, Ordering::Relaxed);
     }
-    let mut run = collect(&rx, k, start, cpu0, start + hard_limit, &completed);
-    if run.finished {
-        run.io = Some(io_delta(io0, redlock.blocking().io_stats()));
-    }
-    rt.shutdown_timeout(Duration::from_secs(2));
-    run
+    collect(&rx, k, start, cpu0, start + hard_limit, &completed)
 }
 
 /// How late a tokio task that ticks every millisecond runs while `k` tasks lock through `imp`
