@@ -126,6 +126,57 @@ struct CallerResult {
     io: Option<IoStats>,
 }
 
+/// One caller's measured loop: each cycle timed and counted, done or failed, until `max` cycles
+/// or the halt flag; then its result goes to the collector.
+struct Caller {
+    latencies: Vec<Duration>,
+    failed: u64,
+    cycles: u64,
+    max: u64,
+    halt: Arc<AtomicBool>,
+    completed: Arc<AtomicU64>,
+}
+
+impl Caller {
+    /// Room for `slots` latencies, prepared before the clock starts.
+    fn new(slots: usize, max: u64, halt: Arc<AtomicBool>, completed: Arc<AtomicU64>) -> Caller {
+        Caller {
+            latencies: Vec::with_capacity(slots),
+            failed: 0,
+            cycles: 0,
+            max,
+            halt,
+            completed,
+        }
+    }
+
+    fn going(&self) -> bool {
+        self.cycles < self.max && !self.halt.load(Ordering::Relaxed)
+    }
+
+    /// A cycle that started at `t0` ended now, acquired or not.
+    #[inline]
+    fn record(&mut self, t0: Instant, ok: bool) {
+        let d = t0.elapsed();
+        if ok {
+            self.latencies.push(d);
+            self.completed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.failed += 1;
+        }
+        self.cycles += 1;
+    }
+
+    fn done(self, tx: &mpsc::Sender<CallerResult>) {
+        let _ = tx.send(CallerResult {
+            latencies: self.latencies,
+            failed: self.failed,
+            finished_at: Instant::now(),
+            io: None,
+        });
+    }
+}
+
 /// Collects `k` caller results until `hard_deadline`; then CPU and the end of the run.
 fn collect(
     rx: &mpsc::Receiver<CallerResult>,
@@ -235,31 +286,16 @@ pub fn run_mux(
                 for _ in 0..WARMUP {
                     cycle();
                 }
-                let mut latencies = Vec::with_capacity(slots);
-                let mut failed = 0;
+                let mut caller = Caller::new(slots, max, halt, completed);
                 ready.wait();
                 go.wait();
-                let mut n = 0;
-                while n < max && !halt.load(Ordering::Relaxed) {
+                while caller.going() {
                     let t0 = Instant::now();
                     let ok = cycle();
-                    let d = t0.elapsed();
-                    if ok {
-                        latencies.push(d);
-                        completed.fetch_add(1, Ordering::Relaxed);
-                    } else {
-                        failed += 1;
-                    }
-                    n += 1;
+                    caller.record(t0, ok);
                 }
-                let finished_at = Instant::now();
                 // The engine is shared: its counters are read once for all callers, below.
-                let _ = tx.send(CallerResult {
-                    latencies,
-                    failed,
-                    finished_at,
-                    io: None,
-                });
+                caller.done(&tx);
             })
             .expect("spawn caller thread");
     }
@@ -417,9 +453,7 @@ fn spawn_callers<C: AsyncCycle>(
             (
                 imp.clone(),
                 format!("{tag}:{t}").into_bytes(),
-                Vec::<Duration>::with_capacity(slots),
-                halt.clone(),
-                completed.clone(),
+                Caller::new(slots, max, halt.clone(), completed.clone()),
                 tx.clone(),
             )
         })
@@ -428,28 +462,14 @@ fn spawn_callers<C: AsyncCycle>(
     on_ready();
     let cpu0 = process_cpu();
     let start = Instant::now();
-    for (imp, resource, mut latencies, halt, completed, tx) in tasks {
+    for (imp, resource, mut caller, tx) in tasks {
         rt.spawn(async move {
-            let mut failed = 0;
-            let mut n = 0;
-            while n < max && !halt.load(Ordering::Relaxed) {
+            while caller.going() {
                 let t0 = Instant::now();
                 let ok = imp.cycle(&resource).await;
-                let d = t0.elapsed();
-                if ok {
-                    latencies.push(d);
-                    completed.fetch_add(1, Ordering::Relaxed);
-                } else {
-                    failed += 1;
-                }
-                n += 1;
+                caller.record(t0, ok);
             }
-            let _ = tx.send(CallerResult {
-                latencies,
-                failed,
-                finished_at: Instant::now(),
-                io: None,
-            });
+            caller.done(&tx);
         });
     }
     if let Stop::Time(t) = stop {
