@@ -339,16 +339,9 @@ pub fn run_rslock(
         .collect();
     let mut mgr = rslock::LockManager::from_clients(redis_clients);
     mgr.set_retry(1, Duration::from_millis(1));
-    // Warm-up: the connections are the manager's, shared by every task.
-    rt.block_on(async {
-        let warm = format!("{tag}:warm");
-        for _ in 0..WARMUP {
-            if let Ok(lock) = mgr.lock(warm.as_bytes(), TTL).await {
-                mgr.unlock(&lock).await;
-            }
-        }
-    });
-    let run = spawn_callers(&rt, &Rslock(mgr), k, stop, tag, hard_limit, on_ready);
+    let mgr = Rslock(mgr);
+    warm_up(&rt, &mgr, tag);
+    let run = spawn_callers(&rt, &mgr, k, stop, tag, hard_limit, on_ready);
     // Drops tasks still waiting on a frozen node.
     rt.shutdown_timeout(Duration::from_secs(2));
     run
@@ -382,14 +375,7 @@ pub fn run_mux_async(
     let redlock = Mux::builder(urls)
         .build_async()
         .expect("redlock-mux handle");
-    rt.block_on(async {
-        let warm = format!("{tag}:warm");
-        for _ in 0..WARMUP {
-            if let Ok(lock) = redlock.try_lock(&warm).await {
-                let _ = redlock.unlock(lock).await;
-            }
-        }
-    });
+    warm_up(&rt, &redlock, tag);
     let io0 = redlock.blocking().io_stats();
     let mut run = spawn_callers(&rt, &redlock, k, stop, tag, hard_limit, on_ready);
     if run.finished {
@@ -428,6 +414,16 @@ impl AsyncCycle for redlock_mux::AsyncRedlock {
             Err(_) => false,
         }
     }
+}
+
+/// Cycles before the clock starts: the connections are the handle's, shared by every task.
+fn warm_up<C: AsyncCycle>(rt: &tokio::runtime::Runtime, imp: &C, tag: &str) {
+    rt.block_on(async {
+        let warm = format!("{tag}:warm");
+        for _ in 0..WARMUP {
+            imp.cycle(warm.as_bytes()).await;
+        }
+    });
 }
 
 /// K tokio tasks on `rt`, task `t` cycling on `{tag}:{t}` through its clone of `imp` until
