@@ -254,25 +254,9 @@ impl Floor {
     }
 
     fn prepare(&mut self, resource: &str) {
-        let token = [b'x'; FLOOR_TOKEN_LEN];
-        let ttl = TTL.as_millis().to_string();
-        self.set = encode(&[
-            b"SET",
-            resource.as_bytes(),
-            &token,
-            b"NX",
-            b"PX",
-            ttl.as_bytes(),
-        ]);
-        self.set_token = find_token(&self.set, &token);
-        self.release = encode(&[
-            b"EVALSHA",
-            self.sha.as_bytes(),
-            b"1",
-            resource.as_bytes(),
-            &token,
-        ]);
-        self.release_token = find_token(&self.release, &token);
+        let cycle = FloorCycle::new(resource, &self.sha);
+        (self.set, self.set_token) = (cycle.set, cycle.set_token);
+        (self.release, self.release_token) = (cycle.release, cycle.release_token);
         self.resource = resource.to_owned();
     }
 
@@ -331,6 +315,44 @@ impl Floor {
         }
         let _ = released;
         Ok(acquired)
+    }
+}
+
+/// The floor's pre-encoded commands for one resource: `SET resource TOKEN NX PX ttl` and the
+/// release `EVALSHA`, with the offset of the token placeholder in each (overwritten with a
+/// fresh token before every cycle).
+pub struct FloorCycle {
+    pub set: Vec<u8>,
+    pub set_token: usize,
+    pub release: Vec<u8>,
+    pub release_token: usize,
+}
+
+impl FloorCycle {
+    pub fn new(resource: &str, release_sha: &str) -> FloorCycle {
+        let token = [b'x'; FLOOR_TOKEN_LEN];
+        let ttl = TTL.as_millis().to_string();
+        let set = encode(&[
+            b"SET",
+            resource.as_bytes(),
+            &token,
+            b"NX",
+            b"PX",
+            ttl.as_bytes(),
+        ]);
+        let release = encode(&[
+            b"EVALSHA",
+            release_sha.as_bytes(),
+            b"1",
+            resource.as_bytes(),
+            &token,
+        ]);
+        FloorCycle {
+            set_token: find_token(&set, &token),
+            release_token: find_token(&release, &token),
+            set,
+            release,
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use redlock_mux::IoStats;
 
-use super::clients::{self, FLOOR_TOKEN_LEN, Mux, NODE_TIMEOUT, RELEASE, TTL, encode, find_token};
+use super::clients::{self, FLOOR_TOKEN_LEN, FloorCycle, Mux, NODE_TIMEOUT, RELEASE, TTL, encode};
 
 /// Warm-up cycles (batches for the floor) per caller before the measurement; the first one
 /// connects.
@@ -617,31 +617,14 @@ impl FloorBatch {
                 dead: false,
             });
         }
-        let token = [b'x'; FLOOR_TOKEN_LEN];
-        let ttl = TTL.as_millis().to_string();
         let (mut set, mut set_tokens) = (Vec::new(), Vec::with_capacity(k));
         let (mut release, mut release_tokens) = (Vec::new(), Vec::with_capacity(k));
         for i in 0..k {
-            let resource = format!("{tag}:{i}");
-            let s = encode(&[
-                b"SET",
-                resource.as_bytes(),
-                &token,
-                b"NX",
-                b"PX",
-                ttl.as_bytes(),
-            ]);
-            set_tokens.push(set.len() + find_token(&s, &token));
-            set.extend_from_slice(&s);
-            let r = encode(&[
-                b"EVALSHA",
-                sha.as_bytes(),
-                b"1",
-                resource.as_bytes(),
-                &token,
-            ]);
-            release_tokens.push(release.len() + find_token(&r, &token));
-            release.extend_from_slice(&r);
+            let cycle = FloorCycle::new(&format!("{tag}:{i}"), &sha);
+            set_tokens.push(set.len() + cycle.set_token);
+            set.extend_from_slice(&cycle.set);
+            release_tokens.push(release.len() + cycle.release_token);
+            release.extend_from_slice(&cycle.release);
         }
         FloorBatch {
             quorum: nodes.len() / 2 + 1,
