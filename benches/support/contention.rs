@@ -203,6 +203,28 @@ struct CallerOut {
     gave_up: u64,
 }
 
+impl CallerOut {
+    /// A lock taken for the call made at `call`: its critical section, held now.
+    fn section(&mut self, shared: &Shared, caller: u32, call: u64) {
+        let (enter, exit) = shared.hold(self);
+        self.sections.push(Section {
+            caller,
+            call,
+            enter,
+            exit,
+        });
+    }
+
+    /// The call made at `call` was cut off by the end of the run.
+    fn cut_off(&mut self, caller: u32, call: u64) {
+        self.cut = Some(Cut {
+            caller,
+            call,
+            at: mono_ns(),
+        });
+    }
+}
+
 /// State shared by the callers of one run.
 struct Shared {
     inside: AtomicBool,
@@ -343,21 +365,11 @@ fn run_mux(spec: &Spec) -> Callers {
                     let (wait, cut) = deadline(call, end);
                     match redlock.lock_until(&resource, Instant::now() + wait) {
                         Ok(lock) => {
-                            let (enter, exit) = shared.hold(&mut out);
-                            out.sections.push(Section {
-                                caller,
-                                call,
-                                enter,
-                                exit,
-                            });
+                            out.section(&shared, caller, call);
                             let _ = redlock.unlock(lock);
                         }
                         Err(_) if cut => {
-                            out.cut = Some(Cut {
-                                caller,
-                                call,
-                                at: mono_ns(),
-                            });
+                            out.cut_off(caller, call);
                             break;
                         }
                         Err(_) => out.gave_up += 1,
@@ -429,21 +441,11 @@ fn run_rslock(spec: &Spec) -> Callers {
                 let (wait, cut) = deadline(call, end);
                 match tokio::time::timeout(wait, mgr.lock(&resource[..], TTL)).await {
                     Ok(Ok(lock)) => {
-                        let (enter, exit) = shared.hold(&mut out);
-                        out.sections.push(Section {
-                            caller,
-                            call,
-                            enter,
-                            exit,
-                        });
+                        out.section(&shared, caller, call);
                         mgr.unlock(&lock).await;
                     }
                     Err(_) if cut => {
-                        out.cut = Some(Cut {
-                            caller,
-                            call,
-                            at: mono_ns(),
-                        });
+                        out.cut_off(caller, call);
                         break;
                     }
                     Ok(Err(_)) | Err(_) => out.gave_up += 1,
