@@ -19,6 +19,13 @@ fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
         .unwrap()
 }
 
+/// Another client's token on every node, where `resource` was: the lock taken over.
+fn steal(servers: &Cluster, resource: &str) {
+    for s in servers.iter() {
+        s.set(resource, "thief");
+    }
+}
+
 /// Replies come back in order on each connection: once a later release has been answered by
 /// every node, every earlier one (a drop's release not waited for) has been carried out.
 fn barrier(r: &Redlock, resource: &str) {
@@ -179,9 +186,7 @@ fn a_lock_taken_over_is_reported_lost() {
     let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
-    for s in servers.iter() {
-        s.set("job", "thief");
-    }
+    steal(&servers, "job");
     let why = kept
         .wait_lost(Duration::from_secs(5))
         .expect("loss reported");
@@ -331,9 +336,7 @@ fn waiting_forever_returns_the_loss() {
     let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
-    for s in servers.iter() {
-        s.set("job", "thief");
-    }
+    steal(&servers, "job");
     let why = kept
         .wait_lost(Duration::MAX)
         .expect("a loss, not a timeout");
@@ -392,9 +395,7 @@ fn callbacks_run_on_the_callback_thread() {
     kept.on_lost(move |_| {
         let _ = early.send(std::thread::current().name().map(str::to_string));
     });
-    for s in servers.iter() {
-        s.set("job", "thief");
-    }
+    steal(&servers, "job");
     assert!(kept.wait_lost(Duration::from_secs(10)).is_some());
     let first = rx
         .recv_timeout(Duration::from_secs(10))
