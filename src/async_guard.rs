@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::async_handle::AsyncRedlock;
 use crate::error::Error;
+use crate::guard::{Held, ReleaseNowait};
 use crate::lock::Lock;
 
 /// Releases its lock when dropped. Derefs to the [`Lock`].
@@ -16,17 +17,17 @@ use crate::lock::Lock;
 /// [`AsyncRedlock::shutdown`] first. [`AsyncLockGuard::unlock`] releases and waits for the
 /// count. Made by [`AsyncRedlock::guard`].
 #[derive(Debug)]
-pub struct AsyncLockGuard {
-    redlock: AsyncRedlock,
-    lock: Option<Lock>,
+pub struct AsyncLockGuard(Held<AsyncRedlock>);
+
+impl ReleaseNowait for AsyncRedlock {
+    fn release_nowait(&self, lock: Lock) {
+        self.unlock_nowait(lock);
+    }
 }
 
 impl AsyncLockGuard {
     pub(crate) fn new(redlock: AsyncRedlock, lock: Lock) -> AsyncLockGuard {
-        AsyncLockGuard {
-            redlock,
-            lock: Some(lock),
-        }
+        AsyncLockGuard(Held::new(redlock, lock))
     }
 
     /// Extends the guarded lock to `ttl` from now; see [`AsyncRedlock::extend`].
@@ -35,10 +36,8 @@ impl AsyncLockGuard {
     ///
     /// As [`Redlock::extend`](crate::Redlock::extend).
     pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        match self.lock.as_mut() {
-            Some(lock) => self.redlock.extend(lock, ttl).await,
-            None => Err(Error::Expired { released: 0 }),
-        }
+        let (redlock, lock) = self.0.parts()?;
+        redlock.extend(lock, ttl).await
     }
 
     /// Releases now, waiting for the nodes' replies, and reports how many nodes released.
@@ -47,34 +46,22 @@ impl AsyncLockGuard {
     ///
     /// As [`Redlock::unlock`](crate::Redlock::unlock).
     pub async fn unlock(mut self) -> Result<usize, Error> {
-        match self.lock.take() {
-            Some(lock) => self.redlock.unlock(lock).await,
-            None => Ok(0),
+        match self.0.take() {
+            (redlock, Some(lock)) => redlock.unlock(lock).await,
+            (_, None) => Ok(0),
         }
     }
 
     /// Gives the lock up without releasing it.
-    pub fn into_inner(mut self) -> Lock {
-        self.lock
-            .take()
-            .expect("a guard holds its lock until consumed")
+    pub fn into_inner(self) -> Lock {
+        self.0.into_inner()
     }
 }
 
 impl std::ops::Deref for AsyncLockGuard {
     type Target = Lock;
     fn deref(&self) -> &Lock {
-        self.lock
-            .as_ref()
-            .expect("a guard holds its lock until consumed")
-    }
-}
-
-impl Drop for AsyncLockGuard {
-    fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            self.redlock.unlock_nowait(lock);
-        }
+        self.0.lock()
     }
 }
 

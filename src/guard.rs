@@ -26,9 +26,67 @@ use crate::lock::Lock;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct LockGuard {
-    redlock: Redlock,
+pub struct LockGuard(Held<Redlock>);
+
+/// A handle that can queue a release without waiting (what a guard's drop does).
+pub(crate) trait ReleaseNowait {
+    fn release_nowait(&self, lock: Lock);
+}
+
+impl ReleaseNowait for Redlock {
+    fn release_nowait(&self, lock: Lock) {
+        self.unlock_nowait(lock);
+    }
+}
+
+/// What both guards ([`LockGuard`], [`AsyncLockGuard`](crate::AsyncLockGuard)) are: a handle
+/// and the lock, until it is consumed; the lock is released without waiting when dropped.
+#[derive(Debug)]
+pub(crate) struct Held<H: ReleaseNowait> {
+    pub handle: H,
     lock: Option<Lock>,
+}
+
+impl<H: ReleaseNowait> Held<H> {
+    pub fn new(handle: H, lock: Lock) -> Held<H> {
+        Held {
+            handle,
+            lock: Some(lock),
+        }
+    }
+
+    /// The handle and the lock, to extend it (`Expired` once consumed: never, in practice).
+    pub fn parts(&mut self) -> Result<(&H, &mut Lock), Error> {
+        match self.lock.as_mut() {
+            Some(lock) => Ok((&self.handle, lock)),
+            None => Err(Error::Expired { released: 0 }),
+        }
+    }
+
+    /// The handle and the lock, taken out: the drop no longer releases it.
+    pub fn take(&mut self) -> (&H, Option<Lock>) {
+        (&self.handle, self.lock.take())
+    }
+
+    pub fn into_inner(mut self) -> Lock {
+        self.lock
+            .take()
+            .expect("a guard holds its lock until consumed")
+    }
+
+    pub fn lock(&self) -> &Lock {
+        self.lock
+            .as_ref()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl<H: ReleaseNowait> Drop for Held<H> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.handle.release_nowait(lock);
+        }
+    }
 }
 
 impl LockGuard {
@@ -47,10 +105,8 @@ impl LockGuard {
     ///
     /// As [`Redlock::extend`].
     pub fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        match self.lock.as_mut() {
-            Some(lock) => self.redlock.extend(lock, ttl),
-            None => Err(Error::Expired { released: 0 }),
-        }
+        let (redlock, lock) = self.0.parts()?;
+        redlock.extend(lock, ttl)
     }
 
     /// Releases now, waiting for the nodes' replies, and reports how many nodes released.
@@ -69,34 +125,22 @@ impl LockGuard {
     ///
     /// As [`Redlock::unlock`].
     pub fn unlock(mut self) -> Result<usize, Error> {
-        match self.lock.take() {
-            Some(lock) => self.redlock.unlock(lock),
-            None => Ok(0),
+        match self.0.take() {
+            (redlock, Some(lock)) => redlock.unlock(lock),
+            (_, None) => Ok(0),
         }
     }
 
     /// Gives the lock up without releasing it.
-    pub fn into_inner(mut self) -> Lock {
-        self.lock
-            .take()
-            .expect("a guard holds its lock until consumed")
+    pub fn into_inner(self) -> Lock {
+        self.0.into_inner()
     }
 }
 
 impl std::ops::Deref for LockGuard {
     type Target = Lock;
     fn deref(&self) -> &Lock {
-        self.lock
-            .as_ref()
-            .expect("a guard holds its lock until consumed")
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            self.redlock.unlock_nowait(lock);
-        }
+        self.0.lock()
     }
 }
 
@@ -124,9 +168,6 @@ impl Redlock {
     ///
     /// As [`Redlock::lock`].
     pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        Ok(LockGuard {
-            redlock: self.clone(),
-            lock: Some(self.lock(resource)?),
-        })
+        Ok(LockGuard(Held::new(self.clone(), self.lock(resource)?)))
     }
 }

@@ -188,8 +188,9 @@
 //! 11. The handles: `handle` (`Redlock`: hub, client and below); `task` (futures: hub,
 //!     mailbox, request, token); `async_handle` (`AsyncRedlock`: handle, task and below).
 //! 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
-//!     `async_keep` (async_handle, keep, task, …); `sim` (the simulator, feature `sim`: engine,
-//!     wait and below).
+//!     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
+//!     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
+//!     checks (resp).
 #![deny(missing_docs)]
 // One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
 #![deny(unsafe_code)]
