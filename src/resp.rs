@@ -695,29 +695,7 @@ fn element<'a>(
     };
     // The type byte first, so that an unknown one is reported the same however the input is
     // split (and at once, not after its line arrives).
-    if !matches!(
-        ty,
-        b'+' | b'-'
-            | b':'
-            | b'$'
-            | b'*'
-            | b'_'
-            | b','
-            | b'#'
-            | b'('
-            | b'='
-            | b'!'
-            | b'%'
-            | b'~'
-            | b'>'
-            | b'|'
-    ) {
-        return Err(if ty == b';' {
-            ParseError::Streamed
-        } else {
-            ParseError::UnknownType(ty)
-        });
-    }
+    check_type(ty)?;
     let start = at + 1;
     let cr = match line(buf, start, scan, limits)? {
         Ok(cr) => cr,
@@ -742,89 +720,139 @@ fn element<'a>(
             _ => Err(ParseError::InvalidBoolean),
         },
         b'(' => scalar(Frame::BigNumber(parse_big_number(content)?)),
-        b'$' | b'=' | b'!' => {
-            let Some(len) = parse_len(content)? else {
-                return if ty == b'$' {
-                    scalar(Frame::Null)
-                } else {
-                    Err(ParseError::NegativeLength)
-                };
-            };
-            if len > limits.max_bulk_len {
-                return Err(ParseError::BulkTooLong);
-            }
-            let end = after
-                .checked_add(len)
-                .and_then(|e| e.checked_add(2))
-                .ok_or(ParseError::FrameTooLarge)?;
-            if end > limits.max_frame_len {
-                return Err(ParseError::FrameTooLarge);
-            }
-            if buf.len() < end {
-                return Ok(Elem::Partial { scanned: at });
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(ParseError::BadBulkTerminator);
-            }
-            let data = &buf[after..end - 2];
-            let frame = match ty {
-                b'$' => Frame::Bulk(data),
-                b'!' => Frame::Error(ServerError {
-                    kind: ErrorKind::classify(data),
-                    message: text(data)?,
-                }),
-                _ => {
-                    if data.len() < 4 || data[3] != b':' {
-                        return Err(ParseError::InvalidVerbatim);
-                    }
-                    Frame::Verbatim {
-                        format: text(&data[..3]).map_err(|_| ParseError::InvalidVerbatim)?,
-                        text: &data[4..],
-                    }
-                }
-            };
-            Ok(Elem::Scalar(frame, end))
-        }
-        b'*' | b'%' | b'~' | b'>' | b'|' => {
-            let Some(count) = parse_len(content)? else {
-                return if ty == b'*' {
-                    scalar(Frame::Null)
-                } else {
-                    Err(ParseError::NegativeLength)
-                };
-            };
-            let pairs = matches!(ty, b'%' | b'|');
-            let count = if pairs {
-                count.checked_mul(2).ok_or(ParseError::TooManyElements)?
-            } else {
-                count
-            };
-            if count > limits.max_elements {
-                return Err(ParseError::TooManyElements);
-            }
-            let kind = match ty {
-                b'*' => AggregateKind::Array,
-                b'%' => AggregateKind::Map,
-                b'~' => AggregateKind::Set,
-                b'>' => AggregateKind::Push,
-                _ => return Ok(Elem::Attribute { count, body: after }),
-            };
-            if count == 0 {
-                return scalar(Frame::Aggregate(Aggregate {
-                    kind,
-                    len: 0,
-                    body: &[],
-                }));
-            }
-            Ok(Elem::Open {
-                kind,
-                count,
-                body: after,
-            })
-        }
-        b';' => Err(ParseError::Streamed),
+        b'$' | b'=' | b'!' => blob(buf, at, ty, content, after, limits),
+        b'*' | b'%' | b'~' | b'>' | b'|' => aggregate_header(ty, content, after, limits),
         other => Err(ParseError::UnknownType(other)),
     }
+}
+
+/// Refuses a type byte that starts no RESP2 or RESP3 element.
+#[inline]
+fn check_type(ty: u8) -> Result<(), ParseError> {
+    if matches!(
+        ty,
+        b'+' | b'-'
+            | b':'
+            | b'$'
+            | b'*'
+            | b'_'
+            | b','
+            | b'#'
+            | b'('
+            | b'='
+            | b'!'
+            | b'%'
+            | b'~'
+            | b'>'
+            | b'|'
+    ) {
+        Ok(())
+    } else if ty == b';' {
+        Err(ParseError::Streamed)
+    } else {
+        Err(ParseError::UnknownType(ty))
+    }
+}
+
+/// A length-prefixed element, `$`, `=` or `!` (`<len>\r\n<data>\r\n`), whose header line
+/// `content` ends at `after`: the whole element once its data has arrived.
+#[inline]
+fn blob<'a>(
+    buf: &'a [u8],
+    at: usize,
+    ty: u8,
+    content: &[u8],
+    after: usize,
+    limits: &Limits,
+) -> Result<Elem<'a>, ParseError> {
+    let Some(len) = parse_len(content)? else {
+        return if ty == b'$' {
+            Ok(Elem::Scalar(Frame::Null, after))
+        } else {
+            Err(ParseError::NegativeLength)
+        };
+    };
+    if len > limits.max_bulk_len {
+        return Err(ParseError::BulkTooLong);
+    }
+    let end = after
+        .checked_add(len)
+        .and_then(|e| e.checked_add(2))
+        .ok_or(ParseError::FrameTooLarge)?;
+    if end > limits.max_frame_len {
+        return Err(ParseError::FrameTooLarge);
+    }
+    if buf.len() < end {
+        return Ok(Elem::Partial { scanned: at });
+    }
+    if &buf[end - 2..end] != b"\r\n" {
+        return Err(ParseError::BadBulkTerminator);
+    }
+    let data = &buf[after..end - 2];
+    let frame = match ty {
+        b'$' => Frame::Bulk(data),
+        b'!' => Frame::Error(ServerError {
+            kind: ErrorKind::classify(data),
+            message: text(data)?,
+        }),
+        _ => {
+            if data.len() < 4 || data[3] != b':' {
+                return Err(ParseError::InvalidVerbatim);
+            }
+            Frame::Verbatim {
+                format: text(&data[..3]).map_err(|_| ParseError::InvalidVerbatim)?,
+                text: &data[4..],
+            }
+        }
+    };
+    Ok(Elem::Scalar(frame, end))
+}
+
+/// An aggregate header, `*`, `%`, `~`, `>` or `|` (`<count>\r\n`), whose line `content` ends
+/// at `after`: its elements follow from there (an empty aggregate is whole at once).
+#[inline]
+fn aggregate_header<'a>(
+    ty: u8,
+    content: &[u8],
+    after: usize,
+    limits: &Limits,
+) -> Result<Elem<'a>, ParseError> {
+    let Some(count) = parse_len(content)? else {
+        return if ty == b'*' {
+            Ok(Elem::Scalar(Frame::Null, after))
+        } else {
+            Err(ParseError::NegativeLength)
+        };
+    };
+    let pairs = matches!(ty, b'%' | b'|');
+    let count = if pairs {
+        count.checked_mul(2).ok_or(ParseError::TooManyElements)?
+    } else {
+        count
+    };
+    if count > limits.max_elements {
+        return Err(ParseError::TooManyElements);
+    }
+    let kind = match ty {
+        b'*' => AggregateKind::Array,
+        b'%' => AggregateKind::Map,
+        b'~' => AggregateKind::Set,
+        b'>' => AggregateKind::Push,
+        _ => return Ok(Elem::Attribute { count, body: after }),
+    };
+    if count == 0 {
+        let empty = Aggregate {
+            kind,
+            len: 0,
+            body: &[],
+        };
+        return Ok(Elem::Scalar(Frame::Aggregate(empty), after));
+    }
+    Ok(Elem::Open {
+        kind,
+        count,
+        body: after,
+    })
 }
 
 /// One command argument: bytes, or an integer formatted without allocating.
