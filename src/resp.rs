@@ -375,6 +375,15 @@ enum Elem<'a> {
     Attribute { count: usize, body: usize },
 }
 
+/// What an open level of the decoder's stack is.
+#[derive(Clone, Copy)]
+enum Level {
+    /// An aggregate: its completion is an element of the level around it.
+    Aggregate,
+    /// An attribute: it annotates the element after it and is not an element itself.
+    Attribute,
+}
+
 /// A resumable RESP decoder. Keep one per connection; see the [module docs](self).
 #[derive(Clone)]
 pub struct Decoder {
@@ -500,13 +509,13 @@ impl Decoder {
                     if self.depth == 0 {
                         self.top = Some((kind, count, body));
                     }
-                    self.push(count, false)?;
+                    self.push(count, Level::Aggregate)?;
                     self.advance(body)?;
                 }
                 Elem::Attribute { count, body } => {
                     // An empty attribute (`|0`) annotates nothing: skip it as if it were absent.
                     if count > 0 {
-                        self.push(count, true)?;
+                        self.push(count, Level::Attribute)?;
                     }
                     self.advance(body)?;
                 }
@@ -523,15 +532,15 @@ impl Decoder {
         Ok(())
     }
 
-    fn push(&mut self, count: usize, is_attr: bool) -> Result<(), ParseError> {
+    /// Opens a level of `count` elements.
+    fn push(&mut self, count: usize, level: Level) -> Result<(), ParseError> {
         if self.depth >= self.limits.max_depth {
             return Err(ParseError::TooDeep);
         }
         self.left[self.depth] = count;
-        if is_attr {
-            self.attr |= 1 << self.depth;
-        } else {
-            self.attr &= !(1 << self.depth);
+        match level {
+            Level::Attribute => self.attr |= 1 << self.depth,
+            Level::Aggregate => self.attr &= !(1 << self.depth),
         }
         self.depth += 1;
         Ok(())
