@@ -282,6 +282,12 @@ pub struct Servers {
 }
 
 impl Servers {
+    /// A builder for the servers given ([`list`](Servers::list)) with the TLS options, this TTL
+    /// and the [`Tuning`] options: where `run`, `acquire` and `extend` start.
+    pub fn tuned(&self, tuning: &Tuning, ttl: Duration) -> Result<Builder, Fail> {
+        Ok(tuning.builder(self.builder(&self.list()?), ttl))
+    }
+
     /// A builder for these URLs with the TLS options.
     pub fn builder(&self, urls: &[String]) -> Builder {
         let mut b = Builder::new(urls);
@@ -362,6 +368,11 @@ fn split_urls(s: &str, sep: impl Fn(char) -> bool) -> Vec<String> {
     } else {
         Vec::new()
     }
+}
+
+/// The handle `b` describes; a mistake in it is a usage error (or a configuration one).
+pub fn build(b: Builder) -> Result<Redlock, Fail> {
+    b.build().map_err(|e| Fail::lib("bad configuration", &e))
 }
 
 /// `--quarantine` and `--node-timeout`: for the subcommands that acquire or extend.

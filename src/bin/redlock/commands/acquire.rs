@@ -39,13 +39,7 @@ pub struct AcquireArgs {
 }
 
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
-    let r = a
-        .tuning
-        .builder(a.servers.builder(&servers), a.ttl)
-        .fencing(a.fence)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = common::build(a.servers.tuned(&a.tuning, a.ttl)?.fencing(a.fence))?;
     let lock = common::acquire(&r, &a.resource, &a.waiting, a.output.quiet)?;
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;

@@ -7,7 +7,8 @@ use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
-    Fail, HANDLE_TTL, Output, Servers, check_reachable, exit, parse_duration, print_json, shorten,
+    Fail, HANDLE_TTL, Output, Servers, build, check_reachable, exit, parse_duration, print_json,
+    shorten,
 };
 
 pub const HELP: &str = "\
@@ -40,7 +41,7 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
     if let Some(t) = a.node_timeout {
         b = b.node_timeout(t);
     }
-    let r = b.build().map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = build(b)?;
     let lock = Lock::from_parts(
         a.resource.as_bytes(),
         a.token.as_bytes(),

@@ -199,15 +199,9 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
 }
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
     // A kept lock may run for days: no limit on the number of extensions.
-    let r = a
-        .tuning
-        .builder(a.servers.builder(&servers), a.ttl)
-        .max_extensions(u32::MAX)
-        .fencing(a.fence)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let tuned = a.servers.tuned(&a.tuning, a.ttl)?;
+    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.fence))?;
     let lock = common::acquire(&r, &a.resource, &a.waiting, a.quiet)?;
     if !a.quiet {
         common::warn_unreachable(&lock);

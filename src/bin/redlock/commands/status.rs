@@ -8,7 +8,7 @@ use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, Output, Quarantine, Servers, check_reachable, exit, parse_duration,
+    Fail, HANDLE_TTL, Output, Quarantine, Servers, build, check_reachable, exit, parse_duration,
     parse_quarantine, print_json, shorten,
 };
 
@@ -55,16 +55,15 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // from a blank one; the quarantine window only says which nodes are in it (status takes
     // no lock).
     let servers = a.servers.list()?;
-    let r = a
-        .servers
-        .builder(&servers)
-        // A window shorter than the handle's TTL would be refused: a status read takes no
-        // lock, its TTL does not matter.
-        .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
-        .quarantine(a.quarantine.0)
-        .fencing(true)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = build(
+        a.servers
+            .builder(&servers)
+            // A window shorter than the handle's TTL would be refused: a status read takes no
+            // lock, its TTL does not matter.
+            .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+            .quarantine(a.quarantine.0)
+            .fencing(true),
+    )?;
     let statuses = r
         .with_client(|c| c.status(a.resource.as_bytes(), a.timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
