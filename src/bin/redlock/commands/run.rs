@@ -149,23 +149,11 @@ fn note(msg: std::fmt::Arguments<'_>) {
 /// Blocks until COMMAND exits (without reaping it), reporting its stops on the way.
 fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
     loop {
-        // SAFETY: siginfo_t is plain data; waitid only writes into it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child; WNOWAIT leaves it to be reaped by Child::wait.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT,
-            )
+        let info = match wait_child(pid, libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT) {
+            Ok(info) => info,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
         };
-        if rc != 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
         if matches!(
             info.si_code,
             libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
@@ -174,28 +162,32 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
         }
         // A stop: consume its report (WNOWAIT left it), so that the next wait blocks until
         // something new happens. If COMMAND was continued meanwhile there is nothing to report.
-        // SAFETY: as above.
-        let mut again: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child, reaping nothing (no WEXITED).
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut again,
-                libc::WSTOPPED | libc::WNOHANG,
-            )
+        let Ok(again) = wait_child(pid, libc::WSTOPPED | libc::WNOHANG) else {
+            continue;
         };
         // SAFETY: si_pid and si_status are valid for SIGCHLD-style reports, which waitid fills.
         let (who, sig) = unsafe { (again.si_pid(), again.si_status()) };
-        if rc == 0
-            && who == pid
-            && again.si_code == libc::CLD_STOPPED
-            && tx.send(Event::Stopped(sig)).is_err()
+        if who == pid && again.si_code == libc::CLD_STOPPED && tx.send(Event::Stopped(sig)).is_err()
         {
             return;
         }
     }
     let _ = tx.send(Event::Exited);
+}
+
+/// waitid(2) on COMMAND for the changes of state in `flags`. It never reaps COMMAND (`flags`
+/// has WNOWAIT, or no WEXITED): `Child::wait` does, so its pid stays ours until then.
+fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_t> {
+    debug_assert!(flags & libc::WNOWAIT != 0 || flags & libc::WEXITED == 0);
+    // SAFETY: siginfo_t is plain data; waitid only writes into it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on our own child, reaping nothing (see above).
+    let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+    if rc == 0 {
+        Ok(info)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
