@@ -199,15 +199,11 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
         common::warn_unreachable(&lock);
     }
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
-    let signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP])
-    {
+    let signals = match catch_signals() {
         Ok(s) => s,
-        Err(e) => {
+        Err(fail) => {
             let _ = r.unlock(lock);
-            return Err(Fail::new(
-                exit::INTERNAL,
-                format!("cannot install signal handlers: {e}"),
-            ));
+            return Err(fail);
         }
     };
     let kept = keep(&r, lock)?;
@@ -218,6 +214,49 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
             let _ = tx.send(Event::Lost(e.clone()));
         });
     }
+    let running = start(a, kept, signals, tx)?;
+    supervise_and_finish(a, running, &rx)
+}
+
+/// Catches the signals redlock forwards to COMMAND's group.
+fn catch_signals() -> Result<SignalsInfo<WithOrigin>, Fail> {
+    SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP]).map_err(|e| {
+        Fail::new(
+            exit::INTERNAL,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })
+}
+
+/// Hands the lock to the engine's keep-alive.
+fn keep(r: &Redlock, lock: Lock) -> Result<KeepAlive, Fail> {
+    match r.keep(lock.clone()) {
+        Ok(k) => Ok(k),
+        Err(e) => {
+            let _ = r.unlock(lock);
+            Err(Fail::lib("cannot keep the lock", &e))
+        }
+    }
+}
+
+/// COMMAND running under the kept lock, in the watchdog's process group.
+struct Running {
+    kept: KeepAlive,
+    child: Child,
+    job: Job,
+    watchdog: Watchdog,
+    /// Closes the thread that receives signals.
+    signal_handle: signal_hook::iterator::Handle,
+}
+
+/// Starts the watchdog, COMMAND in the watchdog's process group, and the threads that watch
+/// COMMAND and receive signals. On failure the lock is released.
+fn start(
+    a: &RunArgs,
+    kept: KeepAlive,
+    signals: SignalsInfo<WithOrigin>,
+    tx: mpsc::Sender<Event>,
+) -> Result<Running, Fail> {
     // The watchdog first: COMMAND joins its process group, so no process of COMMAND's ever runs
     // unwatched.
     let watchdog = match Watchdog::spawn(kept.lock().valid_until()) {
@@ -242,24 +281,18 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
             return Err(fail);
         }
     };
-    let (child, signal_handle) = match start_threads(child, &job, signals, tx) {
-        Ok(started) => started,
+    match start_threads(child, &job, signals, tx) {
+        Ok((child, signal_handle)) => Ok(Running {
+            kept,
+            child,
+            job,
+            watchdog,
+            signal_handle,
+        }),
         Err(fail) => {
             drop(job);
             let _ = kept.release();
-            return Err(fail);
-        }
-    };
-    supervise_and_finish(a, kept, child, job, watchdog, &rx, signal_handle)
-}
-
-/// Hands the lock to the engine's keep-alive.
-fn keep(r: &Redlock, lock: Lock) -> Result<KeepAlive, Fail> {
-    match r.keep(lock.clone()) {
-        Ok(k) => Ok(k),
-        Err(e) => {
-            let _ = r.unlock(lock);
-            Err(Fail::lib("cannot keep the lock", &e))
+            Err(fail)
         }
     }
 }
@@ -343,24 +376,17 @@ fn start_threads(
 /// the exit code.
 fn supervise_and_finish(
     a: &RunArgs,
-    kept: KeepAlive,
-    mut child: Child,
-    job: Job,
-    watchdog: Watchdog,
+    running: Running,
     rx: &mpsc::Receiver<Event>,
-    signal_handle: signal_hook::iterator::Handle,
 ) -> Result<u8, Fail> {
-    let mut sup = Supervisor {
-        kept: &kept,
-        a,
-        pid: child.id() as libc::pid_t,
-        job: &job,
+    let Running {
+        kept,
+        mut child,
+        job,
         watchdog,
-        lost: None,
-        term_at: None,
-        kill_at: None,
-        killed: false,
-    };
+        signal_handle,
+    } = running;
+    let mut sup = Supervisor::new(a, &kept, &child, &job, watchdog);
     sup.supervise(rx);
     let status = child.wait();
     let Supervisor {
@@ -390,6 +416,17 @@ fn supervise_and_finish(
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
         return Ok(a.lost_code());
     }
+    Ok(finish_under_lock(a, kept, watchdog, status))
+}
+
+/// COMMAND finished under the lock: lets the watchdog go, releases the lock, and returns
+/// COMMAND's exit code.
+fn finish_under_lock(
+    a: &RunArgs,
+    kept: KeepAlive,
+    watchdog: Watchdog,
+    status: io::Result<ExitStatus>,
+) -> u8 {
     watchdog.done();
     let code = match status {
         Ok(status) => exit_code(status),
@@ -408,7 +445,13 @@ fn supervise_and_finish(
             shorten(&a.resource, 64)
         )),
     }
-    Ok(code)
+    code
+}
+
+/// How often the watchdog hears of extensions: a small part of the TTL, since the engine extends
+/// the lock when a third of it is left.
+fn beat(ttl: Duration) -> Duration {
+    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(500))
 }
 
 /// The main loop's state.
@@ -429,36 +472,37 @@ struct Supervisor<'a> {
     killed: bool,
 }
 
-impl Supervisor<'_> {
+impl<'a> Supervisor<'a> {
+    fn new(
+        a: &'a RunArgs,
+        kept: &'a KeepAlive,
+        child: &Child,
+        job: &'a Job,
+        watchdog: Watchdog,
+    ) -> Self {
+        Supervisor {
+            kept,
+            a,
+            pid: child.id() as libc::pid_t,
+            job,
+            watchdog,
+            lost: None,
+            term_at: None,
+            kill_at: None,
+            killed: false,
+        }
+    }
+
     /// Waits for COMMAND to exit, forwarding signals, passing the lock's validity on to the
     /// watchdog, following COMMAND's stops, and reacting to the loss of the lock.
     fn supervise(&mut self, rx: &mpsc::Receiver<Event>) {
-        // How often the watchdog hears of extensions: a small part of the TTL, since the engine
-        // extends the lock when a third of it is left.
-        let beat = (self.a.ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+        let beat = beat(self.a.ttl);
         loop {
             let now = Instant::now();
             if self.lost.is_none() {
-                let gone = self.watchdog.gone;
-                self.watchdog.extend(self.kept.lock().valid_until());
-                if self.watchdog.gone && !gone {
-                    note(format_args!(
-                        "redlock: warning: the watchdog process was killed: should redlock die \
-                         now, COMMAND's process group would outlive the lock"
-                    ));
-                }
+                self.pass_validity_on();
             }
-            let wake = match (&self.lost, self.kill_at) {
-                // The engine tells us of a loss; each beat is also a backstop for it.
-                (None, _) => Some(now + beat),
-                (Some(_), Some(t)) if !self.killed => Some(t),
-                _ => None,
-            };
-            let event = match wake {
-                Some(t) => rx.recv_timeout(t.saturating_duration_since(now)),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match event {
+            match self.next_event(rx, now, beat) {
                 Ok(Event::Exited) | Err(RecvTimeoutError::Disconnected) => {
                     if self.lost.is_some() && !self.killed {
                         // COMMAND is gone; what it left in the group gets no more grace.
@@ -475,24 +519,63 @@ impl Supervisor<'_> {
                 // forwarding what redlock gets delivers it to COMMAND's group once.
                 Ok(Event::Signal { signal, .. }) => self.signal(signal),
                 Ok(Event::Lost(e)) => self.lose(e),
-                Err(RecvTimeoutError::Timeout) => match (&self.lost, self.kill_at) {
-                    (None, _) => {
-                        if let Some(e) = self.kept.lost() {
-                            self.lose(e);
-                        }
-                    }
-                    (Some(_), Some(t)) if !self.killed && Instant::now() >= t => {
-                        note(format_args!(
-                            "redlock: COMMAND's process group {} still running {} after SIGTERM; \
-                             sending SIGKILL",
-                            self.job.pgid,
-                            fmt_duration(self.term_at.map_or(Duration::ZERO, |at| t - at))
-                        ));
-                        self.kill_group();
-                    }
-                    _ => {}
-                },
+                Err(RecvTimeoutError::Timeout) => self.timed_out(),
             }
+        }
+    }
+
+    /// Gives the watchdog the lock's validity (which each extension moves on), and says so
+    /// once if the watchdog is gone.
+    fn pass_validity_on(&mut self) {
+        let gone = self.watchdog.gone;
+        self.watchdog.extend(self.kept.lock().valid_until());
+        if self.watchdog.gone && !gone {
+            note(format_args!(
+                "redlock: warning: the watchdog process was killed: should redlock die now, \
+                 COMMAND's process group would outlive the lock"
+            ));
+        }
+    }
+
+    /// The next event: waited for until the next beat while the lock is kept, until SIGKILL is
+    /// due once it is lost, and for as long as it takes once SIGKILL went out.
+    fn next_event(
+        &self,
+        rx: &mpsc::Receiver<Event>,
+        now: Instant,
+        beat: Duration,
+    ) -> Result<Event, RecvTimeoutError> {
+        let wake = match (&self.lost, self.kill_at) {
+            // The engine tells us of a loss; each beat is also a backstop for it.
+            (None, _) => Some(now + beat),
+            (Some(_), Some(t)) if !self.killed => Some(t),
+            _ => None,
+        };
+        match wake {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// No event before the wake-up: while the lock is kept, ask whether it was lost (the
+    /// backstop); once it is lost, send SIGKILL when it is due.
+    fn timed_out(&mut self) {
+        match (&self.lost, self.kill_at) {
+            (None, _) => {
+                if let Some(e) = self.kept.lost() {
+                    self.lose(e);
+                }
+            }
+            (Some(_), Some(t)) if !self.killed && Instant::now() >= t => {
+                note(format_args!(
+                    "redlock: COMMAND's process group {} still running {} after SIGTERM; \
+                     sending SIGKILL",
+                    self.job.pgid,
+                    fmt_duration(self.term_at.map_or(Duration::ZERO, |at| t - at))
+                ));
+                self.kill_group();
+            }
+            _ => {}
         }
     }
 
