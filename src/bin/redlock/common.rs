@@ -314,7 +314,7 @@ impl Servers {
                         exit::USAGE,
                         format!(
                             "--server takes one URL, and {} holds {}: write {}",
-                            shorten(s, 80),
+                            shorten(s, URL_SHOWN),
                             parts.len(),
                             parts
                                 .iter()
@@ -565,7 +565,7 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
                 Wait::For(d) => format!(" up to {}", fmt_duration(d)),
                 _ => String::new(),
             },
-            shorten(resource, 64)
+            shorten(resource, NAME_SHOWN)
         );
     }
     r.lock_until(resource, deadline)
@@ -579,7 +579,7 @@ fn lock_failure(r: &Redlock, resource: &str, rule: Wait, e: &Error, waiting: &Wa
         Wait::For(d) => format!(" within {}", fmt_duration(d)),
         _ => String::new(),
     };
-    let context = format!("cannot lock {}{within}", shorten(resource, 64));
+    let context = format!("cannot lock {}{within}", shorten(resource, NAME_SHOWN));
     let mut fail = Fail::lib(&context, e);
     if fail.is_held() {
         fail.code = waiting.conflict_exit_code.unwrap_or(exit::HELD);
@@ -656,6 +656,14 @@ pub fn fmt_duration(d: Duration) -> String {
         humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
     }
 }
+
+/// How much of a resource name a message quotes, in characters: any name a person types fits,
+/// and a generated 2,000-byte one still leaves the message on a line or two.
+pub const NAME_SHOWN: usize = 64;
+
+/// How much of a `--server` value a message quotes: a URL with a user, password and options
+/// fits; a whole list pasted into one `--server` is cut.
+const URL_SHOWN: usize = 80;
 
 /// A name quoted for a message, cut to `max` characters: a 2,000-byte resource name is not
 /// echoed whole (`"aaaa…" (2000 bytes)`).

@@ -40,6 +40,22 @@ const DEADLINE_MSG_LEN: usize = 1 + 8;
 /// COMMAND finished under the lock: exit without killing anything.
 const MSG_DONE: u8 = b'X';
 
+/// The watchdog's input buffer: room for several messages of [`DEADLINE_MSG_LEN`] bytes, since a
+/// read may find a few queued up while the watchdog was not scheduled.
+const INBOX_LEN: usize = 64;
+
+/// How long [`Watchdog::done`] waits for the watchdog to exit, in milliseconds: far more than it
+/// needs to read "done" and exit, and short enough not to hold up redlock's own exit.
+const REAP_WAIT_MS: libc::c_int = 1000;
+
+/// How many ancestors [`Job::has_job_control`] follows up through redlock's own process group
+/// before it gives up (and answers as for an orphaned group): real chains are a process or two (a
+/// script that runs redlock); the bound only keeps the walk finite.
+const MAX_ANCESTORS: usize = 64;
+
+/// Nanoseconds in a second, for a `timespec`.
+const NANOS_PER_SEC: u64 = 1_000_000_000;
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -50,7 +66,7 @@ fn monotonic_ns() -> u64 {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
     }
     (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
+        .saturating_mul(NANOS_PER_SEC)
         .saturating_add(ts.tv_nsec as u64)
 }
 
@@ -206,7 +222,7 @@ impl Watchdog {
             };
             // SAFETY: one pollfd in this frame. The pidfd turns readable when the watchdog exits.
             unsafe {
-                libc::poll(&mut pfd, 1, 1000);
+                libc::poll(&mut pfd, 1, REAP_WAIT_MS);
             }
         }
         let _ = self.child.try_wait();
@@ -227,7 +243,7 @@ pub fn watchdog_main() -> u8 {
     }
     let mut deadline: Option<u64> = None;
     let mut inbox = Inbox {
-        buf: [0; 64],
+        buf: [0; INBOX_LEN],
         have: 0,
     };
     loop {
@@ -306,7 +322,7 @@ enum Message {
 
 /// What the watchdog has read from the pipe and not acted on yet.
 struct Inbox {
-    buf: [u8; 64],
+    buf: [u8; INBOX_LEN],
     /// Bytes read into `buf`.
     have: usize,
 }
@@ -469,7 +485,7 @@ impl Job {
         }
         // SAFETY: getsid, getpgid and getpid take plain integers.
         let (sid, mut pid) = unsafe { (libc::getsid(0), libc::getpid()) };
-        for _ in 0..64 {
+        for _ in 0..MAX_ANCESTORS {
             let Some(parent) = parent_of(pid) else {
                 return false;
             };

@@ -17,8 +17,8 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use crate::common::{
-    self, Fail, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration, parse_exit_code,
-    shorten,
+    self, Fail, NAME_SHOWN, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration,
+    parse_exit_code, shorten,
 };
 use crate::group::{self, Job, Watchdog};
 
@@ -131,11 +131,14 @@ enum Event {
     Lost(Error),
 }
 
+/// The shell's exit status for a process killed by signal N is this plus N.
+const SIGNAL_EXIT_BASE: i32 = 128;
+
 /// `128 + N` for a signal, or the exit code.
 fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        (None, Some(sig)) => (SIGNAL_EXIT_BASE + sig).clamp(0, 255) as u8,
         (None, None) => exit::INTERNAL,
     }
 }
@@ -408,7 +411,7 @@ fn supervise_and_finish(
             note(format_args!(
                 "redlock: the lock on {} was not extended in time (was redlock stopped?); the \
                  watchdog killed COMMAND's process group",
-                shorten(&a.resource, 64)
+                shorten(&a.resource, NAME_SHOWN)
             ));
         }
         // Whatever COMMAND left behind in its group runs without the lock: end it (and with it
@@ -442,17 +445,34 @@ fn finish_under_lock(
         Ok(_) | Err(Error::Expired { .. }) => {}
         Err(e) => note(format_args!(
             "redlock: warning: cannot release {} (it expires by itself): {e}",
-            shorten(&a.resource, 64)
+            shorten(&a.resource, NAME_SHOWN)
         )),
     }
     code
 }
 
-/// How often the watchdog hears of extensions: a small part of the TTL, since the engine extends
-/// the lock when a third of it is left.
+/// How often the watchdog hears of extensions: a small part of the TTL ([`BEAT_PER_TTL`]), within
+/// [`BEAT_MIN`] and [`BEAT_MAX`].
 fn beat(ttl: Duration) -> Duration {
-    (ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(500))
+    (ttl / BEAT_PER_TTL).clamp(BEAT_MIN, BEAT_MAX)
 }
+
+/// The beat is a twentieth of the TTL: the engine extends the lock when a third of it is left,
+/// so the watchdog hears of each extension long before its old deadline.
+const BEAT_PER_TTL: u32 = 20;
+/// The shortest beat: with a TTL of a few milliseconds the loop still sleeps between beats.
+const BEAT_MIN: Duration = Duration::from_millis(5);
+/// The longest beat: each beat is also the backstop for noticing a lost lock, so with a long TTL
+/// a loss the engine did not report is still noticed within half a second.
+const BEAT_MAX: Duration = Duration::from_millis(500);
+
+/// After a loss, SIGKILL goes out a margin before the lock's validity ends, for redlock to wake
+/// up late and for SIGKILL to take effect. The margin is at most this long: a late wake-up and a
+/// kill take milliseconds, not tenths of a second, even on a busy machine.
+const KILL_MARGIN_MAX: Duration = Duration::from_millis(100);
+/// ... and at most this part (a quarter) of the validity left, so that a loss close to the end of
+/// the validity still leaves COMMAND most of what is left as its grace period.
+const KILL_MARGIN_SHARE: u32 = 4;
 
 /// The main loop's state.
 struct Supervisor<'a> {
@@ -606,7 +626,7 @@ impl<'a> Supervisor<'a> {
         let valid_until = self.kept.lock().valid_until();
         let left = valid_until.saturating_duration_since(now);
         // A margin for us to wake up late (and for the SIGKILL to take effect).
-        let margin = (left / 4).min(Duration::from_millis(100));
+        let margin = (left / KILL_MARGIN_SHARE).min(KILL_MARGIN_MAX);
         let by_validity = now + (left - margin);
         let kill_at = (now + self.a.grace).min(by_validity);
         let when = if kill_at <= now {
@@ -622,7 +642,7 @@ impl<'a> Supervisor<'a> {
         note(format_args!(
             "redlock: lost the lock on {} while COMMAND was running ({why}); sending SIGTERM to \
              its process group {} ({when})",
-            shorten(&self.a.resource, 64),
+            shorten(&self.a.resource, NAME_SHOWN),
             self.job.pgid
         ));
         self.signal(libc::SIGTERM);
