@@ -763,6 +763,16 @@ fn check_type(ty: u8) -> Result<(), ParseError> {
     }
 }
 
+/// The length or count on the header line `content` of a `ty` element: `None` for RESP2's
+/// null (`$-1`, `*-1`), which only `null_type` may stand for.
+#[inline]
+fn header_len(content: &[u8], ty: u8, null_type: u8) -> Result<Option<usize>, ParseError> {
+    match parse_len(content)? {
+        None if ty != null_type => Err(ParseError::NegativeLength),
+        len => Ok(len),
+    }
+}
+
 /// A length-prefixed element, `$`, `=` or `!` (`<len>\r\n<data>\r\n`), whose header line
 /// `content` ends at `after`: the whole element once its data has arrived.
 #[inline]
@@ -774,12 +784,8 @@ fn blob<'a>(
     after: usize,
     limits: &Limits,
 ) -> Result<Elem<'a>, ParseError> {
-    let Some(len) = parse_len(content)? else {
-        return if ty == b'$' {
-            Ok(Elem::Scalar(Frame::Null, after))
-        } else {
-            Err(ParseError::NegativeLength)
-        };
+    let Some(len) = header_len(content, ty, b'$')? else {
+        return Ok(Elem::Scalar(Frame::Null, after));
     };
     if len > limits.max_bulk_len {
         return Err(ParseError::BulkTooLong);
@@ -826,12 +832,8 @@ fn aggregate_header<'a>(
     after: usize,
     limits: &Limits,
 ) -> Result<Elem<'a>, ParseError> {
-    let Some(count) = parse_len(content)? else {
-        return if ty == b'*' {
-            Ok(Elem::Scalar(Frame::Null, after))
-        } else {
-            Err(ParseError::NegativeLength)
-        };
+    let Some(count) = header_len(content, ty, b'*')? else {
+        return Ok(Elem::Scalar(Frame::Null, after));
     };
     let pairs = matches!(ty, b'%' | b'|');
     let count = if pairs {
