@@ -38,6 +38,17 @@ use std::fmt;
 /// on a fixed stack of this size, so that resuming needs no allocation.
 pub const MAX_DEPTH_CAP: usize = 128;
 
+/// `\r\n`, which ends every line and every bulk payload.
+const CRLF_LEN: usize = 2;
+/// A verbatim string's data starts with its format, three bytes, and `:` (`txt:`, `mkd:`).
+const VERBATIM_FORMAT_LEN: usize = 3;
+/// The most decimal digits a `u64` has (`18446744073709551615`): the scratch for one number.
+const U64_DIGITS: usize = 20;
+/// A sign and the digits: the scratch for an `i64` or a `u64` as text.
+const INT_TEXT_MAX: usize = 1 + U64_DIGITS;
+/// The longest `$<len>\r\n` or `*<n>\r\n` header.
+const HEADER_MAX: usize = 1 + U64_DIGITS + CRLF_LEN;
+
 /// Limits on what the decoder accepts. Every quantity read off the wire is checked against one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -375,6 +386,15 @@ enum Elem<'a> {
     Attribute { count: usize, body: usize },
 }
 
+/// What an open level of the decoder's stack is.
+#[derive(Clone, Copy)]
+enum Level {
+    /// An aggregate: its completion is an element of the level around it.
+    Aggregate,
+    /// An attribute: it annotates the element after it and is not an element itself.
+    Attribute,
+}
+
 /// A resumable RESP decoder. Keep one per connection; see the [module docs](self).
 #[derive(Clone)]
 pub struct Decoder {
@@ -500,13 +520,13 @@ impl Decoder {
                     if self.depth == 0 {
                         self.top = Some((kind, count, body));
                     }
-                    self.push(count, false)?;
+                    self.push(count, Level::Aggregate)?;
                     self.advance(body)?;
                 }
                 Elem::Attribute { count, body } => {
                     // An empty attribute (`|0`) annotates nothing: skip it as if it were absent.
                     if count > 0 {
-                        self.push(count, true)?;
+                        self.push(count, Level::Attribute)?;
                     }
                     self.advance(body)?;
                 }
@@ -523,15 +543,15 @@ impl Decoder {
         Ok(())
     }
 
-    fn push(&mut self, count: usize, is_attr: bool) -> Result<(), ParseError> {
+    /// Opens a level of `count` elements.
+    fn push(&mut self, count: usize, level: Level) -> Result<(), ParseError> {
         if self.depth >= self.limits.max_depth {
             return Err(ParseError::TooDeep);
         }
         self.left[self.depth] = count;
-        if is_attr {
-            self.attr |= 1 << self.depth;
-        } else {
-            self.attr &= !(1 << self.depth);
+        match level {
+            Level::Attribute => self.attr |= 1 << self.depth,
+            Level::Aggregate => self.attr &= !(1 << self.depth),
         }
         self.depth += 1;
         Ok(())
@@ -587,7 +607,7 @@ fn line(
             }
             // Past the frame limit, the frame is refused before its line is looked at: the same
             // answer a caller feeding the bytes in pieces gets when its buffer crosses the limit.
-            if cr.saturating_add(2) > limits.max_frame_len {
+            if cr.saturating_add(CRLF_LEN) > limits.max_frame_len {
                 return Err(ParseError::FrameTooLarge);
             }
             match buf.get(cr + 1) {
@@ -695,36 +715,14 @@ fn element<'a>(
     };
     // The type byte first, so that an unknown one is reported the same however the input is
     // split (and at once, not after its line arrives).
-    if !matches!(
-        ty,
-        b'+' | b'-'
-            | b':'
-            | b'$'
-            | b'*'
-            | b'_'
-            | b','
-            | b'#'
-            | b'('
-            | b'='
-            | b'!'
-            | b'%'
-            | b'~'
-            | b'>'
-            | b'|'
-    ) {
-        return Err(if ty == b';' {
-            ParseError::Streamed
-        } else {
-            ParseError::UnknownType(ty)
-        });
-    }
+    check_type(ty)?;
     let start = at + 1;
     let cr = match line(buf, start, scan, limits)? {
         Ok(cr) => cr,
         Err(scanned) => return Ok(Elem::Partial { scanned }),
     };
     let content = &buf[start..cr];
-    let after = cr + 2;
+    let after = cr + CRLF_LEN;
     let scalar = |frame| Ok(Elem::Scalar(frame, after));
     match ty {
         b'+' => scalar(Frame::Simple(text(content)?)),
@@ -742,89 +740,142 @@ fn element<'a>(
             _ => Err(ParseError::InvalidBoolean),
         },
         b'(' => scalar(Frame::BigNumber(parse_big_number(content)?)),
-        b'$' | b'=' | b'!' => {
-            let Some(len) = parse_len(content)? else {
-                return if ty == b'$' {
-                    scalar(Frame::Null)
-                } else {
-                    Err(ParseError::NegativeLength)
-                };
-            };
-            if len > limits.max_bulk_len {
-                return Err(ParseError::BulkTooLong);
-            }
-            let end = after
-                .checked_add(len)
-                .and_then(|e| e.checked_add(2))
-                .ok_or(ParseError::FrameTooLarge)?;
-            if end > limits.max_frame_len {
-                return Err(ParseError::FrameTooLarge);
-            }
-            if buf.len() < end {
-                return Ok(Elem::Partial { scanned: at });
-            }
-            if &buf[end - 2..end] != b"\r\n" {
-                return Err(ParseError::BadBulkTerminator);
-            }
-            let data = &buf[after..end - 2];
-            let frame = match ty {
-                b'$' => Frame::Bulk(data),
-                b'!' => Frame::Error(ServerError {
-                    kind: ErrorKind::classify(data),
-                    message: text(data)?,
-                }),
-                _ => {
-                    if data.len() < 4 || data[3] != b':' {
-                        return Err(ParseError::InvalidVerbatim);
-                    }
-                    Frame::Verbatim {
-                        format: text(&data[..3]).map_err(|_| ParseError::InvalidVerbatim)?,
-                        text: &data[4..],
-                    }
-                }
-            };
-            Ok(Elem::Scalar(frame, end))
-        }
-        b'*' | b'%' | b'~' | b'>' | b'|' => {
-            let Some(count) = parse_len(content)? else {
-                return if ty == b'*' {
-                    scalar(Frame::Null)
-                } else {
-                    Err(ParseError::NegativeLength)
-                };
-            };
-            let pairs = matches!(ty, b'%' | b'|');
-            let count = if pairs {
-                count.checked_mul(2).ok_or(ParseError::TooManyElements)?
-            } else {
-                count
-            };
-            if count > limits.max_elements {
-                return Err(ParseError::TooManyElements);
-            }
-            let kind = match ty {
-                b'*' => AggregateKind::Array,
-                b'%' => AggregateKind::Map,
-                b'~' => AggregateKind::Set,
-                b'>' => AggregateKind::Push,
-                _ => return Ok(Elem::Attribute { count, body: after }),
-            };
-            if count == 0 {
-                return scalar(Frame::Aggregate(Aggregate {
-                    kind,
-                    len: 0,
-                    body: &[],
-                }));
-            }
-            Ok(Elem::Open {
-                kind,
-                count,
-                body: after,
-            })
-        }
-        b';' => Err(ParseError::Streamed),
+        b'$' | b'=' | b'!' => blob(buf, at, ty, content, after, limits),
+        b'*' | b'%' | b'~' | b'>' | b'|' => aggregate_header(ty, content, after, limits),
         other => Err(ParseError::UnknownType(other)),
     }
+}
+
+/// Refuses a type byte that starts no RESP2 or RESP3 element.
+#[inline]
+fn check_type(ty: u8) -> Result<(), ParseError> {
+    if matches!(
+        ty,
+        b'+' | b'-'
+            | b':'
+            | b'$'
+            | b'*'
+            | b'_'
+            | b','
+            | b'#'
+            | b'('
+            | b'='
+            | b'!'
+            | b'%'
+            | b'~'
+            | b'>'
+            | b'|'
+    ) {
+        Ok(())
+    } else if ty == b';' {
+        Err(ParseError::Streamed)
+    } else {
+        Err(ParseError::UnknownType(ty))
+    }
+}
+
+/// The length or count on the header line `content` of a `ty` element: `None` for RESP2's
+/// null (`$-1`, `*-1`), which only `null_type` may stand for.
+#[inline]
+fn header_len(content: &[u8], ty: u8, null_type: u8) -> Result<Option<usize>, ParseError> {
+    match parse_len(content)? {
+        None if ty != null_type => Err(ParseError::NegativeLength),
+        len => Ok(len),
+    }
+}
+
+/// A length-prefixed element, `$`, `=` or `!` (`<len>\r\n<data>\r\n`), whose header line
+/// `content` ends at `after`: the whole element once its data has arrived.
+#[inline]
+fn blob<'a>(
+    buf: &'a [u8],
+    at: usize,
+    ty: u8,
+    content: &[u8],
+    after: usize,
+    limits: &Limits,
+) -> Result<Elem<'a>, ParseError> {
+    let Some(len) = header_len(content, ty, b'$')? else {
+        return Ok(Elem::Scalar(Frame::Null, after));
+    };
+    if len > limits.max_bulk_len {
+        return Err(ParseError::BulkTooLong);
+    }
+    let end = after
+        .checked_add(len)
+        .and_then(|e| e.checked_add(CRLF_LEN))
+        .ok_or(ParseError::FrameTooLarge)?;
+    if end > limits.max_frame_len {
+        return Err(ParseError::FrameTooLarge);
+    }
+    if buf.len() < end {
+        return Ok(Elem::Partial { scanned: at });
+    }
+    if &buf[end - CRLF_LEN..end] != b"\r\n" {
+        return Err(ParseError::BadBulkTerminator);
+    }
+    let data = &buf[after..end - CRLF_LEN];
+    let frame = match ty {
+        b'$' => Frame::Bulk(data),
+        b'!' => Frame::Error(ServerError {
+            kind: ErrorKind::classify(data),
+            message: text(data)?,
+        }),
+        _ => {
+            if data.len() <= VERBATIM_FORMAT_LEN || data[VERBATIM_FORMAT_LEN] != b':' {
+                return Err(ParseError::InvalidVerbatim);
+            }
+            Frame::Verbatim {
+                format: text(&data[..VERBATIM_FORMAT_LEN])
+                    .map_err(|_| ParseError::InvalidVerbatim)?,
+                text: &data[VERBATIM_FORMAT_LEN + 1..],
+            }
+        }
+    };
+    Ok(Elem::Scalar(frame, end))
+}
+
+/// An aggregate header, `*`, `%`, `~`, `>` or `|` (`<count>\r\n`), whose line `content` ends
+/// at `after`: its elements follow from there (an empty aggregate is whole at once).
+#[inline]
+fn aggregate_header<'a>(
+    ty: u8,
+    content: &[u8],
+    after: usize,
+    limits: &Limits,
+) -> Result<Elem<'a>, ParseError> {
+    let Some(count) = header_len(content, ty, b'*')? else {
+        return Ok(Elem::Scalar(Frame::Null, after));
+    };
+    let pairs = matches!(ty, b'%' | b'|');
+    let count = if pairs {
+        count.checked_mul(2).ok_or(ParseError::TooManyElements)?
+    } else {
+        count
+    };
+    if count > limits.max_elements {
+        return Err(ParseError::TooManyElements);
+    }
+    let kind = match ty {
+        b'*' => AggregateKind::Array,
+        b'%' => AggregateKind::Map,
+        b'~' => AggregateKind::Set,
+        b'>' => AggregateKind::Push,
+        _ => return Ok(Elem::Attribute { count, body: after }),
+    };
+    if count == 0 {
+        let empty = Aggregate {
+            kind,
+            len: 0,
+            body: &[],
+        };
+        return Ok(Elem::Scalar(Frame::Aggregate(empty), after));
+    }
+    Ok(Elem::Open {
+        kind,
+        count,
+        body: after,
+    })
 }
 
 /// One command argument: bytes, or an integer formatted without allocating.
@@ -865,7 +916,7 @@ impl From<u64> for Arg<'_> {
 }
 
 /// Formats `n` in decimal at the end of `scratch`, returning the digits.
-fn format_u64(mut n: u64, scratch: &mut [u8; 20]) -> &[u8] {
+fn format_u64(mut n: u64, scratch: &mut [u8; U64_DIGITS]) -> &[u8] {
     let mut i = scratch.len();
     loop {
         i -= 1;
@@ -899,7 +950,8 @@ impl Arg<'_> {
 
 /// The exact number of bytes [`encode_command`] writes for `args`.
 pub fn command_len(args: &[Arg<'_>]) -> usize {
-    let header = 3 + decimal_len(args.len() as u64);
+    // `*<n>\r\n`
+    let header = 1 + decimal_len(args.len() as u64) + CRLF_LEN;
     args.iter()
         .map(bulk_len)
         .fold(header, |total, len| total + len)
@@ -928,9 +980,9 @@ pub fn encode_command(out: &mut BytesMut, args: &[Arg<'_>]) {
 /// Appends an array header `*<n>\r\n`: the start of a command whose arguments follow as
 /// [`encode_bulk`] calls.
 pub fn encode_array_header(out: &mut BytesMut, n: usize) {
-    let mut scratch = [0u8; 20];
+    let mut scratch = [0u8; U64_DIGITS];
     let digits = format_u64(n as u64, &mut scratch);
-    let mut head = [0u8; 23];
+    let mut head = [0u8; HEADER_MAX];
     let len = compose(&mut head, &[b"*", digits, b"\r\n"]);
     out.extend_from_slice(&head[..len]);
 }
@@ -952,14 +1004,15 @@ const INLINE_BULK: usize = 64;
 
 /// Appends one bulk string `$<len>\r\n<arg>\r\n`.
 pub fn encode_bulk(out: &mut BytesMut, arg: &Arg<'_>) {
-    let mut len_scratch = [0u8; 20];
-    let mut int_scratch = [0u8; 21];
+    let mut len_scratch = [0u8; U64_DIGITS];
+    let mut int_scratch = [0u8; INT_TEXT_MAX];
     let payload: &[u8] = match *arg {
         Arg::Bytes(b) => b,
         Arg::Int(n) => {
             let digits_len = format_u64(n.unsigned_abs(), &mut len_scratch).len();
-            let start = 21 - digits_len - usize::from(n < 0);
-            int_scratch[21 - digits_len..].copy_from_slice(&len_scratch[20 - digits_len..]);
+            let start = INT_TEXT_MAX - digits_len - usize::from(n < 0);
+            int_scratch[INT_TEXT_MAX - digits_len..]
+                .copy_from_slice(&len_scratch[U64_DIGITS - digits_len..]);
             if n < 0 {
                 int_scratch[start] = b'-';
             }
@@ -967,18 +1020,19 @@ pub fn encode_bulk(out: &mut BytesMut, arg: &Arg<'_>) {
         }
         Arg::UInt(n) => {
             let digits_len = format_u64(n, &mut len_scratch).len();
-            int_scratch[21 - digits_len..].copy_from_slice(&len_scratch[20 - digits_len..]);
-            &int_scratch[21 - digits_len..]
+            int_scratch[INT_TEXT_MAX - digits_len..]
+                .copy_from_slice(&len_scratch[U64_DIGITS - digits_len..]);
+            &int_scratch[INT_TEXT_MAX - digits_len..]
         }
     };
-    let mut scratch = [0u8; 20];
+    let mut scratch = [0u8; U64_DIGITS];
     let len_digits = format_u64(payload.len() as u64, &mut scratch);
     if payload.len() <= INLINE_BULK {
-        let mut whole = [0u8; INLINE_BULK + 25];
+        let mut whole = [0u8; HEADER_MAX + INLINE_BULK + CRLF_LEN];
         let n = compose(&mut whole, &[b"$", len_digits, b"\r\n", payload, b"\r\n"]);
         out.extend_from_slice(&whole[..n]);
     } else {
-        let mut head = [0u8; 23];
+        let mut head = [0u8; HEADER_MAX];
         let n = compose(&mut head, &[b"$", len_digits, b"\r\n"]);
         out.extend_from_slice(&head[..n]);
         out.extend_from_slice(payload);
@@ -1007,18 +1061,22 @@ pub struct SetNxPx {
     tail_len: u8,
 }
 
-/// The longest tail of a `SET … NX PX <ttl>` command: 18 fixed bytes and a bulk of up to 20
-/// digits.
-const SET_TAIL_MAX: usize = 18 + 5 + 2 + 20;
+/// The longest tail of a `SET … NX PX <ttl>` command: `\r\n$2\r\nNX\r\n$2\r\nPX\r\n` (18 bytes),
+/// then the TTL as a bulk string of up to 20 digits (`$20\r\n<digits>\r\n`).
+const SET_TAIL_MAX: usize = 18 + (1 + 2 + CRLF_LEN) + U64_DIGITS + CRLF_LEN;
 /// Key plus token up to this size are composed on the stack and appended at once.
 const SET_INLINE: usize = 192;
+/// What a `SET` command has before its tail besides the key and the token:
+/// `*6\r\n$3\r\nSET\r\n$` (14 bytes), the key's length and CRLF, the CRLF after the key, and the
+/// token's `$<len>\r\n`.
+const SET_HEAD_MAX: usize = 14 + U64_DIGITS + CRLF_LEN + CRLF_LEN + HEADER_MAX;
 
 impl SetNxPx {
     /// The template for a TTL of `ttl_ms` milliseconds.
     pub fn new(ttl_ms: u64) -> SetNxPx {
-        let mut digits_scratch = [0u8; 20];
+        let mut digits_scratch = [0u8; U64_DIGITS];
         let digits = format_u64(ttl_ms, &mut digits_scratch);
-        let mut len_scratch = [0u8; 20];
+        let mut len_scratch = [0u8; U64_DIGITS];
         let len = format_u64(digits.len() as u64, &mut len_scratch);
         let mut tail = [0u8; SET_TAIL_MAX];
         let n = compose(
@@ -1041,15 +1099,15 @@ impl SetNxPx {
     pub fn encode(&self, out: &mut BytesMut, key: &[u8], token: &[u8]) {
         const HEAD: &[u8] = b"*6\r\n$3\r\nSET\r\n$";
         let tail = &self.tail[..usize::from(self.tail_len)];
-        let mut key_scratch = [0u8; 20];
+        let mut key_scratch = [0u8; U64_DIGITS];
         let key_len = format_u64(key.len() as u64, &mut key_scratch);
-        let mut token_scratch = [0u8; 20];
+        let mut token_scratch = [0u8; U64_DIGITS];
         let token_len = format_u64(token.len() as u64, &mut token_scratch);
         let parts: [&[u8]; 8] = [
             HEAD, key_len, b"\r\n", key, b"\r\n$", token_len, b"\r\n", token,
         ];
         if key.len() + token.len() <= SET_INLINE {
-            let mut whole = [0u8; SET_INLINE + 64 + SET_TAIL_MAX];
+            let mut whole = [0u8; SET_HEAD_MAX + SET_INLINE + SET_TAIL_MAX];
             let n = compose(&mut whole, &parts);
             let m = compose(&mut whole[n..], &[tail]);
             out.extend_from_slice(&whole[..n + m]);
@@ -1066,7 +1124,8 @@ impl SetNxPx {
 /// The exact number of bytes [`encode_bulk`] writes for `arg`.
 pub fn bulk_len(arg: &Arg<'_>) -> usize {
     let len = arg.len();
-    5 + decimal_len(len as u64) + len
+    // `$<len>\r\n<data>\r\n`
+    1 + decimal_len(len as u64) + CRLF_LEN + len + CRLF_LEN
 }
 
 /// An owned RESP value: for tests, fuzzing and callers that want to keep a reply. Not used on
@@ -1139,7 +1198,11 @@ impl Value {
             Value::Boolean(b) => write!(out, "#{}\r\n", if *b { 't' } else { 'f' }),
             Value::BigNumber(s) => write!(out, "({s}\r\n"),
             Value::Verbatim(format, text) => {
-                let _ = write!(out, "={}\r\n{format}:", text.len() + 4);
+                let _ = write!(
+                    out,
+                    "={}\r\n{format}:",
+                    VERBATIM_FORMAT_LEN + 1 + text.len()
+                );
                 out.extend_from_slice(text);
                 write!(out, "\r\n")
             }

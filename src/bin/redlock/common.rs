@@ -282,6 +282,12 @@ pub struct Servers {
 }
 
 impl Servers {
+    /// A builder for the servers given ([`list`](Servers::list)) with the TLS options, this TTL
+    /// and the [`Tuning`] options: where `run`, `acquire` and `extend` start.
+    pub fn tuned(&self, tuning: &Tuning, ttl: Duration) -> Result<Builder, Fail> {
+        Ok(tuning.builder(self.builder(&self.list()?), ttl))
+    }
+
     /// A builder for these URLs with the TLS options.
     pub fn builder(&self, urls: &[String]) -> Builder {
         let mut b = Builder::new(urls);
@@ -308,7 +314,7 @@ impl Servers {
                         exit::USAGE,
                         format!(
                             "--server takes one URL, and {} holds {}: write {}",
-                            shorten(s, 80),
+                            shorten(s, URL_SHOWN),
                             parts.len(),
                             parts
                                 .iter()
@@ -362,6 +368,11 @@ fn split_urls(s: &str, sep: impl Fn(char) -> bool) -> Vec<String> {
     } else {
         Vec::new()
     }
+}
+
+/// The handle `b` describes; a mistake in it is a usage error (or a configuration one).
+pub fn build(b: Builder) -> Result<Redlock, Fail> {
+    b.build().map_err(|e| Fail::lib("bad configuration", &e))
 }
 
 /// `--quarantine` and `--node-timeout`: for the subcommands that acquire or extend.
@@ -554,7 +565,7 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
                 Wait::For(d) => format!(" up to {}", fmt_duration(d)),
                 _ => String::new(),
             },
-            shorten(resource, 64)
+            shorten(resource, NAME_SHOWN)
         );
     }
     r.lock_until(resource, deadline)
@@ -568,7 +579,7 @@ fn lock_failure(r: &Redlock, resource: &str, rule: Wait, e: &Error, waiting: &Wa
         Wait::For(d) => format!(" within {}", fmt_duration(d)),
         _ => String::new(),
     };
-    let context = format!("cannot lock {}{within}", shorten(resource, 64));
+    let context = format!("cannot lock {}{within}", shorten(resource, NAME_SHOWN));
     let mut fail = Fail::lib(&context, e);
     if fail.is_held() {
         fail.code = waiting.conflict_exit_code.unwrap_or(exit::HELD);
@@ -645,6 +656,14 @@ pub fn fmt_duration(d: Duration) -> String {
         humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
     }
 }
+
+/// How much of a resource name a message quotes, in characters: any name a person types fits,
+/// and a generated 2,000-byte one still leaves the message on a line or two.
+pub const NAME_SHOWN: usize = 64;
+
+/// How much of a `--server` value a message quotes: a URL with a user, password and options
+/// fits; a whole list pasted into one `--server` is cut.
+const URL_SHOWN: usize = 80;
 
 /// A name quoted for a message, cut to `max` characters: a 2,000-byte resource name is not
 /// echoed whole (`"aaaa…" (2000 bytes)`).

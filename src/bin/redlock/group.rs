@@ -35,8 +35,26 @@ pub const WATCHDOG_ARG: &str = "__run-watchdog";
 
 /// A new deadline follows: 8 bytes, CLOCK_MONOTONIC nanoseconds, little-endian.
 const MSG_DEADLINE: u8 = b'D';
+/// A deadline message: [`MSG_DEADLINE`] and its 8 bytes.
+const DEADLINE_MSG_LEN: usize = 1 + 8;
 /// COMMAND finished under the lock: exit without killing anything.
 const MSG_DONE: u8 = b'X';
+
+/// The watchdog's input buffer: room for several messages of [`DEADLINE_MSG_LEN`] bytes, since a
+/// read may find a few queued up while the watchdog was not scheduled.
+const INBOX_LEN: usize = 64;
+
+/// How long [`Watchdog::done`] waits for the watchdog to exit, in milliseconds: far more than it
+/// needs to read "done" and exit, and short enough not to hold up redlock's own exit.
+const REAP_WAIT_MS: libc::c_int = 1000;
+
+/// How many ancestors [`Job::has_job_control`] follows up through redlock's own process group
+/// before it gives up (and answers as for an orphaned group): real chains are a process or two (a
+/// script that runs redlock); the bound only keeps the walk finite.
+const MAX_ANCESTORS: usize = 64;
+
+/// Nanoseconds in a second, for a `timespec`.
+const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -48,7 +66,7 @@ fn monotonic_ns() -> u64 {
         libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
     }
     (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
+        .saturating_mul(NANOS_PER_SEC)
         .saturating_add(ts.tv_nsec as u64)
 }
 
@@ -176,7 +194,7 @@ impl Watchdog {
     }
 
     fn send_deadline(&mut self, deadline: Instant) {
-        let mut msg = [MSG_DEADLINE; 9];
+        let mut msg = [MSG_DEADLINE; DEADLINE_MSG_LEN];
         msg[1..].copy_from_slice(&monotonic_ns_at(deadline).to_le_bytes());
         // One write of less than PIPE_BUF bytes: all or nothing. If it fails the watchdog keeps
         // the earlier deadline, or is already gone (killed with the group).
@@ -204,7 +222,7 @@ impl Watchdog {
             };
             // SAFETY: one pollfd in this frame. The pidfd turns readable when the watchdog exits.
             unsafe {
-                libc::poll(&mut pfd, 1, 1000);
+                libc::poll(&mut pfd, 1, REAP_WAIT_MS);
             }
         }
         let _ = self.child.try_wait();
@@ -213,14 +231,7 @@ impl Watchdog {
 
 /// `redlock __run-watchdog`: the watchdog process itself. Returns only on "done" or on misuse.
 pub fn watchdog_main() -> u8 {
-    // SAFETY: getpgrp, getpid and fstat have no preconditions; fstat writes into `st`.
-    let set_up_by_run = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::getpgrp() == libc::getpid()
-            && libc::fstat(0, &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-    };
-    if !set_up_by_run {
+    if !set_up_by_run() {
         // Run by hand, it could kill a process group it does not own.
         say!("redlock: {WATCHDOG_ARG} is internal to `redlock run`");
         return super::exit::USAGE;
@@ -231,73 +242,123 @@ pub fn watchdog_main() -> u8 {
         libc::prctl(libc::PR_SET_NAME, c"redlock-watch".as_ptr());
     }
     let mut deadline: Option<u64> = None;
-    let mut buf = [0u8; 64];
-    let mut have = 0;
+    let mut inbox = Inbox {
+        buf: [0; INBOX_LEN],
+        have: 0,
+    };
     loop {
-        let timeout = match deadline {
-            None => None,
-            Some(d) => {
-                let now = monotonic_ns();
-                if now >= d {
-                    kill_group();
-                }
-                Some(Duration::from_nanos(d - now))
-            }
-        };
-        let ts = timeout.map(|t| libc::timespec {
-            tv_sec: t.as_secs() as libc::time_t,
-            tv_nsec: t.subsec_nanos() as libc::c_long,
-        });
-        let mut pfd = libc::pollfd {
-            fd: 0,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd and an optional timespec, both in this frame.
-        let n = unsafe {
-            libc::ppoll(
-                &mut pfd,
-                1,
-                ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
-                std::ptr::null(),
-            )
-        };
-        match n {
-            0 => continue, // the deadline: checked at the top
-            n if n < 0 => {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                kill_group();
-            }
-            _ => {}
+        if !wait_for_input(deadline) || !inbox.fill() {
+            continue;
         }
+        while let Some(msg) = inbox.next_message() {
+            match msg {
+                Message::Done => return super::exit::OK,
+                Message::Deadline(ns) => deadline = Some(ns),
+            }
+        }
+    }
+}
+
+/// Whether this process was started the way `redlock run` starts the watchdog: the leader of
+/// its own process group, reading a pipe.
+fn set_up_by_run() -> bool {
+    // SAFETY: getpgrp, getpid and fstat have no preconditions; fstat writes into `st`.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::getpgrp() == libc::getpid()
+            && libc::fstat(0, &mut st) == 0
+            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    }
+}
+
+/// Waits until the pipe (stdin) is readable or `deadline` (CLOCK_MONOTONIC nanoseconds) comes;
+/// false when the wait is to start over (the deadline came, or a signal interrupted it). Kills
+/// the group once the deadline has passed, or if the wait fails.
+fn wait_for_input(deadline: Option<u64>) -> bool {
+    let timeout = deadline.map(|d| {
+        let now = monotonic_ns();
+        if now >= d {
+            kill_group();
+        }
+        Duration::from_nanos(d - now)
+    });
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let mut pfd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd and an optional timespec, both in this frame.
+    let n = unsafe {
+        libc::ppoll(
+            &mut pfd,
+            1,
+            ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+            std::ptr::null(),
+        )
+    };
+    match n {
+        0 => false, // the deadline: checked on the next call
+        n if n < 0 => {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                return false;
+            }
+            kill_group();
+        }
+        _ => true,
+    }
+}
+
+/// A message from redlock on the pipe.
+enum Message {
+    /// The lock's validity now ends at this CLOCK_MONOTONIC time, in nanoseconds.
+    Deadline(u64),
+    /// COMMAND finished under the lock.
+    Done,
+}
+
+/// What the watchdog has read from the pipe and not acted on yet.
+struct Inbox {
+    buf: [u8; INBOX_LEN],
+    /// Bytes read into `buf`.
+    have: usize,
+}
+
+impl Inbox {
+    /// Reads what the pipe holds (one read(2)); false if a signal interrupted it. Kills the group
+    /// at end of file (redlock is gone) or if the read fails.
+    fn fill(&mut self) -> bool {
         // A plain read(2): a buffered reader could keep a message poll(2) no longer sees.
-        let free = &mut buf[have..];
+        let free = &mut self.buf[self.have..];
         // SAFETY: read(2) into the free part of `buf`, at most its length.
         let n = unsafe { libc::read(0, free.as_mut_ptr().cast(), free.len()) };
         match n {
             0 => kill_group(), // redlock is gone
-            n if n > 0 => have += n as usize,
-            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+            n if n > 0 => self.have += n as usize,
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => return false,
             _ => kill_group(),
         }
-        let mut at = 0;
-        while at < have {
-            match buf[at] {
-                MSG_DONE => return super::exit::OK,
-                MSG_DEADLINE if have - at >= 9 => {
-                    let mut ns = [0u8; 8];
-                    ns.copy_from_slice(&buf[at + 1..at + 9]);
-                    deadline = Some(u64::from_le_bytes(ns));
-                    at += 9;
-                }
-                MSG_DEADLINE => break, // the rest is still in the pipe
-                _ => kill_group(),
-            }
-        }
-        buf.copy_within(at..have, 0);
-        have -= at;
+        true
+    }
+
+    /// Takes the first whole message off the buffer; None when it holds none (a message cut
+    /// short stays for the next read). Kills the group on a byte that starts no message.
+    fn next_message(&mut self) -> Option<Message> {
+        let (msg, len) = match self.buf[..self.have] {
+            [] => return None,
+            [MSG_DONE, ..] => (Message::Done, 1),
+            [MSG_DEADLINE, ref rest @ ..] => match rest.first_chunk() {
+                Some(&ns) => (Message::Deadline(u64::from_le_bytes(ns)), DEADLINE_MSG_LEN),
+                None => return None, // the rest is still in the pipe
+            },
+            _ => kill_group(),
+        };
+        self.buf.copy_within(len..self.have, 0);
+        self.have -= len;
+        Some(msg)
     }
 }
 
@@ -424,7 +485,7 @@ impl Job {
         }
         // SAFETY: getsid, getpgid and getpid take plain integers.
         let (sid, mut pid) = unsafe { (libc::getsid(0), libc::getpid()) };
-        for _ in 0..64 {
+        for _ in 0..MAX_ANCESTORS {
             let Some(parent) = parent_of(pid) else {
                 return false;
             };

@@ -76,13 +76,16 @@ A COMMAND that itself exits with 75 or 79 cannot be told from redlock's own code
 Durations: 250ms, 10s, 1m, 1h30m, ... (a unit is required, except for --wait's seconds).
 Every subcommand has its own --help.";
 
+/// `--help` is wrapped to the terminal's width, but no wider: longer lines are hard to read.
+const HELP_WIDTH: usize = 100;
+
 /// A distributed flock(1): run a command while holding a Redlock over N Redis masters.
 #[derive(Parser, Debug)]
 #[command(
     name = "redlock",
     version,
     after_help = MAIN_HELP,
-    max_term_width = 100,
+    max_term_width = HELP_WIDTH,
     disable_help_subcommand = true
 )]
 struct Cli {

@@ -6,7 +6,9 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use crate::common::{self, Fail, Output, Servers, Tuning, Waiting, exit, parse_duration, shorten};
+use crate::common::{
+    self, Fail, NAME_SHOWN, Output, Servers, Tuning, Waiting, exit, parse_duration, shorten,
+};
 
 pub const HELP: &str = "\
 Waits until the lock is free, as flock does: -n for one attempt, -w for a limit. The token goes
@@ -39,13 +41,7 @@ pub struct AcquireArgs {
 }
 
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
-    let r = a
-        .tuning
-        .builder(a.servers.builder(&servers), a.ttl)
-        .fencing(a.fence)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = common::build(a.servers.tuned(&a.tuning, a.ttl)?.fencing(a.fence))?;
     let lock = common::acquire(&r, &a.resource, &a.waiting, a.output.quiet)?;
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;
@@ -83,7 +79,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             .map_or(String::new(), |f| format!(", fence {f}"));
         say!(
             "redlock: acquired {}{fence}, valid for {validity_ms} ms",
-            shorten(&a.resource, 64)
+            shorten(&a.resource, NAME_SHOWN)
         );
         common::warn_unreachable(&lock);
     }

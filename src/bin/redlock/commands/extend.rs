@@ -7,7 +7,8 @@ use redlock_mux::{Error, Lock};
 use serde_json::json;
 
 use crate::common::{
-    Fail, Kind, Output, Servers, Tuning, exit, parse_duration, print_json, shorten,
+    self, Fail, Kind, NAME_SHOWN, Output, Servers, Tuning, exit, parse_duration, print_json,
+    shorten,
 };
 
 pub const HELP: &str = "\
@@ -33,15 +34,10 @@ pub struct ExtendArgs {
 }
 
 pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
-    let r = a
-        .tuning
-        .builder(a.servers.builder(&servers), a.ttl)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = common::build(a.servers.tuned(&a.tuning, a.ttl)?)?;
     let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), a.ttl)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
-    let name = shorten(&a.resource, 64);
+    let name = shorten(&a.resource, NAME_SHOWN);
     match r.extend(&mut lock, a.ttl) {
         Ok(()) => {
             let validity_ms = lock.validity().as_millis() as u64;

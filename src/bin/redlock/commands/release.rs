@@ -7,7 +7,8 @@ use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
-    Fail, HANDLE_TTL, Output, Servers, check_reachable, exit, parse_duration, print_json, shorten,
+    Fail, HANDLE_TTL, NAME_SHOWN, Output, Servers, build, check_reachable, exit, parse_duration,
+    print_json, shorten,
 };
 
 pub const HELP: &str = "\
@@ -17,6 +18,11 @@ or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 us
 
 /// How long `release` waits for the nodes' answers when it asks whether anybody held the lock.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The validity given to the lock rebuilt from RESOURCE and TOKEN, which `release` cannot know:
+/// the library answers `Expired` for a lock whose validity ran out before the release was sent,
+/// and an hour is far longer than any release takes.
+const RELEASED_VALIDITY: Duration = Duration::from_secs(3600);
 
 #[derive(Args, Debug)]
 pub struct ReleaseArgs {
@@ -40,15 +46,11 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
     if let Some(t) = a.node_timeout {
         b = b.node_timeout(t);
     }
-    let r = b.build().map_err(|e| Fail::lib("bad configuration", &e))?;
-    let lock = Lock::from_parts(
-        a.resource.as_bytes(),
-        a.token.as_bytes(),
-        Duration::from_secs(3600),
-    )
-    .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let r = build(b)?;
+    let lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), RELEASED_VALIDITY)
+        .map_err(|e| Fail::lib("bad arguments", &e))?;
     let n = r.nodes().len();
-    let name = shorten(&a.resource, 64);
+    let name = shorten(&a.resource, NAME_SHOWN);
     let released = r
         .unlock(lock)
         .map_err(|e| Fail::lib(&format!("cannot release {name}"), &e))?;

@@ -17,8 +17,8 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use crate::common::{
-    self, Fail, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration, parse_exit_code,
-    shorten,
+    self, Fail, NAME_SHOWN, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration,
+    parse_exit_code, shorten,
 };
 use crate::group::{self, Job, Watchdog};
 
@@ -131,11 +131,14 @@ enum Event {
     Lost(Error),
 }
 
+/// The shell's exit status for a process killed by signal N is this plus N.
+const SIGNAL_EXIT_BASE: i32 = 128;
+
 /// `128 + N` for a signal, or the exit code.
 fn exit_code(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
         (Some(code), _) => (code & 0xff) as u8,
-        (None, Some(sig)) => (128 + sig).clamp(0, 255) as u8,
+        (None, Some(sig)) => (SIGNAL_EXIT_BASE + sig).clamp(0, 255) as u8,
         (None, None) => exit::INTERNAL,
     }
 }
@@ -149,23 +152,11 @@ fn note(msg: std::fmt::Arguments<'_>) {
 /// Blocks until COMMAND exits (without reaping it), reporting its stops on the way.
 fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
     loop {
-        // SAFETY: siginfo_t is plain data; waitid only writes into it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child; WNOWAIT leaves it to be reaped by Child::wait.
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT,
-            )
+        let info = match wait_child(pid, libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT) {
+            Ok(info) => info,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
         };
-        if rc != 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            break;
-        }
         if matches!(
             info.si_code,
             libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
@@ -174,23 +165,12 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
         }
         // A stop: consume its report (WNOWAIT left it), so that the next wait blocks until
         // something new happens. If COMMAND was continued meanwhile there is nothing to report.
-        // SAFETY: as above.
-        let mut again: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: waitid on our own child, reaping nothing (no WEXITED).
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut again,
-                libc::WSTOPPED | libc::WNOHANG,
-            )
+        let Ok(again) = wait_child(pid, libc::WSTOPPED | libc::WNOHANG) else {
+            continue;
         };
         // SAFETY: si_pid and si_status are valid for SIGCHLD-style reports, which waitid fills.
         let (who, sig) = unsafe { (again.si_pid(), again.si_status()) };
-        if rc == 0
-            && who == pid
-            && again.si_code == libc::CLD_STOPPED
-            && tx.send(Event::Stopped(sig)).is_err()
+        if who == pid && again.si_code == libc::CLD_STOPPED && tx.send(Event::Stopped(sig)).is_err()
         {
             return;
         }
@@ -198,30 +178,35 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
     let _ = tx.send(Event::Exited);
 }
 
+/// waitid(2) on COMMAND for the changes of state in `flags`. It never reaps COMMAND (`flags`
+/// has WNOWAIT, or no WEXITED): `Child::wait` does, so its pid stays ours until then.
+fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_t> {
+    debug_assert!(flags & libc::WNOWAIT != 0 || flags & libc::WEXITED == 0);
+    // SAFETY: siginfo_t is plain data; waitid only writes into it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on our own child, reaping nothing (see above).
+    let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
+    if rc == 0 {
+        Ok(info)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
     // A kept lock may run for days: no limit on the number of extensions.
-    let r = a
-        .tuning
-        .builder(a.servers.builder(&servers), a.ttl)
-        .max_extensions(u32::MAX)
-        .fencing(a.fence)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let tuned = a.servers.tuned(&a.tuning, a.ttl)?;
+    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.fence))?;
     let lock = common::acquire(&r, &a.resource, &a.waiting, a.quiet)?;
     if !a.quiet {
         common::warn_unreachable(&lock);
     }
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
-    let signals = match SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP])
-    {
+    let signals = match catch_signals() {
         Ok(s) => s,
-        Err(e) => {
+        Err(fail) => {
             let _ = r.unlock(lock);
-            return Err(Fail::new(
-                exit::INTERNAL,
-                format!("cannot install signal handlers: {e}"),
-            ));
+            return Err(fail);
         }
     };
     let kept = keep(&r, lock)?;
@@ -232,6 +217,49 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
             let _ = tx.send(Event::Lost(e.clone()));
         });
     }
+    let running = start(a, kept, signals, tx)?;
+    supervise_and_finish(a, running, &rx)
+}
+
+/// Catches the signals redlock forwards to COMMAND's group.
+fn catch_signals() -> Result<SignalsInfo<WithOrigin>, Fail> {
+    SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP]).map_err(|e| {
+        Fail::new(
+            exit::INTERNAL,
+            format!("cannot install signal handlers: {e}"),
+        )
+    })
+}
+
+/// Hands the lock to the engine's keep-alive.
+fn keep(r: &Redlock, lock: Lock) -> Result<KeepAlive, Fail> {
+    match r.keep(lock.clone()) {
+        Ok(k) => Ok(k),
+        Err(e) => {
+            let _ = r.unlock(lock);
+            Err(Fail::lib("cannot keep the lock", &e))
+        }
+    }
+}
+
+/// COMMAND running under the kept lock, in the watchdog's process group.
+struct Running {
+    kept: KeepAlive,
+    child: Child,
+    job: Job,
+    watchdog: Watchdog,
+    /// Closes the thread that receives signals.
+    signal_handle: signal_hook::iterator::Handle,
+}
+
+/// Starts the watchdog, COMMAND in the watchdog's process group, and the threads that watch
+/// COMMAND and receive signals. On failure the lock is released.
+fn start(
+    a: &RunArgs,
+    kept: KeepAlive,
+    signals: SignalsInfo<WithOrigin>,
+    tx: mpsc::Sender<Event>,
+) -> Result<Running, Fail> {
     // The watchdog first: COMMAND joins its process group, so no process of COMMAND's ever runs
     // unwatched.
     let watchdog = match Watchdog::spawn(kept.lock().valid_until()) {
@@ -256,24 +284,18 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
             return Err(fail);
         }
     };
-    let (child, signal_handle) = match start_threads(child, &job, signals, tx) {
-        Ok(started) => started,
+    match start_threads(child, &job, signals, tx) {
+        Ok((child, signal_handle)) => Ok(Running {
+            kept,
+            child,
+            job,
+            watchdog,
+            signal_handle,
+        }),
         Err(fail) => {
             drop(job);
             let _ = kept.release();
-            return Err(fail);
-        }
-    };
-    supervise_and_finish(a, kept, child, job, watchdog, &rx, signal_handle)
-}
-
-/// Hands the lock to the engine's keep-alive.
-fn keep(r: &Redlock, lock: Lock) -> Result<KeepAlive, Fail> {
-    match r.keep(lock.clone()) {
-        Ok(k) => Ok(k),
-        Err(e) => {
-            let _ = r.unlock(lock);
-            Err(Fail::lib("cannot keep the lock", &e))
+            Err(fail)
         }
     }
 }
@@ -357,24 +379,17 @@ fn start_threads(
 /// the exit code.
 fn supervise_and_finish(
     a: &RunArgs,
-    kept: KeepAlive,
-    mut child: Child,
-    job: Job,
-    watchdog: Watchdog,
+    running: Running,
     rx: &mpsc::Receiver<Event>,
-    signal_handle: signal_hook::iterator::Handle,
 ) -> Result<u8, Fail> {
-    let mut sup = Supervisor {
-        kept: &kept,
-        a,
-        pid: child.id() as libc::pid_t,
-        job: &job,
+    let Running {
+        kept,
+        mut child,
+        job,
         watchdog,
-        lost: None,
-        term_at: None,
-        kill_at: None,
-        killed: false,
-    };
+        signal_handle,
+    } = running;
+    let mut sup = Supervisor::new(a, &kept, &child, &job, watchdog);
     sup.supervise(rx);
     let status = child.wait();
     let Supervisor {
@@ -396,7 +411,7 @@ fn supervise_and_finish(
             note(format_args!(
                 "redlock: the lock on {} was not extended in time (was redlock stopped?); the \
                  watchdog killed COMMAND's process group",
-                shorten(&a.resource, 64)
+                shorten(&a.resource, NAME_SHOWN)
             ));
         }
         // Whatever COMMAND left behind in its group runs without the lock: end it (and with it
@@ -404,6 +419,17 @@ fn supervise_and_finish(
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
         return Ok(a.lost_code());
     }
+    Ok(finish_under_lock(a, kept, watchdog, status))
+}
+
+/// COMMAND finished under the lock: lets the watchdog go, releases the lock, and returns
+/// COMMAND's exit code.
+fn finish_under_lock(
+    a: &RunArgs,
+    kept: KeepAlive,
+    watchdog: Watchdog,
+    status: io::Result<ExitStatus>,
+) -> u8 {
     watchdog.done();
     let code = match status {
         Ok(status) => exit_code(status),
@@ -419,11 +445,34 @@ fn supervise_and_finish(
         Ok(_) | Err(Error::Expired { .. }) => {}
         Err(e) => note(format_args!(
             "redlock: warning: cannot release {} (it expires by itself): {e}",
-            shorten(&a.resource, 64)
+            shorten(&a.resource, NAME_SHOWN)
         )),
     }
-    Ok(code)
+    code
 }
+
+/// How often the watchdog hears of extensions: a small part of the TTL ([`BEAT_PER_TTL`]), within
+/// [`BEAT_MIN`] and [`BEAT_MAX`].
+fn beat(ttl: Duration) -> Duration {
+    (ttl / BEAT_PER_TTL).clamp(BEAT_MIN, BEAT_MAX)
+}
+
+/// The beat is a twentieth of the TTL: the engine extends the lock when a third of it is left,
+/// so the watchdog hears of each extension long before its old deadline.
+const BEAT_PER_TTL: u32 = 20;
+/// The shortest beat: with a TTL of a few milliseconds the loop still sleeps between beats.
+const BEAT_MIN: Duration = Duration::from_millis(5);
+/// The longest beat: each beat is also the backstop for noticing a lost lock, so with a long TTL
+/// a loss the engine did not report is still noticed within half a second.
+const BEAT_MAX: Duration = Duration::from_millis(500);
+
+/// After a loss, SIGKILL goes out a margin before the lock's validity ends, for redlock to wake
+/// up late and for SIGKILL to take effect. The margin is at most this long: a late wake-up and a
+/// kill take milliseconds, not tenths of a second, even on a busy machine.
+const KILL_MARGIN_MAX: Duration = Duration::from_millis(100);
+/// ... and at most this part (a quarter) of the validity left, so that a loss close to the end of
+/// the validity still leaves COMMAND most of what is left as its grace period.
+const KILL_MARGIN_SHARE: u32 = 4;
 
 /// The main loop's state.
 struct Supervisor<'a> {
@@ -443,36 +492,37 @@ struct Supervisor<'a> {
     killed: bool,
 }
 
-impl Supervisor<'_> {
+impl<'a> Supervisor<'a> {
+    fn new(
+        a: &'a RunArgs,
+        kept: &'a KeepAlive,
+        child: &Child,
+        job: &'a Job,
+        watchdog: Watchdog,
+    ) -> Self {
+        Supervisor {
+            kept,
+            a,
+            pid: child.id() as libc::pid_t,
+            job,
+            watchdog,
+            lost: None,
+            term_at: None,
+            kill_at: None,
+            killed: false,
+        }
+    }
+
     /// Waits for COMMAND to exit, forwarding signals, passing the lock's validity on to the
     /// watchdog, following COMMAND's stops, and reacting to the loss of the lock.
     fn supervise(&mut self, rx: &mpsc::Receiver<Event>) {
-        // How often the watchdog hears of extensions: a small part of the TTL, since the engine
-        // extends the lock when a third of it is left.
-        let beat = (self.a.ttl / 20).clamp(Duration::from_millis(5), Duration::from_millis(500));
+        let beat = beat(self.a.ttl);
         loop {
             let now = Instant::now();
             if self.lost.is_none() {
-                let gone = self.watchdog.gone;
-                self.watchdog.extend(self.kept.lock().valid_until());
-                if self.watchdog.gone && !gone {
-                    note(format_args!(
-                        "redlock: warning: the watchdog process was killed: should redlock die \
-                         now, COMMAND's process group would outlive the lock"
-                    ));
-                }
+                self.pass_validity_on();
             }
-            let wake = match (&self.lost, self.kill_at) {
-                // The engine tells us of a loss; each beat is also a backstop for it.
-                (None, _) => Some(now + beat),
-                (Some(_), Some(t)) if !self.killed => Some(t),
-                _ => None,
-            };
-            let event = match wake {
-                Some(t) => rx.recv_timeout(t.saturating_duration_since(now)),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match event {
+            match self.next_event(rx, now, beat) {
                 Ok(Event::Exited) | Err(RecvTimeoutError::Disconnected) => {
                     if self.lost.is_some() && !self.killed {
                         // COMMAND is gone; what it left in the group gets no more grace.
@@ -489,24 +539,63 @@ impl Supervisor<'_> {
                 // forwarding what redlock gets delivers it to COMMAND's group once.
                 Ok(Event::Signal { signal, .. }) => self.signal(signal),
                 Ok(Event::Lost(e)) => self.lose(e),
-                Err(RecvTimeoutError::Timeout) => match (&self.lost, self.kill_at) {
-                    (None, _) => {
-                        if let Some(e) = self.kept.lost() {
-                            self.lose(e);
-                        }
-                    }
-                    (Some(_), Some(t)) if !self.killed && Instant::now() >= t => {
-                        note(format_args!(
-                            "redlock: COMMAND's process group {} still running {} after SIGTERM; \
-                             sending SIGKILL",
-                            self.job.pgid,
-                            fmt_duration(self.term_at.map_or(Duration::ZERO, |at| t - at))
-                        ));
-                        self.kill_group();
-                    }
-                    _ => {}
-                },
+                Err(RecvTimeoutError::Timeout) => self.timed_out(),
             }
+        }
+    }
+
+    /// Gives the watchdog the lock's validity (which each extension moves on), and says so
+    /// once if the watchdog is gone.
+    fn pass_validity_on(&mut self) {
+        let gone = self.watchdog.gone;
+        self.watchdog.extend(self.kept.lock().valid_until());
+        if self.watchdog.gone && !gone {
+            note(format_args!(
+                "redlock: warning: the watchdog process was killed: should redlock die now, \
+                 COMMAND's process group would outlive the lock"
+            ));
+        }
+    }
+
+    /// The next event: waited for until the next beat while the lock is kept, until SIGKILL is
+    /// due once it is lost, and for as long as it takes once SIGKILL went out.
+    fn next_event(
+        &self,
+        rx: &mpsc::Receiver<Event>,
+        now: Instant,
+        beat: Duration,
+    ) -> Result<Event, RecvTimeoutError> {
+        let wake = match (&self.lost, self.kill_at) {
+            // The engine tells us of a loss; each beat is also a backstop for it.
+            (None, _) => Some(now + beat),
+            (Some(_), Some(t)) if !self.killed => Some(t),
+            _ => None,
+        };
+        match wake {
+            Some(t) => rx.recv_timeout(t.saturating_duration_since(now)),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        }
+    }
+
+    /// No event before the wake-up: while the lock is kept, ask whether it was lost (the
+    /// backstop); once it is lost, send SIGKILL when it is due.
+    fn timed_out(&mut self) {
+        match (&self.lost, self.kill_at) {
+            (None, _) => {
+                if let Some(e) = self.kept.lost() {
+                    self.lose(e);
+                }
+            }
+            (Some(_), Some(t)) if !self.killed && Instant::now() >= t => {
+                note(format_args!(
+                    "redlock: COMMAND's process group {} still running {} after SIGTERM; \
+                     sending SIGKILL",
+                    self.job.pgid,
+                    fmt_duration(self.term_at.map_or(Duration::ZERO, |at| t - at))
+                ));
+                self.kill_group();
+            }
+            _ => {}
         }
     }
 
@@ -537,7 +626,7 @@ impl Supervisor<'_> {
         let valid_until = self.kept.lock().valid_until();
         let left = valid_until.saturating_duration_since(now);
         // A margin for us to wake up late (and for the SIGKILL to take effect).
-        let margin = (left / 4).min(Duration::from_millis(100));
+        let margin = (left / KILL_MARGIN_SHARE).min(KILL_MARGIN_MAX);
         let by_validity = now + (left - margin);
         let kill_at = (now + self.a.grace).min(by_validity);
         let when = if kill_at <= now {
@@ -553,7 +642,7 @@ impl Supervisor<'_> {
         note(format_args!(
             "redlock: lost the lock on {} while COMMAND was running ({why}); sending SIGTERM to \
              its process group {} ({when})",
-            shorten(&self.a.resource, 64),
+            shorten(&self.a.resource, NAME_SHOWN),
             self.job.pgid
         ));
         self.signal(libc::SIGTERM);

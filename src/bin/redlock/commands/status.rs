@@ -8,8 +8,8 @@ use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, Output, Quarantine, Servers, check_reachable, exit, parse_duration,
-    parse_quarantine, print_json, shorten,
+    Fail, HANDLE_TTL, NAME_SHOWN, Output, Quarantine, Servers, build, check_reachable, exit,
+    parse_duration, parse_quarantine, print_json, shorten,
 };
 
 pub const HELP: &str = "\
@@ -55,16 +55,15 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // from a blank one; the quarantine window only says which nodes are in it (status takes
     // no lock).
     let servers = a.servers.list()?;
-    let r = a
-        .servers
-        .builder(&servers)
-        // A window shorter than the handle's TTL would be refused: a status read takes no
-        // lock, its TTL does not matter.
-        .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
-        .quarantine(a.quarantine.0)
-        .fencing(true)
-        .build()
-        .map_err(|e| Fail::lib("bad configuration", &e))?;
+    let r = build(
+        a.servers
+            .builder(&servers)
+            // A window shorter than the handle's TTL would be refused: a status read takes no
+            // lock, its TTL does not matter.
+            .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+            .quarantine(a.quarantine.0)
+            .fencing(true),
+    )?;
     let statuses = r
         .with_client(|c| c.status(a.resource.as_bytes(), a.timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
@@ -128,11 +127,27 @@ fn verdict(statuses: &[NodeStatus]) -> Verdict {
     }
 }
 
+/// How much of a token the table and the verdict show, in characters: enough to tell two
+/// tokens apart at a glance (they are random), and the TOKEN column stays narrow.
+const TOKEN_SHOWN: usize = 10;
+
+/// The table's columns.
+const HEADER: [&str; 8] = [
+    "NODE",
+    "REACHABLE",
+    "KEY",
+    "TOKEN",
+    "PTTL",
+    "RTT",
+    "FENCE",
+    "QUARANTINE",
+];
+
 /// The first characters of a token, for display.
 fn token_prefix(value: &[u8]) -> String {
     let s = String::from_utf8_lossy(value);
     let mut chars = s.chars();
-    let head: String = chars.by_ref().take(10).collect();
+    let head: String = chars.by_ref().take(TOKEN_SHOWN).collect();
     if chars.next().is_some() {
         format!("{head}…")
     } else {
@@ -192,27 +207,17 @@ fn row(s: &NodeStatus) -> Vec<String> {
 /// The heading and one aligned row per node.
 fn table(resource: &str, statuses: &[NodeStatus]) -> String {
     let n = statuses.len();
-    let header = [
-        "NODE",
-        "REACHABLE",
-        "KEY",
-        "TOKEN",
-        "PTTL",
-        "RTT",
-        "FENCE",
-        "QUARANTINE",
-    ];
-    let mut rows = vec![header.map(str::to_owned).to_vec()];
+    let mut rows = vec![HEADER.map(str::to_owned).to_vec()];
     rows.extend(statuses.iter().map(row));
-    let mut widths = [0usize; 8];
-    for r in rows.iter().filter(|r| r.len() == header.len()) {
+    let mut widths = [0usize; HEADER.len()];
+    for r in rows.iter().filter(|r| r.len() == HEADER.len()) {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
         }
     }
     let mut out = format!(
         "{} on {n} node{} (quorum {}):\n",
-        shorten(resource, 64),
+        shorten(resource, NAME_SHOWN),
         if n == 1 { "" } else { "s" },
         n / 2 + 1
     );
@@ -255,10 +260,10 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
              needed\n",
             token_prefix(token)
         ),
-        Verdict::Free => format!("free: no node holds {}\n", shorten(resource, 64)),
+        Verdict::Free => format!("free: no node holds {}\n", shorten(resource, NAME_SHOWN)),
         Verdict::Unknown => format!(
             "unknown: no reachable node holds {}, but only {up} of {n} answered\n",
-            shorten(resource, 64)
+            shorten(resource, NAME_SHOWN)
         ),
     };
     // Every fence handed out so far went to a quorum, so the largest counter of any quorum of
