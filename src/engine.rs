@@ -44,7 +44,7 @@ use crate::quarantine::NodeWatch;
 use crate::request::{NodeFence, NodeStatus, OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
-use crate::session::{Delivery, Kind, ScriptCall, scripts};
+use crate::session::{Delivery, Kind, Script, ScriptCall, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
 use crate::wait::{Queue, Seen, Waits, retry_pause, split_pause};
@@ -1086,8 +1086,14 @@ impl<N: Net> Engine<N> {
         match kind {
             ReqKind::Acquire { ttl } if config.fencing => {
                 // SET NX and the counter's read in one script (see `fence.rs`).
-                let argc = encode_tail(
+                let script = match core.flaw {
+                    Flaw::NoWriteBack => &scripts()[4],
+                    _ => &scripts()[2],
+                };
+                let call = script_call(
                     scratch,
+                    script,
+                    tag,
                     &[
                         Arg::Int(2),
                         Arg::Bytes(resource),
@@ -1096,17 +1102,7 @@ impl<N: Net> Engine<N> {
                         Arg::UInt(ttl.as_millis() as u64),
                     ],
                 );
-                let script = match core.flaw {
-                    Flaw::NoWriteBack => &scripts()[4],
-                    _ => &scripts()[2],
-                };
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let call = ScriptCall {
-                        script,
-                        tag,
-                        tail: scratch,
-                        argc,
-                    };
                     let sent = net.script(node, call, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
@@ -1128,8 +1124,10 @@ impl<N: Net> Engine<N> {
                 }
             }
             ReqKind::Extend { ttl, .. } => {
-                let argc = encode_tail(
+                let call = script_call(
                     scratch,
+                    &scripts()[1],
+                    tag,
                     &[
                         Arg::Int(1),
                         Arg::Bytes(resource),
@@ -1138,19 +1136,15 @@ impl<N: Net> Engine<N> {
                     ],
                 );
                 for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                    let call = ScriptCall {
-                        script: &scripts()[1],
-                        tag,
-                        tail: scratch,
-                        argc,
-                    };
                     let sent = net.script(node, call, now, &mut core.sink());
                     core.sent(id, node, sent, now);
                 }
             }
             ReqKind::Release => {
-                let argc = encode_tail(
+                let call = script_call(
                     scratch,
+                    &scripts()[0],
+                    tag,
                     &[
                         Arg::Int(1),
                         Arg::Bytes(resource),
@@ -1171,12 +1165,6 @@ impl<N: Net> Engine<N> {
                     if !behind {
                         core.slow[node] = false;
                     }
-                    let call = ScriptCall {
-                        script: &scripts()[0],
-                        tag,
-                        tail: scratch,
-                        argc,
-                    };
                     let sent = net.script(node, call, now, &mut core.sink());
                     let ok = sent.is_ok();
                     core.sent(id, node, sent, now);
@@ -1636,8 +1624,10 @@ impl<N: Net> Engine<N> {
                 } else {
                     b"0"
                 };
-                let argc = encode_tail(
+                let call = script_call(
                     scratch,
+                    &scripts()[3],
+                    id.tag(),
                     &[
                         Arg::Int(2),
                         Arg::Bytes(&op.resource),
@@ -1648,12 +1638,6 @@ impl<N: Net> Engine<N> {
                         Arg::Bytes(seed),
                     ],
                 );
-                let call = ScriptCall {
-                    script: &scripts()[3],
-                    tag: id.tag(),
-                    tail: scratch,
-                    argc,
-                };
                 let sent = net.script(node, call, now, &mut core.sink());
                 core.sent(id, node, sent, now);
             }
@@ -2516,13 +2500,23 @@ fn seed() -> u64 {
 }
 
 /// Encodes `args` as bulk strings (no array header): the tail of a script call.
-fn encode_tail(buf: &mut BytesMut, args: &[Arg<'_>]) -> usize {
+fn script_call<'a>(
+    buf: &'a mut BytesMut,
+    script: &'a Script,
+    tag: u64,
+    args: &[Arg<'_>],
+) -> ScriptCall<'a> {
     buf.clear();
     buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
     for arg in args {
         crate::resp::encode_bulk(buf, arg);
     }
-    args.len()
+    ScriptCall {
+        script,
+        tag,
+        tail: buf,
+        argc: args.len(),
+    }
 }
 
 /// What a reply means for a vote, per request kind.
