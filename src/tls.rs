@@ -13,7 +13,7 @@
 //! share a name, so each would offer the others' tickets and fall back to full handshakes.
 
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use mio::net::TcpStream;
@@ -152,7 +152,7 @@ fn client_config(files: &TlsParams) -> Result<ClientConfig, Error> {
     }
 }
 
-fn certificates(path: &PathBuf, what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
+fn certificates(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, Error> {
     let certs = CertificateDer::pem_file_iter(path)
         .map_err(|e| file_error(what, path, e))?
         .collect::<Result<Vec<_>, _>>()
@@ -167,7 +167,7 @@ fn roots(ca_file: Option<&Path>) -> Result<RootCertStore, Error> {
     let mut roots = RootCertStore::empty();
     match ca_file {
         Some(path) => {
-            for cert in certificates(&path.to_owned(), "CA file")? {
+            for cert in certificates(path, "CA file")? {
                 roots
                     .add(cert)
                     .map_err(|e| file_error("CA file", path, e))?;
