@@ -1468,4 +1468,61 @@ mod tests {
         engine.step(now);
         assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
     }
+
+    /// Behind 64 acquires in flight that callers wait for, 8 more requests wait for the
+    /// replies and then go out in one write per node; when nobody waits (the thread that
+    /// drives waits for its own operations), nothing is held.
+    #[test]
+    fn requests_behind_a_pipeline_callers_wait_for_join_the_next_write() {
+        let now = Instant::now();
+        let (mut engine, mut nodes) = engine_and_nodes(now);
+        let token = Token::from_bytes(b"t").unwrap();
+        let release = |engine: &mut Engine<SimNet>, i: usize| {
+            let resource = format!("r{i}");
+            engine.submit(
+                ReqKind::Release,
+                resource.as_bytes(),
+                &token,
+                Waiter::None,
+                now,
+            );
+        };
+        let slots: Vec<Arc<Slot>> = (0..64)
+            .map(|i| {
+                let slot = Arc::new(Slot::for_tasks());
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let resource = format!("r{i}");
+                let waiter = Waiter::Slot(slot.clone());
+                engine.submit(kind, resource.as_bytes(), &token, waiter, now);
+                slot
+            })
+            .collect();
+        engine.step(now);
+        exchange(&mut engine, &mut nodes, now); // connect
+        exchange(&mut engine, &mut nodes, now); // handshake; the 64 SETs are written
+        let sets = std::mem::take(&mut engine.net.actions);
+        assert_eq!(sets.len(), NODES);
+        for i in 0..8 {
+            release(&mut engine, i);
+        }
+        engine.step(now);
+        assert!(engine.net.actions.is_empty(), "held behind the pipeline");
+        // The SETs' replies come in: the callers get their locks, the releases go out.
+        engine.net.actions = sets;
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
+        assert!(slots.iter().all(|s| s.is_done()));
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 8); NODES]);
+        // The same pipeline of operations nobody waits for in a slot: nothing is held.
+        for i in 0..64 {
+            let kind = ReqKind::Acquire { ttl: TTL };
+            let resource = format!("s{i}");
+            engine.submit(kind, resource.as_bytes(), &token, Waiter::Local, now);
+        }
+        engine.step(now);
+        let sets = std::mem::take(&mut engine.net.actions);
+        assert_eq!(sets.len(), NODES);
+        release(&mut engine, 8);
+        engine.step(now);
+        assert_eq!(engine.net.actions.len(), NODES, "written at once");
+    }
 }

@@ -195,9 +195,11 @@ impl Net for SimNet {
         self.connect_node(node, now)
     }
 
-    fn flush(&mut self, _now: Instant, _sink: &mut NodeSink<'_>) {
+    fn flush(&mut self, _now: Instant, coalesce: bool, _sink: &mut NodeSink<'_>) {
         for node in 0..self.links.len() {
-            self.flush_node(node);
+            if !(coalesce && self.links[node].session.coalesces()) {
+                self.flush_node(node);
+            }
         }
     }
 
