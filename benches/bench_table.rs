@@ -1155,6 +1155,14 @@ impl ScaleFig {
     }
 }
 
+/// One round's lateness figure: the ticker's lateness, and the locking tasks' polls.
+struct LateFig {
+    p50: Duration,
+    p99: Duration,
+    max: Duration,
+    polls: scale::PollTimes,
+}
+
 /// Who runs beside the 1 ms ticker in the lateness figure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum LateImp {
@@ -1227,7 +1235,7 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
         }
     };
     let mut figs: BTreeMap<(bool, usize, Kind), Vec<Option<ScaleFig>>> = BTreeMap::new();
-    let mut late: BTreeMap<LateImp, Vec<(Duration, Duration, Duration)>> = BTreeMap::new();
+    let mut late: BTreeMap<LateImp, Vec<LateFig>> = BTreeMap::new();
     let started = Instant::now();
     for round in 0..opts.scale_rounds {
         let mut runs: Vec<(bool, usize)> = opts.scale_ks.iter().map(|&k| (false, k)).collect();
@@ -1311,22 +1319,27 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
             let server = &mut servers[FROZEN];
             let mut on_ready = || server.freeze();
             let k = if imp == LateImp::Idle { 0 } else { LATE_K };
-            let ticks =
+            let seen =
                 scale::ticker_lateness(&urls, k, time, &tag, imp == LateImp::Rslock, &mut on_ready);
             servers[FROZEN].resume();
             servers[FROZEN].cmd(&["PING"]);
-            let fig = (
-                quantile(&ticks, 0.5),
-                quantile(&ticks, 0.99),
-                ticks.last().copied().unwrap_or_default(),
-            );
+            let ticks = &seen.ticks;
+            let fig = LateFig {
+                p50: quantile(ticks, 0.5),
+                p99: quantile(ticks, 0.99),
+                max: ticks.last().copied().unwrap_or_default(),
+                polls: seen.polls,
+            };
             eprintln!(
-                "bench_table: scale round {} lateness {}: p50 {} ms, p99 {} ms, max {} ms",
+                "bench_table: scale round {} lateness {}: p50 {} ms, p99 {} ms, max {} ms; {} polls, p99 {:?}, max {:?}",
                 round + 1,
                 imp.name(),
-                ms(fig.0),
-                ms(fig.1),
-                ms(fig.2)
+                ms(fig.p50),
+                ms(fig.p99),
+                ms(fig.max),
+                fig.polls.count(),
+                fig.polls.quantile(0.99),
+                fig.polls.max,
             );
             late.entry(imp).or_default().push(fig);
         }
@@ -1464,18 +1477,41 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
     let _ = write!(
         md,
         "\n#### Scale: executor lateness — a tokio task ticking every 1 ms on the 2-worker runtime while {LATE_K} tasks lock on it, 1 of the 5 servers frozen ({})\n\n\
-         How late each tick runs (tokio's timer has 1 ms granularity: the baseline is the runtime alone). \
-         Medians over rounds.\n\n\
-         | beside the ticker | p50 ms | p99 ms | max ms |\n|---|--:|--:|--:|\n",
+         How late each tick runs (tokio's timer has 1 ms granularity: the baseline is the runtime alone), \
+         and how long each single poll of a locking task's future held a worker thread (the library's own share: \
+         a busy executor makes the ticker late without any long poll). Medians over rounds; polls: all rounds' polls together.\n\n\
+         | beside the ticker | p50 ms | p99 ms | max ms | polls of the locking tasks | poll p50 µs | poll p99 µs | poll p99.9 µs | longest poll µs |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|\n",
         opts.label
     );
     for (imp, figs) in &late {
-        let mut p50: Vec<f64> = figs.iter().map(|f| f.0.as_secs_f64()).collect();
-        let mut p99: Vec<f64> = figs.iter().map(|f| f.1.as_secs_f64()).collect();
-        let mut max: Vec<f64> = figs.iter().map(|f| f.2.as_secs_f64()).collect();
+        let mut p50: Vec<f64> = figs.iter().map(|f| f.p50.as_secs_f64()).collect();
+        let mut p99: Vec<f64> = figs.iter().map(|f| f.p99.as_secs_f64()).collect();
+        let mut max: Vec<f64> = figs.iter().map(|f| f.max.as_secs_f64()).collect();
+        let mut polls = scale::PollTimes::new();
+        for f in figs {
+            polls.merge(&f.polls);
+        }
+        let us = |d: Duration| format!("{}", d.as_micros());
+        let (count, q50, q99, q999, longest) = if polls.count() == 0 {
+            (
+                "—".to_owned(),
+                "—".to_owned(),
+                "—".to_owned(),
+                "—".to_owned(),
+                "—".to_owned(),
+            )
+        } else {
+            (
+                polls.count().to_string(),
+                us(polls.quantile(0.5)),
+                us(polls.quantile(0.99)),
+                us(polls.quantile(0.999)),
+                us(polls.max),
+            )
+        };
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {count} | {q50} | {q99} | {q999} | {longest} |",
             imp.name(),
             dur(Some(median(&mut p50))),
             dur(Some(median(&mut p99))),

@@ -240,12 +240,22 @@ impl Hub {
     }
 
     /// Hands a filled slot over without ever waiting (an async caller's operation, with its
-    /// waker in the slot; a release nobody waits for): the request is queued; if nobody drives
-    /// the loop, this thread takes it for one turn that waits for nothing (the request goes out
-    /// in one write per node) and leaves the rest to the background thread. Otherwise whoever
-    /// drives takes it in (pairs with `leave`).
+    /// waker in the slot; a release nobody waits for): the request is queued; if it is the
+    /// only one and nobody drives the loop, this thread takes it for one turn that waits for
+    /// nothing (the request goes out in one write per node) and leaves the rest to the
+    /// background thread. Otherwise whoever drives takes it in (pairs with `leave`).
+    ///
+    /// Behind requests queued by others, it does not try the loop: whoever queued the first of
+    /// them tries it (or a driver that leaves finds them queued and wakes the background
+    /// thread), so nothing waits for a turn nobody runs. Measured: with 256 tasks on a 2-worker
+    /// tokio runtime, a worker that took the loop whenever it was free sometimes submitted
+    /// everybody's queued requests in one poll (longest poll 1.1 ms, p99.9 28 µs); the
+    /// background thread does that work now, off the executor's threads.
     pub fn hand_over(&self, slot: Arc<Slot>) {
-        self.mailbox.push(slot);
+        let before = self.mailbox.push(slot);
+        if before > 0 {
+            return;
+        }
         fence(Ordering::SeqCst);
         if let Some(mut guard) = self.try_engine() {
             guard.engine().drive_until(Instant::now(), |_| false);

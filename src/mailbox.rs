@@ -177,19 +177,21 @@ impl Mailbox {
         }
     }
 
-    /// Queues a request; wakes the driver if it sleeps in `poll`.
-    pub fn push(&self, slot: Arc<Slot>) {
-        self.enqueue(&self.inbox, slot);
+    /// Queues a request; wakes the driver if it sleeps in `poll`. Returns how many items were
+    /// queued before it (not yet taken in by a driver).
+    pub fn push(&self, slot: Arc<Slot>) -> usize {
+        self.enqueue(&self.inbox, slot)
     }
 
     /// Appends `item` to one of the queues, counts it in `queued` (so the driver looks) and
-    /// wakes the driver if it sleeps in `poll`.
-    fn enqueue<T>(&self, queue: &Mutex<Vec<T>>, item: T) {
+    /// wakes the driver if it sleeps in `poll`; returns the count before it.
+    fn enqueue<T>(&self, queue: &Mutex<Vec<T>>, item: T) -> usize {
         let mut list = queue.lock().unwrap_or_else(|e| e.into_inner());
         list.push(item);
-        self.queued.fetch_add(1, Ordering::SeqCst);
+        let before = self.queued.fetch_add(1, Ordering::SeqCst);
         drop(list);
         self.wake_if_asleep();
+        before
     }
 
     /// Moves everything in `queue` to the end of `into` and uncounts it; true if there was any.

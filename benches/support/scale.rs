@@ -475,9 +475,121 @@ fn spawn_callers<C: AsyncCycle>(
     collect(&rx, k, start, cpu0, start + hard_limit, &completed)
 }
 
+/// How long single polls of the locking tasks' futures took: 1 µs buckets up to 1 ms, and the
+/// longest poll exactly. A poll is the time the library holds an executor's worker thread.
+#[derive(Clone, Debug)]
+pub struct PollTimes {
+    /// `us[i]`: polls that took `i` µs (rounded down); the last bucket counts 1 ms and more.
+    pub us: Vec<u64>,
+    pub max: Duration,
+}
+
+impl PollTimes {
+    const BUCKETS: usize = 1001;
+
+    pub fn new() -> PollTimes {
+        PollTimes {
+            us: vec![0; Self::BUCKETS],
+            max: Duration::ZERO,
+        }
+    }
+
+    fn record(&mut self, d: Duration) {
+        let i = (d.as_micros() as usize).min(Self::BUCKETS - 1);
+        self.us[i] += 1;
+        self.max = self.max.max(d);
+    }
+
+    pub fn merge(&mut self, other: &PollTimes) {
+        for (a, b) in self.us.iter_mut().zip(&other.us) {
+            *a += b;
+        }
+        self.max = self.max.max(other.max);
+    }
+
+    /// Polls recorded.
+    pub fn count(&self) -> u64 {
+        self.us.iter().sum()
+    }
+
+    /// The `q` quantile, to the µs bucket's upper edge (1 ms and more: the longest poll).
+    pub fn quantile(&self, q: f64) -> Duration {
+        let want = (self.count() as f64 * q).ceil() as u64;
+        let mut seen = 0;
+        for (i, n) in self.us.iter().enumerate() {
+            seen += n;
+            if seen >= want.max(1) {
+                if i == Self::BUCKETS - 1 {
+                    return self.max;
+                }
+                return Duration::from_micros(i as u64 + 1).min(self.max);
+            }
+        }
+        self.max
+    }
+}
+
+impl Default for PollTimes {
+    fn default() -> PollTimes {
+        PollTimes::new()
+    }
+}
+
+/// Awaits `fut`, timing each of its polls into `times`.
+async fn timed<F: std::future::Future>(fut: F, times: &mut PollTimes) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let diagnose = *DIAGNOSE_POLLS;
+    std::future::poll_fn(|cx| {
+        let before = diagnose.then(thread_switches);
+        let t = Instant::now();
+        let r = fut.as_mut().poll(cx);
+        let took = t.elapsed();
+        times.record(took);
+        if let Some((vol, invol)) = before
+            && took >= LONG_POLL
+        {
+            let (vol2, invol2) = thread_switches();
+            LONG_POLLS[0].fetch_add(1, Ordering::Relaxed);
+            LONG_POLLS[1].fetch_add(u64::from(vol2 > vol), Ordering::Relaxed);
+            LONG_POLLS[2].fetch_add(u64::from(invol2 > invol), Ordering::Relaxed);
+        }
+        r
+    })
+    .await
+}
+
+/// `BENCH_DIAGNOSE_POLLS=1`: for each poll of [`LONG_POLL`] or more, whether its thread was
+/// switched out meanwhile, blocked (a voluntary switch: a lock, a syscall that waits) or
+/// preempted (involuntary): printed after each lateness run. Costs a `getrusage` per poll.
+static DIAGNOSE_POLLS: std::sync::LazyLock<bool> =
+    std::sync::LazyLock::new(|| std::env::var_os("BENCH_DIAGNOSE_POLLS").is_some());
+const LONG_POLL: Duration = Duration::from_micros(200);
+/// Long polls: all, with a voluntary switch, with an involuntary one.
+static LONG_POLLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// This thread's voluntary and involuntary context switches so far.
+fn thread_switches() -> (i64, i64) {
+    // SAFETY: getrusage only writes into the struct we pass.
+    let ru = unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
+        ru
+    };
+    (ru.ru_nvcsw, ru.ru_nivcsw)
+}
+
+/// What [`ticker_lateness`] measured.
+pub struct Lateness {
+    /// How late each tick ran, sorted.
+    pub ticks: Vec<Duration>,
+    /// The locking tasks' polls (none without lockers).
+    pub polls: PollTimes,
+}
+
 /// How late a tokio task that ticks every millisecond runs while `k` tasks lock through `imp`
 /// on the same 2-worker runtime (one server frozen by `on_ready`): the executor's worker threads
-/// must never be held up by the library. Returns the lateness of every tick, sorted.
+/// must never be held up by the library. Also times every poll of the locking tasks' futures:
+/// how long the library itself holds a worker thread each time, whatever else keeps it busy.
 pub fn ticker_lateness(
     urls: &[String],
     k: usize,
@@ -485,7 +597,9 @@ pub fn ticker_lateness(
     tag: &str,
     rslock: bool,
     on_ready: &mut dyn FnMut(),
-) -> Vec<Duration> {
+) -> Lateness {
+    let polls = Arc::new(std::sync::Mutex::new(PollTimes::new()));
+    let mut lockers = Vec::with_capacity(k);
     let rt = two_workers();
     let halt = Arc::new(AtomicBool::new(false));
     if rslock {
@@ -501,13 +615,15 @@ pub fn ticker_lateness(
         on_ready();
         for t in 0..k {
             let (mgr, halt, resource) = (mgr.clone(), halt.clone(), format!("{tag}:{t}"));
-            rt.spawn(async move {
+            let (all, mut mine) = (polls.clone(), PollTimes::new());
+            lockers.push(rt.spawn(async move {
                 while !halt.load(Ordering::Relaxed) {
-                    if let Ok(lock) = mgr.lock(resource.as_bytes(), TTL).await {
-                        mgr.unlock(&lock).await;
+                    if let Ok(lock) = timed(mgr.lock(resource.as_bytes(), TTL), &mut mine).await {
+                        timed(mgr.unlock(&lock), &mut mine).await;
                     }
                 }
-            });
+                all.lock().unwrap().merge(&mine);
+            }));
         }
     } else {
         let redlock = Mux::builder(urls)
@@ -519,13 +635,15 @@ pub fn ticker_lateness(
         on_ready();
         for t in 0..k {
             let (redlock, halt, resource) = (redlock.clone(), halt.clone(), format!("{tag}:{t}"));
-            rt.spawn(async move {
+            let (all, mut mine) = (polls.clone(), PollTimes::new());
+            lockers.push(rt.spawn(async move {
                 while !halt.load(Ordering::Relaxed) {
-                    if let Ok(lock) = redlock.try_lock(&resource).await {
-                        let _ = redlock.unlock(lock).await;
+                    if let Ok(lock) = timed(redlock.try_lock(&resource), &mut mine).await {
+                        let _ = timed(redlock.unlock(lock), &mut mine).await;
                     }
                 }
-            });
+                all.lock().unwrap().merge(&mine);
+            }));
         }
     }
     let ticks = rt.block_on(rt.spawn(async move {
@@ -540,10 +658,25 @@ pub fn ticker_lateness(
         late
     }));
     halt.store(true, Ordering::Relaxed);
+    // Tasks in a cycle finish it (rslock's within its 1 s timeout on the frozen node) and
+    // merge their polls; one still running after 3 s is left out.
+    let bound = tokio::time::Instant::now() + Duration::from_secs(3);
+    rt.block_on(async {
+        for locker in lockers {
+            let _ = tokio::time::timeout_at(bound, locker).await;
+        }
+    });
     rt.shutdown_timeout(Duration::from_secs(2));
     let mut ticks = ticks.expect("the ticker task");
     ticks.sort_unstable();
-    ticks
+    let polls = polls.lock().unwrap().clone();
+    if *DIAGNOSE_POLLS {
+        let [all, vol, invol] = LONG_POLLS.each_ref().map(|c| c.swap(0, Ordering::Relaxed));
+        eprintln!(
+            "bench_table: polls of {LONG_POLL:?} or more: {all}; blocked meanwhile: {vol}; preempted meanwhile: {invol}"
+        );
+    }
+    Lateness { ticks, polls }
 }
 
 // ---------------------------------------------------------------------------------------------
