@@ -131,6 +131,8 @@ pub(crate) struct Conn {
     pub stats: IoStats,
     /// How to start TLS on this node's sockets (`rediss://`), else `None`.
     tls: Option<crate::tls::Connector>,
+    /// The last write stopped short (`WouldBlock`): the rest goes out on writable readiness.
+    write_blocked: bool,
 }
 
 const READ_CHUNK: usize = 8 << 10;
@@ -143,6 +145,7 @@ impl Conn {
             addr,
             token,
             stream: None,
+            write_blocked: false,
             rbuf: vec![0; READ_CHUNK].into_boxed_slice(),
             stats: IoStats::default(),
         }
@@ -187,6 +190,7 @@ impl Conn {
         match self.socket(registry) {
             Ok(stream) => {
                 self.stream = Some(stream);
+                self.write_blocked = false;
                 self.session.connecting(now);
                 Ok(())
             }
@@ -326,12 +330,16 @@ impl Conn {
         loop {
             let out = self.session.output();
             if out.is_empty() {
+                self.write_blocked = false;
                 return;
             }
             self.stats.writes += 1;
             match stream.write(out) {
                 Ok(n) => self.session.written(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.write_blocked = true;
+                    return;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.fail(fault_of(&e), now, registry, sink);
@@ -371,7 +379,17 @@ impl Conn {
         let Some(stream) = self.stream.as_mut() else {
             return;
         };
+        // Output is written by the engine's turn that follows a readiness event; here only what
+        // waits for this readiness: the first write of a connection, the rest of a write that
+        // stopped short, TLS records held back. (Writing here too, at every readable event,
+        // split the turn's batch into more writes.)
+        let mut flush = self.write_blocked;
+        #[cfg(feature = "tls")]
+        if let Stream::Tls(_) = stream {
+            flush = true;
+        }
         if self.session.awaits_connect() {
+            flush = true;
             match stream.connected() {
                 Ok(false) => return,
                 Ok(true) => {
@@ -397,7 +415,9 @@ impl Conn {
             self.session.connected();
         }
         // Always followed by a turn of the engine, which writes what is held if nobody waits.
-        self.flush(now, true, registry, sink);
+        if flush {
+            self.flush(now, true, registry, sink);
+        }
         self.read(now, registry, sink);
     }
 
