@@ -2,8 +2,9 @@
 //! time ([`Sleep`]), both woken by the engine's loop through `std::task::Waker` — no runtime.
 //!
 //! A [`Call`] fills a [`Slot`] with its request and its waker and hands it to the hub
-//! ([`Hub::hand_over`]): one turn of the loop that waits for nothing if the loop is free (the
-//! request goes out in one write per node), the mailbox otherwise. The outcome comes back in the
+//! ([`Hub::hand_over`]): one turn of the loop that waits for nothing if the loop is free and
+//! no other operation of the handle is under way (the request goes out in one write per node),
+//! the mailbox and the background thread's next turn otherwise. The outcome comes back in the
 //! slot, and the waker is woken by whoever drives the loop (the background thread, or a blocking
 //! caller). Nothing here ever waits: an executor's worker thread pays a few non-blocking
 //! syscalls at most.
@@ -20,6 +21,7 @@ use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -93,7 +95,11 @@ impl Future for Call<'_> {
             let waker = Some(cx.waker().clone());
             slot.fill(this.kind, this.resource, &this.token, Caller::Waits, waker);
             this.slot = Some(slot.clone());
-            this.hub.hand_over(slot);
+            // Counted until the outcome is taken (or the future dropped): a task woken by its
+            // outcome is still counted when it has not been polled yet, so others queuing
+            // meanwhile leave their requests to the background thread's next turn.
+            let others = this.hub.active.fetch_add(1, Ordering::SeqCst);
+            this.hub.hand_over(slot, others == 0);
         }
         this.poll_slot(cx)
     }
@@ -106,6 +112,7 @@ impl Call<'_> {
         if let Some(outcome) = cell.outcome.take() {
             drop(cell);
             self.finished = true;
+            self.hub.active.fetch_sub(1, Ordering::SeqCst);
             if let Some(slot) = self.slot.take() {
                 give_back(slot);
             }
@@ -125,6 +132,7 @@ impl Drop for Call<'_> {
             // Never submitted, or finished.
             return;
         };
+        self.hub.active.fetch_sub(1, Ordering::SeqCst);
         let mut cell = slot.cell();
         let Some(outcome) = cell.outcome.take() else {
             // In flight: the engine cleans up when it decides (a lock won for nobody is
