@@ -303,19 +303,8 @@ impl Conn {
     }
 
     /// Writes buffered output: one `write` per call in the common case. A short write waits for
-    /// writable readiness. With `coalesce`, output the session would rather hold for a larger
-    /// batch ([`Session::coalesces`](crate::session::Session::coalesces)) waits for a later
-    /// call.
-    pub fn flush(
-        &mut self,
-        now: Instant,
-        coalesce: bool,
-        registry: &Registry,
-        sink: &mut Sink<'_>,
-    ) {
-        if coalesce && self.session.coalesces() {
-            return;
-        }
+    /// writable readiness.
+    pub fn flush(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
         let Some(stream) = self.stream.as_mut() else {
             return;
         };
@@ -414,9 +403,8 @@ impl Conn {
             }
             self.session.connected();
         }
-        // Always followed by a turn of the engine, which writes what is held if nobody waits.
         if flush {
-            self.flush(now, true, registry, sink);
+            self.flush(now, registry, sink);
         }
         self.read(now, registry, sink);
     }
@@ -452,7 +440,7 @@ impl Conn {
             }
             if !self.session.output().is_empty() {
                 // A NOSCRIPT reply queued its EVAL fallback.
-                self.flush(now, true, registry, sink);
+                self.flush(now, registry, sink);
             }
             // A short read means the socket is drained: a new edge comes with new data, so the
             // read that would only say WouldBlock is skipped (tokio does the same).

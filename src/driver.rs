@@ -121,10 +121,10 @@ impl Net for Driver {
 
     /// Writes what every connection has queued: all requests of a round go out before any reply
     /// is read.
-    fn flush(&mut self, now: Instant, coalesce: bool, sink: &mut NodeSink<'_>) {
+    fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>) {
         let registry = self.poll.registry();
         for (i, conn) in self.conns.iter_mut().enumerate() {
-            conn.flush(now, coalesce, registry, &mut |d| sink(i, now, d));
+            conn.flush(now, registry, &mut |d| sink(i, now, d));
         }
     }
 

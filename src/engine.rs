@@ -1203,15 +1203,10 @@ impl<N: Net> Engine<N> {
         id
     }
 
-    /// Writes what every connection has queued: one `write` per node. While some caller
-    /// waits for an outcome, a node with a deep pipeline may hold its new requests for a
-    /// larger batch ([`Session::coalesces`](crate::session::Session::coalesces)); they go out
-    /// at the turn that takes in its replies. When nobody waits, everything goes now: no
-    /// request is left for a turn nobody may run.
+    /// Writes what every connection has queued: one `write` per node.
     pub fn flush(&mut self, now: Instant) {
         let Engine { net, core, .. } = self;
-        let coalesce = core.waiting > 0;
-        net.flush(now, coalesce, &mut core.sink());
+        net.flush(now, &mut core.sink());
     }
 
     /// Takes what arrived while nobody drove, without waiting (one `epoll_wait`): stragglers,
@@ -1950,7 +1945,7 @@ impl<N: Net> Engine<N> {
         let Engine { net, core, .. } = self;
         let mut sink = core.sink();
         let mut ready = net.connect_all(now, &mut sink);
-        net.flush(now, false, &mut sink);
+        net.flush(now, &mut sink);
         // Until every node is ready or down: a refused node does not hold the others up.
         while ready < n && (0..n).any(|i| net.session(i).is_connecting()) && net.now() < deadline {
             net.turn(deadline, &mut sink);

@@ -55,10 +55,8 @@ pub(crate) trait Net {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault>;
 
-    /// Writes what every connection has queued: one write per node. With `coalesce`, a node
-    /// whose session would rather wait for a larger batch
-    /// ([`Session::coalesces`](crate::session::Session::coalesces)) is left for a later flush.
-    fn flush(&mut self, now: Instant, coalesce: bool, sink: &mut NodeSink<'_>);
+    /// Writes what every connection has queued: one write per node.
+    fn flush(&mut self, now: Instant, sink: &mut NodeSink<'_>);
 
     /// Takes in what arrived, waiting for it until `until` at most (a simulated network never
     /// waits: its time moves between calls), and handles connection deadlines that passed.

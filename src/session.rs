@@ -75,11 +75,6 @@ const PENDING_CAPACITY: usize = 256;
 /// The arguments of scripts that may be replayed on a fresh connection: a few hundred
 /// releases and extends in flight.
 const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
-/// Write coalescing: while at least this many of a connection's requests are written and
-/// unanswered, new ones wait in the output buffer until they are at least half as many as
-/// those in flight, or until replies bring the in-flight count below this (see
-/// [`Session::coalesces`]).
-const COALESCE_IN_FLIGHT: usize = 8;
 /// Room reserved for a command's array header (`*<argc>\r\n`, at most 23 bytes) and slack.
 const ARRAY_HEADER_MAX: usize = 32;
 
@@ -249,10 +244,6 @@ struct State {
     /// carry surplus frames or garbage can take their answers back.
     answered: Vec<(u64, Kind)>,
     pending: VecDeque<Pending>,
-    /// The requests at the back of `pending` whose bytes are not all written yet (in `out`,
-    /// or `held`): the others were written and await their replies. Counted high rather than
-    /// low when unsure (a partial write, the handshake): that only writes sooner.
-    unsent: usize,
     script_tails: BytesMut,
     loaded: [bool; SCRIPT_COUNT],
     handshake_left: usize,
@@ -315,7 +306,6 @@ impl Session {
                 held: BytesMut::new(),
                 answered: Vec::with_capacity(ANSWERED_CAPACITY),
                 pending: VecDeque::with_capacity(PENDING_CAPACITY),
-                unsent: 0,
                 script_tails: BytesMut::with_capacity(SCRIPT_TAILS_CAPACITY),
                 loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
@@ -422,7 +412,6 @@ impl Session {
         st.out.clear();
         st.held.clear();
         st.pending.clear();
-        st.unsent = 0;
         st.script_tails.clear();
         st.loaded = [false; SCRIPT_COUNT];
         st.info = None;
@@ -488,7 +477,7 @@ impl Session {
     /// Queues an encoded command.
     pub fn request(&mut self, kind: Kind, tag: u64, encoded: &[u8], now: Instant) {
         self.st.queue_buffer().extend_from_slice(encoded);
-        self.st.push_pending(Pending {
+        self.st.pending.push_back(Pending {
             kind,
             tag,
             sent: now,
@@ -524,33 +513,6 @@ impl Session {
     /// `n` bytes of [`Session::output`] were written.
     pub fn written(&mut self, n: usize) {
         self.st.out.advance(n);
-        if self.st.out.is_empty() && self.st.phase == Phase::Ready {
-            // Every request is on its way (nothing is held once the connection is ready).
-            self.st.unsent = 0;
-        }
-    }
-
-    /// Whether the queued output should wait for a later write: the server is busy with a
-    /// pipeline of at least [`COALESCE_IN_FLIGHT`] requests from this connection, and what is
-    /// queued is less than half as many. A single-threaded server answers in order, so a
-    /// request queued behind a pipeline is answered after it whenever it is written; written
-    /// later, it joins a larger batch, and each batch costs the server one read and one write
-    /// (and a wake-up) whatever its size. Measured (2-core VM, 5 loopback servers, 64 tokio
-    /// tasks on one handle): 1.1 → 0.47 writes per acquire + release cycle, 56,000 → 70,000
-    /// cycles/s; behind a 250 µs relay, p50 and p99 unchanged. A lone caller never has such
-    /// a pipeline, so its requests are never held.
-    ///
-    /// The engine asks only while some caller waits for an outcome: when none does, every
-    /// turn writes everything (so a held request never waits for a turn nobody runs), and a
-    /// held request otherwise goes out at the turn that takes in the replies that shrink the
-    /// pipeline. It never holds more than `max_pending` allows (held requests count).
-    pub fn coalesces(&self) -> bool {
-        let st = &self.st;
-        let in_flight = st.pending.len() - st.unsent.min(st.pending.len());
-        st.phase == Phase::Ready
-            && !st.out.is_empty()
-            && in_flight >= COALESCE_IN_FLIGHT
-            && st.unsent * 2 < in_flight
     }
 
     /// A readiness event starts a read (of one or more chunks): answers delivered from here on
@@ -632,7 +594,6 @@ impl Session {
         // proxy's idle limit, `CLIENT KILL`. Routine, and mended by the next request's
         // reconnect: not a node down (no warning, not unreachable, not in `downs`).
         let idle = proven && fault == NodeFault::Closed && st.pending.is_empty();
-        st.unsent = 0;
         while let Some(p) = st.pending.pop_front() {
             match p.kind {
                 Kind::Handshake(_) => {}
@@ -694,7 +655,7 @@ impl Session {
         let mut steps = 0;
         let mut push = |st: &mut State, step: Step, args: &[Arg<'_>]| {
             resp::encode_command(&mut st.out, args);
-            st.push_pending(Pending {
+            st.pending.push_back(Pending {
                 kind: Kind::Handshake(step),
                 tag: 0,
                 sent: now,
@@ -777,18 +738,6 @@ fn decode_frames(
 
 impl State {
     /// Where a new request's bytes go: straight out, or held until the handshake is done.
-    fn push_pending(&mut self, p: Pending) {
-        self.pending.push_back(p);
-        self.unsent += 1;
-    }
-
-    /// The oldest request: answered, so it was written.
-    fn pop_pending(&mut self) -> Option<Pending> {
-        let p = self.pending.pop_front();
-        self.unsent = self.unsent.min(self.pending.len());
-        p
-    }
-
     fn queue_buffer(&mut self) -> &mut BytesMut {
         if self.handshake_left > 0 {
             &mut self.held
@@ -821,7 +770,7 @@ impl State {
         out.extend_from_slice(tail);
         // Keep the arguments so a NOSCRIPT reply can be answered with EVAL, transparently.
         self.script_tails.extend_from_slice(tail);
-        self.push_pending(Pending {
+        self.pending.push_back(Pending {
             kind: Kind::Script(script.index),
             tag,
             sent: now,
@@ -867,13 +816,13 @@ impl State {
                         .front()
                         .is_some_and(|p| p.kind == Kind::Subscribe) =>
                 {
-                    self.pop_pending();
+                    self.pending.pop_front();
                 }
                 _ => {}
             }
             return;
         }
-        let Some(p) = self.pop_pending() else {
+        let Some(p) = self.pending.pop_front() else {
             self.failure = Some(NodeFault::Unexpected("with no request outstanding".into()));
             return;
         };
@@ -901,7 +850,7 @@ impl State {
                     resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
                     self.out.extend_from_slice(&tail);
                     self.script_tails.extend_from_slice(&tail);
-                    self.push_pending(Pending { sent: now, ..p });
+                    self.pending.push_back(Pending { sent: now, ..p });
                     return;
                 }
                 // Advancing (not split_to) keeps the buffer unshared: no allocation per reply.
@@ -1099,55 +1048,6 @@ mod tests {
         let out = String::from_utf8_lossy(s.output()).into_owned();
         s.written(out.len());
         out
-    }
-
-    /// Write coalescing: behind a pipeline of [`COALESCE_IN_FLIGHT`] written requests, new
-    /// ones wait until they are half as many, or until replies shrink the pipeline; with less
-    /// in flight (a lone caller's case) nothing ever waits.
-    #[test]
-    fn requests_behind_a_deep_pipeline_wait_for_a_larger_batch() {
-        let now = Instant::now();
-        let mut s = connected("redis://127.0.0.1:1", now);
-        s.config.settings.max_pending = 1024;
-        assert!(s.is_ready());
-        let set = b"*1\r\n$3\r\nSET\r\n";
-        let mut tag = 0;
-        let mut queue = |s: &mut Session, n: usize| {
-            for _ in 0..n {
-                tag += 1;
-                s.request(Kind::Set, tag, set, now);
-            }
-        };
-        for _ in 0..COALESCE_IN_FLIGHT - 1 {
-            queue(&mut s, 1);
-            assert!(!s.coalesces(), "a shallow pipeline never holds");
-            take_output(&mut s);
-        }
-        queue(&mut s, 1);
-        assert!(!s.coalesces());
-        take_output(&mut s);
-        // 8 in flight: up to 3 new ones wait, the 4th makes a batch worth a write.
-        queue(&mut s, 3);
-        assert!(s.coalesces());
-        queue(&mut s, 1);
-        assert!(!s.coalesces());
-        assert_eq!(take_output(&mut s).len(), 4 * set.len());
-        // 12 in flight: 5 wait; a reply does not change that, six replies do (6 in flight).
-        queue(&mut s, 5);
-        assert!(s.coalesces());
-        feed(&mut s, b"+OK\r\n", now);
-        assert!(s.coalesces());
-        feed(&mut s, b"+OK\r\n+OK\r\n+OK\r\n+OK\r\n+OK\r\n", now);
-        assert!(!s.coalesces());
-        assert_eq!(take_output(&mut s).len(), 5 * set.len());
-        // A partial write counts what is left as unsent: the pipeline is not deeper for it.
-        queue(&mut s, 6);
-        let out = s.output().len();
-        s.written(out - 1);
-        assert!(
-            !s.coalesces(),
-            "11 in flight, 6 unsent: nothing to wait for"
-        );
     }
 
     #[test]

@@ -195,11 +195,9 @@ impl Net for SimNet {
         self.connect_node(node, now)
     }
 
-    fn flush(&mut self, _now: Instant, coalesce: bool, _sink: &mut NodeSink<'_>) {
+    fn flush(&mut self, _now: Instant, _sink: &mut NodeSink<'_>) {
         for node in 0..self.links.len() {
-            if !(coalesce && self.links[node].session.coalesces()) {
-                self.flush_node(node);
-            }
+            self.flush_node(node);
         }
     }
 
