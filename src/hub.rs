@@ -56,9 +56,9 @@ pub(crate) struct Hub {
     /// Until when the background thread sleeps (0 while it is awake): a driver that leaves a
     /// timer earlier than this wakes it.
     planned: AtomicU64,
-    /// Async operations handed over whose outcome their future has not taken yet (nor dropped):
-    /// while there are any, a new one is left to the background thread (see
-    /// [`Hub::hand_over`]).
+    /// Async operations handed over whose outcome their future has not taken yet (nor dropped),
+    /// waiting acquires aside: while there are any, a new one is left to the background thread
+    /// (see [`Hub::hand_over`]).
     pub active: AtomicUsize,
     /// A parked caller re-checks after this long (a bound, not the mechanism: it is unparked
     /// when its outcome is in).
@@ -245,11 +245,11 @@ impl Hub {
     }
 
     /// Hands a filled slot over without ever waiting (an async caller's operation, with its
-    /// waker in the slot; a release nobody waits for): the request is queued; if its caller is
-    /// `alone` (no other async operation of this handle is under way), it is the only one
-    /// queued and nobody drives the loop, this thread takes it for one turn that waits for
-    /// nothing (the request goes out in one write per node) and leaves the rest to the
-    /// background thread. Otherwise whoever drives takes it in (pairs with `leave`).
+    /// waker in the slot; a release nobody waits for): the request is queued. If its caller is
+    /// `alone` (no other async operation of this handle is under way, waiting acquires aside),
+    /// nothing else is queued and nobody drives the loop, this thread takes it for one turn
+    /// that waits for nothing (the request goes out in one write per node) and leaves the rest
+    /// to the background thread. Otherwise whoever drives takes it in (pairs with `leave`).
     ///
     /// Behind requests queued by others, it does not try the loop: whoever queued the first of
     /// them tries it (or a driver that leaves finds them queued and wakes the background

@@ -97,8 +97,14 @@ impl Future for Call<'_> {
             this.slot = Some(slot.clone());
             // Counted until the outcome is taken (or the future dropped): a task woken by its
             // outcome is still counted when it has not been polled yet, so others queuing
-            // meanwhile leave their requests to the background thread's next turn.
-            let others = this.hub.active.fetch_add(1, Ordering::SeqCst);
+            // meanwhile leave their requests to the background thread's next turn. A waiting
+            // acquire is not counted: it may wait for seconds, and says nothing of requests
+            // about to come.
+            let others = if this.counted() {
+                this.hub.active.fetch_add(1, Ordering::SeqCst)
+            } else {
+                this.hub.active.load(Ordering::SeqCst)
+            };
             this.hub.hand_over(slot, others == 0);
         }
         this.poll_slot(cx)
@@ -106,13 +112,20 @@ impl Future for Call<'_> {
 }
 
 impl Call<'_> {
+    /// Counted in [`Hub::active`] while submitted and not finished.
+    fn counted(&self) -> bool {
+        !matches!(self.kind, ReqKind::Wait { .. })
+    }
+
     fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Outcome> {
         let slot = self.slot.as_ref().expect("submitted");
         let mut cell = slot.cell();
         if let Some(outcome) = cell.outcome.take() {
             drop(cell);
             self.finished = true;
-            self.hub.active.fetch_sub(1, Ordering::SeqCst);
+            if self.counted() {
+                self.hub.active.fetch_sub(1, Ordering::SeqCst);
+            }
             if let Some(slot) = self.slot.take() {
                 give_back(slot);
             }
@@ -132,7 +145,9 @@ impl Drop for Call<'_> {
             // Never submitted, or finished.
             return;
         };
-        self.hub.active.fetch_sub(1, Ordering::SeqCst);
+        if self.counted() {
+            self.hub.active.fetch_sub(1, Ordering::SeqCst);
+        }
         let mut cell = slot.cell();
         let Some(outcome) = cell.outcome.take() else {
             // In flight: the engine cleans up when it decides (a lock won for nobody is
