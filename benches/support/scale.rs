@@ -77,14 +77,19 @@ impl ScaleRun {
     }
 }
 
+/// `getrusage(who)`: `RUSAGE_SELF` (this process) or `RUSAGE_THREAD` (the calling thread).
+fn rusage(who: libc::c_int) -> libc::rusage {
+    // SAFETY: getrusage only writes into the struct we pass.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        libc::getrusage(who, &mut ru);
+        ru
+    }
+}
+
 /// User + sys CPU time of this process so far.
 pub fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes into the struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
+    let ru = rusage(libc::RUSAGE_SELF);
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
@@ -569,12 +574,7 @@ static LONG_POLLS: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), Atomi
 
 /// This thread's voluntary and involuntary context switches so far.
 fn thread_switches() -> (i64, i64) {
-    // SAFETY: getrusage only writes into the struct we pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_THREAD, &mut ru);
-        ru
-    };
+    let ru = rusage(libc::RUSAGE_THREAD);
     (ru.ru_nvcsw, ru.ru_nivcsw)
 }
 
