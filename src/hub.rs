@@ -267,7 +267,7 @@ impl Hub {
     /// cycle 0.75–0.98 → 0.39–0.46 at K = 64; cycles/s +22 % at K = 8, +20 % at K = 64, +23 %
     /// at K = 256; p99 about halved. A lone task keeps taking the loop itself (no hop).
     pub fn hand_over(&self, slot: Arc<Slot>, alone: bool) {
-        let before = self.mailbox.push(slot);
+        let before = self.mailbox.push_held(slot);
         if before > 0 {
             return;
         }

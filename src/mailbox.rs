@@ -52,6 +52,9 @@ pub(crate) struct SlotCell {
     /// The async caller dropped its future: nobody takes the outcome, and the engine cleans up
     /// after it (releases a lock won for nobody).
     pub cancelled: bool,
+    /// The outcome was delivered with a wake and counted in [`Mailbox::unclaimed`]: its taker
+    /// uncounts it ([`Mailbox::claimed`]).
+    pub counted: bool,
 }
 
 impl Slot {
@@ -79,6 +82,7 @@ impl Slot {
                 outcome: None,
                 waker: None,
                 cancelled: false,
+                counted: false,
             }),
         }
     }
@@ -92,13 +96,19 @@ impl Slot {
 
     /// Hands the outcome over and unparks (or wakes) the caller. A cancelled caller takes
     /// nothing: the outcome comes back, for the engine to clean up after.
-    pub fn deliver(&self, outcome: Outcome) -> Option<Outcome> {
+    pub fn deliver(&self, outcome: Outcome, unclaimed: Option<&AtomicUsize>) -> Option<Outcome> {
         let mut cell = self.cell();
         if cell.cancelled {
             return Some(outcome);
         }
         cell.outcome = Some(outcome);
         let waker = cell.waker.take();
+        if waker.is_some()
+            && let Some(unclaimed) = unclaimed
+        {
+            unclaimed.fetch_add(1, Ordering::SeqCst);
+            cell.counted = true;
+        }
         self.done.store(true, Ordering::Release);
         drop(cell);
         if let Some(waker) = waker {
@@ -136,6 +146,7 @@ impl Slot {
         cell.outcome = None;
         cell.waker = waker;
         cell.cancelled = false;
+        cell.counted = false;
         drop(cell);
         self.done.store(false, Ordering::Relaxed);
     }
@@ -161,6 +172,9 @@ pub(crate) struct Mailbox {
     pub wakes: AtomicUsize,
     /// Threads waiting for the loop itself ([`Mailbox::want`]).
     pub wanted: AtomicUsize,
+    /// Outcomes delivered to async callers (their tasks woken) and not taken yet: each such
+    /// task is likely to queue its next request within microseconds.
+    pub unclaimed: AtomicUsize,
 }
 
 impl Mailbox {
@@ -174,23 +188,46 @@ impl Mailbox {
             waker,
             wakes: AtomicUsize::new(0),
             wanted: AtomicUsize::new(0),
+            unclaimed: AtomicUsize::new(0),
         }
     }
 
     /// Queues a request; wakes the driver if it sleeps in `poll`. Returns how many items were
     /// queued before it (not yet taken in by a driver).
     pub fn push(&self, slot: Arc<Slot>) -> usize {
-        self.enqueue(&self.inbox, slot)
+        let before = self.enqueue(&self.inbox, slot);
+        self.wake_if_asleep();
+        before
     }
 
-    /// Appends `item` to one of the queues, counts it in `queued` (so the driver looks) and
-    /// wakes the driver if it sleeps in `poll`; returns the count before it.
+    /// Queues an async caller's request: like [`Mailbox::push`], but while other woken tasks
+    /// have not taken their outcomes yet it leaves the sleeping driver asleep (it sleeps a
+    /// bounded time while requests are queued): their requests come next, and go out with this
+    /// one. The last of them to take its outcome wakes it ([`Mailbox::claimed`]).
+    pub fn push_held(&self, slot: Arc<Slot>) -> usize {
+        let before = self.enqueue(&self.inbox, slot);
+        if self.unclaimed.load(Ordering::SeqCst) == 0 {
+            self.wake_if_asleep();
+        }
+        before
+    }
+
+    /// An async caller took an outcome counted in `unclaimed`: if it was the last and requests
+    /// are queued, the driver must not sleep on them (pairs with [`Mailbox::push_held`]: it
+    /// stores `queued` then loads `unclaimed`, this stores `unclaimed` then loads `queued`).
+    pub fn claimed(&self) {
+        if self.unclaimed.fetch_sub(1, Ordering::SeqCst) == 1 && self.queued() > 0 {
+            self.wake_if_asleep();
+        }
+    }
+
+    /// Appends `item` to one of the queues and counts it in `queued` (so the driver looks);
+    /// returns the count before it. The caller wakes the driver.
     fn enqueue<T>(&self, queue: &Mutex<Vec<T>>, item: T) -> usize {
         let mut list = queue.lock().unwrap_or_else(|e| e.into_inner());
         list.push(item);
         let before = self.queued.fetch_add(1, Ordering::SeqCst);
         drop(list);
-        self.wake_if_asleep();
         before
     }
 
@@ -224,11 +261,13 @@ impl Mailbox {
     /// Queues a lock to keep; wakes the driver if it sleeps in `poll`.
     pub fn push_keep(&self, kept: Arc<Kept>) {
         self.enqueue(&self.keeps, kept);
+        self.wake_if_asleep();
     }
 
     /// Queues an alarm; wakes the driver if it sleeps in `poll`.
     pub fn push_alarm(&self, at: Instant, alarm: Arc<Alarm>) {
         self.enqueue(&self.alarms, (at, alarm));
+        self.wake_if_asleep();
     }
 
     pub fn queued(&self) -> usize {
@@ -253,12 +292,15 @@ impl Mailbox {
         self.drain(&self.keeps, keeps)
     }
 
-    /// The driver is about to sleep in `poll`: false (and no sleep) if something is queued.
-    /// Pairs with the store-then-load in [`Mailbox::push`]: either the driver sees the request,
-    /// or the caller sees it asleep and wakes it.
-    pub fn sleep_begin(&self) -> bool {
+    /// The driver is about to sleep in `poll`: false (and no sleep) if something is queued —
+    /// unless it `hold`s queued requests back while woken tasks have not taken their outcomes
+    /// (then it sleeps no longer than the hold). Pairs with the store-then-load in
+    /// [`Mailbox::push`]: either the driver sees the request, or the caller sees it asleep and
+    /// wakes it (and likewise with [`Mailbox::claimed`] for `unclaimed`).
+    pub fn sleep_begin(&self, hold: bool) -> bool {
         self.sleeping.store(true, Ordering::SeqCst);
-        if self.queued() > 0 || self.wanted.load(Ordering::SeqCst) > 0 {
+        let queued = self.queued() > 0 && !(hold && self.unclaimed.load(Ordering::SeqCst) > 0);
+        if queued || self.wanted.load(Ordering::SeqCst) > 0 {
             self.sleeping.store(false, Ordering::SeqCst);
             return false;
         }
@@ -302,5 +344,79 @@ impl Alarm {
         if let Some(waker) = waker {
             waker.wake();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Flag(AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    fn async_slot() -> (Slot, Arc<Flag>) {
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let slot = Slot::for_tasks();
+        let waker = Waker::from(flag.clone());
+        slot.fill(
+            ReqKind::Release,
+            b"r",
+            &Token::EMPTY,
+            Caller::Waits,
+            Some(waker),
+        );
+        (slot, flag)
+    }
+
+    #[test]
+    fn an_outcome_delivered_with_a_wake_is_counted_until_taken() {
+        let unclaimed = AtomicUsize::new(0);
+        let (slot, flag) = async_slot();
+        assert!(
+            slot.deliver(Outcome::Released(3), Some(&unclaimed))
+                .is_none()
+        );
+        assert!(flag.0.load(Ordering::SeqCst));
+        assert_eq!(unclaimed.load(Ordering::SeqCst), 1);
+        let mut cell = slot.cell();
+        assert!(cell.outcome.take().is_some());
+        // The taker uncounts it (`Mailbox::claimed`), once.
+        assert!(std::mem::take(&mut cell.counted));
+        assert!(!cell.counted);
+    }
+
+    #[test]
+    fn a_cancelled_or_threaded_caller_is_not_counted() {
+        let unclaimed = AtomicUsize::new(0);
+        let (slot, _) = async_slot();
+        slot.cell().cancelled = true;
+        assert!(
+            slot.deliver(Outcome::Released(3), Some(&unclaimed))
+                .is_some()
+        );
+        // A blocked thread is unparked, not woken: nothing to wait for.
+        let parked = Slot::new();
+        parked.fill(ReqKind::Release, b"r", &Token::EMPTY, Caller::Waits, None);
+        assert!(
+            parked
+                .deliver(Outcome::Released(3), Some(&unclaimed))
+                .is_none()
+        );
+        assert!(!parked.cell().counted);
+        assert_eq!(unclaimed.load(Ordering::SeqCst), 0);
+        // Refilled, a slot starts uncounted.
+        let (slot, _) = async_slot();
+        assert!(
+            slot.deliver(Outcome::Released(3), Some(&unclaimed))
+                .is_none()
+        );
+        slot.fill(ReqKind::Release, b"r", &Token::EMPTY, Caller::Waits, None);
+        assert!(!slot.cell().counted);
     }
 }

@@ -121,7 +121,11 @@ impl Call<'_> {
         let slot = self.slot.as_ref().expect("submitted");
         let mut cell = slot.cell();
         if let Some(outcome) = cell.outcome.take() {
+            let counted = std::mem::take(&mut cell.counted);
             drop(cell);
+            if counted {
+                self.hub.mailbox.claimed();
+            }
             self.finished = true;
             if self.counted() {
                 self.hub.active.fetch_sub(1, Ordering::SeqCst);
@@ -156,7 +160,11 @@ impl Drop for Call<'_> {
             cell.waker = None;
             return;
         };
+        let counted = std::mem::take(&mut cell.counted);
         drop(cell);
+        if counted {
+            self.hub.mailbox.claimed();
+        }
         // Decided, but the caller went away before it looked: a lock is released at once.
         match outcome {
             Outcome::Acquired(Ok(_)) => self.hub.send(ReqKind::Release, self.resource, &self.token),

@@ -445,6 +445,43 @@ fn an_unlock_dropped_in_flight_still_releases() {
     assert_released(&redlock, &servers, "unl");
 }
 
+/// Requests queued while woken tasks have not taken their outcomes yet wait for theirs, so that
+/// they all go out together — for a bounded time: an outcome nobody ever takes (its future
+/// neither polled again nor dropped) holds nobody up for good.
+#[test]
+fn an_outcome_nobody_takes_holds_up_no_other_request() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let (probe, _) = probe();
+    let untaken = pending_acquire(&redlock, "untaken", &probe);
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks = (0..8).map(|t| {
+            let redlock = redlock.clone();
+            tokio::spawn(async move {
+                for _ in 0..20 {
+                    let lock = redlock.try_lock(format!("other:{t}")).await.unwrap();
+                    redlock.unlock(lock).await.unwrap();
+                }
+            })
+        });
+        let all = futures::future::join_all(tasks);
+        for done in tokio::time::timeout(Duration::from_secs(30), all)
+            .await
+            .expect("held up behind an outcome nobody takes")
+        {
+            done.unwrap();
+        }
+    });
+    drop(untaken);
+    assert_released(&redlock, &servers, "untaken");
+}
+
 #[test]
 fn requests_dropped_while_queued_for_a_busy_engine() {
     let servers = Cluster::start(3);
