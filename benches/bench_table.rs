@@ -1184,10 +1184,11 @@ impl LateImp {
 /// Tasks locking beside the ticker.
 const LATE_K: usize = 256;
 
-const SCALE_KINDS: [Kind; 5] = [
+const SCALE_KINDS: [Kind; 6] = [
     Kind::Mux,
     Kind::MuxNowait,
     Kind::MuxAsync,
+    Kind::MuxAsyncQuiet,
     Kind::Rslock,
     Kind::Floor,
 ];
@@ -1264,12 +1265,13 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
                         kind == Kind::MuxNowait,
                         &mut on_ready,
                     ),
-                    Kind::MuxAsync => scale::run_mux_async(
+                    Kind::MuxAsync | Kind::MuxAsyncQuiet => scale::run_mux_async(
                         &urls,
                         k,
                         stop,
                         &tag,
                         hard(kind, frozen),
+                        kind == Kind::MuxAsync,
                         &mut on_ready,
                     ),
                     Kind::Rslock => {
@@ -1390,6 +1392,7 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
         "\n#### Scale: K callers, a resource of their own each, one shared handle, N = 5 loopback ({}; {} round{} × {:?} per implementation and K, order rotated each round)\n\n\
          redlock-mux: K OS threads sharing one `Redlock` (one engine: one connection per node, one loop; `unlock_nowait` does not wait for the release replies); \
          redlock-mux async (tokio): K tokio tasks sharing one `AsyncRedlock` (the same engine, futures woken through wakers), multi-thread runtime with 2 workers; \
+         no release notices: the same with `release_notices(false)`, whose release is the floor's plain check-and-delete (the default also publishes a notice for waiters); \
          rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
          floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
          Figures are medians over rounds; ratios are medians of same-round ratios.\n\n\
@@ -1621,6 +1624,18 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
             true,
             0.8,
             ratio(aio(k), (false, k, Kind::Floor), &rate),
+            None,
+        );
+        // Not the goal's measure (that is the default, notices on): the same work as the floor.
+        goal(
+            format!("async K={k}, no release notices (the floor's release): cycles/s ÷ floor"),
+            true,
+            0.8,
+            ratio(
+                (false, k, Kind::MuxAsyncQuiet),
+                (false, k, Kind::Floor),
+                &rate,
+            ),
             None,
         );
         goal(

@@ -1149,9 +1149,11 @@ impl<N: Net> Engine<N> {
                 }
             }
             ReqKind::Release => {
+                // With the notice for waiters, or without it (see `Config::release_notices`).
+                let script = &scripts()[if config.release_notices { 0 } else { 5 }];
                 let call = script_call(
                     scratch,
-                    &scripts()[0],
+                    script,
                     tag,
                     &[
                         Arg::Int(1),

@@ -50,6 +50,9 @@ pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// ours), or 1 + 2 × the clients the notice reached. The publish is in a `pcall`: a user who
 /// may not publish still releases (waiters then notice by polling).
 pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+/// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
+/// off): answers 0 (not ours) or 1.
+pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
 /// Compare-and-pexpire: extend the lock only if it still holds our token.
 pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
 
@@ -79,10 +82,11 @@ const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
 const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 5;
+pub(crate) const SCRIPT_COUNT: usize = 6;
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
-/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`).
+/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
+/// without the notice.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -92,6 +96,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             crate::fence::ACQUIRE_BODY,
             crate::fence::WRITE_BODY,
             crate::fence::INCR_BODY,
+            QUIET_RELEASE_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -105,11 +110,11 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     })
 }
 
-/// Scripts that may be sent again on a fresh connection: release and extend (compare-and-
+/// Scripts that may be sent again on a fresh connection: releases and extend (compare-and-
 /// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
 /// write-back carries the `run_id` of the connection it was meant for.
 fn replayable(index: usize) -> bool {
-    index <= 1
+    matches!(index, 0 | 1 | 5)
 }
 
 /// What a request was, so its reply can be interpreted.

@@ -30,6 +30,15 @@ fn set_calls(server: &Server) -> u64 {
         .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
 
+/// `PUBLISH` calls the server has run since its statistics were last reset (a script's too).
+fn publish_calls(server: &Server) -> u64 {
+    server
+        .info("commandstats")
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+}
+
 fn reset_stats(servers: &Cluster) {
     for s in servers.iter() {
         s.cmd(&["CONFIG", "RESETSTAT"]);
@@ -315,6 +324,47 @@ fn a_release_by_a_client_that_does_not_publish_is_noticed_by_the_fallback_poll()
         .expect("the poll did not notice the release");
     waiter.unlock(got).unwrap();
     assert_no_key(&servers, "y");
+}
+
+#[test]
+fn without_release_notices_nothing_is_published_and_waiters_still_get_the_lock() {
+    let servers = Cluster::start(3);
+    let quiet = builder(&servers)
+        .release_notices(false)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let poll = Duration::from_millis(20);
+    let other = builder(&servers).retry_delay(poll, poll).build().unwrap();
+    // With notices (the default) a release publishes on every node.
+    let lock = other.lock("q").unwrap();
+    other.unlock(lock).unwrap();
+    for s in servers.iter() {
+        assert_eq!(publish_calls(s), 1, "{}", s.addr());
+    }
+    reset_stats(&servers);
+    // Without: a waiter on the same handle is woken at once (its retry pause is `NEVER`)...
+    let lock = quiet.lock("q").unwrap();
+    let ours = {
+        let quiet = quiet.clone();
+        std::thread::spawn(move || quiet.lock_until("q", Instant::now() + SOON))
+    };
+    until_waiting(&quiet, "q", 1);
+    quiet.unlock(lock).unwrap();
+    let lock = ours.join().unwrap().expect("not woken by its own handle");
+    // ... and one on another handle notices the release by its poll.
+    let theirs = {
+        let other = other.clone();
+        std::thread::spawn(move || other.lock_until("q", Instant::now() + SOON))
+    };
+    until_waiting(&other, "q", 1);
+    quiet.unlock(lock).unwrap();
+    let got = theirs.join().unwrap().expect("the poll did not notice it");
+    for s in servers.iter() {
+        assert_eq!(publish_calls(s), 0, "{}", s.addr());
+    }
+    other.unlock(got).unwrap();
+    assert_no_key(&servers, "q");
 }
 
 #[test]

@@ -40,6 +40,9 @@ pub enum Kind {
     MuxNowait,
     /// This crate's async API on tokio (the `scale` scenario only).
     MuxAsync,
+    /// The same with `release_notices(false)`: the plain check-and-delete release, like the
+    /// floor's (the `scale` scenario only).
+    MuxAsyncQuiet,
     /// This crate over TLS, to the same servers' TLS ports ([`TLS`] must be set).
     MuxTls,
     Floor,
@@ -67,6 +70,7 @@ impl Kind {
             Kind::Redlock => "redlock",
             Kind::MuxNowait => "redlock-mux, unlock_nowait",
             Kind::MuxAsync => "redlock-mux async (tokio)",
+            Kind::MuxAsyncQuiet => "redlock-mux async, no release notices",
             Kind::MuxTls => "redlock-mux, TLS",
         }
     }
@@ -124,7 +128,9 @@ pub fn make(kind: Kind, urls: &[String]) -> Box<dyn Cycle> {
         Kind::Rslock => Box::new(Rslock::new(urls)),
         Kind::Redlock => Box::new(Redlock::new(urls)),
         Kind::MuxTls => Box::new(Mux::with(tls_builder(urls))),
-        Kind::MuxNowait | Kind::MuxAsync => unreachable!("the scale scenario's own runners"),
+        Kind::MuxNowait | Kind::MuxAsync | Kind::MuxAsyncQuiet => {
+            unreachable!("the scale scenario's own runners")
+        }
     }
 }
 

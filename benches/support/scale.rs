@@ -374,10 +374,12 @@ pub fn run_mux_async(
     stop: Stop,
     tag: &str,
     hard_limit: Duration,
+    notices: bool,
     on_ready: &mut dyn FnMut(),
 ) -> ScaleRun {
     let rt = two_workers();
     let redlock = Mux::builder(urls)
+        .release_notices(notices)
         .build_async()
         .expect("redlock-mux handle");
     warm_up(&rt, &redlock, tag);

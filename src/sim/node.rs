@@ -161,7 +161,7 @@ impl Node {
                     return;
                 }
                 self.loaded[index] = true;
-                if index >= 2 {
+                if matches!(index, 2..=4) {
                     self.fenced(index, cmd, now, out);
                     return;
                 }
@@ -170,7 +170,7 @@ impl Node {
                 let ours = self.live(key, now) == Some(token);
                 let done = match (ours, index) {
                     (false, _) => 0,
-                    (true, 0) => {
+                    (true, 0 | 5) => {
                         self.keys.remove(key);
                         1
                     }
