@@ -54,7 +54,16 @@ pub(crate) struct SlotCell {
     pub cancelled: bool,
     /// The outcome was delivered with a wake and counted in [`Mailbox::unclaimed`]: its taker
     /// uncounts it ([`Mailbox::claimed`]).
-    pub counted: bool,
+    counted: bool,
+}
+
+impl SlotCell {
+    /// Takes the outcome if it is in, with whether it was counted in [`Mailbox::unclaimed`]
+    /// (then its taker calls [`Mailbox::claimed`]).
+    pub fn take_outcome(&mut self) -> Option<(Outcome, bool)> {
+        let outcome = self.outcome.take()?;
+        Some((outcome, std::mem::take(&mut self.counted)))
+    }
 }
 
 impl Slot {
@@ -385,9 +394,11 @@ mod tests {
         assert!(flag.0.load(Ordering::SeqCst));
         assert_eq!(unclaimed.load(Ordering::SeqCst), 1);
         let mut cell = slot.cell();
-        assert!(cell.outcome.take().is_some());
-        // The taker uncounts it (`Mailbox::claimed`), once.
-        assert!(std::mem::take(&mut cell.counted));
+        // The taker learns to uncount it (`Mailbox::claimed`), once.
+        assert!(matches!(
+            cell.take_outcome(),
+            Some((Outcome::Released(3), true))
+        ));
         assert!(!cell.counted);
     }
 

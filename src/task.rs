@@ -117,19 +117,24 @@ impl Call<'_> {
         !matches!(self.kind, ReqKind::Wait { .. })
     }
 
+    /// Its outcome taken, or the future dropped: out of [`Hub::active`], and out of the
+    /// mailbox's `unclaimed` if the outcome was delivered with a wake.
+    fn uncount(&self, unclaimed: bool) {
+        if self.counted() {
+            self.hub.active.fetch_sub(1, Ordering::SeqCst);
+        }
+        if unclaimed {
+            self.hub.mailbox.claimed();
+        }
+    }
+
     fn poll_slot(&mut self, cx: &mut Context<'_>) -> Poll<Outcome> {
         let slot = self.slot.as_ref().expect("submitted");
         let mut cell = slot.cell();
-        if let Some(outcome) = cell.outcome.take() {
-            let counted = std::mem::take(&mut cell.counted);
+        if let Some((outcome, unclaimed)) = cell.take_outcome() {
             drop(cell);
-            if counted {
-                self.hub.mailbox.claimed();
-            }
+            self.uncount(unclaimed);
             self.finished = true;
-            if self.counted() {
-                self.hub.active.fetch_sub(1, Ordering::SeqCst);
-            }
             if let Some(slot) = self.slot.take() {
                 give_back(slot);
             }
@@ -149,22 +154,18 @@ impl Drop for Call<'_> {
             // Never submitted, or finished.
             return;
         };
-        if self.counted() {
-            self.hub.active.fetch_sub(1, Ordering::SeqCst);
-        }
         let mut cell = slot.cell();
-        let Some(outcome) = cell.outcome.take() else {
+        let Some((outcome, unclaimed)) = cell.take_outcome() else {
             // In flight: the engine cleans up when it decides (a lock won for nobody is
             // released); a request not taken in yet is skipped.
             cell.cancelled = true;
             cell.waker = None;
+            drop(cell);
+            self.uncount(false);
             return;
         };
-        let counted = std::mem::take(&mut cell.counted);
         drop(cell);
-        if counted {
-            self.hub.mailbox.claimed();
-        }
+        self.uncount(unclaimed);
         // Decided, but the caller went away before it looked: a lock is released at once.
         match outcome {
             Outcome::Acquired(Ok(_)) => self.hub.send(ReqKind::Release, self.resource, &self.token),
