@@ -486,6 +486,13 @@ impl Decoder {
     /// A [`ParseError`] for invalid RESP or a [`Limits`] value exceeded; the state is reset and
     /// the connection that produced the bytes should be dropped, since framing is lost.
     pub fn decode<'a>(&mut self, buf: &'a [u8]) -> Result<Status<(Frame<'a>, usize)>, ParseError> {
+        if self.pos == 0
+            && self.depth == 0
+            && let Some(done) = common_reply(buf, &self.limits)
+        {
+            self.scan = 0;
+            return Ok(Status::Complete(done));
+        }
         if buf.len() < self.pos || buf.len() < self.scan {
             self.reset();
         }
@@ -701,6 +708,27 @@ fn parse_big_number(line: &[u8]) -> Result<&str, ParseError> {
         return Err(ParseError::InvalidBigNumber);
     }
     text(line)
+}
+
+/// The replies a lock client gets by the thousand, recognised whole without the general
+/// decoder: `+OK` (a `SET` won), `:0` to `:9` (a script's answer), `$-1` and `_` (a `SET`
+/// refused). The same frame the general path makes of them (a unit test compares the two), at
+/// a few compares instead of a line scan, a UTF-8 check and a number parse (measured with
+/// callgrind: about 190 instructions per reply on the general path).
+#[inline]
+fn common_reply<'a>(buf: &'a [u8], limits: &Limits) -> Option<(Frame<'a>, usize)> {
+    // Within any limits the general path would accept them under (lines of 2 bytes at most,
+    // frames of 5).
+    if limits.max_line_len < 2 || limits.max_frame_len < 5 {
+        return None;
+    }
+    match buf {
+        [b'+', b'O', b'K', b'\r', b'\n', ..] => Some((Frame::Simple("OK"), 5)),
+        [b':', d @ b'0'..=b'9', b'\r', b'\n', ..] => Some((Frame::Integer(i64::from(d - b'0')), 4)),
+        [b'$', b'-', b'1', b'\r', b'\n', ..] => Some((Frame::Null, 5)),
+        [b'_', b'\r', b'\n', ..] => Some((Frame::Null, 3)),
+        _ => None,
+    }
 }
 
 /// Decodes the element header at `at` (and the whole element, when it is a scalar).
@@ -980,6 +1008,11 @@ pub fn encode_command(out: &mut BytesMut, args: &[Arg<'_>]) {
 /// Appends an array header `*<n>\r\n`: the start of a command whose arguments follow as
 /// [`encode_bulk`] calls.
 pub fn encode_array_header(out: &mut BytesMut, n: usize) {
+    // Every command the client sends has fewer than ten parts.
+    if n < 10 {
+        out.extend_from_slice(&[b'*', b'0' + n as u8, b'\r', b'\n']);
+        return;
+    }
     let mut scratch = [0u8; U64_DIGITS];
     let digits = format_u64(n as u64, &mut scratch);
     let mut head = [0u8; HEADER_MAX];
@@ -1220,5 +1253,83 @@ impl Value {
                 Ok(())
             }
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The general path alone, as before the shortcut.
+    fn general(buf: &[u8], limits: Limits) -> Result<Status<(Frame<'_>, usize)>, ParseError> {
+        Decoder::new(limits).run(buf)
+    }
+
+    #[test]
+    fn common_replies_decode_as_the_general_path_decodes_them() {
+        let mut replies: Vec<Vec<u8>> = vec![b"+OK\r\n".to_vec(), b"$-1\r\n".to_vec()];
+        replies.push(b"_\r\n".to_vec());
+        replies.extend((0..10).map(|d| format!(":{d}\r\n").into_bytes()));
+        for reply in &replies {
+            // Alone, followed by the next reply, and cut short (then not taken by the shortcut).
+            let mut followed = reply.clone();
+            followed.extend_from_slice(b":1\r\n");
+            for buf in [&reply[..], &followed[..]] {
+                let fast = common_reply(buf, &Limits::DEFAULT).expect("a common reply");
+                assert_eq!(
+                    general(buf, Limits::DEFAULT).unwrap(),
+                    Status::Complete(fast),
+                    "{buf:?}"
+                );
+                assert_eq!(
+                    Decoder::default().decode(buf).unwrap(),
+                    Status::Complete(fast)
+                );
+            }
+            for cut in 0..reply.len() {
+                assert_eq!(common_reply(&reply[..cut], &Limits::DEFAULT), None);
+                assert_eq!(
+                    Decoder::default().decode(&reply[..cut]).unwrap(),
+                    Status::Partial
+                );
+            }
+        }
+        // Look-alikes go the general way.
+        for other in [
+            &b"+OKAY\r\n"[..],
+            b":10\r\n",
+            b":-1\r\n",
+            b"$-10\r\n",
+            b"+OK\n",
+        ] {
+            assert_eq!(common_reply(other, &Limits::DEFAULT), None, "{other:?}");
+        }
+        // Limits too tight for them leave them to the general path, which refuses them.
+        let tight = Limits {
+            max_line_len: 1,
+            ..Limits::DEFAULT
+        };
+        assert_eq!(common_reply(b"+OK\r\n", &tight), None);
+        assert_eq!(
+            Decoder::new(tight).decode(b"+OK\r\n"),
+            general(b"+OK\r\n", tight)
+        );
+        assert!(general(b"+OK\r\n", tight).is_err());
+    }
+
+    #[test]
+    fn a_common_reply_after_a_partial_one_starts_clean() {
+        let mut decoder = Decoder::default();
+        assert_eq!(decoder.decode(b"+O").unwrap(), Status::Partial);
+        // The bytes were dropped (a new connection): a shorter, complete buffer.
+        assert_eq!(
+            decoder.decode(b":1\r\n").unwrap(),
+            Status::Complete((Frame::Integer(1), 4))
+        );
+        assert_eq!(decoder.progress(), 0);
+        assert!(matches!(
+            decoder.decode(b"*1\r\n:2\r\n"),
+            Ok(Status::Complete((Frame::Aggregate(_), 8)))
+        ));
     }
 }
