@@ -149,7 +149,7 @@ impl Node {
                     if name == b"EVAL" {
                         s.body.as_bytes() == cmd[1]
                     } else {
-                        s.sha[..] == *cmd[1]
+                        *s.sha() == *cmd[1]
                     }
                 });
                 let Some(index) = index else {
@@ -276,7 +276,7 @@ mod tests {
             run(&mut n, &[b"SET", b"k", b"t2", b"NX", b"PX", b"10"], 1),
             "$-1\r\n"
         );
-        let sha = &scripts()[0].sha[..];
+        let sha = scripts()[0].sha();
         let release: &[&[u8]] = &[b"EVALSHA", sha, b"1", b"k", b"t1"];
         assert!(run(&mut n, release, 2).starts_with("-NOSCRIPT"));
         let body = scripts()[0].body.as_bytes();
