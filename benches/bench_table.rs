@@ -1135,6 +1135,9 @@ struct ScaleFig {
     p50: Duration,
     p99: Duration,
     cpu_per_1000: f64,
+    /// The servers' CPU (user + sys of the five `redis-server` processes) per 1,000 cycles,
+    /// from the start signal to the run's return.
+    servers_per_1000: f64,
     failed: u64,
     finished: bool,
     /// Cycles completed by the hard deadline (for runs that did not finish).
@@ -1142,12 +1145,13 @@ struct ScaleFig {
 }
 
 impl ScaleFig {
-    fn of(run: &scale::ScaleRun) -> ScaleFig {
+    fn of(run: &scale::ScaleRun, servers: Duration) -> ScaleFig {
         ScaleFig {
             rate: run.rate(),
             p50: quantile(&run.latencies, 0.5),
             p99: quantile(&run.latencies, 0.99),
             cpu_per_1000: run.cpu_per_1000(),
+            servers_per_1000: servers.as_secs_f64() * 1000.0 / (run.cycles.max(1) as f64),
             failed: run.failed,
             finished: run.finished,
             completed: run.completed_by_deadline,
@@ -1249,11 +1253,14 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
                     kind.name(),
                     if frozen { "frozen" } else { "healthy" }
                 );
+                let pids: Vec<u32> = servers.iter().map(|s| s.pid()).collect();
+                let mut servers0 = Duration::ZERO;
                 let server = &mut servers[FROZEN];
                 let mut on_ready = || {
                     if frozen {
                         server.freeze();
                     }
+                    servers0 = scale::processes_cpu(&pids);
                 };
                 let run = match kind {
                     Kind::Mux | Kind::MuxNowait => scale::run_mux(
@@ -1280,12 +1287,13 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
                     Kind::Floor => scale::run_floor(&urls, k, stop, &tag, &mut on_ready),
                     other => unreachable!("{other:?}"),
                 };
+                let servers_cpu = scale::processes_cpu(&pids).saturating_sub(servers0);
                 if frozen {
                     servers[FROZEN].resume();
                     // Let it work off what queued up while it was stopped.
                     servers[FROZEN].cmd(&["PING"]);
                 }
-                let fig = ScaleFig::of(&run);
+                let fig = ScaleFig::of(&run, servers_cpu);
                 let per_cycle = run.io.map_or(String::new(), |io| {
                     let c = run.cycles.max(1) as f64;
                     format!(
@@ -1385,6 +1393,7 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
     let p50 = |f: &ScaleFig| f.p50.as_secs_f64();
     let p99 = |f: &ScaleFig| f.p99.as_secs_f64();
     let cpu = |f: &ScaleFig| f.cpu_per_1000;
+    let srv = |f: &ScaleFig| f.servers_per_1000;
     let fmt = |x: Option<f64>, digits: usize| x.map_or("—".into(), |x| format!("{x:.digits$}"));
     let dur = |x: Option<f64>| x.map_or("—".into(), |x| ms(Duration::from_secs_f64(x)));
 
@@ -1395,9 +1404,10 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
          no release notices: the same with `release_notices(false)`, whose release is the floor's plain check-and-delete (the default also publishes a notice for waiters); \
          rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
          floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
-         Figures are medians over rounds; ratios are medians of same-round ratios.\n\n\
-         | K | implementation | cycles/s | p50 ms | p99 ms | client CPU s per 1,000 cycles | cycles/s ÷ floor | cycles/s ÷ rslock | p99 ÷ floor's | p99 ÷ rslock's | failed |\n\
-         |--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
+         Figures are medians over rounds; ratios are medians of same-round ratios. \
+         Servers' CPU: the five `redis-server` processes' user + sys time over the run (the client and the servers share the machine's CPUs).\n\n\
+         | K | implementation | cycles/s | p50 ms | p99 ms | client CPU s per 1,000 cycles | servers' CPU s per 1,000 cycles | cycles/s ÷ floor | cycles/s ÷ rslock | p99 ÷ floor's | p99 ÷ rslock's | failed |\n\
+         |--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n",
         opts.label,
         opts.scale_rounds,
         if opts.scale_rounds == 1 { "" } else { "s" },
@@ -1422,12 +1432,13 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
             };
             let _ = writeln!(
                 md,
-                "| {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {k} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 kind.name(),
                 fmt(med(false, k, kind, &rate), 0),
                 dur(med(false, k, kind, &p50)),
                 dur(med(false, k, kind, &p99)),
                 fmt(med(false, k, kind, &cpu), 3),
+                fmt(med(false, k, kind, &srv), 3),
                 vs(Kind::Floor, &rate),
                 vs(Kind::Rslock, &rate),
                 vs(Kind::Floor, &p99),
@@ -1659,6 +1670,60 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
          | goal | limit | redlock-mux | | floor on the same measure |\n|---|--:|--:|---|--:|\n{goals}",
         opts.label
     );
+    // Where a cycle's CPU goes, the whole machine's: the client's and the servers' share, and
+    // how many of the CPUs a run kept busy. The servers' part is work the client only changes
+    // by what it sends (the notice's `PUBLISH`, the number of reads and writes); the rest of
+    // 0.8 × the floor's rate is what the client may spend.
+    let mut budget = String::new();
+    for k in [64, 256] {
+        if !opts.scale_ks.contains(&k) {
+            continue;
+        }
+        let per_cycle = |f: &ScaleFig| f.cpu_per_1000 + f.servers_per_1000;
+        let busy = |f: &ScaleFig| f.rate * per_cycle(f) / 1000.0;
+        for kind in [Kind::Floor, Kind::MuxAsync, Kind::MuxAsyncQuiet] {
+            let me = (false, k, kind);
+            // Same round: the floor's CPU per cycle ÷ 0.8, less this run's servers' share.
+            let left = if kind == Kind::Floor {
+                None
+            } else {
+                let mut v: Vec<f64> = get(false, k, kind)
+                    .iter()
+                    .zip(get(false, k, Kind::Floor))
+                    .filter_map(|(x, y)| match (x, y) {
+                        (Some(x), Some(y)) if x.finished && y.finished => {
+                            Some(per_cycle(y) / 0.8 - x.servers_per_1000)
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                (!v.is_empty()).then(|| median(&mut v))
+            };
+            let us = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.1}", x * 1000.0));
+            let _ = writeln!(
+                budget,
+                "| {k} | {} | {} | {} | {} | {} | {} |",
+                kind.name(),
+                us(med(me.0, k, kind, &cpu)),
+                us(med(me.0, k, kind, &srv)),
+                us(med(me.0, k, kind, &per_cycle)),
+                fmt(med(me.0, k, kind, &busy), 2),
+                us(left),
+            );
+        }
+    }
+    if !budget.is_empty() {
+        let _ = write!(
+            md,
+            "\n#### Scale: the machine's CPU per cycle ({}; medians over rounds)\n\n\
+             Client: this process; servers: the five `redis-server` processes. Last column: the client CPU per cycle \
+             at which the run would reach 0.8 × the floor's cycles/s if it kept as many CPUs busy as the floor does \
+             (same round: the floor's CPU per cycle ÷ 0.8, less this run's servers' CPU per cycle).\n\n\
+             | K | implementation | client µs per cycle | servers' µs per cycle | together | CPUs busy | client µs per cycle that 0.8 × the floor leaves |\n\
+             |--:|---|--:|--:|--:|--:|--:|\n{budget}",
+            opts.label
+        );
+    }
     let _ = writeln!(
         md,
         "\n_Scale: {} round(s) × {:?} per implementation and K; {:.0?} in all{}._",
