@@ -603,10 +603,11 @@ fn the_background_thread_waits_for_a_caller_holding_the_loop_rather_than_spin() 
     let (la, lc) = (block_on(a).unwrap(), block_on(c).unwrap());
     block_on(redlock.unlock(la)).unwrap();
     block_on(redlock.unlock(lc)).unwrap();
-    // Parked between looks, it looks at most about once a millisecond while the loop stays
-    // taken (its bound), some 200 times in the window; spinning, it looked without pause.
+    // A few hundred looks in a row, then parked between looks: at most about once a
+    // millisecond while the loop stays taken (its bound), some 200 times in the window;
+    // spinning, it looked without pause.
     assert!(
-        looks <= 400,
+        looks <= 1000,
         "the background thread looked {looks} times in 200 ms at a loop a caller held"
     );
 }
