@@ -1675,14 +1675,14 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
     // by what it sends (the notice's `PUBLISH`, the number of reads and writes); the rest of
     // 0.8 × the floor's rate is what the client may spend.
     let mut budget = String::new();
+    let per_cycle = |f: &ScaleFig| f.cpu_per_1000 + f.servers_per_1000;
+    let busy = |f: &ScaleFig| f.rate * per_cycle(f) / 1000.0;
+    let us = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.1}", x * 1000.0));
     for k in [64, 256] {
         if !opts.scale_ks.contains(&k) {
             continue;
         }
-        let per_cycle = |f: &ScaleFig| f.cpu_per_1000 + f.servers_per_1000;
-        let busy = |f: &ScaleFig| f.rate * per_cycle(f) / 1000.0;
         for kind in [Kind::Floor, Kind::MuxAsync, Kind::MuxAsyncQuiet] {
-            let me = (false, k, kind);
             // Same round: the floor's CPU per cycle ÷ 0.8, less this run's servers' share.
             let left = if kind == Kind::Floor {
                 None
@@ -1699,15 +1699,14 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
                     .collect();
                 (!v.is_empty()).then(|| median(&mut v))
             };
-            let us = |x: Option<f64>| x.map_or("—".into(), |x| format!("{:.1}", x * 1000.0));
             let _ = writeln!(
                 budget,
                 "| {k} | {} | {} | {} | {} | {} | {} |",
                 kind.name(),
-                us(med(me.0, k, kind, &cpu)),
-                us(med(me.0, k, kind, &srv)),
-                us(med(me.0, k, kind, &per_cycle)),
-                fmt(med(me.0, k, kind, &busy), 2),
+                us(med(false, k, kind, &cpu)),
+                us(med(false, k, kind, &srv)),
+                us(med(false, k, kind, &per_cycle)),
+                fmt(med(false, k, kind, &busy), 2),
                 us(left),
             );
         }
