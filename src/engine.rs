@@ -376,6 +376,9 @@ const COALESCE_SHARE: u32 = 10;
 const MIN_LEDGER_RETRY: Duration = Duration::from_millis(10);
 /// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
 const FAR_FUTURE: Duration = Duration::from_secs(3600);
+/// Bounds of a waiting mark's life (see `Engine::mark_waiting`).
+const MIN_MARK_TTL: Duration = Duration::from_secs(1);
+const MAX_MARK_TTL: Duration = Duration::from_secs(24 * 3600);
 /// A release waits for a node still answering earlier requests this many of the last round's
 /// durations (at least a tenth of the node timeout, at most all of it, and never under
 /// `MIN_RELEASE_GRACE`): a healthy straggler makes it.
@@ -606,17 +609,19 @@ impl<N: Net> Engine<N> {
                 q.earliest = q.earliest.min(deadline);
                 q.touch(now);
                 if q.waiters.len() == 1 && q.attempt.is_none() {
-                    // First in a queue that lingers: attempts at once, as its head.
-                    self.attempt(id, now);
+                    // First in a queue that lingers: attempts at once, as its head (unmarked,
+                    // like an attempt with no queue: most find the resource free).
+                    self.attempt(id, now, false);
                 }
             }
-            None => self.attempt(id, now),
+            None => self.attempt(id, now, false),
         }
         id
     }
 
-    /// Submits the next attempt of the waiting operation `w`, with a token of its own.
-    fn attempt(&mut self, w: OpId, now: Instant) {
+    /// Submits the next attempt of the waiting operation `w`, with a token of its own; if `w`
+    /// heads a queue and `mark`, behind a waiting mark (see [`Engine::mark_waiting`]).
+    fn attempt(&mut self, w: OpId, now: Instant, mark: bool) {
         let mut resource = std::mem::take(&mut self.wait_resource);
         let op = &mut self.core.ops[w.index as usize];
         let token = op.token.variant(op.tries);
@@ -624,13 +629,21 @@ impl<N: Net> Engine<N> {
         let ttl = op.ttl;
         resource.clear();
         resource.extend_from_slice(&op.resource);
+        let mut marked = false;
         if let Some(q) = self.waits.get_mut(&resource)
             && q.waiters.front() == Some(&w)
         {
             q.attempt = Some(w);
             q.released = false;
+            q.marked = mark;
+            marked = mark;
         }
         let all = self.all_nodes();
+        if marked {
+            // A waiter (subscribed since its queue opened): marked as one, ahead of the attempt
+            // on the same connections, so that a release after a refusal publishes.
+            self.mark_waiting(&resource, all, now);
+        }
         let kind = ReqKind::Acquire { ttl };
         self.submit_to(kind, &resource, &token, Waiter::Attempt(w), all, now);
         self.wait_resource = resource;
@@ -654,7 +667,8 @@ impl<N: Net> Engine<N> {
             && let Some(&head) = q.waiters.front()
             && !is_cancelled(&self.core.ops[head.index as usize])
         {
-            self.attempt(head, now);
+            // Right behind our own release (in the same write), the attempt needs no mark.
+            self.attempt(head, now, seen == Seen::Notice);
         }
     }
 
@@ -746,6 +760,7 @@ impl<N: Net> Engine<N> {
             let random = self.waits.random();
             let poll = retry_pause(&self.shared.config, random);
             let held = matches!(error, Error::Held(_));
+            let hears = self.core.no_notices.iter().any(|&no| !no);
             let q: &mut Queue = match self.waits.get_mut(&resource) {
                 Some(q) => {
                     if !q.waiters.contains(&w) {
@@ -769,7 +784,11 @@ impl<N: Net> Engine<N> {
             };
             q.attempt_decided(w);
             if q.waiters.front() == Some(&w) {
-                let released = std::mem::take(&mut q.released);
+                // Refused unmarked: nothing would tell of the holder's release but the poll,
+                // so the next attempt, marked, goes at once (unless no node takes
+                // subscriptions: then it would wait for the poll all the same).
+                let unmarked = held && !std::mem::take(&mut q.marked) && hears;
+                let released = std::mem::take(&mut q.released) || unmarked;
                 q.try_at = if split {
                     q.splits += 1;
                     let pause = split_pause(q.splits, round, random);
@@ -885,6 +904,39 @@ impl<N: Net> Engine<N> {
         }
     }
 
+    /// `SET redlock:waiting:<resource> 1 PX <ms>` on the nodes in `nodes` that are ready and
+    /// take subscriptions: the mark that makes a release publish its notice (see
+    /// `RELEASE_BODY`). It outlives two fallback polls (at least a second), so a waiter that
+    /// polls keeps it; a release takes it. The reply is not waited for.
+    fn mark_waiting(&mut self, resource: &[u8], nodes: u64, now: Instant) {
+        let n = self.shared.nodes.len();
+        let config = &self.shared.config;
+        let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
+            .saturating_mul(2)
+            .clamp(MIN_MARK_TTL, MAX_MARK_TTL);
+        let Engine {
+            net, core, scratch, ..
+        } = self;
+        scratch.clear();
+        let prefix = crate::session::WAITING_KEY_PREFIX.as_bytes();
+        crate::resp::encode_array_header(scratch, 5);
+        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"SET"));
+        // The key, `prefix + resource`, as one bulk string without a copy.
+        let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
+        scratch.extend_from_slice(prefix);
+        scratch.extend_from_slice(resource);
+        scratch.extend_from_slice(b"\r\n");
+        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"1"));
+        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"PX"));
+        crate::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
+        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+            if core.no_notices[node] || !net.session(node).is_ready() {
+                continue;
+            }
+            let _ = net.request(node, Kind::Command, 0, scratch, now, &mut core.sink());
+        }
+    }
+
     /// Subscribes on connections that have none of our subscriptions yet (new since, or just
     /// switched to RESP3); the head of each queue subscribed there tries once more, behind the
     /// subscription, in case a release came before it.
@@ -984,7 +1036,7 @@ impl<N: Net> Engine<N> {
         }
         due.sort_by_key(|id| (id.index, id.seq));
         for head in due.drain(..) {
-            self.attempt(head, now);
+            self.attempt(head, now, true);
         }
         self.due = due;
         self.resubscribe(now);

@@ -75,6 +75,11 @@ pub(crate) struct Queue {
     pub held_until: Option<Instant>,
     /// Other clients were subscribed to the notice of the last release we saw answered.
     pub remote: bool,
+    /// The head's attempt in flight went out behind a waiting mark (`redlock:waiting:<name>`):
+    /// if it is refused, a release by another client publishes its notice. An attempt right
+    /// behind our own release, or the first from a lingering queue, goes without one: refused,
+    /// it is made again at once, marked.
+    pub marked: bool,
     /// Subscribed to the resource's release notices (nodes, as a bit set).
     pub subscribed: u64,
     /// The head's last failure: what a caller gets whose deadline passes while it waits.
@@ -129,6 +134,7 @@ impl Waits {
             streak: 0,
             held_until: None,
             remote: false,
+            marked: false,
             subscribed: 0,
             last_error: error,
             earliest: now,

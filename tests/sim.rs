@@ -96,7 +96,7 @@ fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
-    assumption_is_needed(Break::ClockDrift, &[0, 12, 19]);
+    assumption_is_needed(Break::ClockDrift, &[0, 12, 37]);
 }
 
 #[test]

@@ -1,11 +1,12 @@
 //! A simulated Redis node: the semantics the lock relies on, and nothing more.
 //!
-//! `SET key value NX PX ms` with expiry on the node's own clock, the release and extend scripts
-//! by `EVALSHA` (answered `NOSCRIPT` until the script was sent by `EVAL`) and by `EVAL`,
-//! `SCRIPT FLUSH`, `HELLO` and `INFO server` (`run_id`, uptime), and the fencing scripts over
-//! the counter hash `redlock:fence` (`run`, `n`; see `fence.rs`). Replies are RESP3, in order
-//! per connection. A *lying* node answers every `SET NX` with `OK` and overwrites the key: the
-//! fault that breaks the "no lying nodes" assumption.
+//! `SET key value NX PX ms` with expiry on the node's own clock (and a waiter's mark, `SET key
+//! value PX ms`), the release and extend scripts by `EVALSHA` (answered `NOSCRIPT` until the
+//! script was sent by `EVAL`) and by `EVAL`, `SCRIPT FLUSH`, `HELLO` and `INFO server`
+//! (`run_id`, uptime), and the fencing scripts over the counter hash `redlock:fence` (`run`,
+//! `n`; see `fence.rs`). Replies are RESP3, in order per connection. A *lying* node answers
+//! every `SET NX` with `OK` and overwrites the key: the fault that breaks the "no lying nodes"
+//! assumption.
 
 use std::collections::HashMap;
 
@@ -138,9 +139,15 @@ impl Node {
                 );
                 out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
             }
+            b"SET" if cmd.len() == 5 => {
+                // SET key value PX ms: a waiter's mark (`redlock:waiting:<resource>`).
+                let expiry = now + number(cmd[4]) * 1_000_000;
+                self.keys.insert(cmd[1].to_vec(), (cmd[2].to_vec(), expiry));
+                out.extend_from_slice(b"+OK\r\n");
+            }
             b"SET" => {
-                // SET key value NX PX ms: the only form the client sends. Nil in RESP2, the
-                // client's default protocol.
+                // SET key value NX PX ms: the lock's. Nil in RESP2, the client's default
+                // protocol.
                 let set = self.set_nx(cmd[1], cmd[2], number(cmd[5]), now);
                 out.extend_from_slice(if set { b"+OK\r\n" } else { b"$-1\r\n" });
             }
@@ -170,7 +177,15 @@ impl Node {
                 let ours = self.live(key, now) == Some(token);
                 let done = match (ours, index) {
                     (false, _) => 0,
-                    (true, 0 | 5) => {
+                    (true, 0) => {
+                        // The waiting mark goes with the lock (no pub/sub here: nobody hears).
+                        self.keys.remove(key);
+                        let mut mark = crate::session::WAITING_KEY_PREFIX.as_bytes().to_vec();
+                        mark.extend_from_slice(key);
+                        self.keys.remove(&mark);
+                        1
+                    }
+                    (true, 5) => {
                         self.keys.remove(key);
                         1
                     }
