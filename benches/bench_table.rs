@@ -1401,7 +1401,7 @@ fn scale(servers: &mut Cluster, opts: &Opts) -> String {
         "\n#### Scale: K callers, a resource of their own each, one shared handle, N = 5 loopback ({}; {} round{} × {:?} per implementation and K, order rotated each round)\n\n\
          redlock-mux: K OS threads sharing one `Redlock` (one engine: one connection per node, one loop; `unlock_nowait` does not wait for the release replies); \
          redlock-mux async (tokio): K tokio tasks sharing one `AsyncRedlock` (the same engine, futures woken through wakers), multi-thread runtime with 2 workers; \
-         no release notices: the same with `release_notices(false)`, whose release is the floor's plain check-and-delete (the default also publishes a notice for waiters); \
+         no release notices: the same with `release_notices(false)`, whose release is the floor's plain check-and-delete (the default also deletes the waiting mark and publishes a notice when a waiter set one); \
          rslock: K tokio tasks sharing one `LockManager`, multi-thread runtime with 2 workers; \
          floor: one thread, K cycles pipelined per batch (a cycle's latency is its batch's). \
          Figures are medians over rounds; ratios are medians of same-round ratios. \

@@ -125,14 +125,14 @@ pub struct Config {
     /// anything with a fence lower than the highest it has seen, so a holder that paused past
     /// its validity cannot overwrite the next holder's work. Default off.
     pub fencing: bool,
-    /// Release notices: every release also publishes `redlock:released:<resource>`, which wakes
-    /// the clients waiting for that lock (`lock`, `lock_until`) at once, in any process. Off,
-    /// a release is the plain check-and-delete: about 13 % more lock + unlock cycles per
-    /// second from the same servers when they are the bottleneck (64 and 256 tokio tasks, 5
-    /// loopback servers, the bench's `scale` scenario), and a waiter in another
-    /// process (or on another handle) notices the release at its next fallback poll
-    /// ([`Config::retry_delay`]) instead. Waiters on the same handle are still woken at once.
-    /// Default on.
+    /// Release notices: a release publishes `redlock:released:<resource>` when a client waits
+    /// for that lock (`lock`, `lock_until`, in any process: a waiter marks itself with the key
+    /// `redlock:waiting:<resource>` before each attempt), which wakes it at once. The mark is
+    /// deleted with the lock in the same `DEL`, so a release nobody waits for costs the servers
+    /// one key lookup more than the plain check-and-delete, not a `PUBLISH`. Off, a release is
+    /// the plain check-and-delete, and a waiter in another process (or on another handle)
+    /// notices the release at its next fallback poll ([`Config::retry_delay`]) instead. Waiters
+    /// on the same handle are still woken at once. Default on.
     pub release_notices: bool,
 }
 
@@ -564,9 +564,9 @@ impl Builder {
         self
     }
 
-    /// Release notices on or off; see [`Config::release_notices`]. Turn them off when no
-    /// client of these servers waits for a lock (only `try_lock`), to spare the servers a
-    /// `PUBLISH` per release. Default on.
+    /// Release notices on or off; see [`Config::release_notices`]. Off spares the servers the
+    /// waiting mark's lookup in every release, and waiters in other processes poll instead.
+    /// Default on.
     pub fn release_notices(mut self, on: bool) -> Builder {
         self.config.release_notices = on;
         self
