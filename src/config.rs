@@ -282,13 +282,7 @@ impl Config {
                 resource.len()
             )));
         }
-        if resource == crate::fence::FENCE_KEY.as_bytes() {
-            return Err(Error::Config(format!(
-                "{:?} is the fence counter's key, not a resource name",
-                crate::fence::FENCE_KEY
-            )));
-        }
-        Ok(())
+        crate::keys::check_name(resource)
     }
 
     pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {

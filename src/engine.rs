@@ -904,10 +904,11 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// `SET redlock:waiting:<resource> 1 PX <ms>` on the nodes in `nodes` that are ready and
-    /// take subscriptions: the mark that makes a release publish its notice (see
-    /// `RELEASE_BODY`). It outlives two fallback polls (at least a second), so a waiter that
-    /// polls keeps it; a release takes it. The reply is not waited for.
+    /// The mark script (`keys.rs`: `redlock:waiting:<resource>` set to the mark value with a
+    /// TTL, only where no key or a mark is) on the nodes in `nodes` that are ready and take
+    /// subscriptions: the mark that makes a release publish its notice (see `RELEASE_BODY`).
+    /// It outlives two fallback polls (at least a second), so a waiter that polls keeps it; a
+    /// release takes it. The reply is not waited for.
     fn mark_waiting(&mut self, resource: &[u8], nodes: u64, now: Instant) {
         let n = self.shared.nodes.len();
         let config = &self.shared.config;
@@ -919,21 +920,25 @@ impl<N: Net> Engine<N> {
         } = self;
         scratch.clear();
         let prefix = crate::session::WAITING_KEY_PREFIX.as_bytes();
-        crate::resp::encode_array_header(scratch, 5);
-        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"SET"));
-        // The key, `prefix + resource`, as one bulk string without a copy.
+        // The script's tail: numkeys 1, the key `prefix + resource` as one bulk string
+        // without a copy, the TTL.
+        crate::resp::encode_bulk(scratch, &Arg::Int(1));
         let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
         scratch.extend_from_slice(prefix);
         scratch.extend_from_slice(resource);
         scratch.extend_from_slice(b"\r\n");
-        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"1"));
-        crate::resp::encode_bulk(scratch, &Arg::Bytes(b"PX"));
         crate::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
+        let call = ScriptCall {
+            script: &scripts()[crate::session::MARK_SCRIPT],
+            tag: 0,
+            tail: scratch,
+            argc: 3,
+        };
         for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
             if core.no_notices[node] || !net.session(node).is_ready() {
                 continue;
             }
-            let _ = net.request(node, Kind::Command, 0, scratch, now, &mut core.sink());
+            let _ = net.script(node, call, now, &mut core.sink());
         }
     }
 

@@ -287,6 +287,19 @@ pub enum Error {
     /// Bad configuration or input from the caller, found before anything was sent.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The lock name starts with the prefix this crate reserves for its own keys (the fence
+    /// counter, waiting marks, release notices): such a name could be one of them. Nothing was
+    /// sent. Choose a name outside the prefix.
+    #[error(
+        "{name:?} is not a lock name: names starting with {prefix:?} are reserved for this \
+         crate's own keys (fence counter, waiting marks, release notices)"
+    )]
+    ReservedName {
+        /// The name refused (lossily as UTF-8).
+        name: String,
+        /// The reserved prefix it starts with.
+        prefix: &'static str,
+    },
     /// Not acquired: the lock is held by someone else. For an extension: too many nodes no
     /// longer hold our token (it expired, or someone else has the lock now).
     #[error("{} ({})", .0.held_verdict(), .0)]

@@ -21,8 +21,7 @@
 
 use crate::resp::Frame;
 
-/// The counter's key on every node: a hash with the fields `run` and `n`.
-pub const FENCE_KEY: &str = "redlock:fence";
+pub use crate::keys::FENCE_KEY;
 
 /// Acquire and read: `SET KEYS[1] ARGV[1] NX PX ARGV[2]`, then the counter `KEYS[2]`'s `run`
 /// and `n`. Answers `{1 or 0, run, n}` (empty strings for missing fields).

@@ -147,7 +147,8 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource or a bad token.
+    /// [`Error::Config`] for an empty resource or a bad token; [`Error::ReservedName`] for a
+    /// name in the namespace this crate keeps for its own keys ([`crate::RESERVED_PREFIX`]).
     pub fn from_parts(
         resource: impl AsRef<[u8]>,
         token: impl AsRef<[u8]>,
@@ -157,6 +158,7 @@ impl Lock {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }
+        crate::keys::check_name(resource)?;
         Ok(Lock {
             resource: Bytes::new(resource),
             token: Token::from_bytes(token)?,

@@ -64,37 +64,45 @@ pub(crate) struct ScriptCall<'a> {
     pub argc: usize,
 }
 
-/// The channel a release notice is published on: this prefix, then the resource name.
-pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
+pub use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
 
-/// The key a waiting client sets (`SET <prefix><resource> 1 PX <ms>`, before each attempt it
-/// makes as a waiter) to say that it listens for the resource's release notice: this prefix,
-/// then the resource name. Like the fence key (`redlock:fence`), it lives under `redlock:`,
-/// which lock names must not use.
-pub const WAITING_KEY_PREFIX: &str = "redlock:waiting:";
-
-/// Compare-and-delete: release the lock only if it still holds our token, deleting the
-/// resource's waiting mark ([`WAITING_KEY_PREFIX`]) in the same `DEL`; only if there was one,
-/// publish a notice on `redlock:released:<resource>` for the clients waiting for it. Answers 0
-/// (not ours), or 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
+/// Compare-and-delete: release the lock only if it still holds our token; then, if the
+/// resource's waiting key ([`WAITING_KEY_PREFIX`]) holds a mark
+/// ([`MARK_VALUE`](crate::keys::MARK_VALUE)), delete the mark and publish a notice on
+/// `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not ours), or
+/// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
 ///
-/// Why the mark, and why the `DEL` takes it: a `PUBLISH` from a script costs the server about
-/// as much as the rest of the release (one `redis-benchmark` run, a `SET` and this script per
-/// call, 3 rounds: plain check-and-delete 3.16 µs, publishing every time 3.73 µs, this 3.29 µs;
-/// checking the mark with a `GET` of its own instead: 3.45 µs). Every waiter marks before every
-/// attempt it makes, behind its `SUBSCRIBE` on the same connection, so a release that comes
-/// after a refused attempt finds the mark and publishes: taking the mark away loses no waiter.
+/// Why the mark: a `PUBLISH` from a script costs the server about as much as the rest of the
+/// release (one `redis-benchmark` run, a `SET` and this script per call, 3 rounds: plain
+/// check-and-delete 3.16 µs, publishing every time 3.73 µs, reading the mark with a `GET`
+/// 3.45 µs). Every waiter marks before every attempt it makes, behind its `SUBSCRIBE` on the
+/// same connection, so a release that comes after a refused attempt finds the mark and
+/// publishes: taking the mark away loses no waiter.
 ///
-/// The `DEL` is a `pcall`: a user whose ACL does not reach `redlock:*` keys gets an error
-/// before anything is deleted, then the plain delete and a notice every time, as before the
-/// mark. The publish is in a `pcall` too: a user who may not publish still releases (waiters
-/// then notice by polling).
-pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then local d = redis.pcall(\"del\", KEYS[1], \"redlock:waiting:\" .. KEYS[1]) if d == 1 then return 1 end if type(d) ~= \"number\" then redis.call(\"del\", KEYS[1]) end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+/// Why the mark is read before it is deleted (an earlier version deleted lock and mark in one
+/// two-key `DEL`, 0.16 µs cheaper): the waiting key of `x` may be another client's lock (a
+/// Redlock client that knows nothing of this crate's namespace may lock
+/// `redlock:waiting:x`); only a key that holds the mark value is ours to delete.
+///
+/// The `GET` is a `pcall`: a user whose ACL does not reach `redlock:*` keys (or a foreign key
+/// of another type) gets an error, and then a notice every time, as before the mark. The
+/// publish is in a `pcall` too: a user who may not publish still releases (waiters then notice
+/// by polling).
+pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" then redis.call(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1.
 pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
-/// Compare-and-pexpire: extend the lock only if it still holds our token.
-pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then return redis.call(\"pexpire\",KEYS[1],ARGV[2]) else return 0 end";
+/// Compare-and-pexpire: extend the lock only if it still holds our token, and never shorten
+/// it: the key's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 (ours: it lives at least
+/// `ARGV[2]` ms more) or 0.
+///
+/// Why never shorten: one lock can be extended through two handles (a `Lock` is `Clone`, or
+/// rebuilt with `Lock::from_parts`), each with its own connection per node. A short extend
+/// delayed on its way can then run on a node after a long one that was sent later: a plain
+/// `PEXPIRE` would cut the key to `t_late + short` while the long extend's caller relies on
+/// `start + long − drift`. With the maximum, every extend that answered 1 is backed by the key
+/// for its whole TTL, in whatever order the extends run (tests/safety.rs).
+pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then if redis.call(\"pttl\",KEYS[1]) < tonumber(ARGV[2]) then redis.call(\"pexpire\",KEYS[1],ARGV[2]) end return 1 else return 0 end";
 
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -122,11 +130,14 @@ const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
 const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 6;
+pub(crate) const SCRIPT_COUNT: usize = 7;
+
+/// The index of the waiting mark's script in [`scripts`].
+pub(crate) const MARK_SCRIPT: usize = 6;
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
-/// without the notice.
+/// without the notice, 6 the waiting mark (`keys.rs`).
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -137,6 +148,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             crate::fence::WRITE_BODY,
             crate::fence::INCR_BODY,
             QUIET_RELEASE_BODY,
+            crate::keys::MARK_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {

@@ -846,6 +846,33 @@ fn bad_address_duration_or_flag_gives_64() {
     }
 }
 
+/// Issue 35: a name in the namespace the library keeps for its own keys (`redlock:`) is refused
+/// by every subcommand that locks, extends or releases, with the prefix named, before anything
+/// is sent (before the fix `acquire redlock:waiting:x` took it, and a release of `x` by any
+/// client deleted it).
+#[test]
+fn reserved_lock_names_give_64_and_name_the_prefix() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let token = "AAAAAAAAAAAAAAAAAAAAAAAAAAA";
+    let cases: &[&[&str]] = &[
+        &["acquire", "redlock:waiting:x"],
+        &["acquire", "-n", "redlock:fence"],
+        &["run", "redlock:waiting:x", "--", "true"],
+        &["extend", "redlock:waiting:x", token],
+        &["release", "redlock:waiting:x", token],
+    ];
+    for args in cases {
+        // (`plain`: extend and release take no --quarantine.)
+        let o = output(plain(&urls).args(*args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "\"redlock:\"");
+    }
+    for s in servers.iter() {
+        assert_eq!(s.dbsize(), 0, "{}", s.addr());
+    }
+}
+
 #[test]
 fn acquire_extend_release_round_trip() {
     let servers = Cluster::start(3);

@@ -68,7 +68,10 @@ fn fences_grow_across_clients_and_resources_and_ride_on_the_lock() {
     }
     assert!(on_last >= 2, "{status:?}");
     // The counter's key is no resource name.
-    assert!(matches!(a.try_lock(FENCE_KEY), Err(Error::Config(_))));
+    assert!(matches!(
+        a.try_lock(FENCE_KEY),
+        Err(Error::ReservedName { .. })
+    ));
     // Without fencing: no fence, no counter touched (fenced locks' write-backs are all
     // answered: the status above came after them on every connection).
     let before: Vec<u64> = (0..3).map(|i| counter(&servers, i)).collect();

@@ -488,3 +488,59 @@ fn an_acl_user_without_info_is_told_what_to_grant_and_leaves_no_key() {
     }
     assert_no_key_anywhere(&servers);
 }
+
+// --- Issue 35, item 4: two extends of one lock through two handles --------------------------
+
+/// A `Lock` is `Clone` (and can be rebuilt with `Lock::from_parts`), so it can be extended
+/// through two handles, each with its own connection per node. A short extend delayed on its
+/// way (a relay, 400 ms each way) runs on every node after a long one sent through the other
+/// handle: with a plain `PEXPIRE` it cut the keys to `t_late + short` while the long extend's
+/// lock promised `start + long − drift` (before the fix: PTTL ≈ 1,000 ms on every node against
+/// a validity of ≈ 19 s). The extend script never shortens a key now, so both promises hold.
+#[test]
+fn extends_through_two_handles_out_of_order_never_shorten_the_keys() {
+    let servers = Cluster::start(3);
+    let relays: Vec<redis_local::Relay> = servers
+        .iter()
+        .map(|s| redis_local::Relay::start(s.socket_addr(), 400 * MS))
+        .collect();
+    let build = |urls: Vec<String>| {
+        Builder::new(urls)
+            .ttl(Duration::from_secs(10))
+            .max_ttl(Duration::from_secs(30))
+            .quarantine(Quarantine::Off)
+            .node_timeout(Duration::from_secs(3))
+            .build()
+            .unwrap()
+    };
+    let direct = build(servers.urls());
+    let delayed = build(relays.iter().map(|r| r.url()).collect());
+    // The delayed handle's connections are up before the race (their handshakes cross the
+    // relays too).
+    for node in delayed.status(b"warm-up", WAIT) {
+        assert!(node.state.is_ok(), "{node:?}");
+    }
+    let mut long = direct.lock("r").unwrap();
+    let mut short = long.clone();
+    let t = std::thread::spawn(move || {
+        let result = delayed.extend(&mut short, Duration::from_secs(1));
+        (result, short)
+    });
+    // Runs on every node at once; the short one reaches them 400 ms after it was sent.
+    direct.extend(&mut long, Duration::from_secs(20)).unwrap();
+    let (result, short) = t.join().unwrap();
+    result.unwrap();
+    assert!(short.validity() <= Duration::from_secs(1));
+    // Every node backs the long extend's promise.
+    let promised = long.validity().as_millis() as i64;
+    assert!(promised > 10_000, "{promised}");
+    for s in servers.iter() {
+        let pttl = s.pttl("r");
+        assert!(
+            pttl >= promised,
+            "{}: the key dies in {pttl} ms, the long extend promised {promised} ms",
+            s.addr()
+        );
+    }
+    direct.unlock(long).unwrap();
+}

@@ -1,8 +1,8 @@
 //! A simulated Redis node: the semantics the lock relies on, and nothing more.
 //!
-//! `SET key value NX PX ms` with expiry on the node's own clock (and a waiter's mark, `SET key
-//! value PX ms`), the release and extend scripts by `EVALSHA` (answered `NOSCRIPT` until the
-//! script was sent by `EVAL`) and by `EVAL`, `SCRIPT FLUSH`, `HELLO` and `INFO server`
+//! `SET key value NX PX ms` with expiry on the node's own clock, the release, extend and
+//! waiting-mark scripts by `EVALSHA` (answered `NOSCRIPT` until the script was sent by `EVAL`)
+//! and by `EVAL`, `SCRIPT FLUSH`, `HELLO` and `INFO server`
 //! (`run_id`, uptime), and the fencing scripts over the counter hash `redlock:fence` (`run`,
 //! `n`; see `fence.rs`). Replies are RESP3, in order per connection. A *lying* node answers
 //! every `SET NX` with `OK` and overwrites the key: the fault that breaks the "no lying nodes"
@@ -139,12 +139,6 @@ impl Node {
                 );
                 out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
             }
-            b"SET" if cmd.len() == 5 => {
-                // SET key value PX ms: a waiter's mark (`redlock:waiting:<resource>`).
-                let expiry = now + number(cmd[4]) * 1_000_000;
-                self.keys.insert(cmd[1].to_vec(), (cmd[2].to_vec(), expiry));
-                out.extend_from_slice(b"+OK\r\n");
-            }
             b"SET" => {
                 // SET key value NX PX ms: the lock's. Nil in RESP2, the client's default
                 // protocol.
@@ -172,17 +166,31 @@ impl Node {
                     self.fenced(index, cmd, now, out);
                     return;
                 }
+                if index == crate::session::MARK_SCRIPT {
+                    // numkeys 1, the waiting key, ms: marked only where no key or a mark is.
+                    let mark = crate::keys::MARK_VALUE.as_bytes();
+                    let free = self.live(cmd[3], now).is_none_or(|v| v == mark);
+                    if free {
+                        let expiry = now + number(cmd[4]) * 1_000_000;
+                        self.keys.insert(cmd[3].to_vec(), (mark.to_vec(), expiry));
+                    }
+                    out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
+                    return;
+                }
                 // numkeys 1, key, token[, ms]
                 let (key, token) = (cmd[3], cmd[4]);
                 let ours = self.live(key, now) == Some(token);
                 let done = match (ours, index) {
                     (false, _) => 0,
                     (true, 0) => {
-                        // The waiting mark goes with the lock (no pub/sub here: nobody hears).
+                        // The waiting mark goes with the lock if it is one (no pub/sub here:
+                        // nobody hears).
                         self.keys.remove(key);
-                        let mut mark = crate::session::WAITING_KEY_PREFIX.as_bytes().to_vec();
-                        mark.extend_from_slice(key);
-                        self.keys.remove(&mark);
+                        let mut waiting = crate::keys::WAITING_KEY_PREFIX.as_bytes().to_vec();
+                        waiting.extend_from_slice(key);
+                        if self.live(&waiting, now) == Some(crate::keys::MARK_VALUE.as_bytes()) {
+                            self.keys.remove(&waiting);
+                        }
                         1
                     }
                     (true, 5) => {
@@ -190,9 +198,10 @@ impl Node {
                         1
                     }
                     (true, _) => {
+                        // Extend: never shorter than the TTL left.
                         let ms: u64 = number(cmd[5]);
                         if let Some(entry) = self.keys.get_mut(key) {
-                            entry.1 = now + ms * 1_000_000;
+                            entry.1 = entry.1.max(now + ms * 1_000_000);
                         }
                         1
                     }

@@ -146,7 +146,7 @@ fn classify(e: &Error) -> (u8, Kind) {
         .report()
         .is_some_and(|r| r.failed().any(|(_, f)| is_config_fault(f)));
     match e {
-        Error::Config(_) => (exit::USAGE, Kind::Usage),
+        Error::Config(_) | Error::ReservedName { .. } => (exit::USAGE, Kind::Usage),
         _ if config => (exit::CONFIG, Kind::Config),
         Error::Held(_) => (exit::HELD, Kind::Held),
         Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => {

@@ -1,0 +1,122 @@
+//! Every key and channel this crate writes besides the lock keys themselves, and the rule that
+//! keeps them apart from lock names.
+//!
+//! | name | type | written by | holds |
+//! |---|---|---|---|
+//! | `<resource>` | string | acquire (`SET NX PX`) | the lock's token |
+//! | `redlock:fence` | hash | fenced acquire's write-back | `run` (a `run_id`), `n` (the counter) |
+//! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
+//! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
+//!
+//! **The namespace rule.** Lock names must not start with [`RESERVED_PREFIX`]: every entry
+//! point refuses them ([`Error::ReservedName`]), so no lock of this crate can be one of its
+//! internal keys. Other Redlock clients on the same servers (node-redlock, redsync, …) know
+//! nothing of this rule, so every internal write is also safe against a key it did not write:
+//! - a mark is created only where no key exists and refreshed only where the key holds
+//!   [`MARK_VALUE`] ([`MARK_BODY`]); a lock's token is random and never equals it;
+//! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
+//!   `session.rs`);
+//! - the fence counter is a hash written with `HSET`: a foreign string lock named
+//!   `redlock:fence` makes the fencing scripts fail with `WRONGTYPE` on that node, and is
+//!   never changed.
+
+use crate::error::Error;
+
+/// The prefix of every key and channel this crate uses for itself; lock names must not start
+/// with it.
+pub const RESERVED_PREFIX: &str = "redlock:";
+
+/// The fence counter's key on every node: a hash with the fields `run` and `n` (`fence.rs`).
+pub const FENCE_KEY: &str = "redlock:fence";
+
+/// The key a waiting client sets to say that it listens for the resource's release notice:
+/// this prefix, then the resource name.
+pub const WAITING_KEY_PREFIX: &str = "redlock:waiting:";
+
+/// The channel a release notice is published on: this prefix, then the resource name.
+pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
+
+/// The value of every waiting mark, and only of marks: a lock's token is 20 random bytes
+/// encoded (or another client's random value), never this text. Written into `MARK_BODY` and
+/// `RELEASE_BODY` as a literal: keep the three the same (a unit test checks).
+pub const MARK_VALUE: &str = "redlock-mux waiting mark";
+
+/// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
+/// where no key exists or the key already is a mark. Answers 1 if marked, 0 if the key is
+/// someone else's (or not readable: an ACL without `redlock:*`, another type).
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+
+/// Refuses a lock name in the reserved namespace.
+pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
+    if resource.starts_with(RESERVED_PREFIX.as_bytes()) {
+        return Err(Error::ReservedName {
+            name: String::from_utf8_lossy(resource).into_owned(),
+            prefix: RESERVED_PREFIX,
+        });
+    }
+    Ok(())
+}
+
+/// The internal keys this crate may write for `resource` (besides `resource` itself).
+#[cfg(test)]
+pub(crate) fn internal_keys(resource: &[u8]) -> [Vec<u8>; 2] {
+    let mut waiting = WAITING_KEY_PREFIX.as_bytes().to_vec();
+    waiting.extend_from_slice(resource);
+    [FENCE_KEY.as_bytes().to_vec(), waiting]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn every_internal_key_and_channel_is_in_the_reserved_namespace() {
+        for key in [FENCE_KEY, WAITING_KEY_PREFIX, RELEASE_CHANNEL_PREFIX] {
+            assert!(key.starts_with(RESERVED_PREFIX), "{key}");
+            assert!(check_name(key.as_bytes()).is_err(), "{key}");
+        }
+    }
+
+    #[test]
+    fn the_mark_value_is_the_one_the_scripts_compare() {
+        let literal = format!("\"{MARK_VALUE}\"");
+        assert_eq!(MARK_BODY.matches(&literal).count(), 2);
+        assert_eq!(crate::session::RELEASE_BODY.matches(&literal).count(), 1);
+        // Not a token this crate could make: tokens are base64-like, without spaces.
+        assert!(MARK_VALUE.contains(' '));
+        let token = crate::token::Token::generate().unwrap();
+        assert!(!token.as_bytes().contains(&b' '));
+    }
+
+    proptest! {
+        /// No accepted lock name is an internal key of any resource (names from a small
+        /// alphabet, so that prefixes and near-misses of the reserved ones come up often).
+        #[test]
+        fn no_accepted_name_is_an_internal_key(
+            name in "(redlock|redlock:|redlock:waiting:|redlock:fence|r|:|e|d|x){0,6}",
+            other in "(redlock:|redlock:waiting:|:|x|w){0,4}",
+        ) {
+            let name = name.into_bytes();
+            if check_name(&name).is_ok() {
+                for resource in [&name, other.as_bytes()] {
+                    for key in internal_keys(resource) {
+                        prop_assert_ne!(&key, &name);
+                    }
+                }
+                let mut channel = RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
+                channel.extend_from_slice(&name);
+                prop_assert_ne!(&channel, &name);
+            }
+        }
+
+        /// Any byte string: refused exactly when it starts with the prefix.
+        #[test]
+        fn names_are_refused_exactly_by_prefix(name in proptest::collection::vec(any::<u8>(), 0..24)) {
+            let mut prefixed = RESERVED_PREFIX.as_bytes().to_vec();
+            prefixed.extend_from_slice(&name);
+            prop_assert!(check_name(&prefixed).is_err());
+            prop_assert_eq!(check_name(&name).is_ok(), !name.starts_with(RESERVED_PREFIX.as_bytes()));
+        }
+    }
+}
