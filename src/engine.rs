@@ -235,7 +235,9 @@ impl Op {
 }
 
 /// Releases not confirmed by a node (its connection failed with the command written or queued,
-/// or it was down): sent again when the node is reachable, until the key would have expired.
+/// or it was down): sent again when the node is reachable, even after the key would have
+/// expired (see `Engine::flush_ledger`); `expires` orders them, the first to expire dropped
+/// first when a node's list is full.
 #[derive(Debug, Default)]
 struct Ledger {
     nodes: Vec<VecDeque<Unconfirmed>>,
@@ -376,6 +378,10 @@ const COALESCE_SHARE: u32 = 10;
 const MIN_LEDGER_RETRY: Duration = Duration::from_millis(10);
 /// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
 const FAR_FUTURE: Duration = Duration::from_secs(3600);
+/// The ledger fills at most `max_pending / this` of a connection's outstanding requests at once
+/// (see `Engine::flush_ledger`): the rest of the room is the callers'.
+const LEDGER_SHARE_OF_PENDING: usize = 2;
+
 /// Bounds of a waiting mark's life (see `Engine::mark_waiting`).
 const MIN_MARK_TTL: Duration = Duration::from_secs(1);
 const MAX_MARK_TTL: Duration = Duration::from_secs(24 * 3600);
@@ -1879,19 +1885,27 @@ impl<N: Net> Engine<N> {
         self.release_lost_keeps(now);
     }
 
-    /// Sends the ledger's releases to nodes that can take them, drops those whose key expired.
+    /// Sends the ledger's releases to nodes that can take them, paced within the connection's
+    /// room for requests.
+    ///
+    /// An entry whose key's TTL has passed is sent all the same once its node is back (it
+    /// stays in the ledger only while its node is unreachable): a node frozen (SIGSTOP, a VM
+    /// pause) longer than the TTL runs, when it resumes, a `SET` still in its socket buffer,
+    /// and that key would block the resource there for a TTL. The release goes out on a new
+    /// connection, behind a handshake the node answers only once it runs again, so after the
+    /// stale `SET`; it deletes only our own token. At most `max_pending` entries per node
+    /// (`Ledger::add` drops the oldest).
+    ///
+    /// Paced: at most half of `max_pending` requests outstanding on the connection at once
+    /// (the replies bring the next turn), so a fresh connection is never failed as overloaded
+    /// by the ledger's own burst.
     fn flush_ledger(&mut self, now: Instant) {
         if self.core.ledger.len == 0 {
             return;
         }
         let n = self.shared.nodes.len();
         for node in 0..n {
-            let ledger = &mut self.core.ledger;
-            while ledger.nodes[node].front().is_some_and(|e| e.expires <= now) {
-                ledger.nodes[node].pop_front();
-                ledger.len -= 1;
-            }
-            if ledger.nodes[node].is_empty() {
+            if self.core.ledger.nodes[node].is_empty() {
                 continue;
             }
             let conn = self.net.session(node);
@@ -1903,9 +1917,13 @@ impl<N: Net> Engine<N> {
                 }
                 continue;
             }
-            let entries = std::mem::take(&mut self.core.ledger.nodes[node]);
-            self.core.ledger.len -= entries.len();
-            for e in entries {
+            let share = (self.core.max_pending / LEDGER_SHARE_OF_PENDING).max(1);
+            let room = share.saturating_sub(conn.pending());
+            for _ in 0..room {
+                let Some(e) = self.core.ledger.nodes[node].pop_front() else {
+                    break;
+                };
+                self.core.ledger.len -= 1;
                 self.submit_to(
                     ReqKind::Release,
                     &e.resource,

@@ -393,3 +393,68 @@ fn unlock_does_not_wait_for_a_slow_node_every_cycle() {
         assert_eq!(c.unlock(lock).unwrap(), 2);
     }
 }
+
+/// `expired_keys` of `INFO stats`: keys the server deleted because their TTL ran out.
+fn expired_keys(server: &Server) -> u64 {
+    server
+        .info("stats")
+        .lines()
+        .find_map(|l| l.strip_prefix("expired_keys:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("expired_keys in INFO stats")
+}
+
+/// Issue 35, item 4: a lost attempt's `SET NX` sits in the socket buffers of two nodes frozen
+/// for longer than the TTL, but its release does not: the connection had no room left for it
+/// (`max_pending` requests without a reply, 3 here) and was failed as overloaded, the release
+/// going to the ledger. When the nodes resume they run the `SET`, and the key would block the
+/// resource there (a majority) for a whole TTL: before the fix the ledger had dropped the
+/// release when the TTL passed, and the key expired (`expired_keys` 1; 1 run in 3 before the
+/// fix, as the overflow lands on a `SET` or on a release depending on the turns). Now the
+/// release stays in the ledger while its node is unreachable and is sent once it is back.
+#[test]
+fn a_stale_set_run_by_nodes_frozen_past_the_ttl_is_released_when_they_resume() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_secs(2);
+    let mut config = redlock_mux::Config::default();
+    config.max_pending = 3;
+    // Back within a tenth of the TTL once the nodes resume: the release must come before the
+    // stale key's TTL ends, or the key expires either way.
+    config.backoff_max = Duration::from_millis(100);
+    let redlock = Builder::new(servers.urls())
+        .config(config)
+        .ttl(ttl)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("warm").unwrap();
+    redlock.unlock(lock).unwrap();
+    servers[1].freeze();
+    servers[2].freeze();
+    for i in 0..4 {
+        assert!(matches!(
+            redlock.try_lock(format!("stale{i}")),
+            Err(Error::NoQuorum(_))
+        ));
+    }
+    // The fault under test: frozen for longer than the TTL.
+    std::thread::sleep(ttl + Duration::from_millis(500));
+    servers[1].resume();
+    servers[2].resume();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for i in 1..3 {
+        for k in 0..4 {
+            let key = format!("stale{k}");
+            while servers[i].get(&key).is_some() {
+                assert!(Instant::now() < deadline, "{key} stayed on node {i}");
+                std::thread::yield_now();
+            }
+        }
+        assert_eq!(
+            expired_keys(&servers[i]),
+            0,
+            "node {i}: a stale key expired instead of being released"
+        );
+    }
+}

@@ -544,3 +544,59 @@ fn extends_through_two_handles_out_of_order_never_shorten_the_keys() {
     }
     direct.unlock(long).unwrap();
 }
+
+/// Issue 35, item 4: one server listed twice under two addresses the builder cannot tell apart
+/// (here a relay in front of it: a proxy, a DNS alias), by an ACL user without `INFO` (so no
+/// `run_id` to compare), quarantine and fencing off. The extend script answers yes under both
+/// names, so an extend can count that server twice — but that never gives two holders: a node
+/// that said yes holds our token, so under both names it refuses every other client's `SET
+/// NX`, and the other entries cannot make a quorum alone. Ruled out here with the key lost on
+/// the only other server.
+#[test]
+fn one_server_listed_twice_without_info_never_gives_two_holders() {
+    let servers = Cluster::start_with(
+        2,
+        Server::builder().acl_user("locker on >pw ~* +@all -info"),
+    );
+    let relay = redis_local::Relay::start(servers[0].socket_addr(), Duration::ZERO);
+    let url = |addr: String| format!("redis://locker:pw@{addr}");
+    let listing = vec![
+        url(servers[0].addr()),
+        url(relay.addr().to_string()),
+        url(servers[1].addr()),
+    ];
+    let build = |urls: Vec<String>| {
+        Builder::new(urls)
+            .ttl(Duration::from_secs(10))
+            .quarantine(Quarantine::Off)
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap()
+    };
+    let holder = build(listing.clone());
+    let mut lock = holder.lock("dup").unwrap();
+    // The acquire counted the server once: the second `SET NX` under the other name found the
+    // key.
+    assert_eq!(lock.votes().yes(), 2, "{:?}", lock.votes());
+    // The key is lost on the only other server; the extend is answered yes by both names of
+    // the first (the double count the issue suspected).
+    servers[1].cmd(&["DEL", "dup"]);
+    let extended = holder.extend(&mut lock, Duration::from_secs(10));
+    assert!(extended.is_ok(), "{extended:?}");
+    // Nobody else gets the lock while it is valid, with the same list or the true one.
+    let same = build(listing);
+    let true_list = build(vec![url(servers[0].addr()), url(servers[1].addr())]);
+    for other in [&same, &true_list] {
+        for _ in 0..3 {
+            match other.try_lock("dup") {
+                Err(Error::Held(_)) => {}
+                other => panic!("a second holder while the first is valid: {other:?}"),
+            }
+        }
+    }
+    assert!(lock.is_valid());
+    holder.unlock(lock).unwrap();
+    // Released: now the others can.
+    let next = true_list.try_lock("dup").unwrap();
+    true_list.unlock(next).unwrap();
+}
