@@ -84,6 +84,9 @@
 //!
 //! ### `with_lock`: a kept lock for the length of a closure
 //!
+//! `Ok` only if the lock was held from start to end of the closure; a lock lost while it ran
+//! is [`WithLockError::Lost`], with the closure's value (through `?`, [`Error::Lost`]).
+//!
 //! ```no_run
 //! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
 //! let done = redlock.with_lock("report:weekly", |held| {
@@ -92,7 +95,7 @@
 //!         n += 1; // ... one step of the work ...
 //!     }
 //!     n
-//! })?;
+//! })?; // Error::Lost if the lock was lost before the closure returned
 //! println!("{done} steps under the lock");
 //! # Ok::<(), redlock_mux::Error>(())
 //! ```
@@ -275,7 +278,7 @@ pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
-pub use error::{Error, NodeFault, NodeVote, Report};
+pub use error::{Error, NodeFault, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
 pub use fence::FENCE_KEY;
 pub use guard::LockGuard;
