@@ -215,8 +215,12 @@ impl AsyncRedlock {
     }
 
     /// Releases the lock, waiting for the nodes' replies, and returns how many nodes still held
-    /// it; see [`Redlock::unlock`]. Dropped before it is done, the release still completes in
-    /// the background.
+    /// it; see [`Redlock::unlock`].
+    ///
+    /// The release is the call's, not the first poll's: the future owns the lock from the call
+    /// on, and dropped before it was ever polled it releases it without waiting (as
+    /// [`AsyncRedlock::unlock_nowait`]); dropped later, the release handed to the engine at the
+    /// first poll still completes in the background.
     ///
     /// # Examples
     ///
@@ -232,10 +236,21 @@ impl AsyncRedlock {
     /// # Errors
     ///
     /// As [`Redlock::unlock`].
-    pub async fn unlock(&self, lock: Lock) -> Result<usize, Error> {
-        let expired = !lock.is_valid();
-        let outcome = Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
-        released_of(expired, outcome)
+    pub fn unlock(&self, lock: Lock) -> impl Future<Output = Result<usize, Error>> + Send + '_ {
+        let unsent = Unsent {
+            redlock: self,
+            lock: Some(lock),
+        };
+        async move {
+            let mut unsent = unsent;
+            let lock = unsent.lock.take().expect("taken at the first poll only");
+            let expired = !lock.is_valid();
+            // No await from the take to the first poll of the call, which hands the release to
+            // the engine: from there on the engine owns it (a cancelled release still goes out).
+            let outcome =
+                Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
+            released_of(expired, outcome)
+        }
     }
 
     /// Releases without waiting for the replies (not a future: nothing to wait for); see
@@ -348,6 +363,22 @@ impl AsyncRedlock {
             }
         })
         .await
+    }
+}
+
+/// A release not handed to the engine yet: the lock of an [`AsyncRedlock::unlock`] future that
+/// was never polled. Dropped with the lock still in it, it releases the lock without waiting.
+struct Unsent<'a> {
+    redlock: &'a AsyncRedlock,
+    /// Taken at the first poll, in the same poll that hands the release to the engine.
+    lock: Option<Lock>,
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.redlock.unlock_nowait(lock);
+        }
     }
 }
 
