@@ -51,11 +51,14 @@ impl Builder {
 /// `block_on`. They never block the thread that polls them: polling one costs at most a turn
 /// of the loop that waits for nothing (a `write` per node).
 ///
-/// Every future is cancellation-safe: dropping an acquire at any point leaves no key behind
-/// longer than it takes to send the release (a lock won for nobody is released on every node;
-/// a node that is down gets the release when it is back); dropping an extend leaves the lock's
-/// validity at what the extend could have set at worst (see [`AsyncRedlock::extend`]);
-/// dropping a release lets it finish in the background.
+/// Every future may be dropped at any point — before its first poll, midway, after it
+/// completed — without leaving a lock held for nobody: an acquire dropped midway releases what
+/// it wins; a release ([`unlock`](AsyncRedlock::unlock),
+/// [`AsyncLockGuard::unlock`](crate::AsyncLockGuard::unlock),
+/// [`AsyncKeepAlive::release`](crate::AsyncKeepAlive::release)) goes out even if its future is
+/// never polled; a dropped extend cuts the lock's validity to what it could have set at worst.
+/// The table under [Cancellation](#cancellation) below (also `docs/cancellation.md`) says what
+/// each method does in each case.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redlock_mux::Error> {
@@ -69,6 +72,8 @@ impl Builder {
 /// drop(guard); // released through the engine; dropping never waits
 /// # Ok(()) }
 /// ```
+///
+#[doc = include_str!("../docs/cancellation.md")]
 #[derive(Clone)]
 pub struct AsyncRedlock {
     redlock: Redlock,

@@ -212,7 +212,7 @@ impl AsyncRedlock {
     /// reported when the work's future completes: [`WithLockError::Lost`], which carries the
     /// work's output and the reason, as for [`Redlock::with_lock`](crate::Redlock::with_lock).
     /// The outcome of the final release is not reported. Dropped midway, the lock is released
-    /// (without waiting).
+    /// (without waiting); see the [cancellation table](AsyncRedlock#cancellation).
     ///
     /// # Examples
     ///

@@ -105,7 +105,10 @@
 //! [`AsyncRedlock`] is the same handle seen through futures, usable from any executor:
 //! [`guard`](AsyncRedlock::guard) ([`AsyncLockGuard`]), [`keep`](AsyncRedlock::keep)
 //! ([`AsyncKeepAlive`]), [`with_lock`](AsyncRedlock::with_lock) (its work gets a
-//! [`LockWatch`]), and `lock`, `try_lock`, `lock_until`, `extend`, `unlock`.
+//! [`LockWatch`]), and `lock`, `try_lock`, `lock_until`, `extend`, `unlock`. Any of the
+//! futures may be dropped at any point (before it is polled, midway, after it completed)
+//! without leaving a lock held for nobody: what each does then is the table in
+//! [`AsyncRedlock`]'s documentation (`docs/cancellation.md`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), redlock_mux::Error> {
