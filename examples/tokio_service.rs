@@ -150,7 +150,7 @@ async fn main() -> ExitCode {
             steps
         })
         .await
-        .expect("the lock");
+        .expect("the lock, held until the job returned");
     println!("a kept job ran {steps} steps under its lock");
 
     // Releases of dropped guards are queued; flush them before the process exits.

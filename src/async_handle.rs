@@ -51,11 +51,14 @@ impl Builder {
 /// `block_on`. They never block the thread that polls them: polling one costs at most a turn
 /// of the loop that waits for nothing (a `write` per node).
 ///
-/// Every future is cancellation-safe: dropping an acquire at any point leaves no key behind
-/// longer than it takes to send the release (a lock won for nobody is released on every node;
-/// a node that is down gets the release when it is back); dropping an extend leaves the lock's
-/// validity at what the extend could have set at worst (see [`AsyncRedlock::extend`]);
-/// dropping a release lets it finish in the background.
+/// Every future may be dropped at any point — before its first poll, midway, after it
+/// completed — without leaving a lock held for nobody: an acquire dropped midway releases what
+/// it wins; a release ([`unlock`](AsyncRedlock::unlock),
+/// [`AsyncLockGuard::unlock`](crate::AsyncLockGuard::unlock),
+/// [`AsyncKeepAlive::release`](crate::AsyncKeepAlive::release)) goes out even if its future is
+/// never polled; a dropped extend cuts the lock's validity to what it could have set at worst.
+/// The table under [Cancellation](#cancellation) below (also `docs/cancellation.md`) says what
+/// each method does in each case.
 ///
 /// ```no_run
 /// # async fn run() -> Result<(), redlock_mux::Error> {
@@ -69,6 +72,8 @@ impl Builder {
 /// drop(guard); // released through the engine; dropping never waits
 /// # Ok(()) }
 /// ```
+///
+#[doc = include_str!("../docs/cancellation.md")]
 #[derive(Clone)]
 pub struct AsyncRedlock {
     redlock: Redlock,
@@ -215,8 +220,12 @@ impl AsyncRedlock {
     }
 
     /// Releases the lock, waiting for the nodes' replies, and returns how many nodes still held
-    /// it; see [`Redlock::unlock`]. Dropped before it is done, the release still completes in
-    /// the background.
+    /// it; see [`Redlock::unlock`].
+    ///
+    /// The release is the call's, not the first poll's: the future owns the lock from the call
+    /// on, and dropped before it was ever polled it releases it without waiting (as
+    /// [`AsyncRedlock::unlock_nowait`]); dropped later, the release handed to the engine at the
+    /// first poll still completes in the background.
     ///
     /// # Examples
     ///
@@ -232,10 +241,21 @@ impl AsyncRedlock {
     /// # Errors
     ///
     /// As [`Redlock::unlock`].
-    pub async fn unlock(&self, lock: Lock) -> Result<usize, Error> {
-        let expired = !lock.is_valid();
-        let outcome = Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
-        released_of(expired, outcome)
+    pub fn unlock(&self, lock: Lock) -> impl Future<Output = Result<usize, Error>> + Send + '_ {
+        let unsent = Unsent {
+            redlock: self,
+            lock: Some(lock),
+        };
+        async move {
+            let mut unsent = unsent;
+            let lock = unsent.lock.take().expect("taken at the first poll only");
+            let expired = !lock.is_valid();
+            // No await from the take to the first poll of the call, which hands the release to
+            // the engine: from there on the engine owns it (a cancelled release still goes out).
+            let outcome =
+                Call::new(self.hub(), ReqKind::Release, lock.resource(), *lock.token()).await;
+            released_of(expired, outcome)
+        }
     }
 
     /// Releases without waiting for the replies (not a future: nothing to wait for); see
@@ -348,6 +368,22 @@ impl AsyncRedlock {
             }
         })
         .await
+    }
+}
+
+/// A release not handed to the engine yet: the lock of an [`AsyncRedlock::unlock`] future that
+/// was never polled. Dropped with the lock still in it, it releases the lock without waiting.
+struct Unsent<'a> {
+    redlock: &'a AsyncRedlock,
+    /// Taken at the first poll, in the same poll that hands the release to the engine.
+    lock: Option<Lock>,
+}
+
+impl Drop for Unsent<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            self.redlock.unlock_nowait(lock);
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::async_handle::AsyncRedlock;
-use crate::error::Error;
+use crate::error::{Error, WithLockError};
 use crate::keep::KeepAlive;
 use crate::kept::Kept;
 use crate::lock::Lock;
@@ -204,15 +204,21 @@ impl AsyncRedlock {
     }
 
     /// Acquires `resource` (waiting, as `lock`), keeps it alive while the future `work` returns
-    /// runs, then releases it. `work` gets a [`LockWatch`] to check between steps
+    /// runs, then releases it and returns the work's output — `Ok` only if the lock was held
+    /// from start to end of the work. `work` gets a [`LockWatch`] to check between steps
     /// ([`LockWatch::is_held`]) or to race against the loss ([`LockWatch::wait_lost`]).
-    /// Dropped midway, the lock is released (without waiting). As with [`Redlock::with_lock`](crate::Redlock::with_lock),
-    /// a lock lost meanwhile does not make it return an error: check the watch.
+    ///
+    /// A lock lost while the work ran (its renewal failed, or its validity ran out) is
+    /// reported when the work's future completes: [`WithLockError::Lost`], which carries the
+    /// work's output and the reason, as for [`Redlock::with_lock`](crate::Redlock::with_lock).
+    /// The outcome of the final release is not reported. Dropped midway, the lock is released
+    /// (without waiting); see the [cancellation table](AsyncRedlock#cancellation).
     ///
     /// # Examples
     ///
     /// ```no_run
     /// use std::time::Duration;
+    /// use redlock_mux::WithLockError;
     /// # async fn run() -> Result<(), redlock_mux::Error> {
     /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
     /// let rows = redlock
@@ -223,13 +229,19 @@ impl AsyncRedlock {
     ///         }
     ///         rows
     ///     })
-    ///     .await?;
-    /// # let _ = rows;
+    ///     .await;
+    /// match rows {
+    ///     Ok(rows) => println!("{rows} rows, under the lock throughout"),
+    ///     Err(WithLockError::Lost { value, why }) => {
+    ///         eprintln!("lock lost after {value} rows: {why}"); // the last ones unprotected
+    ///     }
+    ///     Err(e) => return Err(e.into()), // not acquired: the work did not run
+    /// }
     /// redlock.shutdown(Duration::from_secs(2)).await;
     /// # Ok(()) }
     /// ```
     ///
-    /// With tokio, race the work against the loss:
+    /// With tokio, race the work against the loss (`?` makes a loss [`Error::Lost`]):
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -248,19 +260,29 @@ impl AsyncRedlock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::lock`](crate::Redlock::lock), when the lock cannot be acquired (then `work` is not run).
+    /// [`WithLockError::NotAcquired`] as [`Redlock::lock`](crate::Redlock::lock) fails (then
+    /// `work` is not run); [`WithLockError::Lost`] if the lock was lost by the time the work's
+    /// future completed.
     pub async fn with_lock<F, Fut, R>(
         &self,
         resource: impl AsRef<[u8]>,
         work: F,
-    ) -> Result<R, Error>
+    ) -> Result<R, WithLockError<R>>
     where
         F: FnOnce(LockWatch) -> Fut,
         Fut: Future<Output = R>,
     {
-        let kept = self.keep(self.lock(resource).await?)?;
-        let result = work(kept.watch()).await;
+        let lock = self
+            .lock(resource)
+            .await
+            .map_err(WithLockError::NotAcquired)?;
+        let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
+        let value = work(kept.watch()).await;
+        let lost = kept.lost();
         let _ = kept.release().await;
-        Ok(result)
+        match lost {
+            None => Ok(value),
+            Some(why) => Err(WithLockError::Lost { value, why }),
+        }
     }
 }

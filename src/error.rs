@@ -325,6 +325,12 @@ pub enum Error {
     /// The lock was extended as often as the configuration allows.
     #[error("the lock was extended {0} times, the configured maximum")]
     ExtensionLimit(u32),
+    /// The lock was lost while work done under it ran: what a
+    /// [`WithLockError::Lost`] becomes through `?` (or `Error::from`) in a function that
+    /// returns this error. The work's value is dropped then; match on the
+    /// [`WithLockError`] to keep it.
+    #[error("the lock was lost while the work ran: {0}")]
+    Lost(Box<Error>),
     /// A node refused our credentials.
     #[error("authentication refused by {node}: {message}")]
     Auth {
@@ -354,6 +360,109 @@ pub enum Error {
     /// A bug in this crate: an operation's outcome was lost or of the wrong kind.
     #[error("internal error: {0}")]
     Internal(&'static str),
+}
+
+/// What [`Redlock::with_lock`](crate::Redlock::with_lock) and
+/// [`AsyncRedlock::with_lock`](crate::AsyncRedlock::with_lock) return when the run was not
+/// clean: the work did not run, or it ran and the lock was lost before it returned — then the
+/// work's value is here, for the caller to decide what it is worth.
+///
+/// It converts into [`Error`] (`?` in a function that returns `redlock_mux::Error`): a loss
+/// becomes [`Error::Lost`] and the value is dropped.
+///
+/// ```no_run
+/// use redlock_mux::WithLockError;
+///
+/// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+/// match redlock.with_lock("report:weekly", |held| held.lock().resource().len()) {
+///     Ok(n) => println!("{n}, under the lock throughout"),
+///     Err(WithLockError::Lost { value, why }) => eprintln!("{value}, but the lock was lost: {why}"),
+///     Err(e) => return Err(e.into()), // not acquired: the work did not run
+/// }
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[non_exhaustive]
+pub enum WithLockError<R> {
+    /// The lock could not be acquired (as `lock` fails): the work did not run.
+    NotAcquired(Error),
+    /// The work ran and returned `value`, but the lock was lost before it returned: the
+    /// renewal failed (`why` is the reason the renewal reported), or its validity ran out
+    /// first (`why` is [`Error::Expired`]). For part of the work the resource may have been
+    /// someone else's.
+    Lost {
+        /// What the work returned.
+        value: R,
+        /// Why the lock was lost.
+        why: Error,
+    },
+}
+
+impl<R> WithLockError<R> {
+    /// The error: why the lock was not acquired, or why it was lost.
+    pub fn error(&self) -> &Error {
+        match self {
+            WithLockError::NotAcquired(e) | WithLockError::Lost { why: e, .. } => e,
+        }
+    }
+
+    /// The work's value, if the work ran (the lock was lost).
+    pub fn value(&self) -> Option<&R> {
+        match self {
+            WithLockError::Lost { value, .. } => Some(value),
+            WithLockError::NotAcquired(_) => None,
+        }
+    }
+
+    /// The work's value, if the work ran (the lock was lost); the error is dropped.
+    pub fn into_value(self) -> Option<R> {
+        match self {
+            WithLockError::Lost { value, .. } => Some(value),
+            WithLockError::NotAcquired(_) => None,
+        }
+    }
+}
+
+impl<R> From<WithLockError<R>> for Error {
+    /// The error as an [`Error`]: why the lock was not acquired, or [`Error::Lost`] (the
+    /// work's value is dropped).
+    fn from(e: WithLockError<R>) -> Error {
+        match e {
+            WithLockError::NotAcquired(e) => e,
+            WithLockError::Lost { why, .. } => Error::Lost(Box::new(why)),
+        }
+    }
+}
+
+/// Prints the error; the value is shown as `<R>` (it need not be `Debug`).
+impl<R> fmt::Debug for WithLockError<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WithLockError::NotAcquired(e) => f.debug_tuple("NotAcquired").field(e).finish(),
+            WithLockError::Lost { why, .. } => f
+                .debug_struct("Lost")
+                .field("value", &format_args!("<{}>", std::any::type_name::<R>()))
+                .field("why", why)
+                .finish(),
+        }
+    }
+}
+
+impl<R> fmt::Display for WithLockError<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WithLockError::NotAcquired(e) => write!(f, "{e}"),
+            WithLockError::Lost { why, .. } => {
+                write!(f, "the lock was lost while the work ran: {why}")
+            }
+        }
+    }
+}
+
+impl<R> std::error::Error for WithLockError<R> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        // The message already says what the inner error says: its own cause comes next.
+        std::error::Error::source(self.error())
+    }
 }
 
 impl Error {

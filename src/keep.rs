@@ -21,7 +21,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use crate::error::{Error, WithLockError};
 use crate::handle::Redlock;
 use crate::kept::Kept;
 use crate::lock::Lock;
@@ -215,40 +215,58 @@ impl Redlock {
     }
 
     /// Acquires `resource` (waiting for it, as [`Redlock::lock`]), keeps it alive (as
-    /// [`Redlock::keep`]) while `work` runs, then releases it and returns what `work` returned.
+    /// [`Redlock::keep`]) while `work` runs, then releases it and returns what `work` returned
+    /// — `Ok` only if the lock was held from start to end of the work.
     ///
-    /// `work` should check [`KeepAlive::is_held`] between steps: a lock lost meanwhile does not
-    /// make this return an error, and the outcome of the final release is not reported.
+    /// `work` should check [`KeepAlive::is_held`] between steps, to stop touching the resource
+    /// as soon as the lock is lost. Whether or not it does, a lock lost while it ran (its
+    /// renewal failed, or its validity ran out) is reported when it returns:
+    /// [`WithLockError::Lost`], which carries the work's value and the reason. The lock is
+    /// looked at when `work` returns; the outcome of the final release is not reported.
     ///
     /// # Examples
     ///
     /// ```no_run
+    /// use redlock_mux::WithLockError;
+    ///
     /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
-    /// let finished = redlock.with_lock("report:weekly", |held| {
-    ///     for step in 0..100 {
-    ///         if !held.is_held() {
-    ///             return false; // lost: stop touching the resource
-    ///         }
-    ///         // ... step ...
-    ///         # let _ = step;
+    /// let steps = redlock.with_lock("report:weekly", |held| {
+    ///     let mut steps = 0;
+    ///     while held.is_held() && steps < 100 {
+    ///         steps += 1; // ... one step of the work ...
     ///     }
-    ///     true
-    /// })?;
-    /// # let _ = finished;
+    ///     steps
+    /// });
+    /// match steps {
+    ///     Ok(steps) => println!("{steps} steps, under the lock throughout"),
+    ///     Err(WithLockError::Lost { value, why }) => {
+    ///         eprintln!("lock lost after {value} steps: {why}"); // the last ones unprotected
+    ///     }
+    ///     Err(e) => return Err(e.into()), // not acquired: the work did not run
+    /// }
+    /// // Or, when a loss is just an error: `?` makes it `Error::Lost`.
+    /// let steps = redlock.with_lock("report:weekly", |_| 100)?;
+    /// # let _ = steps;
     /// # Ok::<(), redlock_mux::Error>(())
     /// ```
     ///
     /// # Errors
     ///
-    /// As [`Redlock::lock`], when the lock cannot be acquired (then `work` is not run).
+    /// [`WithLockError::NotAcquired`] as [`Redlock::lock`] fails (then `work` is not run);
+    /// [`WithLockError::Lost`] if the lock was lost by the time `work` returned.
     pub fn with_lock<R>(
         &self,
         resource: impl AsRef<[u8]>,
         work: impl FnOnce(&KeepAlive) -> R,
-    ) -> Result<R, Error> {
-        let kept = self.keep(self.lock(resource)?)?;
-        let result = work(&kept);
+    ) -> Result<R, WithLockError<R>> {
+        let lock = self.lock(resource).map_err(WithLockError::NotAcquired)?;
+        let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
+        let value = work(&kept);
+        let lost = kept.lost();
         let _ = kept.release();
-        Ok(result)
+        match lost {
+            None => Ok(value),
+            Some(why) => Err(WithLockError::Lost { value, why }),
+        }
     }
 }

@@ -84,6 +84,9 @@
 //!
 //! ### `with_lock`: a kept lock for the length of a closure
 //!
+//! `Ok` only if the lock was held from start to end of the closure; a lock lost while it ran
+//! is [`WithLockError::Lost`], with the closure's value (through `?`, [`Error::Lost`]).
+//!
 //! ```no_run
 //! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
 //! let done = redlock.with_lock("report:weekly", |held| {
@@ -92,7 +95,7 @@
 //!         n += 1; // ... one step of the work ...
 //!     }
 //!     n
-//! })?;
+//! })?; // Error::Lost if the lock was lost before the closure returned
 //! println!("{done} steps under the lock");
 //! # Ok::<(), redlock_mux::Error>(())
 //! ```
@@ -102,7 +105,10 @@
 //! [`AsyncRedlock`] is the same handle seen through futures, usable from any executor:
 //! [`guard`](AsyncRedlock::guard) ([`AsyncLockGuard`]), [`keep`](AsyncRedlock::keep)
 //! ([`AsyncKeepAlive`]), [`with_lock`](AsyncRedlock::with_lock) (its work gets a
-//! [`LockWatch`]), and `lock`, `try_lock`, `lock_until`, `extend`, `unlock`.
+//! [`LockWatch`]), and `lock`, `try_lock`, `lock_until`, `extend`, `unlock`. Any of the
+//! futures may be dropped at any point (before it is polled, midway, after it completed)
+//! without leaving a lock held for nobody: what each does then is the table in
+//! [`AsyncRedlock`]'s documentation (`docs/cancellation.md`).
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), redlock_mux::Error> {
@@ -276,7 +282,7 @@ pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
-pub use error::{Error, NodeFault, NodeVote, Report};
+pub use error::{Error, NodeFault, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
 pub use guard::LockGuard;
 pub use handle::Redlock;

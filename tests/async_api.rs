@@ -561,6 +561,73 @@ fn a_kept_lock_that_is_lost_wakes_its_async_waiters() {
     assert_eq!(servers[0].get("lost").as_deref(), Some("thief"));
 }
 
+/// `with_lock` must not report a clean run when the lock was lost while the work ran. TTL
+/// 600 ms; the work freezes two of three nodes for 900 ms (longer than the TTL: the fault of the
+/// issue), so the renewal fails; it waits for the loss on its watch, wakes the nodes and waits
+/// until another handle has taken the resource, then returns. The caller must get an error that
+/// carries the work's value.
+#[test]
+fn with_lock_reports_a_lock_lost_while_the_work_ran() {
+    const FREEZE: Duration = Duration::from_millis(900);
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(600);
+    let make = |servers: &Cluster| {
+        builder(servers)
+            .ttl(ttl)
+            .node_timeout(ttl / 6)
+            .build_async()
+            .unwrap()
+    };
+    let (redlock, rival) = (make(&servers), make(&servers));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let clean = redlock
+            .with_lock("clean", async |watch: LockWatch| watch.is_held())
+            .await;
+        assert!(matches!(clean, Ok(true)), "{clean:?}");
+
+        let servers = &mut servers;
+        let out = redlock
+            .with_lock("job", async |watch: LockWatch| {
+                let frozen_at = Instant::now();
+                servers[0].freeze();
+                servers[1].freeze();
+                let why = watch
+                    .wait_lost(Duration::from_secs(5))
+                    .await
+                    .expect("the renewal fails with two of three nodes frozen");
+                tokio::time::sleep(FREEZE.saturating_sub(frozen_at.elapsed())).await;
+                servers[0].resume();
+                servers[1].resume();
+                let theirs = rival
+                    .lock_until("job", Instant::now() + Duration::from_secs(5))
+                    .await
+                    .expect("another handle takes the resource while the work still runs");
+                (7, why, theirs)
+            })
+            .await;
+        let err = match out {
+            Ok(value) => panic!("with_lock returned Ok after the lock was lost: {value:?}"),
+            Err(err) => err,
+        };
+        assert!(matches!(err.error(), Error::NoQuorum(_)), "{err:?}");
+        let Some((n, seen, theirs)) = err.into_value() else {
+            panic!("not reported as lost, or without the work's value");
+        };
+        // The work's value, intact; the reason is the one the work saw.
+        assert_eq!(n, 7);
+        assert!(matches!(seen, Error::NoQuorum(_)), "{seen}");
+        // Our releases (the loss's, and the one after the work) left the new holder's key
+        // alone: every node that granted it still has it.
+        let granted = theirs.votes().yes();
+        assert!(granted >= 2, "{theirs:?}");
+        assert!(rival.unlock(theirs).await.unwrap() >= granted);
+    });
+}
+
 /// While a caller holds the loop (here `with_client`; in service, a thread driving its own
 /// operation), the background thread, woken because requests were queued, waits for that caller
 /// to let go instead of trying the lock again at once. Spinning there took a CPU from the

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Error, Redlock};
+use redlock_mux::{Builder, Error, Redlock, WithLockError};
 
 fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
     Builder::new(servers.urls())
@@ -438,4 +438,69 @@ fn a_lock_renewed_in_callers_turns_is_renewed_after_they_stop() {
         assert!(kept.lock().extensions() >= before + 2, "{:?}", kept.lock());
     }
     assert_eq!(kept.release().unwrap(), 3);
+}
+
+/// How long the test below keeps two of three nodes frozen: longer than the TTL, so their copies
+/// of the key are gone when they wake (the fault of the issue, not a synchronisation).
+const FREEZE: Duration = Duration::from_millis(900);
+
+/// `with_lock` must not report a clean run when the lock was lost while the work ran. TTL
+/// 600 ms; the work freezes two of three nodes for 900 ms, so the renewal fails; the work waits
+/// for the loss (`wait_lost`), wakes the nodes and waits until another handle has taken the
+/// resource, then returns. The caller must get an error that carries the work's value.
+#[test]
+fn with_lock_reports_a_lock_lost_while_the_work_ran() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(600);
+    let r = redlock(&servers, ttl);
+    let rival = redlock(&servers, ttl);
+    let clean = r.with_lock("clean", |held| held.is_held());
+    assert!(matches!(clean, Ok(true)), "{clean:?}");
+
+    let out = r.with_lock("job", |held| {
+        let frozen_at = Instant::now();
+        servers[0].freeze();
+        servers[1].freeze();
+        let why = held
+            .wait_lost(Duration::from_secs(5))
+            .expect("the renewal fails with two of three nodes frozen");
+        std::thread::sleep(FREEZE.saturating_sub(frozen_at.elapsed()));
+        servers[0].resume();
+        servers[1].resume();
+        let theirs = rival
+            .lock_until("job", Instant::now() + Duration::from_secs(5))
+            .expect("another handle takes the resource while the work still runs");
+        (7, why, theirs)
+    });
+    let err = match out {
+        Ok(value) => panic!("with_lock returned Ok after the lock was lost: {value:?}"),
+        Err(err) => err,
+    };
+    assert!(matches!(err.error(), Error::NoQuorum(_)), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("the lock was lost while the work ran: no quorum"),
+        "{err}"
+    );
+    let WithLockError::Lost {
+        value: (n, seen, theirs),
+        why,
+    } = err
+    else {
+        panic!("not reported as lost");
+    };
+    // The work's value, intact; the reason is the one the work saw.
+    assert_eq!(n, 7);
+    assert_eq!(why.to_string(), seen.to_string());
+    // `?` in a function returning `Error` gives `Error::Lost`, the reason inside.
+    let as_error = Error::from(WithLockError::Lost { value: (), why });
+    assert!(
+        matches!(&as_error, Error::Lost(inner) if matches!(**inner, Error::NoQuorum(_))),
+        "{as_error:?}"
+    );
+    // Our release (the loss's, and the one after the work) left the new holder's key alone.
+    barrier(&r, "other");
+    let granted = theirs.votes().yes();
+    assert!(granted >= 2, "{theirs:?}");
+    assert!(rival.unlock(theirs).unwrap() >= granted);
 }

@@ -153,7 +153,9 @@ fn classify(e: &Error) -> (u8, Kind) {
             (exit::UNAVAILABLE, Kind::NoQuorum)
         }
         Error::Auth { .. } | Error::Permission { .. } => (exit::AUTH, Kind::Auth),
-        Error::Expired { .. } | Error::ExtensionLimit(_) => (exit::LOST, Kind::Lost),
+        Error::Expired { .. } | Error::ExtensionLimit(_) | Error::Lost(_) => {
+            (exit::LOST, Kind::Lost)
+        }
         _ => (exit::INTERNAL, Kind::Internal),
     }
 }
