@@ -98,6 +98,8 @@ fn reserved_names_are_refused_by_every_entry_point_before_anything_is_sent() {
             assert_reserved(aredlock.lock(name).await, name);
             assert_reserved(aredlock.lock_until(name, soon).await, name);
             assert_reserved(aredlock.guard(name).await.map(|_| ()), name);
+            let work = aredlock.with_lock(name, async |_| ()).await;
+            assert_reserved(work.map_err(Error::from), name);
         });
     }
     // Names that only look alike are lock names as any other.
