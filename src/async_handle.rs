@@ -165,6 +165,8 @@ impl AsyncRedlock {
 
     async fn attempt(&self, resource: &[u8]) -> Result<Lock, Error> {
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
+        // Checked at the first poll: inside the `with_lock` whose work polls this, if any.
+        crate::reentry::check(self.blocking().engine_id(), resource)?;
         let outcome = Call::new(self.hub(), kind, resource, token).await;
         lock_of(resource, token, outcome)
     }
@@ -215,6 +217,7 @@ impl AsyncRedlock {
     ) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
+        crate::reentry::check(self.blocking().engine_id(), resource)?;
         let outcome = Call::new(self.hub(), kind, resource, token).await;
         lock_of(resource, token, outcome)
     }

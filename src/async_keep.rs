@@ -263,6 +263,11 @@ impl AsyncRedlock {
     /// [`WithLockError::NotAcquired`] as [`Redlock::lock`](crate::Redlock::lock) fails (then
     /// `work` is not run); [`WithLockError::Lost`] if the lock was lost by the time the work's
     /// future completed.
+    ///
+    /// Inside the work's future (polled within it: the same task), an acquire of the same
+    /// resource through this handle fails at once with [`Error::AlreadyHeld`] instead of waiting
+    /// until its deadline for a lock released only when the work completes. A task spawned from
+    /// the work is another caller and waits.
     pub async fn with_lock<F, Fut, R>(
         &self,
         resource: impl AsRef<[u8]>,
@@ -277,7 +282,11 @@ impl AsyncRedlock {
             .await
             .map_err(WithLockError::NotAcquired)?;
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
-        let value = work(kept.watch()).await;
+        // An acquire of the same resource first polled inside the work (the same task) fails
+        // at once (`reentry.rs`).
+        let engine = self.blocking().engine_id();
+        let resource = kept.lock().resource().to_vec();
+        let value = crate::reentry::Scoped::new(work(kept.watch()), engine, &resource).await;
         let lost = kept.lost();
         let _ = kept.release().await;
         match lost {

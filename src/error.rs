@@ -331,6 +331,19 @@ pub enum Error {
     /// [`WithLockError`] to keep it.
     #[error("the lock was lost while the work ran: {0}")]
     Lost(Box<Error>),
+    /// An acquire of a resource made from inside the work of a `with_lock` of the same
+    /// resource, through the same handle: it could only have waited until its deadline, since
+    /// the lock it would wait for is released when that work returns. Nothing was sent. (A
+    /// bare [`Lock`](crate::Lock) can be moved and released elsewhere, so re-locking what one
+    /// holds waits like any other caller, bounded by its deadline.)
+    #[error(
+        "{resource:?} is already held by this caller (the with_lock whose work this runs in): \
+         waiting for it could only end at the deadline"
+    )]
+    AlreadyHeld {
+        /// The resource (lossily as UTF-8).
+        resource: String,
+    },
     /// A node refused our credentials.
     #[error("authentication refused by {node}: {message}")]
     Auth {

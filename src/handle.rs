@@ -146,6 +146,11 @@ impl Redlock {
         &self.handle.hub
     }
 
+    /// Identifies the engine (shared by every clone and the async face): its hub's address.
+    pub(crate) fn engine_id(&self) -> usize {
+        std::ptr::from_ref::<Hub>(&self.handle.hub) as usize
+    }
+
     /// Keep-alive counters so far: (ticks that extended locks, `write` calls in them, locks
     /// extended). For tests of the batching.
     #[doc(hidden)]
@@ -259,6 +264,7 @@ impl Redlock {
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
+        crate::reentry::check(self.engine_id(), resource)?;
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }
@@ -306,6 +312,7 @@ impl Redlock {
     pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
+        crate::reentry::check(self.engine_id(), resource)?;
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }

@@ -254,6 +254,12 @@ impl Redlock {
     ///
     /// [`WithLockError::NotAcquired`] as [`Redlock::lock`] fails (then `work` is not run);
     /// [`WithLockError::Lost`] if the lock was lost by the time `work` returned.
+    ///
+    /// Inside `work`, on this thread, an acquire of the same resource through this handle
+    /// (`try_lock`, `lock`, `guard`, a nested `with_lock`, the async face too) fails at once
+    /// with [`Error::AlreadyHeld`] instead of waiting until its deadline for a lock that is
+    /// released only when `work` returns. A thread spawned from `work` is another caller and
+    /// waits.
     pub fn with_lock<R>(
         &self,
         resource: impl AsRef<[u8]>,
@@ -261,7 +267,11 @@ impl Redlock {
     ) -> Result<R, WithLockError<R>> {
         let lock = self.lock(resource).map_err(WithLockError::NotAcquired)?;
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
-        let value = work(&kept);
+        let value = {
+            // An acquire of the same resource from inside the work fails at once (`reentry.rs`).
+            let _inside = crate::reentry::Scope::enter(self.engine_id(), kept.lock().resource());
+            work(&kept)
+        };
         let lost = kept.lost();
         let _ = kept.release();
         match lost {

@@ -13,7 +13,7 @@
 //! internal keys. Other Redlock clients on the same servers (node-redlock, redsync, …) know
 //! nothing of this rule, so every internal write is also safe against a key it did not write:
 //! - a mark is created only where no key exists and refreshed only where the key holds
-//!   [`MARK_VALUE`] ([`MARK_BODY`]); a lock's token is random and never equals it;
+//!   [`MARK_VALUE`] (the script `MARK_BODY`); a lock's token is random and never equals it;
 //! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
 //!   `session.rs`);
 //! - the fence counter is a hash written with `HSET`: a foreign string lock named

@@ -226,6 +226,7 @@ mod lock;
 mod mailbox;
 mod net;
 mod quarantine;
+mod reentry;
 mod request;
 pub mod resp;
 pub mod round;

@@ -873,6 +873,33 @@ fn reserved_lock_names_give_64_and_name_the_prefix() {
     }
 }
 
+/// Issue 35, item 5: inside `redlock run R -- …` an acquire of R (nested `run` or `acquire`)
+/// could only wait for the command it runs in; it exits 64 at once with a message saying so
+/// (before: it waited, forever without `--wait`). Other resources lock as usual.
+#[test]
+fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    for inner in [&["acquire", "nest"][..], &["run", "nest", "--", "true"][..]] {
+        let mut cmd = redlock(&urls);
+        cmd.args(["run", "nest", "--", BIN]);
+        for url in &urls {
+            cmd.arg("--server").arg(url);
+        }
+        let o = output(cmd.args(["--quarantine", "off"]).args(inner));
+        assert_code(&o, 64);
+        let err = stderr(&o);
+        assert!(err.contains("enclosing `redlock run`"), "{err}");
+    }
+    let mut cmd = redlock(&urls);
+    cmd.args(["run", "nest", "--", BIN]);
+    for url in &urls {
+        cmd.arg("--server").arg(url);
+    }
+    let o = output(cmd.args(["--quarantine", "off", "run", "other", "--", "true"]));
+    assert_code(&o, 0);
+}
+
 #[test]
 fn acquire_extend_release_round_trip() {
     let servers = Cluster::start(3);

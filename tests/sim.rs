@@ -106,7 +106,9 @@ fn work_past_the_validity_gives_two_holders() {
 
 #[test]
 fn a_lying_node_gives_two_holders() {
-    assumption_is_needed(Break::LyingNode, &[1, 2, 4]);
+    // Seed 2 no longer breaks it since the ledger keeps releases for unreachable nodes past
+    // their TTL (issue 35): a different schedule, not a weaker check (21 of seeds 0..40 do).
+    assumption_is_needed(Break::LyingNode, &[1, 4, 6]);
 }
 
 #[test]

@@ -146,7 +146,9 @@ fn classify(e: &Error) -> (u8, Kind) {
         .report()
         .is_some_and(|r| r.failed().any(|(_, f)| is_config_fault(f)));
     match e {
-        Error::Config(_) | Error::ReservedName { .. } => (exit::USAGE, Kind::Usage),
+        Error::Config(_) | Error::ReservedName { .. } | Error::AlreadyHeld { .. } => {
+            (exit::USAGE, Kind::Usage)
+        }
         _ if config => (exit::CONFIG, Kind::Config),
         Error::Held(_) => (exit::HELD, Kind::Held),
         Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => {
@@ -537,6 +539,21 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
 /// what it acquired.
 pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
+    // Inside `redlock run RESOURCE -- …`, which holds RESOURCE until the command ends: an
+    // acquire of it could only wait for the command it runs in (issue 35: it waited forever).
+    if std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| held == resource)
+        && std::env::var_os("REDLOCK_TOKEN").is_some()
+    {
+        return Err(Fail::new(
+            exit::USAGE,
+            format!(
+                "{} is already held by the enclosing `redlock run` (REDLOCK_RESOURCE): waiting \
+                 for it would never end; extend it with `redlock extend \"$REDLOCK_RESOURCE\" \
+                 \"$REDLOCK_TOKEN\"`",
+                shorten(resource, NAME_SHOWN)
+            ),
+        ));
+    }
     // Connect (and handshake) first, so the first attempt's per-node timeout is spent on the
     // SET alone: a one-shot command against distant masters must not fail on a cold start.
     r.connect(r.config().connect_timeout)

@@ -1,0 +1,128 @@
+//! Re-locking a resource the caller itself holds: what `with_lock` knows, and a bare [`Lock`]
+//! cannot tell.
+//!
+//! While the work of `with_lock(R)` runs — on the calling thread (blocking), or polled inside
+//! the `with_lock` future, so within the task that holds the lock (async) — this thread has
+//! (engine, R) in a thread-local list. An acquire of R through the same engine from inside the
+//! work (`try_lock`, `lock`, `lock_until`, `guard`, a nested `with_lock`, in either face)
+//! could only end at its deadline: the lock it waits for is released when the work returns.
+//! It fails at once with [`Error::AlreadyHeld`] instead. A task spawned from the work is polled
+//! elsewhere, not inside the work: it waits like any other caller, as it should (the work may
+//! end meanwhile).
+//!
+//! Why not every held lock: a [`Lock`] is a value that can be moved to another thread or task
+//! and released there (a producer that locks and hands each lock to a worker, then locks the
+//! same resource again, must wait, not fail), and callers of one handle waiting for each
+//! other's locks is what the wait queues are for. Only `with_lock` knows that the lock stays
+//! with the caller until the work returns. Everywhere else re-locking waits, as with
+//! `std::sync::Mutex` — bounded by the deadline here.
+//!
+//! [`Lock`]: crate::Lock
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::error::Error;
+
+thread_local! {
+    /// (engine, resource) of every `with_lock` whose work runs on this thread now, innermost last.
+    static HELD: RefCell<Vec<(usize, Box<[u8]>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock` of
+/// the same resource and engine. Costs a thread-local look when no work runs.
+pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
+    let inside = HELD
+        .try_with(|held| {
+            let held = held.borrow();
+            !held.is_empty() && held.iter().any(|(e, r)| *e == engine && **r == *resource)
+        })
+        .unwrap_or(false);
+    if inside {
+        return Err(Error::AlreadyHeld {
+            resource: String::from_utf8_lossy(resource).into_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// The work of a `with_lock` running on this thread: (engine, resource) listed until dropped.
+pub(crate) struct Scope {
+    entered: bool,
+}
+
+impl Scope {
+    pub(crate) fn enter(engine: usize, resource: &[u8]) -> Scope {
+        let entered = HELD
+            .try_with(|held| held.borrow_mut().push((engine, resource.into())))
+            .is_ok();
+        Scope { entered }
+    }
+}
+
+impl Drop for Scope {
+    fn drop(&mut self) {
+        if self.entered {
+            // Scopes nest (a work inside a work, a poll inside a poll): the last is ours.
+            let _ = HELD.try_with(|held| held.borrow_mut().pop());
+        }
+    }
+}
+
+/// An async `with_lock`'s work: polled with its (engine, resource) listed, so that an acquire
+/// first polled inside it — in the same task — is recognised.
+pub(crate) struct Scoped<F> {
+    /// Boxed: `F` need not be `Unpin`, and this crate has no unsafe pin projection.
+    work: Pin<Box<F>>,
+    engine: usize,
+    resource: Box<[u8]>,
+}
+
+impl<F: Future> Scoped<F> {
+    pub(crate) fn new(work: F, engine: usize, resource: &[u8]) -> Scoped<F> {
+        Scoped {
+            work: Box::pin(work),
+            engine,
+            resource: resource.into(),
+        }
+    }
+}
+
+impl<F: Future> Future for Scoped<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let _scope = Scope::enter(this.engine, &this.resource);
+        this.work.as_mut().poll(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_same_engine_and_resource_inside_a_scope_is_refused() {
+        assert!(check(1, b"r").is_ok());
+        {
+            let _outer = Scope::enter(1, b"r");
+            assert!(matches!(check(1, b"r"), Err(Error::AlreadyHeld { .. })));
+            assert!(check(2, b"r").is_ok());
+            assert!(check(1, b"s").is_ok());
+            {
+                let _inner = Scope::enter(1, b"s");
+                assert!(check(1, b"s").is_err());
+                assert!(check(1, b"r").is_err());
+            }
+            assert!(check(1, b"s").is_ok());
+            // Another thread is another caller.
+            std::thread::spawn(|| assert!(check(1, b"r").is_ok()))
+                .join()
+                .unwrap();
+        }
+        assert!(check(1, b"r").is_ok());
+    }
+}

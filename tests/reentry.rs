@@ -1,0 +1,150 @@
+//! Re-locking a resource the caller itself holds (issue 35, item 5), against real servers.
+//!
+//! From inside the work of `with_lock(R)` (blocking: the same thread; async: polled inside the
+//! work, the same task) an acquire of R through the same handle fails at once with
+//! `Error::AlreadyHeld`; before, it waited until its deadline and returned `Held` (the lock it
+//! waited for is released only when the work returns). Callers that may legitimately wait — a
+//! thread or task spawned from the work, a lock handed to another thread — still wait.
+
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use redis_local::Cluster;
+use redlock_mux::{Builder, Error, Redlock};
+
+/// Long enough that a wait for it would be seen (every assertion on `AlreadyHeld` would have
+/// got `Held` after it before the fix).
+const WAIT: Duration = Duration::from_secs(2);
+
+fn build(servers: &Cluster) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+}
+
+fn already_held<T: std::fmt::Debug>(what: &str, result: Result<T, Error>) {
+    match result {
+        Err(e @ Error::AlreadyHeld { .. }) => {
+            assert!(e.to_string().contains("already held by this caller"), "{e}");
+        }
+        other => panic!("{what}: expected AlreadyHeld, got {other:?}"),
+    }
+}
+
+#[test]
+fn inside_with_lock_every_acquire_of_the_same_resource_fails_at_once() {
+    let servers = Cluster::start(3);
+    let redlock: Redlock = build(&servers).build().unwrap();
+    let other_handle = build(&servers).build().unwrap();
+    let value = redlock.with_lock("r", |_| {
+        let deadline = Instant::now() + WAIT;
+        already_held("try_lock", redlock.try_lock("r"));
+        already_held("lock_until", redlock.lock_until("r", deadline));
+        already_held("lock", redlock.lock("r"));
+        already_held("guard", redlock.guard("r").map(|_| ()));
+        let nested = redlock.with_lock("r", |_| ()).map_err(Error::from);
+        already_held("nested with_lock", nested);
+        // A clone is the same handle.
+        already_held("clone", redlock.clone().try_lock("r"));
+        // Another resource is locked as usual, and the same one through another handle
+        // (another client, as far as the servers know) is simply held.
+        let other = redlock.try_lock("s").unwrap();
+        redlock.unlock(other).unwrap();
+        assert!(matches!(other_handle.try_lock("r"), Err(Error::Held(_))));
+        7
+    });
+    assert_eq!(value.unwrap(), 7);
+    // Outside the work the resource is free again, and locks as usual.
+    let lock = redlock.try_lock("r").unwrap();
+    redlock.unlock(lock).unwrap();
+}
+
+/// A thread spawned from the work is another caller: it waits for the work's lock and gets it
+/// once the work returns.
+#[test]
+fn a_thread_spawned_from_the_work_waits_and_gets_the_lock() {
+    let servers = Cluster::start(3);
+    let redlock = build(&servers).build().unwrap();
+    let (queued, is_queued) = mpsc::channel();
+    let waiter = redlock
+        .with_lock("r", |_| {
+            let r = redlock.clone();
+            let waiter = std::thread::spawn(move || {
+                queued.send(()).unwrap();
+                r.lock_until("r", Instant::now() + Duration::from_secs(10))
+            });
+            is_queued.recv().unwrap();
+            waiter
+        })
+        .unwrap();
+    let lock = waiter
+        .join()
+        .unwrap()
+        .expect("the spawned thread waited and got the lock");
+    redlock.unlock(lock).unwrap();
+}
+
+/// A lock handed to another thread, which releases it later: the thread that locked it locks
+/// the same resource again and waits for that release (no `AlreadyHeld`).
+#[test]
+fn a_lock_handed_to_another_thread_is_waited_for_not_refused() {
+    let servers = Cluster::start(3);
+    let redlock = build(&servers).build().unwrap();
+    let lock = redlock.lock("job").unwrap();
+    let (go, wait_go) = mpsc::channel::<()>();
+    let worker = {
+        let r = redlock.clone();
+        std::thread::spawn(move || {
+            wait_go.recv().unwrap();
+            r.unlock(lock).unwrap();
+        })
+    };
+    go.send(()).unwrap();
+    let again = redlock
+        .lock_until("job", Instant::now() + Duration::from_secs(10))
+        .unwrap();
+    worker.join().unwrap();
+    redlock.unlock(again).unwrap();
+}
+
+#[test]
+fn async_inside_with_lock_acquires_of_the_same_resource_fail_at_once_and_spawned_tasks_wait() {
+    let servers = Cluster::start(3);
+    let redlock = build(&servers).build_async().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let r = redlock.clone();
+        let spawned = redlock
+            .with_lock("r", async |_| {
+                let deadline = Instant::now() + WAIT;
+                already_held("try_lock", r.try_lock("r").await);
+                already_held("lock_until", r.lock_until("r", deadline).await);
+                already_held("lock", r.lock("r").await);
+                already_held("guard", r.guard("r").await.map(|_| ()));
+                let nested = r.with_lock("r", async |_| ()).await.map_err(Error::from);
+                already_held("nested with_lock", nested);
+                // The blocking face of the same handle, called from the task: the same caller.
+                already_held("blocking face", r.blocking().try_lock("r"));
+                // A task spawned from the work is another caller: it waits for the lock.
+                let r2 = r.clone();
+                let task = tokio::spawn(async move {
+                    r2.lock_until("r", Instant::now() + Duration::from_secs(10))
+                        .await
+                });
+                // (In a tuple: clippy would read a bare `JoinHandle` as a forgotten `.await`.)
+                (task,)
+            })
+            .await
+            .unwrap();
+        let lock = spawned
+            .0
+            .await
+            .unwrap()
+            .expect("the spawned task waited and got the lock");
+        redlock.unlock(lock).await.unwrap();
+    });
+}
