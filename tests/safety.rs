@@ -560,43 +560,43 @@ fn one_server_listed_twice_without_info_never_gives_two_holders() {
     );
     let relay = redis_local::Relay::start(servers[0].socket_addr(), Duration::ZERO);
     let url = |addr: String| format!("redis://locker:pw@{addr}");
-    let listing = vec![
-        url(servers[0].addr()),
-        url(relay.addr().to_string()),
-        url(servers[1].addr()),
-    ];
-    let build = |urls: Vec<String>| {
-        Builder::new(urls)
-            .ttl(Duration::from_secs(10))
-            .quarantine(Quarantine::Off)
-            .node_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap()
-    };
-    let holder = build(listing.clone());
-    let mut lock = holder.lock("dup").unwrap();
-    // The acquire counted the server once: the second `SET NX` under the other name found the
-    // key.
-    assert_eq!(lock.votes().yes(), 2, "{:?}", lock.votes());
-    // The key is lost on the only other server; the extend is answered yes by both names of
-    // the first (the double count the issue suspected).
-    servers[1].cmd(&["DEL", "dup"]);
-    let extended = holder.extend(&mut lock, Duration::from_secs(10));
-    assert!(extended.is_ok(), "{extended:?}");
-    // Nobody else gets the lock while it is valid, with the same list or the true one.
-    let same = build(listing);
-    let true_list = build(vec![url(servers[0].addr()), url(servers[1].addr())]);
-    for other in [&same, &true_list] {
-        for _ in 0..3 {
-            match other.try_lock("dup") {
-                Err(Error::Held(_)) => {}
-                other => panic!("a second holder while the first is valid: {other:?}"),
+    let (direct, proxied) = (url(servers[0].addr()), url(relay.addr().to_string()));
+    // Both spellings first in turn: which of the two the extend meets first does not matter.
+    for (first, second) in [(&direct, &proxied), (&proxied, &direct)] {
+        let listing = vec![first.clone(), second.clone(), url(servers[1].addr())];
+        let build = |urls: Vec<String>| {
+            Builder::new(urls)
+                .ttl(Duration::from_secs(10))
+                .quarantine(Quarantine::Off)
+                .node_timeout(Duration::from_millis(500))
+                .build()
+                .unwrap()
+        };
+        let holder = build(listing.clone());
+        let mut lock = holder.lock("dup").unwrap();
+        // The acquire counted the server once: the second `SET NX` under the other name found
+        // the key.
+        assert_eq!(lock.votes().yes(), 2, "{:?}", lock.votes());
+        // The key is lost on the only other server; the extend is answered yes by both names
+        // of the first (the double count the issue suspected).
+        servers[1].cmd(&["DEL", "dup"]);
+        let extended = holder.extend(&mut lock, Duration::from_secs(10));
+        assert!(extended.is_ok(), "{extended:?}");
+        // Nobody else gets the lock while it is valid, with the same list or the true one.
+        let same = build(listing);
+        let true_list = build(vec![direct.clone(), url(servers[1].addr())]);
+        for other in [&same, &true_list] {
+            for _ in 0..3 {
+                match other.try_lock("dup") {
+                    Err(Error::Held(_)) => {}
+                    other => panic!("a second holder while the first is valid: {other:?}"),
+                }
             }
         }
+        assert!(lock.is_valid());
+        holder.unlock(lock).unwrap();
+        // Released: now the others can.
+        let next = true_list.try_lock("dup").unwrap();
+        true_list.unlock(next).unwrap();
     }
-    assert!(lock.is_valid());
-    holder.unlock(lock).unwrap();
-    // Released: now the others can.
-    let next = true_list.try_lock("dup").unwrap();
-    true_list.unlock(next).unwrap();
 }
