@@ -493,12 +493,6 @@ impl<N: Net> Engine<N> {
         self.waits.get_mut(resource).map_or(0, |q| q.waiters.len())
     }
 
-    /// Releases not confirmed yet: in flight, and in the ledger.
-    pub fn unconfirmed(&self) -> usize {
-        let (in_flight, ledger) = self.unconfirmed_parts();
-        in_flight + ledger
-    }
-
     /// Releases not confirmed yet: (release requests in flight, ledger entries).
     pub fn unconfirmed_parts(&self) -> (usize, usize) {
         let in_flight = self
@@ -509,6 +503,18 @@ impl<N: Net> Engine<N> {
             .map(|o| o.outstanding as usize)
             .sum();
         (in_flight, self.core.ledger.len)
+    }
+
+    /// Releases not confirmed yet whose keys may still live at `now`: in flight, and the
+    /// ledger's entries that have not expired (an expired one is still sent when its node is
+    /// back, for a `SET` a frozen node may run late, but a process shutting down need not wait
+    /// for it).
+    fn unconfirmed_live(&self, now: Instant) -> usize {
+        let (in_flight, _) = self.unconfirmed_parts();
+        let ledger: usize = (self.core.ledger.nodes.iter())
+            .map(|q| q.iter().filter(|e| e.expires > now).count())
+            .sum();
+        in_flight + ledger
     }
 
     /// Releases are waiting in the ledger for their node.
@@ -2186,10 +2192,12 @@ impl<N: Net> Engine<N> {
             }
         }
         self.keeps.next = None;
-        self.drive_until(deadline, |e| e.unconfirmed() == 0 && e.waiting() == 0);
+        self.drive_until(deadline, |e| {
+            e.unconfirmed_live(e.net.now()) == 0 && e.waiting() == 0
+        });
         Shutdown {
             confirmed: self.core.confirmed - before,
-            unconfirmed: self.unconfirmed() as u64,
+            unconfirmed: self.unconfirmed_live(self.net.now()) as u64,
         }
     }
 }
