@@ -16,6 +16,8 @@
 //!   [`MARK_VALUE`] (the script `MARK_BODY`); a lock's token is random and never equals it;
 //! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
 //!   `session.rs`);
+//! - both also take `1` for a mark: the previous version of this crate marked with it, and its
+//!   waiters still do during a rolling upgrade (no lock token is `1`);
 //! - the fence counter is a hash written with `HSET`: a foreign string lock named
 //!   `redlock:fence` makes the fencing scripts fail with `WRONGTYPE` on that node, and is
 //!   never changed.
@@ -42,9 +44,10 @@ pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 
 /// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
-/// where no key exists or the key already is a mark. Answers 1 if marked, 0 if the key is
+/// where no key exists or the key already is a mark (ours, or `1`: the previous version's, see
+/// `RELEASE_BODY`). Answers 1 if marked, 0 if the key is
 /// someone else's (or not readable: an ACL without `redlock:*`, another type).
-pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
 /// Refuses a lock name in the reserved namespace.
 pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {

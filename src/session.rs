@@ -84,11 +84,16 @@ pub use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
 /// Redlock client that knows nothing of this crate's namespace may lock
 /// `redlock:waiting:x`); only a key that holds the mark value is ours to delete.
 ///
+/// The value `1` counts as a mark too: the previous version of this crate marked with it, and
+/// its waiters keep doing so during a rolling upgrade (a lock's token is never `1`).
+///
 /// The `GET` is a `pcall`: a user whose ACL does not reach `redlock:*` keys (or a foreign key
-/// of another type) gets an error, and then a notice every time, as before the mark. The
+/// of another type) gets an error, and then a notice every time, as before the mark; so is the
+/// mark's `DEL` (an ACL that may read `redlock:*` but not write it: the lock is released all
+/// the same). The
 /// publish is in a `pcall` too: a user who may not publish still releases (waiters then notice
 /// by polling).
-pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" then redis.call(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1.
 pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
@@ -102,7 +107,12 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == A
 /// `PEXPIRE` would cut the key to `t_late + short` while the long extend's caller relies on
 /// `start + long − drift`. With the maximum, every extend that answered 1 is backed by the key
 /// for its whole TTL, in whatever order the extends run (tests/safety.rs).
-pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then if redis.call(\"pttl\",KEYS[1]) < tonumber(ARGV[2]) then redis.call(\"pexpire\",KEYS[1],ARGV[2]) end return 1 else return 0 end";
+///
+/// How: `PEXPIRE … GT` (Redis 7), which needs no permission beyond `PEXPIRE` — an ACL rule
+/// written for the plain `PEXPIRE` keeps working. Before Redis 7 (`GT` is a syntax error
+/// there) `PTTL` and a `PEXPIRE` if it is shorter; a Redis 6 user without `+pttl` gets the
+/// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
+pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 else return 0 end";
 
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -235,19 +235,28 @@ fn a_foreign_lock_named_like_the_fence_counter_is_never_changed() {
     }
 }
 
-/// The ACL rule the README gives ("Running in production"), read from the README itself:
-/// enough for every script this crate runs, the new reads included (`PTTL` in the extend,
-/// `GET` of the waiting key in the mark and the release), fencing and the quarantine on, a
-/// waiter marking and woken by a notice.
+/// The ACL rule the README gives ("Running in production"), read from the README itself, and
+/// the rule the previous version's README gave (no `+pttl`): enough for every script this
+/// crate runs, the new reads included (`GET` of the waiting key in the mark and the release;
+/// the extend's `PEXPIRE … GT`, which needs nothing beyond `+pexpire`), fencing and the
+/// quarantine on, a waiter marking and woken by a notice, and an extend that never shortens.
 #[test]
-fn the_readme_acl_rule_grants_everything_the_scripts_run() {
+fn the_readme_acl_rule_and_the_previous_one_grant_everything_the_scripts_run() {
     let readme = include_str!("../README.md");
     let rule = readme
         .lines()
         .find_map(|l| l.strip_prefix("ACL SETUSER "))
         .expect("the README gives an ACL rule")
         .replace(">PASSWORD", ">pw");
-    let servers = Cluster::start_with(3, Server::builder().acl_user(&rule));
+    assert!(rule.contains(" +pttl"), "{rule}");
+    let previous = rule.replace(" +pttl", "");
+    for rule in [rule, previous] {
+        acl_rule_runs_everything(&rule);
+    }
+}
+
+fn acl_rule_runs_everything(rule: &str) {
+    let servers = Cluster::start_with(3, Server::builder().acl_user(rule));
     let urls: Vec<String> = servers
         .ports()
         .into_iter()
@@ -256,19 +265,26 @@ fn the_readme_acl_rule_grants_everything_the_scripts_run() {
     let build = || {
         Builder::new(urls.clone())
             .ttl(Duration::from_secs(2))
+            .max_ttl(Duration::from_secs(4))
             .fencing(true)
             .node_timeout(Duration::from_millis(200))
             .build()
             .unwrap()
     };
-    // The quarantine (its window: the TTL) needs `INFO`: the servers must be up that long.
+    // The quarantine (its window: the longest TTL) needs `INFO`: the servers must be up that
+    // long.
     for s in servers.iter() {
-        s.wait_uptime(2);
+        s.wait_uptime(4);
     }
     let (holder, waiter) = (build(), build());
     let mut lock = holder.lock("acl").unwrap();
     assert!(lock.fence().is_some());
-    holder.extend(&mut lock, Duration::from_secs(2)).unwrap();
+    holder.extend(&mut lock, Duration::from_secs(4)).unwrap();
+    // A shorter extend leaves the keys as long as they were.
+    holder.extend(&mut lock, Duration::from_secs(1)).unwrap();
+    for s in servers.iter() {
+        assert!(s.pttl("acl") > 2_500, "{rule}: {}", s.pttl("acl"));
+    }
     let t = {
         let waiter = waiter.clone();
         std::thread::spawn(move || waiter.lock_until("acl", Instant::now() + SOON))
@@ -280,6 +296,29 @@ fn the_readme_acl_rule_grants_everything_the_scripts_run() {
     waiter.unlock(got).unwrap();
     assert_eq!(
         waiter.stats().nodes.iter().map(|n| n.errors).sum::<u64>(),
-        0
+        0,
+        "{rule}"
     );
+}
+
+/// The previous version of this crate marked with the value `1`; during a rolling upgrade its
+/// waiters still do. Such a mark is refreshed and taken like ours, and the release publishes.
+#[test]
+fn a_mark_of_the_previous_version_is_taken_and_announced() {
+    let servers = Cluster::start(3);
+    for s in servers.iter() {
+        s.cmd(&["SET", "redlock:waiting:legacy", "1", "PX", "60000"]);
+        s.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    let redlock = builder(&servers).build().unwrap();
+    let lock = redlock.lock("legacy").unwrap();
+    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+    for s in servers.iter() {
+        assert_eq!(s.get("redlock:waiting:legacy"), None, "{}", s.addr());
+        let published = s
+            .info("commandstats")
+            .lines()
+            .any(|l| l.starts_with("cmdstat_publish:calls=1,"));
+        assert!(published, "no notice from {}", s.addr());
+    }
 }

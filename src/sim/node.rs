@@ -169,7 +169,9 @@ impl Node {
                 if index == crate::session::MARK_SCRIPT {
                     // numkeys 1, the waiting key, ms: marked only where no key or a mark is.
                     let mark = crate::keys::MARK_VALUE.as_bytes();
-                    let free = self.live(cmd[3], now).is_none_or(|v| v == mark);
+                    let free = self
+                        .live(cmd[3], now)
+                        .is_none_or(|v| v == mark || v == b"1");
                     if free {
                         let expiry = now + number(cmd[4]) * 1_000_000;
                         self.keys.insert(cmd[3].to_vec(), (mark.to_vec(), expiry));
@@ -188,7 +190,9 @@ impl Node {
                         self.keys.remove(key);
                         let mut waiting = crate::keys::WAITING_KEY_PREFIX.as_bytes().to_vec();
                         waiting.extend_from_slice(key);
-                        if self.live(&waiting, now) == Some(crate::keys::MARK_VALUE.as_bytes()) {
+                        let value = self.live(&waiting, now);
+                        if value == Some(crate::keys::MARK_VALUE.as_bytes()) || value == Some(b"1")
+                        {
                             self.keys.remove(&waiting);
                         }
                         1
