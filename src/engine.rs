@@ -297,7 +297,9 @@ struct Core {
 pub struct Shutdown {
     /// Release requests answered by their node during the shutdown.
     pub confirmed: u64,
-    /// Releases still unconfirmed when it ended (in flight, or waiting for a node to come back).
+    /// Releases still unconfirmed when it ended whose keys may still live: in flight, or
+    /// waiting for a node to come back before their TTL passed. (Releases past their TTL stay
+    /// queued for their node, for a `SET` it may run late, but are not waited for.)
     pub unconfirmed: u64,
 }
 
@@ -340,6 +342,9 @@ pub(crate) struct Engine<N: Net = Driver> {
     upgrading: Vec<Option<u64>>,
     /// Fenced acquires whose fence is to be written back (reused list).
     fence_due: Vec<u32>,
+    /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
+    /// it, so a release that fails again goes back into the ledger with the key's real expiry.
+    replay_until: Option<Instant>,
 }
 
 /// Kept locks: timers of the engine.
@@ -437,6 +442,7 @@ impl<N: Net> Engine<N> {
             },
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
             scratch: BytesMut::with_capacity(SCRATCH_CAPACITY),
@@ -553,10 +559,15 @@ impl<N: Net> Engine<N> {
     }
 
     /// When someone should drive the engine again although nobody waits: a connection
-    /// deadline of a request still outstanding, or the ledger's next try.
+    /// deadline of a request still outstanding, or the ledger's next try — when the backoff of
+    /// its nodes ends, if every node with releases waiting is down (a node that never comes
+    /// back costs a look per backoff, not one every few milliseconds), else soon.
     pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
-        let retry = (self.core.ledger.len > 0)
-            .then(|| now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY));
+        let soon = now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY);
+        let retry = (0..self.shared.nodes.len())
+            .filter(|&i| !self.core.ledger.nodes[i].is_empty())
+            .map(|i| self.net.session(i).retry_at().map_or(soon, |t| t.max(soon)))
+            .min();
         let conn = self.net.next_deadline();
         [retry, conn, self.timer()].into_iter().flatten().min()
     }
@@ -1115,7 +1126,8 @@ impl<N: Net> Engine<N> {
                 }
                 ReqKind::Release => {
                     op.kind = OpKind::Release;
-                    op.until = deadline_after(now, config.longest_ttl());
+                    op.until = (self.replay_until.take())
+                        .unwrap_or_else(|| deadline_after(now, config.longest_ttl()));
                 }
                 ReqKind::Wait { .. } => {
                     // Dispatched by `submit` to `submit_wait`.
@@ -1930,6 +1942,7 @@ impl<N: Net> Engine<N> {
                     break;
                 };
                 self.core.ledger.len -= 1;
+                self.replay_until = Some(e.expires);
                 self.submit_to(
                     ReqKind::Release,
                     &e.resource,
@@ -2250,12 +2263,12 @@ impl Core {
                 }
             }
             OpKind::Release => {
+                // Even past the key's TTL: a node that comes back may still run a `SET` that
+                // was in its socket buffer (see `Engine::flush_ledger`).
                 op.wait[node] = Wait::No;
-                if op.until > now {
-                    let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
-                    self.ledger
-                        .add(node, resource, token, expires, self.max_pending);
-                }
+                let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
+                self.ledger
+                    .add(node, resource, token, expires, self.max_pending);
             }
             OpKind::Status => {
                 if let Some(status) = op.status.as_mut() {
@@ -2505,16 +2518,15 @@ impl Core {
 }
 
 impl Ledger {
-    /// Remembers a release to send again; at most `max` per node, the oldest (which expires
-    /// first) dropped to make room.
+    /// Remembers a release to send again; at most `max` per node. A full list keeps what it
+    /// has and drops the new entry: entries pile up while their node is unreachable, and the
+    /// first ones are those whose `SET`s may have been written before it failed (a frozen
+    /// node may still run them), while later requests failed at once, their `SET`s never
+    /// sent.
     fn add(&mut self, node: usize, resource: Vec<u8>, token: Token, expires: Instant, max: usize) {
         let q = &mut self.nodes[node];
-        if q.iter().any(|e| e.token == token && e.resource == resource) {
+        if q.len() >= max || q.iter().any(|e| e.token == token && e.resource == resource) {
             return;
-        }
-        if q.len() >= max {
-            q.pop_front();
-            self.len -= 1;
         }
         let at = q.partition_point(|e| e.expires <= expires);
         q.insert(

@@ -412,6 +412,14 @@ impl Session {
         self.st.phase == Phase::Ready
     }
 
+    /// When a node that is down may be connected again (its backoff ends); `None` unless down.
+    pub fn retry_at(&self) -> Option<Instant> {
+        match self.st.phase {
+            Phase::Down { retry_at } => Some(retry_at),
+            _ => None,
+        }
+    }
+
     /// True while a connect or handshake is under way.
     pub fn is_connecting(&self) -> bool {
         matches!(

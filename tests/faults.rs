@@ -405,19 +405,20 @@ fn expired_keys(server: &Server) -> u64 {
 }
 
 /// Issue 35, item 4: a lost attempt's `SET NX` sits in the socket buffers of two nodes frozen
-/// for longer than the TTL, but its release does not: the connection had no room left for it
-/// (`max_pending` requests without a reply, 3 here) and was failed as overloaded, the release
-/// going to the ledger. When the nodes resume they run the `SET`, and the key would block the
-/// resource there (a majority) for a whole TTL: before the fix the ledger had dropped the
-/// release when the TTL passed, and the key expired (`expired_keys` 1; 1 run in 3 before the
-/// fix, as the overflow lands on a `SET` or on a release depending on the turns). Now the
-/// release stays in the ledger while its node is unreachable and is sent once it is back.
+/// for longer than the TTL, but its release does not: the connection was failed before the
+/// release could be queued behind the `SET` (here a reply timeout shorter than the node
+/// timeout; a connection failed as overloaded does the same), so the release went to the
+/// ledger. When the nodes resume they run the `SET`, and the key would block the resource
+/// there (a majority) for a whole TTL. Before the fix the ledger had dropped the release when
+/// the TTL passed (3 runs of 3: "no release kept for the frozen nodes"; with the check below
+/// left out, the stale key stayed with nothing unconfirmed). Now the release stays in the
+/// ledger while its node is unreachable and is sent once it is back (5 of 5 runs).
 #[test]
 fn a_stale_set_run_by_nodes_frozen_past_the_ttl_is_released_when_they_resume() {
     let mut servers = Cluster::start(3);
     let ttl = Duration::from_secs(2);
     let mut config = redlock_mux::Config::default();
-    config.max_pending = 3;
+    config.reply_timeout = Duration::from_millis(20);
     // Back within a tenth of the TTL once the nodes resume: the release must come before the
     // stale key's TTL ends, or the key expires either way.
     config.backoff_max = Duration::from_millis(100);
@@ -440,16 +441,23 @@ fn a_stale_set_run_by_nodes_frozen_past_the_ttl_is_released_when_they_resume() {
     }
     // The fault under test: frozen for longer than the TTL.
     std::thread::sleep(ttl + Duration::from_millis(500));
+    // Past the TTL the releases are still kept for the frozen nodes (before the fix they had
+    // been dropped: 0).
+    let (_, kept) = redlock.with_client(|c| c.unconfirmed()).unwrap();
+    assert!(kept > 0, "no release kept for the frozen nodes");
     servers[1].resume();
     servers[2].resume();
+    // Every kept release confirmed: each went out behind a new connection's handshake, which
+    // the node answered after running what its old socket held (the stale `SET`s).
     let deadline = Instant::now() + Duration::from_secs(15);
+    while redlock.with_client(|c| c.unconfirmed()).unwrap() != (0, 0) {
+        assert!(Instant::now() < deadline, "releases still unconfirmed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     for i in 1..3 {
         for k in 0..4 {
             let key = format!("stale{k}");
-            while servers[i].get(&key).is_some() {
-                assert!(Instant::now() < deadline, "{key} stayed on node {i}");
-                std::thread::yield_now();
-            }
+            assert_eq!(servers[i].get(&key), None, "{key} stayed on node {i}");
         }
         assert_eq!(
             expired_keys(&servers[i]),
