@@ -270,10 +270,11 @@ impl AsyncRedlock {
     /// Extends the lock to `ttl` from now, on a quorum, within its current validity; see
     /// [`Redlock::extend`].
     ///
-    /// Dropped before it is decided, the extend may still reach some nodes, and it may shorten
-    /// the key there (a `ttl` below the validity left): so the lock's validity is cut to what
-    /// the extend could have given at worst, `min(validity before, start + ttl − drift)`,
-    /// where `start` is when the future was first polled.
+    /// Dropped before it is decided, the extend may still reach some nodes. It never shortens a
+    /// key there (`PEXPIRE … GT`), except before Redis 7 for an ACL user without `+pttl` (a plain
+    /// `PEXPIRE`): so the lock's validity is cut to what the extend could have given at worst,
+    /// `min(validity before, start + ttl − drift)`, where `start` is when the future was first
+    /// polled.
     ///
     /// # Examples
     ///

@@ -285,8 +285,8 @@ impl AsyncRedlock {
         // An acquire of the same resource first polled inside the work (the same task) fails
         // at once (`reentry.rs`).
         let engine = self.blocking().engine_id();
-        let resource = kept.lock().resource().to_vec();
-        let value = crate::reentry::Scoped::new(work(kept.watch()), engine, &resource).await;
+        let value =
+            crate::reentry::Scoped::new(work(kept.watch()), engine, kept.inner.kept()).await;
         let lost = kept.lost();
         let _ = kept.release().await;
         match lost {

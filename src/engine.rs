@@ -2853,8 +2853,9 @@ fn count_reply(counters: &stats::NodeCounters, kind: Kind, reply: &Result<Frame<
 /// The validity a lock keeps after an extend that was sent and did not win.
 ///
 /// Nodes that ran the compare-and-pexpire — in time, late, or after resuming from a freeze with
-/// the command still queued — now expire the key `ttl` after they ran it, which may be sooner
-/// than before. All of them ran it after the round's start, so the key lives on each of them at
+/// the command still queued — now expire the key at least `ttl` after they ran it, and sooner
+/// than before only where the script had to fall back to a plain `PEXPIRE` (before Redis 7,
+/// an ACL user without `+pttl`: see `EXTEND_BODY`). All of them ran it after the round's start, so the key lives on each of them at
 /// least until `start + ttl − drift` (the round's `valid_until`), and on the others until the
 /// old deadline: the lock is safe until the smaller of the two, never longer.
 fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {

@@ -260,7 +260,9 @@ impl Redlock {
     /// # Errors
     ///
     /// As [`Client::try_lock`](crate::Client::try_lock): [`Error::Held`] when another holder
-    /// has it, [`Error::NoQuorum`] when too few nodes answered (or counted), among others.
+    /// has it, [`Error::NoQuorum`] when too few nodes answered (or counted), among others;
+    /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::AlreadyHeld`]
+    /// from inside the work of a [`Redlock::with_lock`] of the same resource.
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;

@@ -269,7 +269,7 @@ impl Redlock {
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
         let value = {
             // An acquire of the same resource from inside the work fails at once (`reentry.rs`).
-            let _inside = crate::reentry::Scope::enter(self.engine_id(), kept.lock().resource());
+            let _inside = crate::reentry::Scope::enter(self.engine_id(), kept.kept());
             work(&kept)
         };
         let lost = kept.lost();

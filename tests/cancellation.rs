@@ -602,8 +602,9 @@ fn assert_within_the_nodes(servers: &Cluster, key: &str, lock: &Lock) {
 
 /// Row "extend, AsyncLockGuard::extend": dropped unpolled, nothing is sent and the lock is
 /// unchanged; dropped midway (a quorum out of reach while it is polled), the lock stays the
-/// caller's with its validity cut to what the extend could have set; completed, every node has
-/// the new TTL. In every case the lock is still held, on every node.
+/// caller's with its validity cut to what the extend could have set; completed, every node
+/// keeps at least the new TTL (an extend never shortens a key). In every case the lock is still
+/// held, on every node.
 #[test]
 fn extends_dropped_at_every_point_keep_the_lock() {
     let mut servers = Cluster::start(3);

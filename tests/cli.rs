@@ -891,13 +891,19 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
         let err = stderr(&o);
         assert!(err.contains("enclosing `redlock run`"), "{err}");
     }
-    let mut cmd = redlock(&urls);
-    cmd.args(["run", "nest", "--", BIN]);
-    for url in &urls {
-        cmd.arg("--server").arg(url);
+    // Other resources lock as usual; `-n` answers "held" at once, as it always did.
+    for (inner, code) in [
+        (&["run", "other", "--", "true"][..], 0),
+        (&["acquire", "-n", "nest"][..], 75),
+    ] {
+        let mut cmd = redlock(&urls);
+        cmd.args(["run", "nest", "--", BIN]);
+        for url in &urls {
+            cmd.arg("--server").arg(url);
+        }
+        let o = output(cmd.args(["--quarantine", "off"]).args(inner));
+        assert_code(&o, code);
     }
-    let o = output(cmd.args(["--quarantine", "off", "run", "other", "--", "true"]));
-    assert_code(&o, 0);
 }
 
 #[test]

@@ -22,6 +22,22 @@ fn build(servers: &Cluster) -> Builder {
         .node_timeout(Duration::from_millis(200))
 }
 
+/// Waits (bounded) until `n` callers of `redlock` wait in the queue of `resource`.
+fn until_waiting(redlock: &Redlock, resource: &str, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redlock
+        .with_client(|c| c.waiters(resource.as_bytes()))
+        .unwrap()
+        != n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "never {n} waiting for {resource}"
+        );
+        std::thread::yield_now();
+    }
+}
+
 fn already_held<T: std::fmt::Debug>(what: &str, result: Result<T, Error>) {
     match result {
         Err(e @ Error::AlreadyHeld { .. }) => {
@@ -65,15 +81,14 @@ fn inside_with_lock_every_acquire_of_the_same_resource_fails_at_once() {
 fn a_thread_spawned_from_the_work_waits_and_gets_the_lock() {
     let servers = Cluster::start(3);
     let redlock = build(&servers).build().unwrap();
-    let (queued, is_queued) = mpsc::channel();
     let waiter = redlock
         .with_lock("r", |_| {
             let r = redlock.clone();
             let waiter = std::thread::spawn(move || {
-                queued.send(()).unwrap();
                 r.lock_until("r", Instant::now() + Duration::from_secs(10))
             });
-            is_queued.recv().unwrap();
+            // It waits while the work runs (queued, not refused).
+            until_waiting(&redlock, "r", 1);
             waiter
         })
         .unwrap();
@@ -99,11 +114,15 @@ fn a_lock_handed_to_another_thread_is_waited_for_not_refused() {
             r.unlock(lock).unwrap();
         })
     };
+    let again = {
+        let r = redlock.clone();
+        std::thread::spawn(move || r.lock_until("job", Instant::now() + Duration::from_secs(10)))
+    };
+    // The thread that locked waits (queued, not refused) until the worker releases.
+    until_waiting(&redlock, "job", 1);
     go.send(()).unwrap();
-    let again = redlock
-        .lock_until("job", Instant::now() + Duration::from_secs(10))
-        .unwrap();
     worker.join().unwrap();
+    let again = again.join().unwrap().unwrap();
     redlock.unlock(again).unwrap();
 }
 
@@ -135,6 +154,11 @@ fn async_inside_with_lock_acquires_of_the_same_resource_fail_at_once_and_spawned
                     r2.lock_until("r", Instant::now() + Duration::from_secs(10))
                         .await
                 });
+                // It waits while the work runs (queued, not refused).
+                let blocking = r.blocking().clone();
+                tokio::task::spawn_blocking(move || until_waiting(&blocking, "r", 1))
+                    .await
+                    .unwrap();
                 // (In a tuple: clippy would read a bare `JoinHandle` as a forgotten `.await`.)
                 (task,)
             })
@@ -147,4 +171,27 @@ fn async_inside_with_lock_acquires_of_the_same_resource_fail_at_once_and_spawned
             .expect("the spawned task waited and got the lock");
         redlock.unlock(lock).await.unwrap();
     });
+}
+
+/// Once the lock of the `with_lock` is lost, the resource is not the caller's any more: an
+/// acquire from inside the work is an ordinary one (here refused by the new holder, `Held`).
+#[test]
+fn after_the_lock_is_lost_the_work_may_try_again() {
+    let servers = Cluster::start(3);
+    let redlock = build(&servers)
+        .ttl(Duration::from_millis(600))
+        .build()
+        .unwrap();
+    let result = redlock.with_lock("r", |held| {
+        // Another client takes the key over on every node: the renewal fails.
+        for s in servers.iter() {
+            s.cmd(&["SET", "r", "someone-else", "PX", "60000"]);
+        }
+        assert!(held.wait_lost(Duration::from_secs(10)).is_some());
+        match redlock.try_lock("r") {
+            Err(Error::Held(_)) => {}
+            other => panic!("expected Held from the new holder, got {other:?}"),
+        }
+    });
+    assert!(result.is_err());
 }

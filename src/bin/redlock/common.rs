@@ -538,11 +538,20 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 ///
 /// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
 /// what it acquired.
+/// The servers a lock is held on, as `redlock run` tells its command (`REDLOCK_HELD_ON`): the
+/// list in its order, `host:port` each, no credentials.
+pub fn held_on<'a>(nodes: impl Iterator<Item = &'a redlock_mux::NodeAddr>) -> String {
+    let nodes: Vec<String> = nodes.map(ToString::to_string).collect();
+    nodes.join(",")
+}
+
 pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
-    // Inside `redlock run RESOURCE -- …`, which holds RESOURCE until the command ends: an
-    // acquire of it could only wait for the command it runs in (issue 35: it waited forever).
-    if std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| held == resource)
-        && std::env::var_os("REDLOCK_TOKEN").is_some()
+    // Inside `redlock run RESOURCE -- …` on the same servers, which holds RESOURCE until the
+    // command ends: an acquire of it that waits could only wait for the command it runs in
+    // (issue 35: it waited forever). `-n` still answers "held" at once.
+    if !matches!(waiting.rule(), Wait::Once)
+        && std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| held == resource)
+        && std::env::var("REDLOCK_HELD_ON").is_ok_and(|on| on == held_on(r.nodes().iter()))
     {
         return Err(Fail::new(
             exit::USAGE,

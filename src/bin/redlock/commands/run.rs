@@ -28,8 +28,8 @@ silence; servers in their restart quarantine or unreachable are reported once, t
 too). -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
 when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as flock -c does.
 
-COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN and REDLOCK_VALIDITY_MS in its environment, and
-REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
+COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN, REDLOCK_VALIDITY_MS and REDLOCK_HELD_ON (the
+servers, host:port,...) in its environment, and REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
 is extended in the background when a third of its TTL is left; it is released when COMMAND exits.
 
 COMMAND runs in a process group of its own, with everything it starts. A watchdog process
@@ -311,6 +311,10 @@ fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail
     command
         .args(&argv[1..])
         .env("REDLOCK_RESOURCE", &a.resource)
+        .env(
+            "REDLOCK_HELD_ON",
+            common::held_on(kept.lock().nodes().map(|(node, _)| node)),
+        )
         .env("REDLOCK_TOKEN", kept.lock().token().to_string())
         .env(
             "REDLOCK_VALIDITY_MS",
