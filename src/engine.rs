@@ -764,10 +764,9 @@ impl<N: Net> Engine<N> {
                 Outcome::Acquired(Err(e)) => e,
                 _ => continue,
             };
-            let last = matches!(
-                error,
-                Error::Config(_) | Error::Auth { .. } | Error::Permission { .. }
-            ) || deadline <= now;
+            // No retry mends it (a wrong CA, a port that speaks another protocol, credentials
+            // refused on too many nodes): the caller learns at once.
+            let last = error.is_final() || deadline <= now;
             if last {
                 self.finish_wait(w, Some(Outcome::Locked(Err(error))));
                 if let Some(q) = self.waits.get_mut(&resource) {

@@ -150,6 +150,25 @@ impl NodeFault {
             other => other,
         }
     }
+
+    /// True for a fault that waiting does not mend — the node's configuration or ours is wrong:
+    /// TLS (an untrusted certificate, another name, a plain-TCP port), a port that does not
+    /// speak RESP, an unexpected answer, credentials or permissions refused, a database that
+    /// does not exist, the same server listed twice. A refused or dropped connection, a
+    /// timeout, a name that does not resolve (yet), an overloaded or quarantined node may all
+    /// mend by themselves.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self.root(),
+            NodeFault::Tls(_)
+                | NodeFault::Protocol(_)
+                | NodeFault::Unexpected(_)
+                | NodeFault::Auth(_)
+                | NodeFault::Permission { .. }
+                | NodeFault::Database { .. }
+                | NodeFault::Duplicate { .. }
+        )
+    }
 }
 
 /// The node-by-node outcome of an operation that did not succeed.
@@ -489,6 +508,27 @@ impl Error {
 }
 
 impl Error {
+    /// True when trying the same call again, as it is, cannot succeed: a configuration or
+    /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`]),
+    /// credentials or permissions refused, or no quorum because so many nodes failed with a
+    /// [permanent](NodeFault::is_permanent) fault that the others cannot make one. `lock` and
+    /// `lock_until` stop waiting at such an error; `Held`, and a quorum that unreachable nodes
+    /// may still make once they are back, are worth waiting for.
+    pub fn is_final(&self) -> bool {
+        match self {
+            Error::Config(_)
+            | Error::ReservedName { .. }
+            | Error::AlreadyHeld { .. }
+            | Error::Auth { .. }
+            | Error::Permission { .. } => true,
+            Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => {
+                let lost = r.failed.iter().filter(|(_, f)| f.is_permanent()).count();
+                r.nodes.len().saturating_sub(lost) < r.quorum
+            }
+            _ => false,
+        }
+    }
+
     /// The per-node report, for errors that have one.
     pub fn report(&self) -> Option<&Report> {
         match self {

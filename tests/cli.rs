@@ -906,6 +906,29 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
     }
 }
 
+/// Issue 36, item 5: without `-w`, servers that cannot make a quorum (here: nothing listens on
+/// their ports) are waited for during a stated grace — the reconnect backoff's ceiling, the
+/// restart quarantine and a connect timeout: 3 s with the quarantine off — then `acquire` and
+/// `run` exit 69 naming each node and its fault. Before, they retried forever.
+#[test]
+fn without_a_limit_unreachable_servers_are_given_up_after_the_grace() {
+    let urls: Vec<String> = (1..=3).map(|p| format!("redis://127.0.0.1:{p}")).collect();
+    for args in [&["acquire", "x"][..], &["run", "x", "--", "true"][..]] {
+        let o = output(redlock(&urls).args(args));
+        assert_code(&o, 69);
+        let err = stderr(&o);
+        assert!(
+            err.contains("at most 3s while no quorum is reachable"),
+            "{err}"
+        );
+        assert!(err.contains("gave up waiting"), "{err}");
+        for url in &urls {
+            assert!(err.contains(&url["redis://".len()..]), "{err}");
+        }
+        assert!(err.contains("connection refused"), "{err}");
+    }
+}
+
 #[test]
 fn acquire_extend_release_round_trip() {
     let servers = Cluster::start(3);
@@ -1479,6 +1502,17 @@ fn tls_servers_through_the_tls_options() {
     cmd.args(["--", "sh", "-c", "exit 3"]);
     assert_code(&output(&mut cmd), 3);
 
+    // Without -n too (issue 36: it used to retry forever): no retry mends a wrong CA.
+    for once in [true, false] {
+        let mut cmd = plain(&urls);
+        cmd.args(["acquire", "--quarantine", "off"]);
+        if once {
+            cmd.arg("-n");
+        }
+        cmd.arg("tls-job");
+        tls(&mut cmd, &pki.other_ca());
+        assert_code(&output(&mut cmd), 78);
+    }
     let mut cmd = plain(&urls);
     cmd.args(["acquire", "--quarantine", "off", "-n", "tls-job"]);
     tls(&mut cmd, &pki.other_ca());

@@ -242,3 +242,26 @@ fn tls_options_without_a_tls_server_and_unreadable_files_are_configuration_error
         "{e}"
     );
 }
+
+/// Issue 36, item 5: a wait (`lock_until`) against servers whose certificates do not verify
+/// ends at the first attempt with a final error: no retry mends a wrong CA. Before, it made an
+/// attempt every retry pause until its deadline (about 30 in 10 s).
+#[test]
+fn waiting_ends_at_once_when_no_certificate_verifies() {
+    let pki = Pki::generate();
+    let servers = tls_servers(&pki, 3, ClientAuth::No);
+    let redlock = Builder::new(urls(&servers))
+        .tls_ca_file(pki.other_ca())
+        .quarantine(None)
+        .build()
+        .unwrap();
+    let e = redlock
+        .lock_until("res", std::time::Instant::now() + Duration::from_secs(10))
+        .expect_err("an untrusted certificate");
+    assert!(e.is_final(), "{e}");
+    let attempts = redlock.stats().acquire.count();
+    assert!(attempts <= 2, "{attempts} attempts for a wrong CA");
+    for s in servers.iter() {
+        assert_eq!(s.dbsize(), 0, "nothing reached {}", s.addr());
+    }
+}

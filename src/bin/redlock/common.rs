@@ -530,14 +530,6 @@ pub fn parse_exit_code(s: &str) -> Result<u8, String> {
 /// A far-away deadline for "wait until acquired" (a century: `Instant` arithmetic stays sound).
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 86_400);
 
-/// Acquires `resource` under the user's waiting rule. The first attempt goes out alone, so that
-/// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
-/// before it waits; a lock held elsewhere is waited for in silence, as flock does.
-///
-/// A lock taken while some nodes were unreachable is said on stderr (unless `quiet`).
-///
-/// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
-/// what it acquired.
 /// The servers a lock is held on, as `redlock run` tells its command (`REDLOCK_HELD_ON`): the
 /// list in its order, `host:port` each, no credentials.
 pub fn held_on<'a>(nodes: impl Iterator<Item = &'a redlock_mux::NodeAddr>) -> String {
@@ -545,6 +537,28 @@ pub fn held_on<'a>(nodes: impl Iterator<Item = &'a redlock_mux::NodeAddr>) -> St
     nodes.join(",")
 }
 
+/// How long a wait without a limit (no `-w`) goes on while no quorum of servers can be
+/// reached, before it gives up with 69: long enough to ride out a server's restart — the
+/// reconnect backoff's ceiling, plus the restart quarantine (a restarted node counts again
+/// only after it), plus a connect timeout.
+pub fn unreachable_grace(config: &redlock_mux::Config) -> Duration {
+    config.backoff_max
+        + config.quarantine_window().unwrap_or(Duration::ZERO)
+        + config.connect_timeout
+}
+
+/// Acquires `resource` under the user's waiting rule. The first attempt goes out alone, so that
+/// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
+/// before it waits; a lock held elsewhere is waited for in silence, as flock does.
+///
+/// What waiting cannot mend ends at once ([`Error::is_final`]: a certificate that does not
+/// verify, a port that speaks another protocol, credentials refused). Without a limit (no
+/// `-w`), no quorum of reachable servers is waited for at most [`unreachable_grace`], then 69.
+///
+/// A lock taken while some nodes were unreachable is said on stderr (unless `quiet`).
+///
+/// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
+/// what it acquired.
 pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
     // Inside `redlock run RESOURCE -- …` on the same servers, which holds RESOURCE until the
     // command ends: an acquire of it that waits could only wait for the command it runs in
@@ -578,10 +592,11 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
         Wait::For(d) => Some(started + d),
         Wait::Forever => Some(started + FOREVER),
     };
-    let retryable = matches!(classify(&first).1, Kind::Held | Kind::NoQuorum);
+    let retryable = !first.is_final() && matches!(classify(&first).1, Kind::Held | Kind::NoQuorum);
     let Some(deadline) = deadline.filter(|_| retryable) else {
         return Err(lock_failure(r, resource, rule, &first, waiting));
     };
+    let grace = unreachable_grace(r.config());
     if !quiet && !matches!(first, Error::Held(_)) {
         let why = match quarantine_hint(r, &first) {
             Some(hint) => hint,
@@ -591,13 +606,50 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
             "redlock: waiting{} for {}: {why}",
             match rule {
                 Wait::For(d) => format!(" up to {}", fmt_duration(d)),
-                _ => String::new(),
+                _ => format!(
+                    " (at most {} while no quorum is reachable)",
+                    fmt_duration(grace)
+                ),
             },
             shorten(resource, NAME_SHOWN)
         );
     }
-    r.lock_until(resource, deadline)
-        .map_err(|e| lock_failure(r, resource, rule, &e, waiting))
+    if !matches!(rule, Wait::Forever) {
+        return r
+            .lock_until(resource, deadline)
+            .map_err(|e| lock_failure(r, resource, rule, &e, waiting));
+    }
+    // Without a limit: a lock held elsewhere is waited for as long as it takes (as flock does),
+    // servers that cannot make a quorum for `grace` (in turns of half of it) are not.
+    let mut unreachable_since = (!matches!(first, Error::Held(_))).then_some(started);
+    loop {
+        let turn = Instant::now();
+        let e = match r.lock_until(resource, (turn + grace / 2).min(deadline)) {
+            Ok(lock) => return Ok(lock),
+            Err(e) => e,
+        };
+        if e.is_final() || Instant::now() >= deadline {
+            return Err(lock_failure(r, resource, rule, &e, waiting));
+        }
+        if matches!(e, Error::Held(_)) {
+            unreachable_since = None;
+            continue;
+        }
+        let since = *unreachable_since.get_or_insert(turn);
+        if since.elapsed() >= grace {
+            let mut fail = Fail::lib(
+                &format!(
+                    "gave up waiting for {} after {} without a quorum of servers",
+                    shorten(resource, NAME_SHOWN),
+                    fmt_duration(since.elapsed())
+                ),
+                &e,
+            );
+            fail.code = exit::UNAVAILABLE;
+            fail.kind = Kind::NoQuorum;
+            return Err(fail);
+        }
+    }
 }
 
 /// The failure of an acquire: held elsewhere gets `-E`'s code, a quorum missed only because of

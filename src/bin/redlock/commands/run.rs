@@ -24,8 +24,10 @@ use crate::group::{self, Job, Watchdog};
 
 pub const HELP: &str = "\
 Waiting: like flock, run waits until the lock is free (a lock held elsewhere is waited for in
-silence; servers in their restart quarantine or unreachable are reported once, then waited for
-too). -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
+silence). Servers in their restart quarantine or unreachable are reported once, then waited for
+at most a grace (the reconnect backoff's ceiling + the quarantine + the connect timeout), then
+it exits 69; what no wait mends (a certificate that does not verify, credentials refused, a port
+that speaks another protocol) ends at once. -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
 when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as flock -c does.
 
 COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN, REDLOCK_VALIDITY_MS and REDLOCK_HELD_ON (the
