@@ -193,7 +193,9 @@ fn fences_stay_in_order_when_the_lock_does_not() {
 fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
         (Break::FenceNoWriteBack, &[0u64, 1, 2][..]),
-        (Break::FenceBlankAsZero, &[128, 305, 2088][..]),
+        // Since the ledger keeps releases for unreachable nodes past their TTL (issue 35) the
+        // schedules differ: 128, 305 and 2088 no longer hit this rare case; these do.
+        (Break::FenceBlankAsZero, &[985, 1750, 2478][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
