@@ -466,3 +466,51 @@ fn a_stale_set_run_by_nodes_frozen_past_the_ttl_is_released_when_they_resume() {
         );
     }
 }
+
+/// Issue 36, item 1: releases kept for a node while it was frozen are sent, once it is back,
+/// paced within the connection's room (half of `max_pending` outstanding at a time). Before,
+/// all of them went out at once on the fresh connection, which overflowed `max_pending`, was
+/// failed as overloaded, and put them back: a reconnect loop that never drained (here: the
+/// releases never confirmed, connects climbing).
+#[test]
+fn releases_kept_for_a_frozen_node_drain_without_overloading_its_new_connection() {
+    let mut servers = Cluster::start(3);
+    let mut config = redlock_mux::Config::default();
+    config.max_pending = 16;
+    config.backoff_max = Duration::from_millis(100);
+    let redlock = Builder::new(servers.urls())
+        .config(config)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(50))
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("warm").unwrap();
+    redlock.unlock(lock).unwrap();
+    servers[2].freeze();
+    // Locks on the two live nodes; every release to the frozen one goes unconfirmed.
+    for i in 0..40 {
+        let lock = redlock.try_lock(format!("k{i}")).unwrap();
+        redlock.unlock_nowait(lock);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redlock.with_client(|c| c.unconfirmed()).unwrap().1 < 16 {
+        assert!(Instant::now() < deadline, "the releases never reached the ledger");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    servers[2].resume();
+    let connects = |r: &redlock_mux::Redlock| r.stats().nodes[2].connects;
+    let before = connects(&redlock);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redlock.with_client(|c| c.unconfirmed()).unwrap() != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "still unconfirmed: {:?}, {} connects since the resume",
+            redlock.with_client(|c| c.unconfirmed()).unwrap(),
+            connects(&redlock) - before
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let made = connects(&redlock) - before;
+    assert!(made <= 3, "{made} connects to drain the ledger");
+}
