@@ -144,6 +144,9 @@ struct Op {
     /// that never answered within the node timeout were counted as timeouts (stats).
     late: u64,
     silent_counted: bool,
+    /// Acquire: when the last node answered (a vote that is not a failure), for the round trip
+    /// the split pause is measured in (see `Engine::round_trip`).
+    answered: Instant,
     waiter: Waiter,
     outcome: Option<Outcome>,
 }
@@ -176,9 +179,17 @@ impl Op {
             runs: vec![None; n],
             late: 0,
             silent_counted: false,
+            answered: now,
             waiter: Waiter::None,
             outcome: None,
         }
+    }
+
+    /// The round trip of the nodes that answered this attempt: from its start to the last
+    /// answer. Not to its decision: a round that waited out the node timeout for a frozen node
+    /// says how slow that node is, not how far apart two attempts must start not to collide.
+    fn round_trip(&self) -> Duration {
+        self.answered.saturating_duration_since(self.start)
     }
 
     /// Records node `node`'s vote in the round (`Err`: failed, with the fault), given the
@@ -209,7 +220,12 @@ impl Op {
             }
         }
         match vote {
-            Ok(vote) => self.round.handle_vote(node, vote, now),
+            Ok(vote) => {
+                if vote != Vote::Failed {
+                    self.answered = self.answered.max(now);
+                }
+                self.round.handle_vote(node, vote, now)
+            }
             Err(fault) => {
                 self.faults[node] = Some(fault);
                 self.round.handle_vote(node, Vote::Failed, now);
@@ -260,6 +276,10 @@ struct Core {
     watch: Vec<NodeWatch>,
     /// Per node: missed a release's grace and has not caught up since (not waited for).
     slow: Vec<bool>,
+    /// Nodes (a bit set) that let an acquire's or extend's node timeout pass in silence and
+    /// have not answered anything since: acquires do not wait for them to decide a loss
+    /// (`Round::expect_no_answer_from`).
+    silent: u64,
     ledger: Ledger,
     window: Option<Duration>,
     max_pending: usize,
@@ -418,6 +438,7 @@ impl<N: Net> Engine<N> {
                 free: (0..PREBUILT_OPS as u32).rev().collect(),
                 watch: vec![NodeWatch::default(); n],
                 slow: vec![false; n],
+                silent: 0,
                 ledger: Ledger {
                     nodes: (0..n).map(|_| VecDeque::new()).collect(),
                     len: 0,
@@ -1082,6 +1103,7 @@ impl<N: Net> Engine<N> {
         let id = self.core.alloc(n, now);
         let config = &self.shared.config;
         let waits = waiter.waits();
+        let silent = self.core.silent;
         {
             let op = &mut self.core.ops[id.index as usize];
             op.resource.clear();
@@ -1090,6 +1112,7 @@ impl<N: Net> Engine<N> {
             op.start = now;
             op.faults.fill(None);
             op.runs.fill(None);
+            op.answered = now;
             op.late = 0;
             op.silent_counted = false;
             op.waiter = waiter;
@@ -1112,6 +1135,10 @@ impl<N: Net> Engine<N> {
                         ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
                     };
                     op.round.start(now, &rc);
+                    op.round.expect_no_answer_from(silent, now);
+                    for node in (0..n).filter(|&i| silent & node_bit(i) != 0) {
+                        op.faults[node] = Some(NodeFault::Silent);
+                    }
                 }
                 ReqKind::Extend { ttl, valid_until } => {
                     op.kind = OpKind::Extend;
@@ -1398,6 +1425,9 @@ impl<N: Net> Engine<N> {
                                 if op.round.is_pending(node) {
                                     op.faults[node] = Some(NodeFault::Timeout);
                                     self.core.metrics.node(node).timeouts.bump();
+                                    // Silent for a whole node timeout: not waited for by the
+                                    // next acquires until it answers (see `Core::silent`).
+                                    self.core.silent |= node_bit(node);
                                 }
                             }
                             op.round.handle_timeout(now);
@@ -1510,7 +1540,7 @@ impl<N: Net> Engine<N> {
                                         )))
                                     }
                                     (OpKind::Acquire, Decision::Won { valid_until, .. }) => {
-                                        self.last_round = now.saturating_duration_since(op.start);
+                                        self.last_round = op.round_trip();
                                         Some(grant(
                                             valid_until,
                                             None,
@@ -1518,7 +1548,10 @@ impl<N: Net> Engine<N> {
                                         ))
                                     }
                                     (OpKind::Acquire, Decision::Lost { loss, .. }) => {
-                                        self.last_round = now.saturating_duration_since(op.start);
+                                        // The live nodes' round trip, not the node timeout
+                                        // a frozen node made this round wait (the split pause
+                                        // is measured in it: issue 36, item 3).
+                                        self.last_round = op.round_trip();
                                         self.lost.push(index as u32);
                                         Some(Outcome::Acquired(Err(loss_error(
                                             nodes,
@@ -1630,7 +1663,7 @@ impl<N: Net> Engine<N> {
             }
             if op.done && !op.silent_counted && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
             {
-                count_silent(&self.core.metrics, op, now);
+                count_silent(&self.core.metrics, &mut self.core.silent, op, now);
             }
             if op.done && op.outstanding == 0 && op.outcome.is_none() {
                 op.live = false;
@@ -2283,6 +2316,10 @@ impl Core {
 
     /// A reply (or a fault) for a request of operation `d.tag`.
     fn on_delivery(&mut self, node: usize, d: Delivery<'_>, now: Instant) {
+        if d.reply.is_ok() {
+            // It answers again: waited for again.
+            self.silent &= !node_bit(node);
+        }
         match (d.kind, &d.reply) {
             (Kind::Notice, Ok(Frame::Aggregate(push))) => {
                 // `message`, channel, payload.
@@ -2818,7 +2855,7 @@ fn failed_event(resource: &[u8], what: &'static str, e: &Error) {
 /// Once the node timeout of a decided acquire or extend has passed: the nodes that had not
 /// answered by the decision and have not since count as timeouts (a round decided at quorum
 /// never times out itself, but a frozen node must still show in its stats).
-fn count_silent(metrics: &Metrics, op: &mut Op, now: Instant) {
+fn count_silent(metrics: &Metrics, silent: &mut u64, op: &mut Op, now: Instant) {
     let Some(deadline) = op.round.node_deadline() else {
         return;
     };
@@ -2829,6 +2866,7 @@ fn count_silent(metrics: &Metrics, op: &mut Op, now: Instant) {
     for node in 0..op.round.nodes() {
         if op.round.is_pending(node) && op.late & node_bit(node) == 0 {
             metrics.node(node).timeouts.bump();
+            *silent |= node_bit(node);
         }
     }
 }
@@ -2876,7 +2914,12 @@ fn report(
             Some(Vote::Yes) => said_yes |= 1 << node,
             Some(Vote::Refused) => refused |= 1 << node,
             Some(Vote::Failed) => failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout))),
-            None => {}
+            // Not waited for because it was silent (`Core::silent`): said so, with why.
+            None => {
+                if let Some(fault) = fault {
+                    failed.push((node, fault.clone()));
+                }
+            }
         }
     }
     Report {

@@ -21,6 +21,10 @@ pub enum NodeFault {
     ConnectTimeout,
     /// No reply within the per-node timeout of the attempt.
     Timeout,
+    /// Not waited for: the node let an earlier attempt's node timeout pass in silence and has
+    /// not answered anything since (a frozen or hung server), so an acquire decides without it
+    /// once the other nodes cannot make a quorum. Waited for again as soon as it answers.
+    Silent,
     /// The server closed the connection.
     Closed,
     /// The TLS handshake failed, or the server broke the TLS protocol (`rediss://`): an
@@ -81,6 +85,9 @@ impl fmt::Display for NodeFault {
             NodeFault::Resolve(why) => write!(f, "cannot resolve: {why}"),
             NodeFault::ConnectTimeout => f.write_str("connect timed out"),
             NodeFault::Timeout => f.write_str("no reply in time"),
+            NodeFault::Silent => f.write_str(
+                "silent since it missed a node timeout (not waited for until it answers again)",
+            ),
             NodeFault::Closed => f.write_str("connection closed by the server"),
             NodeFault::Tls(why) => {
                 write!(f, "TLS: {why}")?;

@@ -146,6 +146,9 @@ pub struct Round {
     not_after: Option<Instant>,
     min_validity: Duration,
     decision: Option<Decision>,
+    /// Nodes (a bit set) not expected to answer in time: their pending votes do not keep the
+    /// round from deciding that the quorum is out of reach ([`Round::expect_no_answer_from`]).
+    unexpected: u64,
 }
 
 /// The deadlines of a started round.
@@ -169,6 +172,7 @@ impl Round {
             not_after: None,
             min_validity: Duration::ZERO,
             decision: None,
+            unexpected: 0,
         }
     }
 
@@ -189,6 +193,7 @@ impl Round {
         self.refused = 0;
         self.failed = 0;
         self.decision = None;
+        self.unexpected = 0;
         self.min_validity = config.min_validity;
         self.not_after = config.not_after;
         let far = |d: Duration| deadline_after(now, d);
@@ -199,6 +204,19 @@ impl Round {
                 None => now,
             },
         });
+        self.evaluate(now);
+    }
+
+    /// After [`Round::start`]: the nodes in `nodes` (a bit set over the node indices) are not
+    /// expected to answer in time — they let the last round's node timeout pass in silence and
+    /// have not answered anything since (a frozen server). Their votes still count if they
+    /// come, but the round does not wait for them to decide that the quorum is out of reach:
+    /// with one node frozen, two competing attempts that split the live nodes' votes 2–2 lose
+    /// at once instead of both holding their keys for a whole node timeout (issue 36: a frozen
+    /// node cut contention to 6 locks/s against 923 healthy). Deciding a loss early is always
+    /// safe; a win still needs a quorum of real yeses.
+    pub fn expect_no_answer_from(&mut self, nodes: u64, now: Instant) {
+        self.unexpected = nodes;
         self.evaluate(now);
     }
 
@@ -364,7 +382,13 @@ impl Round {
             });
             return;
         }
-        let pending = self.slots.len() - self.yes - self.refused - self.failed;
+        let mut pending = self.slots.len() - self.yes - self.refused - self.failed;
+        if self.unexpected != 0 {
+            let silent = (self.slots.iter().enumerate())
+                .filter(|&(i, s)| *s == Slot::Pending && self.unexpected & (1u64 << i) != 0)
+                .count();
+            pending -= silent;
+        }
         if self.yes + pending < self.quorum {
             let loss = if self.refused > 0 {
                 Loss::Held

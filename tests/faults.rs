@@ -105,7 +105,9 @@ fn three_of_five_frozen_or_killed_is_no_quorum_in_bounded_time_and_leaves_nothin
     let took = t0.elapsed();
     match &result {
         Err(Error::NoQuorum(report)) => {
-            assert_eq!(report.yes(), 2);
+            // The two live nodes at most: once the frozen ones are known silent, an attempt
+            // is lost as soon as the rest cannot make a quorum, maybe before both answered.
+            assert!(report.yes() <= 2, "{report}");
             let faults: Vec<String> = report.failed().map(|(n, f)| format!("{n}: {f}")).collect();
             assert_eq!(faults.len(), 3, "{faults:?}");
             let message = result.as_ref().unwrap_err().to_string();
@@ -495,7 +497,10 @@ fn releases_kept_for_a_frozen_node_drain_without_overloading_its_new_connection(
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     while redlock.with_client(|c| c.unconfirmed()).unwrap().1 < 16 {
-        assert!(Instant::now() < deadline, "the releases never reached the ledger");
+        assert!(
+            Instant::now() < deadline,
+            "the releases never reached the ledger"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     servers[2].resume();
@@ -513,4 +518,57 @@ fn releases_kept_for_a_frozen_node_drain_without_overloading_its_new_connection(
     }
     let made = connects(&redlock) - before;
     assert!(made <= 3, "{made} connects to drain the ledger");
+}
+
+/// Issue 36, item 3: a node that let an attempt's node timeout pass in silence (frozen) is not
+/// waited for by the next attempts until it answers again: an attempt whose live votes can no
+/// longer make a quorum loses at once instead of holding its keys for a whole node timeout.
+/// With one of five nodes frozen, competing clients splitting the four live votes 2–2 each
+/// waited 50 ms for the frozen node, again and again: `redlock demo` fell from 923 to 6 locks/s
+/// (610/s with the fix, against 1,003/s healthy in the same run). Here the split is made by
+/// another client's key on two live nodes: the second attempt no longer waits for the frozen
+/// node (before the fix: "no reply in time" on every attempt, each after the node timeout).
+#[test]
+fn a_silent_node_is_not_waited_for_once_it_has_missed_a_node_timeout() {
+    let mut servers = Cluster::start(5);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("warm").unwrap();
+    assert_eq!(redlock.unlock(lock).unwrap(), 5);
+    servers[2].freeze();
+    for s in [&servers[0], &servers[1]] {
+        s.cmd(&["SET", "x", "someone-else", "PX", "60000"]);
+    }
+    let frozen_vote = |attempt: usize| -> String {
+        let Err(e) = redlock.try_lock("x") else {
+            panic!("attempt {attempt}: acquired against a holder on two nodes");
+        };
+        let report = e.report().expect("a report").clone();
+        let (_, vote) = report.votes().nth(2).unwrap();
+        format!("{vote:?}")
+    };
+    // The first attempt waits for it (it was answering until now) and finds it silent.
+    assert_eq!(frozen_vote(1), "Failed(Timeout)");
+    // The next ones do not wait: 2 yes + 2 refused + a silent node cannot make 3; the report
+    // says why it was not waited for.
+    for attempt in 2..5 {
+        assert_eq!(frozen_vote(attempt), "Failed(Silent)");
+    }
+    // Answering again, it is waited for again.
+    servers[2].resume();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while redlock.status(b"x", Duration::from_secs(1))[2]
+        .state
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "node 2 never answered after resuming"
+        );
+    }
+    let lock = redlock.try_lock("y").unwrap();
+    redlock.unlock(lock).unwrap();
 }

@@ -91,12 +91,13 @@ fn assumption_is_needed(breaks: Break, seeds: &[u64]) {
 
 #[test]
 fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
-    assumption_is_needed(Break::Quarantine, &[1, 5, 13]);
+    // Seeds re-found when silent nodes stopped being waited for (issue 36): other schedules.
+    assumption_is_needed(Break::Quarantine, &[5, 8, 9]);
 }
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
-    assumption_is_needed(Break::ClockDrift, &[0, 12, 37]);
+    assumption_is_needed(Break::ClockDrift, &[0, 2, 8]);
 }
 
 #[test]
@@ -106,9 +107,9 @@ fn work_past_the_validity_gives_two_holders() {
 
 #[test]
 fn a_lying_node_gives_two_holders() {
-    // Seed 2 no longer breaks it since the ledger keeps releases for unreachable nodes past
-    // their TTL (issue 35): a different schedule, not a weaker check (21 of seeds 0..40 do).
-    assumption_is_needed(Break::LyingNode, &[1, 4, 6]);
+    // Seeds re-found after the ledger change (issue 35) and again when silent nodes stopped
+    // being waited for (issue 36): different schedules, not a weaker check.
+    assumption_is_needed(Break::LyingNode, &[1, 10, 12]);
 }
 
 #[test]
@@ -193,9 +194,9 @@ fn fences_stay_in_order_when_the_lock_does_not() {
 fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
         (Break::FenceNoWriteBack, &[0u64, 1, 2][..]),
-        // Since the ledger keeps releases for unreachable nodes past their TTL (issue 35) the
-        // schedules differ: 128, 305 and 2088 no longer hit this rare case; these do.
-        (Break::FenceBlankAsZero, &[985, 1750, 2478][..]),
+        // The schedules changed with the ledger (issue 35) and with silent nodes not waited
+        // for (issue 36): 128, 305 and 2088 no longer hit this rare case; these do.
+        (Break::FenceBlankAsZero, &[971, 1387, 2024][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
