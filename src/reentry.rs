@@ -17,6 +17,11 @@
 //! with the caller until the work returns. Everywhere else re-locking waits, as with
 //! `std::sync::Mutex` — bounded by the deadline here.
 //!
+//! Limits, known and left: a work that drives an executor of its own on this thread (a
+//! current-thread runtime's `block_on`, a `LocalSet`) polls other tasks "inside" it, and their
+//! acquires of the same resource fail too; an acquire first polled outside the work and awaited
+//! inside it is not recognised (it waits).
+//!
 //! [`Lock`]: crate::Lock
 
 use std::cell::RefCell;
