@@ -60,12 +60,17 @@ pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
+/// `resource`'s waiting key, [`WAITING_KEY_PREFIX`] then the name, as a new vector (the
+/// engine writes it into its command buffer without one: `Engine::mark_waiting`).
+#[cfg(any(test, feature = "sim"))]
+pub(crate) fn waiting_key(resource: &[u8]) -> Vec<u8> {
+    [WAITING_KEY_PREFIX.as_bytes(), resource].concat()
+}
+
 /// The internal keys this crate may write for `resource` (besides `resource` itself).
 #[cfg(test)]
 pub(crate) fn internal_keys(resource: &[u8]) -> [Vec<u8>; 2] {
-    let mut waiting = WAITING_KEY_PREFIX.as_bytes().to_vec();
-    waiting.extend_from_slice(resource);
-    [FENCE_KEY.as_bytes().to_vec(), waiting]
+    [FENCE_KEY.as_bytes().to_vec(), waiting_key(resource)]
 }
 
 #[cfg(test)]

@@ -188,8 +188,7 @@ impl Node {
                         // The waiting mark goes with the lock if it is one (no pub/sub here:
                         // nobody hears).
                         self.keys.remove(key);
-                        let mut waiting = crate::keys::WAITING_KEY_PREFIX.as_bytes().to_vec();
-                        waiting.extend_from_slice(key);
+                        let waiting = crate::keys::waiting_key(key);
                         let value = self.live(&waiting, now);
                         if value == Some(crate::keys::MARK_VALUE.as_bytes()) || value == Some(b"1")
                         {
