@@ -57,6 +57,8 @@ fn main() {
                     Some("majority-down") => Break::MajorityDown,
                     Some("fence-no-write-back") => Break::FenceNoWriteBack,
                     Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
+                    Some("ledger-unpaced") => Break::LedgerUnpaced,
+                    Some("fail-when-full") => Break::FailWhenFull,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -85,6 +87,7 @@ fn main() {
                 let mut total = Report::default();
                 let mut violations = Vec::new();
                 let mut stalled = 0u64;
+                let mut waits = Vec::new();
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= start + seeds {
@@ -100,19 +103,30 @@ fn main() {
                     }
                     stalled += u64::from(r.stalled);
                     total.fenced += r.fenced;
-                    if r.violation.is_some() || r.fence_violation.is_some() {
+                    total.wants += r.wants;
+                    total.abandoned += r.abandoned;
+                    waits.push((r.longest_wait, r.most_connects, r.seed));
+                    if r.violation.is_some()
+                        || r.fence_violation.is_some()
+                        || r.liveness.is_some()
+                        || r.connect_violation.is_some()
+                    {
                         violations.push(r);
                     }
                 }
-                (total, violations, stalled)
+                (total, violations, stalled, waits)
             })
         })
         .collect();
     let mut total = Report::default();
     let mut violations = Vec::new();
     let mut stalled = 0;
+    let mut waits = Vec::new();
     for w in workers {
-        let (t, v, s) = w.join().expect("a worker panicked");
+        let (t, v, s, l) = w.join().expect("a worker panicked");
+        waits.extend(l);
+        total.wants += t.wants;
+        total.abandoned += t.abandoned;
         total.ops += t.ops;
         total.acquired += t.acquired;
         total.sim_time += t.sim_time;
@@ -175,8 +189,48 @@ fn main() {
             println!("  seed {}: {:?}", r.seed, r.fence_violation);
         }
     }
+    // Liveness: the longest wait while nobody held the resource, per schedule.
+    waits.sort_unstable();
+    let pct = |p: f64| waits[((waits.len() - 1) as f64 * p) as usize].0;
+    let worst = waits.last().copied().unwrap_or_default();
+    println!(
+        "wants: {} ({} given up); longest wait while nobody held, per schedule: median {:?}, p99 {:?}, max {:?} (seed {}); bound {:?}",
+        total.wants,
+        total.abandoned,
+        pct(0.5),
+        pct(0.99),
+        worst.0,
+        worst.2,
+        sim::WAIT_BOUND
+    );
+    let connects = waits
+        .iter()
+        .map(|w| w.1)
+        .max_by_key(|c| c.0)
+        .unwrap_or_default();
+    println!(
+        "most connects of one client to one node: {} (its faults allowed {})",
+        connects.0, connects.1
+    );
+    let slow: Vec<&Report> = violations.iter().filter(|r| r.liveness.is_some()).collect();
+    let loops: Vec<&Report> = violations
+        .iter()
+        .filter(|r| r.connect_violation.is_some())
+        .collect();
+    println!("liveness violations: {}", slow.len());
+    for r in slow.iter().take(10) {
+        println!("  seed {}: {:?}", r.seed, r.liveness);
+    }
+    println!("reconnect violations: {}", loops.len());
+    for r in loops.iter().take(10) {
+        println!("  seed {}: {:?}", r.seed, r.connect_violation);
+    }
     let lock_expected = breaks == Break::Nothing || control || flawed;
-    if (lock_expected && !overlaps.is_empty()) || (!flawed && !fences.is_empty()) {
+    let live_expected = breaks == Break::Nothing || control;
+    if (lock_expected && !overlaps.is_empty())
+        || (!flawed && !fences.is_empty())
+        || (live_expected && (!slow.is_empty() || !loops.is_empty()))
+    {
         std::process::exit(1);
     }
 }

@@ -104,7 +104,8 @@ pub struct Config {
     pub backoff_max: Duration,
     /// A request unanswered this long resets its connection. Default 5 s.
     pub reply_timeout: Duration,
-    /// Most requests awaiting replies on one connection before it is reset. Default 1024.
+    /// Most requests awaiting replies on one connection; more are refused (that node fails
+    /// for the operation) until replies make room. Default 1024.
     pub max_pending: usize,
     /// Decoder limits; `max_frame_len` bounds each connection's input buffer. Default
     /// [`Limits::CLIENT`].
@@ -653,6 +654,7 @@ impl Builder {
                 InfoNeed::Off
             },
             tls: tls.into(),
+            fail_when_full: false,
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),
@@ -662,6 +664,7 @@ impl Builder {
             keep_writes: AtomicU64::new(0),
             keep_extended: AtomicU64::new(0),
             fence_flaw: Flaw::None,
+            regression: Regression::None,
         }))
     }
 }
@@ -677,6 +680,10 @@ pub(crate) struct ConnConfig {
     pub info: InfoNeed,
     /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
     pub tls: Arc<[Option<tls::Connector>]>,
+    /// A liveness defect brought back for the simulator (never set otherwise): a connection
+    /// at `max_pending` is failed, every request on it with it, instead of refusing the next
+    /// request (see `Session::admit`).
+    pub fail_when_full: bool,
 }
 
 /// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
@@ -705,6 +712,29 @@ pub(crate) struct Shared {
     pub(crate) keep_extended: AtomicU64,
     /// A deliberately wrong fencing variant (the simulator's; never set otherwise).
     pub(crate) fence_flaw: Flaw,
+    /// A liveness defect brought back (the simulator's; never set otherwise).
+    pub(crate) regression: Regression,
+}
+
+/// Liveness defects that were fixed (issue 36), brought back on request so that the simulator
+/// shows its liveness checker catches them: the seeds in `tests/sim.rs` fail with the defect
+/// and pass without it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Regression {
+    /// The code as it is.
+    #[default]
+    None,
+    /// The ledger's releases all sent at once on a fresh connection (not paced within
+    /// `max_pending`), and a full connection failed (as [`Regression::FailWhenFull`]): the
+    /// connection fails as overloaded, the releases go back into the ledger, and it
+    /// reconnects again and again (issue 36, item 1).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    LedgerUnpaced,
+    /// A connection at `max_pending` failed rather than the next request refused
+    /// (`ConnConfig::fail_when_full`): several callers of one engine keep more requests
+    /// outstanding than that, and it reconnects again and again with no fault at all.
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    FailWhenFull,
 }
 
 #[cfg(test)]

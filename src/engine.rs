@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 
 use crate::addr::NodeAddr;
-use crate::config::Shared;
+use crate::config::{Regression, Shared};
 use crate::driver::Driver;
 use crate::error::{Error, NodeFault, Refusal, Report};
 use crate::event::event;
@@ -1967,7 +1967,10 @@ impl<N: Net> Engine<N> {
                 }
                 continue;
             }
-            let share = (self.core.max_pending / LEDGER_SHARE_OF_PENDING).max(1);
+            let share = match self.shared.regression {
+                Regression::LedgerUnpaced => self.core.max_pending,
+                _ => (self.core.max_pending / LEDGER_SHARE_OF_PENDING).max(1),
+            };
             let room = share.saturating_sub(conn.pending());
             for _ in 0..room {
                 let Some(e) = self.core.ledger.nodes[node].pop_front() else {

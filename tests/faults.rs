@@ -572,3 +572,52 @@ fn a_silent_node_is_not_waited_for_once_it_has_missed_a_node_timeout() {
     let lock = redlock.try_lock("y").unwrap();
     redlock.unlock(lock).unwrap();
 }
+
+/// A connection with `max_pending` requests outstanding refuses the next request (that node
+/// fails for that operation) and stays up. Before, it was failed with every request on it, so
+/// that 16 callers sharing one engine with `max_pending` 8 against healthy servers reconnected
+/// again and again with no fault at all — found by the simulator's reconnect check
+/// (`tests/sim.rs`, `Break::FailWhenFull`). Counted, not timed: connects per node.
+#[test]
+fn a_full_connection_refuses_requests_instead_of_reconnecting() {
+    let servers = Cluster::start(3);
+    let mut config = redlock_mux::Config::default();
+    config.max_pending = 8;
+    let redlock = Builder::new(servers.urls())
+        .config(config)
+        .quarantine(None)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(5)).unwrap(), 3);
+    let refused = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..16 {
+            let (redlock, refused) = (&redlock, &refused);
+            s.spawn(move || {
+                for i in 0..100 {
+                    match redlock.try_lock(format!("full:{t}:{i}")) {
+                        Ok(lock) => redlock.unlock_nowait(lock),
+                        Err(Error::NoQuorum(report)) => {
+                            assert!(
+                                report
+                                    .failed()
+                                    .all(|(_, f)| matches!(f.root(), NodeFault::Overloaded)),
+                                "{report}"
+                            );
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    let stats = redlock.stats();
+    let connects: Vec<u64> = stats.nodes.iter().map(|n| n.connects).collect();
+    assert_eq!(
+        connects,
+        vec![1, 1, 1],
+        "connects per node ({} attempts refused for want of room)",
+        refused.into_inner()
+    );
+}

@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Builder, Quarantine, Shared};
+use crate::config::{Builder, Config, Quarantine, Regression, Shared};
 use crate::engine::{Engine, Waiter};
 use crate::fence::Flaw;
 use crate::kept::Kept;
@@ -59,6 +59,14 @@ pub enum Break {
     /// (Fencing) a wrong construction: blank counters (restarted empty) read as seeded, as
     /// with "the quarantine alone".
     FenceBlankAsZero,
+    /// (Liveness) issue 36's first defect brought back: the ledger's releases all sent at once
+    /// on a fresh connection, which fails it as overloaded, again and again. Runs with a small
+    /// `max_pending` and nodes that pause and crash while callers release.
+    LedgerUnpaced,
+    /// (Liveness) a defect the liveness checker found: a connection with `max_pending`
+    /// requests outstanding was failed, every request on it with it, although the node was
+    /// fine and merely had several callers. Runs with a small `max_pending`.
+    FailWhenFull,
 }
 
 impl Break {
@@ -68,6 +76,15 @@ impl Break {
             Break::FenceNoWriteBack => Flaw::NoWriteBack,
             Break::FenceBlankAsZero => Flaw::BlankAsZero,
             _ => Flaw::None,
+        }
+    }
+
+    /// The liveness defect this break brings back.
+    fn regression(self) -> Regression {
+        match self {
+            Break::LedgerUnpaced => Regression::LedgerUnpaced,
+            Break::FailWhenFull => Regression::FailWhenFull,
+            _ => Regression::None,
         }
     }
 }
@@ -108,6 +125,35 @@ pub struct FenceViolation {
     pub second: (usize, u64, u64, u64),
 }
 
+/// A caller that waited for a resource nobody held, with every fault healed or at most a
+/// minority of the nodes faulty, for longer than [`WAIT_BOUND`] (world time, ns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivenessViolation {
+    /// The resource's index.
+    pub resource: usize,
+    /// The waiting client and its caller.
+    pub client: usize,
+    /// The caller within the client.
+    pub caller: usize,
+    /// When its want began, and when it was granted (or given up).
+    pub want: (u64, u64),
+    /// The stretch within it during which nobody held the resource and nothing changed.
+    pub free: (u64, u64),
+}
+
+/// A client that connected to a node more often than the faults on that link explain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectViolation {
+    /// The client.
+    pub client: usize,
+    /// The node.
+    pub node: usize,
+    /// Connects it made.
+    pub connects: u64,
+    /// What the faults on the link allow ([`connects_allowed`]).
+    pub allowed: u64,
+}
+
 /// What one schedule did.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -131,6 +177,20 @@ pub struct Report {
     pub fenced: u64,
     /// The run hit its event or time bound before every client finished.
     pub stalled: bool,
+    /// Wants (a caller wanting a resource until it gets it) that began, and those given up
+    /// when the run's operations ran out.
+    pub wants: u64,
+    /// Wants given up (the run's operations ran out first).
+    pub abandoned: u64,
+    /// The longest stretch a caller waited while nobody held its resource and nothing changed
+    /// (see [`WAIT_BOUND`]).
+    pub longest_wait: Duration,
+    /// The first wait longer than [`WAIT_BOUND`], if any.
+    pub liveness: Option<LivenessViolation>,
+    /// The most connects of one client to one node, and what its faults allowed.
+    pub most_connects: (u64, u64),
+    /// The first (client, node) with more connects than its faults allow, if any.
+    pub connect_violation: Option<ConnectViolation>,
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform and version.
@@ -240,10 +300,20 @@ struct Keeping {
     fence: u64,
 }
 
+/// One caller of a client's engine (a thread or task of the process), wanting one resource
+/// at a time until it gets it.
+struct Caller {
+    work: Work,
+    /// The resource it wants, and since when (world time): from its first attempt until one
+    /// wins, across refusals, failures and waits that time out.
+    want: Option<(usize, u64)>,
+}
+
 struct Client {
     engine: Engine<SimNet>,
     clock: Clock,
-    work: Work,
+    /// The process's callers, sharing its engine.
+    callers: Vec<Caller>,
     /// World time of the wake event planned (stale events are skipped).
     wake: Option<u64>,
     paused_until: Option<u64>,
@@ -369,6 +439,50 @@ impl Default for Setup {
 
 const NODES: usize = 5;
 const TTL: Duration = Duration::from_millis(500);
+/// The longest a caller may wait for a resource that nobody holds while at most a minority
+/// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.25 s with
+/// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
+/// ending, a holder ceasing to believe, the want itself); after it, in the worst case:
+///
+/// - keys set before the change by attempts or holders cut off by it expire: a TTL on the
+///   nodes' clocks (+1 % and 2 ms for the drift);
+/// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
+///   timeout;
+/// - split votes in a row (other callers' attempts racing ours), each followed by a random
+///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last;
+/// - then the next attempt comes within a retry pause (or the wait's poll, the same) and is
+///   decided within a node timeout.
+pub const WAIT_BOUND: Duration = Duration::from_nanos(
+    TTL.as_nanos() as u64 * 101 / 100
+        + 2 * MS
+        + BACKOFF_MAX.as_nanos() as u64
+        + CONNECT_TIMEOUT.as_nanos() as u64
+        + 2 * 64 * NODE_TIMEOUT
+        + RETRY_DELAY.as_nanos() as u64
+        + RETRY_JITTER.as_nanos() as u64
+        + NODE_TIMEOUT,
+);
+
+/// The acquires' node timeout: the default share of the TTL (1/20).
+const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
+
+/// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
+/// slow, and a millisecond for the uptime's rounding.
+const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
+
+/// Connects a fault of duration `d` (ns) may cause on one link: the first reconnects back off
+/// from `BACKOFF_MIN` doubling to `BACKOFF_MAX` (five of them below the ceiling), then one per
+/// `BACKOFF_MAX` while the fault lasts, each taking at least its connect or handshake; and two
+/// more for the one that works and a second failure found when the fault ends.
+pub fn connects_allowed(d: u64) -> u64 {
+    8 + d / BACKOFF_MAX.as_nanos() as u64
+}
+
+/// Callers per client, at most: threads or tasks sharing the client's engine.
+const MAX_CALLERS: u64 = 4;
+/// `max_pending` in the runs that test the ledger's pacing: below the releases a few callers
+/// leave outstanding while a node is away.
+const SMALL_MAX_PENDING: usize = 8;
 /// A run that has not finished after this much world time has stalled.
 const TIME_LIMIT: u64 = 600_000 * MS;
 const EVENT_LIMIT: u64 = 2_000_000;
@@ -396,6 +510,30 @@ struct World {
     report: Report,
     trace: Option<String>,
     args: Vec<(usize, usize)>,
+    /// Every want that ended (granted or given up).
+    wants: Vec<Want>,
+    /// World times at which a fault began or ended (the liveness check's clock restarts).
+    changes: Vec<u64>,
+    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
+    /// towards some client. While a majority is, no progress is owed.
+    node_faults: Vec<(usize, u64, u64)>,
+    /// (client, from, to): a client paused; its own wants owe nothing then.
+    client_pauses: Vec<(usize, u64, u64)>,
+    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
+    /// every client, or every node).
+    link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
+    /// Connects by (client × NODES + node).
+    connects: Vec<u64>,
+}
+
+/// A caller's want of a resource, from its first attempt until it was granted (or given up).
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    res: usize,
+    client: usize,
+    caller: usize,
+    start: u64,
+    end: u64,
 }
 
 /// Runs one schedule; `trace` collects a readable log of what happened.
@@ -418,7 +556,20 @@ impl World {
         } else {
             Quarantine::Ttl
         };
+        // Some runs with room for only a few requests per connection: more releases outstanding
+        // than that when a node comes back (issue 36, item 1).
+        let small = matches!(setup.breaks, Break::LedgerUnpaced | Break::FailWhenFull);
+        let max_pending = if small || rng.chance(30) {
+            SMALL_MAX_PENDING
+        } else {
+            Config::default().max_pending
+        };
+        let config = Config {
+            max_pending,
+            ..Config::default()
+        };
         let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .config(config)
             .ttl(TTL)
             .retry_delay(RETRY_DELAY, RETRY_JITTER)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -430,9 +581,13 @@ impl World {
             .expect("the simulation's settings are valid");
         let mut shared = shared;
         if !setup.control {
-            Arc::get_mut(&mut shared)
-                .expect("not shared yet")
-                .fence_flaw = setup.breaks.flaw();
+            let shared = Arc::get_mut(&mut shared).expect("not shared yet");
+            shared.fence_flaw = setup.breaks.flaw();
+            shared.regression = setup.breaks.regression();
+            shared.conn.fail_when_full = matches!(
+                shared.regression,
+                Regression::LedgerUnpaced | Regression::FailWhenFull
+            );
         }
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
@@ -454,12 +609,18 @@ impl World {
             let mut engine = Engine::new(shared.clone(), net, now);
             // The waits' pauses replay with the schedule.
             engine.seed(rng.next());
+            let callers = (0..rng.range(1, MAX_CALLERS + 1))
+                .map(|_| Caller {
+                    work: Work::Idle {
+                        until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
+                    },
+                    want: None,
+                })
+                .collect();
             clients.push(Client {
                 engine,
                 clock,
-                work: Work::Idle {
-                    until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
-                },
+                callers,
                 wake: None,
                 paused_until: None,
                 deferred: Vec::new(),
@@ -513,6 +674,12 @@ impl World {
             },
             trace: tracing.then(String::new),
             args: Vec::new(),
+            wants: Vec::new(),
+            changes: Vec::new(),
+            node_faults: Vec::new(),
+            client_pauses: Vec::new(),
+            link_faults: Vec::new(),
+            connects: vec![0; n_clients * NODES],
         };
         world.plan_faults();
         for c in 0..n_clients {
@@ -552,6 +719,7 @@ impl World {
             _ => self.rng.range(3, 10),
         };
         let crashes = self.setup.breaks == Break::FenceBlankAsZero;
+
         for _ in 0..count {
             let t = self.rng.range(0, 4_000 * MS);
             let node = self.rng.range(0, NODES as u64) as usize;
@@ -568,6 +736,14 @@ impl World {
                 Break::WorkPastValidity => {
                     EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
                 }
+                // Nodes away while callers release, then back to a ledger that outgrew
+                // max_pending.
+                Break::LedgerUnpaced => match self.rng.range(0, 3) {
+                    0 => EvKind::NodePause(node, self.rng.range(500 * MS, 2_500 * MS)),
+                    1 => EvKind::NodeCrash(node, self.rng.range(200 * MS, 1_000 * MS)),
+                    _ => EvKind::Partition(client, node, self.rng.range(500 * MS, 3_000 * MS)),
+                },
+
                 _ => match self.rng.range(0, 7) {
                     0 => EvKind::NodePause(node, self.rng.range(10 * MS, 2_000 * MS)),
                     1 => EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS)),
@@ -584,7 +760,11 @@ impl World {
 
     fn run(&mut self) {
         while let Some(Reverse(ev)) = self.queue.pop() {
-            if self.clients.iter().all(|c| matches!(c.work, Work::Done)) {
+            if self
+                .clients
+                .iter()
+                .all(|c| c.callers.iter().all(|k| matches!(k.work, Work::Done)))
+            {
                 break;
             }
             self.report.events += 1;
@@ -597,19 +777,21 @@ impl World {
         }
         // Holders still holding when the run ends believe until their validity.
         for c in 0..self.clients.len() {
-            let hold = match &self.clients[c].work {
-                Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
-                _ => None,
-            };
-            if let Some(h) = hold {
-                self.end_belief(c, &h, u64::MAX);
-            }
-            if let Work::Keeping(k) = &self.clients[c].work
-                && let Some(start) = k.open
-            {
-                let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
-                let end = self.belief_end(c, valid, u64::MAX);
-                self.believed(c, res, start, end, fence);
+            for k in 0..self.clients[c].callers.len() {
+                let hold = match &self.clients[c].callers[k].work {
+                    Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
+                    _ => None,
+                };
+                if let Some(h) = hold {
+                    self.end_belief(c, &h, u64::MAX);
+                }
+                if let Work::Keeping(k) = &self.clients[c].callers[k].work
+                    && let Some(start) = k.open
+                {
+                    let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
+                    let end = self.belief_end(c, valid, u64::MAX);
+                    self.believed(c, res, start, end, fence);
+                }
             }
         }
         self.report.sim_time = Duration::from_nanos(self.g);
@@ -618,9 +800,154 @@ impl World {
         if let Some(v) = self.report.fence_violation.clone() {
             self.log(|| format!("FENCE VIOLATION {v:?}"));
         }
+        self.check_liveness();
+        if let Some(v) = self.report.liveness.clone() {
+            self.log(|| format!("LIVENESS VIOLATION {v:?}"));
+        }
+        self.check_connects();
+        if let Some(v) = self.report.connect_violation.clone() {
+            self.log(|| format!("RECONNECT VIOLATION {v:?}"));
+        }
         self.report.violation = check(&mut self.beliefs);
         if let Some(v) = self.report.violation.clone() {
             self.log(|| format!("VIOLATION {v:?}"));
+        }
+    }
+
+    /// A fault began now for `d` on a node (`None`: the client's every node), for a client
+    /// (`None`: every client): the liveness check's clock restarts when it begins and ends.
+    fn fault_on(&mut self, node: Option<usize>, client: Option<usize>, d: u64) {
+        self.changes.push(self.g);
+        self.changes.push(self.g + d);
+        if let Some(n) = node
+            && d > 0
+        {
+            self.node_faults.push((n, self.g, self.g + d));
+        }
+        self.link_faults.push((client, node, d));
+    }
+
+    /// The liveness check: each want's longest stretch during which nobody believed they held
+    /// its resource, at most a minority of the nodes was faulty, its caller was not paused,
+    /// and no fault began or ended. Longer than [`WAIT_BOUND`] is a violation.
+    fn check_liveness(&mut self) {
+        // While a majority of the nodes is faulty, nothing is owed: counted as held.
+        let mut edges: Vec<(u64, i32, usize)> = self
+            .node_faults
+            .iter()
+            .flat_map(|&(n, from, to)| [(from, 1, n), (to, -1, n)])
+            .collect();
+        // Beginnings before ends at the same instant: one fault taking over from another.
+        edges.sort_unstable_by_key(|&(t, d, n)| (t, -d, n));
+        let mut active = [0i32; NODES];
+        let mut blocked: Vec<(u64, u64)> = Vec::new();
+        let mut since = None;
+        for (t, d, n) in edges {
+            active[n] += d;
+            let faulty = active.iter().filter(|&&a| a > 0).count();
+            if faulty > NODES / 2 {
+                since.get_or_insert(t);
+            } else if let Some(from) = since.take() {
+                blocked.push((from, t));
+            }
+        }
+        if let Some(from) = since {
+            blocked.push((from, u64::MAX));
+        }
+        let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; self.resources.len()];
+        for &(res, _, start, end) in &self.beliefs {
+            if start < end {
+                covers[res].push((start, end));
+            }
+        }
+        for list in &mut covers {
+            list.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(list.len());
+            for &(a, b) in list.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *list = merged;
+        }
+        self.changes.sort_unstable();
+        self.changes.dedup();
+        let mut longest = 0;
+        let mut worst: Option<LivenessViolation> = None;
+        for w in &self.wants {
+            let list = &covers[w.res];
+            let mut cur = w.start;
+            let first = list.partition_point(|&(_, b)| b <= w.start);
+            let mut gaps: Vec<(u64, u64)> = Vec::new();
+            for &(a, b) in &list[first..] {
+                if a >= w.end {
+                    break;
+                }
+                if a > cur {
+                    gaps.push((cur, a));
+                }
+                cur = cur.max(b);
+            }
+            if cur < w.end {
+                gaps.push((cur, w.end));
+            }
+            for (a, b) in gaps {
+                // Pieces between changes; a piece within a pause of the caller owes nothing.
+                let mut from = a;
+                let i = self.changes.partition_point(|&t| t <= a);
+                for &t in self.changes[i..].iter().take_while(|&&t| t < b).chain([&b]) {
+                    let mid = from + (t - from) / 2;
+                    let paused = self
+                        .client_pauses
+                        .iter()
+                        .any(|&(c, p, q)| c == w.client && p <= mid && mid < q);
+                    if !paused && t - from > longest {
+                        longest = t - from;
+                        if t - from > WAIT_BOUND.as_nanos() as u64 {
+                            worst = Some(LivenessViolation {
+                                resource: w.res,
+                                client: w.client,
+                                caller: w.caller,
+                                want: (w.start, w.end),
+                                free: (from, t),
+                            });
+                        }
+                    }
+                    from = t;
+                }
+            }
+        }
+        self.report.longest_wait = Duration::from_nanos(longest);
+        self.report.liveness = worst;
+    }
+
+    /// Reconnects bounded by the faults that caused them: per (client, node), one connect,
+    /// plus for each fault on the link [`connects_allowed`].
+    fn check_connects(&mut self) {
+        for c in 0..self.clients.len() {
+            for n in 0..NODES {
+                let allowed = 1 + self
+                    .link_faults
+                    .iter()
+                    .filter(|&&(fc, fn_, _)| {
+                        fc.is_none_or(|x| x == c) && fn_.is_none_or(|x| x == n)
+                    })
+                    .map(|&(_, _, d)| connects_allowed(d))
+                    .sum::<u64>();
+                let made = self.connects[c * NODES + n];
+                if made > self.report.most_connects.0 {
+                    self.report.most_connects = (made, allowed);
+                }
+                if made > allowed && self.report.connect_violation.is_none() {
+                    self.report.connect_violation = Some(ConnectViolation {
+                        client: c,
+                        node: n,
+                        connects: made,
+                        allowed,
+                    });
+                }
+            }
         }
     }
 
@@ -710,6 +1037,7 @@ impl World {
                     return;
                 }
                 self.report.faults[0] += 1;
+                self.fault_on(Some(node), None, d);
                 self.log(|| format!("node {node} paused for {} ms", d / MS));
                 self.nodes[node].paused = true;
                 self.at(self.g + d, EvKind::NodeResume(node));
@@ -735,6 +1063,12 @@ impl World {
                     return;
                 }
                 self.report.faults[1] += 1;
+                self.fault_on(Some(node), None, d);
+                // Then quarantined for a TTL of its clock after its restart.
+                let quarantine = QUARANTINE_SPAN;
+                self.node_faults
+                    .push((node, self.g, self.g + d + quarantine));
+                self.changes.push(self.g + d + quarantine);
                 self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
                 let state = &mut self.nodes[node];
                 state.down = true;
@@ -781,12 +1115,14 @@ impl World {
                     });
                 if let Some(conn) = found {
                     self.report.faults[2] += 1;
+                    self.fault_on(Some(node), Some(client), 0);
                     self.log(|| format!("connection client {client} - node {node} reset"));
                     self.reset(conn, client, node);
                 }
             }
             EvKind::Partition(client, node, d) => {
                 self.report.faults[3] += 1;
+                self.fault_on(Some(node), Some(client), d);
                 self.log(|| format!("client {client} cut from node {node} for {} ms", d / MS));
                 let until = self.g + d;
                 let link = self.link(client, node);
@@ -794,17 +1130,23 @@ impl World {
             }
             EvKind::SlowLink(client, node, d) => {
                 self.report.faults[6] += 1;
+                self.fault_on(Some(node), Some(client), d);
                 self.log(|| format!("link client {client} - node {node} slow for {} ms", d / MS));
                 let until = self.g + d;
                 self.link(client, node).slow_until = until;
             }
             EvKind::ClientPause(c, d) => {
                 if self.clients[c].paused_until.is_some()
-                    || matches!(self.clients[c].work, Work::Done)
+                    || self.clients[c]
+                        .callers
+                        .iter()
+                        .all(|k| matches!(k.work, Work::Done))
                 {
                     return;
                 }
                 self.report.faults[4] += 1;
+                self.fault_on(None, Some(c), d);
+                self.client_pauses.push((c, self.g, self.g + d));
                 self.log(|| format!("client {c} paused for {} ms", d / MS));
                 self.clients[c].paused_until = Some(self.g + d);
                 self.at(self.g + d, EvKind::ClientResume(c));
@@ -828,6 +1170,7 @@ impl World {
             }
             EvKind::ScriptFlush(node) => {
                 self.report.faults[5] += 1;
+                self.changes.push(self.g);
                 self.log(|| format!("node {node}: SCRIPT FLUSH"));
                 self.nodes[node].node.flush_scripts();
             }
@@ -923,15 +1266,24 @@ impl World {
             return;
         }
         let now = self.local(c);
-        self.keeping_before(c, now);
+        let callers = self.clients[c].callers.len();
+        for k in 0..callers {
+            self.keeping_before(c, k, now);
+        }
         let client = &mut self.clients[c];
         client.engine.net.now = now;
         client.engine.take_input(now);
         client.engine.step(now);
-        self.keeping_after(c, now);
-        // The workload may submit; each submission is written by another step.
+        for k in 0..callers {
+            self.keeping_after(c, k, now);
+        }
+        // The workload may submit; each turn's submissions are written by another step.
         for _ in 0..4 {
-            if !self.work(c, now) {
+            let mut submitted = false;
+            for k in 0..callers {
+                submitted |= self.work(c, k, now);
+            }
+            if !submitted {
                 break;
             }
             self.clients[c].engine.step(now);
@@ -940,12 +1292,16 @@ impl World {
         for action in actions {
             self.send(c, action);
         }
-        let timer = match &self.clients[c].work {
-            Work::Idle { until } => Some(*until),
-            Work::Holding(h) => Some(h.until),
-            Work::Keeping(k) => Some(k.until),
-            _ => None,
-        };
+        let timer = self.clients[c]
+            .callers
+            .iter()
+            .filter_map(|k| match &k.work {
+                Work::Idle { until } => Some(*until),
+                Work::Holding(h) => Some(h.until),
+                Work::Keeping(k) => Some(k.until),
+                _ => None,
+            })
+            .min();
         let next = [self.clients[c].engine.wake_at(now), timer]
             .into_iter()
             .flatten()
@@ -962,6 +1318,8 @@ impl World {
     fn send(&mut self, client: usize, action: Action) {
         match action {
             Action::Connect { node, conn } => {
+                self.connects[client * NODES + node] += 1;
+                self.log(|| format!("client {client} connects to node {node} (conn {conn})"));
                 let t = self.delivery(client, node, 0);
                 self.at(t, EvKind::ConnArrive { conn, client, node });
             }
@@ -975,6 +1333,7 @@ impl World {
                 self.at(t, EvKind::ToNode { conn, bytes });
             }
             Action::Close { node, conn } => {
+                self.log(|| format!("client {client} closes conn {conn} to node {node}"));
                 let last = self.conns.get(&conn).map_or(0, |c| c.up);
                 let t = self.delivery(client, node, last);
                 self.at(t, EvKind::NodeClose { conn });
@@ -983,11 +1342,23 @@ impl World {
     }
 
     fn submit(&mut self, c: usize, kind: ReqKind, res: usize, token: &Token, now: Instant) -> OpId {
+        self.submit_for(c, kind, res, token, Waiter::Local, now)
+    }
+
+    fn submit_for(
+        &mut self,
+        c: usize,
+        kind: ReqKind,
+        res: usize,
+        token: &Token,
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
         self.report.ops += 1;
         let resource = self.resources[res].clone();
         self.clients[c]
             .engine
-            .submit(kind, &resource, token, Waiter::Local, now)
+            .submit(kind, &resource, token, waiter, now)
     }
 
     /// The belief of client `c` in `hold` ends at `end` (world time) or at its validity.
@@ -1008,11 +1379,11 @@ impl World {
 
     /// A kept lock's belief ends when its validity passed without a renewal seen: found at
     /// the first poke after (validity only moves in pokes, so the end is exact).
-    fn keeping_before(&mut self, c: usize, now: Instant) {
+    fn keeping_before(&mut self, c: usize, caller: usize, now: Instant) {
         if self.clients[c].ignores_validity {
             return;
         }
-        let Work::Keeping(k) = &self.clients[c].work else {
+        let Work::Keeping(k) = &self.clients[c].callers[caller].work else {
             return;
         };
         let valid = k.kept.valid_until();
@@ -1021,17 +1392,17 @@ impl World {
         {
             let (res, end, fence) = (k.res, self.world_of(c, valid), k.fence);
             self.believed(c, res, start, end, fence);
-            if let Work::Keeping(k) = &mut self.clients[c].work {
+            if let Work::Keeping(k) = &mut self.clients[c].callers[caller].work {
                 k.open = None;
             }
         }
     }
 
     /// After the engine ran: a lost lock is no longer believed; a renewed one is again.
-    fn keeping_after(&mut self, c: usize, now: Instant) {
+    fn keeping_after(&mut self, c: usize, caller: usize, now: Instant) {
         let ignores_validity = self.clients[c].ignores_validity;
         let g = self.g;
-        let Work::Keeping(k) = &mut self.clients[c].work else {
+        let Work::Keeping(k) = &mut self.clients[c].callers[caller].work else {
             return;
         };
         let valid = k.kept.valid_until();
@@ -1061,15 +1432,36 @@ impl World {
     }
 
     /// Moves client `c`'s workload on; true if it submitted an operation.
-    fn work(&mut self, c: usize, now: Instant) -> bool {
+    fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
-        match std::mem::replace(&mut client.work, Work::Done) {
+        match std::mem::replace(&mut client.callers[k].work, Work::Done) {
             Work::Idle { until } if now >= until => {
-                if self.report.ops >= self.setup.ops {
-                    self.clients[c].work = Work::Done;
-                    return false;
-                }
-                let res = self.rng.range(0, self.resources.len() as u64) as usize;
+                let g = self.g;
+                let res = match self.clients[c].callers[k].want {
+                    // A want goes on until it is granted — or, so that a run without a quorum
+                    // ends, until the run has made twice its operations.
+                    Some((res, _)) if self.report.ops < 2 * self.setup.ops => res,
+                    Some((res, start)) => {
+                        self.clients[c].callers[k].want = None;
+                        self.wants.push(Want {
+                            res,
+                            client: c,
+                            caller: k,
+                            start,
+                            end: g,
+                        });
+                        self.report.abandoned += 1;
+                        self.log(|| format!("client {c}/{k} gives {res} up"));
+                        return false;
+                    }
+                    None if self.report.ops >= self.setup.ops => return false,
+                    None => {
+                        let res = self.rng.range(0, self.resources.len() as u64) as usize;
+                        self.clients[c].callers[k].want = Some((res, g));
+                        self.report.wants += 1;
+                        res
+                    }
+                };
                 let token = Token::from_bytes(
                     format!("{:016x}{:016x}", self.rng.next(), self.rng.next()).as_bytes(),
                 )
@@ -1093,7 +1485,7 @@ impl World {
                     None => format!("client {c} acquires {res}"),
                 });
                 let start_g = self.g;
-                self.clients[c].work = Work::Acquiring {
+                self.clients[c].callers[k].work = Work::Acquiring {
                     id,
                     res,
                     token,
@@ -1123,6 +1515,16 @@ impl World {
                             self.log(|| format!("client {c} got fence {f}"));
                         }
                         self.report.acquired += 1;
+                        if let Some((r, start)) = self.clients[c].callers[k].want.take() {
+                            let end = self.g;
+                            self.wants.push(Want {
+                                res: r,
+                                client: c,
+                                caller: k,
+                                start,
+                                end,
+                            });
+                        }
                         let left = valid.saturating_duration_since(now);
                         // Some holders keep it past their validity (they stop believing then).
                         let hold = left.mul_f64(self.rng.range(0, 120) as f64 / 100.0);
@@ -1139,7 +1541,7 @@ impl World {
                             self.clients[c].engine.keep(kept.clone(), now);
                             let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
                             self.log(|| format!("client {c} keeps {res}"));
-                            self.clients[c].work = Work::Keeping(Keeping {
+                            self.clients[c].callers[k].work = Work::Keeping(Keeping {
                                 kept,
                                 res,
                                 until,
@@ -1148,7 +1550,7 @@ impl World {
                             });
                             return true;
                         }
-                        self.clients[c].work = Work::Holding(Hold {
+                        self.clients[c].callers[k].work = Work::Holding(Hold {
                             res,
                             token,
                             valid,
@@ -1161,7 +1563,7 @@ impl World {
                     Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
                         let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
-                        self.clients[c].work = Work::Idle { until: now + pause };
+                        self.clients[c].callers[k].work = Work::Idle { until: now + pause };
                     }
                 }
                 false
@@ -1176,12 +1578,21 @@ impl World {
                     let id = self.submit(c, kind, hold.res, &hold.token, now);
                     hold.extensions += 1;
                     self.log(|| format!("client {c} extends {}", hold.res));
-                    self.clients[c].work = Work::Extending { id, hold };
+                    self.clients[c].callers[k].work = Work::Extending { id, hold };
                 } else {
                     self.end_belief(c, &hold, self.g);
-                    let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
-                    self.log(|| format!("client {c} releases {}", hold.res));
-                    self.clients[c].work = Work::Releasing { id };
+                    if self.rng.chance(30) {
+                        // unlock_nowait: nobody waits for the replies.
+                        let (res, token) = (hold.res, hold.token);
+                        self.submit_for(c, ReqKind::Release, res, &token, Waiter::None, now);
+                        self.log(|| format!("client {c} releases {res} without waiting"));
+                        let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
+                        self.clients[c].callers[k].work = Work::Idle { until: now + think };
+                    } else {
+                        let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
+                        self.log(|| format!("client {c} releases {}", hold.res));
+                        self.clients[c].callers[k].work = Work::Releasing { id };
+                    }
                 }
                 true
             }
@@ -1196,34 +1607,34 @@ impl World {
                     }
                     other => unreachable!("an extend's outcome: {other:?}"),
                 }
-                self.clients[c].work = Work::Holding(hold);
+                self.clients[c].callers[k].work = Work::Holding(hold);
                 false
             }
-            Work::Keeping(k) if now >= k.until => {
-                if let Some(start) = k.open {
-                    let end = self.belief_end(c, k.kept.valid_until(), self.g);
-                    self.believed(c, k.res, start, end, k.fence);
+            Work::Keeping(kp) if now >= kp.until => {
+                if let Some(start) = kp.open {
+                    let end = self.belief_end(c, kp.kept.valid_until(), self.g);
+                    self.believed(c, kp.res, start, end, kp.fence);
                 }
-                if k.kept.end_by_holder() {
-                    let (res, token) = (k.res, *k.kept.base().token());
+                if kp.kept.end_by_holder() {
+                    let (res, token) = (kp.res, *kp.kept.base().token());
                     let id = self.submit(c, ReqKind::Release, res, &token, now);
                     self.log(|| format!("client {c} releases kept {res}"));
-                    self.clients[c].work = Work::Releasing { id };
+                    self.clients[c].callers[k].work = Work::Releasing { id };
                     true
                 } else {
-                    self.log(|| format!("client {c} finds kept {} lost", k.res));
-                    self.clients[c].work = Work::Idle { until: now };
+                    self.log(|| format!("client {c} finds kept {} lost", kp.res));
+                    self.clients[c].callers[k].work = Work::Idle { until: now };
                     false
                 }
             }
             Work::Releasing { id } if client.engine.is_done(id) => {
                 let _ = client.engine.take(id);
                 let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
-                self.clients[c].work = Work::Idle { until: now + think };
+                self.clients[c].callers[k].work = Work::Idle { until: now + think };
                 false
             }
             other => {
-                self.clients[c].work = other;
+                self.clients[c].callers[k].work = other;
                 false
             }
         }
