@@ -9,7 +9,8 @@
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
 //! clock-drift, work-past-validity, lying-node, majority-down, and two wrong fencing
-//! constructions: fence-no-write-back, fence-blank-as-zero. `--control` runs the fault plan of
+//! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
+//! ledger-unpaced, fail-when-full. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
 //! lock does). Exits 1 on a violation where none is expected.

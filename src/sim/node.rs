@@ -53,13 +53,24 @@ pub(crate) fn parse_command(buf: &[u8], args: &mut Vec<(usize, usize)>) -> Optio
 
 fn line_number(buf: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
     let rest = buf.get(at..)?;
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    assert_eq!(rest[0], prefix, "the client sent a malformed command");
-    let n = std::str::from_utf8(&rest[1..end])
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .expect("the client sent a malformed length");
-    Some((n, at + end + 2))
+    assert_eq!(*rest.first()?, prefix, "the client sent a malformed command");
+    // Digits up to the CR (a hot loop of the simulator: no UTF-8 check, no search for CRLF
+    // across the rest of the buffer).
+    let mut n: usize = 0;
+    let mut i = 1;
+    loop {
+        match *rest.get(i)? {
+            d @ b'0'..=b'9' => n = n * 10 + usize::from(d - b'0'),
+            b'\r' => break,
+            _ => panic!("the client sent a malformed length"),
+        }
+        i += 1;
+    }
+    assert!(i > 1, "the client sent an empty length");
+    if *rest.get(i + 1)? != b'\n' {
+        panic!("the client sent a malformed line end");
+    }
+    Some((n, at + i + 2))
 }
 
 impl Node {
@@ -128,8 +139,13 @@ impl Node {
 
     /// Runs one command at `now` (node clock, ns) and appends its reply to `out`.
     pub fn execute(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
-        let name = cmd[0].to_ascii_uppercase();
-        match name.as_slice() {
+        // Upper case without allocating (commands are short).
+        let mut upper = [0u8; 16];
+        let len = cmd[0].len().min(upper.len());
+        upper[..len].copy_from_slice(&cmd[0][..len]);
+        upper[..len].make_ascii_uppercase();
+        let name = &upper[..len];
+        match name {
             b"HELLO" => out.extend_from_slice(b"%1\r\n+server\r\n+redis\r\n"),
             b"INFO" => {
                 let uptime = now.saturating_sub(self.started) / 1_000_000_000;
