@@ -111,13 +111,14 @@ fn assumption_is_needed(breaks: Break, seeds: &[u64]) {
 #[test]
 fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
     // Seeds re-found whenever the schedules change (last: several callers per client and
-    // wants that persist, issue 36): other schedules, not a weaker check.
-    assumption_is_needed(Break::Quarantine, &[0, 1, 2]);
+    // wants that persist, release notices by pub/sub, issue 36): other schedules, not a weaker
+    // check.
+    assumption_is_needed(Break::Quarantine, &[5, 7, 8]);
 }
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
-    assumption_is_needed(Break::ClockDrift, &[2, 7, 12]);
+    assumption_is_needed(Break::ClockDrift, &[1, 25, 36]);
 }
 
 #[test]
@@ -129,7 +130,7 @@ fn work_past_the_validity_gives_two_holders() {
 fn a_lying_node_gives_two_holders() {
     // Seeds re-found after the ledger change (issue 35) and again for issue 36: different
     // schedules, not a weaker check.
-    assumption_is_needed(Break::LyingNode, &[1, 4, 8]);
+    assumption_is_needed(Break::LyingNode, &[1, 2, 4]);
 }
 
 #[test]
@@ -219,10 +220,10 @@ fn fences_stay_in_order_when_the_lock_does_not() {
 #[test]
 fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
-        (Break::FenceNoWriteBack, &[0u64, 1, 2][..]),
+        (Break::FenceNoWriteBack, &[0u64, 1, 4][..]),
         // The schedules changed with the ledger (issue 35) and twice for issue 36: earlier
         // seeds no longer hit this rare case; these do.
-        (Break::FenceBlankAsZero, &[55, 666, 1435][..]),
+        (Break::FenceBlankAsZero, &[1381, 2036, 2152][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
@@ -246,17 +247,17 @@ fn wrong_fence_constructions_are_caught() {
 /// fault plans with the code as it is pass them.
 ///
 /// - `LedgerUnpaced` (item 1): the ledger's releases all sent at once on a fresh connection,
-///   which overflowed `max_pending`, was failed, and put them back: a reconnect loop (seed 64:
-///   hundreds of connects to one node) and callers waiting far past the bound while nobody held
-///   their resource. Also with fencing.
+///   which overflowed `max_pending`, was failed, and put them back: a reconnect loop (seed
+///   10: 1,551 connects to one node against 13 allowed) and callers waiting far past the bound
+///   while nobody held their resource. Also with fencing.
 /// - `FailWhenFull` (found by the reconnect check): a connection at `max_pending` was failed
 ///   with every request on it, though the node was fine and merely had several callers.
 #[test]
 fn liveness_defects_brought_back_are_caught() {
     let cases: [(Break, bool, &[u64]); 3] = [
-        (Break::LedgerUnpaced, false, &[64, 172, 460]),
-        (Break::LedgerUnpaced, true, &[4, 154, 343]),
-        (Break::FailWhenFull, false, &[0, 1, 2]),
+        (Break::LedgerUnpaced, false, &[10, 47, 55]),
+        (Break::LedgerUnpaced, true, &[10, 47, 72]),
+        (Break::FailWhenFull, false, &[1, 3, 4]),
     ];
     for (breaks, fencing, seeds) in cases {
         for &seed in seeds {

@@ -32,6 +32,15 @@ pub(crate) struct Node {
     /// When this incarnation started, on the node's clock (ns).
     pub started: u64,
     pub lying: bool,
+    /// Pub/sub: `SUBSCRIBE`, `UNSUBSCRIBE` and the release script's notice (else those
+    /// commands are unknown, and the release publishes nothing: clients fall back to polling).
+    pub pubsub: bool,
+    /// The connection whose commands run now (set by the world before `execute`).
+    pub conn: u64,
+    /// (connection, channel) subscriptions.
+    subs: Vec<(u64, Vec<u8>)>,
+    /// Messages published, for the world to deliver: (connection, RESP3 push).
+    pub outbox: Vec<(u64, Vec<u8>)>,
 }
 
 /// Parses one command (an array of bulk strings) off the front of `buf`: the arguments'
@@ -53,7 +62,11 @@ pub(crate) fn parse_command(buf: &[u8], args: &mut Vec<(usize, usize)>) -> Optio
 
 fn line_number(buf: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
     let rest = buf.get(at..)?;
-    assert_eq!(*rest.first()?, prefix, "the client sent a malformed command");
+    assert_eq!(
+        *rest.first()?,
+        prefix,
+        "the client sent a malformed command"
+    );
     // Digits up to the CR (a hot loop of the simulator: no UTF-8 check, no search for CRLF
     // across the rest of the buffer).
     let mut n: usize = 0;
@@ -82,13 +95,38 @@ impl Node {
             run_id,
             started,
             lying: false,
+            pubsub: false,
+            conn: 0,
+            subs: Vec::new(),
+            outbox: Vec::new(),
         }
+    }
+
+    /// A connection is gone: its subscriptions with it.
+    pub fn forget(&mut self, conn: u64) {
+        self.subs.retain(|(c, _)| *c != conn);
+    }
+
+    /// Publishes an empty message on `channel`: the number of subscribers.
+    fn publish(&mut self, channel: &[u8]) -> u64 {
+        let mut n = 0;
+        for (conn, ch) in &self.subs {
+            if ch.as_slice() == channel {
+                let mut msg = b">3\r\n$7\r\nmessage\r\n".to_vec();
+                bulk(&mut msg, channel);
+                msg.extend_from_slice(b"$0\r\n\r\n");
+                self.outbox.push((*conn, msg));
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Forgets every key (a crash: the lock keys are not persisted; the fence counter as
     /// `persist` says) and starts as a new incarnation.
     pub fn restart(&mut self, run_id: [u8; 40], started: u64, persist: Persist) {
         self.keys.clear();
+        self.subs.clear();
         self.fence = match (persist, self.fence.take()) {
             (Persist::Nothing, _) | (_, None) => None,
             (Persist::All, kept) => kept,
@@ -201,16 +239,25 @@ impl Node {
                 let done = match (ours, index) {
                     (false, _) => 0,
                     (true, 0) => {
-                        // The waiting mark goes with the lock if it is one (no pub/sub here:
-                        // nobody hears).
+                        // The waiting mark goes with the lock if it is one, and then the
+                        // release's notice is published: 1 + 2 × its subscribers.
                         self.keys.remove(key);
                         let waiting = crate::keys::waiting_key(key);
                         let value = self.live(&waiting, now);
                         if value == Some(crate::keys::MARK_VALUE.as_bytes()) || value == Some(b"1")
                         {
                             self.keys.remove(&waiting);
+                            if self.pubsub {
+                                let mut channel =
+                                    crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
+                                channel.extend_from_slice(key);
+                                1 + 2 * self.publish(&channel)
+                            } else {
+                                1
+                            }
+                        } else {
+                            1
                         }
-                        1
                     }
                     (true, 5) => {
                         self.keys.remove(key);
@@ -225,7 +272,33 @@ impl Node {
                         1
                     }
                 };
-                out.extend_from_slice(if done == 1 { b":1\r\n" } else { b":0\r\n" });
+                match done {
+                    0 => out.extend_from_slice(b":0\r\n"),
+                    1 => out.extend_from_slice(b":1\r\n"),
+                    n => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+                }
+            }
+            b"SUBSCRIBE" | b"UNSUBSCRIBE" if self.pubsub => {
+                let sub = name == b"SUBSCRIBE";
+                for &channel in &cmd[1..] {
+                    let conn = self.conn;
+                    let at = self
+                        .subs
+                        .iter()
+                        .position(|(c, ch)| *c == conn && ch.as_slice() == channel);
+                    match (sub, at) {
+                        (true, None) => self.subs.push((conn, channel.to_vec())),
+                        (false, Some(i)) => {
+                            self.subs.swap_remove(i);
+                        }
+                        _ => {}
+                    }
+                    let count = self.subs.iter().filter(|(c, _)| *c == conn).count();
+                    out.extend_from_slice(b">3\r\n");
+                    bulk(out, if sub { b"subscribe" } else { b"unsubscribe" });
+                    bulk(out, channel);
+                    out.extend_from_slice(format!(":{count}\r\n").as_bytes());
+                }
             }
             b"SCRIPT" => {
                 self.flush_scripts();
@@ -298,6 +371,13 @@ fn number(arg: &[u8]) -> u64 {
         .ok()
         .and_then(|s| s.parse().ok())
         .expect("the client sent a malformed number")
+}
+
+/// Appends a RESP bulk string.
+fn bulk(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+    out.extend_from_slice(b);
+    out.extend_from_slice(b"\r\n");
 }
 
 #[cfg(test)]
