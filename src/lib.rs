@@ -298,3 +298,13 @@ pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of `docs/library.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+struct LibraryDoctests;
+
+/// The examples of `docs/production.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/production.md")]
+struct ProductionDoctests;
