@@ -26,6 +26,7 @@
 //!
 //! Linux only (`prctl`, `/proc`).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod alloc;
 pub mod binary;
@@ -54,3 +55,8 @@ pub use server::{ClientAuth, Server, ServerBuilder};
 
 #[cfg(feature = "pki")]
 pub use pki::Pki;
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
