@@ -198,6 +198,8 @@
 //!     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
 //!     checks (resp).
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, see Cargo.toml): each item a feature gates says so.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
 #![deny(unsafe_code)]
 
