@@ -26,6 +26,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Where a node listens.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Endpoint {
     /// TCP: host name or IP literal (IPv6 without brackets), and port.
     Tcp {
@@ -119,6 +120,7 @@ fn lexically_normal(path: &Path) -> PathBuf {
 
 /// A parsed node address: endpoint, credentials, database and protocol version.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct NodeAddr {
     /// Where the node listens.
     pub endpoint: Endpoint,
@@ -137,6 +139,7 @@ pub struct NodeAddr {
 /// the [`Builder`](crate::Builder)'s setting, if any: `tls_ca` the system's trusted roots,
 /// `tls_server_name` the address's host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct TlsParams {
     /// PEM file of the CA certificates to trust (`tls_ca=`).
     pub ca_file: Option<PathBuf>,
