@@ -260,6 +260,18 @@ impl NodeAddr {
     /// # Errors
     ///
     /// [`AddrError`] saying what is wrong; [`AddrError::quoting`] quotes the address with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_mux::NodeAddr;
+    ///
+    /// let node = NodeAddr::parse("redis://locker:secret@10.0.0.1:6380/2?protocol=3")?;
+    /// assert_eq!(node.to_string(), "10.0.0.1:6380"); // never the password
+    /// assert_eq!((node.username.as_deref(), node.db, node.protocol), (Some("locker"), 2, 3));
+    /// assert!(NodeAddr::parse("redis://10.0.0.1:99999").is_err());
+    /// # Ok::<(), redlock_mux::addr::AddrError>(())
+    /// ```
     pub fn parse(address: &str) -> Result<NodeAddr, AddrError> {
         parse(address)
     }
