@@ -26,6 +26,7 @@ use std::path::{Component, Path, PathBuf};
 
 /// Where a node listens.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Endpoint {
     /// TCP: host name or IP literal (IPv6 without brackets), and port.
     Tcp {
@@ -119,6 +120,7 @@ fn lexically_normal(path: &Path) -> PathBuf {
 
 /// A parsed node address: endpoint, credentials, database and protocol version.
 #[derive(Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct NodeAddr {
     /// Where the node listens.
     pub endpoint: Endpoint,
@@ -137,6 +139,7 @@ pub struct NodeAddr {
 /// the [`Builder`](crate::Builder)'s setting, if any: `tls_ca` the system's trusted roots,
 /// `tls_server_name` the address's host.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct TlsParams {
     /// PEM file of the CA certificates to trust (`tls_ca=`).
     pub ca_file: Option<PathBuf>,
@@ -257,6 +260,18 @@ impl NodeAddr {
     /// # Errors
     ///
     /// [`AddrError`] saying what is wrong; [`AddrError::quoting`] quotes the address with it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_mux::NodeAddr;
+    ///
+    /// let node = NodeAddr::parse("redis://locker:secret@10.0.0.1:6380/2?protocol=3")?;
+    /// assert_eq!(node.to_string(), "10.0.0.1:6380"); // never the password
+    /// assert_eq!((node.username.as_deref(), node.db, node.protocol), (Some("locker"), 2, 3));
+    /// assert!(NodeAddr::parse("redis://10.0.0.1:99999").is_err());
+    /// # Ok::<(), redlock_mux::addr::AddrError>(())
+    /// ```
     pub fn parse(address: &str) -> Result<NodeAddr, AddrError> {
         parse(address)
     }

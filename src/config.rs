@@ -597,6 +597,7 @@ impl Builder {
     /// [`tls_ca_file`](Builder::tls_ca_file) and [`tls_client_cert`](Builder::tls_client_cert)
     /// then do not apply to them. Needs the `tls` feature.
     #[cfg(feature = "tls")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
     pub fn tls_config(mut self, config: Arc<rustls::ClientConfig>) -> Builder {
         self.tls.config = Some(config);
         self

@@ -91,6 +91,7 @@ impl Stream {
 
 /// Counters of syscalls made by connections (for tests and the benchmark's counts).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct IoStats {
     /// `write` calls.
     pub writes: u64,

@@ -307,6 +307,24 @@ impl fmt::Debug for Report {
 }
 
 /// Everything that can go wrong for a caller of this crate.
+///
+/// # Examples
+///
+/// Telling "held elsewhere" (try again later) from a failure of the servers or of the
+/// configuration:
+///
+/// ```no_run
+/// use redlock_mux::{Error, Redlock};
+///
+/// let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+/// match redlock.try_lock("invoice:42") {
+///     Ok(lock) => { /* ... */ redlock.unlock(lock)?; }
+///     Err(Error::Held(_)) => println!("someone else has it"),
+///     Err(e) if e.is_final() => return Err(e), // configuration, credentials: no retry mends it
+///     Err(e) => eprintln!("not now: {e}"),     // the message names every node and its fault
+/// }
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {

@@ -147,6 +147,17 @@
 //!   operation, always on), [`Lock::votes`] (which nodes granted a lock, which were unreachable),
 //!   and events through the `log` facade with the cargo feature `log` (target [`LOG_TARGET`]).
 //!
+//! ## Guarantees, and what they assume
+//!
+//! While a majority of the N masters is up and honest, at most one client holds a lock within
+//! the validity its acquisition or extension returned ([`Lock::validity`],
+//! [`KeepAlive::is_held`]). That assumes work that ends within the validity (a pause past it —
+//! GC, swap, SIGSTOP — breaks exclusion, as for any lease: use fencing tokens where that
+//! matters), clocks that run at about the same rate (1 % of the TTL + 2 ms of drift allowed),
+//! masters that restart with their keys or are kept out by the restart quarantine
+//! ([`Builder::quarantine`]: every client's window must cover the longest TTL any client uses),
+//! and masters that are independent and honest.
+//!
 //! ## The algorithm in five lines
 //!
 //! 1. Take `start` from a monotonic clock; send `SET resource token NX PX ttl` to all N nodes.
@@ -155,51 +166,79 @@
 //! 4. Otherwise (quorum out of reach, or no validity left) release on all N nodes at once.
 //! 5. Retry after a random delay; release and extend are compare-and-delete/-expire scripts.
 //!
-//! ## Safety caveats
+//! ## Cargo features
 //!
-//! The lock is safe only within its validity ([`Lock::validity`]): a process pause (GC, swap,
-//! SIGSTOP) longer than that breaks mutual exclusion, as for any lease. Protect resources that
-//! must never see two writers with fencing tokens. Nodes that restart without persistence can
-//! forget keys; the client's restart quarantine ([`Config::quarantine`]) keeps such a node out of
-//! quorums for a TTL.
+//! | feature | what it adds |
+//! |---|---|
+//! | `tls` | `rediss://` servers through rustls with ring (`Builder::tls_config`) |
+//! | `log` | events (acquired, lost, node down, …) through the `log` facade, target [`LOG_TARGET`] |
+//! | `cli` | the `redlock` command (a binary: nothing in the library) |
+//!
+//! Without features the library depends on `mio`, `bytes`, `rand`, `sha1` and `thiserror` only.
+//! (`sim` and `fuzzing` are the test suite's hooks: the simulator and the fuzz targets' checks.)
+//!
+//! ## The long documentation
+//!
+//! In the package's `docs/` folder (on docs.rs, under "Source"):
+//!
+//! - [The library in depth][library]: defaults, the restart quarantine, connections and
+//!   addresses, waiting for a held lock, the keys this crate writes, keeping a lock, fencing,
+//!   async, observability, the RESP codec.
+//! - [Running in production][production]: a checklist (servers, the ACL rule, TTL, timeouts,
+//!   what to watch) and TLS.
+//! - [Reliability][reliability]: what is tested, the simulator, the limits.
+//! - [Fencing tokens][fencing], [cancellation of the async futures][cancellation],
+//!   [benchmarks][benchmarks], [the `redlock` command][cli].
+//!
+//! [library]: https://docs.rs/crate/redlock-mux/latest/source/docs/library.md
+//! [production]: https://docs.rs/crate/redlock-mux/latest/source/docs/production.md
+//! [reliability]: https://docs.rs/crate/redlock-mux/latest/source/docs/reliability.md
+//! [fencing]: https://docs.rs/crate/redlock-mux/latest/source/docs/fencing.md
+//! [cancellation]: https://docs.rs/crate/redlock-mux/latest/source/docs/cancellation.md
+//! [benchmarks]: https://docs.rs/crate/redlock-mux/latest/source/docs/benchmarks.md
+//! [cli]: https://docs.rs/crate/redlock-mux/latest/source/docs/cli.md
 //!
 //! ## Modules
 //!
 //! Everything above is at the crate root. The public modules are lower-level pieces:
-//! [`addr`] (`redis://` and `redis+unix://` addresses), [`error`] (the error types), [`resp`]
-//! (the RESP codec, no I/O) and [`round`] (one attempt as a state machine, no I/O, no clock).
-//!
-//! Every module depends only on modules of the layers above its own, and on those of its own
-//! layer listed before it; there are no import cycles.
-//!
-//! 1. Foundations, depending on nothing else of the crate: `addr` (addresses), `resp` (the
-//!    codec), `round` (one quorum decision).
-//! 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
-//!    and histograms: addr).
-//! 3. `tls` (connectors: addr, error); `token` (error).
-//! 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
-//!    resp, round, tls).
-//! 5. `lock` (the `Lock` a caller holds: addr, config, error, token).
-//! 6. `event` (log events: addr, lock); `kept` (a kept lock's shared state: error, lock);
-//!    `request` (what a caller asks and gets: config, error, lock, token).
-//! 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
-//!    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
-//!    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
-//! 8. I/O: `conn` (one socket: addr, config, error, session, tls); `net` (what the engine asks
-//!    of the network: error, session); `driver` (the mio loop: addr, config, conn, error, net,
-//!    session).
-//! 9. `engine` (every operation in flight: the layers above, and driver).
-//! 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
-//!     engine, kept, mailbox, request, round, token).
-//! 11. The handles: `handle` (`Redlock`: hub, client and below); `task` (futures: hub,
-//!     mailbox, request, token); `async_handle` (`AsyncRedlock`: handle, task and below).
-//! 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
-//!     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
-//!     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
-//!     checks (resp).
+//! [`addr`] (`redis://` and `redis+unix://` addresses), [`error`] (the error types), [`keys`]
+//! (the keys and channels this crate writes, for interoperating clients), [`resp`] (the RESP
+//! codec, no I/O) and [`round`] (one attempt as a state machine, no I/O, no clock).
 #![deny(missing_docs)]
+// docs.rs (`--cfg docsrs`, see Cargo.toml): each item a feature gates says so.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
 #![deny(unsafe_code)]
+
+// The layers of the crate (for its developers):
+// Every module depends only on modules of the layers above its own, and on those of its own
+// layer listed before it; there are no import cycles.
+//
+// 1. Foundations, depending on nothing else of the crate: `addr` (addresses), `resp` (the
+//    codec), `round` (one quorum decision).
+// 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
+//    and histograms: addr).
+// 3. `tls` (connectors: addr, error); `token` (error).
+// 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
+//    resp, round, tls).
+// 5. `lock` (the `Lock` a caller holds: addr, config, error, token).
+// 6. `event` (log events: addr, lock); `kept` (a kept lock's shared state: error, lock);
+//    `request` (what a caller asks and gets: config, error, lock, token).
+// 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
+//    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
+//    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
+// 8. I/O: `conn` (one socket: addr, config, error, session, tls); `net` (what the engine asks
+//    of the network: error, session); `driver` (the mio loop: addr, config, conn, error, net,
+//    session).
+// 9. `engine` (every operation in flight: the layers above, and driver).
+// 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
+//     engine, kept, mailbox, request, round, token).
+// 11. The handles: `handle` (`Redlock`: hub, client and below); `task` (futures: hub,
+//     mailbox, request, token); `async_handle` (`AsyncRedlock`: handle, task and below).
+// 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
+//     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
+//     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
+//     checks (resp).
 
 pub mod addr;
 mod async_guard;
@@ -298,3 +337,13 @@ pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// The examples of `docs/library.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+struct LibraryDoctests;
+
+/// The examples of `docs/production.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/production.md")]
+struct ProductionDoctests;

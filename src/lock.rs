@@ -149,6 +149,23 @@ impl Lock {
     ///
     /// [`Error::Config`] for an empty resource or a bad token; [`Error::ReservedName`] for a
     /// name in the namespace this crate keeps for its own keys ([`crate::RESERVED_PREFIX`]).
+    ///
+    /// # Examples
+    ///
+    /// A script took the lock with `redlock acquire` and handed its token over; this process
+    /// releases it:
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlock_mux::{Lock, Redlock};
+    ///
+    /// let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+    /// let token = std::env::var("TOKEN").unwrap_or_default();
+    /// let lock = Lock::from_parts("batch:import", token, Duration::from_secs(10))?;
+    /// let released = redlock.unlock(lock)?; // 0: nobody held it with this token any more
+    /// # let _ = released;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
     pub fn from_parts(
         resource: impl AsRef<[u8]>,
         token: impl AsRef<[u8]>,

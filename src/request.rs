@@ -99,6 +99,7 @@ impl ReqKind {
 
 /// What one node says about a resource ([`Client::status`](crate::Client::status)).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeStatus {
     /// `host:port`.
     pub node: String,
@@ -120,6 +121,7 @@ pub struct NodeStatus {
 
 /// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NodeFence {
     /// The counter (0 when absent): every fence this node took is at most this.
     pub counter: u64,

@@ -25,10 +25,29 @@ fn redlock(urls: &[String]) -> Command {
     c
 }
 
-/// `redlock --server URL...`, with no inherited server list.
+/// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
+/// by the commands these tests run, unless a test sets it.
+const OPTION_VARIABLES: [&str; 11] = [
+    "REDLOCK_TLS_CA",
+    "REDLOCK_TLS_CERT",
+    "REDLOCK_TLS_KEY",
+    "REDLOCK_TLS_SERVER_NAME",
+    "REDLOCK_TTL",
+    "REDLOCK_FENCING",
+    "REDLOCK_QUARANTINE",
+    "REDLOCK_NODE_TIMEOUT",
+    "REDLOCK_WAIT",
+    "REDLOCK_NONBLOCK",
+    "REDLOCK_CONFLICT_EXIT_CODE",
+];
+
+/// `redlock --server URL...`, with no inherited server list or lock options.
 fn plain(urls: &[String]) -> Command {
     let mut c = Command::new(BIN);
     c.env_remove("REDLOCK_SERVERS").stdin(Stdio::null());
+    for var in OPTION_VARIABLES {
+        c.env_remove(var);
+    }
     for url in urls {
         c.arg("--server").arg(url);
     }
@@ -1377,38 +1396,187 @@ fn server_lists_written_the_wrong_way_are_recognised() {
     assert_one_line_error(&o, "write REDLOCK_SERVERS=redis://a:7701,redis://b:7702");
 }
 
+/// The lock options are one set, taken by every subcommand that talks to servers (each ignores
+/// those it has no use for); what is still refused is what contradicts itself: servers for the
+/// demo, which starts its own, bench's local servers and --server, -w with -n.
 #[test]
-fn every_option_a_subcommand_takes_means_something_there() {
+fn options_that_contradict_each_other_give_64() {
     let cases: &[&[&str]] = &[
         &["demo", "--server", "redis://127.0.0.1:1"],
-        // (`status --quarantine` means something: the window its QUARANTINE column shows.)
-        &[
-            "status",
-            "--server",
-            "redis://127.0.0.1:1",
-            "--node-timeout",
-            "1s",
-            "x",
-        ],
-        &["status", "--server", "redis://127.0.0.1:1", "--fence", "x"],
-        &[
-            "release",
-            "--server",
-            "redis://127.0.0.1:1",
-            "--quarantine",
-            "off",
-            "x",
-            "t",
-        ],
-        &["bench", "--nodes", "3", "--quarantine", "10s"],
         &["bench", "--nodes", "3", "--server", "redis://127.0.0.1:1"],
         &["run", "-n", "-w", "1", "x", "--", "true"],
+        &["acquire", "-s", "redis://127.0.0.1:1", "-n", "-w", "1", "x"],
     ];
     for args in cases {
-        let o = output(Command::new(BIN).env_remove("REDLOCK_SERVERS").args(*args));
+        let o = output(plain(&[]).args(*args));
         assert_code(&o, 64);
         assert_eq!(stderr(&o).lines().count(), 1, "{args:?}: {}", stderr(&o));
     }
+    // Both from the environment: the same.
+    let o = output(
+        plain(&[])
+            .env("REDLOCK_WAIT", "1")
+            .env("REDLOCK_NONBLOCK", "1")
+            .args(["acquire", "-s", "redis://127.0.0.1:1", "x"]),
+    );
+    assert_code(&o, 64);
+    assert_one_line_error(
+        &o,
+        "REDLOCK_WAIT and REDLOCK_NONBLOCK contradict each other",
+    );
+}
+
+/// The lock options a script uses (servers, --ttl, --quarantine, --node-timeout, --fence, -w,
+/// -E): one set, passed as it is to acquire, status, extend, release, run and bench, each
+/// taking what it needs; then the same set from the environment, where the command line wins.
+/// (Before: release refused --quarantine, --ttl, --fence, -w and -E; status refused
+/// --node-timeout and --fence; extend refused --fence, -w and -E.)
+#[test]
+fn one_option_set_is_taken_by_every_subcommand_that_talks_to_servers() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let opts = [
+        "--ttl",
+        "20s",
+        "--quarantine",
+        "off",
+        "--node-timeout",
+        "200ms",
+        "--fence",
+        "-w",
+        "5",
+        "-E",
+        "3",
+    ];
+    let o = output(plain(&urls).arg("acquire").args(opts).arg("job"));
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let (token, fence) = out.trim_end().split_once(' ').expect("token and fence");
+    assert!(fence.parse::<u64>().is_ok(), "{out:?}");
+    // --ttl reached the servers.
+    let pttl = servers[0].pttl("job");
+    assert!((15_000..=20_000).contains(&pttl), "pttl {pttl}");
+    // -E reached acquire: the lock is held, so a second acquire with -n gives 3.
+    let o = output(plain(&urls).arg("acquire").args(opts).args(["-n", "job"]));
+    assert_code(&o, 64); // -w and -n on one command line
+    let o = output(
+        plain(&urls)
+            .arg("acquire")
+            .args(&opts[..7])
+            .args(["-E", "3", "-n", "job"]),
+    );
+    assert_code(&o, 3);
+    let o = output(plain(&urls).arg("status").args(opts).arg("job"));
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("held by a quorum"), "{}", stdout(&o));
+    let o = output(plain(&urls).arg("extend").args(opts).args(["job", token]));
+    assert_code(&o, 0);
+    let o = output(plain(&urls).arg("release").args(opts).args(["job", token]));
+    assert_code(&o, 0);
+    let o = output(plain(&urls).arg("run").args(opts).args([
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "test -n \"$REDLOCK_FENCE\"",
+    ]));
+    assert_code(&o, 0);
+    let o = output(
+        plain(&urls)
+            .arg("bench")
+            .args(opts)
+            .args(["--cycles", "20", "--clients", "2"]),
+    );
+    assert_code(&o, 0);
+    // Options before the subcommand are moved behind it, for every lock option.
+    let o = output(plain(&urls).args(opts).args(["status", "job"]));
+    assert_code(&o, 1);
+
+    // The same set from the environment.
+    let env = |c: &mut Command| {
+        c.env("REDLOCK_SERVERS", urls.join(","))
+            .env("REDLOCK_TTL", "20s")
+            .env("REDLOCK_QUARANTINE", "off")
+            .env("REDLOCK_NODE_TIMEOUT", "200ms")
+            .env("REDLOCK_FENCING", "1")
+            .env("REDLOCK_WAIT", "5")
+            .env("REDLOCK_CONFLICT_EXIT_CODE", "3");
+    };
+    let mut c = plain(&[]);
+    env(&mut c);
+    let o = output(c.args(["acquire", "--json", "env-job"]));
+    assert_code(&o, 0);
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert!(v["fence"].is_u64(), "{v}");
+    assert_eq!(v["ttl_ms"], 20_000, "{v}");
+    let token = v["token"].as_str().unwrap().to_owned();
+    // The command line wins over the environment: -n over REDLOCK_WAIT, then -E 4.
+    let mut c = plain(&[]);
+    env(&mut c);
+    let o = output(c.args(["acquire", "-n", "-E", "4", "env-job"]));
+    assert_code(&o, 4);
+    for sub in [
+        &["status", "env-job"][..],
+        &["extend", "env-job", &token],
+        &["release", "env-job", &token],
+    ] {
+        let mut c = plain(&[]);
+        env(&mut c);
+        let o = output(c.args(sub));
+        assert_code(&o, 0);
+    }
+    // A flag's variable takes 1/0, yes/no, true/false, on/off: REDLOCK_FENCING=0 is no fence.
+    let mut c = plain(&[]);
+    env(&mut c);
+    let o = output(
+        c.env("REDLOCK_FENCING", "0")
+            .args(["acquire", "-n", "env-job-2"]),
+    );
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o).split_whitespace().count(), 1, "{}", stdout(&o));
+}
+
+/// Shell completions and man pages come from the same definitions as --help.
+#[test]
+fn completions_and_man_pages_are_generated() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = output(plain(&[]).args(["completions", shell]));
+        assert_code(&o, 0);
+        let script = stdout(&o);
+        for word in ["acquire", "release", "node-timeout", "fence"] {
+            assert!(script.contains(word), "{shell}: no {word}");
+        }
+    }
+    let o = output(plain(&[]).args(["completions", "tcsh"]));
+    assert_code(&o, 64);
+
+    let o = output(plain(&[]).arg("man"));
+    assert_code(&o, 0);
+    let page = stdout(&o);
+    assert!(page.contains(".TH redlock 1"), "{page}");
+    assert!(page.contains("acquire"), "{page}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let o = output(plain(&[]).args(["man", "--dir"]).arg(dir.path()));
+    assert_code(&o, 0);
+    for sub in [
+        "", "-run", "-acquire", "-extend", "-release", "-status", "-demo", "-bench",
+    ] {
+        let page = fs::read_to_string(dir.path().join(format!("redlock{sub}.1"))).unwrap();
+        assert!(page.contains(".TH redlock"), "redlock{sub}.1");
+    }
+    let main = fs::read_to_string(dir.path().join("redlock.1")).unwrap();
+    assert!(
+        main.contains("REDLOCK_TTL"),
+        "the variables are in redlock.1"
+    );
+    let o = output(
+        plain(&[])
+            .args(["man", "--dir"])
+            .arg(dir.path().join("missing/dir")),
+    );
+    assert_code(&o, 73);
+    assert_one_line_error(&o, "cannot write the man pages");
 }
 
 #[test]

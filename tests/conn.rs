@@ -305,17 +305,19 @@ fn a_database_the_server_does_not_have_is_a_configuration_fault() {
     assert_eq!(servers[1].dbsize(), 0, "nothing was written anywhere");
 }
 
-/// The ACL rule of the README's "Running in production" is enough for everything: the restart
+/// The ACL rule of docs/production.md (the README's "Running in production" until it moved
+/// there) is enough for everything: the restart
 /// quarantine (INFO), fencing (the fence key's hash), extend, release, a waiter woken by the
 /// release's notice (SUBSCRIBE / PUBLISH on `redlock:released:*`) and the client name.
 #[test]
 fn the_production_acl_rule_of_the_readme_is_enough() {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/production.md"))
+            .unwrap();
     let line = readme
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locker "))
-        .expect("the ACL rule in the README");
+        .expect("the ACL rule in docs/production.md");
     let rule = line["ACL SETUSER ".len()..].replace(">PASSWORD", ">pw");
     let servers = Cluster::start_with(
         3,

@@ -235,18 +235,19 @@ fn a_foreign_lock_named_like_the_fence_counter_is_never_changed() {
     }
 }
 
-/// The ACL rule the README gives ("Running in production"), read from the README itself, and
+/// The ACL rule docs/production.md gives (the README's "Running in production" until it moved
+/// there), read from that file itself, and
 /// the rule the previous version's README gave (no `+pttl`): enough for every script this
 /// crate runs, the new reads included (`GET` of the waiting key in the mark and the release;
 /// the extend's `PEXPIRE … GT`, which needs nothing beyond `+pexpire`), fencing and the
 /// quarantine on, a waiter marking and woken by a notice, and an extend that never shortens.
 #[test]
 fn the_readme_acl_rule_and_the_previous_one_grant_everything_the_scripts_run() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../docs/production.md");
     let rule = readme
         .lines()
         .find_map(|l| l.strip_prefix("ACL SETUSER "))
-        .expect("the README gives an ACL rule")
+        .expect("docs/production.md gives an ACL rule")
         .replace(">PASSWORD", ">pw");
     assert!(rule.contains(" +pttl"), "{rule}");
     let previous = rule.replace(" +pttl", "");

@@ -250,16 +250,17 @@ fn collect(
 }
 
 fn io_delta(a: IoStats, b: IoStats) -> IoStats {
-    IoStats {
-        writes: b.writes - a.writes,
-        reads: b.reads - a.reads,
-        polls: b.polls - a.polls,
-        connects: b.connects - a.connects,
-        wakes: b.wakes - a.wakes,
-        tls_handshakes: b.tls_handshakes - a.tls_handshakes,
-        tls_resumed: b.tls_resumed - a.tls_resumed,
-        tls_round_trips: b.tls_round_trips - a.tls_round_trips,
-    }
+    // `IoStats` is `#[non_exhaustive]`: built from its default, field by field.
+    let mut d = IoStats::default();
+    d.writes = b.writes - a.writes;
+    d.reads = b.reads - a.reads;
+    d.polls = b.polls - a.polls;
+    d.connects = b.connects - a.connects;
+    d.wakes = b.wakes - a.wakes;
+    d.tls_handshakes = b.tls_handshakes - a.tls_handshakes;
+    d.tls_resumed = b.tls_resumed - a.tls_resumed;
+    d.tls_round_trips = b.tls_round_trips - a.tls_round_trips;
+    d
 }
 
 // ---------------------------------------------------------------------------------------------

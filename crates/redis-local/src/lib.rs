@@ -7,12 +7,12 @@
 //! |---|---|
 //! | [`server`] | [`Server`] and [`ServerBuilder`]: one `redis-server` on a free loopback port, its own temporary directory, no persistence, a log file; freeze / resume / kill / restart on the same port |
 //! | [`cluster`] | [`Cluster`]: N independent servers started together |
-//! | `admin` (feature `admin`) | commands to a server through redis-rs: [`Server::cmd`], `get`, `set`, `pttl`, `info`, … |
+//! | `admin` (feature `admin`) | commands to a server through redis-rs: `Server::cmd`, `get`, `set`, `pttl`, `info`, … |
 //! | [`raw`] | a few raw-TCP helpers: `PING` without a client library, RESP command encoding |
 //! | [`relay`] | [`Relay`]: a TCP relay that delays every byte by a fixed one-way delay |
 //! | [`fake`] | [`FakeServer`]: an accept loop running a handler per connection, with a [`Peer`] that reads RESP commands, sends, trickles; optionally behind TLS (feature `tls`) |
 //! | [`alloc`] | [`CountingAlloc`]: a global allocator that counts allocations (process-wide and per thread) |
-//! | `pki` (feature `pki`) | [`Pki`]: a CA, a server and a client certificate made fresh with rcgen |
+//! | `pki` (feature `pki`) | `Pki`: a CA, a server and a client certificate made fresh with rcgen |
 //! | [`process`] | [`die_with_parent`], [`pid_is_dead`] |
 //! | [`binary`] | where `redis-server` is ([`redis_binary`]) and how to install it |
 //!
@@ -26,6 +26,7 @@
 //!
 //! Linux only (`prctl`, `/proc`).
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod alloc;
 pub mod binary;
@@ -54,3 +55,8 @@ pub use server::{ClientAuth, Server, ServerBuilder};
 
 #[cfg(feature = "pki")]
 pub use pki::Pki;
+
+/// The README's example, compiled as a doctest so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

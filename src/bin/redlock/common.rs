@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+// A flag's variable takes 1/0, yes/no, true/false, on/off.
+use clap::builder::BoolishValueParser;
 use redlock_mux::{
     Builder, Error, Lock, LockVote, NodeFault, NodeStatus, NodeVote, Redlock, Report,
 };
@@ -23,6 +25,8 @@ pub mod exit {
     pub const UNAVAILABLE: u8 = 69;
     /// Protocol or internal error.
     pub const INTERNAL: u8 = 70;
+    /// `man --dir`: the pages could not be written (`EX_CANTCREAT`).
+    pub const CANNOT_WRITE: u8 = 73;
     /// Not acquired: the lock is held elsewhere (after the wait); `-E` changes it.
     pub const HELD: u8 = 75;
     /// A server refused our credentials.
@@ -272,16 +276,26 @@ pub struct Servers {
     #[arg(long = "server", short = 's', value_name = "URL")]
     pub servers: Vec<String>,
     /// rediss:// servers: trust the CA certificates of this PEM file instead of the system's
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "REDLOCK_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// rediss:// servers that ask for a client certificate (mutual TLS): this PEM chain
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "REDLOCK_TLS_CERT"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM) of --tls-cert
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "REDLOCK_TLS_KEY"
+    )]
     pub tls_key: Option<PathBuf>,
     /// rediss:// servers: the name their certificates carry, when the URL's host is not it
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", env = "REDLOCK_TLS_SERVER_NAME")]
     pub tls_server_name: Option<String>,
 }
 
@@ -379,15 +393,27 @@ pub fn build(b: Builder) -> Result<Redlock, Fail> {
     b.build().map_err(|e| Fail::lib("bad configuration", &e))
 }
 
-/// `--quarantine` and `--node-timeout`: for the subcommands that acquire or extend.
+/// `--quarantine` and `--node-timeout`.
 #[derive(Args, Debug, Clone)]
 pub struct Tuning {
     /// Restart quarantine: a node up for less than this does not count towards a quorum
-    /// (default: one TTL; `off` for servers started just now that never held a lock)
-    #[arg(long, value_name = "DURATION|off", value_parser = parse_quarantine)]
+    /// (default: one TTL; `off` for servers started just now that never held a lock). status:
+    /// the window the lock holders use (default: --ttl, else 30s)
+    #[arg(
+        long,
+        value_name = "DURATION|off",
+        value_parser = parse_quarantine,
+        env = "REDLOCK_QUARANTINE"
+    )]
     pub quarantine: Option<Quarantine>,
-    /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms;
+    /// release: 50ms; status: how long it waits for the answers, default 1s)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "REDLOCK_NODE_TIMEOUT"
+    )]
     pub node_timeout: Option<Duration>,
 }
 
@@ -416,11 +442,17 @@ pub struct Waiting {
         alias = "timeout",
         value_name = "SECONDS|DURATION|inf",
         value_parser = parse_wait,
-        conflicts_with = "nonblock"
+        env = "REDLOCK_WAIT"
     )]
     pub wait: Option<Wait>,
     /// Do not wait: one attempt, and if the lock is held elsewhere exit with 75 (or -E's code)
-    #[arg(short = 'n', long = "nonblock", alias = "nb")]
+    #[arg(
+        short = 'n',
+        long = "nonblock",
+        alias = "nb",
+        env = "REDLOCK_NONBLOCK",
+        value_parser = BoolishValueParser::new()
+    )]
     pub nonblock: bool,
     /// The exit code when the lock stays held elsewhere (default: 75); for run, one that
     /// COMMAND's own exit codes do not use
@@ -428,9 +460,53 @@ pub struct Waiting {
         short = 'E',
         long = "conflict-exit-code",
         value_name = "N",
-        value_parser = parse_conflict_code
+        value_parser = parse_conflict_code,
+        env = "REDLOCK_CONFLICT_EXIT_CODE"
     )]
     pub conflict_exit_code: Option<u8>,
+}
+
+/// The options that shape a lock, one set for every subcommand that talks to servers (`run`,
+/// `acquire`, `extend`, `release`, `status`, `bench`): each takes them all and ignores those it
+/// has no use for, so that a script can pass the same options to `acquire`, `extend` and
+/// `release`. Each is also read from an environment variable (`--server` from
+/// `REDLOCK_SERVERS`, [`Servers::list`]); an option on the command line wins.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Lock options (taken by every subcommand that talks to servers)")]
+pub struct LockOptions {
+    #[command(flatten)]
+    pub servers: Servers,
+    /// The lock's time to live: without extend or release it expires after this (default: 10s
+    /// for run and bench, which keep it alive, 30s for acquire and extend)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "REDLOCK_TTL"
+    )]
+    pub ttl: Option<Duration>,
+    /// Fencing tokens: each acquisition also gets a fence, a number greater than that of every
+    /// acquisition completed before it (one more round trip); run passes it to COMMAND as
+    /// REDLOCK_FENCE, acquire prints it after the token
+    #[arg(long, env = "REDLOCK_FENCING", value_parser = BoolishValueParser::new())]
+    pub fence: bool,
+    #[command(flatten)]
+    pub tuning: Tuning,
+    #[command(flatten)]
+    pub waiting: Waiting,
+}
+
+impl LockOptions {
+    /// `--ttl`, or the subcommand's default.
+    pub fn ttl_or(&self, default: Duration) -> Duration {
+        self.ttl.unwrap_or(default)
+    }
+
+    /// A builder for the servers with the TLS options, `--ttl` (or `default_ttl`),
+    /// `--quarantine` and `--node-timeout`: where `run`, `acquire` and `extend` start.
+    pub fn tuned(&self, default_ttl: Duration) -> Result<Builder, Fail> {
+        self.servers.tuned(&self.tuning, self.ttl_or(default_ttl))
+    }
 }
 
 /// How long to wait for a lock held elsewhere.
@@ -445,6 +521,37 @@ pub enum Wait {
 }
 
 impl Waiting {
+    /// `-w` with `-n`: a usage error when both come from the command line (or both from the
+    /// environment); when one comes from each, the command line's wins, so that a script can
+    /// override `REDLOCK_NONBLOCK` or `REDLOCK_WAIT` for one call. `matches` are the
+    /// subcommand's.
+    pub fn settle(&mut self, matches: &clap::ArgMatches) -> Result<(), Fail> {
+        use clap::parser::ValueSource::{CommandLine, EnvVariable};
+        if !self.nonblock || self.wait.is_none() {
+            return Ok(());
+        }
+        match (
+            matches.value_source("wait"),
+            matches.value_source("nonblock"),
+        ) {
+            (Some(CommandLine), Some(EnvVariable)) => self.nonblock = false,
+            (Some(EnvVariable), Some(CommandLine)) => self.wait = None,
+            (Some(EnvVariable), Some(EnvVariable)) => {
+                return Err(Fail::new(
+                    exit::USAGE,
+                    "REDLOCK_WAIT and REDLOCK_NONBLOCK contradict each other: set one of them",
+                ));
+            }
+            _ => {
+                return Err(Fail::new(
+                    exit::USAGE,
+                    "-w/--wait and -n/--nonblock contradict each other: give one of them",
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The waiting rule these options give.
     pub fn rule(&self) -> Wait {
         match (self.nonblock, self.wait) {

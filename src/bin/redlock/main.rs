@@ -12,7 +12,7 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 
 /// `println!` that ignores write errors: a closed pipe or a hung-up terminal must not turn into a
 /// panic that skips the cleanup (releasing a lock, stopping local servers).
@@ -44,7 +44,7 @@ mod commands;
 mod common;
 mod group;
 
-use commands::{acquire, bench, demo, extend, release, run, status};
+use commands::{acquire, bench, completions, demo, extend, man, release, run, status};
 use common::exit;
 
 const MAIN_HELP: &str = "\
@@ -53,6 +53,14 @@ Servers:
   redis://[[user]:password@]host[:port][/db][?protocol=3]
   redis+unix:///path/to/redis.sock[?db=N&username=U&password=P]
   Use an odd number of independent masters (3 or 5); a lock needs a majority of them.
+
+Lock options: every subcommand that talks to servers (run, acquire, extend, release, status,
+bench) takes the same set (--server, --tls-*, --ttl, --fence, --quarantine, --node-timeout, -w,
+-n, -E) and ignores those it has no use for, so a script can pass one set to acquire, extend and
+release. Each is also read from the environment: REDLOCK_SERVERS, REDLOCK_TLS_CA,
+REDLOCK_TLS_CERT, REDLOCK_TLS_KEY, REDLOCK_TLS_SERVER_NAME, REDLOCK_TTL, REDLOCK_FENCING,
+REDLOCK_QUARANTINE, REDLOCK_NODE_TIMEOUT, REDLOCK_WAIT, REDLOCK_NONBLOCK,
+REDLOCK_CONFLICT_EXIT_CODE; the command line wins.
 
 Waiting (run, acquire): like flock, they wait until the lock is free; -n for one attempt,
 -w SECONDS (or 250ms, 2m, inf) for a limit, -E N for the exit code when it stays held.
@@ -63,6 +71,7 @@ Exit codes:
   64   usage error: bad flag, bad address, bad duration, no servers given
   69   no quorum of servers reachable (or too slow to leave any validity)
   70   protocol or internal error
+  73   man --dir: the pages could not be written
   75   lock not acquired: it is held elsewhere (after the wait; -E changes it)
   77   authentication refused by a server
   78   the servers do not match the configuration (a database they lack)
@@ -80,7 +89,7 @@ Every subcommand has its own --help.";
 const HELP_WIDTH: usize = 100;
 
 /// A distributed flock(1): run a command while holding a Redlock over N Redis masters.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(
     name = "redlock",
     version,
@@ -120,6 +129,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Latency percentiles of lock cycles (acquire + release)
     Bench(bench::BenchArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    #[command(after_help = completions::HELP)]
+    Completions(completions::CompletionsArgs),
+    /// Print the man page, or write one per subcommand into a directory
+    #[command(after_help = man::HELP)]
+    Man(man::ManArgs),
 }
 
 impl Command {
@@ -133,6 +148,21 @@ impl Command {
             Command::Status(a) => ("status", a.output.json, Some(&a.resource)),
             Command::Demo(_) => ("demo", false, None),
             Command::Bench(_) => ("bench", false, None),
+            Command::Completions(_) => ("completions", false, None),
+            Command::Man(_) => ("man", false, None),
+        }
+    }
+
+    /// The lock options, for the subcommands that talk to servers.
+    fn lock_options_mut(&mut self) -> Option<&mut common::LockOptions> {
+        match self {
+            Command::Run(a) => Some(&mut a.opts),
+            Command::Acquire(a) => Some(&mut a.opts),
+            Command::Release(a) => Some(&mut a.opts),
+            Command::Extend(a) => Some(&mut a.opts),
+            Command::Status(a) => Some(&mut a.opts),
+            Command::Bench(a) => Some(&mut a.opts),
+            Command::Demo(_) | Command::Completions(_) | Command::Man(_) => None,
         }
     }
 
@@ -144,27 +174,52 @@ impl Command {
             Command::Release(a) => a.output.quiet,
             Command::Extend(a) => a.output.quiet,
             Command::Status(a) => a.output.quiet,
-            Command::Demo(_) | Command::Bench(_) => false,
+            Command::Demo(_) | Command::Bench(_) | Command::Completions(_) | Command::Man(_) => {
+                false
+            }
         }
     }
 }
 
 /// The options that came before the subcommand in versions where they were global
 /// (`redlock --server URL --quarantine off run …`) are moved behind it, so that those command
-/// lines keep working; a subcommand that has no use for one of them rejects it by name.
+/// lines keep working; so are the other lock options ([`common::LockOptions`]), which every
+/// subcommand that talks to servers takes.
 fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
-    const WITH_VALUE: [&str; 4] = ["-s", "--server", "--quarantine", "--node-timeout"];
+    const WITH_VALUE: [&str; 14] = [
+        "-s",
+        "--server",
+        "--quarantine",
+        "--node-timeout",
+        "--ttl",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-server-name",
+        "-w",
+        "--wait",
+        "--timeout",
+        "-E",
+        "--conflict-exit-code",
+    ];
+    const FLAGS: [&str; 4] = ["--fence", "-n", "--nonblock", "--nb"];
     let mut lead = Vec::new();
     let mut i = 1;
     while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
-        let attached = ["--server=", "--quarantine=", "--node-timeout="]
-            .iter()
-            .any(|p| arg.starts_with(p))
-            || (arg.starts_with("-s") && arg.len() > 2 && !arg.starts_with("--"));
+        // `--ttl=20s`, `-s URL` written `-sURL`, `-w5`, `-E3`.
+        let attached = WITH_VALUE.iter().any(|o| {
+            arg.strip_prefix(o).is_some_and(|rest| {
+                if o.starts_with("--") {
+                    rest.starts_with('=')
+                } else {
+                    !rest.is_empty()
+                }
+            })
+        });
         if WITH_VALUE.contains(&arg) {
             lead.extend(args.get(i..i + 2).into_iter().flatten().cloned());
             i += 2;
-        } else if attached || arg == "--fence" {
+        } else if attached || FLAGS.contains(&arg) {
             lead.push(args[i].clone());
             i += 1;
         } else {
@@ -234,10 +289,20 @@ fn usage_error(e: &clap::Error, args: &[OsString]) -> u8 {
 
 fn real_main() -> u8 {
     let args = hoist_leading_options(std::env::args_os().collect());
-    let cli = match Cli::try_parse_from(&args) {
-        Ok(cli) => cli,
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, m)));
+    let (mut cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => return usage_error(&e, &args),
     };
+    // -w and -n from the command line and the environment (see `Waiting::settle`).
+    if let (Some(opts), Some((_, sub))) = (cli.command.lock_options_mut(), matches.subcommand())
+        && let Err(fail) = opts.waiting.settle(sub)
+    {
+        say!("redlock: {}", fail.message);
+        return fail.code;
+    }
     let result = match &cli.command {
         Command::Run(a) => run::run(a),
         Command::Acquire(a) => acquire::acquire(a),
@@ -246,6 +311,8 @@ fn real_main() -> u8 {
         Command::Status(a) => status::status(a),
         Command::Demo(a) => demo::demo(a),
         Command::Bench(a) => bench::bench(a),
+        Command::Completions(a) => completions::completions(a),
+        Command::Man(a) => man::man(a),
     };
     match result {
         Ok(code) => code,

@@ -6,9 +6,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use crate::common::{
-    self, Fail, NAME_SHOWN, Output, Servers, Tuning, Waiting, exit, parse_duration, shorten,
-};
+use crate::common::{self, Fail, LockOptions, NAME_SHOWN, Output, exit, shorten};
 
 pub const HELP: &str = "\
 Waits until the lock is free, as flock does: -n for one attempt, -w for a limit. The token goes
@@ -24,25 +22,19 @@ pub struct AcquireArgs {
     /// The name of the lock (the Redis key)
     pub resource: String,
     #[command(flatten)]
-    pub servers: Servers,
-    /// Lock time to live: without `extend` or `release` it expires after this
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    #[command(flatten)]
-    pub waiting: Waiting,
-    /// Fencing tokens: the acquisition also gets a fence, a number greater than that of every
-    /// acquisition completed before it (one more round trip)
-    #[arg(long)]
-    pub fence: bool,
-    #[command(flatten)]
-    pub tuning: Tuning,
-    #[command(flatten)]
     pub output: Output,
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
 
+/// acquire's TTL when --ttl is not given: nothing keeps the lock alive, so long enough for a
+/// script's step between two `extend`s.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
-    let r = common::build(a.servers.tuned(&a.tuning, a.ttl)?.fencing(a.fence))?;
-    let lock = common::acquire(&r, &a.resource, &a.waiting, a.output.quiet)?;
+    let ttl = a.opts.ttl_or(DEFAULT_TTL);
+    let r = common::build(a.opts.tuned(DEFAULT_TTL)?.fencing(a.opts.fence))?;
+    let lock = common::acquire(&r, &a.resource, &a.opts.waiting, a.output.quiet)?;
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;
     let line = if a.output.json {
@@ -53,7 +45,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "token": token,
             "fence": lock.fence(),
             "validity_ms": validity_ms,
-            "ttl_ms": a.ttl.as_millis() as u64,
+            "ttl_ms": ttl.as_millis() as u64,
             "nodes": common::lock_votes_json(&lock),
             "warning": common::unreachable_warning(&lock),
         })

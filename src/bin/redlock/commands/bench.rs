@@ -8,7 +8,7 @@ use clap::Args;
 use redlock_mux::{Error, Redlock};
 
 use super::demo::{Tally, interrupt_flag, latency_table, local_servers, progress, version};
-use crate::common::{Fail, Servers, Tuning, code_of, count, exit, fmt_duration, parse_duration};
+use crate::common::{Fail, LockOptions, code_of, count, exit, fmt_duration};
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -16,27 +16,19 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 10_000, value_parser = parse_cycles)]
     cycles: u64,
     /// Start this many local redis-servers (1 to 15) instead of using --server; they are fresh,
-    /// so the restart quarantine is off
-    #[arg(
-        long,
-        value_parser = |s: &str| count(s, 1, 15),
-        conflicts_with_all = ["servers", "quarantine"]
-    )]
+    /// so the restart quarantine is off (--quarantine is ignored)
+    #[arg(long, value_parser = |s: &str| count(s, 1, 15), conflicts_with = "servers")]
     nodes: Option<u16>,
-    #[command(flatten)]
-    servers: Servers,
     /// Concurrent clients (1 to 64), each locking its own resource
     #[arg(long, default_value_t = 1, value_parser = |s: &str| count(s, 1, 64))]
     clients: u16,
-    /// Lock time to live
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    ttl: Duration,
-    /// Fenced locks: each acquisition also gets a fence (one more round trip)
-    #[arg(long)]
-    fence: bool,
+    // (each cycle is one attempt: the waiting options are ignored)
     #[command(flatten)]
-    tuning: Tuning,
+    pub opts: LockOptions,
 }
+
+/// bench's TTL when --ttl is not given.
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// `--cycles`: a whole number, at least 1.
 fn parse_cycles(s: &str) -> Result<u64, String> {
@@ -90,9 +82,10 @@ fn bench_clients(a: &BenchArgs, urls: &[String], local: bool) -> Result<Vec<Redl
     (0..a.clients)
         .map(|_| {
             let b = a
+                .opts
                 .tuning
-                .builder(a.servers.builder(urls), a.ttl)
-                .fencing(a.fence);
+                .builder(a.opts.servers.builder(urls), a.opts.ttl_or(DEFAULT_TTL))
+                .fencing(a.opts.fence);
             if local {
                 b.quarantine(None).build()
             } else {
@@ -171,7 +164,7 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
     };
     let urls = match &local {
         Some(l) => l.urls(),
-        None => a.servers.list()?,
+        None => a.opts.servers.list()?,
     };
     let handles = bench_clients(a, &urls, local.is_some())?;
     let where_ = match &local {
@@ -183,7 +176,7 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
         "redlock bench: {} lock cycles (acquire + release), {clients} client{}, {where_}, ttl {}",
         a.cycles,
         if clients == 1 { "" } else { "s" },
-        fmt_duration(a.ttl)
+        fmt_duration(a.opts.ttl_or(DEFAULT_TTL))
     );
     let started = Instant::now();
     let t = run_clients(a, &handles, &interrupted)?;

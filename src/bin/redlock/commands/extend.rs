@@ -6,12 +6,12 @@ use clap::Args;
 use redlock_mux::{Error, Lock};
 use serde_json::json;
 
-use crate::common::{
-    self, Fail, Kind, NAME_SHOWN, Output, Servers, Tuning, exit, parse_duration, print_json,
-    shorten,
-};
+use crate::common::{self, Fail, Kind, LockOptions, NAME_SHOWN, Output, exit, print_json, shorten};
 
 pub const HELP: &str = "\
+Of the lock options, extend uses all but --fence and the waiting options (-w, -n, -E), which it
+ignores; --ttl is the new time to live, from now (default 30s).
+
 Exit codes: 0 extended; 79 RESOURCE is no longer held with TOKEN (it expired, or was taken over);
 69 no quorum reachable; 64 usage; 70 internal; 77 authentication refused.";
 
@@ -23,22 +23,22 @@ pub struct ExtendArgs {
     #[arg(allow_hyphen_values = true)]
     pub token: String,
     #[command(flatten)]
-    pub servers: Servers,
-    /// New time to live, from now
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    #[command(flatten)]
-    pub tuning: Tuning,
-    #[command(flatten)]
     pub output: Output,
+    // (--ttl: the new time to live, from now; the waiting options and --fence are ignored)
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
 
+/// extend's TTL when --ttl is not given: acquire's.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
 pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
-    let r = common::build(a.servers.tuned(&a.tuning, a.ttl)?)?;
-    let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), a.ttl)
+    let ttl = a.opts.ttl_or(DEFAULT_TTL);
+    let r = common::build(a.opts.tuned(DEFAULT_TTL)?)?;
+    let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), ttl)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
     let name = shorten(&a.resource, NAME_SHOWN);
-    match r.extend(&mut lock, a.ttl) {
+    match r.extend(&mut lock, ttl) {
         Ok(()) => {
             let validity_ms = lock.validity().as_millis() as u64;
             if a.output.json {
@@ -47,7 +47,7 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
                     "command": "extend",
                     "resource": a.resource,
                     "validity_ms": validity_ms,
-                    "ttl_ms": a.ttl.as_millis() as u64,
+                    "ttl_ms": ttl.as_millis() as u64,
                 }));
             }
             if !a.output.quiet {

@@ -3,8 +3,10 @@
 
 pub mod acquire;
 pub mod bench;
+pub mod completions;
 pub mod demo;
 pub mod extend;
+pub mod man;
 pub mod release;
 pub mod run;
 pub mod status;

@@ -7,11 +7,14 @@ use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
-    Fail, HANDLE_TTL, NAME_SHOWN, Output, Servers, build, check_reachable, exit, parse_duration,
-    print_json, shorten,
+    Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, build, check_reachable, exit, print_json,
+    shorten,
 };
 
 pub const HELP: &str = "\
+Of the lock options, release uses the servers, the TLS options and --node-timeout (default
+50ms), and ignores the others.
+
 Exit codes: 0 released (on at least one node); 79 no node held RESOURCE with TOKEN (it expired,
 or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 usage; 70 internal;
 77 authentication refused.";
@@ -32,18 +35,22 @@ pub struct ReleaseArgs {
     #[arg(allow_hyphen_values = true)]
     pub token: String,
     #[command(flatten)]
-    pub servers: Servers,
-    /// How long to wait for each node's answer (default: 50ms)
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub node_timeout: Option<Duration>,
-    #[command(flatten)]
     pub output: Output,
+    // (release uses the servers, the TLS options and --node-timeout, default 50ms; it ignores
+    // the others)
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
 
 pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
-    let servers = a.servers.list()?;
-    let mut b = a.servers.builder(&servers).ttl(HANDLE_TTL).quarantine(None);
-    if let Some(t) = a.node_timeout {
+    let servers = a.opts.servers.list()?;
+    let mut b = a
+        .opts
+        .servers
+        .builder(&servers)
+        .ttl(HANDLE_TTL)
+        .quarantine(None);
+    if let Some(t) = a.opts.tuning.node_timeout {
         b = b.node_timeout(t);
     }
     let r = build(b)?;

@@ -17,8 +17,8 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
 use crate::common::{
-    self, Fail, NAME_SHOWN, Servers, Tuning, Waiting, exit, fmt_duration, parse_duration,
-    parse_exit_code, shorten,
+    self, Fail, LockOptions, NAME_SHOWN, exit, fmt_duration, parse_duration, parse_exit_code,
+    shorten,
 };
 use crate::group::{self, Job, Watchdog};
 
@@ -29,6 +29,9 @@ at most a grace (the reconnect backoff's ceiling + the quarantine + the connect 
 it exits 69; what no wait mends (a certificate that does not verify, credentials refused, a port
 that speaks another protocol) ends at once. -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
 when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as flock -c does.
+
+Lock options: --ttl (default 10s) bounds how long the lock outlives a redlock that was killed;
+while redlock runs, the lock is extended.
 
 COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN, REDLOCK_VALIDITY_MS and REDLOCK_HELD_ON (the
 servers, host:port,...) in its environment, and REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
@@ -64,27 +67,13 @@ found. A COMMAND that exits with 75 or 79 itself cannot be told from these witho
 pub struct RunArgs {
     /// The name of the lock (the Redis key)
     pub resource: String,
-    #[command(flatten)]
-    pub servers: Servers,
-    /// Lock time to live; the lock is extended while COMMAND runs, so this bounds how long the
-    /// lock outlives a redlock that was killed
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
-    pub ttl: Duration,
-    #[command(flatten)]
-    pub waiting: Waiting,
     /// After the lock is lost, how long COMMAND's process group gets between SIGTERM and SIGKILL
-    /// (cut short so that SIGKILL goes out before the lock's validity ends)
+    // (cut short so that SIGKILL goes out before the lock's validity ends)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
     /// The exit code when the lock is lost while COMMAND runs (default: 79)
     #[arg(long, value_name = "N", value_parser = parse_exit_code)]
     pub lost_exit_code: Option<u8>,
-    /// Fencing tokens: the acquisition also gets a fence, a number greater than that of every
-    /// acquisition completed before it, passed to COMMAND as REDLOCK_FENCE (one more round trip)
-    #[arg(long)]
-    pub fence: bool,
-    #[command(flatten)]
-    pub tuning: Tuning,
     /// Print nothing when the lock is held elsewhere, nor notes while waiting (the exit code
     /// says it); other failures are still reported
     #[arg(short = 'q', long)]
@@ -105,7 +94,15 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<OsString>,
+    // (--ttl: the lock is extended while COMMAND runs, so the TTL bounds how long the lock
+    // outlives a redlock that was killed)
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
+
+/// run's TTL when --ttl is not given: how long the lock outlives a redlock killed with SIGKILL
+/// (while redlock runs, the lock is kept alive).
+const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 impl RunArgs {
     /// The program and its arguments: COMMAND..., or `sh -c COMMAND` for `-c`.
@@ -118,6 +115,10 @@ impl RunArgs {
 
     fn lost_code(&self) -> u8 {
         self.lost_exit_code.unwrap_or(exit::LOST)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.opts.ttl_or(DEFAULT_TTL)
     }
 }
 
@@ -197,9 +198,9 @@ fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     // A kept lock may run for days: no limit on the number of extensions.
-    let tuned = a.servers.tuned(&a.tuning, a.ttl)?;
-    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.fence))?;
-    let lock = common::acquire(&r, &a.resource, &a.waiting, a.quiet)?;
+    let tuned = a.opts.tuned(DEFAULT_TTL)?;
+    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
+    let lock = common::acquire(&r, &a.resource, &a.opts.waiting, a.quiet)?;
     if !a.quiet {
         common::warn_unreachable(&lock);
     }
@@ -522,7 +523,7 @@ impl<'a> Supervisor<'a> {
     /// Waits for COMMAND to exit, forwarding signals, passing the lock's validity on to the
     /// watchdog, following COMMAND's stops, and reacting to the loss of the lock.
     fn supervise(&mut self, rx: &mpsc::Receiver<Event>) {
-        let beat = beat(self.a.ttl);
+        let beat = beat(self.a.ttl());
         loop {
             let now = Instant::now();
             if self.lost.is_none() {

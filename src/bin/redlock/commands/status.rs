@@ -8,11 +8,15 @@ use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, NAME_SHOWN, Output, Quarantine, Servers, build, check_reachable, exit,
-    parse_duration, parse_quarantine, print_json, shorten,
+    Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, Quarantine, build, check_reachable, exit,
+    print_json, shorten,
 };
 
 pub const HELP: &str = "\
+Of the lock options, status uses the servers, the TLS options, --node-timeout (how long it waits
+for the answers, default 1s) and --quarantine (the window the lock holders use: default --ttl,
+else 30s), and ignores the others.
+
 Exit codes: 0 held by a quorum; 1 not held by a quorum (free, or split between tokens);
 69 fewer than a quorum of nodes answered (the state is unknown); 64 usage; 77 authentication
 refused. With -q it prints nothing: `redlock status -q RESOURCE && echo held`.";
@@ -22,17 +26,21 @@ pub struct StatusArgs {
     /// The name of the lock
     pub resource: String,
     #[command(flatten)]
-    pub servers: Servers,
-    /// How long to wait for the nodes' answers
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub timeout: Duration,
-    /// The restart-quarantine window the lock holders use (their longest TTL): a node up for
-    /// less is shown quarantined, with the time left
-    #[arg(long, value_name = "DURATION|off", default_value = "30s", value_parser = parse_quarantine)]
-    pub quarantine: Quarantine,
-    #[command(flatten)]
     pub output: Output,
+    // (status uses the servers, the TLS options, --node-timeout as how long it waits for the
+    // answers, default 1s, and --quarantine, the window the lock holders use, default --ttl,
+    // else 30s; it ignores the others)
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
+
+/// How long status waits for the nodes' answers without --node-timeout: a probe, not a lock
+/// attempt, so longer than an attempt's node timeout.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The quarantine window status shows without --quarantine or --ttl: the library's default TTL,
+/// which is its default window.
+const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
 /// What a quorum of the nodes says.
 enum Verdict {
@@ -54,18 +62,25 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
     // from a blank one; the quarantine window only says which nodes are in it (status takes
     // no lock).
-    let servers = a.servers.list()?;
+    let servers = a.opts.servers.list()?;
+    let Quarantine(window) = a
+        .opts
+        .tuning
+        .quarantine
+        .unwrap_or(Quarantine(Some(a.opts.ttl_or(DEFAULT_WINDOW))));
+    let timeout = a.opts.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT);
     let r = build(
-        a.servers
+        a.opts
+            .servers
             .builder(&servers)
             // A window shorter than the handle's TTL would be refused: a status read takes no
             // lock, its TTL does not matter.
-            .ttl(a.quarantine.0.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
-            .quarantine(a.quarantine.0)
+            .ttl(window.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+            .quarantine(window)
             .fencing(true),
     )?;
     let statuses = r
-        .with_client(|c| c.status(a.resource.as_bytes(), a.timeout))
+        .with_client(|c| c.status(a.resource.as_bytes(), timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
     let verdict = verdict(&statuses);
     let reachable = check_reachable(&statuses, "status");
