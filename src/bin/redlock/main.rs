@@ -44,7 +44,7 @@ mod commands;
 mod common;
 mod group;
 
-use commands::{acquire, bench, demo, extend, release, run, status};
+use commands::{acquire, bench, demo, extend, release, repair_fences, run, status};
 use common::exit;
 
 const MAIN_HELP: &str = "\
@@ -68,6 +68,7 @@ Exit codes:
   78   the servers do not match the configuration (a database they lack)
   79   lock lost while run was running COMMAND (release, extend: not held any more)
   80   lock not acquired: the servers restarted moments ago (restart quarantine); retry later
+       (repair-fences: restarted servers are inside the window; retry later)
   126  run: COMMAND could not be started;  127: COMMAND not found
   130  demo, bench: interrupted
 A COMMAND that itself exits with 75 or 79 cannot be told from redlock's own codes: give run
@@ -116,6 +117,11 @@ enum Command {
     /// Show what each node holds for RESOURCE; exit 0 if a quorum holds it, 1 if not
     #[command(after_help = status::HELP)]
     Status(status::StatusArgs),
+    /// Raise and re-seed blank fence counters, so that fenced locks work again after a
+    /// majority of the servers restarted; give --at-least N (every fence handed out is at most
+    /// N) or --no-floor, unless a quorum of counters is still seeded
+    #[command(after_help = repair_fences::HELP)]
+    RepairFences(repair_fences::RepairFencesArgs),
     /// Start local redis-servers and show competing clients staying mutually exclusive
     Demo(demo::DemoArgs),
     /// Latency percentiles of lock cycles (acquire + release)
@@ -131,6 +137,7 @@ impl Command {
             Command::Release(a) => ("release", a.output.json, Some(&a.resource)),
             Command::Extend(a) => ("extend", a.output.json, Some(&a.resource)),
             Command::Status(a) => ("status", a.output.json, Some(&a.resource)),
+            Command::RepairFences(a) => ("repair-fences", a.output.json, None),
             Command::Demo(_) => ("demo", false, None),
             Command::Bench(_) => ("bench", false, None),
         }
@@ -144,6 +151,7 @@ impl Command {
             Command::Release(a) => a.output.quiet,
             Command::Extend(a) => a.output.quiet,
             Command::Status(a) => a.output.quiet,
+            Command::RepairFences(a) => a.output.quiet,
             Command::Demo(_) | Command::Bench(_) => false,
         }
     }
@@ -244,6 +252,7 @@ fn real_main() -> u8 {
         Command::Release(a) => release::release(a),
         Command::Extend(a) => extend::extend(a),
         Command::Status(a) => status::status(a),
+        Command::RepairFences(a) => repair_fences::repair_fences(a),
         Command::Demo(a) => demo::demo(a),
         Command::Bench(a) => bench::bench(a),
     };

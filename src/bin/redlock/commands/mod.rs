@@ -6,5 +6,6 @@ pub mod bench;
 pub mod demo;
 pub mod extend;
 pub mod release;
+pub mod repair_fences;
 pub mod run;
 pub mod status;
