@@ -38,8 +38,9 @@ pub(crate) const WRITE_BODY: &str = "local function less(a, b) return #a < #b or
 /// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process
 /// answering on the connection it is sent on (the client learnt it from `INFO server` there).
 /// Answers the counter after the repair. Only ever raises `n`: a counter above `ARGV[1]`
-/// keeps its value. Numbers compare as canonical decimal strings, as in [`WRITE_BODY`].
-pub(crate) const REPAIR_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local n = redis.call(\"hget\", KEYS[1], \"n\") or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n";
+/// keeps its value. Numbers compare as canonical decimal strings, as in [`WRITE_BODY`]. Needs
+/// no ACL permission beyond the other fencing scripts' (`+hmget +hset`).
+pub(crate) const REPAIR_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local n = redis.call(\"hmget\", KEYS[1], \"n\")[1] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n";
 
 /// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
 /// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
