@@ -16,8 +16,8 @@
 //! 2. With `V` the larger of the caller's floor and every counter read (seeded or blank),
 //!    [`REPAIR_BODY`](crate::fence::REPAIR_BODY) on the same connection — `n = max(n, V)`,
 //!    `run` = that connection's `run_id` — to every node that was seeded, or blank and up for
-//!    the whole seed window before round trip 1 was sent (a blank node inside its window may
-//!    still take the write-back of an acquire that began before its restart).
+//!    the whole seed window before round trip 1 was sent (inside its window, an acquire that
+//!    began before its restart may still be handing out a fence the reads cannot see).
 //!
 //! It succeeds once a quorum of distinct server processes answered round trip 2 with a
 //! counter of at least `V`. It never lowers a counter, so a repair that failed, or one that
