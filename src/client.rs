@@ -10,8 +10,9 @@ use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
 use crate::driver::Driver;
 use crate::engine::Engine;
-use crate::error::Error;
+use crate::error::{Error, FenceRepair};
 use crate::lock::Lock;
+use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::round::deadline_after;
 use crate::token::Token;
@@ -271,6 +272,20 @@ impl Client {
                 .run(ReqKind::Status { timeout }, resource, &Token::EMPTY),
         )
     }
+
+    /// Repairs blank fence counters; see [`Redlock::repair_fences`](crate::Redlock::repair_fences).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::repair_fences`](crate::Redlock::repair_fences).
+    pub fn repair_fences(
+        &mut self,
+        floor: FenceFloor,
+        timeout: Duration,
+    ) -> Result<FenceRepair, Error> {
+        let kind = ReqKind::repair(self.config(), floor, timeout)?;
+        repaired_of(self.engine.run(kind, b"", &Token::EMPTY))
+    }
 }
 
 /// The lock an acquire's outcome gives.
@@ -289,6 +304,14 @@ pub(crate) fn status_of(outcome: Outcome) -> Vec<NodeStatus> {
     match outcome {
         Outcome::Status(s) => s,
         _ => unreachable_outcome(Vec::new()),
+    }
+}
+
+/// What a fence repair returns.
+pub(crate) fn repaired_of(outcome: Outcome) -> Result<FenceRepair, Error> {
+    match outcome {
+        Outcome::Repaired(result) => result,
+        _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }
 }
 

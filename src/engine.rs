@@ -41,10 +41,11 @@ use crate::lock::{Grant, Votes};
 use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
+use crate::repair::Repair;
 use crate::request::{NodeFence, NodeStatus, OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame, SetNxPx};
 use crate::round::{Decision, Loss, Round, RoundConfig, Vote, deadline_after};
-use crate::session::{Delivery, Kind, Script, ScriptCall, scripts};
+use crate::session::{Delivery, Kind, REPAIR_SCRIPT, Script, ScriptCall, scripts};
 use crate::stats::{self, Ending, Metrics};
 use crate::token::Token;
 use crate::wait::{Queue, Seen, Waits, retry_pause, split_pause};
@@ -82,6 +83,8 @@ enum OpKind {
     Status,
     /// A waiting acquire: its attempts are acquires of their own (see `wait.rs`).
     Wait,
+    /// A fence repair: reads, then writes (see `repair.rs`).
+    Repair,
 }
 
 /// Per node, for a release: until when its answer is waited for.
@@ -129,6 +132,8 @@ struct Op {
     released: usize,
     // Status:
     status: Option<Box<StatusReplies>>,
+    // Fence repair (`until` is the deadline of its round trip under way):
+    repair: Option<Box<Repair>>,
     // Fenced acquire (see `fence.rs`): 0 not fenced, 1 acquiring and reading the counters, 2
     // writing the fence back (then `until` is the validity won in 1); the answers of 1, and
     // per node the connection they came on.
@@ -172,6 +177,7 @@ impl Op {
             counted: 0,
             released: 0,
             status: None,
+            repair: None,
             fenced: 0,
             fence: 0,
             reads: Reads::default(),
@@ -362,6 +368,8 @@ pub(crate) struct Engine<N: Net = Driver> {
     upgrading: Vec<Option<u64>>,
     /// Fenced acquires whose fence is to be written back (reused list).
     fence_due: Vec<u32>,
+    /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
+    repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
     /// it, so a release that fails again goes back into the ledger with the key's real expiry.
     replay_until: Option<Instant>,
@@ -406,6 +414,11 @@ const FAR_FUTURE: Duration = Duration::from_secs(3600);
 /// The ledger fills at most `max_pending / this` of a connection's outstanding requests at once
 /// (see `Engine::flush_ledger`): the rest of the room is the callers'.
 const LEDGER_SHARE_OF_PENDING: usize = 2;
+
+/// A fence repair's round trip waits at most the seed window divided by this (see
+/// `submit_to`): a margin for the time between an answer's arrival and the repair's return,
+/// and for the clocks of A3.
+const REPAIR_ROUND_SHARE: u32 = 2;
 
 /// Bounds of a waiting mark's life (see `Engine::mark_waiting`).
 const MIN_MARK_TTL: Duration = Duration::from_secs(1);
@@ -463,6 +476,7 @@ impl<N: Net> Engine<N> {
             },
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            repair_due: Vec::new(),
             replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
@@ -1104,6 +1118,7 @@ impl<N: Net> Engine<N> {
         let config = &self.shared.config;
         let waits = waiter.waits();
         let silent = self.core.silent;
+        let seed_window = self.core.seed_window;
         {
             let op = &mut self.core.ops[id.index as usize];
             op.resource.clear();
@@ -1172,6 +1187,16 @@ impl<N: Net> Engine<N> {
                     status.fences.resize(n, None);
                     status.restart.clear();
                     status.restart.resize(n, (None, None));
+                }
+                ReqKind::Repair { floor, timeout } => {
+                    op.kind = OpKind::Repair;
+                    // Each round trip well within the seed window (half of it): a node repaired
+                    // and restarted at once is seeded again only a window later, after the
+                    // repair returned — by then every counted write is in (docs/fencing.md,
+                    // "Repair").
+                    let round = timeout.min(seed_window / REPAIR_ROUND_SHARE);
+                    op.until = deadline_after(now, round);
+                    op.repair = Some(Box::new(Repair::new(n, floor, round)));
                 }
             }
         }
@@ -1292,6 +1317,21 @@ impl<N: Net> Engine<N> {
                 }
             }
             ReqKind::Wait { .. } => {}
+            ReqKind::Repair { .. } => {
+                let read = [
+                    Arg::Bytes(b"HMGET"),
+                    Arg::Bytes(FENCE_KEY.as_bytes()),
+                    Arg::Bytes(b"run"),
+                    Arg::Bytes(b"n"),
+                ];
+                scratch.clear();
+                crate::resp::encode_command(scratch, &read);
+                for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                    let sent =
+                        net.request(node, Kind::Command, tag, scratch, now, &mut core.sink());
+                    core.sent(id, node, sent, now);
+                }
+            }
             ReqKind::Status { .. } => {
                 let fence = [
                     Arg::Bytes(b"HMGET"),
@@ -1596,6 +1636,25 @@ impl<N: Net> Engine<N> {
                     }
                     // Decided by its attempts (`attempts_decided`) and timers (`tick_waits`).
                     OpKind::Wait => None,
+                    OpKind::Repair => {
+                        let repair = op.repair.as_mut().expect("a repair op has its tally");
+                        let quorum = n / 2 + 1;
+                        if !repair.round_done() && op.until > now {
+                            None
+                        } else {
+                            repair.time_out();
+                            if repair.is_reading() && repair.plan(&self.shared.nodes, quorum) != 0 {
+                                // The writes go out after this loop (`write_repairs`).
+                                op.until = deadline_after(now, repair.round);
+                                self.repair_due.push(index as u32);
+                                None
+                            } else {
+                                Some(Outcome::Repaired(
+                                    repair.outcome(&self.shared.nodes, quorum),
+                                ))
+                            }
+                        }
+                    }
                     OpKind::Status => {
                         let status = op.status.as_mut().expect("status op has its replies");
                         if status.fences.iter().all(Option::is_some) || op.until <= now {
@@ -1672,6 +1731,9 @@ impl<N: Net> Engine<N> {
         }
         if !self.fence_due.is_empty() {
             self.write_fences(now);
+        }
+        if !self.repair_due.is_empty() {
+            self.write_repairs(now);
         }
         if !self.attempts.is_empty() {
             self.attempts_decided(now);
@@ -1797,6 +1859,54 @@ impl<N: Net> Engine<N> {
         }
         due.clear();
         self.fence_due = due;
+    }
+
+    /// Sends the writes of the fence repairs in `repair_due` (see `repair.rs`): to each node
+    /// the repair planned for, on the connection its counter was read on, with that
+    /// connection's `run_id`; a node on a new connection since does not take it.
+    fn write_repairs(&mut self, now: Instant) {
+        let n = self.shared.nodes.len();
+        let mut due = std::mem::take(&mut self.repair_due);
+        for &index in &due {
+            let Engine {
+                net, core, scratch, ..
+            } = self;
+            let op = &core.ops[index as usize];
+            let id = OpId { index, seq: op.seq };
+            let Some(repair) = op.repair.as_deref() else {
+                continue;
+            };
+            let targets: Vec<(usize, u64, u64, [u8; 40])> = (0..n)
+                .filter_map(|i| repair.target(i).map(|(v, g, r)| (i, v, g, r)))
+                .collect();
+            for (node, value, generation, run_id) in targets {
+                let session = net.session(node);
+                let same = session.is_ready()
+                    && session.generation() == generation
+                    && session.info().is_some_and(|i| i.run_id == run_id);
+                if !same {
+                    // A new connection since the read: maybe a new process, whose counter
+                    // the read did not see.
+                    core.fail(id, node, NodeFault::Closed, now);
+                    continue;
+                }
+                let call = script_call(
+                    scratch,
+                    &scripts()[REPAIR_SCRIPT],
+                    id.tag(),
+                    &[
+                        Arg::Int(1),
+                        Arg::Bytes(FENCE_KEY.as_bytes()),
+                        Arg::UInt(value),
+                        Arg::Bytes(&run_id),
+                    ],
+                );
+                let sent = net.script(node, call, now, &mut core.sink());
+                core.sent(id, node, sent, now);
+            }
+        }
+        due.clear();
+        self.repair_due = due;
     }
 
     /// Applies decided extends of kept locks (a lost one is marked lost and released), and
@@ -2013,6 +2123,11 @@ impl<N: Net> Engine<N> {
                     })
                     .min(),
                 OpKind::Status => Some(op.until),
+                // A round trip whose every node failed as it was sent: due now.
+                OpKind::Repair if op.repair.as_ref().is_some_and(|r| r.round_done()) => {
+                    Some(op.start)
+                }
+                OpKind::Repair => Some(op.until),
                 // Its queue's timers are the waits' (`Waits::next`).
                 OpKind::Wait => None,
             };
@@ -2312,6 +2427,11 @@ impl Core {
                     status.fences[node].get_or_insert(None);
                 }
             }
+            OpKind::Repair => {
+                if let Some(repair) = op.repair.as_mut().filter(|_| !op.done) {
+                    repair.fail(node, fault);
+                }
+            }
             // Sends nothing of its own.
             OpKind::Wait => {}
         }
@@ -2392,6 +2512,13 @@ impl Core {
                         status.values[node] = Some(Err(fault.clone()));
                         status.ttls[node] = Some((Err(fault.clone()), now));
                         status.fences[node] = Some(None);
+                    }
+                }
+                OpKind::Repair => {
+                    if let (Some(repair), Err(fault), false) =
+                        (op.repair.as_mut(), d.reply, op.done)
+                    {
+                        repair.withdraw(node, fault.clone());
                     }
                 }
                 OpKind::Wait => {}
@@ -2549,6 +2676,32 @@ impl Core {
                         _ => None,
                     };
                     status.fences[node] = Some(fence);
+                }
+            }
+            OpKind::Repair => {
+                let Some(repair) = op.repair.as_mut().filter(|_| !op.done) else {
+                    return;
+                };
+                let reply = d.reply.as_ref().map_err(|f| *f);
+                match d.kind {
+                    Kind::Command if repair.is_reading() => {
+                        let run_id = d.info.filter(|_| d.reply.is_ok()).map(|i| i.run_id);
+                        // A blank counter may be repaired only if its process was up for a
+                        // whole seed window before the repair began, as for seeding by an
+                        // acquire (the same restart tracking).
+                        let window_left = run_id.and_then(|_| {
+                            self.fence_watch[node].quarantine_left(
+                                self.seed_window,
+                                d.generation,
+                                d.info,
+                                op.start,
+                            )
+                        });
+                        repair.on_read(node, reply, run_id.as_ref(), d.generation, window_left);
+                    }
+                    Kind::Script(REPAIR_SCRIPT) => repair.on_written(node, reply, d.generation),
+                    // A late answer of round trip 1.
+                    _ => {}
                 }
             }
             OpKind::Wait => {}

@@ -1,5 +1,6 @@
-//! The error types: [`Error`] for callers, [`NodeFault`] for what went wrong with one node.
-//! Every message names the node by `host:port` and says what it answered.
+//! The error types: [`Error`] for callers, [`NodeFault`] for what went wrong with one node, and
+//! the node-by-node accounts errors carry ([`Report`]; [`FenceRepair`], which a successful
+//! repair returns too). Every message names the node by `host:port` and says what it answered.
 
 use std::fmt;
 use std::io;
@@ -76,6 +77,11 @@ pub enum NodeFault {
     /// process restarted (or the counter was flushed or evicted) since it was last seeded. It
     /// is seeded again by a fenced acquire once it has been up for a restart window.
     FenceBlank,
+    /// (Fence repair) the node's fence counter is blank and its server process has not been up
+    /// for the whole seed window before the repair began: a fenced acquire that started before
+    /// the restart may still hand out a fence written to the previous process, which the
+    /// repair cannot see. It may be repaired once up for the window: this much later.
+    SeedWindow(Duration),
 }
 
 impl fmt::Display for NodeFault {
@@ -137,6 +143,12 @@ impl fmt::Display for NodeFault {
             NodeFault::FenceBlank => f.write_str(
                 "its fence counter is blank (the server restarted, or the counter was flushed); \
                  it is seeded again once up for a restart window",
+            ),
+            NodeFault::SeedWindow(left) => write!(
+                f,
+                "its fence counter is blank and its server restarted less than a seed window \
+                 ago: it may be repaired in {} ms",
+                left.as_millis()
             ),
             NodeFault::Quarantined(left) => {
                 write!(
@@ -306,6 +318,88 @@ impl fmt::Debug for Report {
     }
 }
 
+/// What a fence repair ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) did, node
+/// by node: its result, and the payload of [`Error::FenceRepair`] when it fell short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FenceRepair {
+    /// The floor given ([`FenceFloor::AtLeast`](crate::FenceFloor::AtLeast)), if any.
+    pub floor: Option<u64>,
+    /// True when the repair was given no floor
+    /// ([`FenceFloor::SeededQuorum`](crate::FenceFloor::SeededQuorum)) and read fewer than a
+    /// quorum of seeded counters, though enough nodes could have been repaired: it wrote
+    /// nothing. A floor, or the acknowledgement that earlier holders have stopped, is needed.
+    pub needs_floor: bool,
+    /// The largest counter read, seeded or blank (0 when none was read).
+    pub highest_read: u64,
+    /// The value every repaired counter holds at least: the larger of the floor and
+    /// `highest_read`. A fenced acquire that begins after a successful repair gets a greater
+    /// fence (as long as no other repair with a lower floor runs in between).
+    pub value: u64,
+    /// Counters needed: `nodes.len() / 2 + 1`.
+    pub quorum: usize,
+    /// Server processes whose counter was read seeded (two entries of the server list that
+    /// lead to one process count once).
+    pub seeded_read: usize,
+    /// Server processes whose counter the repair left seeded and at least `value`.
+    pub repaired: usize,
+    /// Every node, in the order of the server list.
+    pub nodes: Vec<NodeRepair>,
+}
+
+/// What a fence repair did on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeRepair {
+    /// `host:port`.
+    pub node: String,
+    /// The counter before the repair (0 when the node had none); `None` if it could not be
+    /// read.
+    pub before: Option<u64>,
+    /// Whether that counter was seeded: complete for the node's current server process.
+    pub seeded: bool,
+    /// The counter after the repair, seeded for the node's process: at least
+    /// [`FenceRepair::value`]. `None` when the node was not repaired.
+    pub after: Option<u64>,
+    /// Why the node could not be read or was not repaired (a blank counter inside its seed
+    /// window, a duplicate entry, a connection lost between the round trips, …). `None` when
+    /// it was repaired, or when the repair stopped before its writes
+    /// ([`FenceRepair::needs_floor`], or too few nodes to repair).
+    pub fault: Option<NodeFault>,
+}
+
+impl fmt::Display for FenceRepair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.nodes.len();
+        if self.needs_floor {
+            write!(
+                f,
+                "no floor given, and only {} of {n} counters read are seeded ({} needed for \
+                 their maximum, {}, to cover every fence handed out): nothing written; give a \
+                 floor at least as high as every fence ever handed out, or acknowledge that \
+                 every holder of an earlier fence has stopped",
+                self.seeded_read, self.quorum, self.highest_read
+            )?;
+        } else {
+            write!(
+                f,
+                "{} of {n} counters repaired (seeded, at least {}), {} needed",
+                self.repaired, self.value, self.quorum
+            )?;
+        }
+        for node in &self.nodes {
+            match (&node.fault, node.after) {
+                (Some(fault), _) => write!(f, "; {}: {fault}", node.node)?,
+                (None, None) if !self.needs_floor => {
+                    write!(f, "; {}: not written (too few nodes to repair)", node.node)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Everything that can go wrong for a caller of this crate.
 ///
 /// # Examples
@@ -356,6 +450,14 @@ pub enum Error {
     /// fence. The lock was released.
     #[error("not acquired: no fence ({0})")]
     Fence(Report),
+    /// A fence repair ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) did not
+    /// leave a quorum of counters seeded: too few nodes could be read or written (unreachable,
+    /// blank inside their seed window, a duplicate entry), or no floor was given and fewer
+    /// than a quorum of the counters read were seeded ([`FenceRepair::needs_floor`]: then
+    /// nothing was written). No counter was lowered; those repaired keep their raised value,
+    /// which is harmless. What each node read, and why it was not repaired, are in the value.
+    #[error("fence counters not repaired: {0}")]
+    FenceRepair(Box<FenceRepair>),
     /// A quorum said yes, but the attempt took so long that no validity was left.
     #[error("not acquired: a quorum said yes but no validity was left ({0})")]
     TooSlow(Report),
@@ -536,7 +638,8 @@ impl Error {
     /// True when trying the same call again, as it is, cannot succeed: a configuration or
     /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`]),
     /// credentials or permissions refused, or no quorum because so many nodes failed with a
-    /// [permanent](NodeFault::is_permanent) fault that the others cannot make one. `lock` and
+    /// [permanent](NodeFault::is_permanent) fault that the others cannot make one (for a lock
+    /// or a [fence repair](Error::FenceRepair)). `lock` and
     /// `lock_until` stop waiting at such an error; `Held`, and a quorum that unreachable nodes
     /// may still make once they are back, are worth waiting for.
     pub fn is_final(&self) -> bool {
@@ -548,6 +651,12 @@ impl Error {
             | Error::Permission { .. } => true,
             Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => {
                 let lost = r.failed.iter().filter(|(_, f)| f.is_permanent()).count();
+                r.nodes.len().saturating_sub(lost) < r.quorum
+            }
+            Error::FenceRepair(r) => {
+                let lost = (r.nodes.iter())
+                    .filter(|n| n.fault.as_ref().is_some_and(NodeFault::is_permanent))
+                    .count();
                 r.nodes.len().saturating_sub(lost) < r.quorum
             }
             _ => false,

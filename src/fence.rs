@@ -34,6 +34,14 @@ pub(crate) const ACQUIRE_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], A
 /// compare as canonical decimal strings: exact over all of `u64` (Lua's numbers are doubles).
 pub(crate) const WRITE_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.call(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0";
 
+/// Repair (`repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
+/// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process
+/// answering on the connection it is sent on (the client learnt it from `INFO server` there).
+/// Answers the counter after the repair. Only ever raises `n`: a counter above `ARGV[1]`
+/// keeps its value. Numbers compare as canonical decimal strings, as in [`WRITE_BODY`]. Needs
+/// no ACL permission beyond the other fencing scripts' (`+hmget +hset`).
+pub(crate) const REPAIR_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local n = redis.call(\"hmget\", KEYS[1], \"n\")[1] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n";
+
 /// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
 /// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
 /// winners' counters, nothing is written back. Counters drift apart, and a later quorum that

@@ -6,13 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
-use crate::client::{Client, apply_extend, lock_of, released_of, status_of};
+use crate::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
 use crate::config::{Builder, Config, Shared};
 use crate::conn::IoStats;
 use crate::engine::Shutdown;
-use crate::error::Error;
+use crate::error::{Error, FenceRepair};
 use crate::hub::Hub;
 use crate::lock::Lock;
+use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, ReqKind};
 use crate::round::deadline_after;
 use crate::stats::{Metrics, Stats};
@@ -407,6 +408,70 @@ impl Redlock {
                 .hub
                 .call(ReqKind::Status { timeout }, resource, &Token::EMPTY),
         )
+    }
+    /// Repairs blank fence counters, so that fenced acquires work again after a majority of
+    /// the servers lost their counters (restarted; or a new deployment whose first write-back
+    /// reached a minority): fenced acquires then fail with [`Error::Fence`] until an operator
+    /// steps in, since a blank counter is seeded only from a quorum of seeded ones. For
+    /// operators (`redlock repair-fences`), not for the hot path.
+    ///
+    /// Reads every node's counter (`HMGET redlock:fence run n`), then raises every counter it
+    /// may to `V`, the larger of `floor` and every counter read, and marks it complete for the
+    /// node's current server process — on each node that was seeded, or blank and up for the
+    /// whole seed window (the restart quarantine's window, at least the longest TTL) before
+    /// the repair began. A counter is only ever raised. Each of the two round trips waits at
+    /// most `timeout` for the answers (and never longer than half the seed window). The handle
+    /// must have fencing on ([`Builder::fencing`]), with the seed window of the fenced
+    /// clients (at least their longest TTL: [`Builder::quarantine`], [`Builder::max_ttl`]).
+    ///
+    /// What it assumes, by floor (the argument: docs/fencing.md, "Repair"):
+    ///
+    /// - [`FenceFloor::SeededQuorum`]: nothing beyond fencing's own assumptions. It repairs
+    ///   only if it reads a quorum of seeded counters (a minority was blank), and writes nothing
+    ///   otherwise ([`FenceRepair::needs_floor`]).
+    /// - [`FenceFloor::AtLeast`]`(f)`: every fence handed out before the repair began is at
+    ///   most `f`. Then fences keep growing across the repair, for every pair of acquisitions.
+    /// - [`FenceFloor::EarlierHoldersStopped`]: no holder of a fence handed out before the
+    ///   repair will present it after the repair. Fences handed out after the repair grow among
+    ///   themselves, but may be lower than earlier ones.
+    ///
+    /// A fenced acquire that begins after a successful repair gets a fence above
+    /// [`FenceRepair::value`]; acquires in flight during the repair may return lower fences,
+    /// still in order with every other fence.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlock_mux::{Builder, FenceFloor};
+    ///
+    /// let redlock = Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .fencing(true)
+    ///     .build()?;
+    /// // The protected store has accepted fences up to 41,277; a margin covers fences handed
+    /// // out and not yet presented.
+    /// let repair = redlock.repair_fences(FenceFloor::AtLeast(41_277 + 1_000_000), Duration::from_secs(1))?;
+    /// for node in &repair.nodes {
+    ///     println!("{}: {:?} -> {:?} {}", node.node, node.before, node.after,
+    ///         node.fault.as_ref().map(|f| f.to_string()).unwrap_or_default());
+    /// }
+    /// println!("fences from now on are above {}", repair.value);
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::FenceRepair`] when fewer than a quorum of counters were left repaired (nodes
+    /// unreachable, blank inside their seed window, duplicates; or no floor and too few seeded
+    /// counters: then nothing was written), with every node's reading and fault.
+    /// [`Error::Config`] when fencing is off, for a zero `timeout`, or a floor of `u64::MAX`.
+    pub fn repair_fences(
+        &self,
+        floor: FenceFloor,
+        timeout: Duration,
+    ) -> Result<FenceRepair, Error> {
+        let kind = ReqKind::repair(self.config(), floor, timeout)?;
+        repaired_of(self.handle.hub.call(kind, b"", &Token::EMPTY))
     }
     /// Sends every release not confirmed yet (in flight, or waiting for its node to come back)
     /// and waits for their replies, at most `timeout`; says how many were confirmed. Dropping

@@ -4,7 +4,7 @@
 //! | name | type | written by | holds |
 //! |---|---|---|---|
 //! | `<resource>` | string | acquire (`SET NX PX`) | the lock's token |
-//! | `redlock:fence` | hash | fenced acquire's write-back | `run` (a `run_id`), `n` (the counter) |
+//! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
 //!

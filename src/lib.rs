@@ -142,7 +142,8 @@
 //! - [`Builder`]: every setting with its default; [`Config`] holds them.
 //! - Fencing tokens ([`Builder::fencing`], [`Lock::fence`]): a number that grows with every
 //!   acquisition, for resources that must refuse a holder that paused past its validity.
-//! - [`Redlock::status`]: what every node holds for a resource, for inspection.
+//! - [`Redlock::status`]: what every node holds for a resource, for inspection;
+//!   [`Redlock::repair_fences`]: fence counters left blank on a majority, repaired.
 //! - Observability: [`Redlock::stats`] (counters and latency histograms per node and per
 //!   operation, always on), [`Lock::votes`] (which nodes granted a lock, which were unreachable),
 //!   and events through the `log` facade with the cargo feature `log` (target [`LOG_TARGET`]).
@@ -218,12 +219,13 @@
 //    codec), `round` (one quorum decision).
 // 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
 //    and histograms: addr).
-// 3. `tls` (connectors: addr, error); `token` (error).
+// 3. `tls` (connectors: addr, error); `token` (error); `repair` (the fence repair's floor and
+//    tally, no I/O: addr, error, fence, resp).
 // 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
 //    resp, round, tls).
 // 5. `lock` (the `Lock` a caller holds: addr, config, error, token).
 // 6. `event` (log events: addr, lock); `kept` (a kept lock's shared state: error, lock);
-//    `request` (what a caller asks and gets: config, error, lock, token).
+//    `request` (what a caller asks and gets: config, error, lock, repair, token).
 // 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
 //    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
 //    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
@@ -266,6 +268,7 @@ mod mailbox;
 mod net;
 mod quarantine;
 mod reentry;
+mod repair;
 mod request;
 pub mod resp;
 pub mod round;
@@ -322,13 +325,14 @@ pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
 pub use conn::IoStats;
 pub use engine::Shutdown;
-pub use error::{Error, NodeFault, NodeVote, Report, WithLockError};
+pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
 pub use keys::{FENCE_KEY, RESERVED_PREFIX};
 pub use lock::{Lock, LockVote, Resource, Votes};
+pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
 pub use stats::{Histogram, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};

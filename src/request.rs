@@ -5,8 +5,9 @@
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::error::{Error, NodeFault};
+use crate::error::{Error, FenceRepair, NodeFault};
 use crate::lock::{Grant, Lock};
+use crate::repair::FenceFloor;
 use crate::token::Token;
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
@@ -50,6 +51,11 @@ pub(crate) enum ReqKind {
     /// Acquire, waiting for the resource until `deadline`: queued behind this engine's other
     /// callers waiting for it, attempts when it is released (see `wait.rs`).
     Wait { ttl: Duration, deadline: Instant },
+    /// Repair the fence counters (see `repair.rs`), each round trip waiting at most `timeout`.
+    Repair {
+        floor: FenceFloor,
+        timeout: Duration,
+    },
 }
 
 impl ReqKind {
@@ -74,6 +80,35 @@ impl ReqKind {
             },
             Token::generate()?,
         ))
+    }
+
+    /// A fence repair: fencing must be on (the repair learns each node's `run_id` as fenced
+    /// acquires do), a floor must leave room for a fence above it, and the timeout room for
+    /// an answer.
+    pub(crate) fn repair(
+        config: &Config,
+        floor: FenceFloor,
+        timeout: Duration,
+    ) -> Result<ReqKind, Error> {
+        if !config.fencing {
+            return Err(Error::Config(
+                "repairing fence counters needs fencing on (Builder::fencing(true)): the repair \
+                 learns each node's run_id as fenced acquires do"
+                    .into(),
+            ));
+        }
+        if floor == FenceFloor::AtLeast(u64::MAX) {
+            return Err(Error::Config(format!(
+                "a fence floor of {} leaves no fence above it",
+                u64::MAX
+            )));
+        }
+        if timeout.is_zero() {
+            return Err(Error::Config(
+                "a fence repair with a zero timeout waits for no answer".into(),
+            ));
+        }
+        Ok(ReqKind::Repair { floor, timeout })
     }
 
     /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
@@ -143,4 +178,5 @@ pub(crate) enum Outcome {
     /// Nodes that confirmed the release in time.
     Released(usize),
     Status(Vec<NodeStatus>),
+    Repaired(Result<FenceRepair, Error>),
 }

@@ -140,14 +140,17 @@ const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
 const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 7;
+pub(crate) const SCRIPT_COUNT: usize = 8;
 
 /// The index of the waiting mark's script in [`scripts`].
 pub(crate) const MARK_SCRIPT: usize = 6;
 
+/// The index of the fence repair's script in [`scripts`].
+pub(crate) const REPAIR_SCRIPT: usize = 7;
+
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
-/// without the notice, 6 the waiting mark (`keys.rs`).
+/// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`).
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -159,6 +162,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             crate::fence::INCR_BODY,
             QUIET_RELEASE_BODY,
             crate::keys::MARK_BODY,
+            crate::fence::REPAIR_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -175,7 +179,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
 
 /// Scripts that may be sent again on a fresh connection: releases and extend (compare-and-
 /// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
-/// write-back carries the `run_id` of the connection it was meant for.
+/// write-back or a repair carries the `run_id` of the connection it was meant for.
 fn replayable(index: usize) -> bool {
     matches!(index, 0 | 1 | 5)
 }

@@ -1,7 +1,7 @@
 //! The `redlock` binary, run as a process against real redis-servers: `run` (environment,
 //! exit-code passthrough, contention, a lost lock, signal forwarding, COMMAND's process group and
 //! its watchdog, the terminal on a pseudo-terminal), `acquire` / `extend` / `release`, `status`,
-//! usage and authentication errors, `demo` and `bench`.
+//! usage and authentication errors, `repair-fences`, `demo` and `bench`.
 
 use std::fs;
 use std::io::{self, Read};
@@ -1208,6 +1208,101 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
         )),
         "{out}"
     );
+}
+
+/// `repair-fences` (issue 36, item 2): a majority of 5 restarted empty refuses fenced locks;
+/// the repair refuses inside the seed window (80) and without a floor (64), then with
+/// `--at-least` re-seeds every counter, printing each node's counter before and after, and
+/// fences go on above the floor.
+#[test]
+fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
+    let mut servers = Cluster::start(5);
+    let urls = servers.urls();
+    let fenced_acquire = |urls: &[String]| {
+        output(redlock(urls).args(["--fence", "acquire", "-n", "--ttl", "1s", "job"]))
+    };
+    let o = fenced_acquire(&urls);
+    assert_code(&o, 0);
+    let line = stdout(&o);
+    let (token, fence) = line.trim_end().split_once(' ').expect("token and fence");
+    let first: u64 = fence.parse().unwrap();
+    assert_code(&output(plain(&urls).args(["release", "job", token])), 0);
+    for i in 0..3 {
+        servers[i].restart();
+    }
+    let o = fenced_acquire(&urls);
+    assert_code(&o, 69);
+    assert_one_line_error(&o, "no fence");
+
+    // Inside the window (30 s by default): 80, and when to retry.
+    let o = output(plain(&urls).args(["repair-fences", "--at-least", "5000"]));
+    assert_code(&o, 80);
+    assert_one_line_error(&o, "retry in");
+    for i in 0..3 {
+        servers[i].wait_uptime(2);
+    }
+    // Neither flag, and 2 of 5 counters seeded: 64, saying what to give; nothing written.
+    let o = output(plain(&urls).args(["repair-fences", "--quarantine", "1s"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "--at-least N");
+    assert!(stdout(&o).contains("nothing written"), "{}", stdout(&o));
+    assert_eq!(
+        servers[0].cmd(&["EXISTS", "redlock:fence"]),
+        redis::Value::Int(0)
+    );
+    // Both flags: a usage error.
+    let o = output(plain(&urls).args(["repair-fences", "--at-least", "5", "--no-floor"]));
+    assert_code(&o, 64);
+    // With a floor: every counter, before and after.
+    let o =
+        output(plain(&urls).args(["repair-fences", "--quarantine", "1s", "--at-least", "5000"]));
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains("127.0.0.1:")).collect();
+    assert_eq!(rows.len(), 5, "{out}");
+    for (i, row) in rows.iter().enumerate() {
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells[0], servers[i].addr(), "{out}");
+        let before = if i < 3 {
+            "- (blank)".to_owned()
+        } else {
+            first.to_string()
+        };
+        assert!(row.contains(&format!(" {before} ")), "{out}");
+        assert_eq!(cells.last(), Some(&"5000"), "{out}");
+    }
+    assert!(
+        out.contains("repaired 5 of 5 counters (3 needed): each holds at least 5000"),
+        "{out}"
+    );
+    assert!(stderr(&o).is_empty(), "{}", stderr(&o));
+    // Again, as JSON: nothing lower, every counter seeded.
+    let o = output(plain(&urls).args([
+        "repair-fences",
+        "--quarantine",
+        "1s",
+        "--no-floor",
+        "--json",
+    ]));
+    assert_code(&o, 0);
+    let json = json_of(&o);
+    assert_eq!(json["ok"], true, "{json}");
+    assert_eq!(json["value"], 5000, "{json}");
+    for node in json["nodes"].as_array().unwrap() {
+        assert_eq!(node["before"]["seeded"], true, "{json}");
+        assert_eq!(node["after"], 5000, "{json}");
+    }
+    // Fences go on above the floor.
+    let o = fenced_acquire(&urls);
+    assert_code(&o, 0);
+    let fence: u64 = stdout(&o)
+        .trim_end()
+        .split_once(' ')
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    assert_eq!(fence, 5001);
 }
 
 /// The JSON object a `--json` command printed: exactly one line on stdout.

@@ -1,10 +1,14 @@
 //! Fencing tokens (issue 17) against real servers: fences grow across clients and resources,
-//! and a node restarted empty between two holders never brings a fence down.
+//! and a node restarted empty between two holders never brings a fence down. The repair of
+//! blank counters (issue 36, item 2): a majority restarted empty refuses fences until it is
+//! repaired, the repair's refusals (no floor, inside the seed window, short of a quorum), and
+//! repairs racing fenced acquires.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Client, Error, FENCE_KEY, NodeFault};
+use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault};
 
 fn fenced(servers: &Cluster, ttl: Duration) -> Client {
     Builder::new(servers.urls())
@@ -171,4 +175,305 @@ fn one_restarted_node_is_carried_by_the_others() {
     let lock = a.try_lock("y").unwrap();
     assert!(lock.fence().unwrap() > before);
     a.unlock(lock).unwrap();
+}
+
+/// A client for repairs: fencing on (the repair learns the run_ids as fenced acquires do), a
+/// seed window of `window` (the fenced clients' longest TTL, or more).
+fn repairer(servers: &Cluster, window: Duration) -> Client {
+    Builder::new(servers.urls())
+        .ttl(window)
+        .fencing(true)
+        .quarantine(Some(window))
+        .build_client()
+        .unwrap()
+}
+
+/// The counter's hash on node `i`: `(run, n)` as stored, `None` when the key is absent.
+fn raw_counter(servers: &Cluster, i: usize) -> Option<(String, String)> {
+    match servers[i].cmd(&["HMGET", FENCE_KEY, "run", "n"]) {
+        redis::Value::Array(v) => match v.as_slice() {
+            [redis::Value::BulkString(r), redis::Value::BulkString(n)] => Some((
+                String::from_utf8(r.clone()).unwrap(),
+                String::from_utf8(n.clone()).unwrap(),
+            )),
+            [redis::Value::Nil, redis::Value::Nil] => None,
+            other => panic!("HMGET {FENCE_KEY}: {other:?}"),
+        },
+        other => panic!("HMGET {FENCE_KEY}: {other:?}"),
+    }
+}
+
+/// Issue 36, item 2: a majority of 5 restarted empty (SIGKILL, same port). Fenced acquires
+/// refuse with `Error::Fence` — and before the repair existed they kept refusing after the
+/// restarted servers had been up for the seed window (nothing seeds a blank counter but a
+/// quorum of seeded ones). The repair refuses without a floor and inside the window, then with
+/// a floor re-seeds all five, and fences continue above the floor and every earlier fence.
+#[test]
+fn a_majority_restarted_empty_is_repaired_with_a_floor() {
+    let mut servers = Cluster::start(5);
+    let ttl = Duration::from_secs(1);
+    let mut a = fenced(&servers, ttl);
+    let mut last = 0;
+    for i in 0..6 {
+        let lock = a.try_lock(format!("r{}", i % 3)).unwrap();
+        last = last.max(lock.fence().unwrap());
+        a.unlock(lock).unwrap();
+    }
+    for i in 0..3 {
+        servers[i].restart();
+    }
+    // A client that never saw the old processes (a fresh process after the incident).
+    let mut b = fenced(&servers, ttl);
+    match b.try_lock("r0") {
+        Err(Error::Fence(report)) => {
+            let blank = report
+                .failed()
+                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
+                .count();
+            assert_eq!(blank, 3, "{report}");
+        }
+        other => panic!("expected Error::Fence with 3 blank counters: {other:?}"),
+    }
+
+    // Inside the seed window (a 30 s window, servers restarted just now): the blank counters
+    // may still take the write-back of an acquire that began before the restart. Refused,
+    // nothing written.
+    let floor = last + 1_000;
+    let mut early = repairer(&servers, Duration::from_secs(30));
+    match early.repair_fences(FenceFloor::AtLeast(floor), Duration::from_secs(2)) {
+        Err(Error::FenceRepair(r)) => {
+            assert_eq!(r.repaired, 0, "{r}");
+            for (i, node) in r.nodes.iter().enumerate() {
+                if i < 3 {
+                    assert!(
+                        matches!(node.fault, Some(NodeFault::SeedWindow(left)) if left > Duration::from_secs(20)),
+                        "{r}"
+                    );
+                    assert_eq!((node.before, node.seeded), (Some(0), false));
+                } else {
+                    assert_eq!(node.fault, None, "{r}");
+                    assert!(node.seeded && node.before.is_some_and(|n| n <= last));
+                }
+                assert_eq!(node.after, None, "{r}");
+            }
+        }
+        other => panic!("expected a refusal inside the seed window: {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(raw_counter(&servers, i), None, "node {i} written");
+    }
+
+    for i in 0..3 {
+        servers[i].wait_uptime(2);
+    }
+    // Up for the window, and still refused: the lasting refusal of the issue.
+    assert!(matches!(b.try_lock("r0"), Err(Error::Fence(_))));
+
+    let mut repair = repairer(&servers, ttl);
+    // Without a floor, only 2 of 5 counters are seeded: their maximum need not cover every
+    // fence handed out. Refused, nothing written.
+    match repair.repair_fences(FenceFloor::SeededQuorum, Duration::from_secs(2)) {
+        Err(Error::FenceRepair(r)) => {
+            assert!(r.needs_floor, "{r}");
+            assert_eq!((r.seeded_read, r.repaired, r.quorum), (2, 0, 3), "{r}");
+            assert_eq!(r.highest_read, last, "{r}");
+        }
+        other => panic!("expected a refusal without a floor: {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(raw_counter(&servers, i), None, "node {i} written");
+    }
+
+    let done = repair
+        .repair_fences(FenceFloor::AtLeast(floor), Duration::from_secs(2))
+        .expect("repaired");
+    assert_eq!(
+        (done.repaired, done.value, done.highest_read),
+        (5, floor, last)
+    );
+    assert_eq!(done.seeded_read, 2);
+    for (i, node) in done.nodes.iter().enumerate() {
+        assert_eq!(node.after, Some(floor), "{done:?}");
+        assert_eq!(node.fault, None, "{done:?}");
+        assert_eq!(node.seeded, i >= 3, "{done:?}");
+    }
+    // Every counter is seeded (for the process answering) at the floor.
+    for s in b.status(b"r0", Duration::from_secs(1)) {
+        let f = s.fence.expect("status reads the counter");
+        assert!(f.seeded && f.counter == floor, "{s:?}");
+    }
+    // Fences go on above the floor and above every fence handed out before.
+    let mut previous = floor;
+    for i in 0..4 {
+        let lock = b.try_lock(format!("r{}", i % 3)).expect("fenced again");
+        let fence = lock.fence().unwrap();
+        assert!(fence > previous && fence > last, "{fence} after {previous}");
+        previous = fence;
+        b.unlock(lock).unwrap();
+    }
+    // A repair never lowers a counter: again with a lower floor, the counters keep theirs.
+    let again = repair
+        .repair_fences(FenceFloor::AtLeast(1), Duration::from_secs(2))
+        .unwrap();
+    assert!(again.value >= previous && again.nodes.iter().all(|n| n.after >= Some(previous)));
+}
+
+/// The issue's first case: a minority restarted and up for the window, but no fenced acquire
+/// re-seeded it. Without a floor the repair reads a quorum of seeded counters — their maximum
+/// covers every fence handed out — and seeds the blank one at once.
+#[test]
+fn a_minority_left_blank_is_repaired_without_a_floor() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_secs(1);
+    let mut a = fenced(&servers, ttl);
+    let lock = a.try_lock("m").unwrap();
+    let last = lock.fence().unwrap();
+    a.unlock(lock).unwrap();
+    servers[2].restart();
+    servers[2].wait_uptime(2);
+    let done = repairer(&servers, ttl)
+        .repair_fences(FenceFloor::SeededQuorum, Duration::from_secs(2))
+        .expect("repaired without a floor");
+    assert_eq!((done.seeded_read, done.repaired, done.value), (2, 3, last));
+    assert_eq!(
+        (done.nodes[2].before, done.nodes[2].seeded),
+        (Some(0), false)
+    );
+    assert_eq!(done.nodes[2].after, Some(last));
+    let (run, n) = raw_counter(&servers, 2).expect("seeded");
+    assert_eq!((run.len(), n), (40, last.to_string()));
+    let lock = a.try_lock("m").unwrap();
+    assert!(lock.fence().unwrap() > last);
+}
+
+/// Fewer than a quorum reachable (two killed, one frozen past the timeout): a typed error
+/// naming every node that failed, and nothing written on the two that answered. A handle
+/// without fencing cannot repair at all.
+#[test]
+fn a_repair_short_of_a_quorum_fails_and_writes_nothing() {
+    let mut servers = Cluster::start(5);
+    let mut a = fenced(&servers, Duration::from_secs(1));
+    let lock = a.try_lock("q").unwrap();
+    a.unlock(lock).unwrap();
+    let before: Vec<_> = (3..5).map(|i| raw_counter(&servers, i)).collect();
+    servers[0].kill();
+    servers[1].kill();
+    servers[2].freeze();
+    let timeout = Duration::from_millis(300);
+    let started = Instant::now();
+    let result = repairer(&servers, Duration::from_secs(1))
+        .repair_fences(FenceFloor::AtLeast(1_000_000), timeout);
+    let took = started.elapsed();
+    servers[2].resume();
+    match result {
+        Err(e @ Error::FenceRepair(_)) => {
+            let Error::FenceRepair(r) = &e else {
+                unreachable!()
+            };
+            assert_eq!(r.repaired, 0, "{r}");
+            assert!(!r.needs_floor, "{r}");
+            for (i, node) in r.nodes.iter().enumerate() {
+                match i {
+                    0 | 1 => assert!(
+                        matches!(
+                            node.fault.as_ref().map(NodeFault::root),
+                            Some(NodeFault::Io(_))
+                        ),
+                        "{r}"
+                    ),
+                    2 => assert_eq!(node.fault, Some(NodeFault::Timeout), "{r}"),
+                    _ => assert!(node.fault.is_none() && node.before.is_some(), "{r}"),
+                }
+                assert_eq!(node.after, None, "{r}");
+            }
+            let message = e.to_string();
+            for i in 0..3 {
+                assert!(message.contains(&servers[i].addr()), "{message}");
+            }
+            // Servers that are down may come back: worth trying again.
+            assert!(!e.is_final(), "{e}");
+        }
+        other => panic!("expected Error::FenceRepair: {other:?}"),
+    }
+    // The frozen node was waited for the timeout, not longer (generously bounded: a loaded
+    // machine).
+    assert!(took >= timeout && took < timeout * 10, "{took:?}");
+    let after: Vec<_> = (3..5).map(|i| raw_counter(&servers, i)).collect();
+    assert_eq!(before, after, "nothing written short of a quorum");
+
+    let mut plain = Builder::new(servers.urls())
+        .quarantine(None)
+        .build_client()
+        .unwrap();
+    assert!(matches!(
+        plain.repair_fences(FenceFloor::SeededQuorum, timeout),
+        Err(Error::Config(_))
+    ));
+}
+
+/// Repairs racing fenced acquires on a shared handle: every pair of acquisitions where one
+/// returned before the other began has its fences in that order (G1), and an acquisition that
+/// began after a repair returned has a fence above the repair's value.
+#[test]
+fn repairs_racing_fenced_acquires_keep_fences_in_order() {
+    let servers = Cluster::start(3);
+    let ttl = Duration::from_secs(1);
+    let handle = Builder::new(servers.urls())
+        .ttl(ttl)
+        .fencing(true)
+        .quarantine(None)
+        .build()
+        .unwrap();
+    let lock = handle.try_lock("warm").unwrap();
+    handle.unlock(lock).unwrap();
+    let t0 = Instant::now();
+    // (began, returned, fence) per acquisition; (returned, value) per repair.
+    let acquired = Arc::new(Mutex::new(Vec::new()));
+    let repaired = Arc::new(Mutex::new(Vec::new()));
+    std::thread::scope(|scope| {
+        for t in 0..2 {
+            let (handle, acquired) = (handle.clone(), acquired.clone());
+            scope.spawn(move || {
+                for i in 0..40 {
+                    let began = t0.elapsed();
+                    if let Ok(lock) = handle.try_lock(format!("race:{t}:{}", i % 4)) {
+                        let returned = t0.elapsed();
+                        acquired
+                            .lock()
+                            .unwrap()
+                            .push((began, returned, lock.fence().unwrap()));
+                        handle.unlock(lock).unwrap();
+                    }
+                }
+            });
+        }
+        let (handle, repaired) = (handle.clone(), repaired.clone());
+        scope.spawn(move || {
+            for i in 0..12u64 {
+                // Without a floor (every counter seeded), and with floors that jump ahead.
+                let floor = if i % 3 == 2 {
+                    FenceFloor::AtLeast(1_000 * i)
+                } else {
+                    FenceFloor::SeededQuorum
+                };
+                let done = handle.repair_fences(floor, Duration::from_secs(2)).unwrap();
+                repaired.lock().unwrap().push((t0.elapsed(), done.value));
+            }
+        });
+    });
+    let acquired = acquired.lock().unwrap();
+    let repaired = repaired.lock().unwrap();
+    assert!(
+        acquired.len() >= 40,
+        "too few acquisitions: {}",
+        acquired.len()
+    );
+    for a in acquired.iter() {
+        for b in acquired.iter().filter(|b| b.0 > a.1) {
+            assert!(b.2 > a.2, "{a:?} then {b:?}");
+        }
+        for r in repaired.iter().filter(|r| a.0 > r.0) {
+            assert!(a.2 > r.1, "repair {r:?} then {a:?}");
+        }
+    }
 }

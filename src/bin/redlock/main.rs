@@ -44,7 +44,9 @@ mod commands;
 mod common;
 mod group;
 
-use commands::{acquire, bench, completions, demo, extend, man, release, run, status};
+use commands::{
+    acquire, bench, completions, demo, extend, man, release, repair_fences, run, status,
+};
 use common::exit;
 
 const MAIN_HELP: &str = "\
@@ -77,6 +79,7 @@ Exit codes:
   78   the servers do not match the configuration (a database they lack)
   79   lock lost while run was running COMMAND (release, extend: not held any more)
   80   lock not acquired: the servers restarted moments ago (restart quarantine); retry later
+       (repair-fences: restarted servers are inside the window; retry later)
   126  run: COMMAND could not be started;  127: COMMAND not found
   130  demo, bench: interrupted
 A COMMAND that itself exits with 75 or 79 cannot be told from redlock's own codes: give run
@@ -125,6 +128,11 @@ enum Command {
     /// Show what each node holds for RESOURCE; exit 0 if a quorum holds it, 1 if not
     #[command(after_help = status::HELP)]
     Status(status::StatusArgs),
+    /// Raise and re-seed blank fence counters, so that fenced locks work again after a
+    /// majority of the servers restarted; give --at-least N (every fence handed out is at most
+    /// N) or --no-floor, unless a quorum of counters is still seeded
+    #[command(after_help = repair_fences::HELP)]
+    RepairFences(repair_fences::RepairFencesArgs),
     /// Start local redis-servers and show competing clients staying mutually exclusive
     Demo(demo::DemoArgs),
     /// Latency percentiles of lock cycles (acquire + release)
@@ -146,6 +154,7 @@ impl Command {
             Command::Release(a) => ("release", a.output.json, Some(&a.resource)),
             Command::Extend(a) => ("extend", a.output.json, Some(&a.resource)),
             Command::Status(a) => ("status", a.output.json, Some(&a.resource)),
+            Command::RepairFences(a) => ("repair-fences", a.output.json, None),
             Command::Demo(_) => ("demo", false, None),
             Command::Bench(_) => ("bench", false, None),
             Command::Completions(_) => ("completions", false, None),
@@ -162,7 +171,12 @@ impl Command {
             Command::Extend(a) => Some(&mut a.opts),
             Command::Status(a) => Some(&mut a.opts),
             Command::Bench(a) => Some(&mut a.opts),
-            Command::Demo(_) | Command::Completions(_) | Command::Man(_) => None,
+            // repair-fences: the servers and TLS options (`Servers`), and a window and timeout of
+            // its own (its --quarantine may not be off).
+            Command::RepairFences(_)
+            | Command::Demo(_)
+            | Command::Completions(_)
+            | Command::Man(_) => None,
         }
     }
 
@@ -174,6 +188,7 @@ impl Command {
             Command::Release(a) => a.output.quiet,
             Command::Extend(a) => a.output.quiet,
             Command::Status(a) => a.output.quiet,
+            Command::RepairFences(a) => a.output.quiet,
             Command::Demo(_) | Command::Bench(_) | Command::Completions(_) | Command::Man(_) => {
                 false
             }
@@ -309,6 +324,7 @@ fn real_main() -> u8 {
         Command::Release(a) => release::release(a),
         Command::Extend(a) => extend::extend(a),
         Command::Status(a) => status::status(a),
+        Command::RepairFences(a) => repair_fences::repair_fences(a),
         Command::Demo(a) => demo::demo(a),
         Command::Bench(a) => bench::bench(a),
         Command::Completions(a) => completions::completions(a),

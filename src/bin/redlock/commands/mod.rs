@@ -8,5 +8,6 @@ pub mod demo;
 pub mod extend;
 pub mod man;
 pub mod release;
+pub mod repair_fences;
 pub mod run;
 pub mod status;
