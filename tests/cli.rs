@@ -1242,7 +1242,7 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
         servers[i].wait_uptime(2);
     }
     // Neither flag, and 2 of 5 counters seeded: 64, saying what to give; nothing written.
-    let o = output(plain(&urls).args(["repair-fences", "--quarantine", "1s"]));
+    let o = output(plain(&urls).args(["repair-fences", "--ttl", "1s", "--quarantine", "1s"]));
     assert_code(&o, 64);
     assert_one_line_error(&o, "--at-least N");
     assert!(stdout(&o).contains("nothing written"), "{}", stdout(&o));
@@ -1254,8 +1254,15 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     let o = output(plain(&urls).args(["repair-fences", "--at-least", "5", "--no-floor"]));
     assert_code(&o, 64);
     // With a floor: every counter, before and after.
-    let o =
-        output(plain(&urls).args(["repair-fences", "--quarantine", "1s", "--at-least", "5000"]));
+    let o = output(plain(&urls).args([
+        "repair-fences",
+        "--ttl",
+        "1s",
+        "--quarantine",
+        "1s",
+        "--at-least",
+        "5000",
+    ]));
     assert_code(&o, 0);
     let out = stdout(&o);
     let rows: Vec<&str> = out.lines().filter(|l| l.contains("127.0.0.1:")).collect();
@@ -1279,6 +1286,8 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     // Again, as JSON: nothing lower, every counter seeded.
     let o = output(plain(&urls).args([
         "repair-fences",
+        "--ttl",
+        "1s",
         "--quarantine",
         "1s",
         "--no-floor",
@@ -1582,6 +1591,10 @@ fn one_option_set_is_taken_by_every_subcommand_that_talks_to_servers() {
             .args(opts)
             .args(["--cycles", "20", "--clients", "2"]),
     );
+    assert_code(&o, 0);
+    // repair-fences takes the set too (the counters are seeded: nothing to repair, no floor
+    // needed).
+    let o = output(plain(&urls).arg("repair-fences").args(opts));
     assert_code(&o, 0);
     // Options before the subcommand are moved behind it, for every lock option.
     let o = output(plain(&urls).args(opts).args(["status", "job"]));

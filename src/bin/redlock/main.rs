@@ -171,12 +171,8 @@ impl Command {
             Command::Extend(a) => Some(&mut a.opts),
             Command::Status(a) => Some(&mut a.opts),
             Command::Bench(a) => Some(&mut a.opts),
-            // repair-fences: the servers and TLS options (`Servers`), and a window and timeout of
-            // its own (its --quarantine may not be off).
-            Command::RepairFences(_)
-            | Command::Demo(_)
-            | Command::Completions(_)
-            | Command::Man(_) => None,
+            Command::RepairFences(a) => Some(&mut a.opts),
+            Command::Demo(_) | Command::Completions(_) | Command::Man(_) => None,
         }
     }
 

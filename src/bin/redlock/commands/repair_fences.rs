@@ -10,8 +10,8 @@ use redlock_mux::{Error, FenceFloor, FenceRepair, NodeFault, NodeRepair};
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, Kind, Output, Servers, build, exit, fmt_duration, is_config_fault,
-    parse_duration, print_json,
+    Fail, HANDLE_TTL, Kind, LockOptions, Output, Quarantine, build, exit, fmt_duration,
+    is_config_fault, print_json,
 };
 
 pub const HELP: &str = "\
@@ -19,7 +19,11 @@ Fenced locks need a quorum of seeded fence counters. A restarted server's counte
 fenced lock re-seeds it, and that needs a seeded quorum: once a majority is blank, every fenced
 lock fails until the counters are repaired. The repair reads every counter, then raises each
 one (never lowers it) to the larger of the floor and every counter read, and marks it complete
-for the server's current process -- on servers up for at least the --quarantine window.
+for the server's current process -- on servers up for at least the fenced clients' seed window
+(the larger of --quarantine and --ttl, as theirs is; --ttl defaults to 30s).
+
+Each of the two round trips waits --node-timeout (default 1s) for the answers; the other lock
+options are taken and ignored.
 
 Which floor (see docs/fencing.md, \"Repair\"):
   (neither)     repair only if a quorum of the counters read is seeded (a minority was blank):
@@ -32,12 +36,10 @@ Which floor (see docs/fencing.md, \"Repair\"):
 Exit codes: 0 repaired on a quorum; 64 usage, or no floor given and fewer than a quorum of
 counters seeded; 69 fewer than a quorum of servers could be repaired; 77 authentication refused;
 78 the servers do not match the configuration; 80 too many restarted servers are still inside
-the --quarantine window: retry later.";
+the seed window: retry later.";
 
 #[derive(Args, Debug)]
 pub struct RepairFencesArgs {
-    #[command(flatten)]
-    pub servers: Servers,
     /// Every fence ever handed out is at most N (the highest fence the protected resources
     /// accepted, plus a margin): counters are raised to at least N
     #[arg(long, value_name = "N", conflicts_with = "no_floor")]
@@ -46,33 +48,29 @@ pub struct RepairFencesArgs {
     /// it after the repair (fences after it may be lower than earlier ones)
     #[arg(long)]
     pub no_floor: bool,
-    /// The seed window the fenced clients use: their restart quarantine, at least their longest
-    /// TTL. A blank counter is repaired only on a server up for this long
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_window)]
-    pub quarantine: Duration,
-    /// How long to wait for the servers' answers, in each of the two round trips (at most half
-    /// the --quarantine window)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
-    pub timeout: Duration,
     #[command(flatten)]
     pub output: Output,
+    // (repair-fences uses the servers, the TLS options, --node-timeout as how long each of its
+    // two round trips waits for the answers, default 1s, and --quarantine and --ttl for the
+    // seed window the fenced clients use: the larger of the two, as theirs is; it ignores the
+    // others)
+    #[command(flatten)]
+    pub opts: LockOptions,
 }
 
-/// `--quarantine` for the repair: a window, never `off` (a blank counter may be seeded only
-/// once its server has been up for the fenced clients' window).
-fn parse_window(s: &str) -> Result<Duration, String> {
-    let d = parse_duration(s).map_err(|e| {
-        if matches!(s.trim(), "off" | "none" | "no") {
-            "the repair needs the fenced clients' window (at least their longest TTL), not off"
-                .to_owned()
-        } else {
-            e
-        }
-    })?;
-    if d.is_zero() {
-        return Err("the window must be longer than zero".to_owned());
+/// The fenced clients' TTL when `--ttl` is not given: `acquire`'s default.
+const DEFAULT_TTL: Duration = Duration::from_secs(30);
+/// How long each round trip waits for the answers without `--node-timeout`.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The seed window the fenced clients use with these options (`Config::seed_window`): their
+/// quarantine window, and at least their TTL; with the quarantine off, their TTL.
+fn seed_window(opts: &LockOptions) -> Duration {
+    let ttl = opts.ttl_or(DEFAULT_TTL);
+    match opts.tuning.quarantine {
+        Some(Quarantine(Some(window))) => window.max(ttl),
+        _ => ttl,
     }
-    Ok(d)
 }
 
 pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
@@ -81,17 +79,20 @@ pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
         (None, true) => FenceFloor::EarlierHoldersStopped,
         (None, false) => FenceFloor::SeededQuorum,
     };
-    let servers = a.servers.list()?;
-    // The window is the seed window: the quarantine's (the TTL only bounds the handle's
-    // checks; the repair takes no lock).
+    let servers = a.opts.servers.list()?;
+    // The window is the seed window, as the handle's quarantine (the TTL only bounds the
+    // handle's checks; the repair takes no lock).
+    let window = seed_window(&a.opts);
+    let timeout = a.opts.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT);
     let r = build(
-        a.servers
+        a.opts
+            .servers
             .builder(&servers)
-            .ttl(a.quarantine.min(HANDLE_TTL))
-            .quarantine(Some(a.quarantine))
+            .ttl(window.min(HANDLE_TTL))
+            .quarantine(Some(window))
             .fencing(true),
     )?;
-    let (repair, error) = match r.repair_fences(floor, a.timeout) {
+    let (repair, error) = match r.repair_fences(floor, timeout) {
         Ok(repair) => (repair, None),
         Err(Error::FenceRepair(repair)) => {
             let repair = *repair;
@@ -159,8 +160,8 @@ fn failure(repair: &FenceRepair) -> Fail {
         let mut fail = Fail::new(
             exit::QUARANTINED,
             format!(
-                "{message}; restarted servers are inside the seed window (--quarantine): retry \
-                 in {}",
+                "{message}; restarted servers are inside the seed window (--quarantine, \
+                 --ttl): retry in {}",
                 fmt_duration(round_up_secs(waiting[need - 1]))
             ),
         );
