@@ -230,6 +230,17 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     let mut servers = Cluster::start(5);
     let ttl = Duration::from_millis(1_500);
     let window = Some(ttl);
+    // Room for a loaded machine: the default node timeout (50 ms here) once failed every node
+    // of an attempt with "no reply in time" at a load average of 8.7 on 2 cores. Connections
+    // are warmed before each client's first attempt for the same reason.
+    let node_timeout = Duration::from_millis(500);
+    let warm = |c: &mut redlock_mux::Client| {
+        assert_eq!(
+            c.connect(Duration::from_secs(10)),
+            5,
+            "every node connected"
+        );
+    };
     for s in servers.iter() {
         s.wait_uptime(2);
     }
@@ -238,9 +249,11 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     servers[4].set("res", "stale");
     let mut a = Builder::new(servers.urls())
         .ttl(ttl)
+        .node_timeout(node_timeout)
         .quarantine(window)
         .build_client()
         .unwrap();
+    warm(&mut a);
     let lock = a.try_lock("res").unwrap();
     let token = lock.token().to_string();
     for i in 0..3 {
@@ -255,9 +268,11 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     // A's validity has run out.
     let mut b = Builder::new(servers.urls())
         .ttl(ttl)
+        .node_timeout(node_timeout)
         .quarantine(window)
         .build_client()
         .unwrap();
+    warm(&mut b);
     let mut attempts = 0;
     while lock.is_valid() {
         match b.try_lock("res") {
@@ -281,9 +296,11 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     // The same situation without quarantine: the safety violation the Redis docs describe.
     let mut a2 = Builder::new(servers.urls())
         .ttl(ttl)
+        .node_timeout(node_timeout)
         .quarantine(None)
         .build_client()
         .unwrap();
+    warm(&mut a2);
     servers[3].set("res2", "stale");
     servers[4].set("res2", "stale");
     let held = a2.try_lock("res2").unwrap();
@@ -292,9 +309,11 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     servers[4].cmd(&["DEL", "res2"]);
     let mut c = Builder::new(servers.urls())
         .ttl(ttl)
+        .node_timeout(node_timeout)
         .quarantine(None)
         .build_client()
         .unwrap();
+    warm(&mut c);
     let stolen = c
         .try_lock("res2")
         .expect("without quarantine the lock is granted twice");
