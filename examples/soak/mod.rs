@@ -76,7 +76,7 @@ pub fn client_config() -> Config {
 pub const LOADED_ROUND: Duration = Duration::from_millis(4);
 /// The split pause's largest factor: `2^MAX_SPLIT_DOUBLINGS` (`wait.rs`, 6).
 pub const SPLIT_FACTOR: u32 = 64;
-/// What the machine may add: 5 servers, 3 workers of 16+ threads each and the driver share 2
+/// What the machine may add: 5 servers, 3 workers of 20+ threads each and the driver share 2
 /// cores (and other builds may run): a thread that should run may wait this long.
 pub const SCHEDULING_SLACK: Duration = Duration::from_millis(250);
 /// After a fault's effect ends (a resumed freeze, a finished `DEBUG SLEEP`, a `CLIENT KILL`,
