@@ -1,0 +1,861 @@
+//! One worker process: one handle (`Redlock`, and the same engine seen as `AsyncRedlock`),
+//! half of its callers blocking threads and half tokio tasks, each locking the soak's
+//! resources through every API path at random until the driver closes the worker's stdin.
+//!
+//! Every acquire call is a *wait* (start, end, outcome); every lock the caller got is a
+//! *hold*: from the acquire's return until the caller sends the release, or until the
+//! validity it was given ends if that comes first (for a kept lock: until `wait_lost` says it
+//! is lost). Times are `CLOCK_MONOTONIC` ([`mono_ns`]). At the end the worker writes them, its
+//! handle's per-node counters and its shutdown figures to the file the driver named, one
+//! record per line:
+//!
+//! ```text
+//! h RESOURCE START END FENCE PATH TASK        a hold
+//! w RESOURCE START END OUTCOME PATH TASK      a wait
+//! n NODE CONNECTS RECONNECTS DOWNS IDLE_CLOSES TIMEOUTS FAILURES NOSCRIPT QUARANTINED
+//! l PATH LOSSES                               kept locks lost while held, per path
+//! s CONFIRMED UNCONFIRMED                     the final shutdown
+//! e PATH OUTCOME MESSAGE                      a few error messages, for the report
+//! c NODE TIME                                 a connect (socket opened), when it was counted
+//! r TIME REQUESTS… FAILURES… TIMEOUTS…        per node, the counters at that time
+//! ```
+//!
+//! A hold's `PATH` has [`LOST`] added when the hold ended because a kept lock was lost (its
+//! `END` is then when the holder's thread or task woke up to the loss).
+//!
+//! The connect times are read off the handle's counters every [`SAMPLE`] (they are atomics
+//! with nothing to wait on), so each is known to within that.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use redlock_mux::{AsyncRedlock, Builder, Error, Lock, Redlock, WithLockError};
+
+use super::{RESOURCES, Rng, TTL, client_config, instant_ns, mono_ns};
+
+/// The environment variable that carries a worker's settings.
+pub const ENV: &str = "REDLOCK_SOAK_WORKER";
+/// What a worker prints once its handle is connected and its callers start.
+pub const READY: &str = "soak-worker: ready";
+/// What a worker prints once its results are written.
+pub const DONE: &str = "soak-worker: done";
+/// Error messages kept per task and outcome.
+const MESSAGES_KEPT: usize = 2;
+/// How long the final shutdown may wait for releases to be confirmed.
+const SHUTDOWN: Duration = Duration::from_secs(5);
+/// How often the connect counters are read.
+pub const SAMPLE: Duration = Duration::from_millis(20);
+/// How long connecting to every node first may take.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// The API paths, as recorded (`PATHS[path]`). Blocking first, then async.
+pub const PATHS: [&str; 18] = [
+    "lock+unlock",
+    "try_lock+unlock",
+    "lock_until(short)+unlock",
+    "guard+drop",
+    "guard+extend+unlock",
+    "lock+extend+unlock",
+    "keep+release",
+    "with_lock",
+    "lock+unlock_nowait",
+    "async lock+unlock",
+    "async try_lock+unlock_nowait",
+    "async lock_until(short)+unlock",
+    "async guard+drop",
+    "async guard+extend+unlock",
+    "async lock+extend+unlock",
+    "async keep+release",
+    "async with_lock",
+    "async timeout(lock)+unlock",
+];
+/// Added to a hold's path when a kept lock was lost while held.
+pub const LOST: u8 = 128;
+/// Blocking paths are `0..ASYNC_PATHS`, async ones `ASYNC_PATHS..`.
+const ASYNC_PATHS: usize = 9;
+
+/// How a wait ended (`OUTCOMES[outcome]`).
+pub const OUTCOMES: [&str; 7] = [
+    "ok",
+    "held",
+    "no quorum",
+    "no fence",
+    "too slow",
+    "cancelled",
+    "other",
+];
+const OK: u8 = 0;
+const CANCELLED: u8 = 5;
+
+/// A worker's settings, from the driver.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// `redis://…` of each server.
+    pub servers: Vec<String>,
+    /// This worker's number.
+    pub process: usize,
+    /// The run's seed.
+    pub seed: u64,
+    /// Callers: half threads, half tasks.
+    pub tasks: usize,
+    /// Where to write the results.
+    pub out: PathBuf,
+}
+
+impl WorkerConfig {
+    /// As the value of [`ENV`].
+    pub fn to_env(&self) -> String {
+        serde_json::json!({
+            "servers": self.servers,
+            "process": self.process,
+            "seed": self.seed,
+            "tasks": self.tasks,
+            "out": self.out,
+        })
+        .to_string()
+    }
+
+    /// From [`ENV`], if set.
+    pub fn from_env() -> Option<WorkerConfig> {
+        let text = std::env::var(ENV).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).expect("worker settings: JSON");
+        let num = |k: &str| {
+            v[k].as_u64()
+                .unwrap_or_else(|| panic!("worker settings: {k}"))
+        };
+        Some(WorkerConfig {
+            servers: v["servers"]
+                .as_array()
+                .expect("worker settings: servers")
+                .iter()
+                .map(|s| s.as_str().expect("a server").to_owned())
+                .collect(),
+            process: num("process") as usize,
+            seed: num("seed"),
+            tasks: num("tasks") as usize,
+            out: PathBuf::from(v["out"].as_str().expect("worker settings: out")),
+        })
+    }
+}
+
+/// A hold: a lock its caller believed it had.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    pub resource: u8,
+    pub start: u64,
+    pub end: u64,
+    pub fence: u64,
+    pub path: u8,
+    pub task: u16,
+}
+
+/// A wait: one acquire call.
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    pub resource: u8,
+    pub start: u64,
+    pub end: u64,
+    pub outcome: u8,
+    pub path: u8,
+    pub task: u16,
+}
+
+/// One node's counters, as the worker's handle counted them (`NodeStats`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NodeFigures {
+    pub connects: u64,
+    pub reconnects: u64,
+    pub downs: u64,
+    pub idle_closes: u64,
+    pub timeouts: u64,
+    pub failures: u64,
+    pub noscript: u64,
+    pub quarantined: u64,
+}
+
+/// What one worker recorded.
+#[derive(Debug, Default)]
+pub struct WorkerResult {
+    pub holds: Vec<Hold>,
+    pub waits: Vec<Wait>,
+    pub nodes: Vec<NodeFigures>,
+    /// Kept locks lost while held, per path.
+    pub losses: Vec<(u8, u64)>,
+    /// The final shutdown: releases confirmed, unconfirmed.
+    pub shutdown: (u64, u64),
+    /// (path, outcome, message) samples.
+    pub messages: Vec<(u8, u8, String)>,
+    /// (node, when) of every connect, to within [`SAMPLE`].
+    pub connects: Vec<(u8, u64)>,
+    /// (when, per node: requests, failures, timeouts so far), every [`SAMPLE`].
+    pub counters: Vec<(u64, Vec<[u64; 3]>)>,
+}
+
+/// One caller's records.
+struct Rec {
+    task: u16,
+    holds: Vec<Hold>,
+    waits: Vec<Wait>,
+    losses: [u64; PATHS.len()],
+    messages: Vec<(u8, u8, String)>,
+}
+
+impl Rec {
+    fn new(task: u16) -> Rec {
+        Rec {
+            task,
+            holds: Vec::new(),
+            waits: Vec::new(),
+            losses: [0; PATHS.len()],
+            messages: Vec::new(),
+        }
+    }
+
+    /// A wait from `start` to now that ended with `outcome` (`Err`: how it failed).
+    fn wait(&mut self, r: u8, start: u64, end: u64, path: u8, outcome: Result<(), &Error>) {
+        let outcome = match outcome {
+            Ok(()) => OK,
+            Err(e) => {
+                let code = match e {
+                    Error::Held(_) => 1,
+                    Error::NoQuorum(_) => 2,
+                    Error::Fence(_) => 3,
+                    Error::TooSlow(_) => 4,
+                    _ => 6,
+                };
+                let kept = self
+                    .messages
+                    .iter()
+                    .filter(|(p, o, _)| *p == path && *o == code)
+                    .count();
+                if code != 1 && kept < MESSAGES_KEPT {
+                    self.messages.push((path, code, e.to_string()));
+                }
+                code
+            }
+        };
+        self.waits.push(Wait {
+            resource: r,
+            start,
+            end,
+            outcome,
+            path,
+            task: self.task,
+        });
+    }
+
+    fn cancelled(&mut self, r: u8, start: u64, end: u64, path: u8) {
+        self.waits.push(Wait {
+            resource: r,
+            start,
+            end,
+            outcome: CANCELLED,
+            path,
+            task: self.task,
+        });
+    }
+
+    /// A kept lock's hold; `lost`: it ended because the lock was lost.
+    fn kept_hold(&mut self, r: u8, start: u64, end: u64, fence: Option<u64>, path: u8, lost: bool) {
+        if lost {
+            self.losses[path as usize] += 1;
+        }
+        self.hold(r, start, end, fence, if lost { path | LOST } else { path });
+    }
+
+    fn hold(&mut self, r: u8, start: u64, end: u64, fence: Option<u64>, path: u8) {
+        self.holds.push(Hold {
+            resource: r,
+            start,
+            end: end.max(start),
+            // Fencing is on: a lock without a fence is a violation (0 is below every fence).
+            fence: fence.unwrap_or(0),
+            path,
+            task: self.task,
+        });
+    }
+}
+
+/// The name of resource `r`.
+fn resource_name(r: u8) -> String {
+    format!("soak:{r}")
+}
+
+/// How long a plain hold lasts: mostly short, sometimes a good part of the validity.
+fn hold_time(rng: &mut Rng) -> Duration {
+    match rng.below(100) {
+        0..60 => rng.millis(0, 10),
+        60..92 => rng.millis(10, 100),
+        _ => rng.millis(100, 600),
+    }
+}
+
+/// How long a kept lock is held: mostly short, sometimes up to twice the TTL, so that it is
+/// renewed (at a third of the TTL left) once or twice.
+fn kept_time(rng: &mut Rng) -> Duration {
+    if rng.below(100) < 70 {
+        rng.millis(20, 300)
+    } else {
+        rng.millis(TTL.as_millis() as u64 * 2 / 3, 2 * TTL.as_millis() as u64)
+    }
+}
+
+/// A short deadline for `lock_until` and the async timeouts.
+fn short_wait(rng: &mut Rng) -> Duration {
+    rng.millis(20, 800)
+}
+
+/// The pause between two operations of a caller.
+fn think_time(rng: &mut Rng) -> Duration {
+    rng.millis(0, 20)
+}
+
+/// When the holder stops believing: now, or the end of the validity if that came first.
+fn believed_end(valid_until: Instant) -> u64 {
+    mono_ns().min(instant_ns(valid_until))
+}
+
+/// After an extend that returned at `returned`: if the lock's validity (cut by a failed
+/// extend) is already over, the holder believed it until the extend returned or the validity
+/// it had before, whichever was first: `Some(end)`. `None`: still held.
+fn extend_ended(before: Instant, after: Instant, returned: u64) -> Option<u64> {
+    (after <= Instant::now()).then(|| returned.min(instant_ns(before)))
+}
+
+/// Runs the worker: connects, tells the driver it is ready, locks until stdin closes, then
+/// writes the results.
+///
+/// # Errors
+///
+/// The handle could not be built, or the results not written.
+pub fn run(cfg: &WorkerConfig) -> Result<(), String> {
+    let redlock = Builder::new(&cfg.servers)
+        .config(client_config())
+        .client_name(format!("soak-worker-{}", cfg.process))
+        .build()
+        .map_err(|e| format!("worker {}: {e}", cfg.process))?;
+    let connected = redlock.connect(CONNECT).unwrap_or(0);
+    if connected < cfg.servers.len() {
+        return Err(format!(
+            "worker {}: connected to {connected} of {} servers",
+            cfg.process,
+            cfg.servers.len()
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            // The driver closes our stdin to stop us (or dies, which closes it too).
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().lock().read_to_end(&mut sink);
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    let blocking = cfg.tasks.div_ceil(2);
+    let tasks = cfg.tasks - blocking;
+    let stream = |task: usize| ((cfg.process as u64) << 32) | task as u64;
+    let threads: Vec<_> = (0..blocking)
+        .map(|t| {
+            let (redlock, stop) = (redlock.clone(), stop.clone());
+            let rng = Rng::new(cfg.seed, stream(t));
+            std::thread::Builder::new()
+                .name(format!("soak-{t}"))
+                .spawn(move || blocking_caller(&redlock, t as u16, rng, &stop))
+                .map_err(|e| format!("spawn a caller thread: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .map_err(|e| format!("tokio runtime: {e}"))?;
+    let handles: Vec<_> = (blocking..blocking + tasks)
+        .map(|t| {
+            let (redlock, stop) = (AsyncRedlock::from(redlock.clone()), stop.clone());
+            let rng = Rng::new(cfg.seed, stream(t));
+            runtime.spawn(async move { async_caller(&redlock, t as u16, rng, &stop).await })
+        })
+        .collect();
+    let sampler = {
+        let (redlock, stop) = (redlock.clone(), stop.clone());
+        // The first connects are counted before the driver hears we are ready: they are no
+        // fault's.
+        let mut seen = vec![0; redlock.nodes().len()];
+        let mut connects = Vec::new();
+        let mut counters = Vec::new();
+        sample(&redlock, &mut seen, &mut connects, &mut counters);
+        std::thread::spawn(move || {
+            loop {
+                let done = stop.load(Ordering::SeqCst);
+                sample(&redlock, &mut seen, &mut connects, &mut counters);
+                if done {
+                    return (connects, seen, counters);
+                }
+                std::thread::sleep(SAMPLE);
+            }
+        })
+    };
+    say(READY);
+    let mut recs = Vec::with_capacity(cfg.tasks);
+    for h in handles {
+        recs.push(
+            runtime
+                .block_on(h)
+                .map_err(|e| format!("a task failed: {e}"))?,
+        );
+    }
+    for t in threads {
+        recs.push(
+            t.join()
+                .map_err(|_| "a caller thread panicked".to_owned())?,
+        );
+    }
+    drop(runtime);
+    let (mut connects, mut seen, mut counters) = sampler
+        .join()
+        .map_err(|_| "the sampler panicked".to_owned())?;
+    let shutdown = redlock.shutdown(SHUTDOWN);
+    sample(&redlock, &mut seen, &mut connects, &mut counters);
+    let stats = redlock.stats();
+    let mut out = String::new();
+    for (node, at) in &connects {
+        let _ = writeln!(out, "c {node} {at}");
+    }
+    for (at, nodes) in &counters {
+        let _ = write!(out, "r {at}");
+        for i in 0..3 {
+            for n in nodes {
+                let _ = write!(out, " {}", n[i]);
+            }
+        }
+        out.push('\n');
+    }
+    for rec in &recs {
+        for h in &rec.holds {
+            let _ = writeln!(
+                out,
+                "h {} {} {} {} {} {}",
+                h.resource, h.start, h.end, h.fence, h.path, h.task
+            );
+        }
+        for w in &rec.waits {
+            let _ = writeln!(
+                out,
+                "w {} {} {} {} {} {}",
+                w.resource, w.start, w.end, w.outcome, w.path, w.task
+            );
+        }
+        for (path, msg_outcome, message) in &rec.messages {
+            let one_line = message.replace('\n', " ");
+            let _ = writeln!(out, "e {path} {msg_outcome} {one_line}");
+        }
+    }
+    for path in 0..PATHS.len() {
+        let losses: u64 = recs.iter().map(|r| r.losses[path]).sum();
+        let _ = writeln!(out, "l {path} {losses}");
+    }
+    for (i, n) in stats.nodes.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "n {i} {} {} {} {} {} {} {} {}",
+            n.connects,
+            n.reconnects,
+            n.downs,
+            n.idle_closes,
+            n.timeouts,
+            n.failures,
+            n.noscript,
+            n.quarantined
+        );
+    }
+    let _ = writeln!(out, "s {} {}", shutdown.confirmed, shutdown.unconfirmed);
+    let mut file = BufWriter::new(
+        std::fs::File::create(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?,
+    );
+    file.write_all(out.as_bytes())
+        .and_then(|()| file.flush())
+        .map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    say(DONE);
+    Ok(())
+}
+
+/// Notes the connects counted since `seen`, with the time now, and the request counters.
+fn sample(
+    redlock: &Redlock,
+    seen: &mut [u64],
+    connects: &mut Vec<(u8, u64)>,
+    counters: &mut Vec<(u64, Vec<[u64; 3]>)>,
+) {
+    let now = mono_ns();
+    let stats = redlock.stats();
+    for (i, n) in stats.nodes.iter().enumerate() {
+        for _ in seen[i]..n.connects {
+            connects.push((i as u8, now));
+        }
+        seen[i] = seen[i].max(n.connects);
+    }
+    let row = stats
+        .nodes
+        .iter()
+        .map(|n| [n.requests, n.failures, n.timeouts])
+        .collect();
+    counters.push((now, row));
+}
+
+/// A line to the driver.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+/// Reads the results a worker wrote.
+///
+/// # Errors
+///
+/// The file is missing or a line is malformed.
+pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut res = WorkerResult::default();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line.map_err(|e| format!("{}: {e}", path.display()))?;
+        let bad = || format!("{}: malformed line {line:?}", path.display());
+        let (kind, rest) = line.split_once(' ').ok_or_else(bad)?;
+        if kind == "e" {
+            let mut f = rest.splitn(3, ' ');
+            let path_no = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            let outcome = f.next().and_then(|v| v.parse().ok()).ok_or_else(bad)?;
+            res.messages
+                .push((path_no, outcome, f.next().unwrap_or("").to_owned()));
+            continue;
+        }
+        let f: Vec<u64> = rest
+            .split(' ')
+            .map(|v| v.parse().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        let need = |n: usize| if f.len() == n { Ok(()) } else { Err(bad()) };
+        match kind {
+            "h" => {
+                need(6)?;
+                res.holds.push(Hold {
+                    resource: f[0] as u8,
+                    start: f[1],
+                    end: f[2],
+                    fence: f[3],
+                    path: f[4] as u8,
+                    task: f[5] as u16,
+                });
+            }
+            "w" => {
+                need(6)?;
+                res.waits.push(Wait {
+                    resource: f[0] as u8,
+                    start: f[1],
+                    end: f[2],
+                    outcome: f[3] as u8,
+                    path: f[4] as u8,
+                    task: f[5] as u16,
+                });
+            }
+            "n" => {
+                need(9)?;
+                res.nodes.push(NodeFigures {
+                    connects: f[1],
+                    reconnects: f[2],
+                    downs: f[3],
+                    idle_closes: f[4],
+                    timeouts: f[5],
+                    failures: f[6],
+                    noscript: f[7],
+                    quarantined: f[8],
+                });
+            }
+            "l" => {
+                need(2)?;
+                res.losses.push((f[0] as u8, f[1]));
+            }
+            "s" => {
+                need(2)?;
+                res.shutdown = (f[0], f[1]);
+            }
+            "c" => {
+                need(2)?;
+                res.connects.push((f[0] as u8, f[1]));
+            }
+            "r" => {
+                if f.len() < 4 || !(f.len() - 1).is_multiple_of(3) {
+                    return Err(bad());
+                }
+                let nodes = (f.len() - 1) / 3;
+                let row = (0..nodes)
+                    .map(|n| [f[1 + n], f[1 + nodes + n], f[1 + 2 * nodes + n]])
+                    .collect();
+                res.counters.push((f[0], row));
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Ok(res)
+}
+
+/// A blocking caller: one path after another until `stop`.
+fn blocking_caller(redlock: &Redlock, task: u16, mut rng: Rng, stop: &AtomicBool) -> Rec {
+    let mut rec = Rec::new(task);
+    while !stop.load(Ordering::Relaxed) {
+        let r = rng.below(RESOURCES as u64) as u8;
+        let path = rng.below(ASYNC_PATHS as u64) as u8;
+        blocking_path(redlock, &mut rec, &mut rng, r, path);
+        std::thread::sleep(think_time(&mut rng));
+    }
+    rec
+}
+
+/// Holds `lock` for a plain hold time, then records the hold; the caller releases.
+fn plain_hold(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path: u8) {
+    std::thread::sleep(hold_time(rng));
+    rec.hold(
+        r,
+        start,
+        believed_end(lock.valid_until()),
+        lock.fence(),
+        path,
+    );
+}
+
+fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u8) {
+    let name = resource_name(r);
+    let t0 = mono_ns();
+    match path {
+        // lock / try_lock / lock_until(short) / lock + unlock_nowait
+        0..=2 | 8 => {
+            let res = match path {
+                0 | 8 => redlock.lock(&name),
+                1 => redlock.try_lock(&name),
+                _ => redlock.lock_until(&name, Instant::now() + short_wait(rng)),
+            };
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            if let Ok(lock) = res {
+                plain_hold(rec, rng, r, t1, &lock, path);
+                if path == 8 {
+                    redlock.unlock_nowait(lock);
+                } else {
+                    let _ = redlock.unlock(lock);
+                }
+            }
+        }
+        // guard, dropped / extended and unlocked
+        3 | 4 => {
+            let res = redlock.guard(&name);
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(mut guard) = res else { return };
+            if path == 3 {
+                plain_hold(rec, rng, r, t1, &guard, path);
+                drop(guard);
+                return;
+            }
+            std::thread::sleep(hold_time(rng));
+            let before = guard.valid_until();
+            let _ = guard.extend(TTL);
+            if let Some(end) = extend_ended(before, guard.valid_until(), mono_ns()) {
+                rec.hold(r, t1, end, guard.fence(), path);
+            } else {
+                plain_hold(rec, rng, r, t1, &guard, path);
+            }
+            let _ = guard.unlock();
+        }
+        // lock, extend, unlock
+        5 => {
+            let res = redlock.lock(&name);
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(mut lock) = res else { return };
+            std::thread::sleep(hold_time(rng));
+            let before = lock.valid_until();
+            let _ = redlock.extend(&mut lock, TTL);
+            if let Some(end) = extend_ended(before, lock.valid_until(), mono_ns()) {
+                rec.hold(r, t1, end, lock.fence(), path);
+            } else {
+                plain_hold(rec, rng, r, t1, &lock, path);
+            }
+            let _ = redlock.unlock(lock);
+        }
+        // keep: renewed by the engine past the TTL
+        6 => {
+            let res = redlock.lock(&name);
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(lock) = res else { return };
+            let fence = lock.fence();
+            let kept = match redlock.keep(lock) {
+                Ok(kept) => kept,
+                Err(e) => panic!("keep: {e}"),
+            };
+            let lost = kept.wait_lost(kept_time(rng)).is_some();
+            let end = believed_end(kept.lock().valid_until());
+            rec.kept_hold(r, t1, end, fence, path, lost);
+            let _ = kept.release();
+        }
+        // with_lock: the work waits for the loss or its time
+        7 => {
+            let time = kept_time(rng);
+            let res = redlock.with_lock(&name, |held| {
+                let start = mono_ns();
+                let lost = held.wait_lost(time).is_some();
+                let end = believed_end(held.lock().valid_until());
+                (start, end, held.lock().fence(), lost)
+            });
+            let (start, end, fence, lost) = match res {
+                Ok(v) => v,
+                Err(WithLockError::Lost { value, .. }) => value,
+                Err(WithLockError::NotAcquired(e)) => {
+                    rec.wait(r, t0, mono_ns(), path, Err(&e));
+                    return;
+                }
+                Err(other) => panic!("with_lock: {}", other.error()),
+            };
+            rec.wait(r, t0, start, path, Ok(()));
+            rec.kept_hold(r, start, end, fence, path, lost);
+        }
+        _ => unreachable!("blocking paths are 0..{ASYNC_PATHS}"),
+    }
+}
+
+/// An async caller: one path after another until `stop`.
+async fn async_caller(redlock: &AsyncRedlock, task: u16, mut rng: Rng, stop: &AtomicBool) -> Rec {
+    let mut rec = Rec::new(task);
+    while !stop.load(Ordering::Relaxed) {
+        let r = rng.below(RESOURCES as u64) as u8;
+        let path = (ASYNC_PATHS as u64 + rng.below((PATHS.len() - ASYNC_PATHS) as u64)) as u8;
+        async_path(redlock, &mut rec, &mut rng, r, path).await;
+        tokio::time::sleep(think_time(&mut rng)).await;
+    }
+    rec
+}
+
+/// [`plain_hold`] for tasks.
+async fn plain_hold_async(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path: u8) {
+    tokio::time::sleep(hold_time(rng)).await;
+    rec.hold(
+        r,
+        start,
+        believed_end(lock.valid_until()),
+        lock.fence(),
+        path,
+    );
+}
+
+async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u8) {
+    let name = resource_name(r);
+    let t0 = mono_ns();
+    match path {
+        // lock / try_lock / lock_until(short) / timeout(lock): the acquire, then a plain hold
+        9..=11 | 17 => {
+            let res = match path {
+                9 => redlock.lock(&name).await,
+                10 => redlock.try_lock(&name).await,
+                11 => {
+                    redlock
+                        .lock_until(&name, Instant::now() + short_wait(rng))
+                        .await
+                }
+                _ => match tokio::time::timeout(short_wait(rng), redlock.lock(&name)).await {
+                    Ok(res) => res,
+                    Err(_) => {
+                        rec.cancelled(r, t0, mono_ns(), path);
+                        return;
+                    }
+                },
+            };
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            if let Ok(lock) = res {
+                plain_hold_async(rec, rng, r, t1, &lock, path).await;
+                if path == 10 {
+                    redlock.unlock_nowait(lock);
+                } else {
+                    let _ = redlock.unlock(lock).await;
+                }
+            }
+        }
+        12 | 13 => {
+            let res = redlock.guard(&name).await;
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(mut guard) = res else { return };
+            if path == 12 {
+                plain_hold_async(rec, rng, r, t1, &guard, path).await;
+                drop(guard);
+                return;
+            }
+            tokio::time::sleep(hold_time(rng)).await;
+            let before = guard.valid_until();
+            let _ = guard.extend(TTL).await;
+            if let Some(end) = extend_ended(before, guard.valid_until(), mono_ns()) {
+                rec.hold(r, t1, end, guard.fence(), path);
+            } else {
+                plain_hold_async(rec, rng, r, t1, &guard, path).await;
+            }
+            let _ = guard.unlock().await;
+        }
+        14 => {
+            let res = redlock.lock(&name).await;
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(mut lock) = res else { return };
+            tokio::time::sleep(hold_time(rng)).await;
+            let before = lock.valid_until();
+            let _ = redlock.extend(&mut lock, TTL).await;
+            if let Some(end) = extend_ended(before, lock.valid_until(), mono_ns()) {
+                rec.hold(r, t1, end, lock.fence(), path);
+            } else {
+                plain_hold_async(rec, rng, r, t1, &lock, path).await;
+            }
+            let _ = redlock.unlock(lock).await;
+        }
+        15 => {
+            let res = redlock.lock(&name).await;
+            let t1 = mono_ns();
+            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(lock) = res else { return };
+            let fence = lock.fence();
+            let kept = match redlock.keep(lock) {
+                Ok(kept) => kept,
+                Err(e) => panic!("keep: {e}"),
+            };
+            let lost = kept.wait_lost(kept_time(rng)).await.is_some();
+            let end = believed_end(kept.lock().valid_until());
+            rec.kept_hold(r, t1, end, fence, path, lost);
+            let _ = kept.release().await;
+        }
+        16 => {
+            let time = kept_time(rng);
+            let res = redlock
+                .with_lock(&name, move |watch| async move {
+                    let start = mono_ns();
+                    let lost = watch.wait_lost(time).await.is_some();
+                    let end = believed_end(watch.lock().valid_until());
+                    (start, end, watch.lock().fence(), lost)
+                })
+                .await;
+            let (start, end, fence, lost) = match res {
+                Ok(v) => v,
+                Err(WithLockError::Lost { value, .. }) => value,
+                Err(WithLockError::NotAcquired(e)) => {
+                    rec.wait(r, t0, mono_ns(), path, Err(&e));
+                    return;
+                }
+                Err(other) => panic!("with_lock: {}", other.error()),
+            };
+            rec.wait(r, t0, start, path, Ok(()));
+            rec.kept_hold(r, start, end, fence, path, lost);
+        }
+        _ => unreachable!("async paths are {ASYNC_PATHS}.."),
+    }
+}
