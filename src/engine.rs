@@ -346,8 +346,16 @@ pub(crate) struct Engine<N: Net = Driver> {
     lost: Vec<u32>,
     /// Resource names copied out of slots (reused).
     resource: Vec<u8>,
-    /// The releases of lost acquires: each one's span of `resource`, and its token (reused).
-    releases: Vec<(usize, usize, Token)>,
+    /// The releases of lost acquires: each one's span of `resource`, its token, and the nodes
+    /// released quietly (see `quiet_release`) (reused).
+    releases: Vec<(usize, usize, Token, u64)>,
+    /// The next release goes without its notice (`QUIET_RELEASE_BODY`): the cleanup of a lost
+    /// acquire on nodes in their restart quarantine. Their yes counted for nobody, so a notice
+    /// from them helps nobody, and it would bring our own next attempt at once: a waiter whose
+    /// attempts such a node granted (it restarted without the holder's key) heard its own
+    /// cleanup's notice there, attempted again, and sent ~14,000 requests a second to every
+    /// node until the quarantine ended (the soak's finding; tests/soak.rs).
+    quiet_release: bool,
     keeps: Keeps,
     /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
     alarms: Vec<(Instant, Arc<Alarm>)>,
@@ -488,6 +496,7 @@ impl<N: Net> Engine<N> {
             lost: Vec::with_capacity(PREBUILT_OPS),
             resource: Vec::with_capacity(RESOURCE_CAPACITY),
             releases: Vec::with_capacity(PREBUILT_OPS),
+            quiet_release: false,
             keeps: Keeps {
                 locks: Vec::new(),
                 next: None,
@@ -1211,6 +1220,7 @@ impl<N: Net> Engine<N> {
             set_nx_px,
             shared,
             last_round,
+            quiet_release,
             ..
         } = self;
         let config = &shared.config;
@@ -1281,8 +1291,10 @@ impl<N: Net> Engine<N> {
                 }
             }
             ReqKind::Release => {
-                // With the notice for waiters, or without it (see `Config::release_notices`).
-                let script = &scripts()[if config.release_notices { 0 } else { 5 }];
+                // With the notice for waiters, or without it (see `Config::release_notices`,
+                // and `Engine::quiet_release`).
+                let quiet = std::mem::take(quiet_release) || !config.release_notices;
+                let script = &scripts()[if quiet { 5 } else { 0 }];
                 let call = script_call(
                     scratch,
                     script,
@@ -1748,23 +1760,39 @@ impl<N: Net> Engine<N> {
         let mut releases = std::mem::take(&mut self.releases);
         resources.clear();
         releases.clear();
+        let n = self.shared.nodes.len();
         for &index in &self.lost {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
             resources.extend_from_slice(&op.resource);
-            releases.push((start, resources.len(), op.token));
+            let quiet = (0..n)
+                .filter(|&i| {
+                    matches!(
+                        op.faults[i].as_ref().map(NodeFault::root),
+                        Some(NodeFault::Quarantined(_))
+                    )
+                })
+                .fold(0, |m, i| m | node_bit(i));
+            releases.push((start, resources.len(), op.token, quiet));
         }
         let all = self.all_nodes();
-        for &(start, end, token) in &releases {
+        for &(start, end, token, quiet) in &releases {
             // Not `submit`: a lost attempt's release does not hand the resource to a waiter.
-            self.submit_to(
-                ReqKind::Release,
-                &resources[start..end],
-                &token,
-                Waiter::None,
-                all,
-                now,
-            );
+            for (targets, silently) in [(all & !quiet, false), (quiet, true)] {
+                if targets == 0 {
+                    continue;
+                }
+                self.quiet_release = silently;
+                self.submit_to(
+                    ReqKind::Release,
+                    &resources[start..end],
+                    &token,
+                    Waiter::None,
+                    targets,
+                    now,
+                );
+                self.quiet_release = false;
+            }
         }
         self.resource = resources;
         self.releases = releases;
