@@ -670,6 +670,9 @@ impl<N: Net> Engine<N> {
         op.waiter = waiter;
         op.outcome = None;
         op.outstanding = 0;
+        // Not left from the slot's last use: a won lock its caller dropped is released
+        // through `lost`, which reads them (`Engine::quiet_release`).
+        op.faults.fill(None);
         match self.waits.get_mut(resource) {
             Some(q) => {
                 q.waiters.push_back(id);
@@ -2473,6 +2476,18 @@ impl Core {
         }
         match (d.kind, &d.reply) {
             (Kind::Notice, Ok(Frame::Aggregate(push))) => {
+                // Not from a node in its restart quarantine: no attempt can win there, and the
+                // notice may be our own lost attempt's cleanup, whose yes there came after the
+                // round was lost (so `Engine::quiet_release` did not know to keep it quiet) —
+                // heard by our own subscription, it brought the next attempt at once, again and
+                // again. The holder's release also publishes on the other nodes.
+                if let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+                    && watch
+                        .quarantine_left(window, d.generation, d.info, now)
+                        .is_some()
+                {
+                    return;
+                }
                 // `message`, channel, payload.
                 if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
                     && let Some(resource) =

@@ -781,6 +781,16 @@ impl World {
             self.g = self.g.max(ev.t);
             self.handle(ev);
         }
+        // Nothing left to happen while a caller still has work: a hang (an operation no timer
+        // will end, an engine that asked for no wake) — found as a stall, not let through.
+        if self
+            .clients
+            .iter()
+            .any(|c| c.callers.iter().any(|k| !matches!(k.work, Work::Done)))
+        {
+            self.report.stalled = true;
+            self.log(|| "STALLED: no event left while callers still have work".to_string());
+        }
         // Holders still holding when the run ends believe until their validity.
         for c in 0..self.clients.len() {
             for k in 0..self.clients[c].callers.len() {
