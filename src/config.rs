@@ -725,8 +725,8 @@ pub(crate) enum Regression {
     /// The code as it is.
     #[default]
     None,
-    /// The ledger's releases all sent at once on a fresh connection (not paced within
-    /// `max_pending`), and a full connection failed (as [`Regression::FailWhenFull`]): the
+    /// The ledger's releases sent up to `max_pending` at once on a fresh connection (not paced
+    /// within half of it), and a full connection failed (as [`Regression::FailWhenFull`]): the
     /// connection fails as overloaded, the releases go back into the ledger, and it
     /// reconnects again and again (issue 36, item 1).
     #[cfg_attr(not(feature = "sim"), allow(dead_code))]

@@ -19,8 +19,9 @@
 //! An operation's slot lives until every node has answered or failed each of its requests, even
 //! after its caller got the outcome: so a late reply always finds its operation (a late yes to
 //! a lost acquire was already answered by the release queued behind it on the same
-//! connection), and a release whose connection failed is remembered in the [`Ledger`] of keys
-//! of unknown fate and sent again when the node is reachable.
+//! connection — unless that connection was full and refused the release, which then waits in
+//! the ledger), and a release whose connection failed or refused it is remembered in the
+//! [`Ledger`] of keys of unknown fate and sent again when the node is reachable.
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
@@ -2088,8 +2089,9 @@ impl<N: Net> Engine<N> {
     /// (`Ledger::add` drops the oldest).
     ///
     /// Paced: at most half of `max_pending` requests outstanding on the connection at once
-    /// (the replies bring the next turn), so a fresh connection is never failed as overloaded
-    /// by the ledger's own burst.
+    /// (the replies bring the next turn), so the ledger's burst leaves a fresh connection room
+    /// for the callers' requests. (Under steady load the callers' requests may keep it above
+    /// half, and the ledger waits: its keys' TTLs bound what that costs.)
     fn flush_ledger(&mut self, now: Instant) {
         if self.core.ledger.len == 0 {
             return;

@@ -449,7 +449,9 @@ const TTL: Duration = Duration::from_millis(500);
 /// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
 ///   timeout;
 /// - split votes in a row (other callers' attempts racing ours), each followed by a random
-///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last;
+///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last
+///   (the pauses are random, so over a long enough run of splits this term is a likelihood,
+///   not a certainty; the slack above makes a false report very unlikely);
 /// - then the next attempt comes within a retry pause (or the wait's poll, the same) and is
 ///   decided within a node timeout.
 pub const WAIT_BOUND: Duration = Duration::from_nanos(
