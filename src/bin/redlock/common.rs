@@ -496,7 +496,32 @@ pub struct LockOptions {
     pub waiting: Waiting,
 }
 
+/// How long `status` and `repair-fences` wait for the nodes' answers without
+/// `--node-timeout`: a probe, not a lock attempt, so longer than an attempt's node timeout.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
 impl LockOptions {
+    /// How long a probe that takes no lock (`status`, `repair-fences`) waits for the answers:
+    /// `--node-timeout`, or [`ANSWER_TIMEOUT`].
+    pub fn answer_timeout(&self) -> Duration {
+        self.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT)
+    }
+
+    /// A handle for a probe that takes no lock (`status`, `repair-fences`): fencing on, so
+    /// that the handshake asks each node's run_id (a seeded counter from a blank one), and
+    /// `window` as its restart quarantine. Its TTL only bounds the configuration checks (a
+    /// window shorter than it would be refused).
+    pub fn probe(&self, window: Option<Duration>) -> Result<Redlock, Fail> {
+        let servers = self.servers.list()?;
+        build(
+            self.servers
+                .builder(&servers)
+                .ttl(window.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+                .quarantine(window)
+                .fencing(true),
+        )
+    }
+
     /// `--ttl`, or the subcommand's default.
     pub fn ttl_or(&self, default: Duration) -> Duration {
         self.ttl.unwrap_or(default)

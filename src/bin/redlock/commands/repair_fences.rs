@@ -10,8 +10,7 @@ use redlock_mux::{Error, FenceFloor, FenceRepair, NodeFault, NodeRepair};
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, Kind, LockOptions, Output, Quarantine, build, exit, fmt_duration,
-    is_config_fault, print_json,
+    Fail, Kind, LockOptions, Output, Quarantine, exit, fmt_duration, is_config_fault, print_json,
 };
 
 pub const HELP: &str = "\
@@ -60,8 +59,6 @@ pub struct RepairFencesArgs {
 
 /// The fenced clients' TTL when `--ttl` is not given: `acquire`'s default.
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
-/// How long each round trip waits for the answers without `--node-timeout`.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The seed window the fenced clients use with these options (`Config::seed_window`): their
 /// quarantine window, and at least their TTL; with the quarantine off, their TTL.
@@ -79,19 +76,9 @@ pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
         (None, true) => FenceFloor::EarlierHoldersStopped,
         (None, false) => FenceFloor::SeededQuorum,
     };
-    let servers = a.opts.servers.list()?;
-    // The window is the seed window, as the handle's quarantine (the TTL only bounds the
-    // handle's checks; the repair takes no lock).
-    let window = seed_window(&a.opts);
-    let timeout = a.opts.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT);
-    let r = build(
-        a.opts
-            .servers
-            .builder(&servers)
-            .ttl(window.min(HANDLE_TTL))
-            .quarantine(Some(window))
-            .fencing(true),
-    )?;
+    // The window is the seed window, as the handle's quarantine.
+    let r = a.opts.probe(Some(seed_window(&a.opts)))?;
+    let timeout = a.opts.answer_timeout();
     let (repair, error) = match r.repair_fences(floor, timeout) {
         Ok(repair) => (repair, None),
         Err(Error::FenceRepair(repair)) => {

@@ -8,8 +8,7 @@ use redlock_mux::NodeStatus;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, Quarantine, build, check_reachable, exit,
-    print_json, shorten,
+    Fail, LockOptions, NAME_SHOWN, Output, Quarantine, check_reachable, exit, print_json, shorten,
 };
 
 pub const HELP: &str = "\
@@ -34,10 +33,6 @@ pub struct StatusArgs {
     pub opts: LockOptions,
 }
 
-/// How long status waits for the nodes' answers without --node-timeout: a probe, not a lock
-/// attempt, so longer than an attempt's node timeout.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
-
 /// The quarantine window status shows without --quarantine or --ttl: the library's default TTL,
 /// which is its default window.
 const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
@@ -59,26 +54,14 @@ enum Verdict {
 }
 
 pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
-    // With fencing on, the handshake asks each node's run_id, which tells a seeded counter
-    // from a blank one; the quarantine window only says which nodes are in it (status takes
-    // no lock).
-    let servers = a.opts.servers.list()?;
+    // The quarantine window only says which nodes are in it (status takes no lock).
     let Quarantine(window) = a
         .opts
         .tuning
         .quarantine
         .unwrap_or(Quarantine(Some(a.opts.ttl_or(DEFAULT_WINDOW))));
-    let timeout = a.opts.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT);
-    let r = build(
-        a.opts
-            .servers
-            .builder(&servers)
-            // A window shorter than the handle's TTL would be refused: a status read takes no
-            // lock, its TTL does not matter.
-            .ttl(window.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
-            .quarantine(window)
-            .fencing(true),
-    )?;
+    let timeout = a.opts.answer_timeout();
+    let r = a.opts.probe(window)?;
     let statuses = r
         .with_client(|c| c.status(a.resource.as_bytes(), timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
