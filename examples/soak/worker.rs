@@ -616,6 +616,32 @@ fn blocking_caller(redlock: &Redlock, task: u16, mut rng: Rng, stop: &AtomicBool
 }
 
 /// Holds `lock` for a plain hold time, then records the hold; the caller releases.
+/// What a `with_lock` work returns: when it began, when its belief ended, its fence, and
+/// whether the lock was lost meanwhile.
+type WithLockRun = (u64, u64, Option<u64>, bool);
+
+/// Records a `with_lock` (blocking or async) that began waiting at `t0`: its wait and its hold
+/// as a kept lock's, or the wait's failure when the lock was not acquired.
+fn with_lock_done(
+    rec: &mut Rec,
+    r: u8,
+    t0: u64,
+    path: u8,
+    res: Result<WithLockRun, WithLockError<WithLockRun>>,
+) {
+    let (start, end, fence, lost) = match res {
+        Ok(v) => v,
+        Err(WithLockError::Lost { value, .. }) => value,
+        Err(WithLockError::NotAcquired(e)) => {
+            rec.wait(r, t0, mono_ns(), path, Err(&e));
+            return;
+        }
+        Err(other) => panic!("with_lock: {}", other.error()),
+    };
+    rec.wait(r, t0, start, path, Ok(()));
+    rec.kept_hold(r, start, end, fence, path, lost);
+}
+
 fn plain_hold(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path: u8) {
     std::thread::sleep(hold_time(rng));
     rec.hold(
@@ -711,17 +737,7 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
                 let end = believed_end(held.lock().valid_until());
                 (start, end, held.lock().fence(), lost)
             });
-            let (start, end, fence, lost) = match res {
-                Ok(v) => v,
-                Err(WithLockError::Lost { value, .. }) => value,
-                Err(WithLockError::NotAcquired(e)) => {
-                    rec.wait(r, t0, mono_ns(), path, Err(&e));
-                    return;
-                }
-                Err(other) => panic!("with_lock: {}", other.error()),
-            };
-            rec.wait(r, t0, start, path, Ok(()));
-            rec.kept_hold(r, start, end, fence, path, lost);
+            with_lock_done(rec, r, t0, path, res);
         }
         _ => unreachable!("blocking paths are 0..{ASYNC_PATHS}"),
     }
@@ -844,17 +860,7 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
                     (start, end, watch.lock().fence(), lost)
                 })
                 .await;
-            let (start, end, fence, lost) = match res {
-                Ok(v) => v,
-                Err(WithLockError::Lost { value, .. }) => value,
-                Err(WithLockError::NotAcquired(e)) => {
-                    rec.wait(r, t0, mono_ns(), path, Err(&e));
-                    return;
-                }
-                Err(other) => panic!("with_lock: {}", other.error()),
-            };
-            rec.wait(r, t0, start, path, Ok(()));
-            rec.kept_hold(r, start, end, fence, path, lost);
+            with_lock_done(rec, r, t0, path, res);
         }
         _ => unreachable!("async paths are {ASYNC_PATHS}.."),
     }
