@@ -1241,8 +1241,10 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     for i in 0..3 {
         servers[i].wait_uptime(2);
     }
+    // The fenced clients' seed window, past now for the restarted servers (up 2 s).
+    let window = ["repair-fences", "--ttl", "1s", "--quarantine", "1s"];
     // Neither flag, and 2 of 5 counters seeded: 64, saying what to give; nothing written.
-    let o = output(plain(&urls).args(["repair-fences", "--ttl", "1s", "--quarantine", "1s"]));
+    let o = output(plain(&urls).args(window));
     assert_code(&o, 64);
     assert_one_line_error(&o, "--at-least N");
     assert!(stdout(&o).contains("nothing written"), "{}", stdout(&o));
@@ -1254,15 +1256,7 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     let o = output(plain(&urls).args(["repair-fences", "--at-least", "5", "--no-floor"]));
     assert_code(&o, 64);
     // With a floor: every counter, before and after.
-    let o = output(plain(&urls).args([
-        "repair-fences",
-        "--ttl",
-        "1s",
-        "--quarantine",
-        "1s",
-        "--at-least",
-        "5000",
-    ]));
+    let o = output(plain(&urls).args(window).args(["--at-least", "5000"]));
     assert_code(&o, 0);
     let out = stdout(&o);
     let rows: Vec<&str> = out.lines().filter(|l| l.contains("127.0.0.1:")).collect();
@@ -1284,15 +1278,7 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     );
     assert!(stderr(&o).is_empty(), "{}", stderr(&o));
     // Again, as JSON: nothing lower, every counter seeded.
-    let o = output(plain(&urls).args([
-        "repair-fences",
-        "--ttl",
-        "1s",
-        "--quarantine",
-        "1s",
-        "--no-floor",
-        "--json",
-    ]));
+    let o = output(plain(&urls).args(window).args(["--no-floor", "--json"]));
     assert_code(&o, 0);
     let json = json_of(&o);
     assert_eq!(json["ok"], true, "{json}");
