@@ -20,28 +20,28 @@ fn batch(range: std::ops::Range<u64>, setup: Setup) -> Vec<Report> {
     range.map(|seed| sim::run(seed, setup, None)).collect()
 }
 
-fn explain(seed: u64, setup: Setup) -> String {
+/// Runs `seed` again with a trace: its report, and the trace's last 60 events.
+fn replay(seed: u64, setup: Setup) -> (Report, String) {
     let mut trace = String::new();
     let report = sim::run(seed, setup, Some(&mut trace));
     let tail: Vec<&str> = trace.lines().rev().take(60).collect();
     let tail: Vec<&str> = tail.into_iter().rev().collect();
+    (report, tail.join("\n"))
+}
+
+fn explain(seed: u64, setup: Setup) -> String {
+    let (report, tail) = replay(seed, setup);
     format!(
-        "seed {seed} ({setup:?}): {:?}\nlast events:\n{}",
-        report.violation,
-        tail.join("\n")
+        "seed {seed} ({setup:?}): {:?}\nlast events:\n{tail}",
+        report.violation
     )
 }
 
 fn explain_liveness(seed: u64, setup: Setup) -> String {
-    let mut trace = String::new();
-    let report = sim::run(seed, setup, Some(&mut trace));
-    let tail: Vec<&str> = trace.lines().rev().take(60).collect();
-    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    let (report, tail) = replay(seed, setup);
     format!(
-        "seed {seed} ({setup:?}): {:?} {:?}\nlast events:\n{}",
-        report.liveness,
-        report.connect_violation,
-        tail.join("\n")
+        "seed {seed} ({setup:?}): {:?} {:?}\nlast events:\n{tail}",
+        report.liveness, report.connect_violation
     )
 }
 
