@@ -169,26 +169,14 @@ fn main() {
         .collect();
     println!("faults: {}", faults.join(", "));
     println!("stalled: {stalled}");
-    let overlaps: Vec<&Report> = violations
-        .iter()
-        .filter(|r| r.violation.is_some())
-        .collect();
-    let fences: Vec<&Report> = violations
-        .iter()
-        .filter(|r| r.fence_violation.is_some())
-        .collect();
-    println!("violations: {}", overlaps.len());
-    for r in overlaps.iter().take(10) {
-        println!("  seed {}: {:?}", r.seed, r.violation);
-    }
+    let overlaps = found(&violations, |r| &r.violation);
+    let fences = found(&violations, |r| &r.fence_violation);
+    show("violations", &overlaps);
     let fence_break = matches!(breaks, Break::FenceNoWriteBack | Break::FenceBlankAsZero);
     let flawed = fence_break && !control;
     if fencing || fence_break {
         println!("fenced acquisitions: {}", total.fenced);
-        println!("fence violations: {}", fences.len());
-        for r in fences.iter().take(10) {
-            println!("  seed {}: {:?}", r.seed, r.fence_violation);
-        }
+        show("fence violations", &fences);
     }
     // Liveness: the longest wait while nobody held the resource, per schedule.
     waits.sort_unstable();
@@ -213,19 +201,10 @@ fn main() {
         "most connects of one client to one node: {} (its faults allowed {})",
         connects.0, connects.1
     );
-    let slow: Vec<&Report> = violations.iter().filter(|r| r.liveness.is_some()).collect();
-    let loops: Vec<&Report> = violations
-        .iter()
-        .filter(|r| r.connect_violation.is_some())
-        .collect();
-    println!("liveness violations: {}", slow.len());
-    for r in slow.iter().take(10) {
-        println!("  seed {}: {:?}", r.seed, r.liveness);
-    }
-    println!("reconnect violations: {}", loops.len());
-    for r in loops.iter().take(10) {
-        println!("  seed {}: {:?}", r.seed, r.connect_violation);
-    }
+    let slow = found(&violations, |r| &r.liveness);
+    let loops = found(&violations, |r| &r.connect_violation);
+    show("liveness violations", &slow);
+    show("reconnect violations", &loops);
     let lock_expected = breaks == Break::Nothing || control || flawed;
     let live_expected = breaks == Break::Nothing || control;
     if (lock_expected && !overlaps.is_empty())
@@ -233,5 +212,25 @@ fn main() {
         || (live_expected && (!slow.is_empty() || !loops.is_empty()))
     {
         std::process::exit(1);
+    }
+}
+
+/// The schedules among `violations` that found `what`: (seed, what it found).
+fn found<'a, T>(
+    violations: &'a [Report],
+    what: impl Fn(&'a Report) -> &'a Option<T>,
+) -> Vec<(u64, &'a Option<T>)> {
+    violations
+        .iter()
+        .map(|r| (r.seed, what(r)))
+        .filter(|(_, v)| v.is_some())
+        .collect()
+}
+
+/// Prints how many schedules found something of a kind, and the first ten.
+fn show<T: std::fmt::Debug>(label: &str, found: &[(u64, &Option<T>)]) {
+    println!("{label}: {}", found.len());
+    for (seed, v) in found.iter().take(10) {
+        println!("  seed {seed}: {v:?}");
     }
 }
