@@ -64,10 +64,8 @@ pub(crate) struct ScriptCall<'a> {
     pub argc: usize,
 }
 
-pub use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
-
 /// Compare-and-delete: release the lock only if it still holds our token; then, if the
-/// resource's waiting key ([`WAITING_KEY_PREFIX`]) holds a mark
+/// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::keys::WAITING_KEY_PREFIX)) holds a mark
 /// ([`MARK_VALUE`](crate::keys::MARK_VALUE)), delete the mark and publish a notice on
 /// `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not ours), or
 /// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
@@ -142,6 +140,24 @@ const ARRAY_HEADER_MAX: usize = 32;
 /// How many scripts there are (see [`scripts`]).
 pub(crate) const SCRIPT_COUNT: usize = 8;
 
+/// The index of the release (compare-and-delete, then the notice) in [`scripts`].
+pub(crate) const RELEASE_SCRIPT: usize = 0;
+
+/// The index of the extend (compare-and-pexpire) in [`scripts`].
+pub(crate) const EXTEND_SCRIPT: usize = 1;
+
+/// The index of the fenced acquire (`SET NX` and the counter's read) in [`scripts`].
+pub(crate) const FENCED_ACQUIRE_SCRIPT: usize = 2;
+
+/// The index of the fence write-back in [`scripts`].
+pub(crate) const FENCE_WRITE_SCRIPT: usize = 3;
+
+/// The index of the simulator's flawed fenced acquire (no write-back) in [`scripts`].
+pub(crate) const FLAWED_ACQUIRE_SCRIPT: usize = 4;
+
+/// The index of the release without the notice in [`scripts`].
+pub(crate) const QUIET_RELEASE_SCRIPT: usize = 5;
+
 /// The index of the waiting mark's script in [`scripts`].
 pub(crate) const MARK_SCRIPT: usize = 6;
 
@@ -181,7 +197,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
 /// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
 /// write-back or a repair carries the `run_id` of the connection it was meant for.
 fn replayable(index: usize) -> bool {
-    matches!(index, 0 | 1 | 5)
+    matches!(index, RELEASE_SCRIPT | EXTEND_SCRIPT | QUIET_RELEASE_SCRIPT)
 }
 
 /// What a request was, so its reply can be interpreted.

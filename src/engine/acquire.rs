@@ -1,0 +1,144 @@
+//! An acquire: `SET resource token NX PX ttl` on every node (with fencing, the script that also
+//! reads the node's fence counter: `fence.rs`), decided at quorum by its round (`votes.rs`). A
+//! lost acquire is released on every node at once (`release.rs`, `Engine::release_lost`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
+use crate::error::{NodeFault, Refusal};
+use crate::fence::{FENCE_KEY, Flaw, Reads};
+use crate::lock::{Grant, Votes};
+use crate::net::Net;
+use crate::request::{OpId, Outcome};
+use crate::resp::{Arg, SetNxPx};
+use crate::round::{Decision, RoundConfig};
+use crate::session::{FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, scripts};
+use crate::token::Token;
+
+use super::fence::Stage;
+use super::op::OpKind;
+use super::{Engine, node_bit, script_call};
+
+/// The outcome of an acquire that won.
+pub(super) fn grant(
+    nodes: &Arc<[NodeAddr]>,
+    valid_until: Instant,
+    fence: Option<u64>,
+    votes: Votes,
+) -> Outcome {
+    Outcome::Acquired(Ok(Grant {
+        valid_until,
+        fence,
+        votes,
+        nodes: Some(nodes.clone()),
+    }))
+}
+
+impl<N: Net> Engine<N> {
+    /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.
+    /// Nodes silent for a whole node timeout lately (`Core::silent`) are not waited for.
+    pub(super) fn start_acquire(
+        &mut self,
+        id: OpId,
+        (resource, token): (&[u8], &Token),
+        ttl: Duration,
+        targets: u64,
+        now: Instant,
+    ) {
+        let n = self.shared.nodes.len();
+        let config = &self.shared.config;
+        let silent = self.core.silent;
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Acquire;
+        op.ttl = ttl;
+        if config.fencing {
+            op.fence.stage = Stage::Reading;
+            op.fence.reads = Reads::default();
+        }
+        let rc = RoundConfig {
+            min_validity: config.min_validity,
+            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+        };
+        op.vote.round.start(now, &rc);
+        op.vote.round.expect_no_answer_from(silent, now);
+        for node in (0..n).filter(|&i| silent & node_bit(i) != 0) {
+            op.vote.faults[node] = Some(NodeFault::Silent);
+        }
+        let Engine {
+            net,
+            core,
+            scratch,
+            set_nx_px,
+            shared,
+            ..
+        } = self;
+        let tag = id.tag();
+        if shared.config.fencing {
+            // SET NX and the counter's read in one script (see `crate::fence`).
+            let script = match core.flaw {
+                Flaw::NoWriteBack => &scripts()[FLAWED_ACQUIRE_SCRIPT],
+                _ => &scripts()[FENCED_ACQUIRE_SCRIPT],
+            };
+            let call = script_call(
+                scratch,
+                script,
+                tag,
+                &[
+                    Arg::Int(2),
+                    Arg::Bytes(resource),
+                    Arg::Bytes(FENCE_KEY.as_bytes()),
+                    Arg::Bytes(token.as_bytes()),
+                    Arg::UInt(ttl.as_millis() as u64),
+                ],
+            );
+            for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                let sent = net.script(node, call, now, &mut core.sink());
+                core.sent(id, node, sent, now);
+            }
+            return;
+        }
+        scratch.clear();
+        if ttl == shared.config.ttl {
+            set_nx_px.encode(scratch, resource, token.as_bytes());
+        } else {
+            SetNxPx::new(ttl.as_millis() as u64).encode(scratch, resource, token.as_bytes());
+        }
+        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+            let sent = net.request(node, Kind::Set, tag, scratch, now, &mut core.sink());
+            core.sent(id, node, sent, now);
+        }
+    }
+
+    /// The outcome of acquire `index`'s decided round: won (with fencing, once the fence is
+    /// written back: `fence.rs`), or lost — then its lock is released (`lost`).
+    pub(super) fn acquire_decided(
+        &mut self,
+        index: usize,
+        decision: Decision,
+        now: Instant,
+    ) -> Option<Outcome> {
+        let op = &self.core.ops[index];
+        match (op.fence.stage, decision) {
+            (Stage::Reading, Decision::Won { valid_until, .. }) => {
+                self.fence_read(index, valid_until, now)
+            }
+            (Stage::Writing, decision) => Some(self.fence_written(index, decision, now)),
+            (_, Decision::Won { valid_until, .. }) => {
+                self.last_round = op.vote.round_trip(op.start);
+                let votes = op.vote.lock_votes(&self.net);
+                Some(grant(&self.shared.nodes, valid_until, None, votes))
+            }
+            (_, Decision::Lost { loss, .. }) => {
+                // The live nodes' round trip, not the node timeout a frozen node made this
+                // round wait (the split pause is measured in it: issue 36, item 3).
+                self.last_round = op.vote.round_trip(op.start);
+                self.lost.push(index as u32);
+                let error = op
+                    .vote
+                    .loss_error(&self.shared.nodes, loss, Refusal::HeldElsewhere);
+                Some(Outcome::Acquired(Err(error)))
+            }
+        }
+    }
+}

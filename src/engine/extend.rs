@@ -1,0 +1,117 @@
+//! An extend: the compare-and-pexpire script (`EXTEND_BODY`) on every node, within the lock's
+//! validity. Its round (`votes.rs`) is decided like an acquire's — at quorum, or when its node
+//! timeout passes (`Engine::round_decision`: the nodes still silent then fail with a timeout);
+//! its outcome is made here. A lost extend still cuts the lock's validity to what the nodes
+//! that ran it back ([`validity_after_lost_extend`]).
+
+use std::time::{Duration, Instant};
+
+use crate::error::Refusal;
+use crate::net::Net;
+use crate::request::{OpId, Outcome};
+use crate::resp::Arg;
+use crate::round::{Decision, Round, RoundConfig};
+use crate::session::{EXTEND_SCRIPT, scripts};
+use crate::token::Token;
+
+use super::op::OpKind;
+use super::{Engine, node_bit, script_call};
+
+impl<N: Net> Engine<N> {
+    /// Starts the round of extend `id` (of a lock valid until `valid_until`, for `ttl` more)
+    /// and queues its requests to the nodes in `targets`.
+    pub(super) fn start_extend(
+        &mut self,
+        id: OpId,
+        (resource, token): (&[u8], &Token),
+        (ttl, valid_until): (Duration, Instant),
+        targets: u64,
+        now: Instant,
+    ) {
+        let n = self.shared.nodes.len();
+        let config = &self.shared.config;
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Extend;
+        op.until = valid_until;
+        let rc = RoundConfig {
+            min_validity: config.min_validity,
+            not_after: Some(valid_until),
+            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+        };
+        op.vote.round.start(now, &rc);
+        let Engine {
+            net, core, scratch, ..
+        } = self;
+        let call = script_call(
+            scratch,
+            &scripts()[EXTEND_SCRIPT],
+            id.tag(),
+            &[
+                Arg::Int(1),
+                Arg::Bytes(resource),
+                Arg::Bytes(token.as_bytes()),
+                Arg::UInt(ttl.as_millis() as u64),
+            ],
+        );
+        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+            let sent = net.script(node, call, now, &mut core.sink());
+            core.sent(id, node, sent, now);
+        }
+    }
+
+    /// The outcome of extend `index`'s decided round: the new validity, or the error with the
+    /// validity the lock keeps.
+    pub(super) fn extend_decided(&self, index: usize, decision: Decision) -> Outcome {
+        let op = &self.core.ops[index];
+        match decision {
+            Decision::Won { valid_until, .. } => Outcome::Extended(valid_until, Ok(())),
+            Decision::Lost { loss, .. } => Outcome::Extended(
+                validity_after_lost_extend(op.until, &op.vote.round),
+                Err(op
+                    .vote
+                    .loss_error(&self.shared.nodes, loss, Refusal::TokenGone)),
+            ),
+        }
+    }
+}
+
+/// The validity a lock keeps after an extend that was sent and did not win.
+///
+/// Nodes that ran the compare-and-pexpire — in time, late, or after resuming from a freeze with
+/// the command still queued — now expire the key at least `ttl` after they ran it, and sooner
+/// than before only where the script had to fall back to a plain `PEXPIRE` (before Redis 7,
+/// an ACL user without `+pttl`: see `EXTEND_BODY`). All of them ran it after the round's start,
+/// so the key lives on each of them at least until `start + ttl − drift` (the round's
+/// `valid_until`), and on the others until the old deadline: the lock is safe until the smaller
+/// of the two, never longer.
+pub(super) fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant {
+    round.valid_until().map_or(old, |backed| old.min(backed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::Vote;
+
+    #[test]
+    fn a_lost_extend_keeps_the_smaller_of_the_old_validity_and_what_its_round_backs() {
+        let now = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let old = now + Duration::from_secs(3);
+        let mut round = Round::new(3);
+        let rc = RoundConfig {
+            not_after: Some(old),
+            ..RoundConfig::new(ttl, 0.01, Duration::from_millis(50))
+        };
+        round.start(now, &rc);
+        // One yes, then the node timeout: lost, the round backs `start + ttl − drift` on the
+        // node that ran it, beyond the old validity: the old one stays.
+        round.handle_vote(0, Vote::Yes, now);
+        round.handle_timeout(now + Duration::from_millis(50));
+        assert!(matches!(round.poll_decision(), Some(Decision::Lost { .. })));
+        assert_eq!(validity_after_lost_extend(old, &round), old);
+        // A lock about to end anyway: its end is never moved later.
+        let soon = now + Duration::from_millis(10);
+        assert_eq!(validity_after_lost_extend(soon, &round), soon.min(old));
+    }
+}

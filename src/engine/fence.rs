@@ -1,0 +1,286 @@
+//! A fenced acquire (see `crate::fence` for the construction): its first round trip takes the
+//! lock and reads every node's counter in one script; a won lock's fence is then written back
+//! to the nodes that granted it, and handed out once a quorum took it, within the validity the
+//! first round trip won.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::addr::NodeAddr;
+use crate::error::{Error, NodeFault, Refusal, Report};
+use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
+use crate::net::Net;
+use crate::quarantine::NodeWatch;
+use crate::request::{OpId, Outcome};
+use crate::resp::{Arg, Frame};
+use crate::round::{Decision, RoundConfig, Vote};
+use crate::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
+
+use super::acquire::grant;
+use super::op::Op;
+use super::{Engine, node_bit, script_call};
+
+/// Where a fenced acquire is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stage {
+    /// Not fenced.
+    Off,
+    /// Acquiring and reading the counters.
+    Reading,
+    /// Writing the fence back (the op's `until` is then the validity won while reading).
+    Writing,
+}
+
+/// A fenced acquire's state.
+#[derive(Debug)]
+pub(super) struct Fencing {
+    pub stage: Stage,
+    /// The fence chosen from the reads (written back in [`Stage::Writing`]).
+    pub fence: u64,
+    /// The counters read in the first round trip.
+    pub reads: Reads,
+    /// Per node: the connection its first answer came on (the write-back must go on it).
+    pub gens: Vec<u64>,
+}
+
+impl Fencing {
+    pub fn new(n: usize) -> Fencing {
+        Fencing {
+            stage: Stage::Off,
+            fence: 0,
+            reads: Reads::default(),
+            gens: vec![0; n],
+        }
+    }
+
+    /// A fenced acquire's first answer from `node` (the acquire script's `[won, run, n]`): its
+    /// vote, with the counter read. A blank counter may be seeded by this acquire only if its
+    /// node was up for a whole seed window before the acquire (begun at `start`) began. Every
+    /// answer updates the node's restart tracking (`watch`), so that a new `run_id` seen at the
+    /// address (a restart, a failover) counts the whole window from when it was noticed.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_answer(
+        &mut self,
+        node: usize,
+        frame: &Frame<'_>,
+        d: &Delivery<'_>,
+        start: Instant,
+        watch: &mut NodeWatch,
+        seed_window: std::time::Duration,
+        flaw: Flaw,
+    ) -> Result<Vote, NodeFault> {
+        let run_id = d.info.as_ref().map(|i| &i.run_id);
+        let Some((won, reading)) = crate::fence::parse_acquire(frame, run_id) else {
+            return Err(NodeFault::Unexpected(format!("{:?}", frame.to_value())));
+        };
+        let settled = watch
+            .quarantine_left(seed_window, d.generation, d.info, start)
+            .is_none();
+        let seedable = matches!(reading, Reading::Blank(_)) && settled;
+        self.reads.add(node, won, reading, seedable, flaw);
+        self.gens[node] = d.generation;
+        Ok(if won { Vote::Yes } else { Vote::Refused })
+    }
+}
+
+impl<N: Net> Engine<N> {
+    /// A fenced acquire whose first round trip won the lock until `valid_until`: the fence, to
+    /// be written back (the op is queued in `fence_due`; `None`), or, short of seeded counters,
+    /// a wait for the nodes yet to answer (`None`) or the failure.
+    pub(super) fn fence_read(
+        &mut self,
+        index: usize,
+        valid_until: Instant,
+        now: Instant,
+    ) -> Option<Outcome> {
+        let n = self.shared.nodes.len();
+        let flaw = self.core.flaw;
+        let op = &mut self.core.ops[index];
+        let quorum = op.vote.round.quorum();
+        match op.fence.reads.fence(n, quorum, flaw) {
+            Ok(fence) if flaw == Flaw::NoWriteBack => {
+                self.last_round = now.saturating_duration_since(op.start);
+                let votes = op.vote.lock_votes(&self.net);
+                Some(grant(&self.shared.nodes, valid_until, Some(fence), votes))
+            }
+            Ok(fence) => {
+                // Written back before it is handed out.
+                op.fence.fence = fence;
+                op.until = valid_until;
+                self.fence_due.push(index as u32);
+                None
+            }
+            // Short of seeded counters, with nodes yet to answer (a quorum of yes comes before
+            // them, and a new deployment needs them all): wait for them, up to the node timeout.
+            Err(_)
+                if (0..n).any(|i| op.vote.round.is_pending(i))
+                    && op.vote.round.node_deadline().is_some_and(|t| now < t) =>
+            {
+                None
+            }
+            Err(_) => {
+                self.last_round = now.saturating_duration_since(op.start);
+                self.lost.push(index as u32);
+                let report = fence_report(&self.shared.nodes, op, quorum);
+                Some(Outcome::Acquired(Err(Error::Fence(report))))
+            }
+        }
+    }
+
+    /// A fenced acquire's write-back decided: the lock with its fence if a quorum took it
+    /// while the validity won lasts, else the failure (and the lock is released).
+    pub(super) fn fence_written(
+        &mut self,
+        index: usize,
+        decision: Decision,
+        now: Instant,
+    ) -> Outcome {
+        let op = &self.core.ops[index];
+        self.last_round = now.saturating_duration_since(op.start);
+        let nodes = &self.shared.nodes;
+        let (ballot, refusal) = (&op.vote, Refusal::TokenGone);
+        match decision {
+            Decision::Won { .. } => {
+                // A quorum took the fence. The validity is the one the first round trip won,
+                // less the time since.
+                let left = op.until.saturating_duration_since(now);
+                if !left.is_zero() && left >= self.shared.config.min_validity {
+                    let votes = ballot.lock_votes(&self.net);
+                    return grant(nodes, op.until, Some(op.fence.fence), votes);
+                }
+                self.lost.push(index as u32);
+                Outcome::Acquired(Err(Error::TooSlow(ballot.report(nodes, refusal))))
+            }
+            Decision::Lost { loss, .. } => {
+                self.lost.push(index as u32);
+                // Credentials and permissions as for any round; anything else is a fence not
+                // taken by a quorum.
+                Outcome::Acquired(Err(match ballot.loss_error(nodes, loss, refusal) {
+                    e @ (Error::Auth { .. } | Error::Permission { .. }) => e,
+                    _ => Error::Fence(ballot.report(nodes, refusal)),
+                }))
+            }
+        }
+    }
+
+    /// Starts the write-back of the fenced acquires in `fence_due`: the fence goes to every
+    /// node that granted the lock on the connection it answered on; the fence is handed out
+    /// once a quorum took it, before the validity won ends.
+    pub(super) fn write_fences(&mut self, now: Instant) {
+        let mut due = std::mem::take(&mut self.fence_due);
+        for &index in &due {
+            self.write_fence(index, now);
+        }
+        due.clear();
+        self.fence_due = due;
+    }
+
+    fn write_fence(&mut self, index: u32, now: Instant) {
+        let n = self.shared.nodes.len();
+        let Engine {
+            net,
+            core,
+            scratch,
+            shared,
+            ..
+        } = self;
+        let config = &shared.config;
+        let op = &mut core.ops[index as usize];
+        let granted = op.vote.yes();
+        let rc = RoundConfig {
+            not_after: Some(op.until),
+            ..RoundConfig::new(op.ttl, config.drift_factor, config.node_timeout_for(op.ttl))
+        };
+        op.fence.stage = Stage::Writing;
+        // A duplicate stays one: the fence goes to the entry that counted for its server.
+        let duplicates: u64 = (0..n)
+            .filter(|&i| matches!(op.vote.faults[i], Some(NodeFault::Duplicate { .. })))
+            .fold(0, |m, i| m | node_bit(i));
+        for (node, fault) in op.vote.faults.iter_mut().enumerate() {
+            if duplicates & node_bit(node) == 0 {
+                *fault = None;
+            }
+        }
+        op.vote.runs.fill(None);
+        op.vote.round.start(now, &rc);
+        let id = OpId { index, seq: op.seq };
+        let (fence, reads) = (op.fence.fence, op.fence.reads);
+        // Blank counters that may be seeded get the write-back too, whether or not they hold
+        // our key (seeding is a write of a quorum's maximum; it counts only with the key):
+        // fewer blank nodes, fewer acquires short of a seeded quorum.
+        let seeds = reads.seeds(n);
+        for node in 0..n {
+            let op = &mut core.ops[index as usize];
+            if duplicates & node_bit(node) != 0 {
+                op.vote.round.handle_vote(node, Vote::Failed, now);
+                continue;
+            }
+            if (granted | seeds) & node_bit(node) == 0 {
+                // Holds no key of ours: would not take the fence.
+                op.vote.round.handle_vote(node, Vote::Refused, now);
+                continue;
+            }
+            let session = net.session(node);
+            let same = session.is_ready() && session.generation() == op.fence.gens[node];
+            let Some(info) = session.info().filter(|_| same) else {
+                // A new connection since it answered: maybe a new process, whose counter our
+                // reads did not see.
+                op.vote.fail(node, NodeFault::Closed, now);
+                continue;
+            };
+            let seed: &[u8] = if seeds & node_bit(node) != 0 {
+                b"1"
+            } else {
+                b"0"
+            };
+            let call = script_call(
+                scratch,
+                &scripts()[FENCE_WRITE_SCRIPT],
+                id.tag(),
+                &[
+                    Arg::Int(2),
+                    Arg::Bytes(&op.resource),
+                    Arg::Bytes(FENCE_KEY.as_bytes()),
+                    Arg::Bytes(op.token.as_bytes()),
+                    Arg::UInt(fence),
+                    Arg::Bytes(&info.run_id),
+                    Arg::Bytes(seed),
+                ],
+            );
+            let sent = net.script(node, call, now, &mut core.sink());
+            core.sent(id, node, sent, now);
+        }
+    }
+}
+
+/// The report of a fenced acquire that won the lock but read too few seeded counters: the
+/// seeded nodes count as yes, the blank and silent ones as failed.
+fn fence_report(nodes: &Arc<[NodeAddr]>, op: &Op, quorum: usize) -> Report {
+    let short = op.fence.reads.short();
+    let mut failed = Vec::new();
+    for node in 0..nodes.len() {
+        let bit = node_bit(node);
+        if short.blank & bit != 0 {
+            failed.push((node, NodeFault::FenceBlank));
+        } else if short.unknown & bit != 0 {
+            failed.push((
+                node,
+                NodeFault::Unexpected(
+                    "no run_id from INFO server: fencing needs it (grant +info)".into(),
+                ),
+            ));
+        } else if short.seeded & bit == 0 {
+            let fault = op.vote.faults[node].clone().unwrap_or(NodeFault::Timeout);
+            failed.push((node, fault));
+        }
+    }
+    Report {
+        nodes: nodes.clone(),
+        quorum,
+        yes: short.seeded.count_ones() as usize,
+        said_yes: short.seeded,
+        refused: 0,
+        failed,
+        refusal: Refusal::HeldElsewhere,
+    }
+}

@@ -1,0 +1,834 @@
+//! The engine: every operation in flight over one set of connections, one per node.
+//!
+//! An operation (acquire, extend, release, status read, waiting acquire, fence repair) is a
+//! slot of a slab (`op.rs`): its resource, token and waiter, and the state of its kind. Its
+//! requests carry the slot's tag (index and a sequence number), so replies coming back on a
+//! shared connection — FIFO, pipelined with every other operation's — find their operation.
+//! Every command queued for a node in one turn of the loop goes out in one `write`.
+//!
+//! This file is the core: the engine's state, the turn ([`Engine::step`]: take requests in,
+//! send the ledger, renew kept locks, settle what is due, write), the routing of a new
+//! operation to its kind ([`Engine::submit_to`]) and of a decided outcome to its waiter
+//! ([`Engine::hand_over`]), and the loop's driving. Each kind is a file of its own:
+//!
+//! | file | owns |
+//! |---|---|
+//! | `op.rs` | the slab (`Op`, `Core`), routing replies and failures to their operation's kind |
+//! | `votes.rs` | a round's votes: answers, quarantine, one vote per server, node timeout, reports |
+//! | `acquire.rs` | `SET NX PX` (or the fenced script), the outcome of its round |
+//! | `fence.rs` | a fenced acquire: its counter reads, the fence's write-back |
+//! | `extend.rs` | compare-and-pexpire, the validity a lost extend leaves |
+//! | `release.rs` | compare-and-delete, its graces, the releases of lost acquires |
+//! | `ledger.rs` | releases of unknown fate, replayed paced within `max_pending` |
+//! | `status.rs` | `GET`, `PTTL`, the fence counter, per node |
+//! | `repair.rs` | the fence repair's reads and writes |
+//! | `wait.rs` | waiting acquires: queues, attempts, their pauses and deadlines |
+//! | `notice.rs` | subscriptions, waiting marks, release notices |
+//! | `keep.rs` | kept locks: renewal batches, loss, callbacks |
+//! | `observe.rs` | metrics and events of decided operations and of replies |
+//!
+//! Who drives it: a [`Client`](crate::Client) drives its own engine on the calling thread; a
+//! [`Redlock`](crate::Redlock) handle shares one engine between all threads (see `hub.rs`):
+//! a caller that finds it free drives it itself, the others queue their request in the
+//! [`Mailbox`] and park until the driver hands them the outcome.
+//!
+//! The decisions (which bytes go to which node, which operation a reply belongs to, round
+//! outcomes, deadlines) take `now` as an argument; the only clock is the [`Net`]'s, and tokens
+//! come in with the request. The engine reaches the nodes only through its [`Net`]: the `mio`
+//! [`Driver`] and `conn.rs` in production, the simulator's in-memory network in `sim`.
+//!
+//! An operation's slot lives until every node has answered or failed each of its requests, even
+//! after its caller got the outcome: so a late reply always finds its operation (a late yes to
+//! a lost acquire was already answered by the release queued behind it on the same
+//! connection — unless that connection was full and refused the release, which then waits in
+//! the ledger), and a release whose connection failed or refused it is remembered in the
+//! ledger of keys of unknown fate and sent again when the node is reachable.
+
+mod acquire;
+mod extend;
+mod fence;
+mod keep;
+mod ledger;
+mod notice;
+mod observe;
+mod op;
+mod release;
+mod repair;
+mod status;
+mod votes;
+mod wait;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::config::Shared;
+use crate::driver::Driver;
+use crate::error::Error;
+use crate::kept::Callbacks;
+use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
+use crate::net::Net;
+use crate::quarantine::NodeWatch;
+use crate::request::{OpId, Outcome, ReqKind};
+use crate::resp::{Arg, SetNxPx};
+use crate::round::deadline_after;
+use crate::session::{Script, ScriptCall};
+use crate::stats::Metrics;
+use crate::token::Token;
+use crate::wait::{Seen, Waits};
+
+use keep::Keeps;
+use ledger::Ledger;
+use observe::observe;
+pub(crate) use op::Waiter;
+use op::{Core, Op, OpKind};
+
+/// Counts of what a shutdown flushed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Shutdown {
+    /// Release requests answered by their node during the shutdown.
+    pub confirmed: u64,
+    /// Releases still unconfirmed when it ended whose keys may still live: in flight, or
+    /// waiting for a node to come back before their TTL passed. (Releases past their TTL stay
+    /// queued for their node, for a `SET` it may run late, but are not waited for.)
+    pub unconfirmed: u64,
+}
+
+/// The engine of one [`Client`](crate::Client) or one [`Redlock`](crate::Redlock) handle.
+pub(crate) struct Engine<N: Net = Driver> {
+    pub shared: Arc<Shared>,
+    pub net: N,
+    core: Core,
+    set_nx_px: SetNxPx,
+    scratch: BytesMut,
+    /// How long the last acquire took to decide (the release grace scales with it).
+    last_round: Duration,
+    mailbox: Option<Arc<Mailbox>>,
+    /// Since when queued requests are held back ([`Engine::held`]).
+    hold_since: Option<Instant>,
+    taken: Vec<Arc<Slot>>,
+    /// Lost acquires whose release is to be sent (reused list).
+    lost: Vec<u32>,
+    /// Resource names copied out of slots (reused).
+    resource: Vec<u8>,
+    /// The releases of lost acquires: each one's span of `resource`, its token, and the nodes
+    /// released quietly (see `quiet_release`) (reused).
+    releases: Vec<(usize, usize, Token, u64)>,
+    /// The next release goes without its notice (`QUIET_RELEASE_BODY`): the cleanup of a lost
+    /// acquire on nodes in their restart quarantine. Their yes counted for nobody, so a notice
+    /// from them helps nobody, and it would bring our own next attempt at once: a waiter whose
+    /// attempts such a node granted (it restarted without the holder's key) heard its own
+    /// cleanup's notice there, attempted again, and sent ~14,000 requests a second to every
+    /// node until the quarantine ended (the soak's finding; tests/soak.rs).
+    quiet_release: bool,
+    keeps: Keeps,
+    /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
+    alarms: Vec<(Instant, Arc<Alarm>)>,
+    /// The callback thread of kept locks that are lost.
+    pub callbacks: Arc<Callbacks>,
+    /// Queues of callers waiting for contended resources.
+    waits: Waits,
+    /// Attempts decided in this turn: the waiting operation, the attempt's token, its outcome,
+    /// and whether it was a split vote (reused list).
+    attempts: Vec<(OpId, Token, Outcome, bool)>,
+    /// Waiting operations whose attempt is due, with their resource's queue (reused).
+    due: Vec<OpId>,
+    /// A waiting operation's resource, copied out (reused).
+    wait_resource: Vec<u8>,
+    /// Per node: the connection our subscriptions were made on (a new one has none).
+    sub_gen: Vec<u64>,
+    /// Per node: the connection a `HELLO 3` is in flight on.
+    upgrading: Vec<Option<u64>>,
+    /// Fenced acquires whose fence is to be written back (reused list).
+    fence_due: Vec<u32>,
+    /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
+    repair_due: Vec<u32>,
+    /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
+    /// it, so a release that fails again goes back into the ledger with the key's real expiry.
+    replay_until: Option<Instant>,
+}
+
+/// Operation slots built with the engine (more are added when needed).
+const PREBUILT_OPS: usize = 128;
+/// Resource-name buffers start this large: the usual names fit, so their first use does not
+/// allocate.
+const RESOURCE_CAPACITY: usize = 64;
+/// Small per-turn lists (fence write-backs due, attempts and kept locks due) start this
+/// large: more than a turn usually holds.
+const TURN_LIST_CAPACITY: usize = 16;
+/// The scratch buffer for a request's encoded arguments: a `SET`, an `EVALSHA` tail with a
+/// usual resource name and token fit.
+const SCRATCH_CAPACITY: usize = 256;
+/// The background thread wakes at most this often for the ledger's retries, even with a
+/// shorter reconnect backoff: a retry sooner is no likelier to succeed.
+const MIN_LEDGER_RETRY: Duration = Duration::from_millis(10);
+/// The longest that queued requests wait for the requests of tasks just woken
+/// ([`Engine::held`]): about the time two executor threads take to poll 32 tasks.
+const HOLD: Duration = Duration::from_micros(50);
+
+fn node_bit(node: usize) -> u64 {
+    1u64 << node
+}
+
+impl<N: Net> Engine<N> {
+    pub fn new(shared: Arc<Shared>, net: N, now: Instant) -> Engine<N> {
+        let n = shared.nodes.len();
+        Engine {
+            core: Core {
+                nodes: shared.nodes.clone(),
+                // Pre-built slots: a loaded machine that answers slowly keeps more operations
+                // alive at once (releases after lost attempts linger until every node
+                // answered), and growing the slab then would allocate on the hot path.
+                ops: (0..PREBUILT_OPS).map(|_| Op::new(n, now)).collect(),
+                free: (0..PREBUILT_OPS as u32).rev().collect(),
+                watch: vec![NodeWatch::default(); n],
+                slow: vec![false; n],
+                silent: 0,
+                ledger: Ledger::new(n),
+                window: shared.config.quarantine_window(),
+                max_pending: shared.config.max_pending,
+                node_timeout: shared.config.node_timeout_for(shared.config.ttl),
+                waiting: 0,
+                confirmed: 0,
+                events: Vec::new(),
+                notices: Vec::new(),
+                listened: Vec::new(),
+                no_notices: vec![false; n],
+                resp3: vec![None; n],
+                fence_watch: vec![NodeWatch::default(); n],
+                seed_window: shared.config.seed_window(),
+                flaw: shared.fence_flaw,
+                metrics: Arc::new(Metrics::new(
+                    (0..n).map(|i| net.session(i).counters().clone()).collect(),
+                )),
+                quarantine_told: vec![0; n],
+            },
+            upgrading: vec![None; n],
+            fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            repair_due: Vec::new(),
+            replay_until: None,
+            sub_gen: vec![0; n],
+            set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
+            scratch: BytesMut::with_capacity(SCRATCH_CAPACITY),
+            last_round: Duration::ZERO,
+            mailbox: None,
+            hold_since: None,
+            taken: Vec::with_capacity(RESOURCE_CAPACITY),
+            lost: Vec::with_capacity(PREBUILT_OPS),
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
+            releases: Vec::with_capacity(PREBUILT_OPS),
+            quiet_release: false,
+            keeps: Keeps::new(&shared.config),
+            alarms: Vec::new(),
+            callbacks: Arc::new(Callbacks::default()),
+            waits: Waits::new(seed()),
+            attempts: Vec::with_capacity(TURN_LIST_CAPACITY),
+            due: Vec::with_capacity(TURN_LIST_CAPACITY),
+            wait_resource: Vec::with_capacity(RESOURCE_CAPACITY),
+            net,
+            shared,
+        }
+    }
+
+    /// Seeds the random pauses of waiting acquires (the simulator's replay).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fn seed(&mut self, seed: u64) {
+        self.waits = Waits::new(seed);
+    }
+
+    /// The counters of this engine (and of its connections).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.core.metrics
+    }
+
+    /// Makes this engine take requests from `mailbox` at every turn.
+    pub fn attach(&mut self, mailbox: Arc<Mailbox>) {
+        self.mailbox = Some(mailbox);
+    }
+
+    /// Operations with a parked waiter not answered yet.
+    pub fn waiting(&self) -> usize {
+        self.core.waiting
+    }
+
+    /// When the engine's timers need the loop next: a kept lock's renewal or validity end, an
+    /// async caller's alarm; `None` while there is none (or every kept lock's extend is in
+    /// flight). After a turn of the loop it is in the future: a driver that leaves publishes it
+    /// for the background thread.
+    pub fn timer(&self) -> Option<Instant> {
+        [self.keeps.next, self.next_alarm()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    fn next_alarm(&self) -> Option<Instant> {
+        self.alarms.iter().map(|(t, _)| *t).min()
+    }
+
+    /// Fires the alarms due at `now`.
+    fn fire_alarms(&mut self, now: Instant) {
+        if self.alarms.is_empty() {
+            return;
+        }
+        self.alarms.retain(|(t, alarm)| {
+            if *t <= now {
+                alarm.fire();
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// When someone should drive the engine again although nobody waits: a connection
+    /// deadline of a request still outstanding, or the ledger's next try — when the backoff of
+    /// its nodes ends, if every node with releases waiting is down (a node that never comes
+    /// back costs a look per backoff, not one every few milliseconds), else soon.
+    pub fn background_deadline(&self, now: Instant) -> Option<Instant> {
+        let soon = now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY);
+        let retry = (0..self.shared.nodes.len())
+            .filter(|&i| !self.core.ledger.nodes[i].is_empty())
+            .map(|i| self.net.session(i).retry_at().map_or(soon, |t| t.max(soon)))
+            .min();
+        let conn = self.net.next_deadline();
+        [retry, conn, self.timer()].into_iter().flatten().min()
+    }
+
+    /// Starts an operation: queues its requests on every node (nothing written before
+    /// [`Engine::flush`]).
+    pub fn submit(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
+        if let ReqKind::Wait { ttl, deadline } = kind {
+            return self.submit_wait((resource, token), (ttl, deadline), waiter, now);
+        }
+        let id = self.submit_to(kind, resource, token, waiter, self.all_nodes(), now);
+        if matches!(kind, ReqKind::Release) && !self.waits.is_empty() {
+            // A caller of this engine released: its next waiter attempts right behind.
+            self.released(resource, now, Seen::Ours);
+        }
+        id
+    }
+
+    fn all_nodes(&self) -> u64 {
+        let n = self.shared.nodes.len();
+        if n == 64 { u64::MAX } else { node_bit(n) - 1 }
+    }
+
+    /// Starts an operation of `kind` on the nodes in `targets`: a slot, then its kind's start
+    /// (its state, its requests queued). An entry known to lead to the same server process as
+    /// one listed before it is asked nothing and fails as a duplicate: it does not count. (A
+    /// release still goes to every node.)
+    fn submit_to(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+        waiter: Waiter,
+        targets: u64,
+        now: Instant,
+    ) -> OpId {
+        let n = self.shared.nodes.len();
+        let id = self.core.alloc(n, now);
+        if waiter.waits() {
+            self.core.waiting += 1;
+        }
+        self.core.ops[id.index as usize].begin((resource, token), waiter, now);
+        let twins = match kind {
+            ReqKind::Release | ReqKind::Wait { .. } => 0,
+            _ => (0..n)
+                .filter(|&i| {
+                    targets & node_bit(i) != 0 && votes::listed_before(&self.net, i).is_some()
+                })
+                .fold(0, |m, i| m | node_bit(i)),
+        };
+        let targets = targets & !twins;
+        let what = (resource, token);
+        match kind {
+            ReqKind::Acquire { ttl } => self.start_acquire(id, what, ttl, targets, now),
+            ReqKind::Extend { ttl, valid_until } => {
+                self.start_extend(id, what, (ttl, valid_until), targets, now)
+            }
+            ReqKind::Release => self.start_release(id, what, targets, now),
+            ReqKind::Status { timeout } => self.start_status(id, resource, timeout, targets, now),
+            ReqKind::Repair { floor, timeout } => {
+                self.start_repair(id, (floor, timeout), targets, now)
+            }
+            ReqKind::Wait { .. } => {
+                // Dispatched by `submit` to `submit_wait`.
+                debug_assert!(false, "a waiting acquire reached submit_to");
+                self.core.ops[id.index as usize].kind = OpKind::Wait;
+            }
+        }
+        for node in (0..n).filter(|&i| twins & node_bit(i) != 0) {
+            if let Some((of, run_id)) = votes::listed_before(&self.net, node) {
+                let fault = votes::duplicate(&self.core.nodes, of, &run_id);
+                self.core.fail(id, node, fault, now);
+            }
+        }
+        id
+    }
+
+    /// Writes what every connection has queued: one `write` per node.
+    pub fn flush(&mut self, now: Instant) {
+        let Engine { net, core, .. } = self;
+        net.flush(now, &mut core.sink());
+    }
+
+    /// Takes what arrived while nobody drove, without waiting (one `epoll_wait`): stragglers,
+    /// and connections the servers closed while idle, so that they are re-established within
+    /// the next operation.
+    pub fn drain(&mut self, now: Instant) {
+        let Engine { net, core, .. } = self;
+        net.turn(now, &mut core.sink());
+        // What other callers queued meanwhile goes before whatever the caller submits next.
+        if self.held(now).is_none() {
+            self.take_inbox(now);
+        }
+    }
+
+    /// Until when the requests queued in the mailbox are held back, if they are: while tasks
+    /// woken with their outcomes have not taken them yet (they are about to queue their next
+    /// requests), for [`HOLD`] at most. The last of them to take its outcome wakes the loop
+    /// ([`Mailbox::claimed`]), so the held requests and theirs go out together: one write per
+    /// node where each task's request would otherwise have gone out in a turn of its own.
+    ///
+    /// Measured with the bench's `scale` scenario against the commit before (2-core VM, 5
+    /// loopback servers, tokio tasks on a 2-worker runtime, 2 alternating runs of 3 rounds):
+    /// writes per cycle at K = 64 0.35–0.45 → 0.20–0.24, at K = 8 1.49–2.47 → 1.25–1.37; p99 at
+    /// K = 64 1.33–1.46 → 1.08–1.51 ms (one round 2.06), at K = 8 0.39–0.60 → 0.39–0.43 ms;
+    /// cycles/s unchanged (the cycle is then bound by its chain: the servers' round, then waking
+    /// and polling the tasks; `docs/engine.md`).
+    fn held(&mut self, now: Instant) -> Option<Instant> {
+        let mailbox = self.mailbox.as_ref()?;
+        if mailbox.queued() == 0 || mailbox.unclaimed.load(Ordering::SeqCst) == 0 {
+            self.hold_since = None;
+            return None;
+        }
+        let until = *self.hold_since.get_or_insert(now) + HOLD;
+        if now >= until {
+            self.hold_since = None;
+            return None;
+        }
+        Some(until)
+    }
+
+    /// Starts the operations queued in the mailbox.
+    pub fn take_inbox(&mut self, now: Instant) {
+        let Some(mailbox) = self.mailbox.as_ref() else {
+            return;
+        };
+        if mailbox.queued() == 0 {
+            return;
+        }
+        if mailbox.take(&mut self.taken, &mut self.alarms, &mut self.keeps.locks) {
+            self.keeps.next = Some(now);
+        }
+        let mut taken = std::mem::take(&mut self.taken);
+        for slot in taken.drain(..) {
+            let cell = slot.cell();
+            let (kind, token) = (cell.request.kind, cell.request.token);
+            if cell.cancelled && !matches!(kind, ReqKind::Release) {
+                // An async caller gave up before its request was taken in: nothing was sent,
+                // nothing is. (A release still goes out, waited for by nobody.)
+                continue;
+            }
+            if cell.request.caller == Caller::Detached || cell.cancelled {
+                self.submit(kind, &cell.request.resource, &token, Waiter::None, now);
+                drop(cell);
+                // Taken in: the caller may reuse the slot.
+                slot.taken_in();
+            } else {
+                let waiter = Waiter::Slot(slot.clone());
+                self.submit(kind, &cell.request.resource, &token, waiter, now);
+            }
+        }
+        self.taken = taken;
+    }
+
+    /// Handles what is due at `now`: round deadlines, release graces, status deadlines; then
+    /// hands decided outcomes over and frees finished slots; then what the decisions start
+    /// (fence write-backs, repair writes, the next attempts of waiters, the releases of lost
+    /// acquires, kept locks' renewals or losses).
+    fn settle(&mut self, now: Instant) {
+        self.lost.clear();
+        for index in 0..self.core.ops.len() {
+            let op = &self.core.ops[index];
+            if !op.live {
+                continue;
+            }
+            if !op.done
+                && let Some(outcome) = self.poll_outcome(index, now)
+            {
+                self.hand_over(index, outcome, now);
+            }
+            let Core {
+                ops,
+                metrics,
+                silent,
+                free,
+                ..
+            } = &mut self.core;
+            let op = &mut ops[index];
+            if op.done
+                && !op.vote.silent_counted
+                && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
+            {
+                op.vote.count_silent(metrics, silent, now);
+            }
+            if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                op.live = false;
+                free.push(index as u32);
+            }
+        }
+        if !self.fence_due.is_empty() {
+            self.write_fences(now);
+        }
+        if !self.repair_due.is_empty() {
+            self.write_repairs(now);
+        }
+        if !self.attempts.is_empty() {
+            self.attempts_decided(now);
+        }
+        self.release_lost(now);
+        if !self.keeps.decided.is_empty() {
+            self.kept_decided(now);
+        }
+    }
+
+    /// Operation `index`'s outcome if it is decided at `now` (its kind decides).
+    fn poll_outcome(&mut self, index: usize, now: Instant) -> Option<Outcome> {
+        match self.core.ops[index].kind {
+            OpKind::Acquire | OpKind::Extend => self.round_decision(index, now),
+            OpKind::Release => {
+                let Core { ops, slow, .. } = &mut self.core;
+                ops[index].release.graces(slow, now)
+            }
+            // Decided by its attempts (`attempts_decided`) and timers (`tick_waits`).
+            OpKind::Wait => None,
+            OpKind::Repair => self.repair_round_over(index, now),
+            OpKind::Status => {
+                let op = &mut self.core.ops[index];
+                let times = (op.start, op.until);
+                let status = op.status.as_mut().expect("status op has its replies");
+                status.outcome(&self.shared.nodes, times, now)
+            }
+        }
+    }
+
+    /// Hands operation `index`'s outcome to its waiter (counted and told first).
+    fn hand_over(&mut self, index: usize, outcome: Outcome, now: Instant) {
+        let op = &mut self.core.ops[index];
+        observe(&self.core.metrics, &self.shared.nodes, op, &outcome, now);
+        op.done = true;
+        match std::mem::replace(&mut op.waiter, Waiter::None) {
+            Waiter::None => {}
+            Waiter::Local => op.outcome = Some(outcome),
+            Waiter::Slot(slot) => {
+                self.core.waiting -= 1;
+                // An async caller that dropped its future: a lock won for nobody is released
+                // like a lost one (every node, late OKs included).
+                let unclaimed = self.mailbox.as_deref().map(|m| &m.unclaimed);
+                if let Some(Outcome::Acquired(Ok(_))) = slot.deliver(outcome, unclaimed) {
+                    self.lost.push(index as u32);
+                }
+            }
+            Waiter::Keep(kept) => {
+                self.core.waiting -= 1;
+                self.keeps.decided.push((kept, Some(outcome)));
+            }
+            Waiter::KeepLost(kept) => {
+                self.core.waiting -= 1;
+                self.keeps.decided.push((kept, None));
+            }
+            Waiter::Attempt(w) => {
+                // Split: some nodes said yes, not enough, and some refused — a competing
+                // attempt took the others.
+                let split =
+                    matches!(outcome, Outcome::Acquired(Err(Error::Held(_)))) && op.vote.yes() != 0;
+                self.attempts.push((w, op.token, outcome, split));
+            }
+        }
+    }
+
+    /// The earliest deadline of an undone operation, a timer or a queue.
+    fn next_deadline(&self) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for op in self.core.ops.iter().filter(|o| o.live && !o.done) {
+            if let Some(t) = op.deadline() {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        }
+        [next, self.timer(), self.waits.next()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
+    /// settle what is due, write (one `write` per node), wait for replies or the next deadline.
+    pub fn drive_until(&mut self, until: Instant, mut done: impl FnMut(&Engine<N>) -> bool) {
+        loop {
+            let now = self.net.now();
+            self.step(now);
+            if done(self) || now >= until {
+                return;
+            }
+            let wake = self.next_deadline().map_or(until, |t| t.min(until));
+            if wake > now {
+                self.sleep_turn(wake);
+            } else {
+                self.drain(now);
+            }
+        }
+    }
+
+    /// One turn at `now`, without waiting: takes the mailbox in, sends the ledger's releases,
+    /// renews kept locks, settles what is due (round deadlines, graces), hands outcomes over and
+    /// writes (one write per node). What arrived must have been taken in before
+    /// ([`Engine::drain`] or [`Engine::take_input`]). A simulator calls this at every event
+    /// of its virtual time; [`Engine::drive_until`] calls it at every turn of the real loop.
+    pub fn step(&mut self, now: Instant) {
+        self.take_events(now);
+        if self.held(now).is_none() {
+            self.take_inbox(now);
+        }
+        self.fire_alarms(now);
+        self.flush_ledger(now);
+        self.tick_keeps(now);
+        self.settle(now);
+        // Extends decided in `settle` moved their locks' timers: look again now, so that the
+        // timer a driver leaves behind is never one already past.
+        self.tick_keeps(now);
+        self.tick_waits(now);
+        self.flush(now);
+    }
+
+    /// Takes in what the network delivered, without waiting (for a network that never waits,
+    /// such as the simulator's; the real loop waits in [`Engine::drive_until`]).
+    // Used by the simulator (feature `sim`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fn take_input(&mut self, now: Instant) {
+        let Engine { net, core, .. } = self;
+        net.turn(now, &mut core.sink());
+    }
+
+    /// When the engine next needs a [`Engine::step`] although nothing arrives: an operation's
+    /// deadline, a kept lock's timer, a connection deadline, the ledger's next try.
+    // Used by the simulator (feature `sim`).
+    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
+    pub fn wake_at(&self, now: Instant) -> Option<Instant> {
+        [self.next_deadline(), self.background_deadline(now)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Waits in `poll` until `until` or a reply, unless a request is queued in the mailbox
+    /// (and not [`Engine::held`]: then until the hold ends at the latest).
+    fn sleep_turn(&mut self, until: Instant) {
+        if let Some(mailbox) = self.mailbox.clone() {
+            let held = self.held(self.net.now());
+            let until = held.map_or(until, |h| h.min(until));
+            if !mailbox.sleep_begin(held.is_some()) {
+                if mailbox.wanted.load(Ordering::SeqCst) > 0 {
+                    // Someone waits for the loop and this driver does not stop for it (its
+                    // operation is not decided yet): it must not stop reading meanwhile.
+                    let now = self.net.now();
+                    let Engine { net, core, .. } = self;
+                    net.turn(now, &mut core.sink());
+                }
+                return;
+            }
+            let Engine { net, core, .. } = self;
+            net.turn(until, &mut core.sink());
+            mailbox.sleep_end();
+        } else {
+            let Engine { net, core, .. } = self;
+            net.turn(until, &mut core.sink());
+        }
+    }
+
+    /// Connects to every node now and waits until each handshake is done, has failed, or
+    /// `timeout` has passed; returns how many nodes are ready.
+    pub fn connect(&mut self, timeout: Duration) -> usize {
+        let now = self.net.now();
+        let deadline = deadline_after(now, timeout);
+        let n = self.shared.nodes.len();
+        let Engine { net, core, .. } = self;
+        let mut sink = core.sink();
+        let mut ready = net.connect_all(now, &mut sink);
+        net.flush(now, &mut sink);
+        // Until every node is ready or down: a refused node does not hold the others up.
+        while ready < n && (0..n).any(|i| net.session(i).is_connecting()) && net.now() < deadline {
+            net.turn(deadline, &mut sink);
+            ready = (0..n).filter(|&i| net.session(i).is_ready()).count();
+        }
+        ready
+    }
+
+    /// Runs the loop until `done` says so.
+    pub fn drive(&mut self, done: impl FnMut(&Engine<N>) -> bool) {
+        self.drive_until(deadline_after(self.net.now(), Duration::MAX), done);
+    }
+
+    /// True once the operation is decided.
+    pub fn is_done(&self, id: OpId) -> bool {
+        let op = &self.core.ops[id.index as usize];
+        op.seq != id.seq || op.done
+    }
+
+    /// Takes a local operation's outcome (after [`Engine::is_done`]).
+    pub fn take(&mut self, id: OpId) -> Option<Outcome> {
+        let op = &mut self.core.ops[id.index as usize];
+        if op.seq != id.seq {
+            return None;
+        }
+        let outcome = op.outcome.take();
+        if op.done && op.outstanding == 0 {
+            op.live = false;
+            self.core.free.push(id.index);
+        }
+        outcome
+    }
+
+    /// Runs one local operation to its outcome: drains, submits, drives.
+    pub fn run(&mut self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
+        let now = self.net.now();
+        self.drain(now);
+        // Requests queued before this one go first: a release not waited for must reach its
+        // nodes before a later acquire of the same resource.
+        self.take_inbox(now);
+        let id = self.submit(kind, resource, token, Waiter::Local, now);
+        self.flush(now);
+        self.drive(|e| e.is_done(id));
+        self.take(id)
+            .expect("a local operation keeps its outcome until taken")
+    }
+
+    /// Runs a waiting acquire on the driving thread until it is decided or has to wait (its
+    /// attempt refused, or in line behind others): `Err(id)` then, for the caller to
+    /// [`Engine::adopt`] it with a slot and let go of the loop rather than hold it for the
+    /// whole wait.
+    pub fn run_until_waiting(
+        &mut self,
+        kind: ReqKind,
+        resource: &[u8],
+        token: &Token,
+    ) -> Result<Outcome, OpId> {
+        let now = self.net.now();
+        self.drain(now);
+        self.take_inbox(now);
+        let id = self.submit(kind, resource, token, Waiter::Local, now);
+        self.flush(now);
+        self.drive(|e| e.is_done(id) || e.is_waiting(id));
+        if self.is_done(id) {
+            return Ok(self
+                .take(id)
+                .expect("a local operation keeps its outcome until taken"));
+        }
+        Err(id)
+    }
+
+    /// Hands the undecided waiting operation `id` to `slot`: its outcome goes there, and the
+    /// slot's thread is unparked.
+    pub fn adopt(&mut self, id: OpId, slot: Arc<Slot>) {
+        let op = &mut self.core.ops[id.index as usize];
+        debug_assert!(matches!(op.waiter, Waiter::Local) && !op.done);
+        op.waiter = Waiter::Slot(slot);
+        self.core.waiting += 1;
+    }
+
+    /// Runs several local operations side by side to their outcomes: every node gets all their
+    /// requests in one write. An outcome is `None` only if its slot was lost (a bug).
+    pub fn run_all<'r>(
+        &mut self,
+        requests: impl IntoIterator<Item = (ReqKind, &'r [u8], Token)>,
+    ) -> Vec<Option<Outcome>> {
+        let now = self.net.now();
+        self.drain(now);
+        let ids: Vec<OpId> = requests
+            .into_iter()
+            .map(|(kind, resource, token)| self.submit(kind, resource, &token, Waiter::Local, now))
+            .collect();
+        self.flush(now);
+        self.drive(|e| ids.iter().all(|&id| e.is_done(id)));
+        ids.into_iter().map(|id| self.take(id)).collect()
+    }
+
+    /// Drives until every release is confirmed or `deadline` passes.
+    pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
+        let before = self.core.confirmed;
+        // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
+        let now = self.net.now();
+        for kept in std::mem::take(&mut self.keeps.locks) {
+            if kept.end_by_holder() {
+                let (resource, token) = (kept.base().resource(), *kept.base().token());
+                self.submit(ReqKind::Release, resource, &token, Waiter::None, now);
+            }
+        }
+        self.keeps.next = None;
+        self.drive_until(deadline, |e| {
+            e.unconfirmed_live(e.net.now()) == 0 && e.waiting() == 0
+        });
+        Shutdown {
+            confirmed: self.core.confirmed - before,
+            unconfirmed: self.unconfirmed_live(self.net.now()) as u64,
+        }
+    }
+}
+
+/// A seed for the waits' pauses: differs between processes and engines.
+fn seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let here = &nanos as *const u64 as u64;
+    nanos ^ (u64::from(std::process::id()) << 32) ^ here.rotate_left(17)
+}
+
+/// Encodes `args` as bulk strings (no array header): the tail of a script call.
+fn script_call<'a>(
+    buf: &'a mut BytesMut,
+    script: &'a Script,
+    tag: u64,
+    args: &[Arg<'_>],
+) -> ScriptCall<'a> {
+    buf.clear();
+    buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
+    for arg in args {
+        crate::resp::encode_bulk(buf, arg);
+    }
+    ScriptCall {
+        script,
+        tag,
+        tail: buf,
+        argc: args.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip_and_never_collide_with_the_handshake() {
+        let id = OpId { index: 0, seq: 7 };
+        assert_ne!(id.tag(), 0);
+        assert_eq!(OpId::from_tag(id.tag()), Some(id));
+        assert_eq!(OpId::from_tag(0), None);
+        let big = OpId {
+            index: u32::MAX - 1,
+            seq: u32::MAX,
+        };
+        assert_eq!(OpId::from_tag(big.tag()), Some(big));
+    }
+}

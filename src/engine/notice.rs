@@ -1,0 +1,221 @@
+//! Release notices for waiters: the `SUBSCRIBE` to `redlock:released:<resource>` on every node
+//! (switching a RESP2 connection to RESP3 first, where a subscribed connection still runs every
+//! command), the waiting mark that makes a release publish (`keys.rs`), and what replies tell
+//! about contended resources — notices, and how many clients a release of ours reached.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+
+use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
+use crate::net::Net;
+use crate::resp::{Arg, Frame};
+use crate::session::{Delivery, Kind, MARK_SCRIPT, ScriptCall, scripts};
+use crate::wait::Seen;
+
+use super::op::Core;
+use super::{Engine, node_bit};
+
+/// Bounds of a waiting mark's life (see [`Engine::mark_waiting`]).
+const MIN_MARK_TTL: Duration = Duration::from_secs(1);
+const MAX_MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+
+impl<N: Net> Engine<N> {
+    /// What replies told about contended resources: notices bring the waiting head's attempt;
+    /// a release of ours that reached other clients' subscriptions says that others wait.
+    pub(super) fn take_events(&mut self, now: Instant) {
+        if self.core.notices.is_empty() && self.core.listened.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut self.core.events);
+        let mut notices = std::mem::take(&mut self.core.notices);
+        let mut listened = std::mem::take(&mut self.core.listened);
+        for &(start, end, listeners) in &listened {
+            if let Some(q) = self.waits.get_mut(&events[start..end]) {
+                // Our own subscription on that node is one of them.
+                q.remote = listeners > u64::from(q.subscribed != 0);
+            }
+        }
+        for &(start, end) in &notices {
+            self.released(&events[start..end], now, Seen::Notice);
+        }
+        notices.clear();
+        listened.clear();
+        self.core.notices = notices;
+        self.core.listened = listened;
+        let mut events = events;
+        events.clear();
+        self.core.events = events;
+    }
+
+    /// True if `node`'s connection speaks RESP3 (where a subscribed connection still runs
+    /// every command).
+    fn speaks_resp3(&self, node: usize) -> bool {
+        self.shared.nodes[node].protocol == 3
+            || self.core.resp3[node] == Some(self.net.session(node).generation())
+    }
+
+    /// Switches `node`'s RESP2 connection to RESP3 (`HELLO 3`) unless that is under way.
+    fn upgrade(&mut self, node: usize, now: Instant) {
+        let generation = self.net.session(node).generation();
+        if self.upgrading[node] == Some(generation) {
+            return;
+        }
+        let mut hello = BytesMut::new();
+        crate::resp::encode_command(&mut hello, &[Arg::Bytes(b"HELLO"), Arg::Bytes(b"3")]);
+        let Engine { net, core, .. } = self;
+        if net
+            .request(node, Kind::Upgrade, 0, &hello, now, &mut core.sink())
+            .is_ok()
+        {
+            self.upgrading[node] = Some(generation);
+        }
+    }
+
+    /// `SUBSCRIBE` (or `UNSUBSCRIBE`) to the release notices of `resource` on the nodes in
+    /// `nodes` that are ready, speak RESP3 and allow it; the others are switched to RESP3 and
+    /// subscribed later by [`Engine::resubscribe`].
+    pub(super) fn subscription(&mut self, verb: &[u8], resource: &[u8], nodes: u64, now: Instant) {
+        let n = self.shared.nodes.len();
+        let mut ready = 0;
+        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+            if self.core.no_notices[node] || !self.net.session(node).is_ready() {
+                continue;
+            }
+            if self.speaks_resp3(node) {
+                ready |= node_bit(node);
+            } else if verb == b"SUBSCRIBE" {
+                self.upgrade(node, now);
+            }
+        }
+        let Engine {
+            net, core, scratch, ..
+        } = self;
+        scratch.clear();
+        let prefix = RELEASE_CHANNEL_PREFIX.as_bytes();
+        crate::resp::encode_array_header(scratch, 2);
+        crate::resp::encode_bulk(scratch, &Arg::Bytes(verb));
+        // The channel, `prefix + resource`, as one bulk string without a copy.
+        let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
+        scratch.extend_from_slice(prefix);
+        scratch.extend_from_slice(resource);
+        scratch.extend_from_slice(b"\r\n");
+        for node in (0..n).filter(|&i| ready & node_bit(i) != 0) {
+            let _ = net.request(node, Kind::Subscribe, 0, scratch, now, &mut core.sink());
+        }
+    }
+
+    /// The mark script (`keys.rs`: `redlock:waiting:<resource>` set to the mark value with a
+    /// TTL, only where no key or a mark is) on the nodes in `nodes` that are ready and take
+    /// subscriptions: the mark that makes a release publish its notice (see `RELEASE_BODY`).
+    /// It outlives two fallback polls (at least a second), so a waiter that polls keeps it; a
+    /// release takes it. The reply is not waited for.
+    pub(super) fn mark_waiting(&mut self, resource: &[u8], nodes: u64, now: Instant) {
+        let n = self.shared.nodes.len();
+        let config = &self.shared.config;
+        let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
+            .saturating_mul(2)
+            .clamp(MIN_MARK_TTL, MAX_MARK_TTL);
+        let Engine {
+            net, core, scratch, ..
+        } = self;
+        scratch.clear();
+        let prefix = WAITING_KEY_PREFIX.as_bytes();
+        // The script's tail: numkeys 1, the key `prefix + resource` as one bulk string
+        // without a copy, the TTL.
+        crate::resp::encode_bulk(scratch, &Arg::Int(1));
+        let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
+        scratch.extend_from_slice(prefix);
+        scratch.extend_from_slice(resource);
+        scratch.extend_from_slice(b"\r\n");
+        crate::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
+        let call = ScriptCall {
+            script: &scripts()[MARK_SCRIPT],
+            tag: 0,
+            tail: scratch,
+            argc: 3,
+        };
+        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+            if core.no_notices[node] || !net.session(node).is_ready() {
+                continue;
+            }
+            let _ = net.script(node, call, now, &mut core.sink());
+        }
+    }
+
+    /// Subscribes on connections that have none of our subscriptions yet (new since, or just
+    /// switched to RESP3); the head of each queue subscribed there tries once more, behind the
+    /// subscription, in case a release came before it.
+    pub(super) fn resubscribe(&mut self, now: Instant) {
+        for node in 0..self.shared.nodes.len() {
+            let session = self.net.session(node);
+            let generation = session.generation();
+            if !session.is_ready() || generation == self.sub_gen[node] || self.core.no_notices[node]
+            {
+                continue;
+            }
+            let bit = node_bit(node);
+            if !self.waits.iter().any(|(_, q)| q.subscribed & bit != 0) {
+                continue;
+            }
+            if !self.speaks_resp3(node) {
+                self.upgrade(node, now);
+                continue;
+            }
+            self.sub_gen[node] = generation;
+            // Rare (a new connection): the copies may allocate.
+            let mut resources: Vec<Vec<u8>> = (self.waits.iter())
+                .filter(|(_, q)| q.subscribed & bit != 0)
+                .map(|(r, _)| r.clone())
+                .collect();
+            resources.sort();
+            for resource in &resources {
+                self.subscription(b"SUBSCRIBE", resource, bit, now);
+                self.released(resource, now, Seen::Notice);
+            }
+        }
+    }
+}
+
+impl Core {
+    /// A delivery of the pub/sub machinery (a notice, a refused `SUBSCRIBE` or `HELLO 3`, the
+    /// switch to RESP3): handled here, `true`. Anything else: `false`.
+    pub(super) fn on_pubsub(&mut self, node: usize, d: &Delivery<'_>, now: Instant) -> bool {
+        match (d.kind, &d.reply) {
+            (Kind::Notice, Ok(Frame::Aggregate(push))) => {
+                // Not from a node in its restart quarantine: no attempt can win there, and the
+                // notice may be our own lost attempt's cleanup, whose yes there came after the
+                // round was lost (so `Engine::quiet_release` did not know to keep it quiet) —
+                // heard by our own subscription, it brought the next attempt at once, again and
+                // again. The holder's release also publishes on the other nodes.
+                if let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+                    && watch
+                        .quarantine_left(window, d.generation, d.info, now)
+                        .is_some()
+                {
+                    return true;
+                }
+                // `message`, channel, payload.
+                if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
+                    && let Some(resource) = channel.strip_prefix(RELEASE_CHANNEL_PREFIX.as_bytes())
+                {
+                    let start = self.events.len();
+                    self.events.extend_from_slice(resource);
+                    self.notices.push((start, self.events.len()));
+                }
+                true
+            }
+            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(_))) => {
+                self.no_notices[node] = true;
+                true
+            }
+            (Kind::Upgrade, Ok(_)) => {
+                self.resp3[node] = Some(d.generation);
+                true
+            }
+            (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => true,
+            _ => false,
+        }
+    }
+}

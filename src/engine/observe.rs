@@ -1,0 +1,127 @@
+//! What the engine counts and tells: each decided operation into the metrics (`stats.rs`) and
+//! as an event (`event.rs`), and each reply into its node's counters.
+
+use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
+use crate::error::{Error, NodeFault};
+use crate::event::event;
+use crate::lock::Votes;
+use crate::request::Outcome;
+use crate::resp::Frame;
+use crate::session::Kind;
+use crate::stats::{self, Ending, Metrics};
+
+use super::op::{Op, OpKind, Waiter};
+
+/// Counts a decided operation (acquire, extend, a release somebody waits for) and tells its
+/// event.
+pub(super) fn observe(
+    metrics: &Metrics,
+    nodes: &[NodeAddr],
+    op: &Op,
+    outcome: &Outcome,
+    now: Instant,
+) {
+    let latency = now.saturating_duration_since(op.start);
+    let ending = |e: &Error| match e {
+        Error::Held(_) => Ending::Refused,
+        Error::NoQuorum(_) => Ending::NoQuorum,
+        _ => Ending::Failed,
+    };
+    match (op.kind, outcome) {
+        (OpKind::Acquire, Outcome::Acquired(Ok(grant))) => {
+            metrics.op(stats::OpKind::Acquire, Ending::Ok, latency);
+            if !matches!(op.waiter, Waiter::Attempt(_)) {
+                // A waiting acquire's is told when its attempt is applied, with its attempts.
+                acquired_event(nodes, &op.resource, 1, latency, grant.votes);
+            }
+        }
+        (OpKind::Acquire, Outcome::Acquired(Err(e))) => {
+            metrics.op(stats::OpKind::Acquire, ending(e), latency);
+            failed_event(&op.resource, "acquire", e);
+        }
+        (OpKind::Extend, Outcome::Extended(_, Ok(()))) => {
+            metrics.op(stats::OpKind::Extend, Ending::Ok, latency);
+            event!(Debug, event = "extended", resource:% = op.resource.escape_ascii(),
+                latency_us = latency.as_micros() as u64;
+                "{}: extended in {latency:?}", op.resource.escape_ascii());
+        }
+        (OpKind::Extend, Outcome::Extended(_, Err(e))) => {
+            metrics.op(stats::OpKind::Extend, ending(e), latency);
+            failed_event(&op.resource, "extend", e);
+        }
+        (OpKind::Release, Outcome::Released(released)) if !matches!(op.waiter, Waiter::None) => {
+            let ending = if *released > 0 {
+                Ending::Ok
+            } else {
+                Ending::Refused
+            };
+            metrics.op(stats::OpKind::Release, ending, latency);
+            event!(Debug, event = "released", resource:% = op.resource.escape_ascii(),
+                released = *released, latency_us = latency.as_micros() as u64;
+                "{}: released on {released} node(s) in {latency:?}", op.resource.escape_ascii());
+        }
+        _ => {}
+    }
+}
+
+/// The event of an acquire that won: after how many attempts and how long, and which nodes
+/// said yes, refused, or were unreachable.
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+pub(super) fn acquired_event(
+    nodes: &[NodeAddr],
+    resource: &[u8],
+    attempts: u32,
+    latency: Duration,
+    votes: Votes,
+) {
+    event!(Debug, event = "acquired", resource:% = resource.escape_ascii(), attempts = attempts,
+        latency_us = latency.as_micros() as u64, yes = votes.yes(), nodes = votes.nodes(),
+        unreachable = votes.unreachable();
+        "{}: acquired after {attempts} attempt(s) in {latency:?}; yes from {}{}",
+        resource.escape_ascii(), crate::event::NodeList(nodes, votes, crate::LockVote::Yes),
+        crate::event::Unreachable(nodes, votes));
+}
+
+/// The event of an acquire or extend that failed: held elsewhere (`debug`: routine under
+/// contention), no quorum (`warn`, each node's fault), anything else (`info`).
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+fn failed_event(resource: &[u8], what: &'static str, e: &Error) {
+    let resource = resource.escape_ascii();
+    match (what, e) {
+        ("acquire", Error::Held(_)) => {
+            event!(Debug, event = "refused", resource:% = resource; "{resource}: {e}");
+        }
+        (_, Error::NoQuorum(_)) => {
+            event!(Warn, event = "no_quorum", resource:% = resource, operation = what;
+                "{resource}: {what}: {e}");
+        }
+        ("acquire", _) => {
+            event!(Info, event = "acquire_failed", resource:% = resource; "{resource}: {e}");
+        }
+        _ => {
+            event!(Info, event = "extend_failed", resource:% = resource; "{resource}: {e}");
+        }
+    }
+}
+
+/// Counts one reply (or fault) of node `counters`' connection.
+pub(super) fn count_reply(
+    counters: &stats::NodeCounters,
+    kind: Kind,
+    reply: &Result<Frame<'_>, &NodeFault>,
+) {
+    let counter = match (kind, reply) {
+        (_, Err(NodeFault::Timeout)) => &counters.timeouts,
+        (_, Err(_)) => &counters.failures,
+        (_, Ok(Frame::Error(_))) => &counters.errors,
+        (Kind::Set, Ok(Frame::Simple("OK"))) => &counters.ok,
+        (Kind::Set, Ok(Frame::Null)) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(0))) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(_) | Frame::Aggregate(_))) => &counters.ok,
+        (Kind::Command, Ok(_)) => &counters.ok,
+        _ => &counters.errors,
+    };
+    counter.bump();
+}

@@ -1,0 +1,352 @@
+//! The slab of operations and the routing of what the network delivers: a reply or a failure
+//! goes to the operation whose request it answers (the request's tag is the slot's index and
+//! sequence number), and from there to the file of its kind.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
+use crate::error::NodeFault;
+use crate::fence::Flaw;
+use crate::kept::Kept;
+use crate::mailbox::Slot;
+use crate::quarantine::NodeWatch;
+use crate::repair::Repair;
+use crate::request::{OpId, Outcome};
+use crate::session::{Delivery, FENCE_WRITE_SCRIPT, Kind};
+use crate::stats::Metrics;
+use crate::token::Token;
+
+use super::fence::{Fencing, Stage};
+use super::ledger::Ledger;
+use super::observe::count_reply;
+use super::release::Release;
+use super::status::StatusReplies;
+use super::votes::Ballot;
+use super::{RESOURCE_CAPACITY, node_bit};
+
+/// Who waits for an operation.
+#[derive(Debug)]
+pub(crate) enum Waiter {
+    /// Nobody: a release after a lost acquire, a release of the ledger.
+    None,
+    /// The thread driving the engine: the outcome stays in the slab until taken.
+    Local,
+    /// A parked thread: the outcome goes into its slot, and it is unparked.
+    Slot(Arc<Slot>),
+    /// The engine itself: the extend of a kept lock.
+    Keep(Arc<Kept>),
+    /// The engine itself: the release of a kept lock that was lost; its callback runs after.
+    KeepLost(Arc<Kept>),
+    /// The engine itself: an attempt of the waiting acquire `OpId` (see `wait.rs`).
+    Attempt(OpId),
+}
+
+impl Waiter {
+    /// Counted in `Engine::waiting`: somebody (a parked thread, or the engine's own timers)
+    /// needs the loop driven until it is decided.
+    pub fn waits(&self) -> bool {
+        !matches!(self, Waiter::None | Waiter::Local | Waiter::Attempt(_))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Acquire,
+    Extend,
+    Release,
+    Status,
+    /// A waiting acquire: its attempts are acquires of their own (see `wait.rs`).
+    Wait,
+    /// A fence repair: reads, then writes (see `repair.rs`).
+    Repair,
+}
+
+/// One operation: what every kind has, then each kind's own state (a slot is reused by every
+/// kind, so each part is kept, cleared, from one use to the next: no allocation per use).
+#[derive(Debug)]
+pub(super) struct Op {
+    pub seq: u32,
+    pub live: bool,
+    /// The outcome is decided (handed to its waiter, or waiting in `outcome`).
+    pub done: bool,
+    pub kind: OpKind,
+    pub resource: Vec<u8>,
+    pub token: Token,
+    pub start: Instant,
+    /// Extend: the validity before. Status, Wait, Repair: the deadline. Release: when its keys
+    /// expire. Fenced acquire writing back: the validity won.
+    pub until: Instant,
+    /// Acquire, Wait: the TTL (of its attempts); Wait: how many attempts it has made.
+    pub ttl: Duration,
+    pub tries: u32,
+    /// Requests sent and neither answered nor failed yet.
+    pub outstanding: u32,
+    pub waiter: Waiter,
+    pub outcome: Option<Outcome>,
+    /// Acquire, extend: the round (`votes.rs`).
+    pub vote: Ballot,
+    /// Acquire: fencing (`fence.rs`).
+    pub fence: Fencing,
+    /// Release (`release.rs`).
+    pub release: Release,
+    /// Status read (`status.rs`), fence repair (`repair.rs`): allocated on first use.
+    pub status: Option<Box<StatusReplies>>,
+    pub repair: Option<Box<Repair>>,
+}
+
+impl Op {
+    pub fn new(n: usize, now: Instant) -> Op {
+        Op {
+            seq: 0,
+            live: false,
+            done: false,
+            kind: OpKind::Release,
+            // The usual resource name fits: a slot's first use does not allocate.
+            resource: Vec::with_capacity(RESOURCE_CAPACITY),
+            token: Token::EMPTY,
+            start: now,
+            until: now,
+            ttl: Duration::ZERO,
+            tries: 0,
+            outstanding: 0,
+            waiter: Waiter::None,
+            outcome: None,
+            vote: Ballot::new(n, now),
+            fence: Fencing::new(n),
+            release: Release::new(n),
+            status: None,
+            repair: None,
+        }
+    }
+
+    /// Ready for a new operation of `resource` and `token` begun at `now` (each kind then
+    /// sets its own part).
+    pub fn begin(&mut self, (resource, token): (&[u8], &Token), waiter: Waiter, now: Instant) {
+        self.resource.clear();
+        self.resource.extend_from_slice(resource);
+        self.token = *token;
+        self.start = now;
+        self.vote.reset(now);
+        self.waiter = waiter;
+        self.outcome = None;
+        self.outstanding = 0;
+        self.release.reset();
+        self.fence.stage = Stage::Off;
+    }
+
+    /// When this undone operation needs a look although nothing arrives; `None` for a
+    /// waiting acquire (its queue's timers are the waits': `Waits::next`).
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.kind {
+            OpKind::Acquire
+                if self.fence.stage != Stage::Off && self.vote.round.poll_decision().is_some() =>
+            {
+                match self.fence.stage {
+                    // A fenced acquire that won the lock may still wait for counters.
+                    Stage::Reading => self.vote.round.node_deadline(),
+                    // A write-back decided as it was sent (every target failed at once): due
+                    // now.
+                    _ => Some(self.start),
+                }
+            }
+            OpKind::Acquire | OpKind::Extend => self.vote.round.poll_timeout(),
+            OpKind::Release => self.release.deadline(),
+            OpKind::Status => Some(self.until),
+            // A round trip whose every node failed as it was sent: due now.
+            OpKind::Repair if self.repair.as_ref().is_some_and(|r| r.round_done()) => {
+                Some(self.start)
+            }
+            OpKind::Repair => Some(self.until),
+            OpKind::Wait => None,
+        }
+    }
+}
+
+/// True if the operation's async caller dropped its future.
+pub(super) fn is_cancelled(op: &Op) -> bool {
+    matches!(&op.waiter, Waiter::Slot(slot) if slot.is_cancelled())
+}
+
+/// Operations' state that deliveries update (split from the driver, which calls into it).
+pub(super) struct Core {
+    /// The server list (named in duplicate faults).
+    pub nodes: Arc<[NodeAddr]>,
+    pub ops: Vec<Op>,
+    pub free: Vec<u32>,
+    pub watch: Vec<NodeWatch>,
+    /// Per node: missed a release's grace and has not caught up since (not waited for).
+    pub slow: Vec<bool>,
+    /// Nodes (a bit set) that let an acquire's or extend's node timeout pass in silence and
+    /// have not answered anything since: acquires do not wait for them to decide a loss
+    /// (`Round::expect_no_answer_from`).
+    pub silent: u64,
+    pub ledger: Ledger,
+    pub window: Option<Duration>,
+    pub max_pending: usize,
+    pub node_timeout: Duration,
+    /// Undone operations whose waiter is a parked thread or the engine's kept locks.
+    pub waiting: usize,
+    /// Release requests answered / failed (for `shutdown`).
+    pub confirmed: u64,
+    /// What replies told about contended resources, for the waits (taken at every step):
+    /// their names in `events`, as spans; release notices, and releases our notice reached
+    /// `n` clients with.
+    pub events: Vec<u8>,
+    pub notices: Vec<(usize, usize)>,
+    pub listened: Vec<(usize, usize, u64)>,
+    /// Per node: refused our `SUBSCRIBE` (an ACL without the channel) or `HELLO 3` (a server
+    /// before Redis 6): its releases are noticed by polling only.
+    pub no_notices: Vec<bool>,
+    /// Per node: the connection on which `HELLO 3` succeeded (RESP3 from the handshake on, or
+    /// switched for subscribing).
+    pub resp3: Vec<Option<u64>>,
+    /// Fencing: restart tracking for seeding blank counters, its window, and the simulator's
+    /// deliberate flaw.
+    pub fence_watch: Vec<NodeWatch>,
+    pub seed_window: Duration,
+    pub flaw: Flaw,
+    /// Counters and histograms (read by the handles at any time; see `stats.rs`).
+    pub metrics: Arc<Metrics>,
+    /// Per node: the connection on which a quarantined yes was last reported (`warn` once per
+    /// connection, not once per acquire).
+    pub quarantine_told: Vec<u64>,
+}
+
+impl Core {
+    /// What the `Net` hands every reply and fault to, stamped with the time of its clock.
+    pub fn sink(&mut self) -> impl for<'a> FnMut(usize, Instant, Delivery<'a>) + '_ {
+        |i, now, d| self.on_delivery(i, d, now)
+    }
+
+    pub fn alloc(&mut self, n: usize, now: Instant) -> OpId {
+        let index = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.ops.push(Op::new(n, now));
+                self.ops.len() - 1
+            }
+        };
+        let op = &mut self.ops[index];
+        op.seq = op.seq.wrapping_add(1);
+        op.live = true;
+        op.done = false;
+        OpId {
+            index: index as u32,
+            seq: op.seq,
+        }
+    }
+
+    /// Records the outcome of queuing one request.
+    pub fn sent(&mut self, id: OpId, node: usize, sent: Result<(), NodeFault>, now: Instant) {
+        let counters = self.metrics.node(node);
+        counters.requests.bump();
+        match sent {
+            Ok(()) => self.ops[id.index as usize].outstanding += 1,
+            Err(fault) => {
+                counters.failures.bump();
+                self.fail(id, node, fault, now);
+            }
+        }
+    }
+
+    /// A request that failed: a vote lost, a release to remember.
+    pub fn fail(&mut self, id: OpId, node: usize, fault: NodeFault, now: Instant) {
+        let op = &mut self.ops[id.index as usize];
+        match op.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                if !op.done {
+                    op.vote.fail(node, fault, now);
+                }
+            }
+            OpKind::Release => self.release_failed(id.index as usize, node),
+            OpKind::Status => {
+                if let Some(status) = op.status.as_mut() {
+                    status.fail(node, fault, now);
+                }
+            }
+            OpKind::Repair => {
+                if let Some(repair) = op.repair.as_mut().filter(|_| !op.done) {
+                    repair.fail(node, fault);
+                }
+            }
+            // Sends nothing of its own.
+            OpKind::Wait => {}
+        }
+    }
+
+    /// A reply (or a fault) for a request of operation `d.tag`, or a delivery of the pub/sub
+    /// machinery (`notice.rs`).
+    fn on_delivery(&mut self, node: usize, d: Delivery<'_>, now: Instant) {
+        if d.reply.is_ok() {
+            // It answers again: waited for again.
+            self.silent &= !node_bit(node);
+        }
+        if self.on_pubsub(node, &d, now) {
+            return;
+        }
+        if !d.withdrawn {
+            count_reply(self.metrics.node(node), d.kind, &d.reply);
+        }
+        let Some(id) = OpId::from_tag(d.tag) else {
+            return;
+        };
+        let Some(op) = self.ops.get_mut(id.index as usize) else {
+            return;
+        };
+        if op.seq != id.seq || !op.live {
+            return;
+        }
+        if op.fence.stage == Stage::Writing && d.kind != Kind::Script(FENCE_WRITE_SCRIPT) {
+            // A late answer of the first round trip of a fenced acquire that has moved on to
+            // its write-back: nothing more to learn from it (a late yes is released with the
+            // lock, on every node).
+            if !d.withdrawn {
+                op.outstanding = op.outstanding.saturating_sub(1);
+            }
+            return;
+        }
+        if d.withdrawn {
+            return Self::withdraw(op, node, &d, now);
+        }
+        op.outstanding = op.outstanding.saturating_sub(1);
+        let index = id.index as usize;
+        match op.kind {
+            OpKind::Acquire | OpKind::Extend => self.on_vote(index, node, &d, now),
+            OpKind::Release => self.on_release_reply(id, node, &d, now),
+            OpKind::Status => {
+                if let Some(status) = op.status.as_mut() {
+                    let watch = &mut self.watch[node];
+                    status.on_reply(node, &d, (self.window, watch), now);
+                }
+            }
+            OpKind::Repair => self.on_repair_reply(index, node, &d),
+            OpKind::Wait => {}
+        }
+    }
+
+    /// Node `node`'s answer to `op` came with surplus frames or garbage: it does not count.
+    fn withdraw(op: &mut Op, node: usize, d: &Delivery<'_>, now: Instant) {
+        let fault = d.reply.as_ref().err().copied();
+        match op.kind {
+            OpKind::Acquire | OpKind::Extend => {
+                if !op.done {
+                    op.fence.reads.forget(node);
+                    op.vote.withdraw(node, fault, now);
+                }
+            }
+            OpKind::Release => op.release.withdraw(node),
+            OpKind::Status => {
+                if let (Some(status), Some(fault)) = (op.status.as_mut(), fault) {
+                    status.withdraw(node, fault, now);
+                }
+            }
+            OpKind::Repair => {
+                if let (Some(repair), Some(fault), false) = (op.repair.as_mut(), fault, op.done) {
+                    repair.withdraw(node, fault.clone());
+                }
+            }
+            OpKind::Wait => {}
+        }
+    }
+}

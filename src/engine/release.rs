@@ -1,0 +1,309 @@
+//! A release: the compare-and-delete script on every node (with the notice for waiters:
+//! `RELEASE_BODY`; without it: `QUIET_RELEASE_BODY`). Every node gets it; a caller waiting for
+//! it waits for each node at most its grace. A release whose connection failed or refused it
+//! goes into the ledger (`ledger.rs`). The releases of lost acquires go out here too
+//! ([`Engine::release_lost`]).
+
+use std::time::{Duration, Instant};
+
+use crate::error::NodeFault;
+use crate::net::Net;
+use crate::request::{OpId, Outcome, ReqKind};
+use crate::resp::{Arg, Frame};
+use crate::round::deadline_after;
+use crate::session::{Delivery, QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, scripts};
+use crate::token::Token;
+
+use super::op::{Core, OpKind, Waiter};
+use super::{Engine, node_bit, script_call};
+
+/// A release waits for a node still answering earlier requests this many of the last round's
+/// durations (at least a tenth of the node timeout, at most all of it, and never under
+/// `MIN_RELEASE_GRACE`): a healthy straggler makes it.
+const RELEASE_GRACE_ROUNDS: u32 = 4;
+const RELEASE_GRACE_FLOOR_SHARE: u32 = 10;
+const MIN_RELEASE_GRACE: Duration = Duration::from_millis(1);
+
+/// Per node, for a release: until when its answer is waited for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Answered, failed, or not waited for.
+    No,
+    /// Waited for until then; `behind` if it still owed earlier replies when the release was
+    /// sent (so missing the deadline marks it slow).
+    Until(Instant, bool),
+}
+
+/// A release's state.
+#[derive(Debug)]
+pub(super) struct Release {
+    pub wait: Vec<Wait>,
+    /// The nodes that deleted our key, as a set and a count.
+    pub counted: u64,
+    pub released: usize,
+}
+
+impl Release {
+    pub fn new(n: usize) -> Release {
+        Release {
+            wait: vec![Wait::No; n],
+            counted: 0,
+            released: 0,
+        }
+    }
+
+    pub fn reset(&mut self) {
+        self.counted = 0;
+        self.released = 0;
+        self.wait.fill(Wait::No);
+    }
+
+    /// The earliest grace still running.
+    pub fn deadline(&self) -> Option<Instant> {
+        (self.wait.iter())
+            .filter_map(|w| match w {
+                Wait::Until(t, _) => Some(*t),
+                Wait::No => None,
+            })
+            .min()
+    }
+
+    /// Ends the graces that have passed at `now` (a node that was behind and missed its grace
+    /// is marked in `slow`); the outcome once none is left.
+    pub fn graces(&mut self, slow: &mut [bool], now: Instant) -> Option<Outcome> {
+        let mut open = false;
+        for (node, wait) in self.wait.iter_mut().enumerate() {
+            if let Wait::Until(t, behind) = *wait {
+                if t <= now {
+                    *wait = Wait::No;
+                    if behind {
+                        slow[node] = true;
+                    }
+                } else {
+                    open = true;
+                }
+            }
+        }
+        (!open).then_some(Outcome::Released(self.released))
+    }
+
+    /// Node `node`'s answer was taken back (it came with surplus frames or garbage).
+    pub fn withdraw(&mut self, node: usize) {
+        if self.counted & node_bit(node) != 0 {
+            self.counted &= !node_bit(node);
+            self.released -= 1;
+        }
+    }
+
+    /// Node `node` answered `frame`: it deleted our key if the answer is odd (1 + 2 × the
+    /// clients our release notice reached: see `RELEASE_BODY`). Returns those clients, if our
+    /// key was deleted there.
+    pub fn answered(&mut self, node: usize, frame: &Frame<'_>) -> Option<u64> {
+        self.wait[node] = Wait::No;
+        match frame {
+            Frame::Integer(answer) if answer & 1 == 1 && self.counted & node_bit(node) == 0 => {
+                self.counted |= node_bit(node);
+                self.released += 1;
+                Some((answer >> 1) as u64)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl<N: Net> Engine<N> {
+    /// Queues release `id` to the nodes in `targets`. It waits for each node for a while only
+    /// if somebody waits for it: every node gets the release, but a node still answering
+    /// earlier requests gets a short grace, and one that missed it before is not waited for
+    /// until it has caught up.
+    pub(super) fn start_release(
+        &mut self,
+        id: OpId,
+        (resource, token): (&[u8], &Token),
+        targets: u64,
+        now: Instant,
+    ) {
+        let n = self.shared.nodes.len();
+        let config = &self.shared.config;
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Release;
+        op.until =
+            (self.replay_until.take()).unwrap_or_else(|| deadline_after(now, config.longest_ttl()));
+        let Engine {
+            net,
+            core,
+            scratch,
+            shared,
+            last_round,
+            quiet_release,
+            ..
+        } = self;
+        let config = &shared.config;
+        // With the notice for waiters, or without it (see `Config::release_notices`, and
+        // `Engine::quiet_release`).
+        let quiet = std::mem::take(quiet_release) || !config.release_notices;
+        let script = &scripts()[if quiet {
+            QUIET_RELEASE_SCRIPT
+        } else {
+            RELEASE_SCRIPT
+        }];
+        let call = script_call(
+            scratch,
+            script,
+            id.tag(),
+            &[
+                Arg::Int(1),
+                Arg::Bytes(resource),
+                Arg::Bytes(token.as_bytes()),
+            ],
+        );
+        let timeout = config.node_timeout_for(config.ttl);
+        // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
+        // loaded machine makes it; a slow node pays it once, then is not waited for.
+        let floor = (timeout / RELEASE_GRACE_FLOOR_SHARE).max(MIN_RELEASE_GRACE);
+        let grace = (*last_round * RELEASE_GRACE_ROUNDS).clamp(floor, timeout);
+        let waited = !matches!(core.ops[id.index as usize].waiter, Waiter::None);
+        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+            let behind = net.session(node).pending() > 0;
+            if !behind {
+                core.slow[node] = false;
+            }
+            let sent = net.script(node, call, now, &mut core.sink());
+            let ok = sent.is_ok();
+            core.sent(id, node, sent, now);
+            if ok && waited && !core.slow[node] {
+                let until = if behind { now + grace } else { now + timeout };
+                core.ops[id.index as usize].release.wait[node] = Wait::Until(until, behind);
+            }
+        }
+    }
+
+    /// Releases everywhere at once the acquires lost in this turn (`lost`) — refused and
+    /// silent nodes too, since a late yes may still come — without anybody waiting for the
+    /// replies; quietly (no notice) on the nodes in their restart quarantine
+    /// (see `Engine::quiet_release`).
+    ///
+    /// Every lost acquire's resource and token are copied out before the first release is
+    /// submitted: the acquires' slots may already be free, and a release may get the slot of a
+    /// lost acquire whose own release is still to come (it once did, and released the first
+    /// token twice and the second never: its keys lived out their TTL).
+    pub(super) fn release_lost(&mut self, now: Instant) {
+        let mut resources = std::mem::take(&mut self.resource);
+        let mut releases = std::mem::take(&mut self.releases);
+        resources.clear();
+        releases.clear();
+        let n = self.shared.nodes.len();
+        for &index in &self.lost {
+            let op = &self.core.ops[index as usize];
+            let start = resources.len();
+            resources.extend_from_slice(&op.resource);
+            let quiet = (0..n)
+                .filter(|&i| {
+                    matches!(
+                        op.vote.faults[i].as_ref().map(NodeFault::root),
+                        Some(NodeFault::Quarantined(_))
+                    )
+                })
+                .fold(0, |m, i| m | node_bit(i));
+            releases.push((start, resources.len(), op.token, quiet));
+        }
+        let all = self.all_nodes();
+        for &(start, end, token, quiet) in &releases {
+            // Not `submit`: a lost attempt's release does not hand the resource to a waiter.
+            for (targets, silently) in [(all & !quiet, false), (quiet, true)] {
+                if targets == 0 {
+                    continue;
+                }
+                self.quiet_release = silently;
+                let resource = &resources[start..end];
+                self.submit_to(
+                    ReqKind::Release,
+                    resource,
+                    &token,
+                    Waiter::None,
+                    targets,
+                    now,
+                );
+                self.quiet_release = false;
+            }
+        }
+        self.resource = resources;
+        self.releases = releases;
+    }
+}
+
+impl Core {
+    /// Node `node` answered release `index` (or its request failed: then into the ledger).
+    pub(super) fn on_release_reply(
+        &mut self,
+        id: OpId,
+        node: usize,
+        d: &Delivery<'_>,
+        now: Instant,
+    ) {
+        let frame = match &d.reply {
+            Ok(frame) => frame,
+            Err(fault) => {
+                let fault = (*fault).clone();
+                return self.fail(id, node, fault, now);
+            }
+        };
+        self.confirmed += 1;
+        let op = &mut self.ops[id.index as usize];
+        if now.saturating_duration_since(op.start) < self.node_timeout {
+            // Keeping up (within the node timeout), even if this release did not wait for it:
+            // waited for again next time. Under constant load its queue never drains, so this
+            // is how a slow node gets back.
+            self.slow[node] = false;
+        }
+        if let Some(listeners) = op.release.answered(node, frame)
+            && listeners > 0
+        {
+            let start = self.events.len();
+            self.events.extend_from_slice(&op.resource);
+            self.listened.push((start, self.events.len(), listeners));
+        }
+    }
+
+    /// A release's request to `node` failed: remembered in the ledger, even past the key's
+    /// TTL (a node that comes back may still run a `SET` that was in its socket buffer: see
+    /// `Engine::flush_ledger`).
+    pub(super) fn release_failed(&mut self, index: usize, node: usize) {
+        let op = &mut self.ops[index];
+        op.release.wait[node] = Wait::No;
+        let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
+        self.ledger
+            .add(node, resource, token, expires, self.max_pending);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_waits_for_each_node_until_its_grace_and_marks_a_straggler_slow() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let mut release = Release::new(3);
+        release.wait[0] = Wait::Until(now + ms(5), false);
+        release.wait[1] = Wait::Until(now + ms(1), true);
+        let mut slow = [false; 3];
+        // Node 2 is not waited for; node 0 answers (deleted: 1 + 2 × 2 listeners).
+        assert_eq!(release.answered(0, &Frame::Integer(5)), Some(2));
+        assert_eq!(release.deadline(), Some(now + ms(1)));
+        assert!(
+            release.graces(&mut slow, now).is_none(),
+            "node 1 still has its grace"
+        );
+        // Node 1 misses its grace: behind when the release went out, so now slow.
+        let outcome = release.graces(&mut slow, now + ms(1));
+        assert!(matches!(outcome, Some(Outcome::Released(1))), "{outcome:?}");
+        assert_eq!(slow, [false, true, false]);
+        // The same answer twice counts once; a withdrawn one not at all; 0 is "not ours".
+        assert_eq!(release.answered(0, &Frame::Integer(1)), None);
+        assert_eq!(release.answered(2, &Frame::Integer(0)), None);
+        release.withdraw(0);
+        assert_eq!((release.counted, release.released), (0, 0));
+    }
+}

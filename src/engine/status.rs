@@ -1,0 +1,254 @@
+//! A status read: `GET`, `PTTL` and `HMGET redlock:fence run n` of a resource on every node,
+//! each node's answers gathered until all came or the deadline passed.
+
+use std::time::{Duration, Instant};
+
+use crate::addr::NodeAddr;
+use crate::error::NodeFault;
+use crate::fence::FENCE_KEY;
+use crate::net::Net;
+use crate::quarantine::NodeWatch;
+use crate::request::{NodeFence, NodeStatus, OpId, Outcome};
+use crate::resp::{Arg, Frame};
+use crate::round::deadline_after;
+use crate::session::{Delivery, Kind};
+
+use super::op::OpKind;
+use super::{Engine, node_bit};
+
+/// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
+#[derive(Debug, Default)]
+pub(super) struct StatusReplies {
+    /// Per node: its uptime and restart quarantine left, as of its first reply.
+    restart: Vec<(Option<Duration>, Option<Duration>)>,
+    values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
+    ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+    fences: Vec<Option<Option<NodeFence>>>,
+}
+
+impl StatusReplies {
+    fn reset(&mut self, n: usize) {
+        self.values.clear();
+        self.values.resize(n, None);
+        self.ttls.clear();
+        self.ttls.resize(n, None);
+        self.fences.clear();
+        self.fences.resize(n, None);
+        self.restart.clear();
+        self.restart.resize(n, (None, None));
+    }
+
+    /// Every answer still missing from `node` is `fault`.
+    pub fn fail(&mut self, node: usize, fault: NodeFault, now: Instant) {
+        self.values[node].get_or_insert(Err(fault.clone()));
+        self.ttls[node].get_or_insert((Err(fault), now));
+        self.fences[node].get_or_insert(None);
+    }
+
+    /// `node`'s answers were taken back (surplus frames or garbage): all are `fault`.
+    pub fn withdraw(&mut self, node: usize, fault: &NodeFault, now: Instant) {
+        self.values[node] = Some(Err(fault.clone()));
+        self.ttls[node] = Some((Err(fault.clone()), now));
+        self.fences[node] = Some(None);
+    }
+
+    /// `node`'s next answer, in the order asked: the value, its TTL, the fence counter. The
+    /// first also tells the node's uptime and restart quarantine (from `watch`, if the
+    /// quarantine is on: `window`).
+    pub fn on_reply(
+        &mut self,
+        node: usize,
+        d: &Delivery<'_>,
+        restart: (Option<Duration>, &mut NodeWatch),
+        now: Instant,
+    ) {
+        let unexpected = |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
+        if self.values[node].is_none() {
+            if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
+                let uptime = info.uptime + now.saturating_duration_since(info.seen);
+                let (window, watch) = restart;
+                let left = window
+                    .and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
+                self.restart[node] = (Some(uptime), left);
+            }
+            self.values[node] = Some(match &d.reply {
+                Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
+                Ok(Frame::Null) => Ok(None),
+                Ok(other) => Err(unexpected(other)),
+                Err(f) => Err((*f).clone()),
+            });
+        } else if self.ttls[node].is_none() {
+            let pttl = match &d.reply {
+                Ok(Frame::Integer(ms)) => Ok(*ms),
+                Ok(other) => Err(unexpected(other)),
+                Err(f) => Err((*f).clone()),
+            };
+            self.ttls[node] = Some((pttl, now));
+        } else if self.fences[node].is_none() {
+            self.fences[node] = Some(fence_of(d));
+        }
+    }
+
+    /// The status, once every node answered everything or `until` has passed (`start`: when
+    /// the questions went out).
+    pub fn outcome(
+        &mut self,
+        nodes: &[NodeAddr],
+        (start, until): (Instant, Instant),
+        now: Instant,
+    ) -> Option<Outcome> {
+        if !self.fences.iter().all(Option::is_some) && until > now {
+            return None;
+        }
+        let status = (0..nodes.len())
+            .map(|node| {
+                let (pttl, at) = self.ttls[node]
+                    .take()
+                    .unwrap_or((Err(NodeFault::Timeout), until));
+                let value = self.values[node].take().unwrap_or(Err(NodeFault::Timeout));
+                let (uptime, quarantine) = self.restart[node];
+                NodeStatus {
+                    node: nodes[node].to_string(),
+                    state: value.and_then(|v| pttl.map(|t| (v, t))),
+                    rtt: at.saturating_duration_since(start),
+                    fence: self.fences[node].take().flatten(),
+                    uptime,
+                    quarantine,
+                }
+            })
+            .collect();
+        Some(Outcome::Status(status))
+    }
+}
+
+/// The fence counter of an `HMGET redlock:fence run n` answer: seeded when `run` is the
+/// answering connection's process.
+fn fence_of(d: &Delivery<'_>) -> Option<NodeFence> {
+    let Ok(Frame::Aggregate(a)) = &d.reply else {
+        return None;
+    };
+    let mut it = a.iter();
+    let run = it.next();
+    let counter = match it.next() {
+        Some(Frame::Bulk(b)) => crate::fence::parse_u64(b),
+        Some(Frame::Null) => Some(0),
+        _ => None,
+    };
+    counter.map(|counter| NodeFence {
+        counter,
+        seeded: matches!(
+            (run, d.info),
+            (Some(Frame::Bulk(r)), Some(info)) if *r == info.run_id
+        ),
+    })
+}
+
+impl<N: Net> Engine<N> {
+    /// Starts status read `id` of `resource`, answered within `timeout`, on the nodes in
+    /// `targets`.
+    pub(super) fn start_status(
+        &mut self,
+        id: OpId,
+        resource: &[u8],
+        timeout: Duration,
+        targets: u64,
+        now: Instant,
+    ) {
+        let n = self.shared.nodes.len();
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Status;
+        op.until = deadline_after(now, timeout);
+        op.status.get_or_insert_with(Default::default).reset(n);
+        let fence = [
+            Arg::Bytes(b"HMGET"),
+            Arg::Bytes(FENCE_KEY.as_bytes()),
+            Arg::Bytes(b"run"),
+            Arg::Bytes(b"n"),
+        ];
+        let get = [Arg::Bytes(b"GET"), Arg::Bytes(resource)];
+        let pttl = [Arg::Bytes(b"PTTL"), Arg::Bytes(resource)];
+        let Engine { net, core, .. } = self;
+        let tag = id.tag();
+        for args in [&get[..], &pttl[..], &fence[..]] {
+            let mut cmd = bytes::BytesMut::new();
+            crate::resp::encode_command(&mut cmd, args);
+            for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+                let sent = net.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
+                core.sent(id, node, sent, now);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::session::ServerInfo;
+
+    fn delivery(reply: Frame<'_>, info: Option<ServerInfo>) -> Delivery<'_> {
+        Delivery {
+            tag: 1,
+            kind: Kind::Command,
+            reply: Ok(reply),
+            generation: 1,
+            info,
+            withdrawn: false,
+        }
+    }
+
+    #[test]
+    fn a_status_gathers_value_ttl_and_fence_per_node_and_times_out_the_rest() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let nodes: Vec<NodeAddr> = ["redis://a:1", "redis://b:1"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let info = ServerInfo {
+            run_id: [b'r'; 40],
+            uptime: Duration::from_secs(100),
+            seen: now,
+        };
+        let mut replies = StatusReplies::default();
+        replies.reset(2);
+        let mut watch = NodeWatch::default();
+        let fence = format!("*2\r\n$40\r\n{}\r\n$1\r\n7\r\n", "r".repeat(40));
+        for (bytes, at) in [("$5\r\ntoken\r\n", 1), (":900\r\n", 2), (fence.as_str(), 3)] {
+            let limits = crate::resp::Limits::default();
+            let Ok(crate::resp::Status::Complete((reply, _))) =
+                crate::resp::decode(bytes.as_bytes(), &limits)
+            else {
+                panic!("{bytes:?} decodes");
+            };
+            let d = delivery(reply, Some(info));
+            replies.on_reply(0, &d, (None, &mut watch), now + ms(at));
+        }
+        // Node 1 never answers: nothing until the deadline.
+        assert!(
+            replies
+                .outcome(&nodes, (now, now + ms(10)), now + ms(5))
+                .is_none()
+        );
+        let Some(Outcome::Status(status)) =
+            replies.outcome(&nodes, (now, now + ms(10)), now + ms(10))
+        else {
+            panic!("a status once the deadline passed");
+        };
+        assert_eq!(status[0].state, Ok((Some(b"token".to_vec()), 900)));
+        assert_eq!(status[0].rtt, ms(2));
+        assert_eq!(
+            status[0].fence,
+            Some(NodeFence {
+                counter: 7,
+                seeded: true
+            })
+        );
+        assert_eq!(status[0].uptime, Some(Duration::from_secs(100) + ms(1)));
+        assert!(
+            matches!(status[1].state, Err(NodeFault::Timeout)),
+            "{:?}",
+            status[1]
+        );
+        assert_eq!(status[1].rtt, ms(10));
+    }
+}

@@ -1,0 +1,575 @@
+//! The round of an acquire, an extend or a fenced acquire's write-back: each node's answer
+//! turned into a vote ([`Core::on_vote`]: a yes from a node in its restart quarantine does not
+//! count; two entries of one server process count once), the node timeout ([`Engine::
+//! round_decision`]: the nodes still silent then fail with a timeout, and are not waited for
+//! by the next acquires until they answer), and the reports and errors made of the votes
+//! ([`Ballot`]: pure functions of the round and the server list).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::addr::NodeAddr;
+use crate::error::{Error, NodeFault, Refusal, Report};
+use crate::event::event;
+use crate::lock::Votes;
+use crate::net::Net;
+use crate::request::Outcome;
+use crate::resp::Frame;
+use crate::round::{Loss, Round, Vote};
+use crate::session::{
+    Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
+};
+use crate::stats::Metrics;
+
+use super::op::{Core, OpKind};
+use super::{Engine, node_bit};
+
+impl<N: Net> Engine<N> {
+    /// The outcome of acquire or extend `index` if its round is decided at `now`: at quorum,
+    /// or once its node timeout passed (the nodes still silent then fail with a timeout).
+    pub(super) fn round_decision(&mut self, index: usize, now: Instant) -> Option<Outcome> {
+        let op = &mut self.core.ops[index];
+        let round = &mut op.vote.round;
+        if round.poll_timeout().is_some_and(|t| t <= now) && round.poll_decision().is_none() {
+            for node in 0..round.nodes() {
+                if round.is_pending(node) {
+                    op.vote.faults[node] = Some(NodeFault::Timeout);
+                    self.core.metrics.node(node).timeouts.bump();
+                    // Silent for a whole node timeout: not waited for by the next acquires
+                    // until it answers (see `Core::silent`).
+                    self.core.silent |= node_bit(node);
+                }
+            }
+            op.vote.round.handle_timeout(now);
+        }
+        let decision = op.vote.round.poll_decision()?;
+        match op.kind {
+            OpKind::Acquire => self.acquire_decided(index, decision, now),
+            _ => Some(self.extend_decided(index, decision)),
+        }
+    }
+}
+
+impl Core {
+    /// Node `node` answered acquire or extend `index` (or its request failed).
+    pub(super) fn on_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
+        let op = &mut self.ops[index];
+        if op.done {
+            op.vote.late |= node_bit(node);
+            if d.kind == Kind::Set
+                && matches!(d.reply, Ok(Frame::Simple("OK")))
+                && op.vote.round.node_deadline().is_some_and(|t| now <= t)
+            {
+                // A yes after the decision, within the node timeout: not a failure.
+                self.metrics.node(node).late_yes.bump();
+            }
+            return;
+        }
+        if d.kind == Kind::Script(FENCE_WRITE_SCRIPT) && d.generation != op.fence.gens[node] {
+            // A write-back that went out on a connection other than the one its node answered
+            // the first round trip on (maybe to another process): not counted.
+            return op.vote.fail(node, NodeFault::Closed, now);
+        }
+        let fenced_set = matches!(
+            d.kind,
+            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT)
+        );
+        let mut vote = match &d.reply {
+            Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
+                let watch = &mut self.fence_watch[node];
+                (op.fence).read_answer(node, frame, d, op.start, watch, self.seed_window, self.flaw)
+            }
+            _ => vote_of(d.kind, &d.reply),
+        };
+        // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
+        // lock that is held. An extend yes proves the node still holds our token, so it is
+        // refusing everyone else and counts.
+        if vote == Ok(Vote::Yes)
+            && (d.kind == Kind::Set || fenced_set)
+            && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+            && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
+        {
+            self.metrics.node(node).quarantined.bump();
+            if self.quarantine_told[node] != d.generation {
+                self.quarantine_told[node] = d.generation;
+                event!(Warn, event = "quarantined", node:% = self.nodes[node],
+                    left_ms = left.as_millis() as u64;
+                    "{}: restarted recently, its yeses do not count for {} ms more",
+                    self.nodes[node], left.as_millis());
+            }
+            vote = Err(NodeFault::Quarantined(left));
+        }
+        // The process answering: none for a fault (no answer), or when not known.
+        let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
+        if let Some(forget) = op
+            .vote
+            .record(node, vote, run_id.as_ref(), &self.nodes, now)
+        {
+            op.fence.reads.forget(forget);
+        }
+    }
+}
+
+/// An acquire's or extend's round and what each node said in it.
+#[derive(Debug)]
+pub(super) struct Ballot {
+    pub round: Round,
+    /// Per node: why it failed (or was not waited for).
+    pub faults: Vec<Option<NodeFault>>,
+    /// Per node, the `run_id` of the server process whose answer counts for it in this round
+    /// (see [`one_vote_per_server`]); `None` before it answered, for a node whose process is
+    /// unknown, and for a duplicate.
+    pub runs: Vec<Option<[u8; 40]>>,
+    /// The nodes that answered after the decision, and whether the nodes that never answered
+    /// within the node timeout were counted as timeouts (stats).
+    pub late: u64,
+    pub silent_counted: bool,
+    /// When the last node answered (a vote that is not a failure), for the round trip the
+    /// split pause is measured in (see [`Ballot::round_trip`]).
+    pub answered: Instant,
+}
+
+impl Ballot {
+    pub fn new(n: usize, now: Instant) -> Ballot {
+        Ballot {
+            round: Round::new(n),
+            faults: vec![None; n],
+            runs: vec![None; n],
+            late: 0,
+            silent_counted: false,
+            answered: now,
+        }
+    }
+
+    /// Ready for a new round started at `now` (the round itself is started by its caller).
+    pub fn reset(&mut self, now: Instant) {
+        self.faults.fill(None);
+        self.runs.fill(None);
+        self.answered = now;
+        self.late = 0;
+        self.silent_counted = false;
+    }
+
+    /// The round trip of the nodes that answered this attempt: from `start` to the last
+    /// answer. Not to its decision: a round that waited out the node timeout for a frozen node
+    /// says how slow that node is, not how far apart two attempts must start not to collide.
+    pub fn round_trip(&self, start: Instant) -> std::time::Duration {
+        self.answered.saturating_duration_since(start)
+    }
+
+    /// A request that failed before the decision: a vote lost.
+    pub fn fail(&mut self, node: usize, fault: NodeFault, now: Instant) {
+        self.faults[node] = Some(fault);
+        self.round.handle_vote(node, Vote::Failed, now);
+    }
+
+    /// The node's answer came with surplus frames or garbage: it does not count.
+    pub fn withdraw(&mut self, node: usize, fault: Option<&NodeFault>, now: Instant) {
+        self.runs[node] = None;
+        if let Some(fault) = fault {
+            self.faults[node] = Some(fault.clone());
+        }
+        self.round.handle_withdraw(node, now);
+    }
+
+    /// The nodes that said yes.
+    pub fn yes(&self) -> u64 {
+        (0..self.round.nodes())
+            .filter(|&i| self.round.vote(i) == Some(Vote::Yes))
+            .fold(0, |m, i| m | node_bit(i))
+    }
+
+    /// Records node `node`'s vote in the round (`Err`: failed, with the fault), given the
+    /// `run_id` of the server process that answered: two entries that lead to one process count
+    /// once (see [`one_vote_per_server`]). Returns the entry whose reading no longer counts (a
+    /// duplicate), if any.
+    pub fn record(
+        &mut self,
+        node: usize,
+        mut vote: Result<Vote, NodeFault>,
+        run_id: Option<&[u8; 40]>,
+        nodes: &[NodeAddr],
+        now: Instant,
+    ) -> Option<usize> {
+        let after = match run_id {
+            Some(run_id) => one_vote_per_server(self, node, run_id, &vote),
+            None => Counts::Alone,
+        };
+        let mut forget = None;
+        match after {
+            Counts::Alone => {}
+            Counts::Keeps { better, .. } => {
+                if let Some(better) = better {
+                    vote = Ok(better);
+                }
+            }
+            Counts::Duplicate { twin, run_id, .. } => {
+                forget = Some(node);
+                vote = Err(duplicate(nodes, twin, &run_id));
+            }
+        }
+        match vote {
+            Ok(vote) => {
+                if vote != Vote::Failed {
+                    self.answered = self.answered.max(now);
+                }
+                self.round.handle_vote(node, vote, now)
+            }
+            Err(fault) => {
+                self.faults[node] = Some(fault);
+                self.round.handle_vote(node, Vote::Failed, now);
+            }
+        }
+        // The other entry's vote is changed after this node's is in: the decision is then made
+        // again from the votes that count.
+        match after {
+            Counts::Alone => {}
+            Counts::Keeps { twin, run_id, .. } => {
+                forget = Some(twin);
+                self.faults[twin] = Some(duplicate(nodes, node, &run_id));
+                self.round.handle_withdraw(twin, now);
+            }
+            Counts::Duplicate { twin, better, .. } => {
+                if let Some(better) = better {
+                    self.faults[twin] = None;
+                    self.round.handle_revote(twin, better, now);
+                }
+            }
+        }
+        forget
+    }
+
+    /// Once the node timeout of a decided round has passed: the nodes that had not answered by
+    /// the decision and have not since count as timeouts (a round decided at quorum never
+    /// times out itself, but a frozen node must still show in its stats); they join `silent`.
+    pub fn count_silent(&mut self, metrics: &Metrics, silent: &mut u64, now: Instant) {
+        let Some(deadline) = self.round.node_deadline() else {
+            return;
+        };
+        if now < deadline {
+            return;
+        }
+        self.silent_counted = true;
+        for node in 0..self.round.nodes() {
+            if self.round.is_pending(node) && self.late & node_bit(node) == 0 {
+                metrics.node(node).timeouts.bump();
+                *silent |= node_bit(node);
+            }
+        }
+    }
+
+    /// What each node said to an acquire that won, at the moment of the decision: a node that
+    /// failed for want of a connection (down, backing off, timed out) or whose connection is
+    /// known to be down is unreachable; one that had simply not answered yet was not waited for.
+    pub fn lock_votes<N: Net>(&self, net: &N) -> Votes {
+        let round = &self.round;
+        let n = round.nodes();
+        let (mut yes, mut refused, mut unreachable, mut failed) = (0, 0, 0, 0);
+        for (node, fault) in self.faults.iter().enumerate().take(n) {
+            let bit = node_bit(node);
+            match round.vote(node) {
+                Some(Vote::Yes) => yes |= bit,
+                Some(Vote::Refused) => refused |= bit,
+                Some(Vote::Failed) => match fault.as_ref().map(NodeFault::root) {
+                    Some(NodeFault::Quarantined(_) | NodeFault::Duplicate { .. })
+                    | Some(
+                        NodeFault::Server(..) | NodeFault::Unexpected(_) | NodeFault::Protocol(_),
+                    )
+                    | Some(NodeFault::Auth(_) | NodeFault::Permission { .. })
+                    | Some(NodeFault::Database { .. } | NodeFault::FenceBlank) => failed |= bit,
+                    _ => unreachable |= bit,
+                },
+                None if net.session(node).is_down() => unreachable |= bit,
+                None => {}
+            }
+        }
+        Votes::new(n, yes, refused, unreachable, failed)
+    }
+
+    /// The node-by-node report of the round.
+    pub fn report(&self, nodes: &Arc<[NodeAddr]>, refusal: Refusal) -> Report {
+        let round = &self.round;
+        let mut refused = 0u64;
+        let mut said_yes = 0u64;
+        let mut failed = Vec::new();
+        for (node, fault) in self.faults.iter().enumerate().take(nodes.len()) {
+            match round.vote(node) {
+                Some(Vote::Yes) => said_yes |= 1 << node,
+                Some(Vote::Refused) => refused |= 1 << node,
+                Some(Vote::Failed) => {
+                    failed.push((node, fault.clone().unwrap_or(NodeFault::Timeout)))
+                }
+                // Not waited for because it was silent (`Core::silent`): said so, with why.
+                None => {
+                    if let Some(fault) = fault {
+                        failed.push((node, fault.clone()));
+                    }
+                }
+            }
+        }
+        Report {
+            nodes: nodes.clone(),
+            quorum: round.quorum(),
+            yes: said_yes.count_ones() as usize,
+            said_yes,
+            refused,
+            failed,
+            refusal,
+        }
+    }
+
+    /// The error for a lost round; an authentication failure on any node takes precedence.
+    pub fn loss_error(&self, nodes: &Arc<[NodeAddr]>, loss: Loss, refusal: Refusal) -> Error {
+        let report = self.report(nodes, refusal);
+        for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
+            match fault {
+                NodeFault::Auth(message) => {
+                    return Error::Auth {
+                        node: nodes[node].to_string(),
+                        message: message.clone(),
+                    };
+                }
+                NodeFault::Permission { .. } => {
+                    return Error::Permission {
+                        node: nodes[node].to_string(),
+                        message: fault.to_string(),
+                    };
+                }
+                _ => {}
+            }
+        }
+        match loss {
+            Loss::Held => Error::Held(report),
+            Loss::NoQuorum => Error::NoQuorum(report),
+            Loss::TooSlow => Error::TooSlow(report),
+            Loss::Expired => Error::Expired { released: 0 },
+        }
+    }
+}
+
+/// What a reply means for a vote, per request kind.
+pub(super) fn vote_of(
+    kind: Kind,
+    reply: &Result<Frame<'_>, &NodeFault>,
+) -> Result<Vote, NodeFault> {
+    match (kind, reply) {
+        (_, Err(fault)) => Err((*fault).clone()),
+        (Kind::Set, Ok(Frame::Simple("OK"))) => Ok(Vote::Yes),
+        (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
+        (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
+        (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
+        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
+        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
+        (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+    }
+}
+
+/// What an answer is, given the other entries of its round (see [`one_vote_per_server`]).
+#[derive(Debug, Clone, Copy)]
+enum Counts {
+    /// No other entry of the round answered from the same server process.
+    Alone,
+    /// Listed before the other entry that answered from its server process: it counts, with the
+    /// better of the two answers; the other entry becomes a duplicate.
+    Keeps {
+        twin: usize,
+        run_id: [u8; 40],
+        better: Option<Vote>,
+    },
+    /// Listed after it: a duplicate; the other entry takes this answer if it is better.
+    Duplicate {
+        twin: usize,
+        run_id: [u8; 40],
+        better: Option<Vote>,
+    },
+}
+
+/// One vote per server process: two entries of the server list that lead to the same process
+/// (the same `run_id`: one server's TCP port and Unix socket, two of its addresses) would count
+/// twice towards the quorum. Their answers in a round count once, for the entry listed first,
+/// whichever came first, and as the better of the two (a yes over a refusal over a failure: the
+/// same server's `SET NX` grants one connection and refuses the other — our own key — in
+/// whatever order they reach it). The other entry is a duplicate. Records the `run_id` of the
+/// entry that counts.
+fn one_vote_per_server(
+    ballot: &mut Ballot,
+    node: usize,
+    run_id: &[u8; 40],
+    vote: &Result<Vote, NodeFault>,
+) -> Counts {
+    let twin = (0..ballot.runs.len()).find(|&k| {
+        k != node && ballot.runs[k].as_ref() == Some(run_id) && ballot.round.vote(k).is_some()
+    });
+    let Some(twin) = twin else {
+        ballot.runs[node] = Some(*run_id);
+        return Counts::Alone;
+    };
+    let rank = |vote: Option<Vote>| match vote {
+        Some(Vote::Yes) => 2,
+        Some(Vote::Refused) => 1,
+        Some(Vote::Failed) | None => 0,
+    };
+    let (this, that) = (vote.as_ref().ok().copied(), ballot.round.vote(twin));
+    if node < twin {
+        ballot.runs[twin] = None;
+        ballot.runs[node] = Some(*run_id);
+        Counts::Keeps {
+            twin,
+            run_id: *run_id,
+            better: that.filter(|_| rank(that) > rank(this)),
+        }
+    } else {
+        Counts::Duplicate {
+            twin,
+            run_id: *run_id,
+            better: this.filter(|_| rank(this) > rank(that)),
+        }
+    }
+}
+
+/// The entry listed before `node` that leads to the same server process, with its `run_id`, as
+/// both entries' live connections said in their handshakes (`INFO server`); `None` while either
+/// is not known.
+pub(super) fn listed_before<N: Net>(net: &N, node: usize) -> Option<(usize, [u8; 40])> {
+    let known = |i: usize| {
+        let session = net.session(i);
+        session.info().filter(|_| session.is_ready())
+    };
+    let run_id = known(node)?.run_id;
+    (0..node)
+        .find(|&k| known(k).is_some_and(|info| info.run_id == run_id))
+        .map(|k| (k, run_id))
+}
+
+/// The fault of an entry that leads to the same server process as entry `of`.
+pub(super) fn duplicate(nodes: &[NodeAddr], of: usize, run_id: &[u8; 40]) -> NodeFault {
+    NodeFault::Duplicate {
+        of: nodes[of].to_string(),
+        run_id: String::from_utf8_lossy(run_id).into_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::round::{Decision, RoundConfig};
+    use std::time::Duration;
+
+    const A: &[u8; 40] = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const B: &[u8; 40] = b"bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+
+    /// Each node's vote and fault.
+    type NodeVotes = Vec<(Option<Vote>, Option<NodeFault>)>;
+
+    /// Entries 0 and 1 lead to server A, entry 2 to server B; the answers come in `order`
+    /// (node, vote); the round's decision, and every node's vote and fault.
+    fn three_entries_two_servers(
+        order: &[(usize, Result<Vote, NodeFault>)],
+    ) -> (Option<Decision>, NodeVotes) {
+        let nodes: Vec<NodeAddr> = ["redis://a:1", "redis+unix:///a.sock", "redis://b:1"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let now = Instant::now();
+        let mut ballot = Ballot::new(3, now);
+        let rc = RoundConfig::new(Duration::from_secs(10), 0.01, Duration::from_secs(1));
+        ballot.round.start(now, &rc);
+        for (node, vote) in order {
+            let run_id = if *node == 2 { B } else { A };
+            ballot.record(*node, vote.clone(), Some(run_id), &nodes, now);
+        }
+        let votes = (0..3)
+            .map(|i| (ballot.round.vote(i), ballot.faults[i].clone()))
+            .collect();
+        (ballot.round.poll_decision(), votes)
+    }
+
+    fn duplicate_of_first() -> Option<NodeFault> {
+        Some(NodeFault::Duplicate {
+            of: "a:1".into(),
+            run_id: String::from_utf8(A.to_vec()).unwrap(),
+        })
+    }
+
+    #[test]
+    fn one_server_listed_twice_counts_once_whichever_answers_first() {
+        use Vote::{Refused, Yes};
+        // Extend: both connections of server A say yes, B refuses. One yes of the two needed.
+        for order in [[0, 1, 2], [1, 0, 2], [2, 1, 0], [1, 2, 0]] {
+            let (decision, votes) = three_entries_two_servers(
+                &order.map(|i| (i, Ok(if i == 2 { Refused } else { Yes }))),
+            );
+            assert!(
+                matches!(decision, Some(Decision::Lost { yes: 1, .. })),
+                "{order:?}: {decision:?}"
+            );
+            assert_eq!(votes[0], (Some(Yes), None), "{order:?}");
+            assert_eq!(
+                votes[1],
+                (Some(Vote::Failed), duplicate_of_first()),
+                "{order:?}"
+            );
+        }
+        // Acquire: server A grants one connection and refuses the other (our own key), in
+        // either order; with B's yes the lock is won, A counted once, for the entry listed first.
+        for (granted, order) in [
+            (0, [0, 1, 2]),
+            (1, [0, 1, 2]),
+            (0, [1, 0, 2]),
+            (1, [1, 0, 2]),
+            (1, [2, 1, 0]),
+        ] {
+            let answers =
+                order.map(|i| (i, Ok(if i == granted || i == 2 { Yes } else { Refused })));
+            let (decision, votes) = three_entries_two_servers(&answers);
+            assert!(
+                matches!(decision, Some(Decision::Won { yes: 2, .. })),
+                "{order:?}: {decision:?}"
+            );
+            assert_eq!(votes[0], (Some(Yes), None), "{granted} {order:?}");
+            assert_eq!(
+                votes[1],
+                (Some(Vote::Failed), duplicate_of_first()),
+                "{granted} {order:?}"
+            );
+        }
+        // A failure on one connection and a yes on the other: the yes counts.
+        let (decision, votes) =
+            three_entries_two_servers(&[(1, Ok(Yes)), (0, Err(NodeFault::Timeout)), (2, Ok(Yes))]);
+        assert!(
+            matches!(decision, Some(Decision::Won { yes: 2, .. })),
+            "{decision:?}"
+        );
+        assert_eq!(votes[0], (Some(Yes), None));
+    }
+
+    #[test]
+    fn a_late_answer_of_a_silent_node_is_not_a_timeout() {
+        // Nodes 0–2 say yes at once; 3 answers after the decision, 4 never: once the node
+        // timeout has passed, only 4 counts as a timeout and joins the silent set.
+        let now = Instant::now();
+        let metrics = Metrics::new((0..5).map(|_| Arc::new(Default::default())).collect());
+        let mut ballot = Ballot::new(5, now);
+        let rc = RoundConfig::new(Duration::from_secs(10), 0.01, Duration::from_millis(50));
+        ballot.round.start(now, &rc);
+        for node in 0..3 {
+            ballot.record(node, Ok(Vote::Yes), None, &[], now);
+        }
+        assert!(matches!(
+            ballot.round.poll_decision(),
+            Some(Decision::Won { .. })
+        ));
+        ballot.late |= node_bit(3);
+        let mut silent = 0;
+        ballot.count_silent(&metrics, &mut silent, now + Duration::from_millis(10));
+        assert_eq!(
+            (silent, ballot.silent_counted),
+            (0, false),
+            "before the node timeout"
+        );
+        ballot.count_silent(&metrics, &mut silent, now + Duration::from_millis(50));
+        assert_eq!((silent, ballot.silent_counted), (node_bit(4), true));
+        assert_eq!(metrics.node(4).timeouts.get(), 1);
+        assert_eq!(metrics.node(3).timeouts.get(), 0);
+    }
+}

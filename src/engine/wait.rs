@@ -1,0 +1,391 @@
+//! A waiting acquire (`ReqKind::Wait`): a queue per contended resource (`crate::wait`), whose
+//! head makes attempts — acquires of their own, each with a token of its own — when a release
+//! is seen (ours, or another client's notice: `notice.rs`), after a refusal's pause, or at the
+//! fallback poll; waiters leave at their deadline or when their caller is gone.
+
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::lock::Grant;
+use crate::net::Net;
+use crate::request::{OpId, Outcome, ReqKind};
+use crate::token::Token;
+use crate::wait::{Queue, Seen, retry_pause, split_pause};
+
+use super::Engine;
+use super::observe::acquired_event;
+use super::op::{OpKind, Waiter, is_cancelled};
+
+/// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
+const FAR_FUTURE: Duration = Duration::from_secs(3600);
+
+impl<N: Net> Engine<N> {
+    /// Callers waiting in the queue of `resource`.
+    pub fn waiters(&mut self, resource: &[u8]) -> usize {
+        self.waits.get_mut(resource).map_or(0, |q| q.waiters.len())
+    }
+
+    /// Starts a waiting acquire: its first attempt at once, unless callers of this engine
+    /// already wait for the resource (then it lines up behind them).
+    pub(super) fn submit_wait(
+        &mut self,
+        (resource, token): (&[u8], &Token),
+        (ttl, deadline): (Duration, Instant),
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
+        let n = self.shared.nodes.len();
+        let id = self.core.alloc(n, now);
+        if waiter.waits() {
+            self.core.waiting += 1;
+        }
+        let op = &mut self.core.ops[id.index as usize];
+        op.kind = OpKind::Wait;
+        op.resource.clear();
+        op.resource.extend_from_slice(resource);
+        op.token = *token;
+        op.start = now;
+        op.until = deadline;
+        op.ttl = ttl;
+        op.tries = 0;
+        op.waiter = waiter;
+        op.outcome = None;
+        op.outstanding = 0;
+        // Not left from the slot's last use: a won lock its caller dropped is released
+        // through `lost`, which reads them (`Engine::quiet_release`).
+        op.vote.faults.fill(None);
+        match self.waits.get_mut(resource) {
+            Some(q) => {
+                q.waiters.push_back(id);
+                q.earliest = q.earliest.min(deadline);
+                q.touch(now);
+                if q.waiters.len() == 1 && q.attempt.is_none() {
+                    // First in a queue that lingers: attempts at once, as its head (unmarked,
+                    // like an attempt with no queue: most find the resource free).
+                    self.attempt(id, now, false);
+                }
+            }
+            None => self.attempt(id, now, false),
+        }
+        id
+    }
+
+    /// Submits the next attempt of the waiting operation `w`, with a token of its own; if `w`
+    /// heads a queue and `mark`, behind a waiting mark (see [`Engine::mark_waiting`]).
+    pub(super) fn attempt(&mut self, w: OpId, now: Instant, mark: bool) {
+        let mut resource = std::mem::take(&mut self.wait_resource);
+        let op = &mut self.core.ops[w.index as usize];
+        let token = op.token.variant(op.tries);
+        op.tries = op.tries.wrapping_add(1);
+        let ttl = op.ttl;
+        resource.clear();
+        resource.extend_from_slice(&op.resource);
+        let mut marked = false;
+        if let Some(q) = self.waits.get_mut(&resource)
+            && q.waiters.front() == Some(&w)
+        {
+            q.attempt = Some(w);
+            q.released = false;
+            q.marked = mark;
+            marked = mark;
+        }
+        let all = self.all_nodes();
+        if marked {
+            // A waiter (subscribed since its queue opened): marked as one, ahead of the attempt
+            // on the same connections, so that a release after a refusal publishes.
+            self.mark_waiting(&resource, all, now);
+        }
+        let kind = ReqKind::Acquire { ttl };
+        self.submit_to(kind, &resource, &token, Waiter::Attempt(w), all, now);
+        self.wait_resource = resource;
+    }
+
+    /// A release of `resource` was submitted here ([`Seen::Ours`]) or announced by another
+    /// client: the head of its queue attempts (now, in the same write as our release), unless a
+    /// split vote's pause or the local streak's yield holds it back.
+    pub(super) fn released(&mut self, resource: &[u8], now: Instant, seen: Seen) {
+        let round = self.last_round;
+        let Some(q) = self.waits.get_mut(resource) else {
+            return;
+        };
+        if seen == Seen::Notice && q.held_until.is_some_and(|t| t > now) {
+            // A caller of ours holds it: a notice is of an earlier release (often our own,
+            // coming back after the next of ours already won).
+            return;
+        }
+        if let Some(at) = q.on_release(now, round, seen)
+            && at <= now
+            && let Some(&head) = q.waiters.front()
+            && !is_cancelled(&self.core.ops[head.index as usize])
+        {
+            // Right behind our own release (in the same write), the attempt needs no mark.
+            self.attempt(head, now, seen == Seen::Notice);
+        }
+    }
+
+    /// Ends the waiting operation `w` with `outcome` (`None`: its caller is gone).
+    pub(super) fn finish_wait(&mut self, w: OpId, outcome: Option<Outcome>) {
+        let op = &mut self.core.ops[w.index as usize];
+        op.done = true;
+        if let Some(Outcome::Locked(Ok((token, _)))) = &outcome {
+            // What a release of a lock won for nobody must delete.
+            op.token = *token;
+        }
+        match std::mem::replace(&mut op.waiter, Waiter::None) {
+            Waiter::Local => op.outcome = outcome,
+            Waiter::Slot(slot) => {
+                self.core.waiting -= 1;
+                if let Some(outcome) = outcome
+                    && let Some(Outcome::Locked(Ok(_))) =
+                        slot.deliver(outcome, self.mailbox.as_deref().map(|m| &m.unclaimed))
+                {
+                    // Its caller dropped the future: released like a lost attempt.
+                    self.lost.push(w.index);
+                }
+            }
+            _ => {}
+        }
+        if op.outstanding == 0 && op.outcome.is_none() {
+            op.live = false;
+            self.core.free.push(w.index);
+        }
+    }
+
+    /// Applies the attempts decided in this turn to their waiting operations and queues.
+    pub(super) fn attempts_decided(&mut self, now: Instant) {
+        let mut decided = std::mem::take(&mut self.attempts);
+        let mut resource = std::mem::take(&mut self.wait_resource);
+        for (w, token, outcome, split) in decided.drain(..) {
+            let op = &self.core.ops[w.index as usize];
+            if op.seq != w.seq || op.done || !op.live {
+                continue;
+            }
+            resource.clear();
+            resource.extend_from_slice(&op.resource);
+            let deadline = op.until;
+            match outcome {
+                Outcome::Acquired(Ok(grant)) => self.attempt_won(w, token, grant, &resource, now),
+                // No retry mends it (a wrong CA, a port that speaks another protocol,
+                // credentials refused on too many nodes): the caller learns at once.
+                Outcome::Acquired(Err(error)) if error.is_final() || deadline <= now => {
+                    self.wait_failed(w, error, &resource, now)
+                }
+                Outcome::Acquired(Err(error)) => {
+                    self.attempt_lost(w, (error, split), &resource, deadline, now)
+                }
+                _ => {}
+            }
+        }
+        self.wait_resource = resource;
+        self.attempts = decided;
+    }
+
+    /// Waiting operation `w`'s attempt won: the caller has the lock; the next in line waits for
+    /// its release (ours), or the end of the lock if it is never released.
+    fn attempt_won(&mut self, w: OpId, token: Token, grant: Grant, resource: &[u8], now: Instant) {
+        let op = &self.core.ops[w.index as usize];
+        let since = now.saturating_duration_since(op.start);
+        acquired_event(
+            &self.shared.nodes,
+            &op.resource,
+            op.tries,
+            since,
+            grant.votes,
+        );
+        let valid_until = grant.valid_until;
+        self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
+        let pause = retry_pause(&self.shared.config, self.waits.random());
+        if let Some(q) = self.waits.get_mut(resource) {
+            q.held_until = Some(valid_until);
+            if q.leave(w) {
+                q.streak += 1;
+                q.splits = 0;
+                q.not_before = None;
+                q.try_at = q.after_refusal(now, pause);
+            }
+            q.touch(now);
+        }
+    }
+
+    /// Waiting operation `w` ends with `error`; the next in line takes its place at once.
+    fn wait_failed(&mut self, w: OpId, error: Error, resource: &[u8], now: Instant) {
+        self.finish_wait(w, Some(Outcome::Locked(Err(error))));
+        if let Some(q) = self.waits.get_mut(resource) {
+            if q.leave(w) {
+                q.try_at = now;
+            }
+            q.touch(now);
+        }
+    }
+
+    /// Waiting operation `w`'s attempt lost (`split`: to a competing attempt that took some of
+    /// the nodes) and it waits on, until `deadline`: in its queue, which opens now if the
+    /// resource was not contended yet.
+    fn attempt_lost(
+        &mut self,
+        w: OpId,
+        (error, split): (Error, bool),
+        resource: &[u8],
+        deadline: Instant,
+        now: Instant,
+    ) {
+        let round = self.last_round;
+        let random = self.waits.random();
+        let poll = retry_pause(&self.shared.config, random);
+        let held = matches!(error, Error::Held(_));
+        let hears = self.core.no_notices.iter().any(|&no| !no);
+        let q: &mut Queue = match self.waits.get_mut(resource) {
+            Some(q) => {
+                if !q.waiters.contains(&w) {
+                    q.waiters.push_back(w);
+                }
+                q.touch(now);
+                q
+            }
+            None => {
+                // Contended from now on: subscribed to its release notices, then (the
+                // subscription goes out first) one more attempt at once, since a release may
+                // have come while this one was in flight, with no queue to note it.
+                let all = self.all_nodes();
+                self.subscription(b"SUBSCRIBE", resource, all, now);
+                let q = self.waits.open(resource, w, error.clone(), now);
+                // Nodes not reached now are subscribed when they are back.
+                q.subscribed = all;
+                q.released = true;
+                q
+            }
+        };
+        q.attempt_decided(w);
+        if q.waiters.front() == Some(&w) {
+            q.try_at = next_try(q, (held, split, hears), (round, random, poll), now);
+        } else {
+            q.earliest = q.earliest.min(deadline);
+        }
+        q.last_error = error;
+    }
+
+    /// True while the waiting operation `id` waits in its queue with no attempt in flight.
+    pub(super) fn is_waiting(&self, id: OpId) -> bool {
+        let op = &self.core.ops[id.index as usize];
+        op.kind == OpKind::Wait
+            && !op.done
+            && self
+                .waits
+                .get(&op.resource)
+                .is_some_and(|q| q.attempt != Some(id) && q.waiters.contains(&id))
+    }
+
+    /// The queues' timers: waiters whose deadline passed or whose caller is gone leave; a head
+    /// whose attempt is due makes it; idle queues close (and unsubscribe).
+    pub(super) fn tick_waits(&mut self, now: Instant) {
+        if self.waits.is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(&mut self.due);
+        let mut ended: Vec<(OpId, Option<Error>)> = Vec::new();
+        self.sweep_queues(&mut ended, &mut due, now);
+        // The queues' order is the hash map's: sorted, so that a simulated schedule replays.
+        ended.sort_by_key(|(id, _)| (id.index, id.seq));
+        for (id, error) in ended {
+            self.finish_wait(id, error.map(|e| Outcome::Locked(Err(e))));
+        }
+        let mut closed = Vec::new();
+        self.waits.close_idle(now, |resource, nodes| {
+            if nodes != 0 {
+                // Rare (a queue idle for a second): the copy may allocate.
+                closed.push((resource.to_vec(), nodes));
+            }
+        });
+        closed.sort();
+        for (resource, nodes) in closed {
+            self.subscription(b"UNSUBSCRIBE", &resource, nodes, now);
+        }
+        due.sort_by_key(|id| (id.index, id.seq));
+        for head in due.drain(..) {
+            self.attempt(head, now, true);
+        }
+        self.due = due;
+        self.resubscribe(now);
+    }
+
+    /// Every queue at `now`: its waiters past their deadline (with the last error) and its
+    /// cancelled heads go into `ended`; a head whose attempt is due into `due`.
+    fn sweep_queues(
+        &mut self,
+        ended: &mut Vec<(OpId, Option<Error>)>,
+        due: &mut Vec<OpId>,
+        now: Instant,
+    ) {
+        let Engine { waits, core, .. } = self;
+        let ops = &core.ops;
+        for (_, q) in waits.iter_mut() {
+            let attempting = q.attempt;
+            if q.earliest <= now {
+                q.waiters.retain(|&id| {
+                    let gone = attempting != Some(id) && ops[id.index as usize].until <= now;
+                    if gone {
+                        ended.push((id, Some(q.last_error.clone())));
+                    }
+                    !gone
+                });
+                q.earliest = (q.waiters.iter())
+                    .filter(|&&id| attempting != Some(id))
+                    .map(|&id| ops[id.index as usize].until)
+                    .min()
+                    .unwrap_or(now + FAR_FUTURE);
+            }
+            while let Some(&head) = q.waiters.front() {
+                if attempting == Some(head) || !is_cancelled(&ops[head.index as usize]) {
+                    break;
+                }
+                ended.push((head, None));
+                q.waiters.pop_front();
+            }
+            if attempting.is_none()
+                && q.try_at <= now
+                && let Some(&head) = q.waiters.front()
+            {
+                due.push(head);
+            }
+            q.touch(now);
+        }
+    }
+}
+
+/// When the head of queue `q` attempts next, after its attempt lost at `now`: `held` (refused:
+/// somebody holds it) or not (no quorum: nodes down, quarantined, too slow), `split` (some
+/// nodes said yes, not enough), `hears` (some node takes our subscriptions); `round` the last
+/// round's duration, `random` for the jitter, `poll` the fallback poll's pause.
+fn next_try(
+    q: &mut Queue,
+    (held, split, hears): (bool, bool, bool),
+    (round, random, poll): (Duration, u64, Duration),
+    now: Instant,
+) -> Instant {
+    // Refused unmarked: nothing would tell of the holder's release but the poll, so the next
+    // attempt, marked, goes at once (unless no node takes subscriptions: then it would wait
+    // for the poll all the same).
+    let unmarked = held && !std::mem::take(&mut q.marked) && hears;
+    let released = std::mem::take(&mut q.released) || unmarked;
+    if split {
+        q.splits += 1;
+        let pause = split_pause(q.splits, round, random);
+        q.not_before = Some(now + pause);
+        return now + pause;
+    }
+    q.splits = 0;
+    // No quorum (nodes down, quarantined, too slow): a release notice does not make the next
+    // attempt any likelier to win, and the attempt's own cleanup publishes one that our
+    // subscription hears — without this pause a waiter would retry at once, again and again,
+    // while the nodes are unavailable.
+    q.not_before = (!held).then_some(now + poll);
+    if held && q.held_until.is_none_or(|t| t <= now) {
+        // Somebody else has it: our callers' streak is over.
+        q.streak = 0;
+    }
+    match (held, released) {
+        (true, true) => now,
+        (true, false) => q.after_refusal(now, poll),
+        (false, _) => now + poll,
+    }
+}
