@@ -11,14 +11,18 @@ use redis_local::Cluster;
 use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault};
 
 fn fenced(servers: &Cluster, ttl: Duration) -> Client {
-    Builder::new(servers.urls())
+    let mut client = Builder::new(servers.urls())
         .ttl(ttl)
         .fencing(true)
         .quarantine(None)
         .node_timeout(Duration::from_millis(50))
         .retry_count(0)
         .build_client()
-        .unwrap()
+        .unwrap();
+    // Connected before the first lock: its 50 ms node timeout is for the round, not for
+    // connecting and the handshake on a loaded machine (it once timed out on all three).
+    client.connect(Duration::from_secs(5));
+    client
 }
 
 /// The counter a node holds (0 when absent).
