@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
-use crate::fence::Flaw;
+use crate::mutation::Mutation;
 use crate::resp::Limits;
 use crate::round::RoundConfig;
 use crate::tls::{self, TlsDefaults};
@@ -655,7 +655,7 @@ impl Builder {
                 InfoNeed::Off
             },
             tls: tls.into(),
-            fail_when_full: false,
+            mutation: Mutation::None,
         };
         Ok(Arc::new(Shared {
             nodes: nodes.into(),
@@ -664,8 +664,7 @@ impl Builder {
             keep_ticks: AtomicU64::new(0),
             keep_writes: AtomicU64::new(0),
             keep_extended: AtomicU64::new(0),
-            fence_flaw: Flaw::None,
-            regression: Regression::None,
+            mutation: Mutation::None,
         }))
     }
 }
@@ -681,10 +680,8 @@ pub(crate) struct ConnConfig {
     pub info: InfoNeed,
     /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
     pub tls: Arc<[Option<tls::Connector>]>,
-    /// A liveness defect brought back for the simulator (never set otherwise): a connection
-    /// at `max_pending` is failed, every request on it with it, instead of refusing the next
-    /// request (see `Session::admit`).
-    pub fail_when_full: bool,
+    /// A defect brought back for the simulator (see `mutation.rs`; never set otherwise).
+    pub mutation: Mutation,
 }
 
 /// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
@@ -711,31 +708,8 @@ pub(crate) struct Shared {
     pub(crate) keep_ticks: AtomicU64,
     pub(crate) keep_writes: AtomicU64,
     pub(crate) keep_extended: AtomicU64,
-    /// A deliberately wrong fencing variant (the simulator's; never set otherwise).
-    pub(crate) fence_flaw: Flaw,
-    /// A liveness defect brought back (the simulator's; never set otherwise).
-    pub(crate) regression: Regression,
-}
-
-/// Liveness defects that were fixed (issue 36), brought back on request so that the simulator
-/// shows its liveness checker catches them: the seeds in `tests/sim.rs` fail with the defect
-/// and pass without it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Regression {
-    /// The code as it is.
-    #[default]
-    None,
-    /// The ledger's releases sent up to `max_pending` at once on a fresh connection (not paced
-    /// within half of it), and a full connection failed (as [`Regression::FailWhenFull`]): the
-    /// connection fails as overloaded, the releases go back into the ledger, and it
-    /// reconnects again and again (issue 36, item 1).
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-    LedgerUnpaced,
-    /// A connection at `max_pending` failed rather than the next request refused
-    /// (`ConnConfig::fail_when_full`): several callers of one engine keep more requests
-    /// outstanding than that, and it reconnects again and again with no fault at all.
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-    FailWhenFull,
+    /// A defect brought back for the simulator (see `mutation.rs`; never set otherwise).
+    pub(crate) mutation: Mutation,
 }
 
 #[cfg(test)]

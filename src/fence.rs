@@ -19,6 +19,7 @@
 //! Any quorum of seeded readers intersects the quorum that took any earlier fence, so fences
 //! grow; the one key per node is what bounds the counter keys (no key per resource).
 
+use crate::mutation::Mutation;
 use crate::resp::Frame;
 
 pub use crate::keys::FENCE_KEY;
@@ -46,23 +47,13 @@ pub(crate) const REPAIR_BODY: &str = "local function less(a, b) return #a < #b o
 /// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
 /// winners' counters, nothing is written back. Counters drift apart, and a later quorum that
 /// misses the node with the highest one hands out a smaller fence. Never sent unless the
-/// simulator asks for [`Flaw::NoWriteBack`].
+/// simulator asks for [`Mutation::FenceNoWriteBack`].
+#[cfg(any(test, feature = "sim"))]
 pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) if not ok then return {0, \"\", \"\"} end return {1, \"\", tostring(redis.call(\"hincrby\", KEYS[2], \"n\", 1))}";
-
-/// Deliberate flaws, for the simulator to show that its check catches them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Flaw {
-    /// The construction described above.
-    #[default]
-    None,
-    /// Per-node increments, the maximum of the winners', no write-back ([`INCR_BODY`]).
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-    NoWriteBack,
-    /// Blank nodes are read as seeded (their counter, or 0): "the quarantine alone", which
-    /// lets a node restarted empty bring a quorum's maximum down.
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
-    BlankAsZero,
-}
+/// In the default build the wrong construction is not carried: its slot in the scripts' table
+/// holds this, which is never sent.
+#[cfg(not(any(test, feature = "sim")))]
+pub(crate) const INCR_BODY: &str = "return 0";
 
 /// What one node's answer to [`ACQUIRE_BODY`] said about its counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,15 +151,21 @@ pub(crate) struct Short {
 impl Reads {
     /// Records node `node`'s answer: whether our `SET` won there, and its reading.
     /// `seedable`: a blank node that may be seeded by this attempt.
-    pub fn add(&mut self, node: usize, won: bool, reading: Reading, seedable: bool, flaw: Flaw) {
+    pub fn add(
+        &mut self,
+        node: usize,
+        (won, reading): (bool, Reading),
+        seedable: bool,
+        mutation: Mutation,
+    ) {
         let bit = 1u64 << node;
-        let reading = match (flaw, reading) {
-            (Flaw::BlankAsZero, Reading::Blank(v)) => {
+        let reading = match reading {
+            Reading::Blank(v) if mutation.fence_blank_as_zero() => {
                 // Counted as seeded, and seeded by the write-back at once.
                 self.seedable |= bit;
                 Reading::Seeded(v)
             }
-            (_, r) => r,
+            r => r,
         };
         match reading {
             Reading::Seeded(v) => {
@@ -211,9 +208,9 @@ impl Reads {
     /// The fence, from the answers of `n` nodes with quorum `quorum`: the largest counter + 1
     /// once a quorum of seeded nodes answered; 1 + the largest (stale) value when every node
     /// answered blank (a new deployment: every node is then seeded by the write-back).
-    pub fn fence(&self, n: usize, quorum: usize, flaw: Flaw) -> Result<u64, Short> {
+    pub fn fence(&self, n: usize, quorum: usize, mutation: Mutation) -> Result<u64, Short> {
         let short = self.short();
-        if flaw == Flaw::NoWriteBack {
+        if mutation.fence_no_write_back() {
             return Ok(self.winners_max);
         }
         // A quorum of seeded answers, or a new deployment (every node blank).
@@ -260,33 +257,43 @@ mod tests {
         // Every node blank: a new deployment, fence 1.
         let mut r = Reads::default();
         for i in 0..3 {
-            r.add(i, true, Reading::Blank(0), false, Flaw::None);
+            r.add(i, (true, Reading::Blank(0)), false, Mutation::None);
         }
-        assert_eq!(r.fence(n, q, Flaw::None), Ok(1));
+        assert_eq!(r.fence(n, q, Mutation::None), Ok(1));
         assert_eq!(r.seeds(n), 0b111);
         // The issue's example: node 2 restarted empty, node 3 older, node 1 silent: no fence
         // rather than a smaller one.
         let mut r = Reads::default();
-        r.add(1, true, Reading::Blank(0), false, Flaw::None);
-        r.add(2, true, Reading::Seeded(4), false, Flaw::None);
-        assert!(r.fence(n, q, Flaw::None).is_err());
+        r.add(1, (true, Reading::Blank(0)), false, Mutation::None);
+        r.add(2, (true, Reading::Seeded(4)), false, Mutation::None);
+        assert!(r.fence(n, q, Mutation::None).is_err());
         assert_eq!(r.seeds(n), 0);
         // ... which the flawed variant would hand out (5, not above node 1's 5).
         let mut bad = Reads::default();
-        bad.add(1, true, Reading::Blank(0), false, Flaw::BlankAsZero);
-        bad.add(2, true, Reading::Seeded(4), false, Flaw::BlankAsZero);
-        assert_eq!(bad.fence(n, q, Flaw::BlankAsZero), Ok(5));
+        bad.add(
+            1,
+            (true, Reading::Blank(0)),
+            false,
+            Mutation::FenceBlankAsZero,
+        );
+        bad.add(
+            2,
+            (true, Reading::Seeded(4)),
+            false,
+            Mutation::FenceBlankAsZero,
+        );
+        assert_eq!(bad.fence(n, q, Mutation::FenceBlankAsZero), Ok(5));
         // Node 1 answers: 6.
-        r.add(0, false, Reading::Seeded(5), false, Flaw::None);
-        assert_eq!(r.fence(n, q, Flaw::None), Ok(6));
+        r.add(0, (false, Reading::Seeded(5)), false, Mutation::None);
+        assert_eq!(r.fence(n, q, Mutation::None), Ok(6));
         // A stale snapshot's value only ever raises the fence.
-        r.add(1, true, Reading::Blank(9), true, Flaw::None);
-        assert_eq!(r.fence(n, q, Flaw::None), Ok(10));
+        r.add(1, (true, Reading::Blank(9)), true, Mutation::None);
+        assert_eq!(r.fence(n, q, Mutation::None), Ok(10));
         // The unknown never count; a counter at u64::MAX gives no fence.
         let mut r = Reads::default();
-        r.add(0, true, Reading::Unknown, true, Flaw::None);
-        r.add(1, true, Reading::Seeded(u64::MAX), false, Flaw::None);
-        r.add(2, true, Reading::Seeded(1), false, Flaw::None);
-        assert!(r.fence(n, q, Flaw::None).is_err());
+        r.add(0, (true, Reading::Unknown), true, Mutation::None);
+        r.add(1, (true, Reading::Seeded(u64::MAX)), false, Mutation::None);
+        r.add(2, (true, Reading::Seeded(1)), false, Mutation::None);
+        assert!(r.fence(n, q, Mutation::None).is_err());
     }
 }

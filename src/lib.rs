@@ -265,6 +265,7 @@ mod kept;
 pub mod keys;
 mod lock;
 mod mailbox;
+mod mutation;
 mod net;
 mod quarantine;
 mod reentry;

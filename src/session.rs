@@ -573,7 +573,7 @@ impl Session {
     /// a reconnect's failures were.
     pub fn admit(&mut self, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
         if self.st.pending.len() >= self.config.settings.max_pending {
-            if self.config.fail_when_full {
+            if self.config.mutation.fail_when_full() {
                 self.fail(NodeFault::Overloaded, now, sink);
             }
             return Err(NodeFault::Overloaded);
@@ -1128,7 +1128,7 @@ mod tests {
             },
             info: InfoNeed::Off,
             tls: std::sync::Arc::from([]),
-            fail_when_full: false,
+            mutation: crate::mutation::Mutation::None,
         }
     }
 

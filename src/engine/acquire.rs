@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::error::{NodeFault, Refusal};
-use crate::fence::{FENCE_KEY, Flaw, Reads};
+use crate::fence::{FENCE_KEY, Reads};
 use crate::lock::{Grant, Votes};
 use crate::net::Net;
 use crate::request::{OpId, Outcome};
@@ -65,6 +65,20 @@ impl<N: Net> Engine<N> {
         for node in (0..n).filter(|&i| silent & node_bit(i) != 0) {
             op.vote.faults[node] = Some(NodeFault::Silent);
         }
+        self.send_acquire(id, (resource, token), ttl, targets, now);
+    }
+
+    /// Queues acquire `id`'s requests: `SET NX PX`, or with fencing the script that also reads
+    /// the node's counter.
+    fn send_acquire(
+        &mut self,
+        id: OpId,
+        (resource, token): (&[u8], &Token),
+        ttl: Duration,
+        targets: u64,
+        now: Instant,
+    ) {
+        let n = self.shared.nodes.len();
         let Engine {
             net,
             core,
@@ -76,9 +90,9 @@ impl<N: Net> Engine<N> {
         let tag = id.tag();
         if shared.config.fencing {
             // SET NX and the counter's read in one script (see `crate::fence`).
-            let script = match core.flaw {
-                Flaw::NoWriteBack => &scripts()[FLAWED_ACQUIRE_SCRIPT],
-                _ => &scripts()[FENCED_ACQUIRE_SCRIPT],
+            let script = match core.mutation.fence_no_write_back() {
+                true => &scripts()[FLAWED_ACQUIRE_SCRIPT],
+                false => &scripts()[FENCED_ACQUIRE_SCRIPT],
             };
             let call = script_call(
                 scratch,

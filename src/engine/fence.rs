@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
+use crate::config::Config;
 use crate::error::{Error, NodeFault, Refusal, Report};
-use crate::fence::{FENCE_KEY, Flaw, Reading, Reads};
+use crate::fence::{FENCE_KEY, Reading, Reads};
+use crate::mutation::Mutation;
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::request::{OpId, Outcome};
@@ -67,7 +69,7 @@ impl Fencing {
         start: Instant,
         watch: &mut NodeWatch,
         seed_window: std::time::Duration,
-        flaw: Flaw,
+        mutation: Mutation,
     ) -> Result<Vote, NodeFault> {
         let run_id = d.info.as_ref().map(|i| &i.run_id);
         let Some((won, reading)) = crate::fence::parse_acquire(frame, run_id) else {
@@ -77,7 +79,7 @@ impl Fencing {
             .quarantine_left(seed_window, d.generation, d.info, start)
             .is_none();
         let seedable = matches!(reading, Reading::Blank(_)) && settled;
-        self.reads.add(node, won, reading, seedable, flaw);
+        self.reads.add(node, (won, reading), seedable, mutation);
         self.gens[node] = d.generation;
         Ok(if won { Vote::Yes } else { Vote::Refused })
     }
@@ -94,11 +96,11 @@ impl<N: Net> Engine<N> {
         now: Instant,
     ) -> Option<Outcome> {
         let n = self.shared.nodes.len();
-        let flaw = self.core.flaw;
+        let mutation = self.core.mutation;
         let op = &mut self.core.ops[index];
         let quorum = op.vote.round.quorum();
-        match op.fence.reads.fence(n, quorum, flaw) {
-            Ok(fence) if flaw == Flaw::NoWriteBack => {
+        match op.fence.reads.fence(n, quorum, mutation) {
+            Ok(fence) if mutation.fence_no_write_back() => {
                 self.last_round = now.saturating_duration_since(op.start);
                 let votes = op.vote.lock_votes(&self.net);
                 Some(grant(&self.shared.nodes, valid_until, Some(fence), votes))
@@ -175,24 +177,17 @@ impl<N: Net> Engine<N> {
         self.fence_due = due;
     }
 
-    fn write_fence(&mut self, index: u32, now: Instant) {
-        let n = self.shared.nodes.len();
-        let Engine {
-            net,
-            core,
-            scratch,
-            shared,
-            ..
-        } = self;
-        let config = &shared.config;
-        let op = &mut core.ops[index as usize];
+    /// Starts the write-back round of fenced acquire `op` at `now`, within the validity won
+    /// (`op.until`); returns the nodes that granted the lock and the duplicates (which stay
+    /// failed: the fence goes to the entry that counted for its server).
+    fn write_back_round(op: &mut Op, config: &Config, now: Instant) -> (u64, u64) {
+        let n = op.vote.round.nodes();
         let granted = op.vote.yes();
         let rc = RoundConfig {
             not_after: Some(op.until),
             ..RoundConfig::new(op.ttl, config.drift_factor, config.node_timeout_for(op.ttl))
         };
         op.fence.stage = Stage::Writing;
-        // A duplicate stays one: the fence goes to the entry that counted for its server.
         let duplicates: u64 = (0..n)
             .filter(|&i| matches!(op.vote.faults[i], Some(NodeFault::Duplicate { .. })))
             .fold(0, |m, i| m | node_bit(i));
@@ -203,6 +198,20 @@ impl<N: Net> Engine<N> {
         }
         op.vote.runs.fill(None);
         op.vote.round.start(now, &rc);
+        (granted, duplicates)
+    }
+
+    fn write_fence(&mut self, index: u32, now: Instant) {
+        let n = self.shared.nodes.len();
+        let Engine {
+            net,
+            core,
+            scratch,
+            shared,
+            ..
+        } = self;
+        let op = &mut core.ops[index as usize];
+        let (granted, duplicates) = Self::write_back_round(op, &shared.config, now);
         let id = OpId { index, seq: op.seq };
         let (fence, reads) = (op.fence.fence, op.fence.reads);
         // Blank counters that may be seeded get the write-back too, whether or not they hold

@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use crate::config::Regression;
 use crate::net::Net;
 use crate::request::ReqKind;
 use crate::token::Token;
@@ -134,9 +133,9 @@ impl<N: Net> Engine<N> {
                 }
                 continue;
             }
-            let share = match self.shared.regression {
-                Regression::LedgerUnpaced => self.core.max_pending,
-                _ => (self.core.max_pending / LEDGER_SHARE_OF_PENDING).max(1),
+            let share = match self.core.mutation.ledger_unpaced() {
+                true => self.core.max_pending,
+                false => (self.core.max_pending / LEDGER_SHARE_OF_PENDING).max(1),
             };
             let room = share.saturating_sub(conn.pending());
             for _ in 0..room {

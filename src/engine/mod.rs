@@ -199,7 +199,7 @@ impl<N: Net> Engine<N> {
                 resp3: vec![None; n],
                 fence_watch: vec![NodeWatch::default(); n],
                 seed_window: shared.config.seed_window(),
-                flaw: shared.fence_flaw,
+                mutation: shared.mutation,
                 metrics: Arc::new(Metrics::new(
                     (0..n).map(|i| net.session(i).counters().clone()).collect(),
                 )),

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::error::NodeFault;
-use crate::fence::Flaw;
 use crate::kept::Kept;
 use crate::mailbox::Slot;
+use crate::mutation::Mutation;
 use crate::quarantine::NodeWatch;
 use crate::repair::Repair;
 use crate::request::{OpId, Outcome};
@@ -201,11 +201,11 @@ pub(super) struct Core {
     /// Per node: the connection on which `HELLO 3` succeeded (RESP3 from the handshake on, or
     /// switched for subscribing).
     pub resp3: Vec<Option<u64>>,
-    /// Fencing: restart tracking for seeding blank counters, its window, and the simulator's
-    /// deliberate flaw.
+    /// Fencing: restart tracking for seeding blank counters, and its window.
     pub fence_watch: Vec<NodeWatch>,
     pub seed_window: Duration,
-    pub flaw: Flaw,
+    /// A defect the simulator brought back (`mutation.rs`; none in the default build).
+    pub mutation: Mutation,
     /// Counters and histograms (read by the handles at any time; see `stats.rs`).
     pub metrics: Arc<Metrics>,
     /// Per node: the connection on which a quarantined yes was last reported (`warn` once per

@@ -77,7 +77,15 @@ impl Core {
         let mut vote = match &d.reply {
             Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
                 let watch = &mut self.fence_watch[node];
-                (op.fence).read_answer(node, frame, d, op.start, watch, self.seed_window, self.flaw)
+                (op.fence).read_answer(
+                    node,
+                    frame,
+                    d,
+                    op.start,
+                    watch,
+                    self.seed_window,
+                    self.mutation,
+                )
             }
             _ => vote_of(d.kind, &d.reply),
         };

@@ -26,11 +26,11 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Builder, Config, Quarantine, Regression, Shared};
+use crate::config::{Builder, Config, Quarantine, Shared};
 use crate::engine::{Engine, Waiter};
-use crate::fence::Flaw;
 use crate::kept::Kept;
 use crate::lock::Lock;
+use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
@@ -70,22 +70,20 @@ pub enum Break {
 }
 
 impl Break {
-    /// The fencing flaw this break runs with.
-    fn flaw(self) -> Flaw {
+    /// The defect this break brings back (`mutation.rs`).
+    fn mutation(self) -> Mutation {
         match self {
-            Break::FenceNoWriteBack => Flaw::NoWriteBack,
-            Break::FenceBlankAsZero => Flaw::BlankAsZero,
-            _ => Flaw::None,
+            Break::FenceNoWriteBack => Mutation::FenceNoWriteBack,
+            Break::FenceBlankAsZero => Mutation::FenceBlankAsZero,
+            Break::LedgerUnpaced => Mutation::LedgerUnpaced,
+            Break::FailWhenFull => Mutation::FailWhenFull,
+            _ => Mutation::None,
         }
     }
 
-    /// The liveness defect this break brings back.
-    fn regression(self) -> Regression {
-        match self {
-            Break::LedgerUnpaced => Regression::LedgerUnpaced,
-            Break::FailWhenFull => Regression::FailWhenFull,
-            _ => Regression::None,
-        }
+    /// A wrong fencing construction.
+    fn breaks_fencing(self) -> bool {
+        matches!(self, Break::FenceNoWriteBack | Break::FenceBlankAsZero)
     }
 }
 
@@ -552,7 +550,7 @@ impl World {
     fn new(seed: u64, setup: Setup, tracing: bool) -> World {
         let mut rng = Rng(seed);
         let broken = |b: Break| setup.breaks == b && !setup.control;
-        let fencing = setup.fencing || setup.breaks.flaw() != Flaw::None;
+        let fencing = setup.fencing || setup.breaks.breaks_fencing();
         let quarantine = if broken(Break::Quarantine) {
             Quarantine::Off
         } else {
@@ -584,12 +582,8 @@ impl World {
         let mut shared = shared;
         if !setup.control {
             let shared = Arc::get_mut(&mut shared).expect("not shared yet");
-            shared.fence_flaw = setup.breaks.flaw();
-            shared.regression = setup.breaks.regression();
-            shared.conn.fail_when_full = matches!(
-                shared.regression,
-                Regression::LedgerUnpaced | Regression::FailWhenFull
-            );
+            shared.mutation = setup.breaks.mutation();
+            shared.conn.mutation = shared.mutation;
         }
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two

@@ -1,0 +1,111 @@
+//! Deliberate defects, brought back on request so that the simulator shows its checks catch
+//! them: issue 17's wrong fencing constructions and issue 36's liveness defects (the seeds in
+//! `tests/sim.rs` fail with the defect and pass without it).
+//!
+//! Only the simulator (feature `sim`) and this crate's unit tests have them: in the default
+//! build [`Mutation`] has the one value [`Mutation::None`], every query below is the constant
+//! `false`, and the branches they guard are compiled out.
+
+/// A defect the code runs with (the simulator's; never set otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Mutation {
+    /// The code as it is.
+    #[default]
+    None,
+    /// Fencing: every node increments its own counter when its `SET NX` succeeds, the fence
+    /// is the largest of the winners' counters, nothing is written back (`INCR_BODY`).
+    #[cfg(any(test, feature = "sim"))]
+    FenceNoWriteBack,
+    /// Fencing: blank nodes are read as seeded (their counter, or 0) — "the quarantine alone",
+    /// which lets a node restarted empty bring a quorum's maximum down.
+    #[cfg(any(test, feature = "sim"))]
+    FenceBlankAsZero,
+    /// The ledger's releases sent up to `max_pending` at once on a fresh connection (not paced
+    /// within half of it), and a full connection failed (as [`Mutation::FailWhenFull`]): the
+    /// connection fails as overloaded, the releases go back into the ledger, and it reconnects
+    /// again and again (issue 36, item 1).
+    #[cfg(any(test, feature = "sim"))]
+    LedgerUnpaced,
+    /// A connection at `max_pending` failed rather than the next request refused
+    /// (`Session::admit`): several callers of one engine keep more requests outstanding than
+    /// that, and it reconnects again and again with no fault at all.
+    #[cfg(any(test, feature = "sim"))]
+    FailWhenFull,
+}
+
+impl Mutation {
+    /// Fences without a write-back ([`Mutation::FenceNoWriteBack`]).
+    #[inline]
+    pub fn fence_no_write_back(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::FenceNoWriteBack;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
+    /// Blank counters read as seeded ([`Mutation::FenceBlankAsZero`]).
+    #[inline]
+    pub fn fence_blank_as_zero(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::FenceBlankAsZero;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
+    /// The ledger replayed up to `max_pending` at once ([`Mutation::LedgerUnpaced`]).
+    #[inline]
+    pub fn ledger_unpaced(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::LedgerUnpaced;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
+    /// A connection at `max_pending` failed, not the next request refused
+    /// ([`Mutation::FailWhenFull`], and [`Mutation::LedgerUnpaced`], whose replay it fails).
+    #[inline]
+    pub fn fail_when_full(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return matches!(self, Mutation::FailWhenFull | Mutation::LedgerUnpaced);
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_mutation_answers_its_own_query_and_none_answers_none() {
+        let all = [
+            Mutation::None,
+            Mutation::FenceNoWriteBack,
+            Mutation::FenceBlankAsZero,
+            Mutation::LedgerUnpaced,
+            Mutation::FailWhenFull,
+        ];
+        let answers: Vec<[bool; 4]> = all
+            .iter()
+            .map(|m| {
+                [
+                    m.fence_no_write_back(),
+                    m.fence_blank_as_zero(),
+                    m.ledger_unpaced(),
+                    m.fail_when_full(),
+                ]
+            })
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                [false, false, false, false],
+                [true, false, false, false],
+                [false, true, false, false],
+                // The unpaced replay overflowed a connection that was then failed.
+                [false, false, true, true],
+                [false, false, false, true],
+            ]
+        );
+    }
+}
