@@ -183,6 +183,7 @@ impl<N: Net> Engine<N> {
                 // answered), and growing the slab then would allocate on the hot path.
                 ops: (0..PREBUILT_OPS).map(|_| Op::new(n, now)).collect(),
                 free: (0..PREBUILT_OPS as u32).rev().collect(),
+                live: vec![0; PREBUILT_OPS.div_ceil(64)],
                 watch: vec![NodeWatch::default(); n],
                 slow: vec![false; n],
                 silent: 0,
@@ -460,33 +461,33 @@ impl<N: Net> Engine<N> {
     /// acquires, kept locks' renewals or losses).
     fn settle(&mut self, now: Instant) {
         self.lost.clear();
-        for index in 0..self.core.ops.len() {
-            let op = &self.core.ops[index];
-            if !op.live {
-                continue;
-            }
-            if !op.done
-                && let Some(outcome) = self.poll_outcome(index, now)
-            {
-                self.hand_over(index, outcome, now);
-            }
-            let Core {
-                ops,
-                metrics,
-                silent,
-                free,
-                ..
-            } = &mut self.core;
-            let op = &mut ops[index];
-            if op.done
-                && !op.vote.silent_counted
-                && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
-            {
-                op.vote.count_silent(metrics, silent, now);
-            }
-            if op.done && op.outstanding == 0 && op.outcome.is_none() {
-                op.live = false;
-                free.push(index as u32);
+        // Live slots only, in order (nothing here allocates one).
+        for word in 0..self.core.live.len() {
+            for index in self.core.live_in(word) {
+                if !self.core.ops[index].live {
+                    continue;
+                }
+                if !self.core.ops[index].done
+                    && let Some(outcome) = self.poll_outcome(index, now)
+                {
+                    self.hand_over(index, outcome, now);
+                }
+                let Core {
+                    ops,
+                    metrics,
+                    silent,
+                    ..
+                } = &mut self.core;
+                let op = &mut ops[index];
+                if op.done
+                    && !op.vote.silent_counted
+                    && matches!(op.kind, OpKind::Acquire | OpKind::Extend)
+                {
+                    op.vote.count_silent(metrics, silent, now);
+                }
+                if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                    self.core.free_slot(index);
+                }
             }
         }
         if !self.fence_due.is_empty() {
@@ -562,7 +563,8 @@ impl<N: Net> Engine<N> {
     /// The earliest deadline of an undone operation, a timer or a queue.
     fn next_deadline(&self) -> Option<Instant> {
         let mut next: Option<Instant> = None;
-        for op in self.core.ops.iter().filter(|o| o.live && !o.done) {
+        let live = (0..self.core.live.len()).flat_map(|w| self.core.live_in(w));
+        for op in live.map(|i| &self.core.ops[i]).filter(|o| !o.done) {
             if let Some(t) = op.deadline() {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
@@ -694,8 +696,7 @@ impl<N: Net> Engine<N> {
         }
         let outcome = op.outcome.take();
         if op.done && op.outstanding == 0 {
-            op.live = false;
-            self.core.free.push(id.index);
+            self.core.free_slot(id.index as usize);
         }
         outcome
     }

@@ -146,8 +146,7 @@ impl<N: Net> Engine<N> {
             _ => {}
         }
         if op.outstanding == 0 && op.outcome.is_none() {
-            op.live = false;
-            self.core.free.push(w.index);
+            self.core.free_slot(w.index as usize);
         }
     }
 
