@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::config::{Builder, Config, Shared};
-use crate::conn::IoStats;
 use crate::driver::Driver;
 use crate::engine::Engine;
 use crate::error::{Error, FenceRepair};
@@ -15,6 +14,7 @@ use crate::lock::Lock;
 use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::round::deadline_after;
+use crate::stats::IoStats;
 use crate::token::Token;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling
@@ -107,7 +107,7 @@ impl Client {
 
     /// Syscalls made so far by this client's connections and poll loop.
     pub fn io_stats(&self) -> IoStats {
-        self.engine.net.stats()
+        self.engine.net.io().snapshot(0)
     }
 
     /// What this client's engine has counted so far, per node and per operation kind (see

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
 use crate::config::{Builder, Config, Shared};
-use crate::conn::IoStats;
 use crate::engine::Shutdown;
 use crate::error::{Error, FenceRepair};
 use crate::hub::Hub;
@@ -16,7 +15,7 @@ use crate::lock::Lock;
 use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, ReqKind};
 use crate::round::deadline_after;
-use crate::stats::{Metrics, Stats};
+use crate::stats::{IoStats, Metrics, Stats};
 use crate::token::Token;
 
 impl Builder {

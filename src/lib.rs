@@ -323,7 +323,6 @@ pub use async_handle::AsyncRedlock;
 pub use async_keep::{AsyncKeepAlive, LockWatch};
 pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
-pub use conn::IoStats;
 pub use engine::Shutdown;
 pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
@@ -334,7 +333,7 @@ pub use keys::{FENCE_KEY, RESERVED_PREFIX};
 pub use lock::{Lock, LockVote, Resource, Votes};
 pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
-pub use stats::{Histogram, NodeStats, OpStats, Stats};
+pub use stats::{Histogram, IoStats, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

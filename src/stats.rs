@@ -197,6 +197,36 @@ impl std::fmt::Debug for Histogram {
     }
 }
 
+/// The syscall counters of one engine's connections and poll loop (see [`IoStats`] for what
+/// each counts): shared (`Arc`) by its driver and every connection, one writer at a time like
+/// the rest (whoever drives the loop), read by the handles without waiting for the loop.
+#[derive(Debug, Default)]
+pub(crate) struct IoCounters {
+    pub writes: Counter,
+    pub reads: Counter,
+    pub polls: Counter,
+    pub connects: Counter,
+    pub tls_handshakes: Counter,
+    pub tls_resumed: Counter,
+    pub tls_round_trips: Counter,
+}
+
+impl IoCounters {
+    /// A snapshot; `wakes` is counted elsewhere (by the callers that wake the loop).
+    pub(crate) fn snapshot(&self, wakes: u64) -> IoStats {
+        IoStats {
+            writes: self.writes.get(),
+            reads: self.reads.get(),
+            polls: self.polls.get(),
+            connects: self.connects.get(),
+            wakes,
+            tls_handshakes: self.tls_handshakes.get(),
+            tls_resumed: self.tls_resumed.get(),
+            tls_round_trips: self.tls_round_trips.get(),
+        }
+    }
+}
+
 /// One node's counters (see [`NodeStats`] for what each counts).
 #[derive(Debug, Default)]
 pub(crate) struct NodeCounters {
@@ -372,6 +402,30 @@ impl OpStats {
     pub fn count(&self) -> u64 {
         self.ok + self.refused + self.no_quorum + self.failed
     }
+}
+
+/// Syscalls made by connections and the poll loop.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoStats {
+    /// `write` calls.
+    pub writes: u64,
+    /// `read` calls.
+    pub reads: u64,
+    /// `poll` (epoll_wait) calls.
+    pub polls: u64,
+    /// Connect attempts.
+    pub connects: u64,
+    /// Wake-ups of a shared engine's loop by callers (`Waker::wake`: one `write` to an
+    /// eventfd each); zero for a [`Client`](crate::Client).
+    pub wakes: u64,
+    /// TLS handshakes completed (`rediss://` nodes).
+    pub tls_handshakes: u64,
+    /// Of those, the ones that resumed an earlier session (no certificate sent or checked).
+    pub tls_resumed: u64,
+    /// Round trips of TLS handshakes: the server's flights a handshake waited for (TCP's own
+    /// connect not included). TLS 1.3 needs one per handshake, resumed or not.
+    pub tls_round_trips: u64,
 }
 
 /// One node's counters.
