@@ -333,7 +333,7 @@ pub use keys::{FENCE_KEY, RESERVED_PREFIX};
 pub use lock::{Lock, LockVote, Resource, Votes};
 pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
-pub use stats::{Histogram, IoStats, NodeStats, OpStats, Stats};
+pub use stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -336,10 +336,10 @@ fn an_acquire_dropped_before_it_was_polled_sends_nothing() {
         redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
         3
     );
-    let writes = redlock.blocking().io_stats().writes;
+    let writes = redlock.stats().io.writes;
     drop(redlock.try_lock("never"));
     drop(redlock.lock("never"));
-    assert_eq!(redlock.blocking().io_stats().writes, writes);
+    assert_eq!(redlock.stats().io.writes, writes);
     assert_released(&redlock, &servers, "never");
 }
 
