@@ -219,7 +219,7 @@
 //    codec), `round` (one quorum decision).
 // 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
 //    and histograms: addr).
-// 3. `tls` (connectors: addr, error); `token` (error); `repair` (the fence repair's floor and
+// 3. `tls` (connectors: addr, error, stats); `token` (error); `repair` (the fence repair's floor and
 //    tally, no I/O: addr, error, fence, resp).
 // 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
 //    resp, round, tls).
@@ -229,9 +229,9 @@
 // 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
 //    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
 //    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
-// 8. I/O: `conn` (one socket: addr, config, error, session, tls); `net` (what the engine asks
-//    of the network: error, session); `driver` (the mio loop: addr, config, conn, error, net,
-//    session).
+// 8. I/O: `conn` (one socket: addr, config, error, session, stats, tls); `net` (what the
+//    engine asks of the network: error, session); `driver` (the mio loop: addr, config, conn,
+//    error, net, session, stats).
 // 9. `engine` (every operation in flight: the layers above, and driver).
 // 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
 //     engine, kept, mailbox, request, round, token).
