@@ -185,13 +185,6 @@ impl Redlock {
         Ok(result)
     }
 
-    /// Times the background thread, woken for work, found the loop driven by a caller. For
-    /// tests: it waits to be told the caller let go instead of trying again at once.
-    #[doc(hidden)]
-    pub fn background_found_loop_taken(&self) -> u64 {
-        self.handle.hub.found_taken.load(Ordering::Relaxed)
-    }
-
     /// What the shared engine has counted so far, per node and per operation kind: requests,
     /// replies, timeouts, reconnects, latency histograms; its syscalls and the renewals of kept
     /// locks (see [`Stats`]). Reads atomics: it never waits for the loop, and costs the caller

@@ -240,7 +240,7 @@
 // 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
 //     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
 //     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
-//     checks (resp).
+//     checks (resp). `testing` (hidden): hooks for the crate's tests (handle, hub).
 
 pub mod addr;
 mod async_guard;
@@ -278,6 +278,8 @@ mod session;
 pub mod sim;
 mod stats;
 mod task;
+#[doc(hidden)]
+pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 /// Without the `tls` feature no TLS connector can be made, and `rediss://` is refused when a
