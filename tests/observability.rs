@@ -68,8 +68,9 @@ fn a_known_sequence_of_cycles_gives_exact_counts() {
     for n in &after.nodes {
         assert_eq!((n.connects, n.reconnects, n.downs), (1, 0, 0), "{n:?}");
     }
-    // Syscalls: at least one write and one read per node per request round; a client's caller
-    // drives its loop (no wakes) and it keeps no locks.
+    // Syscalls: at least one write per node per request round, and one read per node per cycle
+    // (a reply of the acquire not waited for may come in the read of the release's); a
+    // client's caller drives its loop (no wakes) and it keeps no locks.
     assert_eq!(after.io.connects, 3);
     assert!(
         after.io.writes - before.io.writes >= 2 * CYCLES * 3,
@@ -77,7 +78,7 @@ fn a_known_sequence_of_cycles_gives_exact_counts() {
         after.io
     );
     assert!(
-        after.io.reads - before.io.reads >= 2 * CYCLES * 3,
+        after.io.reads - before.io.reads >= CYCLES * 3,
         "{:?}",
         after.io
     );
@@ -235,8 +236,9 @@ fn a_handles_stats_carry_syscalls_and_renewals_without_waiting_for_the_loop() {
     let io = |s: &Stats| (s.io.writes, s.io.reads, s.io.polls);
     let (w0, r0, p0) = io(&before);
     let (w1, r1, p1) = io(&after);
-    // An acquire, two renewals and a release: at least four writes and reads per node.
-    assert!(w1 - w0 >= 4 * 3 && r1 - r0 >= 4 * 3 && p1 > p0, "{after:?}");
+    // An acquire, two renewals and a release: four writes per node at least; replies may
+    // share reads, but the release's were read from every node.
+    assert!(w1 - w0 >= 4 * 3 && r1 - r0 >= 3 && p1 > p0, "{after:?}");
     assert!(w1 - w0 >= after.keep.writes);
 
     redlock
