@@ -62,7 +62,7 @@ fn main() {
     for _ in 0..warmup {
         cycle(&mut mux).expect("warm-up cycle");
     }
-    let io_before = mux.as_ref().map(|m| m.client.io_stats());
+    let io_before = mux.as_ref().map(|m| m.client.stats().io);
     let (a0, b0) = (CountingAlloc::allocations(), CountingAlloc::bytes());
     let mut failed = 0u64;
     for _ in 0..cycles {
@@ -81,7 +81,7 @@ fn main() {
         per(b1 - b0)
     );
     if let (Some(m), Some(before)) = (&mux, io_before) {
-        let after = m.client.io_stats();
+        let after = m.client.stats().io;
         line.push_str(&format!(
             " io_writes_per_cycle={:.3} io_reads_per_cycle={:.3} io_polls_per_cycle={:.3} io_connects={}",
             per(after.writes - before.writes),

@@ -659,7 +659,7 @@ fn tls_handshakes(url: &str, opts: &Opts) -> String {
             let t = Instant::now();
             c.cycle("bench:hs").expect("a first cycle");
             times[which].push(t.elapsed());
-            let io = c.client.io_stats();
+            let io = c.client.stats().io;
             let s = &mut stats[which];
             (s.0, s.1, s.2) = (
                 s.0 + io.tls_handshakes,

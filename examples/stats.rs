@@ -6,7 +6,8 @@
 //! ```
 //!
 //! Runs 1,000 lock cycles, then prints per node (requests, replies, timeouts, reconnects,
-//! request latency percentiles) and per operation (outcomes, latency).
+//! request latency percentiles), per operation (outcomes, latency), the syscalls per cycle and
+//! the kept locks' renewals.
 
 use std::time::Duration;
 
@@ -77,6 +78,20 @@ fn main() -> Result<(), redlock_mux::Error> {
             percentiles(&op.latency)
         );
     }
+    // Syscalls of the engine's connections and loop, all nodes together (connecting included).
+    let per = |n: u64| n as f64 / CYCLES as f64;
+    println!(
+        "syscalls per cycle: {:.2} write, {:.2} read, {:.2} poll; {} wakes of the loop, {} connects",
+        per(stats.io.writes),
+        per(stats.io.reads),
+        per(stats.io.polls),
+        stats.io.wakes,
+        stats.io.connects
+    );
+    println!(
+        "kept locks: {} renewal batches, {} writes, {} extended",
+        stats.keep.batches, stats.keep.writes, stats.keep.extended
+    );
     assert_eq!(stats.acquire.ok, CYCLES as u64);
     Ok(())
 }

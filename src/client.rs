@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::config::{Builder, Config, Shared};
-use crate::conn::IoStats;
 use crate::driver::Driver;
 use crate::engine::Engine;
 use crate::error::{Error, FenceRepair};
@@ -15,6 +14,7 @@ use crate::lock::Lock;
 use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, Outcome, ReqKind};
 use crate::round::deadline_after;
+use crate::stats::KeepStats;
 use crate::token::Token;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling
@@ -105,15 +105,12 @@ impl Client {
         self.engine.net.conns.iter().map(|c| c.buffered()).collect()
     }
 
-    /// Syscalls made so far by this client's connections and poll loop.
-    pub fn io_stats(&self) -> IoStats {
-        self.engine.net.stats()
-    }
-
-    /// What this client's engine has counted so far, per node and per operation kind (see
-    /// [`Stats`](crate::Stats)).
+    /// What this client's engine has counted so far, per node and per operation kind, and
+    /// the syscalls of its connections and event loop (see [`Stats`](crate::Stats); `keep` and
+    /// `io.wakes` stay zero: a client keeps no locks, and its caller drives its loop).
     pub fn stats(&self) -> crate::Stats {
-        self.engine.metrics().snapshot(&self.engine.shared.nodes)
+        let io = self.engine.net.io().snapshot(0);
+        (self.engine.metrics()).snapshot(&self.engine.shared.nodes, io, KeepStats::default())
     }
 
     /// Requests waiting for a reply, per node. For tests of connection failures.

@@ -704,7 +704,7 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) conn: ConnConfig,
     /// Keep-alive counters: ticks that extended kept locks, the writes of those ticks, locks
-    /// extended.
+    /// extended (the handle's `Stats::keep`).
     pub(crate) keep_ticks: AtomicU64,
     pub(crate) keep_writes: AtomicU64,
     pub(crate) keep_extended: AtomicU64,

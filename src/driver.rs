@@ -4,16 +4,18 @@
 //! for stragglers, whose replies are consumed by a later turn.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Instant;
 
 use mio::{Events, Poll, Token};
 
 use crate::addr::NodeAddr;
 use crate::config::ConnConfig;
-use crate::conn::{Conn, IoStats};
+use crate::conn::Conn;
 use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
 use crate::session::{Kind, ScriptCall, Session};
+use crate::stats::IoCounters;
 
 /// The token of the [`Driver::waker`]: beyond any node index.
 const WAKER: Token = Token(usize::MAX - 1);
@@ -22,21 +24,24 @@ pub(crate) struct Driver {
     poll: Poll,
     events: Events,
     pub conns: Vec<Conn>,
-    polls: u64,
+    /// Syscall counters of the loop and every connection (shared with them, and with the
+    /// handles that read them).
+    io: Arc<IoCounters>,
 }
 
 impl Driver {
     pub fn new(nodes: &[NodeAddr], config: &ConnConfig) -> io::Result<Driver> {
         let now = Instant::now();
+        let io = Arc::new(IoCounters::default());
         Ok(Driver {
             poll: Poll::new()?,
             events: Events::with_capacity(nodes.len().max(1) * 2),
             conns: nodes
                 .iter()
                 .enumerate()
-                .map(|(i, addr)| Conn::new(addr.clone(), Token(i), config.clone(), now))
+                .map(|(i, addr)| Conn::new(addr.clone(), Token(i), config.clone(), io.clone(), now))
                 .collect(),
-            polls: 0,
+            io,
         })
     }
 
@@ -45,21 +50,9 @@ impl Driver {
         mio::Waker::new(self.poll.registry(), WAKER)
     }
 
-    /// Syscall counters summed over all connections.
-    pub fn stats(&self) -> IoStats {
-        let mut total = IoStats {
-            polls: self.polls,
-            ..IoStats::default()
-        };
-        for c in &self.conns {
-            total.writes += c.stats.writes;
-            total.reads += c.stats.reads;
-            total.connects += c.stats.connects;
-            total.tls_handshakes += c.stats.tls_handshakes;
-            total.tls_resumed += c.stats.tls_resumed;
-            total.tls_round_trips += c.stats.tls_round_trips;
-        }
-        total
+    /// The syscall counters of the loop and all connections: readable without the loop.
+    pub fn io(&self) -> &Arc<IoCounters> {
+        &self.io
     }
 }
 
@@ -77,7 +70,7 @@ impl Net for Driver {
     }
 
     fn writes(&self) -> u64 {
-        self.conns.iter().map(|c| c.stats.writes).sum()
+        self.io.writes.get()
     }
 
     /// Queues an encoded command for node `node` (connecting first if needed).
@@ -135,14 +128,14 @@ impl Net for Driver {
             poll,
             events,
             conns,
-            polls,
+            io,
         } = self;
         let now = Instant::now();
         let wake = conns
             .iter()
             .filter_map(Conn::next_deadline)
             .fold(until, Instant::min);
-        *polls += 1;
+        io.polls.bump();
         if let Err(e) = poll.poll(events, Some(wake.saturating_duration_since(now))) {
             // EINTR: return and let the caller re-check its deadline. Anything else cannot be
             // fixed here; the caller's deadline still bounds the wait.

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
 use crate::config::{Builder, Config, Shared};
-use crate::conn::IoStats;
 use crate::engine::Shutdown;
 use crate::error::{Error, FenceRepair};
 use crate::hub::Hub;
@@ -16,7 +15,7 @@ use crate::lock::Lock;
 use crate::repair::FenceFloor;
 use crate::request::{NodeStatus, ReqKind};
 use crate::round::deadline_after;
-use crate::stats::{Metrics, Stats};
+use crate::stats::{IoCounters, KeepStats, Metrics, Stats};
 use crate::token::Token;
 
 impl Builder {
@@ -51,12 +50,14 @@ impl Builder {
         let shared = self.shared()?;
         let mut client = Client::from_shared(shared.clone())?;
         let metrics = client.engine().metrics().clone();
+        let io = client.engine().net.io().clone();
         let hub = Hub::start(client)?;
         Ok(Redlock {
             handle: Arc::new(Handle {
                 shared,
                 hub,
                 metrics,
+                io,
             }),
         })
     }
@@ -67,6 +68,8 @@ struct Handle {
     hub: Arc<Hub>,
     /// The engine's counters: read without waiting for the loop.
     metrics: Arc<Metrics>,
+    /// The syscall counters of the engine's connections and loop, likewise.
+    io: Arc<IoCounters>,
 }
 
 impl Drop for Handle {
@@ -152,18 +155,6 @@ impl Redlock {
         std::ptr::from_ref::<Hub>(&self.handle.hub) as usize
     }
 
-    /// Keep-alive counters so far: (ticks that extended locks, `write` calls in them, locks
-    /// extended). For tests of the batching.
-    #[doc(hidden)]
-    pub fn keeper_stats(&self) -> (u64, u64, u64) {
-        let s = &self.handle.shared;
-        (
-            s.keep_ticks.load(Ordering::Relaxed),
-            s.keep_writes.load(Ordering::Relaxed),
-            s.keep_extended.load(Ordering::Relaxed),
-        )
-    }
-
     /// The nodes, in the order given.
     pub fn nodes(&self) -> &[NodeAddr] {
         &self.handle.shared.nodes
@@ -194,26 +185,10 @@ impl Redlock {
         Ok(result)
     }
 
-    /// Syscalls made so far by the shared engine's connections and poll loop, and how often a
-    /// caller had to wake the loop (`wakes`).
-    pub fn io_stats(&self) -> IoStats {
-        let hub = &self.handle.hub;
-        let mut stats = self.with_client(|c| c.io_stats()).unwrap_or_default();
-        stats.wakes = hub.mailbox.wakes.load(Ordering::Relaxed) as u64;
-        stats
-    }
-
-    /// Times the background thread, woken for work, found the loop driven by a caller. For
-    /// tests: it waits to be told the caller let go instead of trying again at once.
-    #[doc(hidden)]
-    pub fn background_found_loop_taken(&self) -> u64 {
-        self.handle.hub.found_taken.load(Ordering::Relaxed)
-    }
-
     /// What the shared engine has counted so far, per node and per operation kind: requests,
-    /// replies, timeouts, reconnects, latency histograms (see [`Stats`]). Reads atomics: it
-    /// never waits for the loop, and costs the caller one allocation per node for the
-    /// snapshot. The counters are always on.
+    /// replies, timeouts, reconnects, latency histograms; its syscalls and the renewals of kept
+    /// locks (see [`Stats`]). Reads atomics: it never waits for the loop, and costs the caller
+    /// one allocation per node for the snapshot. The counters are always on.
     ///
     /// ```no_run
     /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
@@ -226,7 +201,19 @@ impl Redlock {
     /// # Ok::<(), redlock_mux::Error>(())
     /// ```
     pub fn stats(&self) -> Stats {
-        self.handle.metrics.snapshot(&self.handle.shared.nodes)
+        let Handle {
+            shared,
+            hub,
+            metrics,
+            io,
+        } = &*self.handle;
+        let io = io.snapshot(hub.mailbox.wakes.load(Ordering::Relaxed) as u64);
+        let keep = KeepStats {
+            batches: shared.keep_ticks.load(Ordering::Relaxed),
+            writes: shared.keep_writes.load(Ordering::Relaxed),
+            extended: shared.keep_extended.load(Ordering::Relaxed),
+        };
+        metrics.snapshot(&shared.nodes, io, keep)
     }
 
     /// Connects the shared engine to every node now; see [`Client::connect`](crate::Client::connect).

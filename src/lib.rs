@@ -219,7 +219,7 @@
 //    codec), `round` (one quorum decision).
 // 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
 //    and histograms: addr).
-// 3. `tls` (connectors: addr, error); `token` (error); `repair` (the fence repair's floor and
+// 3. `tls` (connectors: addr, error, stats); `token` (error); `repair` (the fence repair's floor and
 //    tally, no I/O: addr, error, fence, resp).
 // 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
 //    resp, round, tls).
@@ -229,9 +229,9 @@
 // 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
 //    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
 //    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
-// 8. I/O: `conn` (one socket: addr, config, error, session, tls); `net` (what the engine asks
-//    of the network: error, session); `driver` (the mio loop: addr, config, conn, error, net,
-//    session).
+// 8. I/O: `conn` (one socket: addr, config, error, session, stats, tls); `net` (what the
+//    engine asks of the network: error, session); `driver` (the mio loop: addr, config, conn,
+//    error, net, session, stats).
 // 9. `engine` (every operation in flight: the layers above, and driver).
 // 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
 //     engine, kept, mailbox, request, round, token).
@@ -240,7 +240,7 @@
 // 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
 //     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
 //     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
-//     checks (resp).
+//     checks (resp). `testing` (hidden): hooks for the crate's tests (handle, hub).
 
 pub mod addr;
 mod async_guard;
@@ -279,6 +279,8 @@ mod session;
 pub mod sim;
 mod stats;
 mod task;
+#[doc(hidden)]
+pub mod testing;
 #[cfg(feature = "tls")]
 mod tls;
 /// Without the `tls` feature no TLS connector can be made, and `rediss://` is refused when a
@@ -324,7 +326,6 @@ pub use async_handle::AsyncRedlock;
 pub use async_keep::{AsyncKeepAlive, LockWatch};
 pub use client::Client;
 pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
-pub use conn::IoStats;
 pub use engine::Shutdown;
 pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
@@ -335,7 +336,7 @@ pub use keys::{FENCE_KEY, RESERVED_PREFIX};
 pub use lock::{Lock, LockVote, Resource, Votes};
 pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
-pub use stats::{Histogram, NodeStats, OpStats, Stats};
+pub use stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 
 /// The README's examples, compiled as doctests so they stay true.

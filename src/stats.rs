@@ -1,6 +1,6 @@
-//! Counters and latency histograms, per node and per operation kind: what the engine counts as
-//! it works ([`Metrics`], atomics) and what [`Redlock::stats`](crate::Redlock::stats) hands out
-//! ([`Stats`], a plain snapshot).
+//! Counters and latency histograms, per node and per operation kind, syscalls and kept locks'
+//! renewals: what the engine counts as it works ([`Metrics`], [`IoCounters`], atomics) and what
+//! [`Redlock::stats`](crate::Redlock::stats) hands out ([`Stats`], a plain snapshot).
 //!
 //! One writer: an engine runs on one thread at a time (a [`Client`](crate::Client) is `&mut
 //! self`, a [`Redlock`](crate::Redlock)'s engine sits behind its mutex), so a counter is bumped
@@ -197,6 +197,36 @@ impl std::fmt::Debug for Histogram {
     }
 }
 
+/// The syscall counters of one engine's connections and poll loop (see [`IoStats`] for what
+/// each counts): shared (`Arc`) by its driver and every connection, one writer at a time like
+/// the rest (whoever drives the loop), read by the handles without waiting for the loop.
+#[derive(Debug, Default)]
+pub(crate) struct IoCounters {
+    pub writes: Counter,
+    pub reads: Counter,
+    pub polls: Counter,
+    pub connects: Counter,
+    pub tls_handshakes: Counter,
+    pub tls_resumed: Counter,
+    pub tls_round_trips: Counter,
+}
+
+impl IoCounters {
+    /// A snapshot; `wakes` is counted elsewhere (by the callers that wake the loop).
+    pub(crate) fn snapshot(&self, wakes: u64) -> IoStats {
+        IoStats {
+            writes: self.writes.get(),
+            reads: self.reads.get(),
+            polls: self.polls.get(),
+            connects: self.connects.get(),
+            wakes,
+            tls_handshakes: self.tls_handshakes.get(),
+            tls_resumed: self.tls_resumed.get(),
+            tls_round_trips: self.tls_round_trips.get(),
+        }
+    }
+}
+
 /// One node's counters (see [`NodeStats`] for what each counts).
 #[derive(Debug, Default)]
 pub(crate) struct NodeCounters {
@@ -310,8 +340,9 @@ impl Metrics {
         }
         c.latency.record(latency);
     }
-    /// A snapshot, naming the nodes by `addrs`.
-    pub(crate) fn snapshot(&self, addrs: &[NodeAddr]) -> Stats {
+    /// A snapshot, naming the nodes by `addrs`, with the engine's syscalls and renewals (counted
+    /// elsewhere).
+    pub(crate) fn snapshot(&self, addrs: &[NodeAddr], io: IoStats, keep: KeepStats) -> Stats {
         Stats {
             nodes: self
                 .nodes
@@ -322,12 +353,14 @@ impl Metrics {
             acquire: self.ops[OpKind::Acquire as usize].snapshot(),
             extend: self.ops[OpKind::Extend as usize].snapshot(),
             release: self.ops[OpKind::Release as usize].snapshot(),
+            io,
+            keep,
         }
     }
 }
 
-/// What one engine has counted since it was built: per node and per operation kind. A plain
-/// snapshot, from [`Redlock::stats`](crate::Redlock::stats),
+/// What one engine has counted since it was built: per node and per operation kind, its
+/// syscalls and its renewals of kept locks. A plain snapshot, from [`Redlock::stats`](crate::Redlock::stats),
 /// [`AsyncRedlock::stats`](crate::AsyncRedlock::stats) or [`Client::stats`](crate::Client::stats).
 ///
 /// Counters only grow: for rates, take two snapshots and subtract. Each counter is read on its
@@ -349,6 +382,11 @@ pub struct Stats {
     /// not the ones nobody waits for, such as a dropped guard's or a lost attempt's cleanup):
     /// `ok` deleted on at least one node, `refused` on none (expired, or not ours).
     pub release: OpStats,
+    /// Syscalls of the engine's connections and event loop, and wake-ups of its loop: divided
+    /// by the operations between two snapshots, the syscalls per lock cycle.
+    pub io: IoStats,
+    /// Renewals of kept locks, batch by batch.
+    pub keep: KeepStats,
 }
 
 /// How often one kind of operation ended which way, and how long it took to decide.
@@ -372,6 +410,50 @@ impl OpStats {
     pub fn count(&self) -> u64 {
         self.ok + self.refused + self.no_quorum + self.failed
     }
+}
+
+/// Syscalls made by one engine's connections and event loop ([`Stats::io`]). An acquire and
+/// release cycle on N idle nodes takes about N `write`s, N `read`s and a few `poll`s in all.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IoStats {
+    /// `write` calls on the nodes' sockets (TLS handshakes' included).
+    pub writes: u64,
+    /// `read` calls on the nodes' sockets (TLS handshakes' included).
+    pub reads: u64,
+    /// `poll` (`epoll_wait`) calls of the event loop.
+    pub polls: u64,
+    /// Connect attempts (sockets opened), all nodes together; per node in
+    /// [`NodeStats::connects`].
+    pub connects: u64,
+    /// Wake-ups of a shared engine's loop by callers that handed a request over while it
+    /// slept in `poll` (one `write` to an eventfd each, not counted in `writes`); zero for a
+    /// [`Client`](crate::Client).
+    pub wakes: u64,
+    /// TLS handshakes completed (`rediss://` nodes).
+    pub tls_handshakes: u64,
+    /// Of those, the ones that resumed an earlier session (no certificate sent or checked).
+    pub tls_resumed: u64,
+    /// Round trips of TLS handshakes: the server's flights a handshake waited for (TCP's own
+    /// connect not included). TLS 1.3 needs one per handshake, resumed or not.
+    pub tls_round_trips: u64,
+}
+
+/// Renewals of kept locks ([`Redlock::keep`](crate::Redlock::keep), `with_lock` and the like;
+/// [`Stats::keep`]). The engine renews every kept lock due within a tenth of the TTL of the
+/// first in one batch, so that many kept locks cost one `write` per node per batch, not one per
+/// lock. Zero for a [`Client`](crate::Client), which keeps no locks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KeepStats {
+    /// Batches of renewals sent.
+    pub batches: u64,
+    /// `write` calls that sent those batches (requests queued meanwhile go out in the same
+    /// writes); also counted in [`IoStats::writes`]. One per node per batch when nothing is
+    /// held back.
+    pub writes: u64,
+    /// Kept locks extended: renewals that succeeded (also counted in [`Stats::extend`]).
+    pub extended: u64,
 }
 
 /// One node's counters.

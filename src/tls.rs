@@ -28,6 +28,7 @@ const SESSIONS_PER_NODE: usize = 8;
 
 use crate::addr::{Endpoint, NodeAddr, TlsParams};
 use crate::error::{Error, NodeFault};
+use crate::stats::Counter;
 
 /// What one TLS node connects with: the shared configuration and the name its certificate must
 /// carry.
@@ -324,7 +325,7 @@ impl TlsStream {
 
     /// Decrypted bytes into `buf`, reading the socket when rustls has none: `Ok(0)` the server
     /// closed, `WouldBlock` nothing more until the next readable event.
-    pub fn read(&mut self, buf: &mut [u8], reads: &mut u64) -> io::Result<usize> {
+    pub fn read(&mut self, buf: &mut [u8], reads: &Counter) -> io::Result<usize> {
         loop {
             match self.tls.reader().read(buf) {
                 Ok(n) => return Ok(n),
@@ -334,7 +335,7 @@ impl TlsStream {
             if self.drained {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            *reads += 1;
+            reads.bump();
             let mut source = NoteShort {
                 inner: &mut self.tcp,
                 short: &mut self.drained,

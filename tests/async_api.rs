@@ -13,6 +13,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
+use redlock_mux::testing::background_found_loop_taken;
 use redlock_mux::{
     AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockGuard, LockWatch,
 };
@@ -336,10 +337,10 @@ fn an_acquire_dropped_before_it_was_polled_sends_nothing() {
         redlock.blocking().connect(Duration::from_secs(5)).unwrap(),
         3
     );
-    let writes = redlock.blocking().io_stats().writes;
+    let writes = redlock.stats().io.writes;
     drop(redlock.try_lock("never"));
     drop(redlock.lock("never"));
-    assert_eq!(redlock.blocking().io_stats().writes, writes);
+    assert_eq!(redlock.stats().io.writes, writes);
     assert_released(&redlock, &servers, "never");
 }
 
@@ -660,10 +661,10 @@ fn the_background_thread_waits_for_a_caller_holding_the_loop_rather_than_spin() 
     // finds the loop taken.
     let mut a = Box::pin(redlock.try_lock("spin:a"));
     assert!(poll_once(&mut a, &waker));
-    let before = redlock.blocking().background_found_loop_taken();
+    let before = background_found_loop_taken(redlock.blocking());
     // Not a synchronisation: the window in which the looks are counted.
     std::thread::sleep(Duration::from_millis(200));
-    let looks = redlock.blocking().background_found_loop_taken() - before;
+    let looks = background_found_loop_taken(redlock.blocking()) - before;
     go_tx.send(()).unwrap();
     holder.join().unwrap();
     // The request goes out once the holder lets go.

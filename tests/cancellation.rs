@@ -51,7 +51,7 @@ fn rival(servers: &Cluster) -> Redlock {
 /// Connected to every node, so that a count of writes taken now moves only for requests.
 fn connected(redlock: &AsyncRedlock) -> u64 {
     assert_eq!(redlock.blocking().connect(BOUND).unwrap(), 3);
-    redlock.blocking().io_stats().writes
+    redlock.stats().io.writes
 }
 
 /// Each node's copy of `key`: its value, and its PTTL in ms (-2: no key).
@@ -260,7 +260,7 @@ fn acquires_dropped_unpolled_send_nothing() {
     for how in ACQUIRES {
         let key = format!("unpolled:{how:?}");
         drop(acquire(&redlock, how, &key, &ran));
-        assert_eq!(redlock.blocking().io_stats().writes, writes, "{how:?}");
+        assert_eq!(redlock.stats().io.writes, writes, "{how:?}");
         assert_eq!(copies(&servers, &key), vec![(None, -2); 3], "{how:?}");
     }
     assert!(!ran.load(Ordering::SeqCst), "with_lock's work ran");
@@ -618,7 +618,7 @@ fn extends_dropped_at_every_point_keep_the_lock() {
         // Unpolled.
         let before = held.lock().valid_until();
         drop(held.extend(&redlock, SHORT));
-        assert_eq!(redlock.blocking().io_stats().writes, writes, "{key}");
+        assert_eq!(redlock.stats().io.writes, writes, "{key}");
         assert_eq!(held.lock().valid_until(), before, "{key}");
         assert_held(&servers, &key, &held.lock().token().to_string(), TTL);
         assert!(servers.iter().all(|s| s.pttl(&key) > 5_000), "{key}");
@@ -667,7 +667,7 @@ fn status_dropped_at_every_point_changes_nothing() {
     let writes = connected(&redlock);
 
     drop(redlock.status("status", BOUND));
-    assert_eq!(redlock.blocking().io_stats().writes, writes);
+    assert_eq!(redlock.stats().io.writes, writes);
     assert_held(&servers, "status", &token, TTL);
 
     servers[2].freeze();

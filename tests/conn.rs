@@ -146,7 +146,7 @@ fn a_refused_connection_backs_off_instead_of_reconnecting_on_every_attempt() {
     let mut c = client(servers.urls());
     assert_eq!(cycle(&mut c, "a"), 3);
     servers[2].kill();
-    let before = c.io_stats().connects;
+    let before = c.stats().io.connects;
     let mut refused = 0;
     for _ in 0..100 {
         // Quorum is 2 of 3: still acquired without the dead node.
@@ -154,7 +154,7 @@ fn a_refused_connection_backs_off_instead_of_reconnecting_on_every_attempt() {
         assert_eq!(c.unlock(lock).unwrap(), 2);
         refused += 1;
     }
-    let connects = c.io_stats().connects - before;
+    let connects = c.stats().io.connects - before;
     assert_eq!(refused, 100);
     // 200 operations; the backoff (25 ms doubling to 2 s) allows a handful of reconnects.
     assert!(connects <= 12, "{connects} connects in 200 operations");
@@ -196,12 +196,12 @@ fn one_round_costs_one_write_per_node() {
     for _ in 0..20 {
         cycle(&mut c, "warm");
     }
-    let before = c.io_stats();
+    let before = c.stats().io;
     let cycles = 200u64;
     for _ in 0..cycles {
         cycle(&mut c, "r");
     }
-    let after = c.io_stats();
+    let after = c.stats().io;
     let (writes, reads, polls) = (
         after.writes - before.writes,
         after.reads - before.reads,
@@ -258,11 +258,11 @@ fn connect_warms_every_node_before_the_first_attempt() {
     let mut servers = Cluster::start(3);
     let mut c = client(servers.urls());
     assert_eq!(c.connect(Duration::from_secs(5)), 3);
-    let connects = c.io_stats().connects;
+    let connects = c.stats().io.connects;
     assert_eq!(connects, 3);
     assert_eq!(cycle(&mut c, "a"), 3);
     assert_eq!(
-        c.io_stats().connects,
+        c.stats().io.connects,
         connects,
         "the attempt found its connections ready"
     );

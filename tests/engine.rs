@@ -26,9 +26,9 @@ fn sixty_four_acquires_queued_together_go_out_in_one_write_per_node() {
         .unwrap();
     assert_eq!(c.connect(Duration::from_secs(2)), 5);
     let resources: Vec<String> = (0..64).map(|i| format!("coalesce:{i}")).collect();
-    let before = c.io_stats();
+    let before = c.stats().io;
     let locks = c.try_lock_many(&resources);
-    let after = c.io_stats();
+    let after = c.stats().io;
     assert_eq!(
         after.writes - before.writes,
         5,

@@ -36,13 +36,13 @@ fn one_of_five_killed_still_locks_without_connect_waits() {
     let lock = c.try_lock("warm").unwrap();
     c.unlock(lock).unwrap();
     servers[4].kill();
-    let before = c.io_stats().connects;
+    let before = c.stats().io.connects;
     for _ in 0..100 {
         let lock = c.try_lock("r").unwrap();
         assert_eq!(c.unlock(lock).unwrap(), 4);
     }
     // Backoff: the dead node is retried a handful of times, not on each of 200 operations.
-    let connects = c.io_stats().connects - before;
+    let connects = c.stats().io.connects - before;
     assert!(connects <= 12, "{connects} connects");
 }
 

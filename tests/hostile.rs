@@ -401,7 +401,7 @@ fn a_million_nested_arrays_are_refused_early_not_buffered() {
     bounded(|| {
         let (fake, c) = single_node_fails(Hostile::Deep, Duration::from_millis(200));
         // 4 MB were on offer; reading them all would take 500+ reads of 8 KiB.
-        let reads = c.io_stats().reads;
+        let reads = c.stats().io.reads;
         assert!(
             reads < 100,
             "{reads} reads: the client kept reading the flood"
@@ -562,7 +562,7 @@ fn endless_line_is_line_too_long_after_the_line_limit() {
     bounded(|| {
         let (fake, c) = single_node_fails(Hostile::EndlessLine, Duration::from_millis(200));
         // 16 KiB of line is two reads; 4 MiB would be 500.
-        let reads = c.io_stats().reads;
+        let reads = c.stats().io.reads;
         assert!(
             reads < 100,
             "{reads} reads: the client kept reading the line"
@@ -657,7 +657,7 @@ fn every_hostile_behaviour_inside_tls_gives_the_same_typed_fault() {
             .try_lock("res")
             .expect("a trickled +OK inside TLS is still +OK");
         assert_eq!(c.unlock(lock).expect("a trickled :1"), 1);
-        assert_eq!(c.io_stats().tls_handshakes, 1);
+        assert_eq!(c.stats().io.tls_handshakes, 1);
     });
 }
 

@@ -131,7 +131,8 @@ fn a_hundred_kept_locks_renew_with_one_write_per_node_per_tick() {
         assert!(Instant::now() < deadline, "renewal too slow");
         kept[0].wait_lost(Duration::from_millis(50));
     }
-    let (ticks, writes, extended) = r.keeper_stats();
+    let keep = r.stats().keep;
+    let (ticks, writes, extended) = (keep.batches, keep.writes, keep.extended);
     assert!(ticks >= 2);
     assert_eq!(
         writes,

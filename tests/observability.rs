@@ -68,6 +68,22 @@ fn a_known_sequence_of_cycles_gives_exact_counts() {
     for n in &after.nodes {
         assert_eq!((n.connects, n.reconnects, n.downs), (1, 0, 0), "{n:?}");
     }
+    // Syscalls: at least one write per node per request round, and one read per node per cycle
+    // (a reply of the acquire not waited for may come in the read of the release's); a
+    // client's caller drives its loop (no wakes) and it keeps no locks.
+    assert_eq!(after.io.connects, 3);
+    assert!(
+        after.io.writes - before.io.writes >= 2 * CYCLES * 3,
+        "{:?}",
+        after.io
+    );
+    assert!(
+        after.io.reads - before.io.reads >= CYCLES * 3,
+        "{:?}",
+        after.io
+    );
+    assert_eq!(after.io.wakes, 0);
+    assert_eq!(after.keep, redlock_mux::KeepStats::default());
 
     // Held elsewhere: every node refuses.
     for s in servers.iter() {
@@ -189,6 +205,53 @@ fn all_nodes_up_never_reports_unreachable() {
             .iter()
             .all(|n| n.failures == 0 && n.timeouts == 0)
     );
+}
+
+/// A handle's `stats()` carries its engine's syscalls (`io`) and its kept locks' renewals
+/// (`keep`), and reads them without waiting for the loop: it answers while a caller holds it.
+#[test]
+fn a_handles_stats_carry_syscalls_and_renewals_without_waiting_for_the_loop() {
+    let servers = Cluster::start(3);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(Duration::from_millis(600))
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(PATIENCE).unwrap(), 3);
+    let before = redlock.stats();
+    assert_eq!(before.keep.batches, 0);
+    let kept = redlock.keep(redlock.lock("kept").unwrap()).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while kept.lock().extensions() < 2 {
+        assert!(Instant::now() < deadline, "renewal too slow");
+        kept.wait_lost(Duration::from_millis(20));
+    }
+    assert_eq!(kept.release().unwrap(), 3);
+    let after = redlock.stats();
+    assert!(after.keep.batches >= 2, "{:?}", after.keep);
+    assert!(after.keep.extended >= 2, "{:?}", after.keep);
+    assert!(after.keep.writes >= 3 * 2, "{:?}", after.keep);
+    assert!(after.extend.ok >= after.keep.extended, "{after:?}");
+    let io = |s: &Stats| (s.io.writes, s.io.reads, s.io.polls);
+    let (w0, r0, p0) = io(&before);
+    let (w1, r1, p1) = io(&after);
+    // An acquire, two renewals and a release: four writes per node at least; replies may
+    // share reads, but the release's were read from every node.
+    assert!(w1 - w0 >= 4 * 3 && r1 - r0 >= 3 && p1 > p0, "{after:?}");
+    assert!(w1 - w0 >= after.keep.writes);
+
+    redlock
+        .with_client(|_| {
+            let other = redlock.clone();
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || tx.send(other.stats()).unwrap());
+            let held = rx
+                .recv_timeout(PATIENCE)
+                .expect("stats() waited for the loop");
+            assert_eq!(held.keep, redlock.stats().keep);
+        })
+        .unwrap();
 }
 
 #[test]

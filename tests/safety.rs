@@ -426,12 +426,12 @@ fn a_dead_unix_socket_node_is_retried_with_backoff() {
     assert_eq!(c.unlock(lock).unwrap(), 3);
     // Killed: the socket file stays, and connecting to it fails at once (ECONNREFUSED).
     unix.kill();
-    let before = c.io_stats().connects;
+    let before = c.stats().io.connects;
     for _ in 0..100 {
         let lock = c.try_lock("r").unwrap();
         assert_eq!(c.unlock(lock).unwrap(), 2);
     }
-    let connects = c.io_stats().connects - before;
+    let connects = c.stats().io.connects - before;
     assert!(
         connects <= 12,
         "{connects} connect attempts in 200 operations"

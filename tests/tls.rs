@@ -56,7 +56,7 @@ fn a_lock_cycle_over_tls_and_resumed_reconnects() {
     c.extend(&mut lock, Duration::from_secs(20))
         .expect("extend over TLS");
     assert_eq!(c.unlock(lock).expect("unlock over TLS"), 3);
-    let first = c.io_stats();
+    let first = c.stats().io;
     assert_eq!(first.tls_handshakes, 3, "{first:?}");
     assert_eq!(first.tls_resumed, 0, "{first:?}");
     // TLS 1.3: one round trip per handshake (after TCP's own).
@@ -76,7 +76,7 @@ fn a_lock_cycle_over_tls_and_resumed_reconnects() {
         }
     };
     c.unlock(lock).expect("unlock");
-    let after = c.io_stats();
+    let after = c.stats().io;
     assert_eq!(after.tls_handshakes, 6, "{after:?}");
     assert_eq!(after.tls_resumed, 3, "every reconnect resumed: {after:?}");
     assert_eq!(after.tls_round_trips, 6, "{after:?}");

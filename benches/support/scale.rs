@@ -328,7 +328,7 @@ pub fn run_mux(
     drop(tx);
     ready.wait();
     on_ready();
-    let io0 = redlock.io_stats();
+    let io0 = redlock.stats().io;
     let cpu0 = process_cpu();
     let start = Instant::now();
     go.wait();
@@ -338,7 +338,7 @@ pub fn run_mux(
     }
     let mut run = collect(&rx, k, start, cpu0, start + hard_limit, &completed);
     if run.finished {
-        run.io = Some(io_delta(io0, redlock.io_stats()));
+        run.io = Some(io_delta(io0, redlock.stats().io));
     }
     run
 }
@@ -404,10 +404,10 @@ pub fn run_mux_async(
         .build_async()
         .expect("redlock-mux handle");
     warm_up(&rt, &redlock, tag);
-    let io0 = redlock.blocking().io_stats();
+    let io0 = redlock.stats().io;
     let mut run = spawn_callers(&rt, &redlock, k, stop, tag, hard_limit, on_ready);
     if run.finished {
-        run.io = Some(io_delta(io0, redlock.blocking().io_stats()));
+        run.io = Some(io_delta(io0, redlock.stats().io));
     }
     rt.shutdown_timeout(Duration::from_secs(2));
     run
