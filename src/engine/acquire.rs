@@ -14,11 +14,10 @@ use crate::request::{OpId, Outcome};
 use crate::resp::{Arg, SetNxPx};
 use crate::round::{Decision, RoundConfig};
 use crate::session::{FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, scripts};
-use crate::token::Token;
 
 use super::fence::Stage;
 use super::op::OpKind;
-use super::{Engine, node_bit, script_call};
+use super::{Engine, nodes_in, script_call};
 
 /// The outcome of an acquire that won.
 pub(super) fn grant(
@@ -38,15 +37,7 @@ pub(super) fn grant(
 impl<N: Net> Engine<N> {
     /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.
     /// Nodes silent for a whole node timeout lately (`Core::silent`) are not waited for.
-    pub(super) fn start_acquire(
-        &mut self,
-        id: OpId,
-        (resource, token): (&[u8], &Token),
-        ttl: Duration,
-        targets: u64,
-        now: Instant,
-    ) {
-        let n = self.shared.nodes.len();
+    pub(super) fn start_acquire(&mut self, id: OpId, ttl: Duration, targets: u64, now: Instant) {
         let config = &self.shared.config;
         let silent = self.core.silent;
         let op = &mut self.core.ops[id.index as usize];
@@ -62,23 +53,15 @@ impl<N: Net> Engine<N> {
         };
         op.vote.round.start(now, &rc);
         op.vote.round.expect_no_answer_from(silent, now);
-        for node in (0..n).filter(|&i| silent & node_bit(i) != 0) {
+        for node in nodes_in(silent) {
             op.vote.faults[node] = Some(NodeFault::Silent);
         }
-        self.send_acquire(id, (resource, token), ttl, targets, now);
+        self.send_acquire(id, targets, now);
     }
 
     /// Queues acquire `id`'s requests: `SET NX PX`, or with fencing the script that also reads
     /// the node's counter.
-    fn send_acquire(
-        &mut self,
-        id: OpId,
-        (resource, token): (&[u8], &Token),
-        ttl: Duration,
-        targets: u64,
-        now: Instant,
-    ) {
-        let n = self.shared.nodes.len();
+    fn send_acquire(&mut self, id: OpId, targets: u64, now: Instant) {
         let Engine {
             net,
             core,
@@ -87,41 +70,31 @@ impl<N: Net> Engine<N> {
             shared,
             ..
         } = self;
-        let tag = id.tag();
+        let op = &core.ops[id.index as usize];
+        let (resource, token, ttl) = (&op.resource[..], op.token.as_bytes(), op.ttl);
         if shared.config.fencing {
             // SET NX and the counter's read in one script (see `crate::fence`).
             let script = match core.mutation.fence_no_write_back() {
                 true => &scripts()[FLAWED_ACQUIRE_SCRIPT],
                 false => &scripts()[FENCED_ACQUIRE_SCRIPT],
             };
-            let call = script_call(
-                scratch,
-                script,
-                tag,
-                &[
-                    Arg::Int(2),
-                    Arg::Bytes(resource),
-                    Arg::Bytes(FENCE_KEY.as_bytes()),
-                    Arg::Bytes(token.as_bytes()),
-                    Arg::UInt(ttl.as_millis() as u64),
-                ],
-            );
-            for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                let sent = net.script(node, call, now, &mut core.sink());
-                core.sent(id, node, sent, now);
-            }
-            return;
+            let args = [
+                Arg::Int(2),
+                Arg::Bytes(resource),
+                Arg::Bytes(FENCE_KEY.as_bytes()),
+                Arg::Bytes(token),
+                Arg::UInt(ttl.as_millis() as u64),
+            ];
+            let call = script_call(scratch, script, id.tag(), &args);
+            return core.send_script(net, (id, call), targets, now);
         }
         scratch.clear();
         if ttl == shared.config.ttl {
-            set_nx_px.encode(scratch, resource, token.as_bytes());
+            set_nx_px.encode(scratch, resource, token);
         } else {
-            SetNxPx::new(ttl.as_millis() as u64).encode(scratch, resource, token.as_bytes());
+            SetNxPx::new(ttl.as_millis() as u64).encode(scratch, resource, token);
         }
-        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-            let sent = net.request(node, Kind::Set, tag, scratch, now, &mut core.sink());
-            core.sent(id, node, sent, now);
-        }
+        core.send_command(net, (id, Kind::Set, scratch), targets, now);
     }
 
     /// The outcome of acquire `index`'s decided round: won (with fencing, once the fence is

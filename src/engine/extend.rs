@@ -12,10 +12,9 @@ use crate::request::{OpId, Outcome};
 use crate::resp::Arg;
 use crate::round::{Decision, Round, RoundConfig};
 use crate::session::{EXTEND_SCRIPT, scripts};
-use crate::token::Token;
 
 use super::op::OpKind;
-use super::{Engine, node_bit, script_call};
+use super::{Engine, script_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of extend `id` (of a lock valid until `valid_until`, for `ttl` more)
@@ -23,14 +22,13 @@ impl<N: Net> Engine<N> {
     pub(super) fn start_extend(
         &mut self,
         id: OpId,
-        (resource, token): (&[u8], &Token),
         (ttl, valid_until): (Duration, Instant),
         targets: u64,
         now: Instant,
     ) {
-        let n = self.shared.nodes.len();
-        let config = &self.shared.config;
-        let op = &mut self.core.ops[id.index as usize];
+        let p = self.parts();
+        let config = &p.shared.config;
+        let op = &mut p.core.ops[id.index as usize];
         op.kind = OpKind::Extend;
         op.until = valid_until;
         let rc = RoundConfig {
@@ -39,24 +37,14 @@ impl<N: Net> Engine<N> {
             ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
         op.vote.round.start(now, &rc);
-        let Engine {
-            net, core, scratch, ..
-        } = self;
-        let call = script_call(
-            scratch,
-            &scripts()[EXTEND_SCRIPT],
-            id.tag(),
-            &[
-                Arg::Int(1),
-                Arg::Bytes(resource),
-                Arg::Bytes(token.as_bytes()),
-                Arg::UInt(ttl.as_millis() as u64),
-            ],
-        );
-        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-            let sent = net.script(node, call, now, &mut core.sink());
-            core.sent(id, node, sent, now);
-        }
+        let args = [
+            Arg::Int(1),
+            Arg::Bytes(&op.resource),
+            Arg::Bytes(op.token.as_bytes()),
+            Arg::UInt(ttl.as_millis() as u64),
+        ];
+        let call = script_call(p.scratch, &scripts()[EXTEND_SCRIPT], id.tag(), &args);
+        p.core.send_script(p.net, (id, call), targets, now);
     }
 
     /// The outcome of extend `index`'s decided round: the new validity, or the error with the

@@ -20,7 +20,7 @@ use crate::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
 
 use super::acquire::grant;
 use super::op::Op;
-use super::{Engine, node_bit, script_call};
+use super::{Engine, Parts, node_bit, script_call};
 
 /// Where a fenced acquire is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,18 +165,6 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// Starts the write-back of the fenced acquires in `fence_due`: the fence goes to every
-    /// node that granted the lock on the connection it answered on; the fence is handed out
-    /// once a quorum took it, before the validity won ends.
-    pub(super) fn write_fences(&mut self, now: Instant) {
-        let mut due = std::mem::take(&mut self.fence_due);
-        for &index in &due {
-            self.write_fence(index, now);
-        }
-        due.clear();
-        self.fence_due = due;
-    }
-
     /// Starts the write-back round of fenced acquire `op` at `now`, within the validity won
     /// (`op.until`); returns the nodes that granted the lock and the duplicates (which stay
     /// failed: the fence goes to the entry that counted for its server).
@@ -201,15 +189,17 @@ impl<N: Net> Engine<N> {
         (granted, duplicates)
     }
 
-    fn write_fence(&mut self, index: u32, now: Instant) {
+    /// Starts the write-back of fenced acquire `index` (queued in `fence_due`): the fence goes
+    /// to every node that granted the lock on the connection it answered on; the fence is
+    /// handed out once a quorum took it, before the validity won ends.
+    pub(super) fn write_fence(&mut self, index: u32, now: Instant) {
         let n = self.shared.nodes.len();
-        let Engine {
+        let Parts {
             net,
             core,
             scratch,
             shared,
-            ..
-        } = self;
+        } = self.parts();
         let op = &mut core.ops[index as usize];
         let (granted, duplicates) = Self::write_back_round(op, &shared.config, now);
         let id = OpId { index, seq: op.seq };

@@ -172,6 +172,26 @@ fn node_bit(node: usize) -> u64 {
     1u64 << node
 }
 
+/// What a kind's start borrows of the engine at once: the network, the slab, the scratch
+/// buffer for a request's arguments, the settings.
+struct Parts<'e, N> {
+    net: &'e mut N,
+    core: &'e mut Core,
+    scratch: &'e mut BytesMut,
+    shared: &'e Shared,
+}
+
+/// The nodes in the set `nodes` (a bit per node), in order.
+fn nodes_in(mut nodes: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        (nodes != 0).then(|| {
+            let node = nodes.trailing_zeros() as usize;
+            nodes &= nodes - 1;
+            node
+        })
+    })
+}
+
 impl<N: Net> Engine<N> {
     pub fn new(shared: Arc<Shared>, net: N, now: Instant) -> Engine<N> {
         let n = shared.nodes.len();
@@ -319,6 +339,15 @@ impl<N: Net> Engine<N> {
         id
     }
 
+    fn parts(&mut self) -> Parts<'_, N> {
+        Parts {
+            net: &mut self.net,
+            core: &mut self.core,
+            scratch: &mut self.scratch,
+            shared: &self.shared,
+        }
+    }
+
     fn all_nodes(&self) -> u64 {
         let n = self.shared.nodes.len();
         if n == 64 { u64::MAX } else { node_bit(n) - 1 }
@@ -338,11 +367,7 @@ impl<N: Net> Engine<N> {
         now: Instant,
     ) -> OpId {
         let n = self.shared.nodes.len();
-        let id = self.core.alloc(n, now);
-        if waiter.waits() {
-            self.core.waiting += 1;
-        }
-        self.core.ops[id.index as usize].begin((resource, token), waiter, now);
+        let id = self.core.open((resource, token), waiter, now);
         let twins = match kind {
             ReqKind::Release | ReqKind::Wait { .. } => 0,
             _ => (0..n)
@@ -352,14 +377,13 @@ impl<N: Net> Engine<N> {
                 .fold(0, |m, i| m | node_bit(i)),
         };
         let targets = targets & !twins;
-        let what = (resource, token);
         match kind {
-            ReqKind::Acquire { ttl } => self.start_acquire(id, what, ttl, targets, now),
+            ReqKind::Acquire { ttl } => self.start_acquire(id, ttl, targets, now),
             ReqKind::Extend { ttl, valid_until } => {
-                self.start_extend(id, what, (ttl, valid_until), targets, now)
+                self.start_extend(id, (ttl, valid_until), targets, now)
             }
-            ReqKind::Release => self.start_release(id, what, targets, now),
-            ReqKind::Status { timeout } => self.start_status(id, resource, timeout, targets, now),
+            ReqKind::Release => self.start_release(id, targets, now),
+            ReqKind::Status { timeout } => self.start_status(id, timeout, targets, now),
             ReqKind::Repair { floor, timeout } => {
                 self.start_repair(id, (floor, timeout), targets, now)
             }
@@ -369,7 +393,7 @@ impl<N: Net> Engine<N> {
                 self.core.ops[id.index as usize].kind = OpKind::Wait;
             }
         }
-        for node in (0..n).filter(|&i| twins & node_bit(i) != 0) {
+        for node in nodes_in(twins) {
             if let Some((of, run_id)) = votes::listed_before(&self.net, node) {
                 let fault = votes::duplicate(&self.core.nodes, of, &run_id);
                 self.core.fail(id, node, fault, now);
@@ -490,12 +514,8 @@ impl<N: Net> Engine<N> {
                 }
             }
         }
-        if !self.fence_due.is_empty() {
-            self.write_fences(now);
-        }
-        if !self.repair_due.is_empty() {
-            self.write_repairs(now);
-        }
+        Self::for_each_due(self, |e| &mut e.fence_due, Self::write_fence, now);
+        Self::for_each_due(self, |e| &mut e.repair_due, Self::write_repair, now);
         if !self.attempts.is_empty() {
             self.attempts_decided(now);
         }
@@ -503,6 +523,25 @@ impl<N: Net> Engine<N> {
         if !self.keeps.decided.is_empty() {
             self.kept_decided(now);
         }
+    }
+
+    /// Runs `f` for each operation in the list that `list` picks, and empties it (the list is
+    /// kept: no allocation).
+    fn for_each_due(
+        &mut self,
+        list: fn(&mut Self) -> &mut Vec<u32>,
+        f: fn(&mut Self, u32, Instant),
+        now: Instant,
+    ) {
+        if list(self).is_empty() {
+            return;
+        }
+        let mut due = std::mem::take(list(self));
+        for &index in &due {
+            f(self, index, now);
+        }
+        due.clear();
+        *list(self) = due;
     }
 
     /// Operation `index`'s outcome if it is decided at `now` (its kind decides).

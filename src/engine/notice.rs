@@ -15,7 +15,7 @@ use crate::session::{Delivery, Kind, MARK_SCRIPT, ScriptCall, scripts};
 use crate::wait::Seen;
 
 use super::op::Core;
-use super::{Engine, node_bit};
+use super::{Engine, node_bit, nodes_in};
 
 /// Bounds of a waiting mark's life (see [`Engine::mark_waiting`]).
 const MIN_MARK_TTL: Duration = Duration::from_secs(1);
@@ -77,9 +77,8 @@ impl<N: Net> Engine<N> {
     /// `nodes` that are ready, speak RESP3 and allow it; the others are switched to RESP3 and
     /// subscribed later by [`Engine::resubscribe`].
     pub(super) fn subscription(&mut self, verb: &[u8], resource: &[u8], nodes: u64, now: Instant) {
-        let n = self.shared.nodes.len();
         let mut ready = 0;
-        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+        for node in nodes_in(nodes) {
             if self.core.no_notices[node] || !self.net.session(node).is_ready() {
                 continue;
             }
@@ -101,7 +100,7 @@ impl<N: Net> Engine<N> {
         scratch.extend_from_slice(prefix);
         scratch.extend_from_slice(resource);
         scratch.extend_from_slice(b"\r\n");
-        for node in (0..n).filter(|&i| ready & node_bit(i) != 0) {
+        for node in nodes_in(ready) {
             let _ = net.request(node, Kind::Subscribe, 0, scratch, now, &mut core.sink());
         }
     }
@@ -112,7 +111,6 @@ impl<N: Net> Engine<N> {
     /// It outlives two fallback polls (at least a second), so a waiter that polls keeps it; a
     /// release takes it. The reply is not waited for.
     pub(super) fn mark_waiting(&mut self, resource: &[u8], nodes: u64, now: Instant) {
-        let n = self.shared.nodes.len();
         let config = &self.shared.config;
         let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
             .saturating_mul(2)
@@ -136,7 +134,7 @@ impl<N: Net> Engine<N> {
             tail: scratch,
             argc: 3,
         };
-        for node in (0..n).filter(|&i| nodes & node_bit(i) != 0) {
+        for node in nodes_in(nodes) {
             if core.no_notices[node] || !net.session(node).is_ready() {
                 continue;
             }

@@ -10,10 +10,11 @@ use crate::error::NodeFault;
 use crate::kept::Kept;
 use crate::mailbox::Slot;
 use crate::mutation::Mutation;
+use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::repair::Repair;
 use crate::request::{OpId, Outcome};
-use crate::session::{Delivery, FENCE_WRITE_SCRIPT, Kind};
+use crate::session::{Delivery, FENCE_WRITE_SCRIPT, Kind, ScriptCall};
 use crate::stats::Metrics;
 use crate::token::Token;
 
@@ -23,7 +24,7 @@ use super::observe::count_reply;
 use super::release::Release;
 use super::status::StatusReplies;
 use super::votes::Ballot;
-use super::{RESOURCE_CAPACITY, node_bit};
+use super::{RESOURCE_CAPACITY, node_bit, nodes_in};
 
 /// Who waits for an operation.
 #[derive(Debug)]
@@ -222,7 +223,18 @@ impl Core {
         |i, now, d| self.on_delivery(i, d, now)
     }
 
-    pub fn alloc(&mut self, n: usize, now: Instant) -> OpId {
+    /// A new operation of `resource` and `token` begun at `now` for `waiter`: a slot, ready
+    /// for its kind to set its own part.
+    pub fn open(&mut self, what: (&[u8], &Token), waiter: Waiter, now: Instant) -> OpId {
+        let id = self.alloc(self.nodes.len(), now);
+        if waiter.waits() {
+            self.waiting += 1;
+        }
+        self.ops[id.index as usize].begin(what, waiter, now);
+        id
+    }
+
+    fn alloc(&mut self, n: usize, now: Instant) -> OpId {
         let index = match self.free.pop() {
             Some(i) => i as usize,
             None => {
@@ -261,6 +273,35 @@ impl Core {
                 word * 64 + bit
             })
         })
+    }
+
+    /// Queues operation `id`'s script call `call` to every node in `targets`.
+    pub fn send_script<N: Net>(
+        &mut self,
+        net: &mut N,
+        (id, call): (OpId, ScriptCall<'_>),
+        targets: u64,
+        now: Instant,
+    ) {
+        for node in nodes_in(targets) {
+            let sent = net.script(node, call, now, &mut self.sink());
+            self.sent(id, node, sent, now);
+        }
+    }
+
+    /// Queues operation `id`'s encoded command `encoded` (a request of `kind`) to every node in
+    /// `targets`.
+    pub fn send_command<N: Net>(
+        &mut self,
+        net: &mut N,
+        (id, kind, encoded): (OpId, Kind, &[u8]),
+        targets: u64,
+        now: Instant,
+    ) {
+        for node in nodes_in(targets) {
+            let sent = net.request(node, kind, id.tag(), encoded, now, &mut self.sink());
+            self.sent(id, node, sent, now);
+        }
     }
 
     /// Records the outcome of queuing one request.

@@ -12,10 +12,9 @@ use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
 use crate::session::{Delivery, QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, scripts};
-use crate::token::Token;
 
 use super::op::{Core, OpKind, Waiter};
-use super::{Engine, node_bit, script_call};
+use super::{Engine, node_bit, nodes_in, script_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
 /// durations (at least a tenth of the node timeout, at most all of it, and never under
@@ -116,19 +115,7 @@ impl<N: Net> Engine<N> {
     /// if somebody waits for it: every node gets the release, but a node still answering
     /// earlier requests gets a short grace, and one that missed it before is not waited for
     /// until it has caught up.
-    pub(super) fn start_release(
-        &mut self,
-        id: OpId,
-        (resource, token): (&[u8], &Token),
-        targets: u64,
-        now: Instant,
-    ) {
-        let n = self.shared.nodes.len();
-        let config = &self.shared.config;
-        let op = &mut self.core.ops[id.index as usize];
-        op.kind = OpKind::Release;
-        op.until =
-            (self.replay_until.take()).unwrap_or_else(|| deadline_after(now, config.longest_ttl()));
+    pub(super) fn start_release(&mut self, id: OpId, targets: u64, now: Instant) {
         let Engine {
             net,
             core,
@@ -136,9 +123,14 @@ impl<N: Net> Engine<N> {
             shared,
             last_round,
             quiet_release,
+            replay_until,
             ..
         } = self;
         let config = &shared.config;
+        let op = &mut core.ops[id.index as usize];
+        op.kind = OpKind::Release;
+        op.until =
+            (replay_until.take()).unwrap_or_else(|| deadline_after(now, config.longest_ttl()));
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
@@ -147,23 +139,19 @@ impl<N: Net> Engine<N> {
         } else {
             RELEASE_SCRIPT
         }];
-        let call = script_call(
-            scratch,
-            script,
-            id.tag(),
-            &[
-                Arg::Int(1),
-                Arg::Bytes(resource),
-                Arg::Bytes(token.as_bytes()),
-            ],
-        );
+        let args = [
+            Arg::Int(1),
+            Arg::Bytes(&op.resource),
+            Arg::Bytes(op.token.as_bytes()),
+        ];
+        let call = script_call(scratch, script, id.tag(), &args);
         let timeout = config.node_timeout_for(config.ttl);
         // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
         // loaded machine makes it; a slow node pays it once, then is not waited for.
         let floor = (timeout / RELEASE_GRACE_FLOOR_SHARE).max(MIN_RELEASE_GRACE);
         let grace = (*last_round * RELEASE_GRACE_ROUNDS).clamp(floor, timeout);
-        let waited = !matches!(core.ops[id.index as usize].waiter, Waiter::None);
-        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
+        let waited = !matches!(op.waiter, Waiter::None);
+        for node in nodes_in(targets) {
             let behind = net.session(node).pending() > 0;
             if !behind {
                 core.slow[node] = false;

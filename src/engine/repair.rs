@@ -15,7 +15,7 @@ use crate::round::deadline_after;
 use crate::session::{Delivery, Kind, REPAIR_SCRIPT, scripts};
 
 use super::op::{Core, OpKind};
-use super::{Engine, node_bit, script_call};
+use super::{Engine, script_call};
 
 /// A fence repair's round trip waits at most the seed window divided by this: a margin for
 /// the time between an answer's arrival and the repair's return, and for the clocks of A3.
@@ -52,17 +52,7 @@ impl<N: Net> Engine<N> {
         } = self;
         scratch.clear();
         crate::resp::encode_command(scratch, &read);
-        for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-            let sent = net.request(
-                node,
-                Kind::Command,
-                id.tag(),
-                scratch,
-                now,
-                &mut core.sink(),
-            );
-            core.sent(id, node, sent, now);
-        }
+        core.send_command(net, (id, Kind::Command, scratch), targets, now);
     }
 
     /// Repair `index` once its round trip is over (or its deadline passed): the writes planned
@@ -85,19 +75,10 @@ impl<N: Net> Engine<N> {
         Some(Outcome::Repaired(repair.outcome(nodes, quorum)))
     }
 
-    /// Sends the writes of the fence repairs in `repair_due`: to each node the repair planned
-    /// for, on the connection its counter was read on, with that connection's `run_id`; a node
-    /// on a new connection since does not take it.
-    pub(super) fn write_repairs(&mut self, now: Instant) {
-        let mut due = std::mem::take(&mut self.repair_due);
-        for &index in &due {
-            self.write_repair(index, now);
-        }
-        due.clear();
-        self.repair_due = due;
-    }
-
-    fn write_repair(&mut self, index: u32, now: Instant) {
+    /// Sends the writes of fence repair `index` (queued in `repair_due`): to each node the
+    /// repair planned for, on the connection its counter was read on, with that connection's
+    /// `run_id`; a node on a new connection since does not take it.
+    pub(super) fn write_repair(&mut self, index: u32, now: Instant) {
         let n = self.shared.nodes.len();
         let Engine {
             net, core, scratch, ..

@@ -13,8 +13,8 @@ use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
 use crate::session::{Delivery, Kind};
 
+use super::Engine;
 use super::op::OpKind;
-use super::{Engine, node_bit};
 
 /// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
 #[derive(Debug, Default)]
@@ -144,21 +144,15 @@ fn fence_of(d: &Delivery<'_>) -> Option<NodeFence> {
 }
 
 impl<N: Net> Engine<N> {
-    /// Starts status read `id` of `resource`, answered within `timeout`, on the nodes in
-    /// `targets`.
-    pub(super) fn start_status(
-        &mut self,
-        id: OpId,
-        resource: &[u8],
-        timeout: Duration,
-        targets: u64,
-        now: Instant,
-    ) {
+    /// Starts status read `id`, answered within `timeout`, on the nodes in `targets`.
+    pub(super) fn start_status(&mut self, id: OpId, timeout: Duration, targets: u64, now: Instant) {
         let n = self.shared.nodes.len();
-        let op = &mut self.core.ops[id.index as usize];
+        let Engine { net, core, .. } = self;
+        let op = &mut core.ops[id.index as usize];
         op.kind = OpKind::Status;
         op.until = deadline_after(now, timeout);
         op.status.get_or_insert_with(Default::default).reset(n);
+        let resource = &op.resource[..];
         let fence = [
             Arg::Bytes(b"HMGET"),
             Arg::Bytes(FENCE_KEY.as_bytes()),
@@ -167,15 +161,13 @@ impl<N: Net> Engine<N> {
         ];
         let get = [Arg::Bytes(b"GET"), Arg::Bytes(resource)];
         let pttl = [Arg::Bytes(b"PTTL"), Arg::Bytes(resource)];
-        let Engine { net, core, .. } = self;
-        let tag = id.tag();
-        for args in [&get[..], &pttl[..], &fence[..]] {
+        let commands = [&get[..], &pttl[..], &fence[..]].map(|args| {
             let mut cmd = bytes::BytesMut::new();
             crate::resp::encode_command(&mut cmd, args);
-            for node in (0..n).filter(|&i| targets & node_bit(i) != 0) {
-                let sent = net.request(node, Kind::Command, tag, &cmd, now, &mut core.sink());
-                core.sent(id, node, sent, now);
-            }
+            cmd
+        });
+        for cmd in &commands {
+            core.send_command(net, (id, Kind::Command, cmd), targets, now);
         }
     }
 }

@@ -499,6 +499,15 @@ mod tests {
         })
     }
 
+    /// The round was decided as expected (`decided`), entry 0 counted server A's yes, and
+    /// entry 1 is its duplicate.
+    fn assert_counted_once(decided: bool, votes: &NodeVotes, context: String) {
+        assert!(decided, "{context}");
+        assert_eq!(votes[0], (Some(Vote::Yes), None), "{context}");
+        let duplicate = (Some(Vote::Failed), duplicate_of_first());
+        assert_eq!(votes[1], duplicate, "{context}");
+    }
+
     #[test]
     fn one_server_listed_twice_counts_once_whichever_answers_first() {
         use Vote::{Refused, Yes};
@@ -507,16 +516,8 @@ mod tests {
             let (decision, votes) = three_entries_two_servers(
                 &order.map(|i| (i, Ok(if i == 2 { Refused } else { Yes }))),
             );
-            assert!(
-                matches!(decision, Some(Decision::Lost { yes: 1, .. })),
-                "{order:?}: {decision:?}"
-            );
-            assert_eq!(votes[0], (Some(Yes), None), "{order:?}");
-            assert_eq!(
-                votes[1],
-                (Some(Vote::Failed), duplicate_of_first()),
-                "{order:?}"
-            );
+            let lost = matches!(decision, Some(Decision::Lost { yes: 1, .. }));
+            assert_counted_once(lost, &votes, format!("{order:?}: {decision:?}"));
         }
         // Acquire: server A grants one connection and refuses the other (our own key), in
         // either order; with B's yes the lock is won, A counted once, for the entry listed first.
@@ -530,16 +531,8 @@ mod tests {
             let answers =
                 order.map(|i| (i, Ok(if i == granted || i == 2 { Yes } else { Refused })));
             let (decision, votes) = three_entries_two_servers(&answers);
-            assert!(
-                matches!(decision, Some(Decision::Won { yes: 2, .. })),
-                "{order:?}: {decision:?}"
-            );
-            assert_eq!(votes[0], (Some(Yes), None), "{granted} {order:?}");
-            assert_eq!(
-                votes[1],
-                (Some(Vote::Failed), duplicate_of_first()),
-                "{granted} {order:?}"
-            );
+            let won = matches!(decision, Some(Decision::Won { yes: 2, .. }));
+            assert_counted_once(won, &votes, format!("{granted} {order:?}: {decision:?}"));
         }
         // A failure on one connection and a yes on the other: the yes counts.
         let (decision, votes) =

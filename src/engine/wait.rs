@@ -34,26 +34,14 @@ impl<N: Net> Engine<N> {
         waiter: Waiter,
         now: Instant,
     ) -> OpId {
-        let n = self.shared.nodes.len();
-        let id = self.core.alloc(n, now);
-        if waiter.waits() {
-            self.core.waiting += 1;
-        }
+        // `open` clears what a slot's last use left (the faults above all: a won lock its
+        // caller dropped is released through `lost`, which reads them: `Engine::quiet_release`).
+        let id = self.core.open((resource, token), waiter, now);
         let op = &mut self.core.ops[id.index as usize];
         op.kind = OpKind::Wait;
-        op.resource.clear();
-        op.resource.extend_from_slice(resource);
-        op.token = *token;
-        op.start = now;
         op.until = deadline;
         op.ttl = ttl;
         op.tries = 0;
-        op.waiter = waiter;
-        op.outcome = None;
-        op.outstanding = 0;
-        // Not left from the slot's last use: a won lock its caller dropped is released
-        // through `lost`, which reads them (`Engine::quiet_release`).
-        op.vote.faults.fill(None);
         match self.waits.get_mut(resource) {
             Some(q) => {
                 q.waiters.push_back(id);
