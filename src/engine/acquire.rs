@@ -2,13 +2,10 @@
 //! reads the node's fence counter: `fence.rs`), decided at quorum by its round (`votes.rs`). A
 //! lost acquire is released on every node at once (`release.rs`, `Engine::release_lost`).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
 use crate::error::{NodeFault, Refusal};
 use crate::fence::{FENCE_KEY, Reads};
-use crate::lock::{Grant, Votes};
 use crate::net::Net;
 use crate::request::{OpId, Outcome};
 use crate::resp::{Arg, SetNxPx};
@@ -18,21 +15,6 @@ use crate::session::{FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, scripts
 use super::fence::Stage;
 use super::op::OpKind;
 use super::{Engine, nodes_in, script_call};
-
-/// The outcome of an acquire that won.
-pub(super) fn grant(
-    nodes: &Arc<[NodeAddr]>,
-    valid_until: Instant,
-    fence: Option<u64>,
-    votes: Votes,
-) -> Outcome {
-    Outcome::Acquired(Ok(Grant {
-        valid_until,
-        fence,
-        votes,
-        nodes: Some(nodes.clone()),
-    }))
-}
 
 impl<N: Net> Engine<N> {
     /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.
@@ -113,8 +95,10 @@ impl<N: Net> Engine<N> {
             (Stage::Writing, decision) => Some(self.fence_written(index, decision, now)),
             (_, Decision::Won { valid_until, .. }) => {
                 self.last_round = op.vote.round_trip(op.start);
-                let votes = op.vote.lock_votes(&self.net);
-                Some(grant(&self.shared.nodes, valid_until, None, votes))
+                Some(
+                    op.vote
+                        .grant(&self.net, &self.shared.nodes, valid_until, None),
+                )
             }
             (_, Decision::Lost { loss, .. }) => {
                 // The live nodes' round trip, not the node timeout a frozen node made this

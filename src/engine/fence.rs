@@ -18,7 +18,6 @@ use crate::resp::{Arg, Frame};
 use crate::round::{Decision, RoundConfig, Vote};
 use crate::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
 
-use super::acquire::grant;
 use super::op::Op;
 use super::{Engine, Parts, node_bit, script_call};
 
@@ -102,8 +101,10 @@ impl<N: Net> Engine<N> {
         match op.fence.reads.fence(n, quorum, mutation) {
             Ok(fence) if mutation.fence_no_write_back() => {
                 self.last_round = now.saturating_duration_since(op.start);
-                let votes = op.vote.lock_votes(&self.net);
-                Some(grant(&self.shared.nodes, valid_until, Some(fence), votes))
+                Some(
+                    op.vote
+                        .grant(&self.net, &self.shared.nodes, valid_until, Some(fence)),
+                )
             }
             Ok(fence) => {
                 // Written back before it is handed out.
@@ -147,8 +148,7 @@ impl<N: Net> Engine<N> {
                 // less the time since.
                 let left = op.until.saturating_duration_since(now);
                 if !left.is_zero() && left >= self.shared.config.min_validity {
-                    let votes = ballot.lock_votes(&self.net);
-                    return grant(nodes, op.until, Some(op.fence.fence), votes);
+                    return ballot.grant(&self.net, nodes, op.until, Some(op.fence.fence));
                 }
                 self.lost.push(index as u32);
                 Outcome::Acquired(Err(Error::TooSlow(ballot.report(nodes, refusal))))

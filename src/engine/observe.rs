@@ -1,15 +1,13 @@
-//! What the engine counts and tells: each decided operation into the metrics (`stats.rs`) and
-//! as an event (`event.rs`), and each reply into its node's counters.
+//! What the engine counts and tells of each decided operation: into the metrics (`stats.rs`)
+//! and as an event (`event.rs`). (Each reply's count is `op.rs`'s, where replies arrive.)
 
 use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
-use crate::error::{Error, NodeFault};
+use crate::error::Error;
 use crate::event::event;
 use crate::lock::Votes;
 use crate::request::Outcome;
-use crate::resp::Frame;
-use crate::session::Kind;
 use crate::stats::{self, Ending, Metrics};
 
 use super::op::{Op, OpKind, Waiter};
@@ -104,24 +102,4 @@ fn failed_event(resource: &[u8], what: &'static str, e: &Error) {
             event!(Info, event = "extend_failed", resource:% = resource; "{resource}: {e}");
         }
     }
-}
-
-/// Counts one reply (or fault) of node `counters`' connection.
-pub(super) fn count_reply(
-    counters: &stats::NodeCounters,
-    kind: Kind,
-    reply: &Result<Frame<'_>, &NodeFault>,
-) {
-    let counter = match (kind, reply) {
-        (_, Err(NodeFault::Timeout)) => &counters.timeouts,
-        (_, Err(_)) => &counters.failures,
-        (_, Ok(Frame::Error(_))) => &counters.errors,
-        (Kind::Set, Ok(Frame::Simple("OK"))) => &counters.ok,
-        (Kind::Set, Ok(Frame::Null)) => &counters.refused,
-        (Kind::Script(_), Ok(Frame::Integer(0))) => &counters.refused,
-        (Kind::Script(_), Ok(Frame::Integer(_) | Frame::Aggregate(_))) => &counters.ok,
-        (Kind::Command, Ok(_)) => &counters.ok,
-        _ => &counters.errors,
-    };
-    counter.bump();
 }

@@ -14,13 +14,13 @@ use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::repair::Repair;
 use crate::request::{OpId, Outcome};
+use crate::resp::Frame;
 use crate::session::{Delivery, FENCE_WRITE_SCRIPT, Kind, ScriptCall};
-use crate::stats::Metrics;
+use crate::stats::{Metrics, NodeCounters};
 use crate::token::Token;
 
 use super::fence::{Fencing, Stage};
 use super::ledger::Ledger;
-use super::observe::count_reply;
 use super::release::Release;
 use super::status::StatusReplies;
 use super::votes::Ballot;
@@ -416,4 +416,20 @@ impl Core {
             OpKind::Wait => {}
         }
     }
+}
+
+/// Counts one reply (or fault) of node `counters`' connection.
+fn count_reply(counters: &NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &NodeFault>) {
+    let counter = match (kind, reply) {
+        (_, Err(NodeFault::Timeout)) => &counters.timeouts,
+        (_, Err(_)) => &counters.failures,
+        (_, Ok(Frame::Error(_))) => &counters.errors,
+        (Kind::Set, Ok(Frame::Simple("OK"))) => &counters.ok,
+        (Kind::Set, Ok(Frame::Null)) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(0))) => &counters.refused,
+        (Kind::Script(_), Ok(Frame::Integer(_) | Frame::Aggregate(_))) => &counters.ok,
+        (Kind::Command, Ok(_)) => &counters.ok,
+        _ => &counters.errors,
+    };
+    counter.bump();
 }

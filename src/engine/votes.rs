@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::addr::NodeAddr;
 use crate::error::{Error, NodeFault, Refusal, Report};
 use crate::event::event;
-use crate::lock::Votes;
+use crate::lock::{Grant, Votes};
 use crate::net::Net;
 use crate::request::Outcome;
 use crate::resp::Frame;
@@ -292,6 +292,22 @@ impl Ballot {
             }
         }
         Votes::new(n, yes, refused, unreachable, failed)
+    }
+
+    /// The outcome of an acquire that won until `valid_until` (with `fence`, if fenced).
+    pub fn grant<N: Net>(
+        &self,
+        net: &N,
+        nodes: &Arc<[NodeAddr]>,
+        valid_until: Instant,
+        fence: Option<u64>,
+    ) -> Outcome {
+        Outcome::Acquired(Ok(Grant {
+            valid_until,
+            fence,
+            votes: self.lock_votes(net),
+            nodes: Some(nodes.clone()),
+        }))
     }
 
     /// The node-by-node report of the round.
