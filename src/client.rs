@@ -338,7 +338,7 @@ pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Erro
 }
 
 fn unreachable_outcome<T>(fallback: T) -> T {
-    // Each request kind has its outcome kind; reaching here would be a bug in engine.rs.
+    // Each request kind has its outcome kind; reaching here would be a bug in the engine.
     debug_assert!(false, "outcome of the wrong kind");
     fallback
 }

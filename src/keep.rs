@@ -1,7 +1,7 @@
 //! Keeping a lock: automatic extension by the handle's engine, batched per node with everything
 //! else in flight, and lost-lock notification.
 //!
-//! A kept lock is a timer of the engine (`engine.rs`): when a third of its TTL is left (by
+//! A kept lock is a timer of the engine (`engine/keep.rs`): when a third of its TTL is left (by
 //! default) the engine extends it, together with every other kept lock due within a tenth of
 //! the TTL, in the same turn of its loop — one write per node per tick, however many locks, and
 //! on the same connections as every other operation of the handle. The handle's background

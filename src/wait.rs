@@ -13,7 +13,7 @@
 //! - a release of the resource submitted by this engine (any caller's `unlock`, a dropped
 //!   guard): the attempt is submitted right behind the release, so it goes out in the same
 //!   write and each node runs it after the delete — the local hand-off costs one round trip;
-//! - a release notice published by another client (see `engine.rs`, pub/sub);
+//! - a release notice published by another client (see `engine/notice.rs`);
 //! - the fallback poll, `retry_delay` plus up to `retry_jitter`, for locks that expire or are
 //!   released by clients that do not publish;
 //! - after a split vote (some nodes said yes, too few for a quorum: another client's attempt
@@ -26,7 +26,7 @@
 //! steps back for a short pause before attempting, and the remote waiters, woken by the notice,
 //! get their chance.
 //!
-//! Everything here is data and arithmetic; the engine drives it (`engine.rs`), with `now` as an
+//! Everything here is data and arithmetic; the engine drives it (`engine/wait.rs`), with `now` as an
 //! argument and randomness from a seeded generator, so the simulator replays it.
 
 use std::collections::{HashMap, VecDeque};

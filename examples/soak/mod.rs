@@ -120,7 +120,7 @@ pub const SETTLE: Duration = Duration::from_millis(250);
 ///    its fallback poll, `retry_delay + retry_jitter` after its last attempt. Term: one poll
 ///    and one node timeout (the attempt may wait for a node that just fell silent).
 /// 3. *One attempt that meets a fault beginning*: a node killed or frozen as the attempt goes
-///    out can leave it without a quorum (a no-quorum outcome pauses one poll, `engine.rs`) or
+///    out can leave it without a quorum (a no-quorum outcome pauses one poll, `engine/wait.rs`) or
 ///    make it split. Term: one more poll and one more node timeout.
 /// 4. *Split votes* between the processes: one split pause at its cap, `64 ×` a loaded
 ///    loopback round ([`LOADED_ROUND`]).
