@@ -143,6 +143,8 @@ pub(crate) struct Engine<N: Net = Driver> {
     upgrading: Vec<Option<u64>>,
     /// Fenced acquires whose fence is to be written back (reused list).
     fence_due: Vec<u32>,
+    /// The entries known to lead to the same server process as one listed before them.
+    twins: votes::Twins,
     /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
     repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
@@ -229,6 +231,7 @@ impl<N: Net> Engine<N> {
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             repair_due: Vec::new(),
+            twins: votes::Twins::new(n),
             replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
@@ -366,15 +369,10 @@ impl<N: Net> Engine<N> {
         targets: u64,
         now: Instant,
     ) -> OpId {
-        let n = self.shared.nodes.len();
         let id = self.core.open((resource, token), waiter, now);
         let twins = match kind {
             ReqKind::Release | ReqKind::Wait { .. } => 0,
-            _ => (0..n)
-                .filter(|&i| {
-                    targets & node_bit(i) != 0 && votes::listed_before(&self.net, i).is_some()
-                })
-                .fold(0, |m, i| m | node_bit(i)),
+            _ => self.twins.of(&self.net) & targets,
         };
         let targets = targets & !twins;
         match kind {
