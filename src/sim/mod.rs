@@ -379,25 +379,7 @@ enum EvKind {
 #[derive(Debug)]
 struct Ev {
     t: u64,
-    seq: u64,
     kind: EvKind,
-}
-
-impl PartialEq for Ev {
-    fn eq(&self, o: &Ev) -> bool {
-        (self.t, self.seq) == (o.t, o.seq)
-    }
-}
-impl Eq for Ev {}
-impl PartialOrd for Ev {
-    fn partial_cmp(&self, o: &Ev) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Ev {
-    fn cmp(&self, o: &Ev) -> std::cmp::Ordering {
-        (self.t, self.seq).cmp(&(o.t, o.seq))
-    }
 }
 
 /// Per (client, node) link: base delay, and until when it is partitioned or slow.
@@ -493,7 +475,12 @@ struct World {
     rng: Rng,
     g: u64,
     seq: u64,
-    queue: BinaryHeap<Reverse<Ev>>,
+    /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
+    /// of small keys (the events themselves, some large, stay where they were put).
+    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    planned: Vec<Option<EvKind>>,
+    /// Slots of `planned` free for the next events.
+    free_slots: Vec<u32>,
     base: Instant,
     shared: Arc<Shared>,
     clients: Vec<Client>,
@@ -526,6 +513,9 @@ struct World {
     link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
     /// Connects by (client × NODES + node).
     connects: Vec<u64>,
+    /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
+    callers: usize,
+    done_callers: usize,
 }
 
 /// A caller's want of a resource, from its first attempt until it was granted (or given up).
@@ -664,6 +654,8 @@ impl World {
             g: 0,
             seq: 0,
             queue: BinaryHeap::new(),
+            planned: Vec::new(),
+            free_slots: Vec::new(),
             base,
             shared,
             clients,
@@ -688,7 +680,10 @@ impl World {
             client_pauses: Vec::new(),
             link_faults: Vec::new(),
             connects: vec![0; n_clients * NODES],
+            callers: 0,
+            done_callers: 0,
         };
+        world.callers = world.clients.iter().map(|c| c.callers.len()).sum();
         world.plan_faults();
         for c in 0..n_clients {
             world.poke(c);
@@ -704,11 +699,25 @@ impl World {
 
     fn at(&mut self, t: u64, kind: EvKind) {
         self.seq += 1;
-        self.queue.push(Reverse(Ev {
-            t,
-            seq: self.seq,
-            kind,
-        }));
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.planned[slot as usize] = Some(kind);
+                slot
+            }
+            None => {
+                self.planned.push(Some(kind));
+                (self.planned.len() - 1) as u32
+            }
+        };
+        self.queue.push(Reverse((t, self.seq, slot)));
+    }
+
+    /// The next event planned (the earliest; of those at the same time, the first planned).
+    fn next_event(&mut self) -> Option<Ev> {
+        let Reverse((t, _, slot)) = self.queue.pop()?;
+        let kind = self.planned[slot as usize].take().expect("a planned event");
+        self.free_slots.push(slot);
+        Some(Ev { t, kind })
     }
 
     fn plan_faults(&mut self) {
@@ -767,12 +776,8 @@ impl World {
     }
 
     fn run(&mut self) {
-        while let Some(Reverse(ev)) = self.queue.pop() {
-            if self
-                .clients
-                .iter()
-                .all(|c| c.callers.iter().all(|k| matches!(k.work, Work::Done)))
-            {
+        while let Some(ev) = self.next_event() {
+            if self.done_callers == self.callers {
                 break;
             }
             self.report.events += 1;
@@ -1468,6 +1473,30 @@ impl World {
 
     /// Moves client `c`'s workload on; true if it submitted an operation.
     fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
+        // Most pokes find nothing due for a caller: decided by reference, without moving its
+        // (large) state out and back (the same guards as `work_due`'s arms).
+        let engine = &self.clients[c].engine;
+        let due = match &self.clients[c].callers[k].work {
+            Work::Idle { until } => now >= *until,
+            Work::Holding(h) => now >= h.until,
+            Work::Keeping(kp) => now >= kp.until,
+            Work::Acquiring { id, .. } | Work::Extending { id, .. } | Work::Releasing { id } => {
+                engine.is_done(*id)
+            }
+            Work::Done => false,
+        };
+        if !due {
+            return false;
+        }
+        let submitted = self.work_due(c, k, now);
+        if matches!(self.clients[c].callers[k].work, Work::Done) {
+            self.done_callers += 1;
+        }
+        submitted
+    }
+
+    /// [`World::work`] for a caller with something due.
+    fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
         match std::mem::replace(&mut client.callers[k].work, Work::Done) {
             Work::Idle { until } if now >= until => {
