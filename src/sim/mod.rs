@@ -1246,26 +1246,40 @@ impl World {
             self.nodes[node].node.forget(conn_id);
             return;
         };
-        conn.inbuf.extend_from_slice(&bytes);
         let client = conn.client;
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
-        let mut reply = Vec::new();
+        let mut reply = Vec::with_capacity(64);
+        // Commands run from the message itself unless part of one came before (then from the
+        // connection's buffer); what is left of an incomplete one waits there.
+        let pending = !conn.inbuf.is_empty();
+        if pending {
+            conn.inbuf.extend_from_slice(&bytes);
+        }
+        let input: &[u8] = if pending { &conn.inbuf } else { &bytes };
         let mut used = 0;
-        let mut cmd: Vec<&[u8]> = Vec::with_capacity(6);
-        while let Some(n) = node::parse_command(&conn.inbuf[used..], &mut self.args) {
-            cmd.clear();
-            cmd.extend(
-                self.args
-                    .iter()
-                    .map(|&(a, b)| &conn.inbuf[used + a..used + b]),
-            );
-            state.node.execute(&cmd, now, &mut reply);
+        let mut cmd: [&[u8]; 16] = [&[]; 16];
+        while let Some(n) = node::parse_command(&input[used..], &mut self.args) {
+            let argc = self.args.len();
+            if argc <= cmd.len() {
+                for (arg, &(a, b)) in cmd.iter_mut().zip(&self.args) {
+                    *arg = &input[used + a..used + b];
+                }
+                state.node.execute(&cmd[..argc], now, &mut reply);
+            } else {
+                let long: Vec<&[u8]> = (self.args.iter())
+                    .map(|&(a, b)| &input[used + a..used + b])
+                    .collect();
+                state.node.execute(&long, now, &mut reply);
+            }
             used += n;
         }
-        drop(cmd);
-        conn.inbuf.drain(..used);
+        if pending {
+            conn.inbuf.drain(..used);
+        } else if used < bytes.len() {
+            conn.inbuf.extend_from_slice(&bytes[used..]);
+        }
         if !reply.is_empty() {
             let last = conn.down;
             let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
