@@ -21,7 +21,7 @@ mod net;
 mod node;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use crate::lock::Lock;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
-use net::{Action, Inbound, SimNet};
+use net::{Action, CONN_ID_BITS, Inbound, SimNet};
 use node::{Node, Persist};
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
@@ -244,13 +244,29 @@ struct Clock {
 
 impl Clock {
     fn local_ns(self, g: u64) -> u64 {
+        // In 64 bits where nothing overflows (the same result; 128-bit division is slow).
+        let fast = i64::try_from(g).ok().and_then(|g| {
+            let drift = g.checked_mul(self.ppm)? / 1_000_000;
+            (CLOCK_OFFSET as i64).checked_add(g)?.checked_add(drift)
+        });
+        if let Some(local) = fast {
+            return local as u64;
+        }
         let g = i128::from(g);
         (CLOCK_OFFSET as i128 + g + g * i128::from(self.ppm) / 1_000_000) as u64
     }
     /// The world time at which this clock reads `local_ns` (rounded up).
     fn world_ns(self, local_ns: u64) -> u64 {
+        let d = 1_000_000 + self.ppm;
+        let fast = i64::try_from(local_ns).ok().and_then(|l| {
+            let l = l - CLOCK_OFFSET as i64;
+            Some(l.checked_mul(1_000_000)?.checked_add(d - 1)?.div_euclid(d))
+        });
+        if let Some(g) = fast {
+            return g.max(0) as u64;
+        }
         let l = i128::from(local_ns) - CLOCK_OFFSET as i128;
-        let d = 1_000_000 + i128::from(self.ppm);
+        let d = i128::from(d);
         ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64
     }
 }
@@ -341,6 +357,67 @@ struct WConn {
     /// Last delivery time each way (FIFO).
     up: u64,
     down: u64,
+}
+
+/// The connections, by id: per client, by the client's count of them (ids are never reused).
+/// Iterated in the order of their ids.
+#[derive(Default)]
+struct Conns {
+    by_client: Vec<Vec<Option<WConn>>>,
+}
+
+impl Conns {
+    fn split(id: u64) -> (usize, usize) {
+        let client = (id >> CONN_ID_BITS) as usize;
+        let n = (id & ((1 << CONN_ID_BITS) - 1)) as usize;
+        (client, n)
+    }
+
+    fn get(&self, id: &u64) -> Option<&WConn> {
+        let (client, n) = Conns::split(*id);
+        self.by_client.get(client)?.get(n)?.as_ref()
+    }
+
+    fn get_mut(&mut self, id: &u64) -> Option<&mut WConn> {
+        let (client, n) = Conns::split(*id);
+        self.by_client.get_mut(client)?.get_mut(n)?.as_mut()
+    }
+
+    fn insert(&mut self, id: u64, conn: WConn) {
+        let (client, n) = Conns::split(id);
+        if self.by_client.len() <= client {
+            self.by_client.resize_with(client + 1, Vec::new);
+        }
+        let list = &mut self.by_client[client];
+        if list.len() <= n {
+            list.resize_with(n + 1, || None);
+        }
+        list[n] = Some(conn);
+    }
+
+    fn remove(&mut self, id: &u64) {
+        if let Some(slot) = self.get_slot(*id) {
+            *slot = None;
+        }
+    }
+
+    fn get_slot(&mut self, id: u64) -> Option<&mut Option<WConn>> {
+        let (client, n) = Conns::split(id);
+        self.by_client.get_mut(client)?.get_mut(n)
+    }
+
+    /// Every connection, in the order of the ids.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut WConn)> {
+        self.by_client
+            .iter_mut()
+            .enumerate()
+            .flat_map(|(client, list)| {
+                (list.iter_mut().enumerate()).filter_map(move |(n, c)| {
+                    let id = ((client as u64) << CONN_ID_BITS) | n as u64;
+                    c.as_mut().map(|c| (id, c))
+                })
+            })
+    }
 }
 
 #[derive(Debug)]
@@ -485,7 +562,7 @@ struct World {
     shared: Arc<Shared>,
     clients: Vec<Client>,
     nodes: Vec<NodeState>,
-    conns: BTreeMap<u64, WConn>,
+    conns: Conns,
     links: Vec<Link>,
     resources: Vec<Vec<u8>>,
     /// (resource, client, start, end) of every belief interval that ended, and its fence.
@@ -660,7 +737,7 @@ impl World {
             shared,
             clients,
             nodes,
-            conns: BTreeMap::new(),
+            conns: Conns::default(),
             links,
             resources,
             beliefs: Vec::new(),
@@ -1102,7 +1179,7 @@ impl World {
                     .conns
                     .iter_mut()
                     .filter(|(_, c)| c.node == node && c.alive)
-                    .map(|(&id, c)| {
+                    .map(|(id, c)| {
                         c.alive = false;
                         (id, c.client)
                     })
@@ -1132,7 +1209,7 @@ impl World {
                     .conns
                     .iter_mut()
                     .find(|(_, c)| c.client == client && c.node == node && c.alive)
-                    .map(|(&id, c)| {
+                    .map(|(id, c)| {
                         c.alive = false;
                         id
                     });
@@ -1855,6 +1932,30 @@ mod tests {
         engine.take_input(now);
         engine.step(now);
         counts
+    }
+
+    /// The clocks' 64-bit paths give what the 128-bit formulas give.
+    #[test]
+    fn clock_conversions_match_the_exact_formulas() {
+        let mut rng = Rng(7);
+        for _ in 0..100_000 {
+            let ppm = rng.range(0, 100_001) as i64 - 50_000;
+            let clock = Clock { ppm };
+            let g = match rng.range(0, 3) {
+                0 => rng.range(0, 10_000 * MS),
+                1 => rng.next() >> rng.range(0, 64),
+                _ => u64::MAX - rng.range(0, 1000),
+            };
+            let exact = |g: u64| {
+                let g = i128::from(g);
+                (CLOCK_OFFSET as i128 + g + g * i128::from(ppm) / 1_000_000) as u64
+            };
+            assert_eq!(clock.local_ns(g), exact(g), "{g} {ppm}");
+            let l = i128::from(g) - CLOCK_OFFSET as i128;
+            let d = 1_000_000 + i128::from(ppm);
+            let world = ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64;
+            assert_eq!(clock.world_ns(g), world, "{g} {ppm}");
+        }
     }
 
     /// Two acquires lost in the same turn, every reply in: each is released with its own
