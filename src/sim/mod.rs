@@ -21,7 +21,7 @@ mod net;
 mod node;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,7 +34,7 @@ use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
-use net::{Action, Inbound, SimNet};
+use net::{Action, CONN_ID_BITS, Inbound, SimNet};
 use node::{Node, Persist};
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
@@ -242,13 +242,29 @@ struct Clock {
 
 impl Clock {
     fn local_ns(self, g: u64) -> u64 {
+        // In 64 bits where nothing overflows (the same result; 128-bit division is slow).
+        let fast = i64::try_from(g).ok().and_then(|g| {
+            let drift = g.checked_mul(self.ppm)? / 1_000_000;
+            (CLOCK_OFFSET as i64).checked_add(g)?.checked_add(drift)
+        });
+        if let Some(local) = fast {
+            return local as u64;
+        }
         let g = i128::from(g);
         (CLOCK_OFFSET as i128 + g + g * i128::from(self.ppm) / 1_000_000) as u64
     }
     /// The world time at which this clock reads `local_ns` (rounded up).
     fn world_ns(self, local_ns: u64) -> u64 {
+        let d = 1_000_000 + self.ppm;
+        let fast = i64::try_from(local_ns).ok().and_then(|l| {
+            let l = l - CLOCK_OFFSET as i64;
+            Some(l.checked_mul(1_000_000)?.checked_add(d - 1)?.div_euclid(d))
+        });
+        if let Some(g) = fast {
+            return g.max(0) as u64;
+        }
         let l = i128::from(local_ns) - CLOCK_OFFSET as i128;
-        let d = 1_000_000 + i128::from(self.ppm);
+        let d = i128::from(d);
         ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64
     }
 }
@@ -341,6 +357,67 @@ struct WConn {
     down: u64,
 }
 
+/// The connections, by id: per client, by the client's count of them (ids are never reused).
+/// Iterated in the order of their ids.
+#[derive(Default)]
+struct Conns {
+    by_client: Vec<Vec<Option<WConn>>>,
+}
+
+impl Conns {
+    fn split(id: u64) -> (usize, usize) {
+        let client = (id >> CONN_ID_BITS) as usize;
+        let n = (id & ((1 << CONN_ID_BITS) - 1)) as usize;
+        (client, n)
+    }
+
+    fn get(&self, id: &u64) -> Option<&WConn> {
+        let (client, n) = Conns::split(*id);
+        self.by_client.get(client)?.get(n)?.as_ref()
+    }
+
+    fn get_mut(&mut self, id: &u64) -> Option<&mut WConn> {
+        let (client, n) = Conns::split(*id);
+        self.by_client.get_mut(client)?.get_mut(n)?.as_mut()
+    }
+
+    fn insert(&mut self, id: u64, conn: WConn) {
+        let (client, n) = Conns::split(id);
+        if self.by_client.len() <= client {
+            self.by_client.resize_with(client + 1, Vec::new);
+        }
+        let list = &mut self.by_client[client];
+        if list.len() <= n {
+            list.resize_with(n + 1, || None);
+        }
+        list[n] = Some(conn);
+    }
+
+    fn remove(&mut self, id: &u64) {
+        if let Some(slot) = self.get_slot(*id) {
+            *slot = None;
+        }
+    }
+
+    fn get_slot(&mut self, id: u64) -> Option<&mut Option<WConn>> {
+        let (client, n) = Conns::split(id);
+        self.by_client.get_mut(client)?.get_mut(n)
+    }
+
+    /// Every connection, in the order of the ids.
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut WConn)> {
+        self.by_client
+            .iter_mut()
+            .enumerate()
+            .flat_map(|(client, list)| {
+                (list.iter_mut().enumerate()).filter_map(move |(n, c)| {
+                    let id = ((client as u64) << CONN_ID_BITS) | n as u64;
+                    c.as_mut().map(|c| (id, c))
+                })
+            })
+    }
+}
+
 #[derive(Debug)]
 enum EvKind {
     ClientWake(usize),
@@ -377,25 +454,7 @@ enum EvKind {
 #[derive(Debug)]
 struct Ev {
     t: u64,
-    seq: u64,
     kind: EvKind,
-}
-
-impl PartialEq for Ev {
-    fn eq(&self, o: &Ev) -> bool {
-        (self.t, self.seq) == (o.t, o.seq)
-    }
-}
-impl Eq for Ev {}
-impl PartialOrd for Ev {
-    fn partial_cmp(&self, o: &Ev) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Ev {
-    fn cmp(&self, o: &Ev) -> std::cmp::Ordering {
-        (self.t, self.seq).cmp(&(o.t, o.seq))
-    }
 }
 
 /// Per (client, node) link: base delay, and until when it is partitioned or slow.
@@ -491,12 +550,17 @@ struct World {
     rng: Rng,
     g: u64,
     seq: u64,
-    queue: BinaryHeap<Reverse<Ev>>,
+    /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
+    /// of small keys (the events themselves, some large, stay where they were put).
+    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    planned: Vec<Option<EvKind>>,
+    /// Slots of `planned` free for the next events.
+    free_slots: Vec<u32>,
     base: Instant,
     shared: Arc<Shared>,
     clients: Vec<Client>,
     nodes: Vec<NodeState>,
-    conns: BTreeMap<u64, WConn>,
+    conns: Conns,
     links: Vec<Link>,
     resources: Vec<Vec<u8>>,
     /// (resource, client, start, end) of every belief interval that ended, and its fence.
@@ -524,6 +588,9 @@ struct World {
     link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
     /// Connects by (client × NODES + node).
     connects: Vec<u64>,
+    /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
+    callers: usize,
+    done_callers: usize,
 }
 
 /// A caller's want of a resource, from its first attempt until it was granted (or given up).
@@ -658,11 +725,13 @@ impl World {
             g: 0,
             seq: 0,
             queue: BinaryHeap::new(),
+            planned: Vec::new(),
+            free_slots: Vec::new(),
             base,
             shared,
             clients,
             nodes,
-            conns: BTreeMap::new(),
+            conns: Conns::default(),
             links,
             resources,
             beliefs: Vec::new(),
@@ -682,7 +751,10 @@ impl World {
             client_pauses: Vec::new(),
             link_faults: Vec::new(),
             connects: vec![0; n_clients * NODES],
+            callers: 0,
+            done_callers: 0,
         };
+        world.callers = world.clients.iter().map(|c| c.callers.len()).sum();
         world.plan_faults();
         for c in 0..n_clients {
             world.poke(c);
@@ -698,11 +770,25 @@ impl World {
 
     fn at(&mut self, t: u64, kind: EvKind) {
         self.seq += 1;
-        self.queue.push(Reverse(Ev {
-            t,
-            seq: self.seq,
-            kind,
-        }));
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.planned[slot as usize] = Some(kind);
+                slot
+            }
+            None => {
+                self.planned.push(Some(kind));
+                (self.planned.len() - 1) as u32
+            }
+        };
+        self.queue.push(Reverse((t, self.seq, slot)));
+    }
+
+    /// The next event planned (the earliest; of those at the same time, the first planned).
+    fn next_event(&mut self) -> Option<Ev> {
+        let Reverse((t, _, slot)) = self.queue.pop()?;
+        let kind = self.planned[slot as usize].take().expect("a planned event");
+        self.free_slots.push(slot);
+        Some(Ev { t, kind })
     }
 
     fn plan_faults(&mut self) {
@@ -761,12 +847,8 @@ impl World {
     }
 
     fn run(&mut self) {
-        while let Some(Reverse(ev)) = self.queue.pop() {
-            if self
-                .clients
-                .iter()
-                .all(|c| c.callers.iter().all(|k| matches!(k.work, Work::Done)))
-            {
+        while let Some(ev) = self.next_event() {
+            if self.done_callers == self.callers {
                 break;
             }
             self.report.events += 1;
@@ -1091,7 +1173,7 @@ impl World {
                     .conns
                     .iter_mut()
                     .filter(|(_, c)| c.node == node && c.alive)
-                    .map(|(&id, c)| {
+                    .map(|(id, c)| {
                         c.alive = false;
                         (id, c.client)
                     })
@@ -1121,7 +1203,7 @@ impl World {
                     .conns
                     .iter_mut()
                     .find(|(_, c)| c.client == client && c.node == node && c.alive)
-                    .map(|(&id, c)| {
+                    .map(|(id, c)| {
                         c.alive = false;
                         id
                     });
@@ -1235,26 +1317,40 @@ impl World {
             self.nodes[node].node.forget(conn_id);
             return;
         };
-        conn.inbuf.extend_from_slice(&bytes);
         let client = conn.client;
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
-        let mut reply = Vec::new();
+        let mut reply = Vec::with_capacity(64);
+        // Commands run from the message itself unless part of one came before (then from the
+        // connection's buffer); what is left of an incomplete one waits there.
+        let pending = !conn.inbuf.is_empty();
+        if pending {
+            conn.inbuf.extend_from_slice(&bytes);
+        }
+        let input: &[u8] = if pending { &conn.inbuf } else { &bytes };
         let mut used = 0;
-        let mut cmd: Vec<&[u8]> = Vec::with_capacity(6);
-        while let Some(n) = node::parse_command(&conn.inbuf[used..], &mut self.args) {
-            cmd.clear();
-            cmd.extend(
-                self.args
-                    .iter()
-                    .map(|&(a, b)| &conn.inbuf[used + a..used + b]),
-            );
-            state.node.execute(&cmd, now, &mut reply);
+        let mut cmd: [&[u8]; 16] = [&[]; 16];
+        while let Some(n) = node::parse_command(&input[used..], &mut self.args) {
+            let argc = self.args.len();
+            if argc <= cmd.len() {
+                for (arg, &(a, b)) in cmd.iter_mut().zip(&self.args) {
+                    *arg = &input[used + a..used + b];
+                }
+                state.node.execute(&cmd[..argc], now, &mut reply);
+            } else {
+                let long: Vec<&[u8]> = (self.args.iter())
+                    .map(|&(a, b)| &input[used + a..used + b])
+                    .collect();
+                state.node.execute(&long, now, &mut reply);
+            }
             used += n;
         }
-        drop(cmd);
-        conn.inbuf.drain(..used);
+        if pending {
+            conn.inbuf.drain(..used);
+        } else if used < bytes.len() {
+            conn.inbuf.extend_from_slice(&bytes[used..]);
+        }
         if !reply.is_empty() {
             let last = conn.down;
             let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
@@ -1462,6 +1558,30 @@ impl World {
 
     /// Moves client `c`'s workload on; true if it submitted an operation.
     fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
+        // Most pokes find nothing due for a caller: decided by reference, without moving its
+        // (large) state out and back (the same guards as `work_due`'s arms).
+        let engine = &self.clients[c].engine;
+        let due = match &self.clients[c].callers[k].work {
+            Work::Idle { until } => now >= *until,
+            Work::Holding(h) => now >= h.until,
+            Work::Keeping(kp) => now >= kp.until,
+            Work::Acquiring { id, .. } | Work::Extending { id, .. } | Work::Releasing { id } => {
+                engine.is_done(*id)
+            }
+            Work::Done => false,
+        };
+        if !due {
+            return false;
+        }
+        let submitted = self.work_due(c, k, now);
+        if matches!(self.clients[c].callers[k].work, Work::Done) {
+            self.done_callers += 1;
+        }
+        submitted
+    }
+
+    /// [`World::work`] for a caller with something due.
+    fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
         match std::mem::replace(&mut client.callers[k].work, Work::Done) {
             Work::Idle { until } if now >= until => {
@@ -1806,6 +1926,30 @@ mod tests {
         engine.take_input(now);
         engine.step(now);
         counts
+    }
+
+    /// The clocks' 64-bit paths give what the 128-bit formulas give.
+    #[test]
+    fn clock_conversions_match_the_exact_formulas() {
+        let mut rng = Rng(7);
+        for _ in 0..100_000 {
+            let ppm = rng.range(0, 100_001) as i64 - 50_000;
+            let clock = Clock { ppm };
+            let g = match rng.range(0, 3) {
+                0 => rng.range(0, 10_000 * MS),
+                1 => rng.next() >> rng.range(0, 64),
+                _ => u64::MAX - rng.range(0, 1000),
+            };
+            let exact = |g: u64| {
+                let g = i128::from(g);
+                (CLOCK_OFFSET as i128 + g + g * i128::from(ppm) / 1_000_000) as u64
+            };
+            assert_eq!(clock.local_ns(g), exact(g), "{g} {ppm}");
+            let l = i128::from(g) - CLOCK_OFFSET as i128;
+            let d = 1_000_000 + i128::from(ppm);
+            let world = ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64;
+            assert_eq!(clock.world_ns(g), world, "{g} {ppm}");
+        }
     }
 
     /// Two acquires lost in the same turn, every reply in: each is released with its own

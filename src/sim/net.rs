@@ -13,6 +13,10 @@ use crate::error::NodeFault;
 use crate::net::{Net, NodeSink};
 use crate::session::{Kind, ScriptCall, Session, Sink};
 
+/// A connection id is the client's index above these bits and the client's count of its
+/// connections (from 1) in them.
+pub(crate) const CONN_ID_BITS: u32 = 40;
+
 /// What the client asks of the world (drained by the world after each call into the engine).
 #[derive(Debug)]
 pub(crate) enum Action {
@@ -74,7 +78,7 @@ impl SimNet {
             now,
             actions: Vec::new(),
             next_conn: 0,
-            id_base: (client as u64) << 40,
+            id_base: (client as u64) << CONN_ID_BITS,
             writes: 0,
         }
     }

@@ -8,8 +8,6 @@
 //! every `SET NX` with `OK` and overwrites the key: the fault that breaks the "no lying nodes"
 //! assumption.
 
-use std::collections::HashMap;
-
 use crate::session::{SCRIPT_COUNT, scripts};
 
 /// What a restart keeps of the fence counter: nothing (no persistence), all of it (an
@@ -23,8 +21,9 @@ pub(crate) enum Persist {
 
 /// A node's state: the keyspace, the scripts it has cached, who it is.
 pub(crate) struct Node {
-    /// Key → (value, expiry on this node's clock, in ns).
-    keys: HashMap<Vec<u8>, (Vec<u8>, u64)>,
+    /// The keys: (key, value, expiry on this node's clock, in ns). A handful (the runs' few
+    /// resources and their waiting keys): a list searched in order is cheaper than hashing.
+    keys: Vec<(Vec<u8>, Vec<u8>, u64)>,
     /// The fence counter: (`run`, `n`), if the hash exists.
     fence: Option<(Vec<u8>, u64)>,
     loaded: [bool; SCRIPT_COUNT],
@@ -60,36 +59,33 @@ pub(crate) fn parse_command(buf: &[u8], args: &mut Vec<(usize, usize)>) -> Optio
     Some(at)
 }
 
+#[inline(always)]
 fn line_number(buf: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
-    let rest = buf.get(at..)?;
-    assert_eq!(
-        *rest.first()?,
-        prefix,
-        "the client sent a malformed command"
-    );
+    let (&first, digits) = buf.get(at..)?.split_first()?;
+    assert_eq!(first, prefix, "the client sent a malformed command");
     // Digits up to the CR (a hot loop of the simulator: no UTF-8 check, no search for CRLF
-    // across the rest of the buffer).
+    // across the rest of the buffer, no bounds checks).
     let mut n: usize = 0;
-    let mut i = 1;
-    loop {
-        match *rest.get(i)? {
-            d @ b'0'..=b'9' => n = n * 10 + usize::from(d - b'0'),
-            b'\r' => break,
+    for (i, &d) in digits.iter().enumerate() {
+        match d {
+            b'0'..=b'9' => n = n * 10 + usize::from(d - b'0'),
+            b'\r' => {
+                assert!(i > 0, "the client sent an empty length");
+                return match digits.get(i + 1)? {
+                    b'\n' => Some((n, at + 1 + i + 2)),
+                    _ => panic!("the client sent a malformed line end"),
+                };
+            }
             _ => panic!("the client sent a malformed length"),
         }
-        i += 1;
     }
-    assert!(i > 1, "the client sent an empty length");
-    if *rest.get(i + 1)? != b'\n' {
-        panic!("the client sent a malformed line end");
-    }
-    Some((n, at + i + 2))
+    None
 }
 
 impl Node {
     pub fn new(run_id: [u8; 40], started: u64) -> Node {
         Node {
-            keys: HashMap::new(),
+            keys: Vec::new(),
             fence: None,
             loaded: [false; SCRIPT_COUNT],
             run_id,
@@ -112,7 +108,9 @@ impl Node {
         let mut n = 0;
         for (conn, ch) in &self.subs {
             if ch.as_slice() == channel {
-                let mut msg = b">3\r\n$7\r\nmessage\r\n".to_vec();
+                let head = b">3\r\n$7\r\nmessage\r\n";
+                let mut msg = Vec::with_capacity(head.len() + channel.len() + 32);
+                msg.extend_from_slice(head);
                 bulk(&mut msg, channel);
                 msg.extend_from_slice(b"$0\r\n\r\n");
                 self.outbox.push((*conn, msg));
@@ -163,15 +161,32 @@ impl Node {
         if self.live(key, now).is_some() && !self.lying {
             return false;
         }
-        self.keys
-            .insert(key.to_vec(), (token.to_vec(), now + ms * 1_000_000));
+        self.insert(key, token, now + ms * 1_000_000);
         true
     }
 
     fn live(&self, key: &[u8], now: u64) -> Option<&[u8]> {
-        match self.keys.get(key) {
-            Some((v, exp)) if now < *exp => Some(v),
+        match self.keys.iter().find(|e| e.0 == key) {
+            Some((_, v, exp)) if now < *exp => Some(v),
             _ => None,
+        }
+    }
+
+    /// Sets `key` to `value` until `expiry` (ns, node clock), whatever it was.
+    fn insert(&mut self, key: &[u8], value: &[u8], expiry: u64) {
+        match self.keys.iter_mut().find(|e| e.0 == key) {
+            Some(e) => {
+                e.1.clear();
+                e.1.extend_from_slice(value);
+                e.2 = expiry;
+            }
+            None => self.keys.push((key.to_vec(), value.to_vec(), expiry)),
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(i) = self.keys.iter().position(|e| e.0 == key) {
+            self.keys.swap_remove(i);
         }
     }
 
@@ -228,7 +243,7 @@ impl Node {
                         .is_none_or(|v| v == mark || v == b"1");
                     if free {
                         let expiry = now + number(cmd[4]) * 1_000_000;
-                        self.keys.insert(cmd[3].to_vec(), (mark.to_vec(), expiry));
+                        self.insert(cmd[3], mark, expiry);
                     }
                     out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
                     return;
@@ -241,12 +256,12 @@ impl Node {
                     (true, 0) => {
                         // The waiting mark goes with the lock if it is one, and then the
                         // release's notice is published: 1 + 2 × its subscribers.
-                        self.keys.remove(key);
+                        self.remove(key);
                         let waiting = crate::keys::waiting_key(key);
                         let value = self.live(&waiting, now);
                         if value == Some(crate::keys::MARK_VALUE.as_bytes()) || value == Some(b"1")
                         {
-                            self.keys.remove(&waiting);
+                            self.remove(&waiting);
                             if self.pubsub {
                                 let mut channel =
                                     crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
@@ -260,14 +275,14 @@ impl Node {
                         }
                     }
                     (true, 5) => {
-                        self.keys.remove(key);
+                        self.remove(key);
                         1
                     }
                     (true, _) => {
                         // Extend: never shorter than the TTL left.
                         let ms: u64 = number(cmd[5]);
-                        if let Some(entry) = self.keys.get_mut(key) {
-                            entry.1 = entry.1.max(now + ms * 1_000_000);
+                        if let Some(entry) = self.keys.iter_mut().find(|e| e.0 == key) {
+                            entry.2 = entry.2.max(now + ms * 1_000_000);
                         }
                         1
                     }
@@ -275,7 +290,7 @@ impl Node {
                 match done {
                     0 => out.extend_from_slice(b":0\r\n"),
                     1 => out.extend_from_slice(b":1\r\n"),
-                    n => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+                    n => line(out, b':', n),
                 }
             }
             b"SUBSCRIBE" | b"UNSUBSCRIBE" if self.pubsub => {
@@ -297,7 +312,7 @@ impl Node {
                     out.extend_from_slice(b">3\r\n");
                     bulk(out, if sub { b"subscribe" } else { b"unsubscribe" });
                     bulk(out, channel);
-                    out.extend_from_slice(format!(":{count}\r\n").as_bytes());
+                    line(out, b':', count as u64);
                 }
             }
             b"SCRIPT" => {
@@ -317,9 +332,7 @@ impl Node {
         let array3 = |out: &mut Vec<u8>, ok: bool, run: &[u8], n: &[u8]| {
             out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
             for field in [run, n] {
-                out.extend_from_slice(format!("${}\r\n", field.len()).as_bytes());
-                out.extend_from_slice(field);
-                out.extend_from_slice(b"\r\n");
+                bulk(out, field);
             }
         };
         match index {
@@ -367,15 +380,42 @@ impl Node {
 }
 
 fn number(arg: &[u8]) -> u64 {
+    // Digits only, short enough not to overflow: the client's (a hot path of the simulator);
+    // anything else as `str::parse` reads it.
+    if !arg.is_empty() && arg.len() <= 19 && arg.iter().all(u8::is_ascii_digit) {
+        return arg.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0'));
+    }
     std::str::from_utf8(arg)
         .ok()
         .and_then(|s| s.parse().ok())
         .expect("the client sent a malformed number")
 }
 
+/// Appends `n` in decimal.
+fn decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+/// Appends a RESP line: `prefix`, `n` in decimal, CRLF.
+fn line(out: &mut Vec<u8>, prefix: u8, n: u64) {
+    out.push(prefix);
+    decimal(out, n);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends a RESP bulk string.
 fn bulk(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(format!("${}\r\n", b.len()).as_bytes());
+    line(out, b'$', b.len() as u64);
     out.extend_from_slice(b);
     out.extend_from_slice(b"\r\n");
 }
