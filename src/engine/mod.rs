@@ -71,7 +71,6 @@ use crate::error::Error;
 use crate::kept::Callbacks;
 use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::net::Net;
-use crate::quarantine::NodeWatch;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, SetNxPx};
 use crate::session::{Script, ScriptCall};
@@ -80,10 +79,9 @@ use crate::token::Token;
 use crate::wait::{Seen, Waits};
 
 use keep::Keeps;
-use ledger::Ledger;
 use observe::observe;
 pub(crate) use op::Waiter;
-use op::{Core, Op, OpKind};
+use op::{Core, OpKind};
 
 /// Counts of what a shutdown flushed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -197,37 +195,9 @@ fn nodes_in(mut nodes: u64) -> impl Iterator<Item = usize> {
 impl<N: Net> Engine<N> {
     pub fn new(shared: Arc<Shared>, net: N, now: Instant) -> Engine<N> {
         let n = shared.nodes.len();
+        let counters = (0..n).map(|i| net.session(i).counters().clone()).collect();
         Engine {
-            core: Core {
-                nodes: shared.nodes.clone(),
-                // Pre-built slots: a loaded machine that answers slowly keeps more operations
-                // alive at once (releases after lost attempts linger until every node
-                // answered), and growing the slab then would allocate on the hot path.
-                ops: (0..PREBUILT_OPS).map(|_| Op::new(n, now)).collect(),
-                free: (0..PREBUILT_OPS as u32).rev().collect(),
-                live: vec![0; PREBUILT_OPS.div_ceil(64)],
-                watch: vec![NodeWatch::default(); n],
-                slow: vec![false; n],
-                silent: 0,
-                ledger: Ledger::new(n),
-                window: shared.config.quarantine_window(),
-                max_pending: shared.config.max_pending,
-                node_timeout: shared.config.node_timeout_for(shared.config.ttl),
-                waiting: 0,
-                confirmed: 0,
-                events: Vec::new(),
-                notices: Vec::new(),
-                listened: Vec::new(),
-                no_notices: vec![false; n],
-                resp3: vec![None; n],
-                fence_watch: vec![NodeWatch::default(); n],
-                seed_window: shared.config.seed_window(),
-                mutation: shared.mutation,
-                metrics: Arc::new(Metrics::new(
-                    (0..n).map(|i| net.session(i).counters().clone()).collect(),
-                )),
-                quarantine_told: vec![0; n],
-            },
+            core: Core::new(&shared, counters, now),
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             repair_due: Vec::new(),

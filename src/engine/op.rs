@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
+use crate::config::Shared;
 use crate::error::NodeFault;
 use crate::kept::Kept;
 use crate::mailbox::Slot;
@@ -24,7 +25,7 @@ use super::ledger::Ledger;
 use super::release::Release;
 use super::status::StatusReplies;
 use super::votes::Ballot;
-use super::{RESOURCE_CAPACITY, node_bit, nodes_in};
+use super::{PREBUILT_OPS, RESOURCE_CAPACITY, node_bit, nodes_in};
 
 /// Who waits for an operation.
 #[derive(Debug)]
@@ -218,6 +219,40 @@ pub(super) struct Core {
 }
 
 impl Core {
+    /// The slab of an engine of `shared`'s nodes, whose connections count into `counters`.
+    pub fn new(shared: &Shared, counters: Box<[Arc<NodeCounters>]>, now: Instant) -> Core {
+        let n = shared.nodes.len();
+        let config = &shared.config;
+        Core {
+            nodes: shared.nodes.clone(),
+            // Pre-built slots: a loaded machine that answers slowly keeps more operations
+            // alive at once (releases after lost attempts linger until every node answered),
+            // and growing the slab then would allocate on the hot path.
+            ops: (0..PREBUILT_OPS).map(|_| Op::new(n, now)).collect(),
+            free: (0..PREBUILT_OPS as u32).rev().collect(),
+            live: vec![0; PREBUILT_OPS.div_ceil(64)],
+            watch: vec![NodeWatch::default(); n],
+            slow: vec![false; n],
+            silent: 0,
+            ledger: Ledger::new(n),
+            window: config.quarantine_window(),
+            max_pending: config.max_pending,
+            node_timeout: config.node_timeout_for(config.ttl),
+            waiting: 0,
+            confirmed: 0,
+            events: Vec::new(),
+            notices: Vec::new(),
+            listened: Vec::new(),
+            no_notices: vec![false; n],
+            resp3: vec![None; n],
+            fence_watch: vec![NodeWatch::default(); n],
+            seed_window: config.seed_window(),
+            mutation: shared.mutation,
+            metrics: Arc::new(Metrics::new(counters)),
+            quarantine_told: vec![0; n],
+        }
+    }
+
     /// What the `Net` hands every reply and fault to, stamped with the time of its clock.
     pub fn sink(&mut self) -> impl for<'a> FnMut(usize, Instant, Delivery<'a>) + '_ {
         |i, now, d| self.on_delivery(i, d, now)
@@ -432,4 +467,92 @@ fn count_reply(counters: &NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &N
         _ => &counters.errors,
     };
     counter.bump();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Builder;
+    use crate::resp::{Limits, Status, decode};
+
+    /// A slab for three nodes, with a release `id` of `x` sent to every node (three requests
+    /// outstanding), no socket anywhere.
+    fn slab_with_release(now: Instant) -> (Core, OpId) {
+        let shared = Builder::new(["redis://a:1", "redis://b:1", "redis://c:1"])
+            .quarantine(None)
+            .shared()
+            .unwrap();
+        let counters = (0..3).map(|_| Arc::new(NodeCounters::default())).collect();
+        let mut core = Core::new(&shared, counters, now);
+        let id = core.open((b"x", &Token::EMPTY), Waiter::Local, now);
+        let op = &mut core.ops[id.index as usize];
+        op.kind = OpKind::Release;
+        op.outstanding = 3;
+        (core, id)
+    }
+
+    /// Hands `bytes` (one RESP frame) to the slab as node `node`'s reply to request `tag`.
+    fn deliver(core: &mut Core, node: usize, (tag, bytes): (u64, &[u8]), withdrawn: bool) {
+        let Ok(Status::Complete((reply, _))) = decode(bytes, &Limits::default()) else {
+            panic!("{bytes:?} decodes");
+        };
+        let d = Delivery {
+            tag,
+            kind: Kind::Script(crate::session::RELEASE_SCRIPT),
+            reply: Ok(reply),
+            generation: 1,
+            info: None,
+            withdrawn,
+        };
+        (core.sink())(node, Instant::now(), d);
+    }
+
+    #[test]
+    fn a_reply_reaches_the_operation_its_tag_names_and_no_later_one_in_that_slot() {
+        let now = Instant::now();
+        let (mut core, id) = slab_with_release(now);
+        deliver(&mut core, 0, (id.tag(), b":1\r\n"), false);
+        deliver(&mut core, 1, (id.tag(), b":3\r\n"), false);
+        let op = &core.ops[id.index as usize];
+        assert_eq!((op.release.released, op.outstanding), (2, 1));
+        // Node 1's notice reached one other client: told to the waits.
+        assert_eq!(core.listened.len(), 1);
+        assert_eq!(core.metrics.node(0).ok.get(), 1);
+        // Node 1's answer came with garbage after all: taken back, not counted twice.
+        deliver(&mut core, 1, (id.tag(), b":3\r\n"), true);
+        assert_eq!(core.ops[id.index as usize].release.released, 1);
+        // The slot is freed and reused: a late reply with the old tag finds nothing.
+        core.free_slot(id.index as usize);
+        let next = core.open((b"y", &Token::EMPTY), Waiter::Local, now);
+        assert_eq!(next.index, id.index);
+        core.ops[next.index as usize].kind = OpKind::Release;
+        deliver(&mut core, 2, (id.tag(), b":1\r\n"), false);
+        assert_eq!(core.ops[next.index as usize].release.released, 0);
+        // The handshake's tag (0) and a slot that never existed are no operation's.
+        deliver(&mut core, 2, (0, b":1\r\n"), false);
+        let unknown = OpId {
+            index: 9_999,
+            seq: 1,
+        };
+        deliver(&mut core, 2, (unknown.tag(), b":1\r\n"), false);
+        assert_eq!(core.ops[next.index as usize].release.released, 0);
+    }
+
+    #[test]
+    fn the_turn_sees_only_live_slots_in_order() {
+        let now = Instant::now();
+        let (mut core, first) = slab_with_release(now);
+        let ids: Vec<OpId> = (0..70)
+            .map(|_| core.open((b"z", &Token::EMPTY), Waiter::None, now))
+            .collect();
+        core.free_slot(ids[3].index as usize);
+        let live: Vec<usize> = (0..core.live.len()).flat_map(|w| core.live_in(w)).collect();
+        let mut expected: Vec<usize> = std::iter::once(first.index as usize)
+            .chain(ids.iter().map(|id| id.index as usize))
+            .filter(|&i| i != ids[3].index as usize)
+            .collect();
+        expected.sort();
+        assert_eq!(live, expected);
+        assert_eq!(live.len(), 70);
+    }
 }

@@ -376,3 +376,44 @@ fn next_try(
         (false, _) => now + poll,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::OpId;
+    use crate::wait::Waits;
+
+    fn queue(now: Instant) -> Waits {
+        let mut waits = Waits::new(1);
+        let error = Error::Expired { released: 0 };
+        waits.open(b"r", OpId::for_tests(0), error, now);
+        waits
+    }
+
+    #[test]
+    fn after_a_lost_attempt_the_head_waits_as_its_loss_says() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let (round, poll) = (ms(1), ms(100));
+        let mut waits = queue(now);
+        let q = waits.get_mut(b"r").unwrap();
+        // Held, refused unmarked, and some node takes subscriptions: the next attempt, marked,
+        // goes at once.
+        q.marked = false;
+        assert_eq!(next_try(q, (true, false, true), (round, 7, poll), now), now);
+        // Held, marked: waits for the release's notice, the fallback poll at the latest.
+        q.marked = true;
+        let at = next_try(q, (true, false, true), (round, 7, poll), now);
+        assert!(at > now && at <= now + poll, "{at:?}");
+        // No quorum: one poll, and no notice brings it sooner.
+        let at = next_try(q, (false, false, true), (round, 7, poll), now);
+        assert_eq!((at, q.not_before), (now + poll, Some(now + poll)));
+        // Split votes: a random pause within a span that doubles with each split in a row.
+        let half = u64::MAX / 2;
+        let first = next_try(q, (true, true, true), (round, half, poll), now);
+        let second = next_try(q, (true, true, true), (round, half, poll), now);
+        assert_eq!(q.splits, 2);
+        assert!(now < first && first < second, "{first:?} {second:?}");
+        assert_eq!(q.not_before, Some(second));
+    }
+}
