@@ -100,8 +100,7 @@ impl Client {
 
     /// Bytes buffered per node: (unsent output, undecoded input). For tests of the buffer
     /// limits.
-    #[doc(hidden)]
-    pub fn buffered(&self) -> Vec<(usize, usize)> {
+    pub(crate) fn buffered(&self) -> Vec<(usize, usize)> {
         self.engine.net.conns.iter().map(|c| c.buffered()).collect()
     }
 
@@ -114,21 +113,18 @@ impl Client {
     }
 
     /// Requests waiting for a reply, per node. For tests of connection failures.
-    #[doc(hidden)]
-    pub fn pending(&self) -> Vec<usize> {
+    pub(crate) fn pending(&self) -> Vec<usize> {
         self.engine.net.conns.iter().map(|c| c.pending()).collect()
     }
 
     /// Callers of this engine waiting in the queue of `resource` (its head included). For
     /// tests.
-    #[doc(hidden)]
-    pub fn waiters(&mut self, resource: &[u8]) -> usize {
+    pub(crate) fn waiters(&mut self, resource: &[u8]) -> usize {
         self.engine.waiters(resource)
     }
 
     /// Releases not confirmed yet: (in flight, waiting in the ledger for their node). For tests.
-    #[doc(hidden)]
-    pub fn unconfirmed(&self) -> (usize, usize) {
+    pub(crate) fn unconfirmed(&self) -> (usize, usize) {
         self.engine.unconfirmed_parts()
     }
 

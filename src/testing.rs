@@ -3,11 +3,33 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::Redlock;
+use crate::{Client, Redlock};
 
 /// Times the background thread of `redlock`'s engine, woken for work, found the loop driven by
 /// a caller. It then waits to be told the caller let go instead of trying again at once
 /// (`tests/async_api.rs`).
 pub fn background_found_loop_taken(redlock: &Redlock) -> u64 {
     redlock.hub().found_taken.load(Ordering::Relaxed)
+}
+
+/// Bytes buffered per node of `client`: (unsent output, undecoded input). For tests of the
+/// buffer limits.
+pub fn buffered(client: &Client) -> Vec<(usize, usize)> {
+    client.buffered()
+}
+
+/// Requests waiting for a reply, per node of `client`. For tests of connection failures.
+pub fn pending(client: &Client) -> Vec<usize> {
+    client.pending()
+}
+
+/// Callers of `client`'s engine waiting in the queue of `resource` (its head included).
+pub fn waiters(client: &mut Client, resource: &[u8]) -> usize {
+    client.waiters(resource)
+}
+
+/// Releases of `client`'s engine not confirmed yet: (in flight, waiting in the ledger for
+/// their node).
+pub fn unconfirmed(client: &Client) -> (usize, usize) {
+    client.unconfirmed()
 }

@@ -112,7 +112,7 @@ fn a_lock_cycle_allocates_nothing_in_steady_state() {
             other => panic!("{other:?}"),
         }
         let give_up = Instant::now() + Duration::from_secs(10);
-        while c.unconfirmed() != (0, 0) {
+        while redlock_mux::testing::unconfirmed(c) != (0, 0) {
             assert!(Instant::now() < give_up, "releases never confirmed");
             c.idle_until(Instant::now() + Duration::from_millis(1));
         }

@@ -394,7 +394,10 @@ fn an_acquire_dropped_with_a_frozen_node_is_released_there_when_it_wakes() {
         Duration::from_secs(5),
         || servers[0].get("frozen").is_none() && servers[1].get("frozen").is_none(),
     );
-    let (in_flight, ledger) = redlock.blocking().with_client(|c| c.unconfirmed()).unwrap();
+    let (in_flight, ledger) = redlock
+        .blocking()
+        .with_client(|c| redlock_mux::testing::unconfirmed(c))
+        .unwrap();
     assert!(in_flight + ledger > 0, "nothing left for the frozen node");
     // ... and runs after the SET once the node wakes.
     servers[2].resume();

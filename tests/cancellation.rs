@@ -313,7 +313,7 @@ fn waiting_acquires_dropped_midway_leave_the_queue() {
         let waiters = || {
             redlock
                 .blocking()
-                .with_client(|c| c.waiters(key.as_bytes()))
+                .with_client(|c| redlock_mux::testing::waiters(c, key.as_bytes()))
                 .unwrap()
         };
         // Refused, and in the engine's queue of the resource.

@@ -1149,7 +1149,11 @@ fn a_waiting_library_caller_is_woken_by_a_release_from_another_process() {
     };
     // In line (and so subscribed) before the other process releases.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while waiter.with_client(|c| c.waiters(b"handoff")).unwrap() == 0 {
+    while waiter
+        .with_client(|c| redlock_mux::testing::waiters(c, b"handoff"))
+        .unwrap()
+        == 0
+    {
         assert!(Instant::now() < deadline, "the waiter never queued");
         std::thread::yield_now();
     }

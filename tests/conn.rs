@@ -243,7 +243,7 @@ fn buffers_stay_bounded_when_a_node_keeps_quiet() {
     }
     // Requests pile up unanswered on node 0 until max_pending (1024) resets the connection; the
     // output buffer never holds more than what the kernel would not take.
-    let (out, inp) = c.buffered()[0];
+    let (out, inp) = redlock_mux::testing::buffered(&c)[0];
     assert!(out < 1 << 20 && inp < 1 << 20, "out {out}, in {inp}");
     servers[0].resume();
     // The node first works through its backlog; then it takes part again.
@@ -351,7 +351,12 @@ fn the_production_acl_rule_of_the_readme_is_enough() {
         std::thread::spawn(move || redlock.lock("acl:res"))
     };
     // The waiter subscribes, then is woken by the release's notice (or its poll).
-    while redlock.with_client(|c| c.waiters(b"acl:res")).unwrap() == 0 && !waiter.is_finished() {
+    while redlock
+        .with_client(|c| redlock_mux::testing::waiters(c, b"acl:res"))
+        .unwrap()
+        == 0
+        && !waiter.is_finished()
+    {
         std::thread::yield_now();
     }
     assert_eq!(redlock.unlock(lock).expect("release"), 3);

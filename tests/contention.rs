@@ -50,7 +50,7 @@ fn until_waiting(redlock: &Redlock, resource: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let waiting = redlock
-            .with_client(|c| c.waiters(resource.as_bytes()))
+            .with_client(|c| redlock_mux::testing::waiters(c, resource.as_bytes()))
             .unwrap();
         if waiting == n {
             return;
@@ -243,7 +243,11 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
             let r = r.clone();
             async move { r.lock_until("c", deadline).await }
         });
-        while redlock.with_client(|c| c.waiters(b"c")).unwrap() < 2 {
+        while redlock
+            .with_client(|c| redlock_mux::testing::waiters(c, b"c"))
+            .unwrap()
+            < 2
+        {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         dropped.abort();
@@ -260,7 +264,12 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
         r.unlock(lock).await.unwrap();
     });
     assert_no_key(&servers, "c");
-    assert_eq!(redlock.with_client(|c| c.waiters(b"c")).unwrap(), 0);
+    assert_eq!(
+        redlock
+            .with_client(|c| redlock_mux::testing::waiters(c, b"c"))
+            .unwrap(),
+        0
+    );
 }
 
 /// How long a test waits for something that a notice brings in a round trip: far below the

@@ -166,14 +166,22 @@ fn a_release_a_frozen_node_never_got_is_sent_when_it_is_back() {
     wait_for(
         "the frozen node's connection given up",
         Duration::from_secs(5),
-        || redlock.with_client(|c| c.pending()[2] == 0).unwrap(),
+        || {
+            redlock
+                .with_client(|c| redlock_mux::testing::pending(c)[2] == 0)
+                .unwrap()
+        },
     );
     // Its release cannot go out: a fresh connection's handshake is never answered.
     assert_eq!(redlock.unlock(lock).unwrap(), 2);
     wait_for(
         "the release to the frozen node in the ledger",
         Duration::from_secs(5),
-        || redlock.with_client(|c| c.unconfirmed() == (0, 1)).unwrap(),
+        || {
+            redlock
+                .with_client(|c| redlock_mux::testing::unconfirmed(c) == (0, 1))
+                .unwrap()
+        },
     );
     let report = redlock.shutdown(Duration::from_millis(100));
     assert_eq!(report.unconfirmed, 1, "{report:?}");

@@ -464,14 +464,20 @@ fn a_stale_set_run_by_nodes_frozen_past_the_ttl_is_released_when_they_resume() {
     std::thread::sleep(ttl + Duration::from_millis(500));
     // Past the TTL the releases are still kept for the frozen nodes (before the fix they had
     // been dropped: 0).
-    let (_, kept) = redlock.with_client(|c| c.unconfirmed()).unwrap();
+    let (_, kept) = redlock
+        .with_client(|c| redlock_mux::testing::unconfirmed(c))
+        .unwrap();
     assert!(kept > 0, "no release kept for the frozen nodes");
     servers[1].resume();
     servers[2].resume();
     // Every kept release confirmed: each went out behind a new connection's handshake, which
     // the node answered after running what its old socket held (the stale `SET`s).
     let deadline = Instant::now() + Duration::from_secs(15);
-    while redlock.with_client(|c| c.unconfirmed()).unwrap() != (0, 0) {
+    while redlock
+        .with_client(|c| redlock_mux::testing::unconfirmed(c))
+        .unwrap()
+        != (0, 0)
+    {
         assert!(Instant::now() < deadline, "releases still unconfirmed");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -515,7 +521,12 @@ fn releases_kept_for_a_frozen_node_drain_without_overloading_its_new_connection(
         redlock.unlock_nowait(lock);
     }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while redlock.with_client(|c| c.unconfirmed()).unwrap().1 < 16 {
+    while redlock
+        .with_client(|c| redlock_mux::testing::unconfirmed(c))
+        .unwrap()
+        .1
+        < 16
+    {
         assert!(
             Instant::now() < deadline,
             "the releases never reached the ledger"
@@ -526,11 +537,17 @@ fn releases_kept_for_a_frozen_node_drain_without_overloading_its_new_connection(
     let connects = |r: &redlock_mux::Redlock| r.stats().nodes[2].connects;
     let before = connects(&redlock);
     let deadline = Instant::now() + Duration::from_secs(10);
-    while redlock.with_client(|c| c.unconfirmed()).unwrap() != (0, 0) {
+    while redlock
+        .with_client(|c| redlock_mux::testing::unconfirmed(c))
+        .unwrap()
+        != (0, 0)
+    {
         assert!(
             Instant::now() < deadline,
             "still unconfirmed: {:?}, {} connects since the resume",
-            redlock.with_client(|c| c.unconfirmed()).unwrap(),
+            redlock
+                .with_client(|c| redlock_mux::testing::unconfirmed(c))
+                .unwrap(),
             connects(&redlock) - before
         );
         std::thread::sleep(Duration::from_millis(10));

@@ -229,7 +229,7 @@ fn client(urls: Vec<String>, node_timeout: Duration) -> Client {
 
 /// Asserts every connection's buffers are within their limits.
 fn assert_bounded(c: &Client, when: &str) {
-    for (node, (out, inp)) in c.nodes().iter().zip(c.buffered()) {
+    for (node, (out, inp)) in c.nodes().iter().zip(redlock_mux::testing::buffered(c)) {
         assert!(
             inp < IN_LIMIT,
             "{when}: {node} holds {inp} undecoded input bytes (limit {IN_LIMIT})"
@@ -289,7 +289,13 @@ fn idle_sampling(c: &mut Client, d: Duration, mut until: impl FnMut() -> bool) -
     while Instant::now() < end && !until() {
         c.idle_until(Instant::now() + Duration::from_millis(2));
         assert_bounded(c, "while idle");
-        most = most.max(c.buffered().iter().map(|b| b.1).max().unwrap_or(0));
+        most = most.max(
+            redlock_mux::testing::buffered(c)
+                .iter()
+                .map(|b| b.1)
+                .max()
+                .unwrap_or(0),
+        );
     }
     most
 }

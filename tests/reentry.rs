@@ -26,7 +26,7 @@ fn build(servers: &Cluster) -> Builder {
 fn until_waiting(redlock: &Redlock, resource: &str, n: usize) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while redlock
-        .with_client(|c| c.waiters(resource.as_bytes()))
+        .with_client(|c| redlock_mux::testing::waiters(c, resource.as_bytes()))
         .unwrap()
         != n
     {

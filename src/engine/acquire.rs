@@ -13,8 +13,7 @@ use crate::round::{Decision, RoundConfig};
 use crate::session::{FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, scripts};
 
 use super::fence::Stage;
-use super::op::OpKind;
-use super::{Engine, nodes_in, script_call};
+use super::{Engine, OpKind, nodes_in, script_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.

@@ -13,8 +13,7 @@ use crate::resp::Arg;
 use crate::round::{Decision, Round, RoundConfig};
 use crate::session::{EXTEND_SCRIPT, scripts};
 
-use super::op::OpKind;
-use super::{Engine, script_call};
+use super::{Engine, OpKind, script_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of extend `id` (of a lock valid until `valid_until`, for `ttl` more)

@@ -4,7 +4,7 @@
 //! first round trip won.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::config::Config;
@@ -18,7 +18,7 @@ use crate::resp::{Arg, Frame};
 use crate::round::{Decision, RoundConfig, Vote};
 use crate::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
 
-use super::op::Op;
+use super::votes::Ballot;
 use super::{Engine, Parts, node_bit, script_call};
 
 /// Where a fenced acquire is.
@@ -124,7 +124,7 @@ impl<N: Net> Engine<N> {
             Err(_) => {
                 self.last_round = now.saturating_duration_since(op.start);
                 self.lost.push(index as u32);
-                let report = fence_report(&self.shared.nodes, op, quorum);
+                let report = fence_report(&self.shared.nodes, (&op.fence, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
             }
         }
@@ -165,27 +165,32 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// Starts the write-back round of fenced acquire `op` at `now`, within the validity won
+    /// Starts the write-back round of a fenced acquire (its round and fencing state) at `now`, within the validity won
     /// (`op.until`); returns the nodes that granted the lock and the duplicates (which stay
     /// failed: the fence goes to the entry that counted for its server).
-    fn write_back_round(op: &mut Op, config: &Config, now: Instant) -> (u64, u64) {
-        let n = op.vote.round.nodes();
-        let granted = op.vote.yes();
+    fn write_back_round(
+        (vote, fence): (&mut Ballot, &mut Fencing),
+        (until, ttl): (Instant, Duration),
+        config: &Config,
+        now: Instant,
+    ) -> (u64, u64) {
+        let n = vote.round.nodes();
+        let granted = vote.yes();
         let rc = RoundConfig {
-            not_after: Some(op.until),
-            ..RoundConfig::new(op.ttl, config.drift_factor, config.node_timeout_for(op.ttl))
+            not_after: Some(until),
+            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
-        op.fence.stage = Stage::Writing;
+        fence.stage = Stage::Writing;
         let duplicates: u64 = (0..n)
-            .filter(|&i| matches!(op.vote.faults[i], Some(NodeFault::Duplicate { .. })))
+            .filter(|&i| matches!(vote.faults[i], Some(NodeFault::Duplicate { .. })))
             .fold(0, |m, i| m | node_bit(i));
-        for (node, fault) in op.vote.faults.iter_mut().enumerate() {
+        for (node, fault) in vote.faults.iter_mut().enumerate() {
             if duplicates & node_bit(node) == 0 {
                 *fault = None;
             }
         }
-        op.vote.runs.fill(None);
-        op.vote.round.start(now, &rc);
+        vote.runs.fill(None);
+        vote.round.start(now, &rc);
         (granted, duplicates)
     }
 
@@ -201,7 +206,9 @@ impl<N: Net> Engine<N> {
             shared,
         } = self.parts();
         let op = &mut core.ops[index as usize];
-        let (granted, duplicates) = Self::write_back_round(op, &shared.config, now);
+        let state = (&mut op.vote, &mut op.fence);
+        let (granted, duplicates) =
+            Self::write_back_round(state, (op.until, op.ttl), &shared.config, now);
         let id = OpId { index, seq: op.seq };
         let (fence, reads) = (op.fence.fence, op.fence.reads);
         // Blank counters that may be seeded get the write-back too, whether or not they hold
@@ -254,8 +261,12 @@ impl<N: Net> Engine<N> {
 
 /// The report of a fenced acquire that won the lock but read too few seeded counters: the
 /// seeded nodes count as yes, the blank and silent ones as failed.
-fn fence_report(nodes: &Arc<[NodeAddr]>, op: &Op, quorum: usize) -> Report {
-    let short = op.fence.reads.short();
+fn fence_report(
+    nodes: &Arc<[NodeAddr]>,
+    (fence, vote): (&Fencing, &Ballot),
+    quorum: usize,
+) -> Report {
+    let short = fence.reads.short();
     let mut failed = Vec::new();
     for node in 0..nodes.len() {
         let bit = node_bit(node);
@@ -269,7 +280,7 @@ fn fence_report(nodes: &Arc<[NodeAddr]>, op: &Op, quorum: usize) -> Report {
                 ),
             ));
         } else if short.seeded & bit == 0 {
-            let fault = op.vote.faults[node].clone().unwrap_or(NodeFault::Timeout);
+            let fault = vote.faults[node].clone().unwrap_or(NodeFault::Timeout);
             failed.push((node, fault));
         }
     }

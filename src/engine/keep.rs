@@ -13,8 +13,7 @@ use crate::kept::Kept;
 use crate::net::Net;
 use crate::request::{Outcome, ReqKind};
 
-use super::Engine;
-use super::op::Waiter;
+use super::{Engine, Waiter};
 
 /// The kept locks' timers are rounded to this share of the TTL (a tenth): renewals due close
 /// together go out in one turn, and a renewal is still far from the end of the validity.

@@ -9,8 +9,7 @@ use crate::net::Net;
 use crate::request::ReqKind;
 use crate::token::Token;
 
-use super::op::{OpKind, Waiter};
-use super::{Engine, node_bit};
+use super::{Engine, OpKind, Waiter, node_bit};
 
 /// The ledger fills at most `max_pending / this` of a connection's outstanding requests at once
 /// (see [`Engine::flush_ledger`]): the rest of the room is the callers'.

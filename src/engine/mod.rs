@@ -68,7 +68,7 @@ use bytes::BytesMut;
 use crate::config::Shared;
 use crate::driver::Driver;
 use crate::error::Error;
-use crate::kept::Callbacks;
+use crate::kept::{Callbacks, Kept};
 use crate::mailbox::{Alarm, Mailbox, Slot};
 use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
@@ -80,8 +80,7 @@ use crate::wait::{Seen, Waits};
 
 use keep::Keeps;
 use observe::observe;
-pub(crate) use op::Waiter;
-use op::{Core, OpKind};
+use op::Core;
 
 /// Counts of what a shutdown flushed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -148,6 +147,43 @@ pub(crate) struct Engine<N: Net = Driver> {
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
     /// it, so a release that fails again goes back into the ledger with the key's real expiry.
     replay_until: Option<Instant>,
+}
+
+/// Who waits for an operation.
+#[derive(Debug)]
+pub(crate) enum Waiter {
+    /// Nobody: a release after a lost acquire, a release of the ledger.
+    None,
+    /// The thread driving the engine: the outcome stays in the slab until taken.
+    Local,
+    /// A parked thread: the outcome goes into its slot, and it is unparked.
+    Slot(Arc<Slot>),
+    /// The engine itself: the extend of a kept lock.
+    Keep(Arc<Kept>),
+    /// The engine itself: the release of a kept lock that was lost; its callback runs after.
+    KeepLost(Arc<Kept>),
+    /// The engine itself: an attempt of the waiting acquire `OpId` (see `wait.rs`).
+    Attempt(OpId),
+}
+
+impl Waiter {
+    /// Counted in `Engine::waiting`: somebody (a parked thread, or the engine's own timers)
+    /// needs the loop driven until it is decided.
+    pub fn waits(&self) -> bool {
+        !matches!(self, Waiter::None | Waiter::Local | Waiter::Attempt(_))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OpKind {
+    Acquire,
+    Extend,
+    Release,
+    Status,
+    /// A waiting acquire: its attempts are acquires of their own (see `wait.rs`).
+    Wait,
+    /// A fence repair: reads, then writes (see `repair.rs`).
+    Repair,
 }
 
 /// Operation slots built with the engine (more are added when needed).

@@ -10,11 +10,10 @@ use bytes::BytesMut;
 
 use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
 use crate::net::Net;
-use crate::resp::{Arg, Frame};
-use crate::session::{Delivery, Kind, MARK_SCRIPT, ScriptCall, scripts};
+use crate::resp::Arg;
+use crate::session::{Kind, MARK_SCRIPT, ScriptCall, scripts};
 use crate::wait::Seen;
 
-use super::op::Core;
 use super::{Engine, node_bit, nodes_in};
 
 /// Bounds of a waiting mark's life (see [`Engine::mark_waiting`]).
@@ -172,48 +171,6 @@ impl<N: Net> Engine<N> {
                 self.subscription(b"SUBSCRIBE", resource, bit, now);
                 self.released(resource, now, Seen::Notice);
             }
-        }
-    }
-}
-
-impl Core {
-    /// A delivery of the pub/sub machinery (a notice, a refused `SUBSCRIBE` or `HELLO 3`, the
-    /// switch to RESP3): handled here, `true`. Anything else: `false`.
-    pub(super) fn on_pubsub(&mut self, node: usize, d: &Delivery<'_>, now: Instant) -> bool {
-        match (d.kind, &d.reply) {
-            (Kind::Notice, Ok(Frame::Aggregate(push))) => {
-                // Not from a node in its restart quarantine: no attempt can win there, and the
-                // notice may be our own lost attempt's cleanup, whose yes there came after the
-                // round was lost (so `Engine::quiet_release` did not know to keep it quiet) —
-                // heard by our own subscription, it brought the next attempt at once, again and
-                // again. The holder's release also publishes on the other nodes.
-                if let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
-                    && watch
-                        .quarantine_left(window, d.generation, d.info, now)
-                        .is_some()
-                {
-                    return true;
-                }
-                // `message`, channel, payload.
-                if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
-                    && let Some(resource) = channel.strip_prefix(RELEASE_CHANNEL_PREFIX.as_bytes())
-                {
-                    let start = self.events.len();
-                    self.events.extend_from_slice(resource);
-                    self.notices.push((start, self.events.len()));
-                }
-                true
-            }
-            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(_))) => {
-                self.no_notices[node] = true;
-                true
-            }
-            (Kind::Upgrade, Ok(_)) => {
-                self.resp3[node] = Some(d.generation);
-                true
-            }
-            (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => true,
-            _ => false,
         }
     }
 }

@@ -10,7 +10,8 @@ use crate::lock::Votes;
 use crate::request::Outcome;
 use crate::stats::{self, Ending, Metrics};
 
-use super::op::{Op, OpKind, Waiter};
+use super::op::Op;
+use super::{OpKind, Waiter};
 
 /// Counts a decided operation (acquire, extend, a release somebody waits for) and tells its
 /// event.

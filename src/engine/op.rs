@@ -8,61 +8,28 @@ use std::time::{Duration, Instant};
 use crate::addr::NodeAddr;
 use crate::config::Shared;
 use crate::error::NodeFault;
-use crate::kept::Kept;
-use crate::mailbox::Slot;
+use crate::event::event;
+use crate::keys::RELEASE_CHANNEL_PREFIX;
 use crate::mutation::Mutation;
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::repair::Repair;
 use crate::request::{OpId, Outcome};
 use crate::resp::Frame;
-use crate::session::{Delivery, FENCE_WRITE_SCRIPT, Kind, ScriptCall};
+use crate::round::Vote;
+use crate::session::{
+    Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
+    REPAIR_SCRIPT, ScriptCall,
+};
 use crate::stats::{Metrics, NodeCounters};
 use crate::token::Token;
 
 use super::fence::{Fencing, Stage};
 use super::ledger::Ledger;
-use super::release::Release;
+use super::release::{Release, Wait};
 use super::status::StatusReplies;
-use super::votes::Ballot;
-use super::{PREBUILT_OPS, RESOURCE_CAPACITY, node_bit, nodes_in};
-
-/// Who waits for an operation.
-#[derive(Debug)]
-pub(crate) enum Waiter {
-    /// Nobody: a release after a lost acquire, a release of the ledger.
-    None,
-    /// The thread driving the engine: the outcome stays in the slab until taken.
-    Local,
-    /// A parked thread: the outcome goes into its slot, and it is unparked.
-    Slot(Arc<Slot>),
-    /// The engine itself: the extend of a kept lock.
-    Keep(Arc<Kept>),
-    /// The engine itself: the release of a kept lock that was lost; its callback runs after.
-    KeepLost(Arc<Kept>),
-    /// The engine itself: an attempt of the waiting acquire `OpId` (see `wait.rs`).
-    Attempt(OpId),
-}
-
-impl Waiter {
-    /// Counted in `Engine::waiting`: somebody (a parked thread, or the engine's own timers)
-    /// needs the loop driven until it is decided.
-    pub fn waits(&self) -> bool {
-        !matches!(self, Waiter::None | Waiter::Local | Waiter::Attempt(_))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum OpKind {
-    Acquire,
-    Extend,
-    Release,
-    Status,
-    /// A waiting acquire: its attempts are acquires of their own (see `wait.rs`).
-    Wait,
-    /// A fence repair: reads, then writes (see `repair.rs`).
-    Repair,
-}
+use super::votes::{Ballot, vote_of};
+use super::{OpKind, PREBUILT_OPS, RESOURCE_CAPACITY, Waiter, node_bit, nodes_in};
 
 /// One operation: what every kind has, then each kind's own state (a slot is reused by every
 /// kind, so each part is kept, cleared, from one use to the next: no allocation per use).
@@ -449,6 +416,189 @@ impl Core {
                 }
             }
             OpKind::Wait => {}
+        }
+    }
+}
+
+/// What each kind does with a reply: the glue between a delivery and the kind's state (the
+/// logic is the state's, in the kind's file).
+impl Core {
+    /// Node `node` answered release `index` (or its request failed: then into the ledger).
+    pub(super) fn on_release_reply(
+        &mut self,
+        id: OpId,
+        node: usize,
+        d: &Delivery<'_>,
+        now: Instant,
+    ) {
+        let frame = match &d.reply {
+            Ok(frame) => frame,
+            Err(fault) => {
+                let fault = (*fault).clone();
+                return self.fail(id, node, fault, now);
+            }
+        };
+        self.confirmed += 1;
+        let op = &mut self.ops[id.index as usize];
+        if now.saturating_duration_since(op.start) < self.node_timeout {
+            // Keeping up (within the node timeout), even if this release did not wait for it:
+            // waited for again next time. Under constant load its queue never drains, so this
+            // is how a slow node gets back.
+            self.slow[node] = false;
+        }
+        if let Some(listeners) = op.release.answered(node, frame)
+            && listeners > 0
+        {
+            let start = self.events.len();
+            self.events.extend_from_slice(&op.resource);
+            self.listened.push((start, self.events.len(), listeners));
+        }
+    }
+
+    /// A release's request to `node` failed: remembered in the ledger, even past the key's
+    /// TTL (a node that comes back may still run a `SET` that was in its socket buffer: see
+    /// `Engine::flush_ledger`).
+    pub(super) fn release_failed(&mut self, index: usize, node: usize) {
+        let op = &mut self.ops[index];
+        op.release.wait[node] = Wait::No;
+        let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
+        self.ledger
+            .add(node, resource, token, expires, self.max_pending);
+    }
+
+    /// Node `node` answered acquire or extend `index` (or its request failed).
+    pub(super) fn on_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
+        let op = &mut self.ops[index];
+        if op.done {
+            op.vote.late |= node_bit(node);
+            if d.kind == Kind::Set
+                && matches!(d.reply, Ok(Frame::Simple("OK")))
+                && op.vote.round.node_deadline().is_some_and(|t| now <= t)
+            {
+                // A yes after the decision, within the node timeout: not a failure.
+                self.metrics.node(node).late_yes.bump();
+            }
+            return;
+        }
+        if d.kind == Kind::Script(FENCE_WRITE_SCRIPT) && d.generation != op.fence.gens[node] {
+            // A write-back that went out on a connection other than the one its node answered
+            // the first round trip on (maybe to another process): not counted.
+            return op.vote.fail(node, NodeFault::Closed, now);
+        }
+        let fenced_set = matches!(
+            d.kind,
+            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT)
+        );
+        let mut vote = match &d.reply {
+            Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
+                let watch = &mut self.fence_watch[node];
+                (op.fence).read_answer(
+                    node,
+                    frame,
+                    d,
+                    op.start,
+                    watch,
+                    self.seed_window,
+                    self.mutation,
+                )
+            }
+            _ => vote_of(d.kind, &d.reply),
+        };
+        // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
+        // lock that is held. An extend yes proves the node still holds our token, so it is
+        // refusing everyone else and counts.
+        if vote == Ok(Vote::Yes)
+            && (d.kind == Kind::Set || fenced_set)
+            && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+            && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
+        {
+            self.metrics.node(node).quarantined.bump();
+            if self.quarantine_told[node] != d.generation {
+                self.quarantine_told[node] = d.generation;
+                event!(Warn, event = "quarantined", node:% = self.nodes[node],
+                    left_ms = left.as_millis() as u64;
+                    "{}: restarted recently, its yeses do not count for {} ms more",
+                    self.nodes[node], left.as_millis());
+            }
+            vote = Err(NodeFault::Quarantined(left));
+        }
+        // The process answering: none for a fault (no answer), or when not known.
+        let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
+        if let Some(forget) = op
+            .vote
+            .record(node, vote, run_id.as_ref(), &self.nodes, now)
+        {
+            op.fence.reads.forget(forget);
+        }
+    }
+
+    /// Node `node` answered repair `index`: a counter read (round trip 1) or a write (2).
+    pub(super) fn on_repair_reply(&mut self, index: usize, node: usize, d: &Delivery<'_>) {
+        let Core {
+            ops,
+            fence_watch,
+            seed_window,
+            ..
+        } = self;
+        let op = &mut ops[index];
+        let Some(repair) = op.repair.as_mut().filter(|_| !op.done) else {
+            return;
+        };
+        let reply = d.reply.as_ref().map_err(|f| *f);
+        match d.kind {
+            Kind::Command if repair.is_reading() => {
+                let run_id = d.info.filter(|_| d.reply.is_ok()).map(|i| i.run_id);
+                // A blank counter may be repaired only if its process was up for a whole seed
+                // window before the repair began, as for seeding by an acquire (the same
+                // restart tracking).
+                let window_left = run_id.and_then(|_| {
+                    fence_watch[node].quarantine_left(*seed_window, d.generation, d.info, op.start)
+                });
+                repair.on_read(node, reply, run_id.as_ref(), d.generation, window_left);
+            }
+            Kind::Script(REPAIR_SCRIPT) => repair.on_written(node, reply, d.generation),
+            // A late answer of round trip 1.
+            _ => {}
+        }
+    }
+
+    /// A delivery of the pub/sub machinery (a notice, a refused `SUBSCRIBE` or `HELLO 3`, the
+    /// switch to RESP3): handled here, `true`. Anything else: `false`.
+    pub(super) fn on_pubsub(&mut self, node: usize, d: &Delivery<'_>, now: Instant) -> bool {
+        match (d.kind, &d.reply) {
+            (Kind::Notice, Ok(Frame::Aggregate(push))) => {
+                // Not from a node in its restart quarantine: no attempt can win there, and the
+                // notice may be our own lost attempt's cleanup, whose yes there came after the
+                // round was lost (so `Engine::quiet_release` did not know to keep it quiet) —
+                // heard by our own subscription, it brought the next attempt at once, again and
+                // again. The holder's release also publishes on the other nodes.
+                if let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+                    && watch
+                        .quarantine_left(window, d.generation, d.info, now)
+                        .is_some()
+                {
+                    return true;
+                }
+                // `message`, channel, payload.
+                if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
+                    && let Some(resource) = channel.strip_prefix(RELEASE_CHANNEL_PREFIX.as_bytes())
+                {
+                    let start = self.events.len();
+                    self.events.extend_from_slice(resource);
+                    self.notices.push((start, self.events.len()));
+                }
+                true
+            }
+            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(_))) => {
+                self.no_notices[node] = true;
+                true
+            }
+            (Kind::Upgrade, Ok(_)) => {
+                self.resp3[node] = Some(d.generation);
+                true
+            }
+            (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => true,
+            _ => false,
         }
     }
 }

@@ -11,10 +11,9 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
-use crate::session::{Delivery, QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, scripts};
+use crate::session::{QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, scripts};
 
-use super::op::{Core, OpKind, Waiter};
-use super::{Engine, node_bit, nodes_in, script_call};
+use super::{Engine, OpKind, Waiter, node_bit, nodes_in, script_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
 /// durations (at least a tenth of the node timeout, at most all of it, and never under
@@ -217,51 +216,6 @@ impl<N: Net> Engine<N> {
         }
         self.resource = resources;
         self.releases = releases;
-    }
-}
-
-impl Core {
-    /// Node `node` answered release `index` (or its request failed: then into the ledger).
-    pub(super) fn on_release_reply(
-        &mut self,
-        id: OpId,
-        node: usize,
-        d: &Delivery<'_>,
-        now: Instant,
-    ) {
-        let frame = match &d.reply {
-            Ok(frame) => frame,
-            Err(fault) => {
-                let fault = (*fault).clone();
-                return self.fail(id, node, fault, now);
-            }
-        };
-        self.confirmed += 1;
-        let op = &mut self.ops[id.index as usize];
-        if now.saturating_duration_since(op.start) < self.node_timeout {
-            // Keeping up (within the node timeout), even if this release did not wait for it:
-            // waited for again next time. Under constant load its queue never drains, so this
-            // is how a slow node gets back.
-            self.slow[node] = false;
-        }
-        if let Some(listeners) = op.release.answered(node, frame)
-            && listeners > 0
-        {
-            let start = self.events.len();
-            self.events.extend_from_slice(&op.resource);
-            self.listened.push((start, self.events.len(), listeners));
-        }
-    }
-
-    /// A release's request to `node` failed: remembered in the ledger, even past the key's
-    /// TTL (a node that comes back may still run a `SET` that was in its socket buffer: see
-    /// `Engine::flush_ledger`).
-    pub(super) fn release_failed(&mut self, index: usize, node: usize) {
-        let op = &mut self.ops[index];
-        op.release.wait[node] = Wait::No;
-        let (resource, token, expires) = (op.resource.clone(), op.token, op.until);
-        self.ledger
-            .add(node, resource, token, expires, self.max_pending);
     }
 }
 

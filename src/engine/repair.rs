@@ -12,10 +12,9 @@ use crate::repair::{FenceFloor, Repair};
 use crate::request::{OpId, Outcome};
 use crate::resp::Arg;
 use crate::round::deadline_after;
-use crate::session::{Delivery, Kind, REPAIR_SCRIPT, scripts};
+use crate::session::{Kind, REPAIR_SCRIPT, scripts};
 
-use super::op::{Core, OpKind};
-use super::{Engine, script_call};
+use super::{Engine, OpKind, script_call};
 
 /// A fence repair's round trip waits at most the seed window divided by this: a margin for
 /// the time between an answer's arrival and the repair's return, and for the clocks of A3.
@@ -115,38 +114,6 @@ impl<N: Net> Engine<N> {
             );
             let sent = net.script(node, call, now, &mut core.sink());
             core.sent(id, node, sent, now);
-        }
-    }
-}
-
-impl Core {
-    /// Node `node` answered repair `index`: a counter read (round trip 1) or a write (2).
-    pub(super) fn on_repair_reply(&mut self, index: usize, node: usize, d: &Delivery<'_>) {
-        let Core {
-            ops,
-            fence_watch,
-            seed_window,
-            ..
-        } = self;
-        let op = &mut ops[index];
-        let Some(repair) = op.repair.as_mut().filter(|_| !op.done) else {
-            return;
-        };
-        let reply = d.reply.as_ref().map_err(|f| *f);
-        match d.kind {
-            Kind::Command if repair.is_reading() => {
-                let run_id = d.info.filter(|_| d.reply.is_ok()).map(|i| i.run_id);
-                // A blank counter may be repaired only if its process was up for a whole seed
-                // window before the repair began, as for seeding by an acquire (the same
-                // restart tracking).
-                let window_left = run_id.and_then(|_| {
-                    fence_watch[node].quarantine_left(*seed_window, d.generation, d.info, op.start)
-                });
-                repair.on_read(node, reply, run_id.as_ref(), d.generation, window_left);
-            }
-            Kind::Script(REPAIR_SCRIPT) => repair.on_written(node, reply, d.generation),
-            // A late answer of round trip 1.
-            _ => {}
         }
     }
 }

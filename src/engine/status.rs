@@ -13,8 +13,7 @@ use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
 use crate::session::{Delivery, Kind};
 
-use super::Engine;
-use super::op::OpKind;
+use super::{Engine, OpKind};
 
 /// Replies to `GET`, `PTTL` and `HMGET redlock:fence run n` per node.
 #[derive(Debug, Default)]

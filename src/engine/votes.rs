@@ -1,28 +1,25 @@
-//! The round of an acquire, an extend or a fenced acquire's write-back: each node's answer
-//! turned into a vote ([`Core::on_vote`]: a yes from a node in its restart quarantine does not
-//! count; two entries of one server process count once), the node timeout ([`Engine::
-//! round_decision`]: the nodes still silent then fail with a timeout, and are not waited for
-//! by the next acquires until they answer), and the reports and errors made of the votes
-//! ([`Ballot`]: pure functions of the round and the server list).
+//! The round of an acquire, an extend or a fenced acquire's write-back: each node's vote
+//! ([`Ballot::record`]: two entries of one server process count once; `Core::on_vote` in
+//! `op.rs` turns an answer into a vote, a yes from a node in its restart quarantine into a
+//! failure), the node timeout ([`Engine::round_decision`]: the nodes still silent then fail
+//! with a timeout, and are not waited for by the next acquires until they answer), and the
+//! reports and errors made of the votes ([`Ballot`]: pure functions of the round and the
+//! server list).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
 use crate::error::{Error, NodeFault, Refusal, Report};
-use crate::event::event;
 use crate::lock::{Grant, Votes};
 use crate::net::Net;
 use crate::request::Outcome;
 use crate::resp::Frame;
 use crate::round::{Loss, Round, Vote};
-use crate::session::{
-    Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
-};
+use crate::session::Kind;
 use crate::stats::Metrics;
 
-use super::op::{Core, OpKind};
-use super::{Engine, node_bit};
+use super::{Engine, OpKind, node_bit};
 
 impl<N: Net> Engine<N> {
     /// The outcome of acquire or extend `index` if its round is decided at `now`: at quorum,
@@ -46,74 +43,6 @@ impl<N: Net> Engine<N> {
         match op.kind {
             OpKind::Acquire => self.acquire_decided(index, decision, now),
             _ => Some(self.extend_decided(index, decision)),
-        }
-    }
-}
-
-impl Core {
-    /// Node `node` answered acquire or extend `index` (or its request failed).
-    pub(super) fn on_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
-        let op = &mut self.ops[index];
-        if op.done {
-            op.vote.late |= node_bit(node);
-            if d.kind == Kind::Set
-                && matches!(d.reply, Ok(Frame::Simple("OK")))
-                && op.vote.round.node_deadline().is_some_and(|t| now <= t)
-            {
-                // A yes after the decision, within the node timeout: not a failure.
-                self.metrics.node(node).late_yes.bump();
-            }
-            return;
-        }
-        if d.kind == Kind::Script(FENCE_WRITE_SCRIPT) && d.generation != op.fence.gens[node] {
-            // A write-back that went out on a connection other than the one its node answered
-            // the first round trip on (maybe to another process): not counted.
-            return op.vote.fail(node, NodeFault::Closed, now);
-        }
-        let fenced_set = matches!(
-            d.kind,
-            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT)
-        );
-        let mut vote = match &d.reply {
-            Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
-                let watch = &mut self.fence_watch[node];
-                (op.fence).read_answer(
-                    node,
-                    frame,
-                    d,
-                    op.start,
-                    watch,
-                    self.seed_window,
-                    self.mutation,
-                )
-            }
-            _ => vote_of(d.kind, &d.reply),
-        };
-        // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
-        // lock that is held. An extend yes proves the node still holds our token, so it is
-        // refusing everyone else and counts.
-        if vote == Ok(Vote::Yes)
-            && (d.kind == Kind::Set || fenced_set)
-            && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
-            && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
-        {
-            self.metrics.node(node).quarantined.bump();
-            if self.quarantine_told[node] != d.generation {
-                self.quarantine_told[node] = d.generation;
-                event!(Warn, event = "quarantined", node:% = self.nodes[node],
-                    left_ms = left.as_millis() as u64;
-                    "{}: restarted recently, its yeses do not count for {} ms more",
-                    self.nodes[node], left.as_millis());
-            }
-            vote = Err(NodeFault::Quarantined(left));
-        }
-        // The process answering: none for a fault (no answer), or when not known.
-        let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
-        if let Some(forget) = op
-            .vote
-            .record(node, vote, run_id.as_ref(), &self.nodes, now)
-        {
-            op.fence.reads.forget(forget);
         }
     }
 }

@@ -14,7 +14,8 @@ use crate::wait::{Queue, Seen, retry_pause, split_pause};
 
 use super::Engine;
 use super::observe::acquired_event;
-use super::op::{OpKind, Waiter, is_cancelled};
+use super::op::is_cancelled;
+use super::{OpKind, Waiter};
 
 /// A queue with no deadline (cannot happen while it has waiters) is looked at again after this.
 const FAR_FUTURE: Duration = Duration::from_secs(3600);
