@@ -223,6 +223,11 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
         last = last.max(lock.fence().unwrap());
         a.unlock(lock).unwrap();
     }
+    // The two servers that will not restart hold the highest fence their write-backs reached:
+    // `last`, or less for one that answered an acquire after its quorum had (it is not
+    // written to; on a loaded machine both once held 1 of 6).
+    let seeded_max = (3..5).map(|i| counter(&servers, i)).max().unwrap();
+    assert!((1..=last).contains(&seeded_max), "{seeded_max} of {last}");
     for i in 0..3 {
         servers[i].restart();
     }
@@ -280,7 +285,7 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
         Err(Error::FenceRepair(r)) => {
             assert!(r.needs_floor, "{r}");
             assert_eq!((r.seeded_read, r.repaired, r.quorum), (2, 0, 3), "{r}");
-            assert_eq!(r.highest_read, last, "{r}");
+            assert_eq!(r.highest_read, seeded_max, "{r}");
         }
         other => panic!("expected a refusal without a floor: {other:?}"),
     }
@@ -293,7 +298,7 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
         .expect("repaired");
     assert_eq!(
         (done.repaired, done.value, done.highest_read),
-        (5, floor, last)
+        (5, floor, seeded_max)
     );
     assert_eq!(done.seeded_read, 2);
     for (i, node) in done.nodes.iter().enumerate() {
