@@ -79,8 +79,9 @@ impl Ledger {
 impl<N: Net> Engine<N> {
     /// Releases not confirmed yet: (release requests in flight, ledger entries).
     pub fn unconfirmed_parts(&self) -> (usize, usize) {
-        let in_flight = (self.core.ops.iter())
-            .filter(|o| o.live && o.kind == OpKind::Release)
+        let in_flight = (self.core.ops.iter().enumerate())
+            .filter(|&(i, o)| self.core.is_live(i) && o.kind == OpKind::Release)
+            .map(|(_, o)| o)
             .map(|o| o.outstanding as usize)
             .sum();
         (in_flight, self.core.ledger.len)

@@ -415,7 +415,7 @@ impl<N: Net> Engine<N> {
         // Live slots only, in order (nothing here allocates one).
         for word in 0..self.core.live.len() {
             for index in self.core.live_in(word) {
-                if !self.core.ops[index].live {
+                if !self.core.is_live(index) {
                     continue;
                 }
                 if !self.core.ops[index].done

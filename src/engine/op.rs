@@ -36,7 +36,6 @@ use super::{OpKind, PREBUILT_OPS, RESOURCE_CAPACITY, Waiter, node_bit, nodes_in}
 #[derive(Debug)]
 pub(super) struct Op {
     pub seq: u32,
-    pub live: bool,
     /// The outcome is decided (handed to its waiter, or waiting in `outcome`).
     pub done: bool,
     pub kind: OpKind,
@@ -68,7 +67,6 @@ impl Op {
     pub fn new(n: usize, now: Instant) -> Op {
         Op {
             seq: 0,
-            live: false,
             done: false,
             kind: OpKind::Release,
             // The usual resource name fits: a slot's first use does not allocate.
@@ -246,7 +244,6 @@ impl Core {
         };
         let op = &mut self.ops[index];
         op.seq = op.seq.wrapping_add(1);
-        op.live = true;
         op.done = false;
         if self.live.len() <= index / 64 {
             self.live.resize(index / 64 + 1, 0);
@@ -260,9 +257,15 @@ impl Core {
 
     /// Frees slot `index` for the next operation.
     pub fn free_slot(&mut self, index: usize) {
-        self.ops[index].live = false;
         self.free.push(index as u32);
         self.live[index / 64] &= !(1 << (index % 64));
+    }
+
+    /// True while slot `index` holds an operation (allocated and not freed).
+    pub fn is_live(&self, index: usize) -> bool {
+        self.live
+            .get(index / 64)
+            .is_some_and(|w| w & (1 << (index % 64)) != 0)
     }
 
     /// The live slots in word `word` of [`Core::live`] (64 slots a word), in order.
@@ -360,10 +363,11 @@ impl Core {
         let Some(id) = OpId::from_tag(d.tag) else {
             return;
         };
+        let live = self.is_live(id.index as usize);
         let Some(op) = self.ops.get_mut(id.index as usize) else {
             return;
         };
-        if op.seq != id.seq || !op.live {
+        if op.seq != id.seq || !live {
             return;
         }
         if op.fence.stage == Stage::Writing && d.kind != Kind::Script(FENCE_WRITE_SCRIPT) {

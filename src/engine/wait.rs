@@ -145,7 +145,7 @@ impl<N: Net> Engine<N> {
         let mut resource = std::mem::take(&mut self.wait_resource);
         for (w, token, outcome, split) in decided.drain(..) {
             let op = &self.core.ops[w.index as usize];
-            if op.seq != w.seq || op.done || !op.live {
+            if op.seq != w.seq || op.done || !self.core.is_live(w.index as usize) {
                 continue;
             }
             resource.clear();
