@@ -117,6 +117,13 @@ impl Client {
         self.engine.net.conns.iter().map(|c| c.pending()).collect()
     }
 
+    /// Drives the engine until no release is in flight or `deadline`. For tests.
+    pub(crate) fn settle_releases(&mut self, deadline: Instant) -> bool {
+        self.engine
+            .drive_until(deadline, |e| e.unconfirmed_parts().0 == 0);
+        self.engine.unconfirmed_parts().0 == 0
+    }
+
     /// Callers of this engine waiting in the queue of `resource` (its head included). For
     /// tests.
     pub(crate) fn waiters(&mut self, resource: &[u8]) -> usize {

@@ -33,3 +33,10 @@ pub fn waiters(client: &mut Client, resource: &[u8]) -> usize {
 pub fn unconfirmed(client: &Client) -> (usize, usize) {
     client.unconfirmed()
 }
+
+/// Drives `client`'s engine until no release is in flight (every one answered, or moved to the
+/// ledger by its node's failure) or until `deadline`; true when none is left. For tests that
+/// look at a server right after a call whose releases are not waited for (a lost attempt's).
+pub fn settle_releases(client: &mut Client, deadline: std::time::Instant) -> bool {
+    client.settle_releases(deadline)
+}
