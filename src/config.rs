@@ -273,6 +273,14 @@ impl Config {
     /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
     /// longer one would outlive the restart quarantine that protects it).
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
+        match crate::keys::check_set(resource, |member| self.check_name(member)) {
+            Some(checked) => checked,
+            None => self.check_name(resource),
+        }
+    }
+
+    /// One resource name: not empty, not too long, not in the reserved namespace.
+    fn check_name(&self, resource: &[u8]) -> Result<(), Error> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }

@@ -7,6 +7,7 @@
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
+//! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!
 //! **The namespace rule.** Lock names must not start with [`RESERVED_PREFIX`]: every entry
 //! point refuses them ([`Error::ReservedName`]), so no lock of this crate can be one of its
@@ -49,6 +50,101 @@ pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 /// someone else's (or not readable: an ACL without `redlock:*`, another type).
 pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
+/// The prefix of a set of resources locked all or none ([`encode_set`]): this prefix, then
+/// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
+/// key on a server: the engine sends a set's members as the keys of the set scripts
+/// (`session.rs`), and keys its local wait queue by the whole encoding.
+pub const SET_PREFIX: &str = "redlock:set:";
+
+/// The most resources one all-or-none lock may hold.
+pub const MAX_SET_LEN: usize = 64;
+
+/// Encodes `names` as one set resource ([`SET_PREFIX`]): sorted, duplicates dropped, so that
+/// `[b, a, a]` and `[a, b]` are the same lock and the same wait queue. Each name is checked
+/// by `check` first (length, reserved prefix).
+pub(crate) fn encode_set<R: AsRef<[u8]>>(
+    names: &[R],
+    check: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Result<Vec<u8>, Error> {
+    if names.is_empty() || names.len() > MAX_SET_LEN {
+        return Err(Error::Config(format!(
+            "an all-or-none lock takes 1 to {MAX_SET_LEN} resources, not {}",
+            names.len()
+        )));
+    }
+    let mut sorted: Vec<&[u8]> = names.iter().map(AsRef::as_ref).collect();
+    for name in &sorted {
+        check(name)?;
+    }
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut out = SET_PREFIX.as_bytes().to_vec();
+    for name in sorted {
+        out.extend_from_slice(name.len().to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(name);
+    }
+    Ok(out)
+}
+
+/// The members of a set resource ([`SET_PREFIX`]), `None` for a plain resource name. A
+/// malformed encoding (which no entry point makes) ends the iteration early.
+pub fn set_members(resource: &[u8]) -> Option<Members<'_>> {
+    resource
+        .strip_prefix(SET_PREFIX.as_bytes())
+        .map(|rest| Members { rest })
+}
+
+/// Checks a set resource: `None` if `resource` is a plain name; else whether it is a set as
+/// [`encode_set`] makes it (members sorted, no duplicates, nothing after the last) with
+/// every member accepted by `check`.
+pub(crate) fn check_set(
+    resource: &[u8],
+    check: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Option<Result<(), Error>> {
+    let members: Vec<&[u8]> = set_members(resource)?.collect();
+    Some(encode_set(&members, check).and_then(|canonical| {
+        if canonical == resource {
+            Ok(())
+        } else {
+            Err(Error::Config(
+                "not a resource set as ResourceSet makes it (a name starting with \"redlock:set:\")"
+                    .into(),
+            ))
+        }
+    }))
+}
+
+/// The key of `resource` that stands for it on a node: the name itself, or a set's first
+/// member (all members are set and deleted together).
+pub(crate) fn first_key(resource: &[u8]) -> &[u8] {
+    match set_members(resource) {
+        Some(mut members) => members.next().unwrap_or(resource),
+        None => resource,
+    }
+}
+
+/// The members of a set resource, in order (see [`set_members`]).
+#[derive(Debug, Clone)]
+pub struct Members<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        let colon = self.rest.iter().position(|&b| b == b':')?;
+        let len: usize = std::str::from_utf8(&self.rest[..colon])
+            .ok()?
+            .parse()
+            .ok()?;
+        let name = self.rest.get(colon + 1..colon + 1 + len)?;
+        self.rest = &self.rest[colon + 1 + len..];
+        Some(name)
+    }
+}
+
 /// Refuses a lock name in the reserved namespace.
 pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
     if resource.starts_with(RESERVED_PREFIX.as_bytes()) {
@@ -80,7 +176,12 @@ mod tests {
 
     #[test]
     fn every_internal_key_and_channel_is_in_the_reserved_namespace() {
-        for key in [FENCE_KEY, WAITING_KEY_PREFIX, RELEASE_CHANNEL_PREFIX] {
+        for key in [
+            FENCE_KEY,
+            WAITING_KEY_PREFIX,
+            RELEASE_CHANNEL_PREFIX,
+            SET_PREFIX,
+        ] {
             assert!(key.starts_with(RESERVED_PREFIX), "{key}");
             assert!(check_name(key.as_bytes()).is_err(), "{key}");
         }
@@ -97,7 +198,35 @@ mod tests {
         assert!(!token.as_bytes().contains(&b' '));
     }
 
+    #[test]
+    fn a_set_is_sorted_without_duplicates_and_decodes_to_its_members() {
+        let ok = |_: &[u8]| Ok(());
+        let set = encode_set(&["b:2", "a", "b:2", ""], ok).unwrap();
+        assert_eq!(set, b"redlock:set:0:1:a3:b:2");
+        let members: Vec<&[u8]> = set_members(&set).unwrap().collect();
+        assert_eq!(members, [&b""[..], b"a", b"b:2"]);
+        assert!(set_members(b"plain").is_none());
+        assert!(encode_set::<&str>(&[], ok).is_err());
+        let many: Vec<String> = (0..=MAX_SET_LEN).map(|i| i.to_string()).collect();
+        assert!(encode_set(&many, ok).is_err());
+        assert!(encode_set(&["x", "redlock:fence"], check_name).is_err());
+        // Malformed (never made): the iteration ends early, no panic.
+        assert_eq!(set_members(b"redlock:set:9:ab").unwrap().count(), 0);
+        assert_eq!(set_members(b"redlock:set:x:ab").unwrap().count(), 0);
+    }
+
     proptest! {
+        /// Any list of names: the set's members are the names, sorted and deduplicated.
+        #[test]
+        fn sets_round_trip(names in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..8), 1..8)) {
+            let set = encode_set(&names, |_| Ok(())).unwrap();
+            let mut want = names.clone();
+            want.sort();
+            want.dedup();
+            let got: Vec<Vec<u8>> = set_members(&set).unwrap().map(<[u8]>::to_vec).collect();
+            prop_assert_eq!(got, want);
+        }
+
         /// No accepted lock name is an internal key of any resource (names from a small
         /// alphabet, so that prefixes and near-misses of the reserved ones come up often).
         #[test]

@@ -172,10 +172,11 @@ impl Lock {
         validity: Duration,
     ) -> Result<Lock, Error> {
         let (resource, token) = (resource.as_ref(), token.as_ref());
-        if resource.is_empty() {
-            return Err(Error::Config("empty resource name".into()));
-        }
-        crate::keys::check_name(resource)?;
+        let name = |r: &[u8]| match r.is_empty() {
+            true => Err(Error::Config("empty resource name".into())),
+            false => crate::keys::check_name(r),
+        };
+        crate::keys::check_set(resource, name).unwrap_or_else(|| name(resource))?;
         Ok(Lock {
             resource: Bytes::new(resource),
             token: Token::from_bytes(token)?,
@@ -332,6 +333,104 @@ impl Resource {
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
+
+    /// The resources of an all-or-none lock ([`ResourceSet`]), in order; `None` for a
+    /// single resource.
+    pub fn members(&self) -> Option<crate::keys::Members<'_>> {
+        crate::keys::set_members(&self.0)
+    }
+}
+
+/// Resources locked all or none, in one round trip: pass it wherever a resource name goes
+/// ([`Redlock::lock`](crate::Redlock::lock), `try_lock`, `lock_until`, `with_lock`, the
+/// async handle's, a [`Client`](crate::Client)'s), and the lock holds every member or none.
+///
+/// On each node one script sets every member to the lock's token if none of them exists
+/// (else none), and the lock is won on a quorum of nodes for the whole set, with one validity;
+/// release and extend take every member. Each member is an ordinary lock key, so a set
+/// excludes — and is excluded by — a plain lock of any member, another set sharing a member,
+/// and any other Redlock client's `SET NX` of a member. No ordering is needed to avoid
+/// deadlock: an attempt takes all or nothing, then waits as a single lock's waiters do
+/// (release notices of every member, then the fallback poll, with jitter on split votes).
+///
+/// The members are sorted and deduplicated: `["b", "a", "a"]` and `["a", "b"]` are the same
+/// lock. At most [`MAX_SET_LEN`](crate::MAX_SET_LEN) members, each a valid resource name.
+///
+/// ```no_run
+/// use redlock_mux::{Redlock, ResourceSet};
+///
+/// let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+/// let accounts = ResourceSet::new(["account:alice", "account:bob"])?;
+/// let lock = redlock.lock(&accounts)?; // both or neither
+/// // ... move money from alice to bob ...
+/// redlock.unlock(lock)?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ResourceSet {
+    encoded: Vec<u8>,
+}
+
+impl ResourceSet {
+    /// The set of `names`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for no name, more than [`MAX_SET_LEN`](crate::MAX_SET_LEN), or
+    /// an empty name; [`Error::ReservedName`] for a name starting with `redlock:`. (A name
+    /// longer than the handle's `max_resource_len` is refused when it is locked.)
+    pub fn new<I, R>(names: I) -> Result<ResourceSet, Error>
+    where
+        I: IntoIterator<Item = R>,
+        R: AsRef<[u8]>,
+    {
+        let names: Vec<R> = names.into_iter().collect();
+        let encoded = crate::keys::encode_set(&names, |name| match name.is_empty() {
+            true => Err(Error::Config("empty resource name in a set".into())),
+            false => crate::keys::check_name(name),
+        })?;
+        Ok(ResourceSet { encoded })
+    }
+
+    /// The members, sorted, without duplicates.
+    pub fn members(&self) -> crate::keys::Members<'_> {
+        crate::keys::set_members(&self.encoded).expect("a set's encoding")
+    }
+
+    /// How many members.
+    pub fn len(&self) -> usize {
+        self.members().count()
+    }
+
+    /// Always false: a set has at least one member.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The set as the resource its lock has ([`Lock::resource`]).
+    pub fn as_resource(&self) -> &Resource {
+        Resource::new(&self.encoded)
+    }
+}
+
+impl AsRef<[u8]> for ResourceSet {
+    fn as_ref(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
+impl fmt::Debug for ResourceSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(self.members().map(Resource::new))
+            .finish()
+    }
+}
+
+impl fmt::Display for ResourceSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_resource(), f)
+    }
 }
 
 impl std::ops::Deref for Resource {
@@ -354,8 +453,19 @@ impl fmt::Debug for Resource {
 }
 
 impl fmt::Display for Resource {
+    /// A set shows as its members in braces: `{account:alice, account:bob}`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&String::from_utf8_lossy(&self.0))
+        let Some(members) = self.members() else {
+            return f.write_str(&String::from_utf8_lossy(&self.0));
+        };
+        f.write_str("{")?;
+        for (i, member) in members.enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(&String::from_utf8_lossy(member))?;
+        }
+        f.write_str("}")
     }
 }
 

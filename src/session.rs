@@ -112,6 +112,23 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == A
 /// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
 pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 else return 0 end";
 
+/// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::keys::SET_PREFIX)):
+/// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
+/// exists, else none is. Answers 1 (all set) or 0. Each member is a plain string lock, so a
+/// `SET NX` of any member by any client fails while the set is held, and the set is refused
+/// while any member is held (by a plain lock, a reader, another set).
+pub(crate) const SET_ACQUIRE_BODY: &str = "for i = 1, #KEYS do if redis.call(\"exists\", KEYS[i]) == 1 then return 0 end end for i = 1, #KEYS do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end return 1";
+/// [`SET_ACQUIRE_BODY`] with the fence counter's read, as the fenced acquire of one resource
+/// (`fence.rs`): the last key is the counter. Answers `{1 or 0, run, n}`.
+pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = "local n = #KEYS - 1 local ok = 1 for i = 1, n do if redis.call(\"exists\", KEYS[i]) == 1 then ok = 0 break end end if ok == 1 then for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") return {ok, h[1] or \"\", h[2] or \"\"}";
+/// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
+/// deleted, and with `ARGV[2]` = `1` its waiters are told as a single lock's are. Answers 0
+/// (no member was ours) or 1 + 2 × the clients the notices reached.
+pub(crate) const SET_RELEASE_BODY: &str = "local ours = 0 local n = 0 for i = 1, #KEYS do if redis.call(\"get\", KEYS[i]) == ARGV[1] then redis.call(\"del\", KEYS[i]) ours = 1 if ARGV[2] == \"1\" then local w = \"redlock:waiting:\" .. KEYS[i] local m = redis.pcall(\"get\", w) local tell = true if m == \"redlock-mux waiting mark\" or m == \"1\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then tell = false end if tell then local ok, c = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[i], \"\") if ok and type(c) == \"number\" then n = n + c end end end end end if ours == 1 then return 1 + 2 * n end return 0";
+/// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
+/// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
+pub(crate) const SET_EXTEND_BODY: &str = "for i = 1, #KEYS do if redis.call(\"get\", KEYS[i]) ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
+
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let digest = Sha1::digest(body.as_bytes());
@@ -138,7 +155,7 @@ const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
 const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 8;
+pub(crate) const SCRIPT_COUNT: usize = 12;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -164,9 +181,22 @@ pub(crate) const MARK_SCRIPT: usize = 6;
 /// The index of the fence repair's script in [`scripts`].
 pub(crate) const REPAIR_SCRIPT: usize = 7;
 
+/// The index of the all-or-none acquire of a set in [`scripts`].
+pub(crate) const SET_ACQUIRE_SCRIPT: usize = 8;
+
+/// The index of the fenced all-or-none acquire of a set in [`scripts`].
+pub(crate) const SET_FENCED_ACQUIRE_SCRIPT: usize = 9;
+
+/// The index of a set's release (with or without notices: its last argument) in [`scripts`].
+pub(crate) const SET_RELEASE_SCRIPT: usize = 10;
+
+/// The index of a set's extend in [`scripts`].
+pub(crate) const SET_EXTEND_SCRIPT: usize = 11;
+
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
-/// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`).
+/// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`), 8–11
+/// a set's acquire, fenced acquire, release and extend.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -179,6 +209,10 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             QUIET_RELEASE_BODY,
             crate::keys::MARK_BODY,
             crate::fence::REPAIR_BODY,
+            SET_ACQUIRE_BODY,
+            SET_FENCED_ACQUIRE_BODY,
+            SET_RELEASE_BODY,
+            SET_EXTEND_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -197,7 +231,14 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
 /// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
 /// write-back or a repair carries the `run_id` of the connection it was meant for.
 fn replayable(index: usize) -> bool {
-    matches!(index, RELEASE_SCRIPT | EXTEND_SCRIPT | QUIET_RELEASE_SCRIPT)
+    matches!(
+        index,
+        RELEASE_SCRIPT
+            | EXTEND_SCRIPT
+            | QUIET_RELEASE_SCRIPT
+            | SET_RELEASE_SCRIPT
+            | SET_EXTEND_SCRIPT
+    )
 }
 
 /// What a request was, so its reply can be interpreted.

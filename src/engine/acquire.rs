@@ -10,10 +10,13 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome};
 use crate::resp::{Arg, SetNxPx};
 use crate::round::{Decision, RoundConfig};
-use crate::session::{FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, scripts};
+use crate::session::{
+    FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, SET_ACQUIRE_SCRIPT,
+    SET_FENCED_ACQUIRE_SCRIPT, scripts,
+};
 
 use super::fence::Stage;
-use super::{Engine, OpKind, nodes_in, script_call};
+use super::{Engine, OpKind, keyed_call, nodes_in, script_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.
@@ -53,6 +56,23 @@ impl<N: Net> Engine<N> {
         } = self;
         let op = &core.ops[id.index as usize];
         let (resource, token, ttl) = (&op.resource[..], op.token.as_bytes(), op.ttl);
+        if crate::keys::set_members(resource).is_some() {
+            // A set, all or none: one script per node (`SET_ACQUIRE_BODY`), with fencing the
+            // one that also reads the counter, its last key.
+            let (script, counter) = match shared.config.fencing {
+                true => (SET_FENCED_ACQUIRE_SCRIPT, Some(FENCE_KEY.as_bytes())),
+                false => (SET_ACQUIRE_SCRIPT, None),
+            };
+            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
+            let call = keyed_call(
+                scratch,
+                (&scripts()[script], id.tag()),
+                resource,
+                counter,
+                &args,
+            );
+            return core.send_script(net, (id, call), targets, now);
+        }
         if shared.config.fencing {
             // SET NX and the counter's read in one script (see `crate::fence`).
             let script = match core.mutation.fence_no_write_back() {

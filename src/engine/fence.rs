@@ -245,7 +245,8 @@ impl<N: Net> Engine<N> {
                 id.tag(),
                 &[
                     Arg::Int(2),
-                    Arg::Bytes(&op.resource),
+                    // A set's write-back looks at its first member: all were set together.
+                    Arg::Bytes(crate::keys::first_key(&op.resource)),
                     Arg::Bytes(FENCE_KEY.as_bytes()),
                     Arg::Bytes(op.token.as_bytes()),
                     Arg::UInt(fence),

@@ -592,6 +592,47 @@ fn script_call<'a>(
     }
 }
 
+/// Encodes a script call whose keys are `resource`'s — the name itself, or each member of a
+/// set (`keys::set_members`) — then `extra` (one more key, or none), then `args`: the tail
+/// of every script that takes a lock's keys, so that a set goes out as one call per node.
+fn keyed_call<'a>(
+    buf: &'a mut BytesMut,
+    (script, tag): (&'a Script, u64),
+    resource: &[u8],
+    extra: Option<&[u8]>,
+    args: &[Arg<'_>],
+) -> ScriptCall<'a> {
+    buf.clear();
+    let extra_keys = usize::from(extra.is_some());
+    let keys = match crate::keys::set_members(resource) {
+        Some(members) => {
+            let count = members.clone().count();
+            crate::resp::encode_bulk(buf, &Arg::UInt((count + extra_keys) as u64));
+            for member in members {
+                crate::resp::encode_bulk(buf, &Arg::Bytes(member));
+            }
+            count
+        }
+        None => {
+            crate::resp::encode_bulk(buf, &Arg::UInt(1 + extra_keys as u64));
+            crate::resp::encode_bulk(buf, &Arg::Bytes(resource));
+            1
+        }
+    };
+    if let Some(key) = extra {
+        crate::resp::encode_bulk(buf, &Arg::Bytes(key));
+    }
+    for arg in args {
+        crate::resp::encode_bulk(buf, arg);
+    }
+    ScriptCall {
+        script,
+        tag,
+        tail: buf,
+        argc: 1 + keys + extra_keys + args.len(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

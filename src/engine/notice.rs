@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX};
+use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members};
 use crate::net::Net;
 use crate::resp::Arg;
 use crate::session::{Kind, MARK_SCRIPT, ScriptCall, scripts};
@@ -38,6 +38,7 @@ impl<N: Net> Engine<N> {
         }
         for &(start, end) in &notices {
             self.released(&events[start..end], now, Seen::Notice);
+            self.released_sets(&events[start..end], now);
         }
         notices.clear();
         listened.clear();
@@ -46,6 +47,27 @@ impl<N: Net> Engine<N> {
         let mut events = events;
         events.clear();
         self.core.events = events;
+    }
+
+    /// A notice for `name` is one for every set waited for that holds it (all-or-none locks
+    /// listen on their members' channels).
+    fn released_sets(&mut self, name: &[u8], now: Instant) {
+        let sets: Vec<Vec<u8>> = (self.waits.iter())
+            .filter(|(r, _)| set_members(r).is_some_and(|mut m| m.any(|m| m == name)))
+            .map(|(r, _)| r.clone())
+            .collect();
+        for set in sets {
+            self.released(&set, now, Seen::Notice);
+        }
+    }
+
+    /// True if a queue still open listens for `name`'s notices: its own, or a set's.
+    fn listened_for(&self, name: &[u8]) -> bool {
+        (self.waits.iter()).any(|(r, q)| {
+            q.subscribed != 0
+                && (r.as_slice() == name
+                    || set_members(r).is_some_and(|mut m| m.any(|m| m == name)))
+        })
     }
 
     /// True if `node`'s connection speaks RESP3 (where a subscribed connection still runs
@@ -75,7 +97,24 @@ impl<N: Net> Engine<N> {
     /// `SUBSCRIBE` (or `UNSUBSCRIBE`) to the release notices of `resource` on the nodes in
     /// `nodes` that are ready, speak RESP3 and allow it; the others are switched to RESP3 and
     /// subscribed later by [`Engine::resubscribe`].
+    ///
+    /// A set listens on each member's channel; a channel another open queue still listens on
+    /// (a member of two sets, or a set's member locked alone) is not unsubscribed.
     pub(super) fn subscription(&mut self, verb: &[u8], resource: &[u8], nodes: u64, now: Instant) {
+        let leaving = verb == b"UNSUBSCRIBE";
+        if let Some(members) = set_members(resource) {
+            for member in members {
+                if !(leaving && self.listened_for(member)) {
+                    self.subscription_of(verb, member, nodes, now);
+                }
+            }
+        } else if !(leaving && self.listened_for(resource)) {
+            self.subscription_of(verb, resource, nodes, now);
+        }
+    }
+
+    /// [`Engine::subscription`] for one channel.
+    fn subscription_of(&mut self, verb: &[u8], resource: &[u8], nodes: u64, now: Instant) {
         let mut ready = 0;
         for node in nodes_in(nodes) {
             if self.core.no_notices[node] || !self.net.session(node).is_ready() {
@@ -110,6 +149,13 @@ impl<N: Net> Engine<N> {
     /// It outlives two fallback polls (at least a second), so a waiter that polls keeps it; a
     /// release takes it. The reply is not waited for.
     pub(super) fn mark_waiting(&mut self, resource: &[u8], nodes: u64, now: Instant) {
+        if let Some(members) = set_members(resource) {
+            // A set waits for each of its members.
+            for member in members {
+                self.mark_waiting(member, nodes, now);
+            }
+            return;
+        }
         let config = &self.shared.config;
         let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
             .saturating_mul(2)

@@ -19,7 +19,7 @@ use crate::resp::Frame;
 use crate::round::Vote;
 use crate::session::{
     Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
-    REPAIR_SCRIPT, ScriptCall,
+    REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, ScriptCall,
 };
 use crate::stats::{Metrics, NodeCounters};
 use crate::token::Token;
@@ -475,9 +475,11 @@ impl Core {
         let op = &mut self.ops[index];
         if op.done {
             op.vote.late |= node_bit(node);
-            if d.kind == Kind::Set
-                && matches!(d.reply, Ok(Frame::Simple("OK")))
-                && op.vote.round.node_deadline().is_some_and(|t| now <= t)
+            if matches!(
+                (d.kind, &d.reply),
+                (Kind::Set, Ok(Frame::Simple("OK")))
+                    | (Kind::Script(SET_ACQUIRE_SCRIPT), Ok(Frame::Integer(1)))
+            ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)
             {
                 // A yes after the decision, within the node timeout: not a failure.
                 self.metrics.node(node).late_yes.bump();
@@ -491,7 +493,7 @@ impl Core {
         }
         let fenced_set = matches!(
             d.kind,
-            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT)
+            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT)
         );
         let mut vote = match &d.reply {
             Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
@@ -512,7 +514,7 @@ impl Core {
         // lock that is held. An extend yes proves the node still holds our token, so it is
         // refusing everyone else and counts.
         if vote == Ok(Vote::Yes)
-            && (d.kind == Kind::Set || fenced_set)
+            && (matches!(d.kind, Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT)) || fenced_set)
             && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
             && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
         {

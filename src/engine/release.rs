@@ -11,9 +11,9 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
-use crate::session::{QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, scripts};
+use crate::session::{QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, scripts};
 
-use super::{Engine, OpKind, Waiter, node_bit, nodes_in, script_call};
+use super::{Engine, OpKind, Waiter, keyed_call, node_bit, nodes_in, script_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
 /// durations (at least a tenth of the node timeout, at most all of it, and never under
@@ -133,17 +133,25 @@ impl<N: Net> Engine<N> {
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
-        let script = &scripts()[if quiet {
-            QUIET_RELEASE_SCRIPT
+        let call = if crate::keys::set_members(&op.resource).is_some() {
+            // A set: every member in one call, the notices on or off by its last argument.
+            let notices = if quiet { &b"0"[..] } else { b"1" };
+            let args = [Arg::Bytes(op.token.as_bytes()), Arg::Bytes(notices)];
+            let script = &scripts()[SET_RELEASE_SCRIPT];
+            keyed_call(scratch, (script, id.tag()), &op.resource, None, &args)
         } else {
-            RELEASE_SCRIPT
-        }];
-        let args = [
-            Arg::Int(1),
-            Arg::Bytes(&op.resource),
-            Arg::Bytes(op.token.as_bytes()),
-        ];
-        let call = script_call(scratch, script, id.tag(), &args);
+            let script = &scripts()[if quiet {
+                QUIET_RELEASE_SCRIPT
+            } else {
+                RELEASE_SCRIPT
+            }];
+            let args = [
+                Arg::Int(1),
+                Arg::Bytes(&op.resource),
+                Arg::Bytes(op.token.as_bytes()),
+            ];
+            script_call(scratch, script, id.tag(), &args)
+        };
         let timeout = config.node_timeout_for(config.ttl);
         // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
         // loaded machine makes it; a slow node pays it once, then is not waited for.

@@ -1,0 +1,310 @@
+//! All-or-none locks of a set of resources (issue 38, "Multi-resource lock"), against real
+//! servers: one script per node sets every member or none; a set excludes plain locks of its
+//! members, other sets sharing a member and other clients' `SET NX`; release and extend take
+//! every member; overlapping sets in contention all finish (no livelock) without two holders
+//! of any resource; a frozen node does not stop them.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redis_local::Cluster;
+use redlock_mux::{Builder, Error, Lock, MAX_SET_LEN, ResourceSet};
+
+fn builder(servers: &Cluster) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(300))
+}
+
+fn set(names: &[&str]) -> ResourceSet {
+    ResourceSet::new(names).unwrap()
+}
+
+/// `key`'s value on every server.
+fn values(servers: &Cluster, key: &str) -> Vec<Option<String>> {
+    servers.iter().map(|s| s.get(key)).collect()
+}
+
+#[test]
+fn a_set_holds_every_member_with_its_token_and_its_release_takes_them_all() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers).build().unwrap();
+    let accounts = set(&["account:bob", "account:alice", "account:bob"]);
+    assert_eq!(accounts.len(), 2, "duplicates dropped");
+    let lock = redlock.try_lock(&accounts).unwrap();
+    let token = String::from_utf8(lock.token().as_bytes().to_vec()).unwrap();
+    for member in ["account:alice", "account:bob"] {
+        assert_eq!(values(&servers, member), vec![Some(token.clone()); 3]);
+    }
+    let members: Vec<&[u8]> = lock.resource().members().unwrap().collect();
+    assert_eq!(members, [&b"account:alice"[..], b"account:bob"]);
+    assert_eq!(lock.resource().to_string(), "{account:alice, account:bob}");
+    // Nothing else was written: the set's encoding is never a key.
+    let keys: i64 = servers.iter().map(|s| s.dbsize()).sum();
+    assert_eq!(keys, 6);
+
+    // Each member excludes a plain lock, and a set sharing one member.
+    assert!(matches!(
+        redlock.try_lock("account:bob"),
+        Err(Error::Held(_))
+    ));
+    assert!(matches!(
+        redlock.try_lock(set(&["account:carol", "account:alice"])),
+        Err(Error::Held(_))
+    ));
+    // The refused set left nothing behind: carol is free everywhere.
+    assert_eq!(values(&servers, "account:carol"), vec![None; 3]);
+
+    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+    for member in ["account:alice", "account:bob"] {
+        assert_eq!(values(&servers, member), vec![None; 3]);
+    }
+    // Free again for a plain lock of a member.
+    let plain = redlock.try_lock("account:bob").unwrap();
+    redlock.unlock(plain).unwrap();
+}
+
+#[test]
+fn a_member_held_by_another_client_refuses_the_whole_set_on_every_node() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers).build().unwrap();
+    // What every other Redlock client does.
+    for s in servers.iter() {
+        s.cmd(&["SET", "b", "foreign", "NX", "PX", "60000"]);
+    }
+    match redlock.try_lock(set(&["a", "b", "c"])) {
+        Err(Error::Held(report)) => assert!(report.refused().count() >= 2, "{report}"),
+        other => panic!("expected Held, got {other:?}"),
+    }
+    for member in ["a", "c"] {
+        assert_eq!(
+            values(&servers, member),
+            vec![None; 3],
+            "{member} set alone"
+        );
+    }
+    assert_eq!(values(&servers, "b"), vec![Some("foreign".into()); 3]);
+    // And a set held by us makes the foreign client's SET NX fail.
+    let lock = redlock.try_lock(set(&["x", "y"])).unwrap();
+    for s in servers.iter() {
+        let v = s.cmd(&["SET", "y", "foreign", "NX", "PX", "60000"]);
+        assert_eq!(v, redis::Value::Nil);
+    }
+    redlock.unlock(lock).unwrap();
+}
+
+#[test]
+fn extend_and_keep_renew_every_member() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_millis(2_000))
+        .max_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let mut lock = redlock.try_lock(set(&["e1", "e2", "e3"])).unwrap();
+    redlock
+        .extend(&mut lock, Duration::from_secs(30))
+        .expect("extended");
+    for member in ["e1", "e2", "e3"] {
+        for s in servers.iter() {
+            assert!(s.pttl(member) > 20_000, "{member}: {}", s.pttl(member));
+        }
+    }
+    // A member lost (deleted by hand on every node): the next extend of the set fails.
+    for s in servers.iter() {
+        s.cmd(&["DEL", "e2"]);
+    }
+    assert!(redlock.extend(&mut lock, Duration::from_secs(30)).is_err());
+    redlock.unlock(lock).ok();
+
+    // Kept: renewed in the background past its TTL.
+    let kept = redlock
+        .keep(redlock.try_lock(set(&["k1", "k2"])).unwrap())
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while kept.lock().extensions() < 2 {
+        assert!(Instant::now() < until, "no renewal in 10 s");
+        assert!(kept.is_held());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for member in ["k1", "k2"] {
+        assert!(values(&servers, member).iter().all(Option::is_some));
+    }
+    kept.release().unwrap();
+    assert_eq!(values(&servers, "k1"), vec![None; 3]);
+}
+
+/// Overlapping sets (a ring: each takes its resource and the next) and plain locks, contended
+/// by threads that wait (`lock`): nobody ever sees another holder of a resource it holds, and
+/// every thread finishes its cycles (no livelock, no deadlock).
+#[test]
+fn overlapping_sets_in_contention_never_share_a_resource_and_all_finish() {
+    let servers = Cluster::start(5);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    const RING: usize = 4;
+    const THREADS: usize = 8;
+    const CYCLES: usize = 25;
+    let holders: Arc<Vec<AtomicUsize>> = Arc::new((0..RING).map(|_| AtomicUsize::new(0)).collect());
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(THREADS));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (redlock, holders, overlaps, start) = (
+                redlock.clone(),
+                holders.clone(),
+                overlaps.clone(),
+                start.clone(),
+            );
+            std::thread::spawn(move || {
+                let first = t % RING;
+                // Half the threads lock two neighbours, the others one resource alone.
+                let mine: Vec<usize> = match t % 2 {
+                    0 => vec![first, (first + 1) % RING],
+                    _ => vec![first],
+                };
+                let names: Vec<String> = mine.iter().map(|i| format!("ring:{i}")).collect();
+                let resources = ResourceSet::new(&names).unwrap();
+                start.wait();
+                for _ in 0..CYCLES {
+                    let deadline = Instant::now() + Duration::from_secs(30);
+                    let lock: Lock = if mine.len() == 1 {
+                        redlock.lock_until(&names[0], deadline)
+                    } else {
+                        redlock.lock_until(&resources, deadline)
+                    }
+                    .expect("acquired within the wait");
+                    for &i in &mine {
+                        if holders[i].fetch_add(1, Ordering::SeqCst) != 0 {
+                            overlaps.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                    std::thread::yield_now();
+                    for &i in &mine {
+                        holders[i].fetch_sub(1, Ordering::SeqCst);
+                    }
+                    redlock.unlock(lock).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a thread did not finish its cycles");
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders of one resource"
+    );
+}
+
+/// A waiter for a set is woken by the release of a member held by a plain lock (the set
+/// listens on every member's notices), and acquires the whole set.
+#[test]
+fn a_waiting_set_acquires_once_the_member_held_alone_is_released() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers).build().unwrap();
+    let plain = redlock.try_lock("w2").unwrap();
+    let waiter = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || {
+            redlock.lock_until(set(&["w1", "w2"]), Instant::now() + Duration::from_secs(20))
+        })
+    };
+    // The waiter is waiting when its mark is on a member's waiting key.
+    let until = Instant::now() + Duration::from_secs(10);
+    while servers[0].get("redlock:waiting:w2").is_none() {
+        assert!(Instant::now() < until, "the set's waiter never marked w2");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    redlock.unlock(plain).unwrap();
+    let lock = waiter.join().unwrap().expect("the set after w2's release");
+    assert_eq!(values(&servers, "w1"), values(&servers, "w2"));
+    redlock.unlock(lock).unwrap();
+}
+
+#[test]
+fn a_set_is_locked_with_one_node_of_five_frozen_and_with_fencing() {
+    let mut servers = Cluster::start(5);
+    let redlock = builder(&servers).fencing(true).build().unwrap();
+    let first = redlock.try_lock(set(&["f1", "f2"])).unwrap();
+    let fence1 = first.fence().expect("a fenced set has a fence");
+    redlock.unlock(first).unwrap();
+    servers[2].freeze();
+    let mut fences = vec![fence1];
+    for _ in 0..5 {
+        let lock = redlock.try_lock(set(&["f1", "f2", "f3"])).unwrap();
+        fences.push(lock.fence().unwrap());
+        redlock.unlock(lock).unwrap();
+    }
+    servers[2].resume();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "fences rise: {fences:?}"
+    );
+}
+
+#[test]
+fn async_sets_and_a_client_s_sets() {
+    let servers = Cluster::start(3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let redlock = builder(&servers).build_async().unwrap();
+    rt.block_on(async {
+        let lock = redlock.lock(set(&["as1", "as2"])).await.unwrap();
+        assert!(matches!(redlock.try_lock("as2").await, Err(Error::Held(_))));
+        assert_eq!(redlock.unlock(lock).await.unwrap(), 3);
+    });
+    let mut client = builder(&servers).build_client().unwrap();
+    let lock = client.try_lock(set(&["c1", "c2"])).unwrap();
+    assert!(matches!(client.try_lock("c1"), Err(Error::Held(_))));
+    assert_eq!(client.unlock(lock).unwrap(), 3);
+    assert_eq!(values(&servers, "c1"), vec![None; 3]);
+}
+
+#[test]
+fn bad_sets_are_typed_errors_and_a_lock_rebuilt_from_its_parts_releases_the_set() {
+    assert!(matches!(
+        ResourceSet::new(Vec::<&str>::new()),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(ResourceSet::new(["a", ""]), Err(Error::Config(_))));
+    assert!(matches!(
+        ResourceSet::new(["a", "redlock:fence"]),
+        Err(Error::ReservedName { .. })
+    ));
+    let many: Vec<String> = (0..=MAX_SET_LEN).map(|i| format!("r{i}")).collect();
+    assert!(matches!(ResourceSet::new(&many), Err(Error::Config(_))));
+    // A hand-made encoding that is not canonical is refused, not taken for a name.
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers).build().unwrap();
+    assert!(redlock.try_lock("redlock:set:1:b1:a").is_err());
+    let long = "x".repeat(2_000);
+    assert!(matches!(
+        redlock.try_lock(set(&["a", &long])),
+        Err(Error::Config(_))
+    ));
+
+    let lock = redlock.try_lock(set(&["p1", "p2"])).unwrap();
+    let rebuilt = Lock::from_parts(
+        lock.resource(),
+        lock.token().as_bytes(),
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    assert_eq!(redlock.unlock(rebuilt).unwrap(), 3);
+    let left: HashMap<&str, Vec<Option<String>>> = ["p1", "p2"]
+        .iter()
+        .map(|m| (*m, values(&servers, m)))
+        .collect();
+    assert!(
+        left.values().all(|v| v.iter().all(Option::is_none)),
+        "{left:?}"
+    );
+}
