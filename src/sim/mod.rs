@@ -67,6 +67,9 @@ pub enum Break {
     /// requests outstanding was failed, every request on it with it, although the node was
     /// fine and merely had several callers. Runs with a small `max_pending`.
     FailWhenFull,
+    /// (Sets) a wrong all-or-none acquire: every node runs a set's acquire as a `SET NX` of
+    /// each member on its own and answers as its first member did (implies `sets`).
+    SetNotAllOrNone,
 }
 
 impl Break {
@@ -480,6 +483,9 @@ pub struct Setup {
     pub control: bool,
     /// Fenced acquires (the fence breaks imply it).
     pub fencing: bool,
+    /// Some callers lock sets of the resources all or none (`ResourceSet`), beside plain
+    /// locks of the members; each set holder counts as a holder of every member.
+    pub sets: bool,
 }
 
 impl Default for Setup {
@@ -490,6 +496,7 @@ impl Default for Setup {
             faults: true,
             control: false,
             fencing: false,
+            sets: false,
         }
     }
 }
@@ -563,6 +570,8 @@ struct World {
     conns: Conns,
     links: Vec<Link>,
     resources: Vec<Vec<u8>>,
+    /// Each resource's plain members: itself, or a set's (see `Setup::sets`).
+    members: Vec<Vec<usize>>,
     /// (resource, client, start, end) of every belief interval that ended, and its fence.
     beliefs: Vec<(usize, usize, u64, u64)>,
     belief_fences: Vec<u64>,
@@ -700,6 +709,7 @@ impl World {
             let clock = clock(&mut rng);
             let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - 3_600_000 * MS);
             node.lying = broken(Break::LyingNode) && i == 0;
+            node.set_first_only = broken(Break::SetNotAllOrNone);
             node.pubsub = pubsub;
             nodes.push(NodeState {
                 node,
@@ -717,9 +727,29 @@ impl World {
                 slow_until: 0,
             })
             .collect();
-        let resources = (0..rng.range(1, 4))
+        let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
+        let plain = match rng.range(1, 4) {
+            1 if sets => 2,
+            k => k as usize,
+        };
+        let mut resources: Vec<Vec<u8>> = (0..plain)
             .map(|r| format!("sim:{r}").into_bytes())
             .collect();
+        // Each resource's members (itself for a plain one); with sets, every pair of
+        // neighbours and, of three, all three.
+        let mut members: Vec<Vec<usize>> = (0..plain).map(|r| vec![r]).collect();
+        if sets {
+            let mut groups: Vec<Vec<usize>> = (0..plain - 1).map(|r| vec![r, r + 1]).collect();
+            if plain == 3 {
+                groups.push(vec![0, 1, 2]);
+            }
+            for group in groups {
+                let names: Vec<&[u8]> = group.iter().map(|&m| &resources[m][..]).collect();
+                let set = crate::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
+                resources.push(set);
+                members.push(group);
+            }
+        }
         let mut world = World {
             rng,
             g: 0,
@@ -734,6 +764,7 @@ impl World {
             conns: Conns::default(),
             links,
             resources,
+            members,
             beliefs: Vec::new(),
             belief_fences: Vec::new(),
             acquisitions: Vec::new(),
@@ -952,6 +983,15 @@ impl World {
         for &(res, _, start, end) in &self.beliefs {
             if start < end {
                 covers[res].push((start, end));
+            }
+        }
+        // A set is held while any member is (beliefs are recorded per member).
+        for res in 0..self.resources.len() {
+            if self.members[res] != [res] {
+                for i in 0..self.members[res].len() {
+                    let held = covers[self.members[res][i]].clone();
+                    covers[res].extend(held);
+                }
             }
         }
         for list in &mut covers {
@@ -1545,15 +1585,19 @@ impl World {
     }
 
     fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
-        self.beliefs.push((res, c, start, end));
-        self.belief_fences.push(fence);
-        self.log(|| {
-            format!(
-                "client {c} believed it held {res} from {:.6} to {:.6} ms",
-                start as f64 / MS as f64,
-                end as f64 / MS as f64
-            )
-        });
+        // A set's holder believed it held each member.
+        for i in 0..self.members[res].len() {
+            let member = self.members[res][i];
+            self.beliefs.push((member, c, start, end));
+            self.belief_fences.push(fence);
+            self.log(|| {
+                format!(
+                    "client {c} believed it held {member} from {:.6} to {:.6} ms",
+                    start as f64 / MS as f64,
+                    end as f64 / MS as f64
+                )
+            });
+        }
     }
 
     /// Moves client `c`'s workload on; true if it submitted an operation.

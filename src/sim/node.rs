@@ -31,6 +31,9 @@ pub(crate) struct Node {
     /// When this incarnation started, on the node's clock (ns).
     pub started: u64,
     pub lying: bool,
+    /// Runs a set's acquire as a `SET NX` of each member on its own, answering as the first
+    /// member did: the wrong variant of `Break::SetNotAllOrNone`.
+    pub set_first_only: bool,
     /// Pub/sub: `SUBSCRIBE`, `UNSUBSCRIBE` and the release script's notice (else those
     /// commands are unknown, and the release publishes nothing: clients fall back to polling).
     pub pubsub: bool,
@@ -91,6 +94,7 @@ impl Node {
             run_id,
             started,
             lying: false,
+            set_first_only: false,
             pubsub: false,
             conn: 0,
             subs: Vec::new(),
@@ -235,6 +239,10 @@ impl Node {
                     self.fenced(index, cmd, now, out);
                     return;
                 }
+                if index >= crate::session::SET_ACQUIRE_SCRIPT {
+                    self.set_script(index, cmd, now, out);
+                    return;
+                }
                 if index == crate::session::MARK_SCRIPT {
                     // numkeys 1, the waiting key, ms: marked only where no key or a mark is.
                     let mark = crate::keys::MARK_VALUE.as_bytes();
@@ -254,25 +262,8 @@ impl Node {
                 let done = match (ours, index) {
                     (false, _) => 0,
                     (true, 0) => {
-                        // The waiting mark goes with the lock if it is one, and then the
-                        // release's notice is published: 1 + 2 × its subscribers.
                         self.remove(key);
-                        let waiting = crate::keys::waiting_key(key);
-                        let value = self.live(&waiting, now);
-                        if value == Some(crate::keys::MARK_VALUE.as_bytes()) || value == Some(b"1")
-                        {
-                            self.remove(&waiting);
-                            if self.pubsub {
-                                let mut channel =
-                                    crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
-                                channel.extend_from_slice(key);
-                                1 + 2 * self.publish(&channel)
-                            } else {
-                                1
-                            }
-                        } else {
-                            1
-                        }
+                        1 + 2 * self.notify(key, now)
                     }
                     (true, 5) => {
                         self.remove(key);
@@ -325,6 +316,93 @@ impl Node {
 }
 
 impl Node {
+    /// After `key`'s release: the waiting mark goes with the lock if it is one, and then the
+    /// release's notice is published. How many subscribers it reached.
+    fn notify(&mut self, key: &[u8], now: u64) -> u64 {
+        let waiting = crate::keys::waiting_key(key);
+        let value = self.live(&waiting, now);
+        if value != Some(crate::keys::MARK_VALUE.as_bytes()) && value != Some(b"1") {
+            return 0;
+        }
+        self.remove(&waiting);
+        if !self.pubsub {
+            return 0;
+        }
+        let mut channel = crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
+        channel.extend_from_slice(key);
+        self.publish(&channel)
+    }
+
+    /// The scripts of a set (`session.rs`: `SET_ACQUIRE_BODY` and the others): numkeys, the
+    /// members (and for the fenced acquire the counter last), then the token and the TTL (or
+    /// the notices' switch).
+    fn set_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        use crate::session::{SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_RELEASE_SCRIPT};
+        let n = number(cmd[2]) as usize;
+        let (keys, args) = cmd[3..].split_at(n);
+        let token = args[0];
+        let members = match index {
+            SET_FENCED_ACQUIRE_SCRIPT => &keys[..n - 1],
+            _ => keys,
+        };
+        let reply = match index {
+            SET_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT => {
+                let ms = number(args[1]);
+                let ok = if self.set_first_only {
+                    // The wrong variant (`Break::SetNotAllOrNone`): each member `SET NX` on
+                    // its own, the answer the first member's.
+                    let mut first = false;
+                    for (i, key) in members.iter().enumerate() {
+                        let set = self.set_nx(key, token, ms, now);
+                        first |= i == 0 && set;
+                    }
+                    first
+                } else if self.lying || members.iter().all(|k| self.live(k, now).is_none()) {
+                    for key in members {
+                        self.insert(key, token, now + ms * 1_000_000);
+                    }
+                    true
+                } else {
+                    false
+                };
+                if index == SET_FENCED_ACQUIRE_SCRIPT {
+                    let (run, n) = self.fence_fields();
+                    out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
+                    bulk(out, &run);
+                    bulk(out, &n);
+                    return;
+                }
+                u64::from(ok)
+            }
+            SET_RELEASE_SCRIPT => {
+                let (mut ours, mut heard) = (false, 0);
+                for key in members {
+                    if self.live(key, now) == Some(token) {
+                        self.remove(key);
+                        ours = true;
+                        if args[1] == b"1" {
+                            heard += self.notify(key, now);
+                        }
+                    }
+                }
+                if ours { 1 + 2 * heard } else { 0 }
+            }
+            _ => {
+                // Extend: only if every member is ours, each never shorter than its TTL left.
+                if !members.iter().all(|k| self.live(k, now) == Some(token)) {
+                    out.extend_from_slice(b":0\r\n");
+                    return;
+                }
+                let until = now + number(args[1]) * 1_000_000;
+                for entry in (self.keys.iter_mut()).filter(|e| members.contains(&e.0.as_slice())) {
+                    entry.2 = entry.2.max(until);
+                }
+                1
+            }
+        };
+        line(out, b':', reply);
+    }
+
     /// The fencing scripts (`fence.rs`): 2 acquire and read, 3 write back, 4 the flawed
     /// per-node increment. Arguments: numkeys 2, lock key, counter key, then the script's.
     fn fenced(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
