@@ -1876,3 +1876,65 @@ fn acquire_warns_when_nodes_were_unreachable_and_only_then() {
     assert_code(&o, 0);
     assert!(stderr(&o).contains("nodes unreachable"), "{}", stderr(&o));
 }
+
+/// Several resources (issue 38): `run a b -- COMMAND` holds both or neither, COMMAND sees the
+/// set's name in REDLOCK_RESOURCE and `status` of it shows each member held; `acquire a b`,
+/// `extend a b TOKEN`, `release a b TOKEN` do the same for scripts; a member held elsewhere
+/// gives 75 and leaves the other member untouched.
+#[test]
+fn several_resources_are_locked_all_or_none() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let script = r#"printf '%s\n' "$REDLOCK_RESOURCE"; "$0" --server "$1" status "$REDLOCK_RESOURCE" || exit 99"#;
+    let o = output(
+        redlock(&urls)
+            .args(["run", "--ttl", "5s", "acct:b", "acct:a", "--"])
+            .args(["sh", "-c", script, BIN, &urls[0]]),
+    );
+    // status against one node of the three: a quorum of one.
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(out.starts_with("redlock:set:6:acct:a6:acct:b\n"), "{out}");
+    assert_eq!(out.matches("held by a quorum").count(), 2, "{out}");
+    for s in servers.iter() {
+        assert_eq!(s.get("acct:a"), None);
+        assert_eq!(s.get("acct:b"), None);
+    }
+    // A run whose COMMAND has a `--` of its own after the one that ends the resources.
+    let o = output(redlock(&urls).args(["run", "x", "--", "echo", "--", "y"]));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "-- y\n");
+
+    // Scripts: acquire, extend, release of the set by its members.
+    let o = output(redlock(&urls).args(["acquire", "--ttl", "20s", "m1", "m2"]));
+    assert_code(&o, 0);
+    let token = stdout(&o).trim_end().to_owned();
+    for s in servers.iter() {
+        assert_eq!(s.get("m1").as_deref(), Some(token.as_str()));
+        assert_eq!(s.get("m2").as_deref(), Some(token.as_str()));
+    }
+    assert!(
+        stderr(&o).contains("acquired \"{m1, m2}\""),
+        "{}",
+        stderr(&o)
+    );
+    // A set sharing m2 is refused (75), and m3 stays free.
+    let o = output(redlock(&urls).args(["acquire", "-n", "m2", "m3"]));
+    assert_code(&o, 75);
+    assert!(servers.iter().all(|s| s.get("m3").is_none()));
+    let o = output(redlock(&urls).args(["extend", "--ttl", "25s", "m2", "m1", &token]));
+    assert_code(&o, 0);
+    assert!(servers.iter().all(|s| s.pttl("m1") > 21_000));
+    let o = output(redlock(&urls).args(["status", "m1", "m2", "m3"]));
+    assert_code(&o, 1);
+    let o = output(redlock(&urls).args(["release", "m1", "m2", &token]));
+    assert_code(&o, 0);
+    assert!(
+        servers
+            .iter()
+            .all(|s| s.get("m1").is_none() && s.get("m2").is_none())
+    );
+    // Bad sets are usage errors.
+    let o = output(redlock(&urls).args(["acquire", "ok", "redlock:fence"]));
+    assert_code(&o, 64);
+}

@@ -877,9 +877,40 @@ pub const NAME_SHOWN: usize = 64;
 /// fits; a whole list pasted into one `--server` is cut.
 const URL_SHOWN: usize = 80;
 
+/// The lock that RESOURCES name: one resource is its own name; several are one set locked all
+/// or none (`ResourceSet`), named by its encoding (`redlock:set:…`), which every subcommand
+/// takes back as a RESOURCE (`REDLOCK_RESOURCE` of `run` holds it).
+pub fn lock_name(resources: &[String]) -> Result<String, Fail> {
+    match resources {
+        [one] => Ok(one.clone()),
+        _ => {
+            let set = redlock_mux::ResourceSet::new(resources)
+                .map_err(|e| Fail::new(exit::USAGE, format!("bad resources: {e}")))?;
+            Ok(String::from_utf8_lossy(set.as_ref()).into_owned())
+        }
+    }
+}
+
+/// `RESOURCE TOKEN`, or `RESOURCE RESOURCE... TOKEN` (`more` non-empty: the token is its last
+/// word): the lock's name (`lock_name`) and its token.
+pub fn lock_and_token<'a>(
+    resource: &str,
+    token: &'a str,
+    more: &'a [String],
+) -> Result<(String, &'a str), Fail> {
+    let Some((last, between)) = more.split_last() else {
+        return Ok((lock_name(&[resource.to_owned()])?, token));
+    };
+    let mut names = vec![resource.to_owned(), token.to_owned()];
+    names.extend(between.iter().cloned());
+    Ok((lock_name(&names)?, last))
+}
+
 /// A name quoted for a message, cut to `max` characters: a 2,000-byte resource name is not
-/// echoed whole (`"aaaa…" (2000 bytes)`).
+/// echoed whole (`"aaaa…" (2000 bytes)`). A set shows as its members: `"{a, b}"`.
 pub fn shorten(name: &str, max: usize) -> String {
+    let shown = redlock_mux::Resource::new(name.as_bytes()).to_string();
+    let name = shown.as_str();
     let mut chars = name.chars();
     let head: String = chars.by_ref().take(max).collect();
     if chars.next().is_some() {

@@ -112,6 +112,7 @@ enum Command {
     #[command(
         after_help = run::HELP,
         override_usage = "redlock run [OPTIONS] RESOURCE -- COMMAND [ARGS]...\n       \
+                          redlock run [OPTIONS] RESOURCE... -- COMMAND [ARGS]...\n       \
                           redlock run [OPTIONS] RESOURCE -c 'COMMAND LINE'"
     )]
     Run(run::RunArgs),
@@ -150,10 +151,18 @@ impl Command {
     fn describe(&self) -> (&'static str, bool, Option<&str>) {
         match self {
             Command::Run(a) => ("run", false, Some(&a.resource)),
-            Command::Acquire(a) => ("acquire", a.output.json, Some(&a.resource)),
-            Command::Release(a) => ("release", a.output.json, Some(&a.resource)),
-            Command::Extend(a) => ("extend", a.output.json, Some(&a.resource)),
-            Command::Status(a) => ("status", a.output.json, Some(&a.resource)),
+            Command::Acquire(a) => (
+                "acquire",
+                a.output.json,
+                a.resources.first().map(String::as_str),
+            ),
+            Command::Release(a) => ("release", a.output.json, Some(a.resource.as_str())),
+            Command::Extend(a) => ("extend", a.output.json, Some(a.resource.as_str())),
+            Command::Status(a) => (
+                "status",
+                a.output.json,
+                a.resources.first().map(String::as_str),
+            ),
             Command::RepairFences(a) => ("repair-fences", a.output.json, None),
             Command::Demo(_) => ("demo", false, None),
             Command::Bench(_) => ("bench", false, None),
@@ -310,6 +319,12 @@ fn real_main() -> u8 {
     // -w and -n from the command line and the environment (see `Waiting::settle`).
     if let (Some(opts), Some((_, sub))) = (cli.command.lock_options_mut(), matches.subcommand())
         && let Err(fail) = opts.waiting.settle(sub)
+    {
+        say!("redlock: {}", fail.message);
+        return fail.code;
+    }
+    if let Command::Run(a) = &mut cli.command
+        && let Err(fail) = a.resolve(&args)
     {
         say!("redlock: {}", fail.message);
         return fail.code;

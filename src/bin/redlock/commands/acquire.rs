@@ -19,8 +19,9 @@ Exit codes: 0 acquired; 75 held elsewhere (or -E's code); 80 the servers restart
 
 #[derive(Args, Debug)]
 pub struct AcquireArgs {
-    /// The name of the lock (the Redis key)
-    pub resource: String,
+    /// The name of the lock (the Redis key); several names: all of them or none, as one lock
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    pub resources: Vec<String>,
     #[command(flatten)]
     pub output: Output,
     #[command(flatten)]
@@ -34,14 +35,15 @@ const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?.fencing(a.opts.fence))?;
-    let lock = common::acquire(&r, &a.resource, &a.opts.waiting, a.output.quiet)?;
+    let resource = common::lock_name(&a.resources)?;
+    let lock = common::acquire(&r, &resource, &a.opts.waiting, a.output.quiet)?;
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;
     let line = if a.output.json {
         json!({
             "ok": true,
             "command": "acquire",
-            "resource": a.resource,
+            "resource": resource,
             "token": token,
             "fence": lock.fence(),
             "validity_ms": validity_ms,
@@ -71,7 +73,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             .map_or(String::new(), |f| format!(", fence {f}"));
         say!(
             "redlock: acquired {}{fence}, valid for {validity_ms} ms",
-            shorten(&a.resource, NAME_SHOWN)
+            shorten(&resource, NAME_SHOWN)
         );
         common::warn_unreachable(&lock);
     }

@@ -22,6 +22,10 @@ pub struct ExtendArgs {
     /// The token `redlock acquire` printed (it may start with '-')
     #[arg(allow_hyphen_values = true)]
     pub token: String,
+    /// Several resources, the lock that `acquire` or `run` took of all of them:
+    /// `RESOURCE RESOURCE... TOKEN` (or the one `redlock:set:…` name they exported)
+    #[arg(allow_hyphen_values = true, value_name = "RESOURCE... TOKEN")]
+    pub more: Vec<String>,
     #[command(flatten)]
     pub output: Output,
     // (--ttl: the new time to live, from now; the waiting options and --fence are ignored)
@@ -33,11 +37,12 @@ pub struct ExtendArgs {
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
+    let (resource, token) = crate::common::lock_and_token(&a.resource, &a.token, &a.more)?;
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?)?;
-    let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), ttl)
+    let mut lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), ttl)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
-    let name = shorten(&a.resource, NAME_SHOWN);
+    let name = shorten(&resource, NAME_SHOWN);
     match r.extend(&mut lock, ttl) {
         Ok(()) => {
             let validity_ms = lock.validity().as_millis() as u64;
@@ -45,7 +50,7 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
                 print_json(&json!({
                     "ok": true,
                     "command": "extend",
-                    "resource": a.resource,
+                    "resource": resource,
                     "validity_ms": validity_ms,
                     "ttl_ms": ttl.as_millis() as u64,
                 }));

@@ -34,6 +34,10 @@ pub struct ReleaseArgs {
     /// The token `redlock acquire` printed (it may start with '-')
     #[arg(allow_hyphen_values = true)]
     pub token: String,
+    /// Several resources, the lock that `acquire` or `run` took of all of them:
+    /// `RESOURCE RESOURCE... TOKEN` (or the one `redlock:set:…` name they exported)
+    #[arg(allow_hyphen_values = true, value_name = "RESOURCE... TOKEN")]
+    pub more: Vec<String>,
     #[command(flatten)]
     pub output: Output,
     // (release uses the servers, the TLS options and --node-timeout, default 50ms; it ignores
@@ -43,6 +47,7 @@ pub struct ReleaseArgs {
 }
 
 pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
+    let (resource, token) = crate::common::lock_and_token(&a.resource, &a.token, &a.more)?;
     let servers = a.opts.servers.list()?;
     let mut b = a
         .opts
@@ -54,10 +59,10 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
         b = b.node_timeout(t);
     }
     let r = build(b)?;
-    let lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), RELEASED_VALIDITY)
+    let lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), RELEASED_VALIDITY)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
     let n = r.nodes().len();
-    let name = shorten(&a.resource, NAME_SHOWN);
+    let name = shorten(&resource, NAME_SHOWN);
     let released = r
         .unlock(lock)
         .map_err(|e| Fail::lib(&format!("cannot release {name}"), &e))?;
@@ -66,7 +71,7 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
             print_json(&json!({
                 "ok": true,
                 "command": "release",
-                "resource": a.resource,
+                "resource": resource,
                 "released": released,
                 "nodes": n,
             }));
@@ -78,7 +83,7 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
     }
     // Nothing released: tell "not held" apart from "servers not reachable".
     let statuses = r
-        .with_client(|c| c.status(a.resource.as_bytes(), STATUS_TIMEOUT))
+        .with_client(|c| c.status(resource.as_bytes(), STATUS_TIMEOUT))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
     check_reachable(&statuses, &format!("cannot release {name}"))?;
     Err(Fail::new(

@@ -65,7 +65,8 @@ found. A COMMAND that exits with 75 or 79 itself cannot be told from these witho
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The name of the lock (the Redis key)
+    /// The name of the lock (the Redis key); several names before `--`
+    /// (`redlock run a b c -- COMMAND`): all of them or none, as one lock
     pub resource: String,
     /// After the lock is lost, how long COMMAND's process group gets between SIGTERM and SIGKILL
     // (cut short so that SIGKILL goes out before the lock's validity ends)
@@ -105,6 +106,34 @@ pub struct RunArgs {
 const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 impl RunArgs {
+    /// Several resources (`redlock run a b c -- COMMAND`): clap gives the first as RESOURCE
+    /// and keeps the rest, `--` and COMMAND as COMMAND; they become one set locked all or none
+    /// (`common::lock_name`), and COMMAND what follows the `--`. With one resource, a `--`
+    /// right after it is clap's (it is not in COMMAND: `raw`, the command line, has one more)
+    /// and COMMAND keeps any later `--` of its own.
+    pub fn resolve(&mut self, raw: &[OsString]) -> Result<(), Fail> {
+        let dashes = |args: &[OsString]| args.iter().filter(|a| *a == "--").count();
+        if self.shell.is_some() || dashes(raw) > dashes(&self.command) {
+            return Ok(());
+        }
+        let Some(at) = self.command.iter().position(|a| a == "--") else {
+            return Ok(());
+        };
+        let mut resources = vec![self.resource.clone()];
+        for name in &self.command[..at] {
+            let name = name
+                .to_str()
+                .ok_or_else(|| Fail::new(exit::USAGE, "a resource name is not valid UTF-8"))?;
+            resources.push(name.to_owned());
+        }
+        if self.command.len() == at + 1 {
+            return Err(Fail::new(exit::USAGE, "no COMMAND after '--'"));
+        }
+        self.resource = common::lock_name(&resources)?;
+        self.command.drain(..=at);
+        Ok(())
+    }
+
     /// The program and its arguments: COMMAND..., or `sh -c COMMAND` for `-c`.
     fn argv(&self) -> Vec<OsString> {
         match &self.shell {

@@ -22,8 +22,10 @@ refused. With -q it prints nothing: `redlock status -q RESOURCE && echo held`.";
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The name of the lock
-    pub resource: String,
+    /// The name of the lock; several names (or a `redlock:set:…` name): each member in turn,
+    /// exit 0 only if a quorum holds every one (a JSON object per line with --json)
+    #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
+    pub resources: Vec<String>,
     #[command(flatten)]
     pub output: Output,
     // (status uses the servers, the TLS options, --node-timeout as how long it waits for the
@@ -62,8 +64,35 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
         .unwrap_or(Quarantine(Some(a.opts.ttl_or(DEFAULT_WINDOW))));
     let timeout = a.opts.answer_timeout();
     let r = a.opts.probe(window)?;
+    // Each name, a set's members each.
+    let mut names: Vec<String> = Vec::new();
+    for name in &a.resources {
+        match redlock_mux::keys::set_members(name.as_bytes()) {
+            Some(members) => {
+                names.extend(members.map(|m| String::from_utf8_lossy(m).into_owned()));
+            }
+            None => names.push(name.clone()),
+        }
+    }
+    let mut worst = exit::OK;
+    for name in &names {
+        let code = status_of(a, &r, name, timeout)?;
+        if worst == exit::OK || (worst == exit::NOT_HELD && code != exit::OK) {
+            worst = code;
+        }
+    }
+    Ok(worst)
+}
+
+/// The status of one resource: prints it, answers its exit code.
+fn status_of(
+    a: &StatusArgs,
+    r: &redlock_mux::Redlock,
+    resource: &str,
+    timeout: Duration,
+) -> Result<u8, Fail> {
     let statuses = r
-        .with_client(|c| c.status(a.resource.as_bytes(), timeout))
+        .with_client(|c| c.status(resource.as_bytes(), timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
     let verdict = verdict(&statuses);
     let reachable = check_reachable(&statuses, "status");
@@ -73,12 +102,12 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
         (Ok(()), _) => exit::NOT_HELD,
     };
     if a.output.json {
-        let mut object = to_json(&a.resource, &statuses, &verdict);
+        let mut object = to_json(resource, &statuses, &verdict);
         object["exit_code"] = code.into();
         object["message"] = reachable.as_ref().err().map(|f| f.message.clone()).into();
         print_json(&object);
     } else if !a.output.quiet {
-        let text = table(&a.resource, &statuses) + &summary(&a.resource, &statuses, &verdict);
+        let text = table(resource, &statuses) + &summary(resource, &statuses, &verdict);
         let mut stdout = std::io::stdout().lock();
         let _ = stdout
             .write_all(text.as_bytes())
