@@ -102,17 +102,32 @@ pub(crate) fn check_set(
     resource: &[u8],
     check: impl Fn(&[u8]) -> Result<(), Error>,
 ) -> Option<Result<(), Error>> {
-    let members: Vec<&[u8]> = set_members(resource)?.collect();
-    Some(encode_set(&members, check).and_then(|canonical| {
-        if canonical == resource {
-            Ok(())
-        } else {
-            Err(Error::Config(
-                "not a resource set as ResourceSet makes it (a name starting with \"redlock:set:\")"
-                    .into(),
-            ))
+    let mut members = set_members(resource)?;
+    // Without a copy (a set is checked on every acquire of it): each member accepted, in
+    // strictly increasing order, each length written as `encode_set` writes it, nothing left.
+    let mut count = 0;
+    let mut last: Option<&[u8]> = None;
+    let mut canonical = true;
+    for member in members.by_ref() {
+        if let Err(e) = check(member) {
+            return Some(Err(e));
         }
-    }))
+        canonical &= last.is_none_or(|l| l < member);
+        last = Some(member);
+        count += 1;
+    }
+    canonical &= members.rest.is_empty() && count > 0 && count <= MAX_SET_LEN;
+    // A length with a leading zero decodes but is not how `encode_set` writes it.
+    canonical &= set_members(resource).is_some_and(|m| {
+        m.lengths_canonical()
+    });
+    Some(match canonical {
+        true => Ok(()),
+        false => Err(Error::Config(
+            "not a resource set as ResourceSet makes it (a name starting with \"redlock:set:\")"
+                .into(),
+        )),
+    })
 }
 
 /// The key of `resource` that stands for it on a node: the name itself, or a set's first
@@ -128,6 +143,23 @@ pub(crate) fn first_key(resource: &[u8]) -> &[u8] {
 #[derive(Debug, Clone)]
 pub struct Members<'a> {
     rest: &'a [u8],
+}
+
+impl Members<'_> {
+    /// True if every member's length is written without a leading zero.
+    fn lengths_canonical(mut self) -> bool {
+        loop {
+            let Some(colon) = self.rest.iter().position(|&b| b == b':') else {
+                return true;
+            };
+            if self.rest[0] == b'0' && colon > 1 {
+                return false;
+            }
+            if self.next().is_none() {
+                return true;
+            }
+        }
+    }
 }
 
 impl<'a> Iterator for Members<'a> {
@@ -210,6 +242,15 @@ mod tests {
         let many: Vec<String> = (0..=MAX_SET_LEN).map(|i| i.to_string()).collect();
         assert!(encode_set(&many, ok).is_err());
         assert!(encode_set(&["x", "redlock:fence"], check_name).is_err());
+        // Only the canonical encoding is a set a lock may have.
+        let ok_set = |r: &[u8]| check_set(r, ok).map(|c| c.is_ok());
+        assert_eq!(ok_set(b"redlock:set:1:a1:b"), Some(true));
+        assert_eq!(ok_set(b"redlock:set:1:b1:a"), Some(false), "unsorted");
+        assert_eq!(ok_set(b"redlock:set:1:a1:a"), Some(false), "duplicate");
+        assert_eq!(ok_set(b"redlock:set:1:a1:bx"), Some(false), "trailing bytes");
+        assert_eq!(ok_set(b"redlock:set:01:a"), Some(false), "leading zero");
+        assert_eq!(ok_set(b"redlock:set:"), Some(false), "empty");
+        assert_eq!(ok_set(b"plain"), None);
         // Malformed (never made): the iteration ends early, no panic.
         assert_eq!(set_members(b"redlock:set:9:ab").unwrap().count(), 0);
         assert_eq!(set_members(b"redlock:set:x:ab").unwrap().count(), 0);
@@ -225,6 +266,19 @@ mod tests {
             want.dedup();
             let got: Vec<Vec<u8>> = set_members(&set).unwrap().map(<[u8]>::to_vec).collect();
             prop_assert_eq!(got, want);
+            prop_assert!(check_set(&set, |_| Ok(())).unwrap().is_ok());
+        }
+
+        /// Any bytes after the set prefix: checked without a panic, and accepted only as the
+        /// encoding of their own members.
+        #[test]
+        fn any_set_name_is_checked_without_panic(tail in proptest::collection::vec(any::<u8>(), 0..24)) {
+            let mut name = SET_PREFIX.as_bytes().to_vec();
+            name.extend_from_slice(&tail);
+            if check_set(&name, |_| Ok(())).unwrap().is_ok() {
+                let members: Vec<&[u8]> = set_members(&name).unwrap().collect();
+                prop_assert_eq!(encode_set(&members, |_| Ok(())).unwrap(), name.clone());
+            }
         }
 
         /// No accepted lock name is an internal key of any resource (names from a small

@@ -308,3 +308,30 @@ fn bad_sets_are_typed_errors_and_a_lock_rebuilt_from_its_parts_releases_the_set(
         "{left:?}"
     );
 }
+
+/// The other way round: a plain waiter for a member is told by the set's release (the set's
+/// script deletes the member's waiting mark and publishes its notice).
+#[test]
+fn a_plain_waiter_for_a_member_acquires_once_the_set_is_released() {
+    let servers = Cluster::start(3);
+    // The fallback poll comes after the waiter's deadline: only the notice can bring it.
+    let redlock = builder(&servers)
+        .retry_delay(Duration::from_secs(60), Duration::ZERO)
+        .build()
+        .unwrap();
+    let held = redlock.try_lock(set(&["v1", "v2", "v3"])).unwrap();
+    let waiter = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || {
+            redlock.lock_until("v2", Instant::now() + Duration::from_secs(20))
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while servers.iter().any(|s| s.get("redlock:waiting:v2").is_none()) {
+        assert!(Instant::now() < until, "the waiter never marked v2");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    redlock.unlock(held).unwrap();
+    let lock = waiter.join().unwrap().expect("v2 after the set's release");
+    redlock.unlock(lock).unwrap();
+}
