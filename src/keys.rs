@@ -4,6 +4,7 @@
 //! | name | type | written by | holds |
 //! |---|---|---|---|
 //! | `<resource>` | string | acquire (`SET NX PX`) | the lock's token |
+//! | `<name>#<i>` | string | a semaphore's acquire (`SET NX PX`), i in 0..P | the token of permit i's holder |
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
@@ -49,6 +50,22 @@ pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 /// someone else's (or not readable: an ACL without `redlock:*`, another type).
 pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
+/// What separates a semaphore's name from a permit's index in the permit's key: permit `i`
+/// of the semaphore `name` is the plain lock `<name>#<i>` (`i` in decimal, from 0). So a plain
+/// lock on `<name>#<i>` — this crate's, or any client's `SET … NX PX` — takes permit `i`, and
+/// a plain lock on `<name>` takes none.
+pub const PERMIT_SEPARATOR: char = '#';
+
+/// The key of permit `i` of the semaphore `name`: `<name>#<i>`.
+pub(crate) fn permit_key(name: &[u8], i: u32) -> Vec<u8> {
+    let index = i.to_string();
+    let mut key = Vec::with_capacity(name.len() + 1 + index.len());
+    key.extend_from_slice(name);
+    key.push(PERMIT_SEPARATOR as u8);
+    key.extend_from_slice(index.as_bytes());
+    key
+}
+
 /// Refuses a lock name in the reserved namespace.
 pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
     if resource.starts_with(RESERVED_PREFIX.as_bytes()) {
@@ -84,6 +101,12 @@ mod tests {
             assert!(key.starts_with(RESERVED_PREFIX), "{key}");
             assert!(check_name(key.as_bytes()).is_err(), "{key}");
         }
+    }
+
+    #[test]
+    fn permit_keys_are_the_name_a_hash_and_the_index() {
+        assert_eq!(permit_key(b"deploy", 0), b"deploy#0");
+        assert_eq!(permit_key(b"deploy", 63), b"deploy#63");
     }
 
     #[test]
