@@ -10,7 +10,8 @@ use crate::common::{self, Fail, Kind, LockOptions, NAME_SHOWN, Output, exit, pri
 
 pub const HELP: &str = "\
 Of the lock options, extend uses all but --fence and the waiting options (-w, -n, -E), which it
-ignores; --ttl is the new time to live, from now (default 30s).
+ignores; --ttl is the new time to live, from now (default 30s); with --permits, RESOURCE is a
+semaphore and the permit TOKEN holds is extended (RESOURCE#i without --permits works too).
 
 Exit codes: 0 extended; 79 RESOURCE is no longer held with TOKEN (it expired, or was taken over);
 69 no quorum reachable; 64 usage; 70 internal; 77 authentication refused.";
@@ -35,9 +36,16 @@ const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?)?;
-    let mut lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), ttl)
+    let resource = &common::permit_held_by(
+        &r,
+        &a.resource,
+        a.opts.permits,
+        &a.token,
+        a.opts.answer_timeout(),
+    )?;
+    let mut lock = Lock::from_parts(resource.as_bytes(), a.token.as_bytes(), ttl)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
-    let name = shorten(&a.resource, NAME_SHOWN);
+    let name = shorten(resource, NAME_SHOWN);
     match r.extend(&mut lock, ttl) {
         Ok(()) => {
             let validity_ms = lock.validity().as_millis() as u64;
@@ -45,7 +53,7 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
                 print_json(&json!({
                     "ok": true,
                     "command": "extend",
-                    "resource": a.resource,
+                    "resource": resource,
                     "validity_ms": validity_ms,
                     "ttl_ms": ttl.as_millis() as u64,
                 }));

@@ -7,13 +7,14 @@ use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
-    Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, build, check_reachable, exit, print_json,
-    shorten,
+    self, Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, build, check_reachable, exit,
+    print_json, shorten,
 };
 
 pub const HELP: &str = "\
-Of the lock options, release uses the servers, the TLS options and --node-timeout (default
-50ms), and ignores the others.
+Of the lock options, release uses the servers, the TLS options, --node-timeout (default 50ms)
+and --permits (RESOURCE is a semaphore: the permit TOKEN holds is released; RESOURCE#i without
+--permits works too), and ignores the others.
 
 Exit codes: 0 released (on at least one node); 79 no node held RESOURCE with TOKEN (it expired,
 or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 usage; 70 internal;
@@ -54,10 +55,12 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
         b = b.node_timeout(t);
     }
     let r = build(b)?;
-    let lock = Lock::from_parts(a.resource.as_bytes(), a.token.as_bytes(), RELEASED_VALIDITY)
+    let resource =
+        &common::permit_held_by(&r, &a.resource, a.opts.permits, &a.token, STATUS_TIMEOUT)?;
+    let lock = Lock::from_parts(resource.as_bytes(), a.token.as_bytes(), RELEASED_VALIDITY)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
     let n = r.nodes().len();
-    let name = shorten(&a.resource, NAME_SHOWN);
+    let name = shorten(resource, NAME_SHOWN);
     let released = r
         .unlock(lock)
         .map_err(|e| Fail::lib(&format!("cannot release {name}"), &e))?;
@@ -66,7 +69,7 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
             print_json(&json!({
                 "ok": true,
                 "command": "release",
-                "resource": a.resource,
+                "resource": resource,
                 "released": released,
                 "nodes": n,
             }));
@@ -78,7 +81,7 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
     }
     // Nothing released: tell "not held" apart from "servers not reachable".
     let statuses = r
-        .with_client(|c| c.status(a.resource.as_bytes(), STATUS_TIMEOUT))
+        .with_client(|c| c.status(resource.as_bytes(), STATUS_TIMEOUT))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
     check_reachable(&statuses, &format!("cannot release {name}"))?;
     Err(Fail::new(
