@@ -79,7 +79,7 @@ impl Counters {
         let ttl = TTL_MS.to_string();
         let cmd = resp(&["EVAL", ACQUIRE, "1", "ctr", token, &P.to_string(), &ttl]);
         let yes = self.all(&cmd).iter().filter(|&&v| v == 1).count();
-        if yes >= self.nodes.len() / 2 + 1 {
+        if yes > self.nodes.len() / 2 {
             return true;
         }
         self.release(token);
