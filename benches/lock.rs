@@ -1,6 +1,7 @@
 //! Criterion benchmarks of one uncontended acquire + release cycle, this crate against redis-rs
 //! node after node (`seq`), `rslock`, the `redlock` crate and a hand-rolled multiplexed `floor`,
-//! on loopback (N = 1, 3, 5) and behind a 250 µs one-way delay relay (N = 5). The bench starts
+//! on loopback (N = 1, 3, 5) and behind a 250 µs one-way delay relay (N = 5); and a
+//! semaphore's permit cycle (P = 3) beside a plain cycle (N = 5). The bench starts
 //! its own `redis-server` processes.
 //!
 //! ```text
@@ -48,6 +49,32 @@ fn main() {
         }
         group.finish();
     }
+
+    // A permit cycle (try_acquire on P = 3 permits + unlock) beside a plain cycle (try_lock +
+    // unlock), K = 1, N = 5, one shared handle each, in the same run. Goal: within 1.2×.
+    let mut group = c.benchmark_group("semaphore/N=5");
+    let redlock = redlock_mux::Builder::new(&direct)
+        .quarantine(None)
+        .build()
+        .expect("handle");
+    if group_wants(&c_filter(), "semaphore/N=5/plain") {
+        group.bench_function("plain", |b| {
+            b.iter(|| {
+                let lock = redlock.try_lock("criterion:plain").expect("lock");
+                assert_eq!(redlock.unlock(lock).expect("unlock"), 5);
+            })
+        });
+    }
+    let sem = redlock.semaphore("criterion:sem", 3).expect("semaphore");
+    if group_wants(&c_filter(), "semaphore/N=5/permit-P=3") {
+        group.bench_function("permit-P=3", |b| {
+            b.iter(|| {
+                let permit = sem.try_acquire().expect("permit");
+                assert_eq!(redlock.unlock(permit).expect("unlock"), 5);
+            })
+        });
+    }
+    group.finish();
 
     let relays: Vec<Relay> = servers
         .iter()

@@ -281,6 +281,20 @@ impl AsyncRedlock {
             .lock(resource)
             .await
             .map_err(WithLockError::NotAcquired)?;
+        self.with_held(lock, work).await
+    }
+
+    /// The rest of [`AsyncRedlock::with_lock`], for a lock already acquired (a semaphore's
+    /// permit).
+    pub(crate) async fn with_held<F, Fut, R>(
+        &self,
+        lock: Lock,
+        work: F,
+    ) -> Result<R, WithLockError<R>>
+    where
+        F: FnOnce(LockWatch) -> Fut,
+        Fut: Future<Output = R>,
+    {
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
         // An acquire of the same resource first polled inside the work (the same task) fails
         // at once (`reentry.rs`).

@@ -438,6 +438,15 @@ pub enum Error {
         /// The reserved prefix it starts with.
         prefix: &'static str,
     },
+    /// A semaphore was asked for with a number of permits outside `1..=`[`MAX_PERMITS`](crate::MAX_PERMITS)
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)). Nothing was sent.
+    #[error("a semaphore of {permits} permits: the count must be from 1 to {max}")]
+    PermitCount {
+        /// The count asked for.
+        permits: u32,
+        /// The largest count allowed.
+        max: u32,
+    },
     /// Not acquired: the lock is held by someone else. For an extension: too many nodes no
     /// longer hold our token (it expired, or someone else has the lock now).
     #[error("{} ({})", .0.held_verdict(), .0)]
@@ -646,6 +655,7 @@ impl Error {
         match self {
             Error::Config(_)
             | Error::ReservedName { .. }
+            | Error::PermitCount { .. }
             | Error::AlreadyHeld { .. }
             | Error::Auth { .. }
             | Error::Permission { .. } => true,

@@ -90,6 +90,11 @@ impl<H: ReleaseNowait> Drop for Held<H> {
 }
 
 impl LockGuard {
+    /// A guard of a lock already held (a semaphore's permit).
+    pub(crate) fn new(redlock: Redlock, lock: Lock) -> LockGuard {
+        LockGuard(Held::new(redlock, lock))
+    }
+
     /// Extends the guarded lock to `ttl` from now; see [`Redlock::extend`].
     ///
     /// # Examples

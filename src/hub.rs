@@ -231,6 +231,30 @@ impl Hub {
         self.park(&slot)
     }
 
+    /// Runs several operations side by side (the permits of a semaphore): on this thread if
+    /// the engine is free (`Engine::run_all`), else through the mailbox, queued together. Either
+    /// way every node gets all their requests in one write. An outcome is `None` only if it was
+    /// lost (a bug).
+    pub fn call_many(&self, requests: &[(ReqKind, &[u8], Token)]) -> Vec<Option<Outcome>> {
+        if let Some(mut guard) = self.try_engine() {
+            let outcomes = guard.engine().run_all(requests.iter().copied());
+            self.leave(guard);
+            return outcomes;
+        }
+        // Rare enough (the loop is busy) that a slot per request may allocate.
+        let slots: Vec<Arc<Slot>> = requests
+            .iter()
+            .map(|&(kind, resource, token)| {
+                let slot = Arc::new(Slot::new());
+                slot.fill(kind, resource, &token, Caller::Waits, None);
+                slot
+            })
+            .collect();
+        self.mailbox.push_many(&slots, false);
+        fence(Ordering::SeqCst);
+        slots.iter().map(|slot| Some(self.park(slot))).collect()
+    }
+
     /// Waits for the outcome in `slot`, driving the loop whenever it is free.
     fn park(&self, slot: &Slot) -> Outcome {
         loop {
@@ -275,6 +299,19 @@ impl Hub {
     /// at K = 256; p99 about halved. A lone task keeps taking the loop itself (no hop).
     pub fn hand_over(&self, slot: Arc<Slot>, alone: bool) {
         let before = self.mailbox.push_held(slot);
+        self.after_hand_over(before, alone);
+    }
+
+    /// Hands several filled slots over together, as [`Hub::hand_over`] does one: they are
+    /// taken in in the same turn, so every node gets their requests in one write.
+    pub fn hand_over_many(&self, slots: &[Arc<Slot>], alone: bool) {
+        let before = self.mailbox.push_many(slots, true);
+        self.after_hand_over(before, alone);
+    }
+
+    /// What [`Hub::hand_over`] does once the request is queued (`before`: items queued ahead
+    /// of it).
+    fn after_hand_over(&self, before: usize, alone: bool) {
         if before > 0 {
             return;
         }
@@ -319,6 +356,31 @@ impl Hub {
             .unwrap_or_else(|| Arc::new(Slot::new()));
         slot.fill(kind, resource, token, Caller::Detached, None);
         self.hand_over(slot, true);
+    }
+
+    /// Queues several operations nobody waits for (the releases of permits won and not kept),
+    /// as [`Hub::send`] does one; they go out in one write per node.
+    pub fn send_many(&self, requests: &[(ReqKind, &[u8], Token)]) {
+        if let Some(mut guard) = self.try_engine() {
+            let engine = guard.engine();
+            let now = Instant::now();
+            engine.take_inbox(now);
+            for &(kind, resource, token) in requests {
+                engine.submit(kind, resource, &token, Waiter::None, now);
+            }
+            engine.flush(now);
+            self.leave(guard);
+            return;
+        }
+        let slots: Vec<Arc<Slot>> = requests
+            .iter()
+            .map(|&(kind, resource, token)| {
+                let slot = Arc::new(Slot::new());
+                slot.fill(kind, resource, &token, Caller::Detached, None);
+                slot
+            })
+            .collect();
+        self.hand_over_many(&slots, true);
     }
 
     /// The background thread: drives the loop while callers wait and nobody else drives, and

@@ -266,6 +266,15 @@ impl Redlock {
         work: impl FnOnce(&KeepAlive) -> R,
     ) -> Result<R, WithLockError<R>> {
         let lock = self.lock(resource).map_err(WithLockError::NotAcquired)?;
+        self.with_held(lock, work)
+    }
+
+    /// The rest of [`Redlock::with_lock`], for a lock already acquired (a semaphore's permit).
+    pub(crate) fn with_held<R>(
+        &self,
+        lock: Lock,
+        work: impl FnOnce(&KeepAlive) -> R,
+    ) -> Result<R, WithLockError<R>> {
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
         let value = {
             // An acquire of the same resource from inside the work fails at once (`reentry.rs`).

@@ -4,6 +4,7 @@
 //! | name | type | written by | holds |
 //! |---|---|---|---|
 //! | `<resource>` | string | acquire (`SET NX PX`) | the lock's token |
+//! | `<name>#<i>` | string | a semaphore's acquire (`SET NX PX`), i in 0..P | the token of permit i's holder |
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
@@ -118,9 +119,7 @@ pub(crate) fn check_set(
     }
     canonical &= members.rest.is_empty() && count > 0 && count <= MAX_SET_LEN;
     // A length with a leading zero decodes but is not how `encode_set` writes it.
-    canonical &= set_members(resource).is_some_and(|m| {
-        m.lengths_canonical()
-    });
+    canonical &= set_members(resource).is_some_and(|m| m.lengths_canonical());
     Some(match canonical {
         true => Ok(()),
         false => Err(Error::Config(
@@ -177,6 +176,22 @@ impl<'a> Iterator for Members<'a> {
     }
 }
 
+/// What separates a semaphore's name from a permit's index in the permit's key: permit `i`
+/// of the semaphore `name` is the plain lock `<name>#<i>` (`i` in decimal, from 0). So a plain
+/// lock on `<name>#<i>` — this crate's, or any client's `SET … NX PX` — takes permit `i`, and
+/// a plain lock on `<name>` takes none.
+pub const PERMIT_SEPARATOR: char = '#';
+
+/// The key of permit `i` of the semaphore `name`: `<name>#<i>`.
+pub(crate) fn permit_key(name: &[u8], i: u32) -> Vec<u8> {
+    let index = i.to_string();
+    let mut key = Vec::with_capacity(name.len() + 1 + index.len());
+    key.extend_from_slice(name);
+    key.push(PERMIT_SEPARATOR as u8);
+    key.extend_from_slice(index.as_bytes());
+    key
+}
+
 /// Refuses a lock name in the reserved namespace.
 pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
     if resource.starts_with(RESERVED_PREFIX.as_bytes()) {
@@ -220,6 +235,12 @@ mod tests {
     }
 
     #[test]
+    fn permit_keys_are_the_name_a_hash_and_the_index() {
+        assert_eq!(permit_key(b"deploy", 0), b"deploy#0");
+        assert_eq!(permit_key(b"deploy", 63), b"deploy#63");
+    }
+
+    #[test]
     fn the_mark_value_is_the_one_the_scripts_compare() {
         let literal = format!("\"{MARK_VALUE}\"");
         assert_eq!(MARK_BODY.matches(&literal).count(), 2);
@@ -247,7 +268,11 @@ mod tests {
         assert_eq!(ok_set(b"redlock:set:1:a1:b"), Some(true));
         assert_eq!(ok_set(b"redlock:set:1:b1:a"), Some(false), "unsorted");
         assert_eq!(ok_set(b"redlock:set:1:a1:a"), Some(false), "duplicate");
-        assert_eq!(ok_set(b"redlock:set:1:a1:bx"), Some(false), "trailing bytes");
+        assert_eq!(
+            ok_set(b"redlock:set:1:a1:bx"),
+            Some(false),
+            "trailing bytes"
+        );
         assert_eq!(ok_set(b"redlock:set:01:a"), Some(false), "leading zero");
         assert_eq!(ok_set(b"redlock:set:"), Some(false), "empty");
         assert_eq!(ok_set(b"plain"), None);

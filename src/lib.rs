@@ -273,6 +273,7 @@ mod repair;
 mod request;
 pub mod resp;
 pub mod round;
+mod semaphore;
 mod session;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
@@ -332,10 +333,11 @@ pub use event::TARGET as LOG_TARGET;
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
-pub use keys::{FENCE_KEY, MAX_SET_LEN, RESERVED_PREFIX};
+pub use keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
 pub use lock::{Lock, LockVote, Resource, ResourceSet, Votes};
 pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
+pub use semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};
 pub use stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
 pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
 

@@ -221,6 +221,21 @@ impl Mailbox {
         before
     }
 
+    /// Queues several requests at once (the permits of a semaphore): a driver takes them in
+    /// the same turn, so every node gets them in one write. `held` as [`Mailbox::push_held`]
+    /// (an async caller's), else as [`Mailbox::push`]. Returns how many items were queued
+    /// before them.
+    pub fn push_many(&self, slots: &[Arc<Slot>], held: bool) -> usize {
+        let mut list = self.inbox.lock().unwrap_or_else(|e| e.into_inner());
+        list.extend(slots.iter().cloned());
+        let before = self.queued.fetch_add(slots.len(), Ordering::SeqCst);
+        drop(list);
+        if !held || self.unclaimed.load(Ordering::SeqCst) == 0 {
+            self.wake_if_asleep();
+        }
+        before
+    }
+
     /// An async caller took an outcome counted in `unclaimed`: if it was the last and requests
     /// are queued, the driver must not sleep on them (pairs with [`Mailbox::push_held`]: it
     /// stores `queued` then loads `unclaimed`, this stores `unclaimed` then loads `queued`).

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 use crate::hub::Hub;
@@ -108,6 +108,35 @@ impl Future for Call<'_> {
             this.hub.hand_over(slot, others == 0);
         }
         this.poll_slot(cx)
+    }
+}
+
+impl<'a> Call<'a> {
+    /// Hands several calls of one hub to the engine together, each waking `waker` when its
+    /// outcome is in: they are taken in in the same turn of the loop, so every node gets their
+    /// requests in one write (the permits of a semaphore). Each is then polled as usual, and
+    /// dropping one cancels it as usual. Calls already handed over are left alone.
+    pub fn submit_together(calls: &mut [Call<'a>], waker: &Waker) {
+        let Some(hub) = calls.first().map(|c| c.hub) else {
+            return;
+        };
+        let mut slots = Vec::with_capacity(calls.len());
+        let mut counted = 0;
+        for call in calls.iter_mut().filter(|c| c.slot.is_none() && !c.finished) {
+            debug_assert!(std::ptr::eq(call.hub, hub), "calls of one hub");
+            let slot = take_slot();
+            let waker = Some(waker.clone());
+            slot.fill(call.kind, call.resource, &call.token, Caller::Waits, waker);
+            call.slot = Some(slot.clone());
+            counted += usize::from(call.counted());
+            slots.push(slot);
+        }
+        if slots.is_empty() {
+            return;
+        }
+        // As in `poll`: counted until each outcome is taken.
+        let others = hub.active.fetch_add(counted, Ordering::SeqCst);
+        hub.hand_over_many(&slots, others == 0);
     }
 }
 

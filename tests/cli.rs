@@ -775,8 +775,16 @@ while [ ! -e "$1/go" ]; do sleep 0.02; done"#;
     assert_ne!(watchdog, ours, "COMMAND is in redlock's process group");
     assert_ne!(watchdog, pid);
     let _reap_watchdog = Reap(vec![watchdog]);
-    let comm = fs::read_to_string(format!("/proc/{watchdog}/comm")).unwrap();
-    assert_eq!(comm.trim(), "redlock-watch");
+    // It names itself once it runs (it may still be starting when COMMAND already is).
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let comm = fs::read_to_string(format!("/proc/{watchdog}/comm")).unwrap();
+        if comm.trim() == "redlock-watch" {
+            break;
+        }
+        assert!(Instant::now() < until, "the watchdog is named {comm:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // No server connection, no terminal, no inherited pipe: stdin is its own pipe, stdout and
     // stderr are /dev/null.
     let mut fds: Vec<(String, String)> = fs::read_dir(format!("/proc/{watchdog}/fd"))
@@ -1937,4 +1945,108 @@ fn several_resources_are_locked_all_or_none() {
     // Bad sets are usage errors.
     let o = output(redlock(&urls).args(["acquire", "ok", "redlock:fence"]));
     assert_code(&o, 64);
+}
+
+#[test]
+fn permits_make_a_counting_semaphore_across_acquire_run_status_extend_and_release() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let permits = ["--permits", "2"];
+    let take = || {
+        let o = output(
+            redlock(&urls)
+                .args(["acquire", "--ttl", "30s"])
+                .args(permits)
+                .arg("deploys"),
+        );
+        assert_code(&o, 0);
+        (stdout(&o).trim_end().to_owned(), stderr(&o))
+    };
+    let (first, said) = take();
+    assert!(said.contains("acquired \"deploys#0\""), "{said}");
+    let (second, said) = take();
+    assert!(said.contains("acquired \"deploys#1\""), "{said}");
+    for s in servers.iter() {
+        assert_eq!(s.get("deploys#0").as_deref(), Some(first.as_str()));
+        assert_eq!(s.get("deploys#1").as_deref(), Some(second.as_str()));
+        // A semaphore and a plain lock of the same name are different keys.
+        assert_eq!(s.get("deploys"), None);
+    }
+    // Both permits held: one attempt fails with 75, run too.
+    let o = output(
+        redlock(&urls)
+            .args(["acquire", "-n"])
+            .args(permits)
+            .arg("deploys"),
+    );
+    assert_code(&o, 75);
+    let o = output(
+        redlock(&urls)
+            .args(["run", "-w", "200ms"])
+            .args(permits)
+            .args(["deploys", "--", "true"]),
+    );
+    assert_code(&o, 75);
+    let o = output(plain(&urls).args(["status"]).args(permits).arg("deploys"));
+    assert_code(&o, 0);
+    assert!(
+        stdout(&o).contains("2 of 2 permits of \"deploys\" held"),
+        "{}",
+        stdout(&o)
+    );
+    // extend and release find the permit the token holds.
+    let o = output(
+        redlock(&urls)
+            .args(["extend", "--ttl", "60s"])
+            .args(permits)
+            .args(["deploys", &second]),
+    );
+    assert_code(&o, 0);
+    for s in servers.iter() {
+        assert!(s.pttl("deploys#1") > 50_000, "not extended on {}", s.addr());
+    }
+    let o = output(
+        plain(&urls)
+            .args(["release"])
+            .args(permits)
+            .args(["deploys", &first]),
+    );
+    assert_code(&o, 0);
+    assert!(stderr(&o).contains("deploys#0"), "{}", stderr(&o));
+    let o = output(plain(&urls).args(["status"]).args(permits).arg("deploys"));
+    assert_code(&o, 1);
+    assert!(stdout(&o).contains("1 of 2 permits"), "{}", stdout(&o));
+    // run takes the free permit and names it in REDLOCK_RESOURCE.
+    let o = output(redlock(&urls).arg("run").args(permits).args([
+        "deploys",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$REDLOCK_RESOURCE\"",
+    ]));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "deploys#0\n");
+    for s in servers.iter() {
+        assert_eq!(s.get("deploys#0"), None, "released on {}", s.addr());
+    }
+    // The permit's key works without --permits too.
+    let o = output(plain(&urls).args(["release", "deploys#1", &second]));
+    assert_code(&o, 0);
+    // A token that holds no permit.
+    let o = output(
+        plain(&urls)
+            .args(["release"])
+            .args(permits)
+            .args(["deploys", &second]),
+    );
+    assert_code(&o, 79);
+}
+
+#[test]
+fn a_bad_permit_count_gives_64() {
+    for bad in ["0", "65", "x"] {
+        let o =
+            output(plain(&["redis://127.0.0.1:1".into()]).args(["acquire", "--permits", bad, "r"]));
+        assert_code(&o, 64);
+    }
 }

@@ -327,7 +327,10 @@ fn a_plain_waiter_for_a_member_acquires_once_the_set_is_released() {
         })
     };
     let until = Instant::now() + Duration::from_secs(10);
-    while servers.iter().any(|s| s.get("redlock:waiting:v2").is_none()) {
+    while servers
+        .iter()
+        .any(|s| s.get("redlock:waiting:v2").is_none())
+    {
         assert!(Instant::now() < until, "the waiter never marked v2");
         std::thread::sleep(Duration::from_millis(5));
     }

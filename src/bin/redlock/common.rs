@@ -150,9 +150,10 @@ fn classify(e: &Error) -> (u8, Kind) {
         .report()
         .is_some_and(|r| r.failed().any(|(_, f)| is_config_fault(f)));
     match e {
-        Error::Config(_) | Error::ReservedName { .. } | Error::AlreadyHeld { .. } => {
-            (exit::USAGE, Kind::Usage)
-        }
+        Error::Config(_)
+        | Error::ReservedName { .. }
+        | Error::AlreadyHeld { .. }
+        | Error::PermitCount { .. } => (exit::USAGE, Kind::Usage),
         _ if config => (exit::CONFIG, Kind::Config),
         Error::Held(_) => (exit::HELD, Kind::Held),
         Error::NoQuorum(_) | Error::TooSlow(_) | Error::Fence(_) => {
@@ -490,6 +491,11 @@ pub struct LockOptions {
     /// REDLOCK_FENCE, acquire prints it after the token
     #[arg(long, env = "REDLOCK_FENCING", value_parser = BoolishValueParser::new())]
     pub fence: bool,
+    /// RESOURCE is a counting semaphore of P permits (1 to 64): at most P holders at once,
+    /// permit i being the lock RESOURCE#i. run and acquire take a free permit; release and
+    /// extend find the permit TOKEN holds; status shows every permit
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_mux::MAX_PERMITS)))]
+    pub permits: Option<u32>,
     #[command(flatten)]
     pub tuning: Tuning,
     #[command(flatten)]
@@ -691,7 +697,26 @@ pub fn unreachable_grace(config: &redlock_mux::Config) -> Duration {
 ///
 /// The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it has said
 /// what it acquired.
-pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> Result<Lock, Fail> {
+pub fn acquire(
+    r: &Redlock,
+    resource: &str,
+    permits: Option<u32>,
+    waiting: &Waiting,
+    quiet: bool,
+) -> Result<Lock, Fail> {
+    // With --permits: a permit of the semaphore RESOURCE, a lock on RESOURCE#i.
+    let semaphore = permits
+        .map(|p| r.semaphore(resource, p))
+        .transpose()
+        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let try_lock = || match &semaphore {
+        Some(s) => s.try_acquire(),
+        None => r.try_lock(resource),
+    };
+    let lock_until = |deadline| match &semaphore {
+        Some(s) => s.acquire_until(deadline),
+        None => r.lock_until(resource, deadline),
+    };
     // Inside `redlock run RESOURCE -- …` on the same servers, which holds RESOURCE until the
     // command ends: an acquire of it that waits could only wait for the command it runs in
     // (issue 35: it waited forever). `-n` still answers "held" at once.
@@ -715,7 +740,7 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
         .map_err(|e| Fail::lib("cannot start", &e))?;
     let rule = waiting.rule();
     let started = Instant::now();
-    let first = match r.try_lock(resource) {
+    let first = match try_lock() {
         Ok(lock) => return Ok(lock),
         Err(e) => e,
     };
@@ -747,16 +772,14 @@ pub fn acquire(r: &Redlock, resource: &str, waiting: &Waiting, quiet: bool) -> R
         );
     }
     if !matches!(rule, Wait::Forever) {
-        return r
-            .lock_until(resource, deadline)
-            .map_err(|e| lock_failure(r, resource, rule, &e, waiting));
+        return lock_until(deadline).map_err(|e| lock_failure(r, resource, rule, &e, waiting));
     }
     // Without a limit: a lock held elsewhere is waited for as long as it takes (as flock does),
     // servers that cannot make a quorum for `grace` (in turns of half of it) are not.
     let mut unreachable_since = (!matches!(first, Error::Held(_))).then_some(started);
     loop {
         let turn = Instant::now();
-        let e = match r.lock_until(resource, (turn + grace / 2).min(deadline)) {
+        let e = match lock_until((turn + grace / 2).min(deadline)) {
             Ok(lock) => return Ok(lock),
             Err(e) => e,
         };
@@ -918,4 +941,36 @@ pub fn shorten(name: &str, max: usize) -> String {
     } else {
         format!("{head:?}")
     }
+}
+
+/// With `--permits`: the key of the permit of the semaphore `resource` that `token` holds on
+/// most nodes (asked of every permit, each waiting at most `timeout`), for `release` and
+/// `extend`; `resource#0` when no node holds it with `token` (the caller then reports it is
+/// not held). Without: `resource`.
+pub fn permit_held_by(
+    r: &Redlock,
+    resource: &str,
+    permits: Option<u32>,
+    token: &str,
+    timeout: Duration,
+) -> Result<String, Fail> {
+    let Some(permits) = permits else {
+        return Ok(resource.to_owned());
+    };
+    let semaphore = r
+        .semaphore(resource, permits)
+        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let mut best: Option<(usize, String)> = None;
+    for i in 0..permits {
+        let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
+        let holding = r
+            .status(key.as_bytes(), timeout)
+            .iter()
+            .filter(|s| matches!(&s.state, Ok((Some(v), _)) if v == token.as_bytes()))
+            .count();
+        if holding > 0 && best.as_ref().is_none_or(|(n, _)| holding > *n) {
+            best = Some((holding, key));
+        }
+    }
+    Ok(best.map_or_else(|| format!("{resource}#0"), |(_, key)| key))
 }

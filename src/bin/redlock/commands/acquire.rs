@@ -13,6 +13,10 @@ Waits until the lock is free, as flock does: -n for one attempt, -w for a limit.
 to stdout (--json: one object with token, fence, validity_ms); pass it to `redlock release` or
 `redlock extend`. Without them the lock expires after --ttl.
 
+With --permits P, RESOURCE is a counting semaphore (at most P holders): the lock taken is a free
+permit, RESOURCE#i, named on stderr (--json: \"lock\"); release and extend take RESOURCE#i, or
+RESOURCE with the same --permits.
+
 Exit codes: 0 acquired; 75 held elsewhere (or -E's code); 80 the servers restarted moments ago
 (restart quarantine); 69 no quorum reachable; 64 usage; 70 internal; 77 authentication refused;
 78 the servers do not match the configuration.";
@@ -36,7 +40,15 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?.fencing(a.opts.fence))?;
     let resource = common::lock_name(&a.resources)?;
-    let lock = common::acquire(&r, &resource, &a.opts.waiting, a.output.quiet)?;
+    let lock = common::acquire(
+        &r,
+        &resource,
+        a.opts.permits,
+        &a.opts.waiting,
+        a.output.quiet,
+    )?;
+    // RESOURCE, or with --permits the permit's key, RESOURCE#i.
+    let held = String::from_utf8_lossy(lock.resource()).into_owned();
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;
     let line = if a.output.json {
@@ -44,6 +56,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "ok": true,
             "command": "acquire",
             "resource": resource,
+            "lock": held,
             "token": token,
             "fence": lock.fence(),
             "validity_ms": validity_ms,
@@ -73,7 +86,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             .map_or(String::new(), |f| format!(", fence {f}"));
         say!(
             "redlock: acquired {}{fence}, valid for {validity_ms} ms",
-            shorten(&resource, NAME_SHOWN)
+            shorten(&held, NAME_SHOWN)
         );
         common::warn_unreachable(&lock);
     }

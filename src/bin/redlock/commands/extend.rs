@@ -10,7 +10,8 @@ use crate::common::{self, Fail, Kind, LockOptions, NAME_SHOWN, Output, exit, pri
 
 pub const HELP: &str = "\
 Of the lock options, extend uses all but --fence and the waiting options (-w, -n, -E), which it
-ignores; --ttl is the new time to live, from now (default 30s).
+ignores; --ttl is the new time to live, from now (default 30s); with --permits, RESOURCE is a
+semaphore and the permit TOKEN holds is extended (RESOURCE#i without --permits works too).
 
 Exit codes: 0 extended; 79 RESOURCE is no longer held with TOKEN (it expired, or was taken over);
 69 no quorum reachable; 64 usage; 70 internal; 77 authentication refused.";
@@ -40,9 +41,16 @@ pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
     let (resource, token) = crate::common::lock_and_token(&a.resource, &a.token, &a.more)?;
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?)?;
+    let resource = &common::permit_held_by(
+        &r,
+        &resource,
+        a.opts.permits,
+        token,
+        a.opts.answer_timeout(),
+    )?;
     let mut lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), ttl)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
-    let name = shorten(&resource, NAME_SHOWN);
+    let name = shorten(resource, NAME_SHOWN);
     match r.extend(&mut lock, ttl) {
         Ok(()) => {
             let validity_ms = lock.validity().as_millis() as u64;

@@ -7,13 +7,14 @@ use redlock_mux::Lock;
 use serde_json::json;
 
 use crate::common::{
-    Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, build, check_reachable, exit, print_json,
-    shorten,
+    self, Fail, HANDLE_TTL, LockOptions, NAME_SHOWN, Output, build, check_reachable, exit,
+    print_json, shorten,
 };
 
 pub const HELP: &str = "\
-Of the lock options, release uses the servers, the TLS options and --node-timeout (default
-50ms), and ignores the others.
+Of the lock options, release uses the servers, the TLS options, --node-timeout (default 50ms)
+and --permits (RESOURCE is a semaphore: the permit TOKEN holds is released; RESOURCE#i without
+--permits works too), and ignores the others.
 
 Exit codes: 0 released (on at least one node); 79 no node held RESOURCE with TOKEN (it expired,
 or was released or taken over); 69 fewer than a quorum of nodes reachable; 64 usage; 70 internal;
@@ -59,10 +60,11 @@ pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
         b = b.node_timeout(t);
     }
     let r = build(b)?;
+    let resource = &common::permit_held_by(&r, &resource, a.opts.permits, token, STATUS_TIMEOUT)?;
     let lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), RELEASED_VALIDITY)
         .map_err(|e| Fail::lib("bad arguments", &e))?;
     let n = r.nodes().len();
-    let name = shorten(&resource, NAME_SHOWN);
+    let name = shorten(resource, NAME_SHOWN);
     let released = r
         .unlock(lock)
         .map_err(|e| Fail::lib(&format!("cannot release {name}"), &e))?;

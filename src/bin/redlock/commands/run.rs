@@ -5,6 +5,7 @@
 
 use std::ffi::OsString;
 use std::io;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus};
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -32,6 +33,9 @@ when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as 
 
 Lock options: --ttl (default 10s) bounds how long the lock outlives a redlock that was killed;
 while redlock runs, the lock is extended.
+
+--permits P: RESOURCE is a counting semaphore, at most P runs at once (`redlock run --permits 3
+deploy -- ./deploy.sh`); the lock held is a free permit, RESOURCE#i, and REDLOCK_RESOURCE names it.
 
 COMMAND gets REDLOCK_RESOURCE, REDLOCK_TOKEN, REDLOCK_VALIDITY_MS and REDLOCK_HELD_ON (the
 servers, host:port,...) in its environment, and REDLOCK_FENCE with --fence (pass it to what the lock protects, to refuse stale writers). The lock
@@ -229,7 +233,7 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     // A kept lock may run for days: no limit on the number of extensions.
     let tuned = a.opts.tuned(DEFAULT_TTL)?;
     let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
-    let lock = common::acquire(&r, &a.resource, &a.opts.waiting, a.quiet)?;
+    let lock = common::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
     if !a.quiet {
         common::warn_unreachable(&lock);
     }
@@ -342,7 +346,11 @@ fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail
     }
     command
         .args(&argv[1..])
-        .env("REDLOCK_RESOURCE", &a.resource)
+        // The lock held: RESOURCE, or with --permits the permit's, RESOURCE#i.
+        .env(
+            "REDLOCK_RESOURCE",
+            OsString::from_vec(kept.lock().resource().to_vec()),
+        )
         .env(
             "REDLOCK_HELD_ON",
             common::held_on(kept.lock().nodes().map(|(node, _)| node)),

@@ -16,6 +16,10 @@ Of the lock options, status uses the servers, the TLS options, --node-timeout (h
 for the answers, default 1s) and --quarantine (the window the lock holders use: default --ttl,
 else 30s), and ignores the others.
 
+With --permits P, RESOURCE is a counting semaphore: every permit RESOURCE#i is shown, then how
+many are held; 0 means every permit is held by a quorum (an acquire would wait), 1 that one at
+least is not.
+
 Exit codes: 0 held by a quorum; 1 not held by a quorum (free, or split between tokens);
 69 fewer than a quorum of nodes answered (the state is unknown); 64 usage; 77 authentication
 refused. With -q it prints nothing: `redlock status -q RESOURCE && echo held`.";
@@ -64,6 +68,15 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
         .unwrap_or(Quarantine(Some(a.opts.ttl_or(DEFAULT_WINDOW))));
     let timeout = a.opts.answer_timeout();
     let r = a.opts.probe(window)?;
+    if let Some(permits) = a.opts.permits {
+        let [name] = a.resources.as_slice() else {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--permits takes one RESOURCE (the semaphore's name)",
+            ));
+        };
+        return permits_status(a, &r, name, permits, timeout);
+    }
     // Each name, a set's members each.
     let mut names: Vec<String> = Vec::new();
     for name in &a.resources {
@@ -115,6 +128,70 @@ fn status_of(
     }
     // The one JSON object is printed: the failure goes to stderr only.
     if let Err(fail) = reachable {
+        say!("redlock: {}", fail.message);
+    }
+    Ok(code)
+}
+
+/// `status --permits P RESOURCE`: every permit's table and verdict, then how many are held.
+/// Exit 0 when every permit is held by a quorum (an acquire would have to wait), 1 when one at
+/// least is not, 69 when a permit's nodes could not make a quorum of answers.
+fn permits_status(
+    a: &StatusArgs,
+    r: &redlock_mux::Redlock,
+    name: &str,
+    permits: u32,
+    timeout: Duration,
+) -> Result<u8, Fail> {
+    let semaphore = r
+        .semaphore(name, permits)
+        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let mut objects = Vec::new();
+    let mut text = String::new();
+    let mut held = 0;
+    let mut unreachable = None;
+    for i in 0..permits {
+        let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
+        let statuses = r
+            .with_client(|c| c.status(key.as_bytes(), timeout))
+            .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
+        let verdict = verdict(&statuses);
+        held += usize::from(matches!(verdict, Verdict::Held { .. }));
+        if let Err(fail) = check_reachable(&statuses, "status") {
+            unreachable.get_or_insert(fail);
+        }
+        if a.output.json {
+            objects.push(to_json(&key, &statuses, &verdict));
+        } else {
+            text += &format!("permit {i} ({}):\n", shorten(&key, NAME_SHOWN));
+            text += &(table(&key, &statuses) + &summary(&key, &statuses, &verdict));
+        }
+    }
+    let code = match (&unreachable, held == permits as usize) {
+        (Some(fail), _) => fail.code,
+        (None, true) => exit::OK,
+        (None, false) => exit::NOT_HELD,
+    };
+    if a.output.json {
+        print_json(&json!({
+            "resource": name,
+            "permits": permits,
+            "held": held,
+            "permit": objects,
+            "exit_code": code,
+            "message": unreachable.as_ref().map(|f| f.message.clone()),
+        }));
+    } else if !a.output.quiet {
+        text += &format!(
+            "{held} of {permits} permits of {} held\n",
+            shorten(name, NAME_SHOWN)
+        );
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush());
+    }
+    if let Some(fail) = unreachable {
         say!("redlock: {}", fail.message);
     }
     Ok(code)

@@ -1,0 +1,647 @@
+//! Counting semaphores: at most P holders of a name at once, each holding one of P permits, and
+//! every permit a plain Redlock of its own on `<name>#<i>` (i in 0..P).
+//!
+//! An acquire attempts every permit in one go (all the `SET … NX PX`s of all the permits go out
+//! in one write per node), keeps the first permit it won (the lowest index when several are
+//! decided together) and releases every other permit it won at once, without waiting for the
+//! replies. So the semaphore is safe by construction — a permit is a plain lock, held by one
+//! holder at most, so there are at most P holders — and available while a majority of the
+//! masters is up, as a plain lock is. A permit *is* a [`Lock`] (on `<name>#<i>`): unlock,
+//! extend, keep-alive, guards, fencing work on it unchanged.
+//!
+//! Why not a counter per node (a set of holders per node, admitted while it has fewer than P,
+//! and a majority of nodes to admit): P + 1 holders fit on majorities of M nodes as soon as
+//! (P + 1)·⌊M/2 + 1⌋ ≤ P·M (M = 5, P = 3: four holders on three nodes each use 12 of the 15
+//! places). A larger quorum would fix that, at the cost of availability with a bare majority.
+//!
+//! Waiting ([`Semaphore::acquire_until`], [`AsyncSemaphore::acquire_until`]): the waiting
+//! acquires of all P permits are handed to the engine together, each queued behind this
+//! handle's other callers waiting for that permit and woken by its release (release notices,
+//! then the fallback poll); the first to win is kept and the others are cancelled, which
+//! releases whatever they win meanwhile. So a waiter wakes on the release of any permit.
+//! [`Client::acquire_permit_until`] has no wait queues of its own to share: it waits on one
+//! permit chosen at random for a slice of a retry pause, then tries them all again.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use rand::RngExt;
+
+use crate::async_guard::AsyncLockGuard;
+use crate::async_handle::AsyncRedlock;
+use crate::async_keep::LockWatch;
+use crate::client::{Client, lock_of};
+use crate::config::Config;
+use crate::error::{Error, WithLockError};
+use crate::guard::LockGuard;
+use crate::handle::Redlock;
+use crate::keep::KeepAlive;
+use crate::lock::Lock;
+use crate::request::ReqKind;
+use crate::round::deadline_after;
+use crate::task::Call;
+use crate::token::Token;
+
+/// The most permits a semaphore may have. Every acquire attempts all of them (P `SET`s per
+/// node), and a waiting acquire queues on all of them: beyond a few dozen a counter would be
+/// the better tool, and its safety costs what is explained in the module docs.
+pub const MAX_PERMITS: u32 = 64;
+
+/// A blocked thread waiting for a future re-polls it at least this seldom (it is unparked when
+/// an outcome is in: the re-poll only bounds a lost wake-up).
+const RECHECK: Duration = Duration::from_millis(100);
+
+/// The permits' names of the semaphore `name` with `permits` permits, checked as lock names.
+fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u8>]>, Error> {
+    if permits == 0 || permits > MAX_PERMITS {
+        return Err(Error::PermitCount {
+            permits,
+            max: MAX_PERMITS,
+        });
+    }
+    // The name itself first (empty, reserved prefix), then every permit's key (its length).
+    config.check_resource(name)?;
+    (0..permits)
+        .map(|i| {
+            let key = crate::keys::permit_key(name, i);
+            config.check_resource(&key)?;
+            Ok(key)
+        })
+        .collect()
+}
+
+/// Of the outcomes of one attempt on every permit (in permit order), the first permit won;
+/// every other permit won is returned in `extra`, for the caller to release without waiting.
+/// With no permit won: the error of a permit that is not simply held (too few nodes, …), or,
+/// when every permit is held, [`Error::Held`] with the report of permit 0.
+fn first_won(
+    names: &[Vec<u8>],
+    attempts: impl IntoIterator<Item = Result<Lock, Error>>,
+    extra: &mut Vec<Lock>,
+) -> Result<Lock, Error> {
+    let mut won: Option<Lock> = None;
+    let mut held: Option<Error> = None;
+    let mut other: Option<Error> = None;
+    for (_, result) in names.iter().zip(attempts) {
+        match result {
+            Ok(lock) if won.is_none() => won = Some(lock),
+            Ok(lock) => extra.push(lock),
+            Err(e @ Error::Held(_)) => {
+                held.get_or_insert(e);
+            }
+            Err(e) => {
+                other.get_or_insert(e);
+            }
+        }
+    }
+    match (won, other, held) {
+        (Some(lock), _, _) => Ok(lock),
+        (None, Some(e), _) | (None, None, Some(e)) => Err(e),
+        (None, None, None) => Err(Error::Internal("a semaphore without permits")),
+    }
+}
+
+/// Of the errors of every permit's acquire (none won), the one to report, as [`first_won`].
+fn none_won(errors: Vec<Option<Error>>) -> Error {
+    let mut extra = Vec::new();
+    let names = vec![Vec::new(); errors.len()];
+    let results = errors
+        .into_iter()
+        .map(|e| Err(e.unwrap_or(Error::Internal("operation lost"))));
+    match first_won(&names, results, &mut extra) {
+        Err(e) => e,
+        Ok(_) => Error::Internal("no permit was won"),
+    }
+}
+
+/// The index of the permit `lock` is of, if it is one of the semaphore `names`.
+fn index_of(names: &[Vec<u8>], lock: &Lock) -> Option<u32> {
+    let key: &[u8] = lock.resource();
+    names
+        .iter()
+        .position(|n| n.as_slice() == key)
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+/// Handed to the engine together, the acquires of every permit, as futures; resolves to the
+/// first won (the others are dropped: cancelled, so the engine releases what they win, or
+/// released at once if already won), or, when every one failed, the error to report.
+async fn race(redlock: &AsyncRedlock, names: &[Vec<u8>], kind: ReqKind) -> Result<Lock, Error> {
+    let mut tokens = Vec::with_capacity(names.len());
+    for _ in names {
+        tokens.push(Token::generate()?);
+    }
+    let hub = redlock.hub();
+    let mut calls: Vec<Call<'_>> = names
+        .iter()
+        .zip(&tokens)
+        .map(|(name, &token)| Call::new(hub, kind, name, token))
+        .collect();
+    let mut errors: Vec<Option<Error>> = (0..names.len()).map(|_| None).collect();
+    let mut submitted = false;
+    std::future::poll_fn(|cx: &mut Context<'_>| {
+        if !submitted {
+            Call::submit_together(&mut calls, cx.waker());
+            submitted = true;
+        }
+        for (i, call) in calls.iter_mut().enumerate() {
+            if errors[i].is_some() {
+                continue;
+            }
+            if let Poll::Ready(outcome) = Pin::new(call).poll(cx) {
+                match lock_of(&names[i], tokens[i], outcome) {
+                    Ok(lock) => return Poll::Ready(Ok(lock)),
+                    Err(e) => errors[i] = Some(e),
+                }
+            }
+        }
+        if errors.iter().all(Option::is_some) {
+            return Poll::Ready(Err(none_won(std::mem::take(&mut errors))));
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Runs a future on the calling thread, parked while it waits (it is woken by the engine's
+/// loop, which the handle's background thread drives meanwhile).
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+        std::thread::park_timeout(RECHECK);
+    }
+}
+
+/// A counting semaphore over the servers of a [`Redlock`] handle: at most
+/// [`permits`](Semaphore::permits) holders at once. Made by [`Redlock::semaphore`]; a cheap
+/// value (`Clone`, `Send + Sync`) that holds a clone of the handle.
+///
+/// A permit is a [`Lock`] on `<name>#<i>`: release it with [`Redlock::unlock`] (or
+/// [`Redlock::unlock_nowait`]), extend it with [`Redlock::extend`], keep it with
+/// [`Redlock::keep`]; [`Semaphore::guard`] and [`Semaphore::with_permit`] are the semaphore's
+/// [`Redlock::guard`] and [`Redlock::with_lock`]. See the module docs (`semaphore.rs`) and the
+/// README's section "At most N at once" for the design.
+///
+/// A semaphore and a plain lock of the same name do not exclude each other (the keys differ):
+/// `redlock.lock("deploy")` takes nothing from `redlock.semaphore("deploy", 3)`. A plain lock on
+/// `deploy#1` — by this crate or by any client that runs `SET deploy#1 … NX PX` on the same
+/// servers — does take permit 1.
+///
+/// # Examples
+///
+/// ```no_run
+/// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+/// // At most three deploys at once.
+/// let deploys = redlock.semaphore("deploy", 3)?;
+/// let permit = deploys.acquire()?; // waits for a free permit, at most Config::lock_wait
+/// println!("deploying under {}", permit.resource()); // deploy#0, deploy#1 or deploy#2
+/// // ... deploy, within permit.validity() ...
+/// redlock.unlock(permit)?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Semaphore {
+    redlock: Redlock,
+    name: Arc<[u8]>,
+    names: Arc<[Vec<u8>]>,
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("permits", &self.names.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redlock {
+    /// A counting semaphore of `permits` permits named `name`: at most `permits` holders at
+    /// once, each permit a lock of its own on `<name>#<i>`; see [`Semaphore`]. Checks the
+    /// arguments; sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermitCount`] for 0 permits or more than [`MAX_PERMITS`];
+    /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::Config`] for an
+    /// empty name, or one whose permits' keys are longer than
+    /// [`Builder::max_resource_len`](crate::Builder::max_resource_len).
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
+        let name = name.as_ref();
+        Ok(Semaphore {
+            names: permit_names(self.config(), name, permits)?,
+            name: name.into(),
+            redlock: self.clone(),
+        })
+    }
+}
+
+impl Semaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.names.len() as u32
+    }
+
+    /// The key of permit `i`, `<name>#<i>` (`None` past the last permit).
+    pub fn permit_key(&self, i: u32) -> Option<&[u8]> {
+        self.names.get(i as usize).map(Vec::as_slice)
+    }
+
+    /// Which permit `lock` is, if it is one of this semaphore's.
+    pub fn permit_of(&self, lock: &Lock) -> Option<u32> {
+        index_of(&self.names, lock)
+    }
+
+    /// The handle it uses.
+    pub fn redlock(&self) -> &Redlock {
+        &self.redlock
+    }
+
+    /// One attempt on every permit at once, no waiting: the permit won (the lowest index of
+    /// those won; the others won are released at once, without waiting).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Held`] when every permit is held (the report is permit 0's), or, when no
+    /// permit was won and one failed otherwise, that permit's error ([`Error::NoQuorum`], …),
+    /// as [`Redlock::try_lock`].
+    pub fn try_acquire(&self) -> Result<Lock, Error> {
+        let config = self.redlock.config();
+        let mut requests = Vec::with_capacity(self.names.len());
+        for name in self.names.iter() {
+            let (kind, token) = ReqKind::acquire(config, name)?;
+            requests.push((kind, name.as_slice(), token));
+        }
+        let outcomes = self.redlock.hub().call_many(&requests);
+        let results = requests
+            .iter()
+            .zip(outcomes)
+            .map(|(&(_, name, token), o)| match o {
+                Some(outcome) => lock_of(name, token, outcome),
+                None => Err(Error::Internal("operation lost")),
+            });
+        let mut extra = Vec::new();
+        let result = first_won(&self.names, results, &mut extra);
+        self.release_nowait(&extra);
+        result
+    }
+
+    fn release_nowait(&self, locks: &[Lock]) {
+        if locks.is_empty() {
+            return;
+        }
+        let releases: Vec<(ReqKind, &[u8], Token)> = locks
+            .iter()
+            .map(|l| (ReqKind::Release, &**l.resource(), *l.token()))
+            .collect();
+        self.redlock.hub().send_many(&releases);
+    }
+
+    /// Acquires a permit, waiting for one at most [`Config::lock_wait`] (4 s by default); see
+    /// [`Semaphore::acquire_until`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_until`].
+    pub fn acquire(&self) -> Result<Lock, Error> {
+        let deadline = deadline_after(Instant::now(), self.redlock.config().lock_wait());
+        self.acquire_until(deadline)
+    }
+
+    /// Acquires a permit, waiting for one until `deadline`: one attempt on every permit, then,
+    /// if none was won, a waiting acquire of every permit (as [`Redlock::lock_until`]), handed
+    /// to the engine together; the first to win is kept, the others are cancelled (and
+    /// whatever they win meanwhile released). So the release of any permit wakes the waiter.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
+    /// was still held at the deadline.
+    pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
+        match self.try_acquire() {
+            Err(e) if !e.is_final() && Instant::now() < deadline => {}
+            done => return done,
+        }
+        let redlock = AsyncRedlock::from(self.redlock.clone());
+        let kind = ReqKind::Wait {
+            ttl: redlock.config().ttl,
+            deadline,
+        };
+        block_on(race(&redlock, &self.names, kind))
+    }
+
+    /// Acquires a permit (waiting, as [`Semaphore::acquire`]) and returns a guard that releases
+    /// it when dropped, without waiting; see [`Redlock::guard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire`].
+    pub fn guard(&self) -> Result<LockGuard, Error> {
+        Ok(LockGuard::new(self.redlock.clone(), self.acquire()?))
+    }
+
+    /// Acquires a permit (waiting, as [`Semaphore::acquire`]), keeps it alive while `work`
+    /// runs, then releases it; see [`Redlock::with_lock`], whose rules it follows.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::with_lock`].
+    pub fn with_permit<R>(
+        &self,
+        work: impl FnOnce(&KeepAlive) -> R,
+    ) -> Result<R, WithLockError<R>> {
+        let permit = self.acquire().map_err(WithLockError::NotAcquired)?;
+        self.redlock.with_held(permit, work)
+    }
+}
+
+/// A counting semaphore for async code: [`Semaphore`] through futures. Made by
+/// [`AsyncRedlock::semaphore`]. Dropping an acquire's future at any point leaves no permit held
+/// for nobody (see [`AsyncRedlock`]'s cancellation rules: a permit won for a dropped future is
+/// released).
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redlock_mux::Error> {
+/// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+/// let deploys = redlock.semaphore("deploy", 3)?;
+/// let permit = deploys.acquire().await?;
+/// // ... deploy, within permit.validity() ...
+/// redlock.unlock(permit).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct AsyncSemaphore {
+    redlock: AsyncRedlock,
+    name: Arc<[u8]>,
+    names: Arc<[Vec<u8>]>,
+}
+
+impl fmt::Debug for AsyncSemaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncSemaphore")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("permits", &self.names.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AsyncRedlock {
+    /// A counting semaphore of `permits` permits named `name`; see [`Redlock::semaphore`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::semaphore`].
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<AsyncSemaphore, Error> {
+        let name = name.as_ref();
+        Ok(AsyncSemaphore {
+            names: permit_names(self.config(), name, permits)?,
+            name: name.into(),
+            redlock: self.clone(),
+        })
+    }
+}
+
+impl AsyncSemaphore {
+    /// The semaphore's name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    /// How many holders it admits at once.
+    pub fn permits(&self) -> u32 {
+        self.names.len() as u32
+    }
+
+    /// The key of permit `i`, `<name>#<i>` (`None` past the last permit).
+    pub fn permit_key(&self, i: u32) -> Option<&[u8]> {
+        self.names.get(i as usize).map(Vec::as_slice)
+    }
+
+    /// Which permit `lock` is, if it is one of this semaphore's.
+    pub fn permit_of(&self, lock: &Lock) -> Option<u32> {
+        index_of(&self.names, lock)
+    }
+
+    /// The handle it uses.
+    pub fn redlock(&self) -> &AsyncRedlock {
+        &self.redlock
+    }
+
+    /// One attempt on every permit at once, no waiting; see [`Semaphore::try_acquire`]. The
+    /// first permit decided won is kept; the others won are released at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::try_acquire`].
+    pub async fn try_acquire(&self) -> Result<Lock, Error> {
+        let kind = ReqKind::Acquire {
+            ttl: self.redlock.config().ttl,
+        };
+        race(&self.redlock, &self.names, kind).await
+    }
+
+    /// Acquires a permit, waiting at most [`Config::lock_wait`]; see
+    /// [`Semaphore::acquire`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_until`].
+    pub async fn acquire(&self) -> Result<Lock, Error> {
+        let deadline = deadline_after(Instant::now(), self.redlock.config().lock_wait());
+        self.acquire_until(deadline).await
+    }
+
+    /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`].
+    /// The waiting acquires of every permit are handed to the engine together.
+    ///
+    /// # Errors
+    ///
+    /// As [`Semaphore::acquire_until`].
+    pub async fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
+        let kind = ReqKind::Wait {
+            ttl: self.redlock.config().ttl,
+            deadline,
+        };
+        race(&self.redlock, &self.names, kind).await
+    }
+
+    /// Acquires a permit (waiting, as [`AsyncSemaphore::acquire`]) and returns a guard that
+    /// releases it when dropped; see [`AsyncRedlock::guard`].
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncSemaphore::acquire`].
+    pub async fn guard(&self) -> Result<AsyncLockGuard, Error> {
+        let permit = self.acquire().await?;
+        Ok(AsyncLockGuard::new(self.redlock.clone(), permit))
+    }
+
+    /// Acquires a permit (waiting), keeps it alive while the work's future runs, then releases
+    /// it; see [`AsyncRedlock::with_lock`], whose rules it follows.
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncRedlock::with_lock`].
+    pub async fn with_permit<F, Fut, R>(&self, work: F) -> Result<R, WithLockError<R>>
+    where
+        F: FnOnce(LockWatch) -> Fut,
+        Fut: Future<Output = R>,
+    {
+        let permit = self.acquire().await.map_err(WithLockError::NotAcquired)?;
+        self.redlock.with_held(permit, work).await
+    }
+}
+
+impl Client {
+    /// One attempt on every permit of the semaphore `name` of `permits` permits at once (one
+    /// write per node); see [`Semaphore::try_acquire`]. Permits won and not kept are released
+    /// without waiting for the replies (consumed by the client's next operations).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::semaphore`] for bad arguments, then as [`Semaphore::try_acquire`].
+    pub fn try_acquire_permit(
+        &mut self,
+        name: impl AsRef<[u8]>,
+        permits: u32,
+    ) -> Result<Lock, Error> {
+        let names = permit_names(self.config(), name.as_ref(), permits)?;
+        self.try_permits(&names)
+    }
+
+    fn try_permits(&mut self, names: &[Vec<u8>]) -> Result<Lock, Error> {
+        let results = self.try_lock_many(names);
+        let mut extra = Vec::new();
+        let result = first_won(names, results, &mut extra);
+        if !extra.is_empty() {
+            let engine = self.engine();
+            let now = Instant::now();
+            for lock in &extra {
+                engine.submit(
+                    ReqKind::Release,
+                    lock.resource(),
+                    lock.token(),
+                    crate::engine::Waiter::None,
+                    now,
+                );
+            }
+            engine.flush(now);
+        }
+        result
+    }
+
+    /// Acquires a permit of the semaphore `name` of `permits` permits, waiting for one until
+    /// `deadline`. A client has no wait queues shared with other callers: after an attempt on
+    /// every permit, it waits on one permit chosen at random (as [`Client::lock_until`]: woken
+    /// by its release) for a retry pause at most, then tries every permit again.
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_acquire_permit`]: [`Error::Held`] if every permit was still held at
+    /// the deadline.
+    pub fn acquire_permit_until(
+        &mut self,
+        name: impl AsRef<[u8]>,
+        permits: u32,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        let names = permit_names(self.config(), name.as_ref(), permits)?;
+        let mut rng = rand::rng();
+        loop {
+            let err = match self.try_permits(&names) {
+                Err(e) if !e.is_final() && Instant::now() < deadline => e,
+                done => return done,
+            };
+            // One permit, for a pause like a retry's: long enough for its release notice or
+            // its fallback poll, short enough that the release of another permit is not
+            // missed for long.
+            let config = self.config();
+            let jitter = config.retry_jitter.as_micros() as u64;
+            let slice = config.retry_delay + Duration::from_micros(rng.random_range(0..=jitter));
+            let slice = slice.max(config.node_timeout_for(config.ttl));
+            let until = deadline.min(deadline_after(Instant::now(), slice));
+            let i = rng.random_range(0..names.len());
+            match self.lock_until(&names[i], until) {
+                Ok(lock) => return Ok(lock),
+                Err(e) if e.is_final() => return Err(e),
+                Err(_) if Instant::now() >= deadline => return Err(err),
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_count_or_name_is_refused_before_anything_is_sent() {
+        let config = Config::default();
+        for permits in [0, MAX_PERMITS + 1, u32::MAX] {
+            assert!(matches!(
+                permit_names(&config, b"deploy", permits),
+                Err(Error::PermitCount {
+                    max: MAX_PERMITS,
+                    ..
+                })
+            ));
+        }
+        assert!(matches!(
+            permit_names(&config, b"redlock:x", 3),
+            Err(Error::ReservedName { .. })
+        ));
+        assert!(matches!(
+            permit_names(&config, b"", 3),
+            Err(Error::Config(_))
+        ));
+        // The name fits, its permits' keys do not.
+        let long = vec![b'a'; config.max_resource_len - 1];
+        assert!(matches!(
+            permit_names(&config, &long, 3),
+            Err(Error::Config(_))
+        ));
+        let names = permit_names(&config, b"deploy", MAX_PERMITS).unwrap();
+        assert_eq!(names.len(), MAX_PERMITS as usize);
+        assert!(Error::PermitCount { permits: 0, max: 1 }.is_final());
+    }
+
+    #[test]
+    fn no_permit_won_reports_a_failure_before_held() {
+        let names = vec![b"a#0".to_vec(), b"a#1".to_vec()];
+        let mut extra = Vec::new();
+        let attempts = vec![
+            Err(Error::Internal("first")),
+            Err(Error::Internal("second")),
+        ];
+        let e = first_won(&names, attempts, &mut extra).unwrap_err();
+        assert!(matches!(e, Error::Internal("first")));
+        assert!(extra.is_empty());
+    }
+}

@@ -1,0 +1,436 @@
+//! Counting semaphores against real servers: at most P holders among K > P contending threads
+//! (and tasks), a released permit handed to a waiter, a frozen node, a restarted node, a bad
+//! count, and the key layout shared with plain locks (`<name>#<i>`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use redis_local::Cluster;
+use redlock_mux::{Builder, Error, Lock, MAX_PERMITS, Redlock, Semaphore};
+
+/// A bound on every wait of these tests (never reached when things work).
+const BOUND: Duration = Duration::from_secs(20);
+
+/// Fresh test servers have a short uptime: quarantine is tested elsewhere, off here.
+fn builder(servers: &Cluster) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        // Timing is not what these tests check: room for a loaded machine.
+        .node_timeout(Duration::from_millis(200))
+        .retry_delay(Duration::from_millis(20), Duration::from_millis(20))
+}
+
+fn handle(servers: &Cluster) -> Redlock {
+    builder(servers).build().unwrap()
+}
+
+fn deadline() -> Instant {
+    Instant::now() + BOUND
+}
+
+/// Holders counted inside the critical section: the most seen at once.
+#[derive(Default)]
+struct Count {
+    now: AtomicUsize,
+    max: AtomicUsize,
+    /// P holders were seen at once.
+    full: AtomicBool,
+}
+
+impl Count {
+    /// Enters; then, in the first rounds, stays (bounded) until P holders were seen at once, so
+    /// that reaching P does not depend on the timing of the threads.
+    fn enter(&self, permits: usize) {
+        let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(n, Ordering::SeqCst);
+        if n == permits {
+            self.full.store(true, Ordering::SeqCst);
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while !self.full.load(Ordering::SeqCst) && Instant::now() < until {
+            std::thread::yield_now();
+        }
+    }
+
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn check(&self, permits: usize) {
+        let max = self.max.load(Ordering::SeqCst);
+        assert!(max <= permits, "{max} holders of {permits} permits");
+        assert_eq!(max, permits, "never {permits} holders at once");
+    }
+}
+
+/// K = 8 threads, half on one shared handle (its wait queues), half on handles of their own
+/// (split votes between engines), for P = 3 permits over 5 servers.
+#[test]
+fn at_most_p_holders_among_k_contending_threads() {
+    const P: u32 = 3;
+    const K: usize = 8;
+    const ROUNDS: usize = 15;
+    let servers = Cluster::start(5);
+    let shared = handle(&servers);
+    let count = Arc::new(Count::default());
+    let start = Arc::new(Barrier::new(K));
+    let workers: Vec<_> = (0..K)
+        .map(|k| {
+            let redlock = if k % 2 == 0 {
+                shared.clone()
+            } else {
+                handle(&servers)
+            };
+            let (count, start) = (count.clone(), start.clone());
+            std::thread::spawn(move || {
+                let sem = redlock.semaphore("deploy", P).unwrap();
+                start.wait();
+                for _ in 0..ROUNDS {
+                    let permit = sem.acquire_until(deadline()).unwrap();
+                    assert!(sem.permit_of(&permit).is_some(), "{permit:?}");
+                    count.enter(P as usize);
+                    assert!(permit.is_valid());
+                    count.leave();
+                    redlock.unlock(permit).unwrap();
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    count.check(P as usize);
+    // Every permit released.
+    for i in 0..P {
+        for s in servers.iter() {
+            assert_eq!(s.get(&format!("deploy#{i}")), None);
+        }
+    }
+}
+
+#[test]
+fn p_permits_are_taken_then_the_next_acquire_is_refused_and_a_release_frees_one() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("jobs", 3).unwrap();
+    let held: Vec<Lock> = (0..3).map(|_| sem.try_acquire().unwrap()).collect();
+    let mut got: Vec<u32> = held.iter().map(|l| sem.permit_of(l).unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, [0, 1, 2]);
+    // Permits are plain locks on `<name>#<i>`, holding the permit's token.
+    for l in &held {
+        for s in servers.iter() {
+            let key = String::from_utf8(l.resource().to_vec()).unwrap();
+            assert_eq!(s.get(&key).as_deref(), Some(l.token().to_string().as_str()));
+        }
+    }
+    assert!(matches!(sem.try_acquire(), Err(Error::Held(_))));
+    let mut held = held.into_iter();
+    let first = held.next().unwrap();
+    let index = sem.permit_of(&first).unwrap();
+    redlock.unlock(first).unwrap();
+    let again = sem.try_acquire().unwrap();
+    assert_eq!(sem.permit_of(&again), Some(index));
+    // Extend works on a permit as on any lock.
+    let mut again = again;
+    redlock.extend(&mut again, Duration::from_secs(10)).unwrap();
+    redlock.unlock(again).unwrap();
+    for l in held {
+        redlock.unlock(l).unwrap();
+    }
+}
+
+/// A waiter wakes on the release of whichever permit is released, through the same engine (the
+/// queue hands it over) and through another client's release (its notice).
+#[test]
+fn a_released_permit_goes_to_a_waiter() {
+    let servers = Cluster::start(3);
+    let shared = handle(&servers);
+    let other = handle(&servers);
+    for releaser in [&shared, &other] {
+        let sem = releaser.semaphore("pool", 2).unwrap();
+        let a = sem.try_acquire().unwrap();
+        let b = sem.try_acquire().unwrap();
+        let waiter = {
+            let sem = shared.semaphore("pool", 2).unwrap();
+            std::thread::spawn(move || sem.acquire_until(deadline()))
+        };
+        // The waiter waits on both permits: each is marked.
+        until_marked(&servers, "pool#0");
+        until_marked(&servers, "pool#1");
+        let released = sem.permit_of(&b).unwrap();
+        releaser.unlock(b).unwrap();
+        let got = waiter.join().unwrap().unwrap();
+        assert_eq!(sem.permit_of(&got), Some(released));
+        shared.unlock(got).unwrap();
+        releaser.unlock(a).unwrap();
+    }
+}
+
+/// Waits (bounded) until every server holds `resource`'s waiting mark.
+fn until_marked(servers: &Cluster, resource: &str) {
+    let mark = format!("redlock:waiting:{resource}");
+    for s in servers.iter() {
+        let deadline = deadline();
+        while s.get(&mark).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{mark} never set on {}",
+                s.addr()
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn a_wait_ends_at_its_deadline_with_held() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("full", 1).unwrap();
+    let held = sem.try_acquire().unwrap();
+    let e = sem
+        .acquire_until(Instant::now() + Duration::from_millis(100))
+        .unwrap_err();
+    assert!(matches!(e, Error::Held(_)), "{e}");
+    redlock.unlock(held).unwrap();
+    // Nothing left behind by the waits: the permit is free again for anyone.
+    let mut client = builder(&servers).build_client().unwrap();
+    let permit = client.try_acquire_permit("full", 1).unwrap();
+    client.unlock(permit).unwrap();
+}
+
+#[test]
+fn one_of_five_nodes_frozen() {
+    let mut servers = Cluster::start(5);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("frozen", 3).unwrap();
+    servers[2].freeze();
+    let held: Vec<Lock> = (0..3).map(|_| sem.try_acquire().unwrap()).collect();
+    assert!(matches!(sem.try_acquire(), Err(Error::Held(_))));
+    let waiter = {
+        let sem = sem.clone();
+        std::thread::spawn(move || sem.acquire_until(deadline()))
+    };
+    until_marked_on(&servers, "frozen#0", &[0, 1, 3, 4]);
+    let mut held = held.into_iter();
+    redlock.unlock(held.next().unwrap()).unwrap();
+    let got = waiter.join().unwrap().unwrap();
+    redlock.unlock(got).unwrap();
+    for l in held {
+        redlock.unlock(l).unwrap();
+    }
+    servers[2].resume();
+}
+
+fn until_marked_on(servers: &Cluster, resource: &str, nodes: &[usize]) {
+    let mark = format!("redlock:waiting:{resource}");
+    for &i in nodes {
+        let deadline = deadline();
+        while servers[i].get(&mark).is_none() {
+            assert!(Instant::now() < deadline, "{mark} never set on node {i}");
+            std::thread::yield_now();
+        }
+    }
+}
+
+#[test]
+fn a_node_restarted_between_acquires() {
+    let mut servers = Cluster::start(5);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("restart", 2).unwrap();
+    let a = sem.try_acquire().unwrap();
+    servers[1].restart(); // forgets its keys; a majority still holds permit a
+    let b = sem.try_acquire().unwrap();
+    assert_ne!(sem.permit_of(&a), sem.permit_of(&b));
+    assert!(matches!(sem.try_acquire(), Err(Error::Held(_))));
+    redlock.unlock(a).unwrap();
+    redlock.unlock(b).unwrap();
+    let c = sem.try_acquire().unwrap();
+    redlock.unlock(c).unwrap();
+}
+
+#[test]
+fn a_bad_permit_count_is_a_typed_error_in_every_face() {
+    let servers = Cluster::start(1);
+    let redlock = handle(&servers);
+    for permits in [0, MAX_PERMITS + 1] {
+        let e = redlock.semaphore("x", permits).unwrap_err();
+        assert!(
+            matches!(e, Error::PermitCount { permits: p, max: MAX_PERMITS } if p == permits),
+            "{e}"
+        );
+        assert!(e.is_final());
+        let async_face = redlock_mux::AsyncRedlock::from(redlock.clone());
+        assert!(matches!(
+            async_face.semaphore("x", permits),
+            Err(Error::PermitCount { .. })
+        ));
+        let mut client = builder(&servers).build_client().unwrap();
+        assert!(matches!(
+            client.try_acquire_permit("x", permits),
+            Err(Error::PermitCount { .. })
+        ));
+    }
+    assert!(matches!(
+        redlock.semaphore("redlock:x", 2),
+        Err(Error::ReservedName { .. })
+    ));
+    assert!(redlock.semaphore("x", MAX_PERMITS).is_ok());
+}
+
+/// The key layout is the plain lock's: another client's `SET <name>#0 … NX PX` takes permit 0,
+/// a plain lock on `<name>` takes none.
+#[test]
+fn a_plain_set_nx_on_a_permit_key_takes_that_permit() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    for s in servers.iter() {
+        s.cmd(&["SET", "printers#0", "foreign", "NX", "PX", "30000"]);
+    }
+    let plain = redlock.lock("printers").unwrap();
+    let sem = redlock.semaphore("printers", 2).unwrap();
+    let permit = sem.try_acquire().unwrap();
+    assert_eq!(sem.permit_of(&permit), Some(1));
+    assert!(matches!(sem.try_acquire(), Err(Error::Held(_))));
+    // And a plain lock of this crate on a permit's key is refused while the permit is held.
+    assert!(matches!(
+        redlock.try_lock("printers#1"),
+        Err(Error::Held(_))
+    ));
+    redlock.unlock(permit).unwrap();
+    redlock.unlock(plain).unwrap();
+    for s in servers.iter() {
+        assert_eq!(s.get("printers#0").as_deref(), Some("foreign"));
+    }
+}
+
+#[test]
+fn guard_and_with_permit_reuse_the_lock_machinery() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let sem: Semaphore = redlock.semaphore("g", 1).unwrap();
+    {
+        let guard = sem.guard().unwrap();
+        assert_eq!(&**guard.resource(), b"g#0");
+        assert!(matches!(sem.try_acquire(), Err(Error::Held(_))));
+    }
+    // The guard's release is not waited for: the permit comes back through a wait.
+    let permit = sem.acquire_until(deadline()).unwrap();
+    redlock.unlock(permit).unwrap();
+    let n = sem
+        .with_permit(|kept| {
+            assert!(kept.is_held());
+            // Inside, the permit's key is held by this caller: a plain lock of it fails at once.
+            assert!(matches!(
+                redlock.try_lock("g#0"),
+                Err(Error::AlreadyHeld { .. })
+            ));
+            7
+        })
+        .unwrap();
+    assert_eq!(n, 7);
+}
+
+#[test]
+fn a_client_acquires_and_waits_for_permits() {
+    let servers = Cluster::start(3);
+    let mut a = builder(&servers).build_client().unwrap();
+    let mut b = builder(&servers).build_client().unwrap();
+    let first = a.try_acquire_permit("c", 2).unwrap();
+    let second = a.try_acquire_permit("c", 2).unwrap();
+    assert_ne!(first.resource(), second.resource());
+    assert!(matches!(b.try_acquire_permit("c", 2), Err(Error::Held(_))));
+    let waiter = std::thread::spawn(move || {
+        let got = b.acquire_permit_until("c", 2, deadline());
+        (b, got)
+    });
+    until_marked_any(&servers, &["c#0", "c#1"]);
+    a.unlock(second).unwrap();
+    let (mut b, got) = waiter.join().unwrap();
+    let got = got.unwrap();
+    b.unlock(got).unwrap();
+    a.unlock(first).unwrap();
+}
+
+/// Waits (bounded) until a server holds one of the resources' waiting marks.
+fn until_marked_any(servers: &Cluster, resources: &[&str]) {
+    let deadline = deadline();
+    loop {
+        let marked = resources.iter().any(|r| {
+            let mark = format!("redlock:waiting:{r}");
+            servers.iter().any(|s| s.get(&mark).is_some())
+        });
+        if marked {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no mark set");
+        std::thread::yield_now();
+    }
+}
+
+/// The async face under tokio: K = 16 tasks on a 2-worker runtime for P = 3, then a dropped
+/// acquire leaves no permit behind.
+#[test]
+fn async_tasks_hold_at_most_p_permits() {
+    const P: u32 = 3;
+    const K: usize = 16;
+    let servers = Cluster::start(5);
+    let redlock = builder(&servers).build_async().unwrap();
+    let count = Arc::new(Count::default());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..K)
+            .map(|_| {
+                let (redlock, count) = (redlock.clone(), count.clone());
+                tokio::spawn(async move {
+                    let sem = redlock.semaphore("tasks", P).unwrap();
+                    for _ in 0..5 {
+                        let permit = sem.acquire_until(deadline()).await.unwrap();
+                        let n = count.now.fetch_add(1, Ordering::SeqCst) + 1;
+                        count.max.fetch_max(n, Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        count.now.fetch_sub(1, Ordering::SeqCst);
+                        redlock.unlock(permit).await.unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let max = count.max.load(Ordering::SeqCst);
+        assert!(max <= P as usize, "{max} holders of {P} permits");
+        let sem = redlock.semaphore("tasks", P).unwrap();
+        // A try_acquire, and a wait dropped while it waits: nothing left held.
+        let held: Vec<Lock> = {
+            let mut v = Vec::new();
+            for _ in 0..P {
+                v.push(sem.try_acquire().await.unwrap());
+            }
+            v
+        };
+        assert!(matches!(sem.try_acquire().await, Err(Error::Held(_))));
+        let dropped =
+            tokio::time::timeout(Duration::from_millis(50), sem.acquire_until(deadline()));
+        assert!(
+            dropped.await.is_err(),
+            "acquired while every permit was held"
+        );
+        for l in held {
+            redlock.unlock(l).await.unwrap();
+        }
+        let mut again = Vec::new();
+        for _ in 0..P {
+            again.push(sem.acquire_until(deadline()).await.unwrap());
+        }
+        for l in again {
+            redlock.unlock(l).await.unwrap();
+        }
+    });
+}
