@@ -3,15 +3,16 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--fence] [--sets] [--threads T]
+//!     [--control] [--fence] [--sets] [--shared] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
 //! clock-drift, work-past-validity, lying-node, majority-down, and two wrong fencing
 //! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
-//! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none. `--sets`:
-//! callers also lock sets of the resources all or none. `--control` runs the fault plan of
+//! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
+//! read lock: reader-ignores-writer. `--sets`: callers also lock sets of the resources all or
+//! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
 //! lock does). Exits 1 on a violation where none is expected.
@@ -29,6 +30,7 @@ fn main() {
     let mut control = false;
     let mut fencing = false;
     let mut sets = false;
+    let mut shared = false;
     let mut trace: Option<u64> = None;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut args = std::env::args().skip(1);
@@ -44,6 +46,7 @@ fn main() {
             "--control" => control = true,
             "--fence" => fencing = true,
             "--sets" => sets = true,
+            "--shared" => shared = true,
             "--trace" => {
                 trace = Some(
                     args.next()
@@ -64,6 +67,7 @@ fn main() {
                     Some("ledger-unpaced") => Break::LedgerUnpaced,
                     Some("fail-when-full") => Break::FailWhenFull,
                     Some("set-not-all-or-none") => Break::SetNotAllOrNone,
+                    Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -75,6 +79,7 @@ fn main() {
         control,
         fencing,
         sets,
+        shared,
         ..Setup::default()
     };
     if let Some(seed) = trace {

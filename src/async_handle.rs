@@ -222,6 +222,41 @@ impl AsyncRedlock {
         lock_of(resource, token, outcome)
     }
 
+    /// One attempt at a shared (read) lock of `resource`; see [`Shared`](crate::Shared) and
+    /// [`Redlock::try_lock_shared`](crate::Redlock::try_lock_shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncRedlock::try_lock`].
+    pub async fn try_lock_shared(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.try_lock(crate::Shared::new(resource)?).await
+    }
+
+    /// A shared (read) lock of `resource`, waiting at most [`Config::lock_wait`]; see
+    /// [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncRedlock::lock_until`].
+    pub async fn lock_shared(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.lock(crate::Shared::new(resource)?).await
+    }
+
+    /// A shared (read) lock of `resource`, waiting until `deadline`; see
+    /// [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncRedlock::lock_until`].
+    pub async fn lock_shared_until(
+        &self,
+        resource: impl AsRef<[u8]>,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        self.lock_until(crate::Shared::new(resource)?, deadline)
+            .await
+    }
+
     /// Releases the lock, waiting for the nodes' replies, and returns how many nodes still held
     /// it; see [`Redlock::unlock`].
     ///

@@ -224,6 +224,29 @@ impl Client {
         lock_of(resource, token, outcome)
     }
 
+    /// One attempt at a shared (read) lock of `resource`; see [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::try_lock`].
+    pub fn try_lock_shared(&mut self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.try_lock(crate::Shared::new(resource)?)
+    }
+
+    /// A shared (read) lock of `resource`, waiting until `deadline`; see
+    /// [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`Client::lock_until`].
+    pub fn lock_shared_until(
+        &mut self,
+        resource: impl AsRef<[u8]>,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        self.lock_until(crate::Shared::new(resource)?, deadline)
+    }
+
     /// Waits until `until` while consuming late replies (instead of sleeping blind).
     pub fn idle_until(&mut self, until: Instant) {
         self.engine.drive_until(until, |_| false);

@@ -306,6 +306,40 @@ impl Redlock {
         let outcome = self.handle.hub.call(kind, resource, &token);
         lock_of(resource, token, outcome)
     }
+    /// One attempt at a shared (read) lock of `resource`: many readers at once, none with a
+    /// writer (an ordinary lock of `resource`); see [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::try_lock`]: [`Error::Held`] while a writer holds it or waits for it.
+    pub fn try_lock_shared(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.try_lock(crate::Shared::new(resource)?)
+    }
+
+    /// A shared (read) lock of `resource`, waiting at most [`Config::lock_wait`] as
+    /// [`Redlock::lock`] does; see [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock_until`].
+    pub fn lock_shared(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
+        self.lock(crate::Shared::new(resource)?)
+    }
+
+    /// A shared (read) lock of `resource`, waiting until `deadline`; see
+    /// [`Shared`](crate::Shared).
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock_until`].
+    pub fn lock_shared_until(
+        &self,
+        resource: impl AsRef<[u8]>,
+        deadline: Instant,
+    ) -> Result<Lock, Error> {
+        self.lock_until(crate::Shared::new(resource)?, deadline)
+    }
+
     /// Releases the lock on every node and returns how many still held it; see
     /// [`Client::unlock`](crate::Client::unlock) for how long it waits.
     ///

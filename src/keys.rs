@@ -8,6 +8,8 @@
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
+//! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | each reader's token, scored by its expiry (ms, the node's clock); the key lives as long as the longest |
+//! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!
 //! **The namespace rule.** Lock names must not start with [`RESERVED_PREFIX`]: every entry
@@ -45,11 +47,29 @@ pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// `RELEASE_BODY` as a literal: keep the three the same (a unit test checks).
 pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 
+/// The value of a waiting mark set by a *reader* (a waiting shared lock, [`SHARED_PREFIX`]):
+/// like [`MARK_VALUE`] it makes a release publish its notice, but it does not stop new
+/// readers — a mark of [`MARK_VALUE`] (or `1`) is set only by waiters for the exclusive lock,
+/// and stops them: a waiting writer is not starved by readers that keep coming.
+pub const READER_MARK_VALUE: &str = "redlock-mux reader waiting";
+
+/// The prefix of a shared (read) lock of a resource: this prefix, then the resource's name.
+/// Never a key on a server: on each node the readers of `<name>` are the sorted set `<name>`
+/// (each reader's token, scored by its expiry on the node's clock), so a plain `SET NX` of
+/// `<name>` — a writer, any Redlock client — fails while readers hold it, and a reader is
+/// refused while `<name>` is a string (a writer holds it) or a writer waits (its mark).
+pub const SHARED_PREFIX: &str = "redlock:shared:";
+
+/// The resource a shared lock is of, `None` for another resource.
+pub fn shared_name(resource: &[u8]) -> Option<&[u8]> {
+    resource.strip_prefix(SHARED_PREFIX.as_bytes())
+}
+
 /// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
 /// where no key exists or the key already is a mark (ours, or `1`: the previous version's, see
 /// `RELEASE_BODY`). Answers 1 if marked, 0 if the key is
 /// someone else's (or not readable: an ACL without `redlock:*`, another type).
-pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
 /// The prefix of a set of resources locked all or none ([`encode_set`]): this prefix, then
 /// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
@@ -190,6 +210,21 @@ pub(crate) fn permit_key(name: &[u8], i: u32) -> Vec<u8> {
     key.push(PERMIT_SEPARATOR as u8);
     key.extend_from_slice(index.as_bytes());
     key
+}
+
+/// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`] where
+/// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
+/// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
+/// else's.
+pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" or v == \"1\" then return 1 end return 0";
+
+/// Checks a shared resource: `None` if `resource` is not one; else whether its name is
+/// accepted by `check`.
+pub(crate) fn check_shared(
+    resource: &[u8],
+    check: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Option<Result<(), Error>> {
+    shared_name(resource).map(check)
 }
 
 /// Refuses a lock name in the reserved namespace.

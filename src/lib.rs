@@ -334,7 +334,7 @@ pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;
 pub use keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
-pub use lock::{Lock, LockVote, Resource, ResourceSet, Votes};
+pub use lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
 pub use repair::FenceFloor;
 pub use request::{NodeFence, NodeStatus};
 pub use semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};

@@ -176,7 +176,9 @@ impl Lock {
             true => Err(Error::Config("empty resource name".into())),
             false => crate::keys::check_name(r),
         };
-        crate::keys::check_set(resource, name).unwrap_or_else(|| name(resource))?;
+        (crate::keys::check_set(resource, name))
+            .or_else(|| crate::keys::check_shared(resource, name))
+            .unwrap_or_else(|| name(resource))?;
         Ok(Lock {
             resource: Bytes::new(resource),
             token: Token::from_bytes(token)?,
@@ -334,10 +336,87 @@ impl Resource {
         &self.0
     }
 
+    /// The resource a shared (read) lock is of ([`Shared`]); `None` for another lock.
+    pub fn shared_name(&self) -> Option<&Resource> {
+        crate::keys::shared_name(&self.0).map(Resource::new)
+    }
+
     /// The resources of an all-or-none lock ([`ResourceSet`]), in order; `None` for a
     /// single resource.
     pub fn members(&self) -> Option<crate::keys::Members<'_>> {
         crate::keys::set_members(&self.0)
+    }
+}
+
+/// A shared (read) lock of a resource: many readers hold it at once, and none while a writer
+/// (an ordinary lock of the same name) holds it. Pass it wherever a resource name goes
+/// ([`Redlock::lock`](crate::Redlock::lock), `try_lock`, `with_lock`, the async handle's, a
+/// [`Client`](crate::Client)'s), or use the `*_shared` shorthands
+/// ([`Redlock::lock_shared`](crate::Redlock::lock_shared)).
+///
+/// On each node the readers of `name` are a sorted set under the key `name` itself (each
+/// reader's token scored by its expiry), so a writer's `SET NX` — this crate's or any Redlock
+/// client's — fails while any reader holds it, and a reader is refused while a writer holds
+/// it. A reader quorum and a writer quorum are both majorities, so they meet on a node that
+/// refused one of them: never a writer with a reader. Each reader has its own expiry: a
+/// crashed reader blocks nobody past its TTL.
+///
+/// **Writers are not starved:** a writer that waits (`lock`, `lock_until`) marks the resource
+/// on every node, and new readers are refused while the mark is there; readers that already
+/// hold it finish (and may extend), the writer gets it when the last one leaves. A writer that
+/// gives up leaves its mark to expire (at least a second, two fallback polls). Readers get no
+/// fence (a fence orders writers).
+///
+/// ```no_run
+/// use redlock_mux::{Redlock, Shared};
+///
+/// let redlock = Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+/// let read = redlock.lock_shared("config")?;     // many readers at once
+/// // ... read the config ...
+/// redlock.unlock(read)?;
+/// let write = redlock.lock("config")?;           // the writer: alone
+/// redlock.unlock(write)?;
+/// # let _ = Shared::new("config")?;
+/// # Ok::<(), redlock_mux::Error>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Shared {
+    encoded: Vec<u8>,
+}
+
+impl Shared {
+    /// The shared lock of `name`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty name; [`Error::ReservedName`] for a name starting with
+    /// `redlock:`.
+    pub fn new(name: impl AsRef<[u8]>) -> Result<Shared, Error> {
+        let name = name.as_ref();
+        if name.is_empty() {
+            return Err(Error::Config("empty resource name".into()));
+        }
+        crate::keys::check_name(name)?;
+        let mut encoded = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+        encoded.extend_from_slice(name);
+        Ok(Shared { encoded })
+    }
+
+    /// The resource it is a shared lock of.
+    pub fn name(&self) -> &Resource {
+        Resource::new(&self.encoded[crate::keys::SHARED_PREFIX.len()..])
+    }
+}
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.encoded
+    }
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Shared").field(&self.name()).finish()
     }
 }
 
@@ -453,8 +532,12 @@ impl fmt::Debug for Resource {
 }
 
 impl fmt::Display for Resource {
-    /// A set shows as its members in braces: `{account:alice, account:bob}`.
+    /// A set shows as its members in braces: `{account:alice, account:bob}`; a shared lock's
+    /// resource as `config (shared)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(name) = self.shared_name() {
+            return write!(f, "{name} (shared)");
+        }
         let Some(members) = self.members() else {
             return f.write_str(&String::from_utf8_lossy(&self.0));
         };

@@ -91,10 +91,10 @@ pub(crate) struct ScriptCall<'a> {
 /// the same). The
 /// publish is in a `pcall` too: a user who may not publish still releases (waiters then notice
 /// by polling).
-pub(crate) const RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+pub(crate) const RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1.
-pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
+pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
 /// Compare-and-pexpire: extend the lock only if it still holds our token, and never shorten
 /// it: the key's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 (ours: it lives at least
 /// `ARGV[2]` ms more) or 0.
@@ -110,7 +110,7 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.call(\"get\",KEYS[1]) == A
 /// written for the plain `PEXPIRE` keeps working. Before Redis 7 (`GT` is a syntax error
 /// there) `PTTL` and a `PEXPIRE` if it is shorter; a Redis 6 user without `+pttl` gets the
 /// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
-pub(crate) const EXTEND_BODY: &str = "if redis.call(\"get\",KEYS[1]) == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 else return 0 end";
+pub(crate) const EXTEND_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 else return 0 end";
 
 /// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
@@ -129,10 +129,27 @@ pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = "local n = #KEYS - 1 local ok =
 /// their time is the cycle's). A member of another type reads as not ours (`MGET` answers
 /// nil for it); an ACL that refuses the waiting keys gets the notices every time, as
 /// [`RELEASE_BODY`]'s users do.
-pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"1\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ok, c = pcall(redis.call, \"publish\", \"redlock:released:\" .. ours[i], \"\") if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
+pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"1\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ok, c = pcall(redis.call, \"publish\", \"redlock:released:\" .. ours[i], \"\") if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
 /// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
 pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
+
+/// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::keys::SHARED_PREFIX)):
+/// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
+/// expiry (ms on this node's clock, `TIME`). The reader `ARGV[1]` is added with a TTL of
+/// `ARGV[2]` ms unless the key is of another type (a writer's string: refused) or a writer
+/// waits (the waiting mark holds [`MARK_VALUE`](crate::keys::MARK_VALUE) or `1`: refused, so
+/// that readers that keep coming do not starve it). Expired readers are dropped first; the
+/// key lives at least `ARGV[2]` ms more. Answers 1 or 0.
+pub(crate) const SHARED_ACQUIRE_BODY: &str = "local ty = redis.call(\"type\", KEYS[1]).ok if ty ~= \"none\" and ty ~= \"zset\" then return 0 end local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
+/// A reader's release: its token leaves the set; if readers remain, the key now expires with
+/// the longest of them; if none, the key goes, and with `ARGV[2]` = `1` the waiters are told
+/// as [`RELEASE_BODY`] tells them. Answers 0 (not a reader), or 1 + 2 × the clients told.
+pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.call(\"type\", KEYS[1]).ok ~= \"zset\" or redis.call(\"zrem\", KEYS[1], ARGV[1]) == 0 then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) local last = redis.call(\"zrange\", KEYS[1], -1, -1, \"withscores\") if #last > 0 then redis.call(\"pexpireat\", KEYS[1], last[2]) return 1 end redis.call(\"del\", KEYS[1]) if ARGV[2] ~= \"1\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
+/// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
+/// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more. Answers 1
+/// or 0.
+pub(crate) const SHARED_EXTEND_BODY: &str = "if redis.call(\"type\", KEYS[1]).ok ~= \"zset\" then return 0 end local s = redis.call(\"zscore\", KEYS[1], ARGV[1]) if not s then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
 
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -160,7 +177,7 @@ const SCRIPT_TAILS_CAPACITY: usize = 16 << 10;
 const ARRAY_HEADER_MAX: usize = 32;
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 12;
+pub(crate) const SCRIPT_COUNT: usize = 16;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -198,10 +215,23 @@ pub(crate) const SET_RELEASE_SCRIPT: usize = 10;
 /// The index of a set's extend in [`scripts`].
 pub(crate) const SET_EXTEND_SCRIPT: usize = 11;
 
+/// The index of a shared (read) lock's acquire in [`scripts`].
+pub(crate) const SHARED_ACQUIRE_SCRIPT: usize = 12;
+
+/// The index of a shared lock's release (notices on or off by its last argument).
+pub(crate) const SHARED_RELEASE_SCRIPT: usize = 13;
+
+/// The index of a shared lock's extend.
+pub(crate) const SHARED_EXTEND_SCRIPT: usize = 14;
+
+/// The index of a waiting reader's mark (`keys.rs`).
+pub(crate) const READER_MARK_SCRIPT: usize = 15;
+
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
 /// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`), 8–11
-/// a set's acquire, fenced acquire, release and extend.
+/// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
+/// and extend, and a waiting reader's mark.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -218,6 +248,10 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             SET_FENCED_ACQUIRE_BODY,
             SET_RELEASE_BODY,
             SET_EXTEND_BODY,
+            SHARED_ACQUIRE_BODY,
+            SHARED_RELEASE_BODY,
+            SHARED_EXTEND_BODY,
+            crate::keys::READER_MARK_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -243,6 +277,8 @@ fn replayable(index: usize) -> bool {
             | QUIET_RELEASE_SCRIPT
             | SET_RELEASE_SCRIPT
             | SET_EXTEND_SCRIPT
+            | SHARED_RELEASE_SCRIPT
+            | SHARED_EXTEND_SCRIPT
     )
 }
 

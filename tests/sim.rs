@@ -174,6 +174,32 @@ fn a_set_acquire_that_is_not_all_or_none_gives_two_holders() {
     assumption_is_needed(Break::SetNotAllOrNone, &[2, 3, 4]);
 }
 
+/// Shared (read) locks beside the ordinary (write) locks of the same resources (issue 38):
+/// readers may overlap each other, never a writer.
+#[test]
+fn readers_and_writers_find_no_violation() {
+    let setup = Setup {
+        shared: true,
+        ..setup(Break::Nothing, false)
+    };
+    for r in batch(0..80, setup) {
+        assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
+        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
+        assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
+        assert!(
+            r.connect_violation.is_none(),
+            "{}",
+            explain_liveness(r.seed, setup)
+        );
+    }
+}
+
+#[test]
+fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
+    // Every node adds the reader over the writer's key (167 of seeds 0..200 find it).
+    assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 2]);
+}
+
 #[test]
 fn with_a_majority_down_runs_stall_and_never_violate() {
     for r in batch(0..100, setup(Break::MajorityDown, false)) {

@@ -12,7 +12,7 @@ use crate::resp::{Arg, SetNxPx};
 use crate::round::{Decision, RoundConfig};
 use crate::session::{
     FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, SET_ACQUIRE_SCRIPT,
-    SET_FENCED_ACQUIRE_SCRIPT, scripts,
+    SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT, scripts,
 };
 
 use super::fence::Stage;
@@ -27,7 +27,8 @@ impl<N: Net> Engine<N> {
         let op = &mut self.core.ops[id.index as usize];
         op.kind = OpKind::Acquire;
         op.ttl = ttl;
-        if config.fencing {
+        // A reader gets no fence: a fence orders writers, and a reader writes nothing.
+        if config.fencing && crate::keys::shared_name(&op.resource).is_none() {
             op.fence.stage = Stage::Reading;
             op.fence.reads = Reads::default();
         }
@@ -56,6 +57,13 @@ impl<N: Net> Engine<N> {
         } = self;
         let op = &core.ops[id.index as usize];
         let (resource, token, ttl) = (&op.resource[..], op.token.as_bytes(), op.ttl);
+        if let Some(name) = crate::keys::shared_name(resource) {
+            // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key.
+            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
+            let script = &scripts()[SHARED_ACQUIRE_SCRIPT];
+            let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
+            return core.send_script(net, (id, call), targets, now);
+        }
         if crate::keys::set_members(resource).is_some() {
             // A set, all or none: one script per node (`SET_ACQUIRE_BODY`), with fencing the
             // one that also reads the counter, its last key.

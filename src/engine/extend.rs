@@ -11,7 +11,7 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome};
 use crate::resp::Arg;
 use crate::round::{Decision, Round, RoundConfig};
-use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, scripts};
+use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT, scripts};
 
 use super::{Engine, OpKind, keyed_call, script_call};
 
@@ -36,7 +36,14 @@ impl<N: Net> Engine<N> {
             ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
         op.vote.round.start(now, &rc);
-        let call = if crate::keys::set_members(&op.resource).is_some() {
+        let call = if let Some(name) = crate::keys::shared_name(&op.resource) {
+            let args = [
+                Arg::Bytes(op.token.as_bytes()),
+                Arg::UInt(ttl.as_millis() as u64),
+            ];
+            let script = &scripts()[SHARED_EXTEND_SCRIPT];
+            keyed_call(p.scratch, (script, id.tag()), name, None, &args)
+        } else if crate::keys::set_members(&op.resource).is_some() {
             let args = [
                 Arg::Bytes(op.token.as_bytes()),
                 Arg::UInt(ttl.as_millis() as u64),

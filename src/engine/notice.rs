@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members};
+use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members, shared_name};
 use crate::net::Net;
 use crate::resp::Arg;
-use crate::session::{Kind, MARK_SCRIPT, ScriptCall, scripts};
+use crate::session::{Kind, MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
 use crate::wait::Seen;
 
 use super::{Engine, node_bit, nodes_in};
@@ -19,6 +19,14 @@ use super::{Engine, node_bit, nodes_in};
 /// Bounds of a waiting mark's life (see [`Engine::mark_waiting`]).
 const MIN_MARK_TTL: Duration = Duration::from_secs(1);
 const MAX_MARK_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// True if the waiters of `resource` listen on the channel of `name`: `name` itself, a set
+/// holding it, or its shared form.
+fn listens_on(resource: &[u8], name: &[u8]) -> bool {
+    resource == name
+        || shared_name(resource) == Some(name)
+        || set_members(resource).is_some_and(|mut m| m.any(|m| m == name))
+}
 
 impl<N: Net> Engine<N> {
     /// What replies told about contended resources: notices bring the waiting head's attempt;
@@ -38,7 +46,7 @@ impl<N: Net> Engine<N> {
         }
         for &(start, end) in &notices {
             self.released(&events[start..end], now, Seen::Notice);
-            self.released_sets(&events[start..end], now);
+            self.released_related(&events[start..end], now);
         }
         notices.clear();
         listened.clear();
@@ -49,25 +57,22 @@ impl<N: Net> Engine<N> {
         self.core.events = events;
     }
 
-    /// A notice for `name` is one for every set waited for that holds it (all-or-none locks
-    /// listen on their members' channels).
-    fn released_sets(&mut self, name: &[u8], now: Instant) {
-        let sets: Vec<Vec<u8>> = (self.waits.iter())
-            .filter(|(r, _)| set_members(r).is_some_and(|mut m| m.any(|m| m == name)))
+    /// A notice for `name` is one for every other queue that listens on its channel: the
+    /// sets that hold it (all-or-none locks listen on their members' channels) and its
+    /// readers.
+    fn released_related(&mut self, name: &[u8], now: Instant) {
+        let related: Vec<Vec<u8>> = (self.waits.iter())
+            .filter(|(r, _)| r.as_slice() != name && listens_on(r, name))
             .map(|(r, _)| r.clone())
             .collect();
-        for set in sets {
-            self.released(&set, now, Seen::Notice);
+        for resource in related {
+            self.released(&resource, now, Seen::Notice);
         }
     }
 
-    /// True if a queue still open listens for `name`'s notices: its own, or a set's.
+    /// True if a queue still open listens for `name`'s notices: its own, a set's, a reader's.
     fn listened_for(&self, name: &[u8]) -> bool {
-        (self.waits.iter()).any(|(r, q)| {
-            q.subscribed != 0
-                && (r.as_slice() == name
-                    || set_members(r).is_some_and(|mut m| m.any(|m| m == name)))
-        })
+        (self.waits.iter()).any(|(r, q)| q.subscribed != 0 && listens_on(r, name))
     }
 
     /// True if `node`'s connection speaks RESP3 (where a subscribed connection still runs
@@ -108,8 +113,12 @@ impl<N: Net> Engine<N> {
                     self.subscription_of(verb, member, nodes, now);
                 }
             }
-        } else if !(leaving && self.listened_for(resource)) {
-            self.subscription_of(verb, resource, nodes, now);
+        } else {
+            // A reader listens on its resource's channel.
+            let name = shared_name(resource).unwrap_or(resource);
+            if !(leaving && self.listened_for(name)) {
+                self.subscription_of(verb, name, nodes, now);
+            }
         }
     }
 
@@ -156,6 +165,15 @@ impl<N: Net> Engine<N> {
             }
             return;
         }
+        // A reader marks its resource with the reader's mark, which keeps no reader out.
+        match shared_name(resource) {
+            Some(name) => self.mark(name, READER_MARK_SCRIPT, nodes, now),
+            None => self.mark(resource, MARK_SCRIPT, nodes, now),
+        }
+    }
+
+    /// [`Engine::mark_waiting`] of one resource with the mark script `script`.
+    fn mark(&mut self, resource: &[u8], script: usize, nodes: u64, now: Instant) {
         let config = &self.shared.config;
         let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
             .saturating_mul(2)
@@ -174,7 +192,7 @@ impl<N: Net> Engine<N> {
         scratch.extend_from_slice(b"\r\n");
         crate::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
         let call = ScriptCall {
-            script: &scripts()[MARK_SCRIPT],
+            script: &scripts()[script],
             tag: 0,
             tail: scratch,
             argc: 3,

@@ -19,7 +19,8 @@ use crate::resp::Frame;
 use crate::round::Vote;
 use crate::session::{
     Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
-    REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, ScriptCall,
+    REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT,
+    ScriptCall,
 };
 use crate::stats::{Metrics, NodeCounters};
 use crate::token::Token;
@@ -478,7 +479,10 @@ impl Core {
             if matches!(
                 (d.kind, &d.reply),
                 (Kind::Set, Ok(Frame::Simple("OK")))
-                    | (Kind::Script(SET_ACQUIRE_SCRIPT), Ok(Frame::Integer(1)))
+                    | (
+                        Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT),
+                        Ok(Frame::Integer(1))
+                    )
             ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)
             {
                 // A yes after the decision, within the node timeout: not a failure.
@@ -514,7 +518,10 @@ impl Core {
         // lock that is held. An extend yes proves the node still holds our token, so it is
         // refusing everyone else and counts.
         if vote == Ok(Vote::Yes)
-            && (matches!(d.kind, Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT)) || fenced_set)
+            && (matches!(
+                d.kind,
+                Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT)
+            ) || fenced_set)
             && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
             && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
         {

@@ -11,7 +11,9 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
-use crate::session::{QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, scripts};
+use crate::session::{
+    QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
+};
 
 use super::{Engine, OpKind, Waiter, keyed_call, node_bit, nodes_in, script_call};
 
@@ -133,9 +135,14 @@ impl<N: Net> Engine<N> {
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
-        let call = if crate::keys::set_members(&op.resource).is_some() {
-            // A set: every member in one call, the notices on or off by its last argument.
-            let notices = if quiet { &b"0"[..] } else { b"1" };
+        // A set or a reader: one call, the notices on or off by its last argument.
+        let notices = if quiet { &b"0"[..] } else { b"1" };
+        let shared = crate::keys::shared_name(&op.resource);
+        let call = if let Some(name) = shared {
+            let args = [Arg::Bytes(op.token.as_bytes()), Arg::Bytes(notices)];
+            let script = &scripts()[SHARED_RELEASE_SCRIPT];
+            keyed_call(scratch, (script, id.tag()), name, None, &args)
+        } else if crate::keys::set_members(&op.resource).is_some() {
             let args = [Arg::Bytes(op.token.as_bytes()), Arg::Bytes(notices)];
             let script = &scripts()[SET_RELEASE_SCRIPT];
             keyed_call(scratch, (script, id.tag()), &op.resource, None, &args)

@@ -182,6 +182,18 @@ impl<N: Net> Engine<N> {
         );
         let valid_until = grant.valid_until;
         self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
+        if crate::keys::shared_name(resource).is_some() {
+            // A reader: the next reader in line does not wait for this one, it attempts now.
+            if let Some(q) = self.waits.get_mut(resource) {
+                if q.leave(w) {
+                    q.splits = 0;
+                    q.not_before = None;
+                    q.try_at = now;
+                }
+                q.touch(now);
+            }
+            return;
+        }
         let pause = retry_pause(&self.shared.config, self.waits.random());
         if let Some(q) = self.waits.get_mut(resource) {
             q.held_until = Some(valid_until);

@@ -70,6 +70,9 @@ pub enum Break {
     /// (Sets) a wrong all-or-none acquire: every node runs a set's acquire as a `SET NX` of
     /// each member on its own and answers as its first member did (implies `sets`).
     SetNotAllOrNone,
+    /// (Read-write) a wrong shared acquire: every node adds a reader without looking for a
+    /// writer, overwriting the writer's key (implies `shared`).
+    ReaderIgnoresWriter,
 }
 
 impl Break {
@@ -486,6 +489,9 @@ pub struct Setup {
     /// Some callers lock sets of the resources all or none (`ResourceSet`), beside plain
     /// locks of the members; each set holder counts as a holder of every member.
     pub sets: bool,
+    /// Some callers take shared (read) locks of the resources beside the ordinary (write)
+    /// locks; readers may overlap each other, never a writer.
+    pub shared: bool,
 }
 
 impl Default for Setup {
@@ -497,6 +503,7 @@ impl Default for Setup {
             control: false,
             fencing: false,
             sets: false,
+            shared: false,
         }
     }
 }
@@ -570,8 +577,14 @@ struct World {
     conns: Conns,
     links: Vec<Link>,
     resources: Vec<Vec<u8>>,
-    /// Each resource's plain members: itself, or a set's (see `Setup::sets`).
+    /// Each resource's plain members: itself, or a set's (see `Setup::sets`), or the one
+    /// a shared lock is of.
     members: Vec<Vec<usize>>,
+    /// Which resources are shared (read) locks (see `Setup::shared`).
+    shared_of: Vec<bool>,
+    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
+    /// the exclusive holders').
+    shared_beliefs: Vec<(usize, usize, u64, u64)>,
     /// (resource, client, start, end) of every belief interval that ended, and its fence.
     beliefs: Vec<(usize, usize, u64, u64)>,
     belief_fences: Vec<u64>,
@@ -710,6 +723,7 @@ impl World {
             let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - 3_600_000 * MS);
             node.lying = broken(Break::LyingNode) && i == 0;
             node.set_first_only = broken(Break::SetNotAllOrNone);
+            node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
             node.pubsub = pubsub;
             nodes.push(NodeState {
                 node,
@@ -750,6 +764,17 @@ impl World {
                 members.push(group);
             }
         }
+        // With readers, each plain resource's shared lock.
+        let mut shared_of = vec![false; resources.len()];
+        if setup.shared || setup.breaks == Break::ReaderIgnoresWriter {
+            for r in 0..plain {
+                let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+                name.extend_from_slice(&resources[r]);
+                resources.push(name);
+                members.push(vec![r]);
+                shared_of.push(true);
+            }
+        }
         let mut world = World {
             rng,
             g: 0,
@@ -765,6 +790,8 @@ impl World {
             links,
             resources,
             members,
+            shared_of,
+            shared_beliefs: Vec::new(),
             beliefs: Vec::new(),
             belief_fences: Vec::new(),
             acquisitions: Vec::new(),
@@ -933,7 +960,8 @@ impl World {
         if let Some(v) = self.report.connect_violation.clone() {
             self.log(|| format!("RECONNECT VIOLATION {v:?}"));
         }
-        self.report.violation = check(&mut self.beliefs);
+        self.report.violation =
+            check(&mut self.beliefs).or_else(|| check_readers(&self.shared_beliefs, &self.beliefs));
         if let Some(v) = self.report.violation.clone() {
             self.log(|| format!("VIOLATION {v:?}"));
         }
@@ -980,7 +1008,7 @@ impl World {
             blocked.push((from, u64::MAX));
         }
         let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; self.resources.len()];
-        for &(res, _, start, end) in &self.beliefs {
+        for &(res, _, start, end) in self.beliefs.iter().chain(&self.shared_beliefs) {
             if start < end {
                 covers[res].push((start, end));
             }
@@ -1585,6 +1613,18 @@ impl World {
     }
 
     fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
+        if self.shared_of[res] {
+            let of = self.members[res][0];
+            self.shared_beliefs.push((of, c, start, end));
+            self.log(|| {
+                format!(
+                    "client {c} believed it read {of} from {:.6} to {:.6} ms",
+                    start as f64 / MS as f64,
+                    end as f64 / MS as f64
+                )
+            });
+            return;
+        }
         // A set's holder believed it held each member.
         for i in 0..self.members[res].len() {
             let member = self.members[res][i];
@@ -1893,6 +1933,24 @@ fn check_fences(
         }
     }
     None
+}
+
+/// The first reader whose belief overlaps an exclusive holder's of the same resource, if any
+/// (readers may overlap each other).
+fn check_readers(
+    readers: &[(usize, usize, u64, u64)],
+    holders: &[(usize, usize, u64, u64)],
+) -> Option<Violation> {
+    readers.iter().find_map(|&(res, client, start, end)| {
+        let h = holders
+            .iter()
+            .find(|h| h.0 == res && start < end && h.2 < h.3 && start < h.3 && h.2 < end)?;
+        Some(Violation {
+            resource: res,
+            first: (h.1, h.2, h.3),
+            second: (client, start, end),
+        })
+    })
 }
 
 /// The first overlap of two belief intervals on one resource, if any.

@@ -19,11 +19,16 @@ pub(crate) enum Persist {
     Snapshot(u64),
 }
 
+/// A read-locked key: (key, readers as (token, expiry ns), the key's expiry ns).
+type ReadLocked = (Vec<u8>, Vec<(Vec<u8>, u64)>, u64);
+
 /// A node's state: the keyspace, the scripts it has cached, who it is.
 pub(crate) struct Node {
     /// The keys: (key, value, expiry on this node's clock, in ns). A handful (the runs' few
     /// resources and their waiting keys): a list searched in order is cheaper than hashing.
     keys: Vec<(Vec<u8>, Vec<u8>, u64)>,
+    /// Read-locked keys (sorted sets): (key, readers as (token, expiry ns), key's expiry ns).
+    readers: Vec<ReadLocked>,
     /// The fence counter: (`run`, `n`), if the hash exists.
     fence: Option<(Vec<u8>, u64)>,
     loaded: [bool; SCRIPT_COUNT],
@@ -34,6 +39,9 @@ pub(crate) struct Node {
     /// Runs a set's acquire as a `SET NX` of each member on its own, answering as the first
     /// member did: the wrong variant of `Break::SetNotAllOrNone`.
     pub set_first_only: bool,
+    /// Runs a reader's acquire without looking for a writer (the key a string, or a writer's
+    /// mark): the wrong variant of `Break::ReaderIgnoresWriter`.
+    pub reader_ignores_writer: bool,
     /// Pub/sub: `SUBSCRIBE`, `UNSUBSCRIBE` and the release script's notice (else those
     /// commands are unknown, and the release publishes nothing: clients fall back to polling).
     pub pubsub: bool,
@@ -89,12 +97,14 @@ impl Node {
     pub fn new(run_id: [u8; 40], started: u64) -> Node {
         Node {
             keys: Vec::new(),
+            readers: Vec::new(),
             fence: None,
             loaded: [false; SCRIPT_COUNT],
             run_id,
             started,
             lying: false,
             set_first_only: false,
+            reader_ignores_writer: false,
             pubsub: false,
             conn: 0,
             subs: Vec::new(),
@@ -128,6 +138,7 @@ impl Node {
     /// `persist` says) and starts as a new incarnation.
     pub fn restart(&mut self, run_id: [u8; 40], started: u64, persist: Persist) {
         self.keys.clear();
+        self.readers.clear();
         self.subs.clear();
         self.fence = match (persist, self.fence.take()) {
             (Persist::Nothing, _) | (_, None) => None,
@@ -162,11 +173,16 @@ impl Node {
     /// `SET key token NX PX ms` (alone, or in the fenced scripts): true if set. A lying node
     /// always sets.
     fn set_nx(&mut self, key: &[u8], token: &[u8], ms: u64, now: u64) -> bool {
-        if self.live(key, now).is_some() && !self.lying {
+        if (self.live(key, now).is_some() || self.read_locked(key, now)) && !self.lying {
             return false;
         }
         self.insert(key, token, now + ms * 1_000_000);
         true
+    }
+
+    /// True while readers' sorted set `key` lives.
+    fn read_locked(&self, key: &[u8], now: u64) -> bool {
+        self.readers.iter().any(|e| e.0 == key && now < e.2)
     }
 
     fn live(&self, key: &[u8], now: u64) -> Option<&[u8]> {
@@ -239,16 +255,22 @@ impl Node {
                     self.fenced(index, cmd, now, out);
                     return;
                 }
+                if index >= crate::session::SHARED_ACQUIRE_SCRIPT {
+                    self.shared_script(index, cmd, now, out);
+                    return;
+                }
                 if index >= crate::session::SET_ACQUIRE_SCRIPT {
                     self.set_script(index, cmd, now, out);
                     return;
                 }
                 if index == crate::session::MARK_SCRIPT {
-                    // numkeys 1, the waiting key, ms: marked only where no key or a mark is.
+                    // numkeys 1, the waiting key, ms: marked only where no key or a mark is
+                    // (a reader's mark gives way to a writer's).
                     let mark = crate::keys::MARK_VALUE.as_bytes();
+                    let reader = crate::keys::READER_MARK_VALUE.as_bytes();
                     let free = self
                         .live(cmd[3], now)
-                        .is_none_or(|v| v == mark || v == b"1");
+                        .is_none_or(|v| v == mark || v == b"1" || v == reader);
                     if free {
                         let expiry = now + number(cmd[4]) * 1_000_000;
                         self.insert(cmd[3], mark, expiry);
@@ -321,7 +343,12 @@ impl Node {
     fn notify(&mut self, key: &[u8], now: u64) -> u64 {
         let waiting = crate::keys::waiting_key(key);
         let value = self.live(&waiting, now);
-        if value != Some(crate::keys::MARK_VALUE.as_bytes()) && value != Some(b"1") {
+        let marks = [
+            crate::keys::MARK_VALUE.as_bytes(),
+            b"1",
+            crate::keys::READER_MARK_VALUE.as_bytes(),
+        ];
+        if !value.is_some_and(|v| marks.contains(&v)) {
             return 0;
         }
         self.remove(&waiting);
@@ -331,6 +358,110 @@ impl Node {
         let mut channel = crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
         channel.extend_from_slice(key);
         self.publish(&channel)
+    }
+
+    /// The scripts of a shared (read) lock and the reader's mark (`session.rs`:
+    /// `SHARED_ACQUIRE_BODY` and the others): numkeys 1, the resource (the waiting key for the
+    /// mark), then the token and the TTL (or the notices' switch; the mark: its TTL).
+    fn shared_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        use crate::session::{READER_MARK_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT};
+        let key = cmd[3];
+        let reply = match index {
+            READER_MARK_SCRIPT => {
+                let (mark, reader) = (
+                    crate::keys::MARK_VALUE.as_bytes(),
+                    crate::keys::READER_MARK_VALUE.as_bytes(),
+                );
+                match self.live(key, now) {
+                    None => {
+                        self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
+                        1
+                    }
+                    Some(v) if v == reader => {
+                        self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
+                        1
+                    }
+                    Some(v) if v == mark || v == b"1" => 1,
+                    Some(_) => 0,
+                }
+            }
+            SHARED_ACQUIRE_SCRIPT => {
+                let (token, ms) = (cmd[4], number(cmd[5]));
+                let writer = self.live(key, now).is_some();
+                let mark = self.live(&crate::keys::waiting_key(key), now);
+                let writer_waits =
+                    mark.is_some_and(|v| v == crate::keys::MARK_VALUE.as_bytes() || v == b"1");
+                if (writer || writer_waits) && !self.reader_ignores_writer && !self.lying {
+                    0
+                } else {
+                    if writer {
+                        // The wrong variant (or a lying node): the writer's key is overwritten.
+                        self.remove(key);
+                    }
+                    let until = now + ms * 1_000_000;
+                    self.readers.retain(|e| now < e.2 || e.0 != key);
+                    match self.readers.iter_mut().find(|e| e.0 == key) {
+                        Some(entry) => {
+                            entry.1.retain(|(_, d)| now < *d);
+                            entry.1.retain(|(t, _)| t.as_slice() != token);
+                            entry.1.push((token.to_vec(), until));
+                            entry.2 = entry.2.max(until);
+                        }
+                        None => {
+                            self.readers
+                                .push((key.to_vec(), vec![(token.to_vec(), until)], until))
+                        }
+                    }
+                    1
+                }
+            }
+            SHARED_RELEASE_SCRIPT => {
+                let token = cmd[4];
+                let Some(at) = (self.readers.iter()).position(|e| e.0 == key && now < e.2) else {
+                    out.extend_from_slice(b":0\r\n");
+                    return;
+                };
+                let entry = &mut self.readers[at];
+                let before = entry.1.len();
+                entry.1.retain(|(t, _)| t.as_slice() != token);
+                if entry.1.len() == before {
+                    out.extend_from_slice(b":0\r\n");
+                    return;
+                }
+                entry.1.retain(|(_, d)| now < *d);
+                match entry.1.iter().map(|(_, d)| *d).max() {
+                    Some(last) => {
+                        entry.2 = last;
+                        1
+                    }
+                    None => {
+                        self.readers.swap_remove(at);
+                        let told = if cmd[5] == b"1" {
+                            self.notify(key, now)
+                        } else {
+                            0
+                        };
+                        1 + 2 * told
+                    }
+                }
+            }
+            _ => {
+                // Extend: a reader whose expiry has not passed, never shorter.
+                let (token, ms) = (cmd[4], number(cmd[5]));
+                let until = now + ms * 1_000_000;
+                let entry = (self.readers.iter_mut()).find(|e| e.0 == key && now < e.2);
+                let reader = entry.and_then(|e| {
+                    let r =
+                        e.1.iter_mut()
+                            .find(|(t, d)| t.as_slice() == token && now < *d)?;
+                    r.1 = r.1.max(until);
+                    e.2 = e.2.max(until);
+                    Some(())
+                });
+                u64::from(reader.is_some())
+            }
+        };
+        line(out, b':', reply);
     }
 
     /// The scripts of a set (`session.rs`: `SET_ACQUIRE_BODY` and the others): numkeys, the
@@ -357,7 +488,11 @@ impl Node {
                         first |= i == 0 && set;
                     }
                     first
-                } else if self.lying || members.iter().all(|k| self.live(k, now).is_none()) {
+                } else if self.lying
+                    || members
+                        .iter()
+                        .all(|k| self.live(k, now).is_none() && !self.read_locked(k, now))
+                {
                     for key in members {
                         self.insert(key, token, now + ms * 1_000_000);
                     }
