@@ -2050,3 +2050,56 @@ fn a_bad_permit_count_gives_64() {
         assert_code(&o, 64);
     }
 }
+
+/// `--shared` (`-r`; flock's `-s` is `--server` here): readers together, the writer (the
+/// default, `-x`) alone; status shows the readers; run exports the shared lock's name, which
+/// release and status take back.
+#[test]
+fn shared_locks_are_read_locks_beside_the_exclusive_one() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let mut tokens = Vec::new();
+    for flag in ["-r", "--shared"] {
+        let o = output(redlock(&urls).args(["acquire", flag, "--ttl", "20s", "cfg"]));
+        assert_code(&o, 0);
+        assert!(stderr(&o).contains("\"cfg (shared)\""), "{}", stderr(&o));
+        tokens.push(stdout(&o).trim_end().to_owned());
+    }
+    // The writer: refused while they read.
+    let o = output(redlock(&urls).args(["acquire", "-x", "-n", "cfg"]));
+    assert_code(&o, 75);
+    let o = output(redlock(&urls).args(["status", "cfg"]));
+    assert_code(&o, 0);
+    assert!(stdout(&o).contains("read-locked"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("2 readers"), "{}", stdout(&o));
+    let o = output(redlock(&urls).args(["status", "--json", "cfg"]));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["state"], "read");
+    assert_eq!(v["nodes"][0]["readers"], 2);
+    for token in &tokens {
+        let o = output(redlock(&urls).args(["release", "-r", "cfg", token]));
+        assert_code(&o, 0);
+    }
+    let o = output(redlock(&urls).args(["status", "cfg"]));
+    assert_code(&o, 1);
+    // run --shared: COMMAND sees the shared lock's name, and status of it is the resource's.
+    let script =
+        r#"printf '%s\n' "$REDLOCK_RESOURCE"; "$0" --server "$1" status "$REDLOCK_RESOURCE""#;
+    let o = output(
+        redlock(&urls)
+            .args(["run", "--shared", "cfg", "--"])
+            .args(["sh", "-c", script, BIN, &urls[0]]),
+    );
+    assert_code(&o, 0);
+    assert!(
+        stdout(&o).starts_with("redlock:shared:cfg\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("1 reader"), "{}", stdout(&o));
+    // --shared with several resources, or with --permits: usage errors.
+    let o = output(redlock(&urls).args(["acquire", "-r", "a", "b"]));
+    assert_code(&o, 64);
+    let o = output(redlock(&urls).args(["acquire", "-r", "--permits", "2", "a"]));
+    assert_code(&o, 64);
+}

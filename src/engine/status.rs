@@ -1,5 +1,6 @@
-//! A status read: `GET`, `PTTL` and `HMGET redlock:fence run n` of a resource on every node,
-//! each node's answers gathered until all came or the deadline passed.
+//! A status read: `GET`, `PTTL`, `ZCARD` (the readers of a read-locked resource) and
+//! `HMGET redlock:fence run n` of a resource on every node, each node's answers gathered until
+//! all came or the deadline passed.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,8 @@ pub(super) struct StatusReplies {
     restart: Vec<(Option<Duration>, Option<Duration>)>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+    /// `ZCARD`: the readers of a read-locked key (`None`: not read-locked).
+    readers: Vec<Option<Option<usize>>>,
     fences: Vec<Option<Option<NodeFence>>>,
 }
 
@@ -31,6 +34,8 @@ impl StatusReplies {
         self.values.resize(n, None);
         self.ttls.clear();
         self.ttls.resize(n, None);
+        self.readers.clear();
+        self.readers.resize(n, None);
         self.fences.clear();
         self.fences.resize(n, None);
         self.restart.clear();
@@ -41,6 +46,7 @@ impl StatusReplies {
     pub fn fail(&mut self, node: usize, fault: NodeFault, now: Instant) {
         self.values[node].get_or_insert(Err(fault.clone()));
         self.ttls[node].get_or_insert((Err(fault), now));
+        self.readers[node].get_or_insert(None);
         self.fences[node].get_or_insert(None);
     }
 
@@ -48,6 +54,7 @@ impl StatusReplies {
     pub fn withdraw(&mut self, node: usize, fault: &NodeFault, now: Instant) {
         self.values[node] = Some(Err(fault.clone()));
         self.ttls[node] = Some((Err(fault.clone()), now));
+        self.readers[node] = Some(None);
         self.fences[node] = Some(None);
     }
 
@@ -73,6 +80,8 @@ impl StatusReplies {
             self.values[node] = Some(match &d.reply {
                 Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
                 Ok(Frame::Null) => Ok(None),
+                // Read-locked (a sorted set): no writer's value; its readers come next.
+                Ok(Frame::Error(e)) if e.kind == crate::resp::ErrorKind::WrongType => Ok(None),
                 Ok(other) => Err(unexpected(other)),
                 Err(f) => Err((*f).clone()),
             });
@@ -83,6 +92,11 @@ impl StatusReplies {
                 Err(f) => Err((*f).clone()),
             };
             self.ttls[node] = Some((pttl, now));
+        } else if self.readers[node].is_none() {
+            self.readers[node] = Some(match &d.reply {
+                Ok(Frame::Integer(n)) if *n > 0 => Some(*n as usize),
+                _ => None,
+            });
         } else if self.fences[node].is_none() {
             self.fences[node] = Some(fence_of(d));
         }
@@ -111,6 +125,7 @@ impl StatusReplies {
                     state: value.and_then(|v| pttl.map(|t| (v, t))),
                     rtt: at.saturating_duration_since(start),
                     fence: self.fences[node].take().flatten(),
+                    readers: self.readers[node].take().flatten(),
                     uptime,
                     quarantine,
                 }
@@ -160,7 +175,8 @@ impl<N: Net> Engine<N> {
         ];
         let get = [Arg::Bytes(b"GET"), Arg::Bytes(resource)];
         let pttl = [Arg::Bytes(b"PTTL"), Arg::Bytes(resource)];
-        let commands = [&get[..], &pttl[..], &fence[..]].map(|args| {
+        let zcard = [Arg::Bytes(b"ZCARD"), Arg::Bytes(resource)];
+        let commands = [&get[..], &pttl[..], &zcard[..], &fence[..]].map(|args| {
             let mut cmd = bytes::BytesMut::new();
             crate::resp::encode_command(&mut cmd, args);
             cmd
@@ -204,7 +220,13 @@ mod tests {
         replies.reset(2);
         let mut watch = NodeWatch::default();
         let fence = format!("*2\r\n$40\r\n{}\r\n$1\r\n7\r\n", "r".repeat(40));
-        for (bytes, at) in [("$5\r\ntoken\r\n", 1), (":900\r\n", 2), (fence.as_str(), 3)] {
+        let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+        for (bytes, at) in [
+            ("$5\r\ntoken\r\n", 1),
+            (":900\r\n", 2),
+            (wrongtype, 2),
+            (fence.as_str(), 3),
+        ] {
             let limits = crate::resp::Limits::default();
             let Ok(crate::resp::Status::Complete((reply, _))) =
                 crate::resp::decode(bytes.as_bytes(), &limits)
@@ -235,6 +257,7 @@ mod tests {
             })
         );
         assert_eq!(status[0].uptime, Some(Duration::from_secs(100) + ms(1)));
+        assert_eq!(status[0].readers, None, "a string: no readers");
         assert!(
             matches!(status[1].state, Err(NodeFault::Timeout)),
             "{:?}",

@@ -496,6 +496,14 @@ pub struct LockOptions {
     /// extend find the permit TOKEN holds; status shows every permit
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_mux::MAX_PERMITS)))]
     pub permits: Option<u32>,
+    /// A shared (read) lock of RESOURCE: many readers at once, never with a writer (the
+    /// default, exclusive lock), and none while a writer waits. flock's -s is --server here:
+    /// the short form is -r (read)
+    #[arg(short = 'r', long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// The exclusive (write) lock, the default; accepted for flock's -x
+    #[arg(short = 'x', long, conflicts_with = "shared")]
+    pub exclusive: bool,
     #[command(flatten)]
     pub tuning: Tuning,
     #[command(flatten)]
@@ -903,8 +911,17 @@ const URL_SHOWN: usize = 80;
 /// The lock that RESOURCES name: one resource is its own name; several are one set locked all
 /// or none (`ResourceSet`), named by its encoding (`redlock:set:…`), which every subcommand
 /// takes back as a RESOURCE (`REDLOCK_RESOURCE` of `run` holds it).
-pub fn lock_name(resources: &[String]) -> Result<String, Fail> {
+pub fn lock_name(resources: &[String], shared: bool) -> Result<String, Fail> {
     match resources {
+        [one] if shared => {
+            let lock = redlock_mux::Shared::new(one)
+                .map_err(|e| Fail::new(exit::USAGE, format!("bad resource: {e}")))?;
+            Ok(String::from_utf8_lossy(lock.as_ref()).into_owned())
+        }
+        _ if shared => Err(Fail::new(
+            exit::USAGE,
+            "--shared takes one RESOURCE (a shared lock of several is not supported)",
+        )),
         [one] => Ok(one.clone()),
         _ => {
             let set = redlock_mux::ResourceSet::new(resources)
@@ -920,13 +937,14 @@ pub fn lock_and_token<'a>(
     resource: &str,
     token: &'a str,
     more: &'a [String],
+    shared: bool,
 ) -> Result<(String, &'a str), Fail> {
     let Some((last, between)) = more.split_last() else {
-        return Ok((lock_name(&[resource.to_owned()])?, token));
+        return Ok((lock_name(&[resource.to_owned()], shared)?, token));
     };
     let mut names = vec![resource.to_owned(), token.to_owned()];
     names.extend(between.iter().cloned());
-    Ok((lock_name(&names)?, last))
+    Ok((lock_name(&names, shared)?, last))
 }
 
 /// A name quoted for a message, cut to `max` characters: a 2,000-byte resource name is not

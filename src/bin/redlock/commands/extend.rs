@@ -38,7 +38,8 @@ pub struct ExtendArgs {
 const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub fn extend(a: &ExtendArgs) -> Result<u8, Fail> {
-    let (resource, token) = crate::common::lock_and_token(&a.resource, &a.token, &a.more)?;
+    let (resource, token) =
+        crate::common::lock_and_token(&a.resource, &a.token, &a.more, a.opts.shared)?;
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?)?;
     let resource = &common::permit_held_by(

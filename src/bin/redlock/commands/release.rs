@@ -48,7 +48,8 @@ pub struct ReleaseArgs {
 }
 
 pub fn release(a: &ReleaseArgs) -> Result<u8, Fail> {
-    let (resource, token) = crate::common::lock_and_token(&a.resource, &a.token, &a.more)?;
+    let (resource, token) =
+        crate::common::lock_and_token(&a.resource, &a.token, &a.more, a.opts.shared)?;
     let servers = a.opts.servers.list()?;
     let mut b = a
         .opts

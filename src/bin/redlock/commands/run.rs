@@ -117,24 +117,23 @@ impl RunArgs {
     /// and COMMAND keeps any later `--` of its own.
     pub fn resolve(&mut self, raw: &[OsString]) -> Result<(), Fail> {
         let dashes = |args: &[OsString]| args.iter().filter(|a| *a == "--").count();
-        if self.shell.is_some() || dashes(raw) > dashes(&self.command) {
-            return Ok(());
-        }
-        let Some(at) = self.command.iter().position(|a| a == "--") else {
-            return Ok(());
-        };
         let mut resources = vec![self.resource.clone()];
-        for name in &self.command[..at] {
-            let name = name
-                .to_str()
-                .ok_or_else(|| Fail::new(exit::USAGE, "a resource name is not valid UTF-8"))?;
-            resources.push(name.to_owned());
+        let split = (self.shell.is_none() && dashes(raw) <= dashes(&self.command))
+            .then(|| self.command.iter().position(|a| a == "--"))
+            .flatten();
+        if let Some(at) = split {
+            for name in &self.command[..at] {
+                let name = name
+                    .to_str()
+                    .ok_or_else(|| Fail::new(exit::USAGE, "a resource name is not valid UTF-8"))?;
+                resources.push(name.to_owned());
+            }
+            if self.command.len() == at + 1 {
+                return Err(Fail::new(exit::USAGE, "no COMMAND after '--'"));
+            }
+            self.command.drain(..=at);
         }
-        if self.command.len() == at + 1 {
-            return Err(Fail::new(exit::USAGE, "no COMMAND after '--'"));
-        }
-        self.resource = common::lock_name(&resources)?;
-        self.command.drain(..=at);
+        self.resource = common::lock_name(&resources, self.opts.shared)?;
         Ok(())
     }
 

@@ -51,6 +51,8 @@ enum Verdict {
         nodes: usize,
         left_ms: Option<i64>,
     },
+    /// Read-locked (shared) on a quorum: readers hold it, at most this many on one node.
+    Read { nodes: usize, readers: usize },
     /// Some nodes hold it, no token has a quorum.
     Split { token: Vec<u8>, nodes: usize },
     /// No reachable node holds it, and a quorum answered.
@@ -84,7 +86,11 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
             Some(members) => {
                 names.extend(members.map(|m| String::from_utf8_lossy(m).into_owned()));
             }
-            None => names.push(name.clone()),
+            None => match redlock_mux::keys::shared_name(name.as_bytes()) {
+                // A shared lock's name (`run --shared`'s REDLOCK_RESOURCE): its resource.
+                Some(of) => names.push(String::from_utf8_lossy(of).into_owned()),
+                None => names.push(name.clone()),
+            },
         }
     }
     let mut worst = exit::OK;
@@ -111,7 +117,7 @@ fn status_of(
     let reachable = check_reachable(&statuses, "status");
     let code = match (&reachable, &verdict) {
         (Err(fail), _) => fail.code,
-        (Ok(()), Verdict::Held { .. }) => exit::OK,
+        (Ok(()), Verdict::Held { .. } | Verdict::Read { .. }) => exit::OK,
         (Ok(()), _) => exit::NOT_HELD,
     };
     if a.output.json {
@@ -210,6 +216,13 @@ fn verdict(statuses: &[NodeStatus]) -> Verdict {
         }
     }
     holders.sort_by_key(|(_, ttls)| std::cmp::Reverse(ttls.len()));
+    let read: Vec<usize> = statuses.iter().filter_map(|s| s.readers).collect();
+    if read.len() >= quorum {
+        return Verdict::Read {
+            nodes: read.len(),
+            readers: read.iter().copied().max().unwrap_or(0),
+        };
+    }
     let up = statuses.iter().filter(|s| s.state.is_ok()).count();
     match holders.into_iter().next() {
         Some((token, mut ttls)) if ttls.len() >= quorum => {
@@ -288,7 +301,14 @@ fn row(s: &NodeStatus) -> Vec<String> {
                         ms => format!("{ms} ms"),
                     },
                 ),
-                None => ("free", "-".into(), "-".into()),
+                None => match s.readers {
+                    Some(n) => (
+                        "read",
+                        format!("{n} reader{}", if n == 1 { "" } else { "s" }),
+                        format!("{pttl} ms"),
+                    ),
+                    None => ("free", "-".into(), "-".into()),
+                },
             };
             vec![
                 s.node.clone(),
@@ -359,6 +379,11 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
                 None => "with no expiry".to_owned(),
             }
         ),
+        Verdict::Read { nodes, readers } => format!(
+            "read-locked: readers hold it on {nodes} of {n} nodes (quorum {quorum}), at most \
+             {readers} on one node (expired readers count until the next shared lock or release \
+             drops them)\n"
+        ),
         Verdict::Split { token, nodes } => format!(
             "not held by a quorum: at most {nodes} of {n} nodes agree (token {}), {quorum} \
              needed\n",
@@ -409,6 +434,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "held": held,
                 "token": token,
                 "pttl_ms": pttl_ms,
+                "readers": s.readers,
                 "rtt_ms": s.state.is_ok().then_some(s.rtt.as_secs_f64() * 1000.0),
                 "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
                 "uptime_s": s.uptime.map(|u| u.as_secs()),
@@ -426,12 +452,13 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
             "held",
             json!({"token": String::from_utf8_lossy(token), "nodes": nodes, "left_ms": left_ms}),
         ),
+        Verdict::Read { nodes, readers } => ("read", json!({"nodes": nodes, "readers": readers})),
         Verdict::Split { .. } => ("split", Value::Null),
         Verdict::Free => ("free", Value::Null),
         Verdict::Unknown => ("unknown", Value::Null),
     };
     json!({
-        "ok": matches!(verdict, Verdict::Held { .. }),
+        "ok": matches!(verdict, Verdict::Held { .. } | Verdict::Read { .. }),
         "command": "status",
         "resource": resource,
         "quorum": statuses.len() / 2 + 1,
