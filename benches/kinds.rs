@@ -7,13 +7,22 @@
 //! cargo bench --bench kinds [-- ROUNDS [MS_PER_KIND_PER_ROUND]]
 //! ```
 //!
-//! Goals (issue 38): a set of 8 resources within 1.5× a plain cycle. The bench starts its own
-//! `redis-server` processes; under `cargo test` (no `--bench`) it starts nothing.
+//! Then K = 64 threads sharing one `Redlock` (the scale rows): plain locks of 64 distinct
+//! resources against shared locks of one resource, alternated the same way; throughput and the
+//! same-round ratio.
+//!
+//! Goals (issue 38): a shared-lock cycle within 1.2× a plain cycle, a set of 8 resources within
+//! 1.5×; K = 64 readers of one resource ≥ 0.5× K = 64 plain locks of distinct resources. The
+//! bench starts its own `redis-server` processes; under `cargo test` (no `--bench`) it starts
+//! nothing.
 
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Client, ResourceSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redlock_mux::{Builder, Client, Redlock, ResourceSet};
 
 /// One kind's cycle on a client.
 struct Kind {
@@ -31,6 +40,14 @@ fn kinds() -> Vec<Kind> {
             goal: None,
             cycle: Box::new(|c| {
                 let lock = c.try_lock("bench:plain").expect("plain lock");
+                c.unlock(lock).expect("release");
+            }),
+        },
+        Kind {
+            name: "shared (reader)",
+            goal: Some(1.2),
+            cycle: Box::new(|c| {
+                let lock = c.try_lock_shared("bench:shared").expect("shared lock");
                 c.unlock(lock).expect("release");
             }),
         },
@@ -61,6 +78,40 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+/// K threads sharing `redlock` for `per`: cycles per second. `shared`: shared locks of one
+/// resource; else plain locks of K distinct resources.
+fn scale(redlock: &Redlock, k: usize, shared: bool, per: Duration) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..k)
+        .map(|i| {
+            let (redlock, stop, cycles) = (redlock.clone(), stop.clone(), cycles.clone());
+            std::thread::spawn(move || {
+                let name = format!("bench:scale:{i}");
+                while !stop.load(Ordering::Relaxed) {
+                    let lock = if shared {
+                        redlock.try_lock_shared("bench:scale:shared")
+                    } else {
+                        redlock.try_lock(&name)
+                    }
+                    .expect("uncontended");
+                    redlock.unlock(lock).expect("release");
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cycles.load(Ordering::Relaxed), Instant::now());
+    std::thread::sleep(per);
+    let rate = (cycles.load(Ordering::Relaxed) - c0) as f64 / t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().expect("a bench thread");
+    }
+    rate
 }
 
 fn main() {
@@ -115,7 +166,7 @@ fn main() {
         "kinds: K = 1, 5 local servers, {rounds} rounds × {per:?} per kind, order rotated; {cpu}, {} CPUs",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
-    println!("| kind | p50 µs | p99 µs | p50 ÷ plain p50 (same round, median) | goal |");
+    println!("| kind (K = 1) | p50 µs | p99 µs | p50 ÷ plain p50 (same round, median) | goal |");
     println!("|---|---|---|---|---|");
     for (k, kind) in kinds.iter().enumerate() {
         let ratios: Vec<f64> = (0..rounds).map(|r| p50[k][r] / p50[0][r]).collect();
@@ -132,4 +183,40 @@ fn main() {
             ratio
         );
     }
+
+    // The scale rows: K = 64 threads on one handle.
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .build()
+        .expect("a handle");
+    redlock.connect(Duration::from_secs(5)).expect("connected");
+    let k = 64;
+    let (mut plain, mut shared, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (p, s) = if round % 2 == 0 {
+            let p = scale(&redlock, k, false, per);
+            (p, scale(&redlock, k, true, per))
+        } else {
+            let s = scale(&redlock, k, true, per);
+            (scale(&redlock, k, false, per), s)
+        };
+        plain.push(p);
+        shared.push(s);
+        ratios.push(s / p);
+    }
+    let ratio = median(ratios);
+    println!();
+    println!(
+        "| K = {k} threads, one handle | cycles/s (median) | ÷ plain (same round, median) | goal |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| plain locks, {k} distinct resources | {:.0} | 1.00 | — |",
+        median(plain)
+    );
+    println!(
+        "| shared locks, one resource | {:.0} | {ratio:.2} | ≥ 0.5× ({}) |",
+        median(shared),
+        if ratio >= 0.5 { "met" } else { "missed" }
+    );
 }

@@ -428,21 +428,17 @@ impl Node {
                     out.extend_from_slice(b":0\r\n");
                     return;
                 }
-                entry.1.retain(|(_, d)| now < *d);
-                match entry.1.iter().map(|(_, d)| *d).max() {
-                    Some(last) => {
-                        entry.2 = last;
-                        1
-                    }
-                    None => {
-                        self.readers.swap_remove(at);
-                        let told = if cmd[5] == b"1" {
-                            self.notify(key, now)
-                        } else {
-                            0
-                        };
-                        1 + 2 * told
-                    }
+                // The key's TTL stays; an empty set goes (with the notice).
+                if !entry.1.is_empty() {
+                    1
+                } else {
+                    self.readers.swap_remove(at);
+                    let told = if cmd[5] == b"1" {
+                        self.notify(key, now)
+                    } else {
+                        0
+                    };
+                    1 + 2 * told
                 }
             }
             _ => {
