@@ -11,7 +11,8 @@
 //! clock-drift, work-past-validity, lying-node, majority-down, and two wrong fencing
 //! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
 //! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
-//! read lock: reader-ignores-writer. `--sets`: callers also lock sets of the resources all or
+//! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
+//! majorities): counter-semaphore. `--sets`: callers also lock sets of the resources all or
 //! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
@@ -68,6 +69,7 @@ fn main() {
                     Some("fail-when-full") => Break::FailWhenFull,
                     Some("set-not-all-or-none") => Break::SetNotAllOrNone,
                     Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
+                    Some("counter-semaphore") => Break::CounterSemaphore,
                     other => panic!("unknown --break {other:?}"),
                 }
             }

@@ -200,6 +200,19 @@ fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
     assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 2]);
 }
 
+/// The semaphore this crate does not build (issue 38): a set of holders per node admitted while
+/// it holds fewer than P = 2, won on majorities. Three holders fit on 3 × 3 = 9 ≤ 2 × 5 slots:
+/// the check (more than P at once) finds them (72 of seeds 0..200). The crate's semaphore is a
+/// plain lock per permit, which every plain schedule checks.
+#[test]
+fn a_semaphore_of_per_node_counters_admits_p_plus_one_holders() {
+    for seed in [0, 1, 6] {
+        let r = sim::run(seed, setup(Break::CounterSemaphore, false), None);
+        let v = r.violation.expect("P + 1 holders");
+        assert!(v.first.0 != v.second.0 || v.first.1 != v.second.1, "{v:?}");
+    }
+}
+
 #[test]
 fn with_a_majority_down_runs_stall_and_never_violate() {
     for r in batch(0..100, setup(Break::MajorityDown, false)) {

@@ -73,7 +73,16 @@ pub enum Break {
     /// (Read-write) a wrong shared acquire: every node adds a reader without looking for a
     /// writer, overwriting the writer's key (implies `shared`).
     ReaderIgnoresWriter,
+    /// (Semaphore) the wrong construction of a semaphore of [`COUNTER_PERMITS`] permits: a set
+    /// of holders per node, admitted while it has fewer than P, won on a majority of nodes.
+    /// Callers take only such permits; more than P holders at once is the violation. (The
+    /// crate's semaphore is a plain lock per permit, which the plain runs check.)
+    CounterSemaphore,
 }
+
+/// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
+/// P + 1 = 3 holders fit on (P + 1) · 3 = 9 ≤ P · 5 = 10 slots.
+pub const COUNTER_PERMITS: usize = 2;
 
 impl Break {
     /// The defect this break brings back (`mutation.rs`).
@@ -582,6 +591,9 @@ struct World {
     members: Vec<Vec<usize>>,
     /// Which resources are shared (read) locks (see `Setup::shared`).
     shared_of: Vec<bool>,
+    /// Callers take shared locks only (`Break::CounterSemaphore`: the shared locks stand for
+    /// the counted permits, with the nodes' cap).
+    only_shared: bool,
     /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
     /// the exclusive holders').
     shared_beliefs: Vec<(usize, usize, u64, u64)>,
@@ -724,6 +736,7 @@ impl World {
             node.lying = broken(Break::LyingNode) && i == 0;
             node.set_first_only = broken(Break::SetNotAllOrNone);
             node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
+            node.reader_cap = broken(Break::CounterSemaphore).then_some(COUNTER_PERMITS);
             node.pubsub = pubsub;
             nodes.push(NodeState {
                 node,
@@ -766,7 +779,8 @@ impl World {
         }
         // With readers, each plain resource's shared lock.
         let mut shared_of = vec![false; resources.len()];
-        if setup.shared || setup.breaks == Break::ReaderIgnoresWriter {
+        let counter = setup.breaks == Break::CounterSemaphore;
+        if setup.shared || setup.breaks == Break::ReaderIgnoresWriter || counter {
             for r in 0..plain {
                 let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
                 name.extend_from_slice(&resources[r]);
@@ -791,6 +805,7 @@ impl World {
             resources,
             members,
             shared_of,
+            only_shared: counter,
             shared_beliefs: Vec::new(),
             beliefs: Vec::new(),
             belief_fences: Vec::new(),
@@ -960,8 +975,10 @@ impl World {
         if let Some(v) = self.report.connect_violation.clone() {
             self.log(|| format!("RECONNECT VIOLATION {v:?}"));
         }
-        self.report.violation =
-            check(&mut self.beliefs).or_else(|| check_readers(&self.shared_beliefs, &self.beliefs));
+        let cap = (self.only_shared && !self.setup.control).then_some(COUNTER_PERMITS);
+        self.report.violation = check(&mut self.beliefs)
+            .or_else(|| check_readers(&self.shared_beliefs, &self.beliefs))
+            .or_else(|| cap.and_then(|p| check_counted(&mut self.shared_beliefs, p)));
         if let Some(v) = self.report.violation.clone() {
             self.log(|| format!("VIOLATION {v:?}"));
         }
@@ -1689,7 +1706,12 @@ impl World {
                     }
                     None if self.report.ops >= self.setup.ops => return false,
                     None => {
-                        let res = self.rng.range(0, self.resources.len() as u64) as usize;
+                        let mut res = self.rng.range(0, self.resources.len() as u64) as usize;
+                        if self.only_shared && !self.shared_of[res] {
+                            // The shared locks are the last `plain` resources.
+                            let plain = self.shared_of.iter().filter(|&&s| s).count();
+                            res = self.resources.len() - plain + res % plain;
+                        }
                         self.clients[c].callers[k].want = Some((res, g));
                         self.report.wants += 1;
                         res
@@ -1951,6 +1973,31 @@ fn check_readers(
             second: (client, start, end),
         })
     })
+}
+
+/// The first moment more than `permits` holders believed they held one resource at once
+/// (the counted semaphore of `Break::CounterSemaphore`), if any: the holder that made it
+/// `permits + 1`, and one it overlapped.
+fn check_counted(beliefs: &mut [(usize, usize, u64, u64)], permits: usize) -> Option<Violation> {
+    beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
+    for (i, &(res, client, start, end)) in beliefs.iter().enumerate() {
+        if start >= end {
+            continue;
+        }
+        let overlapping: Vec<&(usize, usize, u64, u64)> = beliefs[..i]
+            .iter()
+            .filter(|b| b.0 == res && b.2 < b.3 && b.3 > start)
+            .collect();
+        if overlapping.len() >= permits {
+            let first = overlapping[0];
+            return Some(Violation {
+                resource: res,
+                first: (first.1, first.2, first.3),
+                second: (client, start, end),
+            });
+        }
+    }
+    None
 }
 
 /// The first overlap of two belief intervals on one resource, if any.

@@ -42,6 +42,9 @@ pub(crate) struct Node {
     /// Runs a reader's acquire without looking for a writer (the key a string, or a writer's
     /// mark): the wrong variant of `Break::ReaderIgnoresWriter`.
     pub reader_ignores_writer: bool,
+    /// Admits at most this many readers per key (the per-node counter of the wrong
+    /// semaphore, `Break::CounterSemaphore`).
+    pub reader_cap: Option<usize>,
     /// Pub/sub: `SUBSCRIBE`, `UNSUBSCRIBE` and the release script's notice (else those
     /// commands are unknown, and the release publishes nothing: clients fall back to polling).
     pub pubsub: bool,
@@ -105,6 +108,7 @@ impl Node {
             lying: false,
             set_first_only: false,
             reader_ignores_writer: false,
+            reader_cap: None,
             pubsub: false,
             conn: 0,
             subs: Vec::new(),
@@ -391,7 +395,19 @@ impl Node {
                 let mark = self.live(&crate::keys::waiting_key(key), now);
                 let writer_waits =
                     mark.is_some_and(|v| v == crate::keys::MARK_VALUE.as_bytes() || v == b"1");
-                if (writer || writer_waits) && !self.reader_ignores_writer && !self.lying {
+                let full = self.reader_cap.is_some_and(|cap| {
+                    (self.readers.iter()).any(|e| {
+                        e.0 == key
+                            && now < e.2
+                            && e.1
+                                .iter()
+                                .filter(|(t, d)| now < *d && t.as_slice() != token)
+                                .count()
+                                >= cap
+                    })
+                });
+                if ((writer || writer_waits) && !self.reader_ignores_writer && !self.lying) || full
+                {
                     0
                 } else {
                     if writer {
