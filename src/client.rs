@@ -287,8 +287,11 @@ impl Client {
         apply_extend(lock, outcome)
     }
 
-    /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), waiting at
-    /// most `timeout`. For inspection (`redlock status`); not a lock operation.
+    /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), its
+    /// readers if it is read-locked ([`NodeStatus::readers`](crate::NodeStatus::readers)) and
+    /// the fence counter, waiting at most `timeout`. For inspection (`redlock status`); not a
+    /// lock operation. A [`Shared`](crate::Shared) name is asked as its resource's; a
+    /// [`ResourceSet`](crate::ResourceSet) is not one key: ask each member.
     pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
         status_of(
             self.engine

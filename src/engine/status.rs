@@ -166,7 +166,8 @@ impl<N: Net> Engine<N> {
         op.kind = OpKind::Status;
         op.until = deadline_after(now, timeout);
         op.status.get_or_insert_with(Default::default).reset(n);
-        let resource = &op.resource[..];
+        // A shared lock's name is asked as its resource's (where its readers are).
+        let resource = crate::keys::shared_name(&op.resource).unwrap_or(&op.resource);
         let fence = [
             Arg::Bytes(b"HMGET"),
             Arg::Bytes(FENCE_KEY.as_bytes()),
