@@ -149,6 +149,11 @@ pub(crate) fn check_set(
     })
 }
 
+/// True if `resource` is one plain name: neither a set nor a shared lock.
+pub(crate) fn is_one_key(resource: &[u8]) -> bool {
+    set_members(resource).is_none() && shared_name(resource).is_none()
+}
+
 /// The key of `resource` that stands for it on a node: the name itself, or a set's first
 /// member (all members are set and deleted together).
 pub(crate) fn first_key(resource: &[u8]) -> &[u8] {

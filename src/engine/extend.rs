@@ -11,9 +11,9 @@ use crate::net::Net;
 use crate::request::{OpId, Outcome};
 use crate::resp::Arg;
 use crate::round::{Decision, Round, RoundConfig};
-use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT, scripts};
+use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
 
-use super::{Engine, OpKind, keyed_call, script_call};
+use super::{Engine, OpKind, shaped_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of extend `id` (of a lock valid until `valid_until`, for `ttl` more)
@@ -36,29 +36,12 @@ impl<N: Net> Engine<N> {
             ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
         op.vote.round.start(now, &rc);
-        let call = if let Some(name) = crate::keys::shared_name(&op.resource) {
-            let args = [
-                Arg::Bytes(op.token.as_bytes()),
-                Arg::UInt(ttl.as_millis() as u64),
-            ];
-            let script = &scripts()[SHARED_EXTEND_SCRIPT];
-            keyed_call(p.scratch, (script, id.tag()), name, None, &args)
-        } else if crate::keys::set_members(&op.resource).is_some() {
-            let args = [
-                Arg::Bytes(op.token.as_bytes()),
-                Arg::UInt(ttl.as_millis() as u64),
-            ];
-            let script = &scripts()[SET_EXTEND_SCRIPT];
-            keyed_call(p.scratch, (script, id.tag()), &op.resource, None, &args)
-        } else {
-            let args = [
-                Arg::Int(1),
-                Arg::Bytes(&op.resource),
-                Arg::Bytes(op.token.as_bytes()),
-                Arg::UInt(ttl.as_millis() as u64),
-            ];
-            script_call(p.scratch, &scripts()[EXTEND_SCRIPT], id.tag(), &args)
-        };
+        let args = [
+            Arg::Bytes(op.token.as_bytes()),
+            Arg::UInt(ttl.as_millis() as u64),
+        ];
+        let scripts = [EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT];
+        let call = shaped_call(p.scratch, id.tag(), &op.resource, scripts, &args);
         p.core.send_script(p.net, (id, call), targets, now);
     }
 

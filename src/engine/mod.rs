@@ -592,6 +592,24 @@ fn script_call<'a>(
     }
 }
 
+/// A call of the script for `resource`'s shape, `scripts` = `[plain, set, shared]`: its keys
+/// are the name, a set's members or a shared lock's resource, then `args` follow.
+fn shaped_call<'a>(
+    buf: &'a mut BytesMut,
+    tag: u64,
+    resource: &[u8],
+    [plain, set, shared]: [usize; 3],
+    args: &[Arg<'_>],
+) -> ScriptCall<'a> {
+    let all = crate::session::scripts();
+    let (script, keys) = match crate::keys::shared_name(resource) {
+        Some(name) => (shared, name),
+        None if crate::keys::set_members(resource).is_some() => (set, resource),
+        None => (plain, resource),
+    };
+    keyed_call(buf, (&all[script], tag), keys, None, args)
+}
+
 /// Encodes a script call whose keys are `resource`'s — the name itself, or each member of a
 /// set (`keys::set_members`) — then `extra` (one more key, or none), then `args`: the tail
 /// of every script that takes a lock's keys, so that a set goes out as one call per node.

@@ -12,10 +12,10 @@ use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
 use crate::session::{
-    QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
+    QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT,
 };
 
-use super::{Engine, OpKind, Waiter, keyed_call, node_bit, nodes_in, script_call};
+use super::{Engine, OpKind, Waiter, node_bit, nodes_in, shaped_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
 /// durations (at least a tenth of the node timeout, at most all of it, and never under
@@ -135,29 +135,21 @@ impl<N: Net> Engine<N> {
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
-        // A set or a reader: one call, the notices on or off by its last argument.
-        let notices = if quiet { &b"0"[..] } else { b"1" };
-        let shared = crate::keys::shared_name(&op.resource);
-        let call = if let Some(name) = shared {
-            let args = [Arg::Bytes(op.token.as_bytes()), Arg::Bytes(notices)];
-            let script = &scripts()[SHARED_RELEASE_SCRIPT];
-            keyed_call(scratch, (script, id.tag()), name, None, &args)
-        } else if crate::keys::set_members(&op.resource).is_some() {
-            let args = [Arg::Bytes(op.token.as_bytes()), Arg::Bytes(notices)];
-            let script = &scripts()[SET_RELEASE_SCRIPT];
-            keyed_call(scratch, (script, id.tag()), &op.resource, None, &args)
+        // A plain lock's notice is its script's (two scripts); a set's or a reader's, its
+        // last argument.
+        let plain = if quiet {
+            QUIET_RELEASE_SCRIPT
         } else {
-            let script = &scripts()[if quiet {
-                QUIET_RELEASE_SCRIPT
-            } else {
-                RELEASE_SCRIPT
-            }];
-            let args = [
-                Arg::Int(1),
-                Arg::Bytes(&op.resource),
-                Arg::Bytes(op.token.as_bytes()),
-            ];
-            script_call(scratch, script, id.tag(), &args)
+            RELEASE_SCRIPT
+        };
+        let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
+        let token = Arg::Bytes(op.token.as_bytes());
+        let call = match crate::keys::is_one_key(&op.resource) {
+            true => shaped_call(scratch, id.tag(), &op.resource, scripts, &[token]),
+            false => {
+                let notices = Arg::Bytes(if quiet { b"0" } else { b"1" });
+                shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, notices])
+            }
         };
         let timeout = config.node_timeout_for(config.ttl);
         // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
