@@ -581,6 +581,16 @@ fn script_call<'a>(
 ) -> ScriptCall<'a> {
     buf.clear();
     buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
+    encode_args(buf, (script, tag), 0, args)
+}
+
+/// Appends `args` to `buf` (which holds `before` arguments already): the call's whole tail.
+fn encode_args<'a>(
+    buf: &'a mut BytesMut,
+    (script, tag): (&'a Script, u64),
+    before: usize,
+    args: &[Arg<'_>],
+) -> ScriptCall<'a> {
     for arg in args {
         crate::resp::encode_bulk(buf, arg);
     }
@@ -588,7 +598,7 @@ fn script_call<'a>(
         script,
         tag,
         tail: buf,
-        argc: args.len(),
+        argc: before + args.len(),
     }
 }
 
@@ -640,15 +650,7 @@ fn keyed_call<'a>(
     if let Some(key) = extra {
         crate::resp::encode_bulk(buf, &Arg::Bytes(key));
     }
-    for arg in args {
-        crate::resp::encode_bulk(buf, arg);
-    }
-    ScriptCall {
-        script,
-        tag,
-        tail: buf,
-        argc: 1 + keys + extra_keys + args.len(),
-    }
+    encode_args(buf, (script, tag), 1 + keys + extra_keys, args)
 }
 
 #[cfg(test)]
