@@ -7,7 +7,8 @@
 //! cargo bench --bench kinds [-- ROUNDS [MS_PER_KIND_PER_ROUND]]
 //! ```
 //!
-//! Goals (issue 38): a set of 8 resources within 1.5× a plain cycle. The bench starts its own
+//! Goals (issue 38): a set of 8 resources within 1.5× a plain cycle; a semaphore's permit cycle
+//! (`try_acquire_permit` on P = 3 + `unlock`) within 1.2×. The bench starts its own
 //! `redis-server` processes; under `cargo test` (no `--bench`) it starts nothing.
 
 use std::time::{Duration, Instant};
@@ -48,6 +49,14 @@ fn kinds() -> Vec<Kind> {
             cycle: Box::new(move |c| {
                 let lock = c.try_lock(&set8).expect("set of 8");
                 c.unlock(lock).expect("release");
+            }),
+        },
+        Kind {
+            name: "permit of 3",
+            goal: Some(1.2),
+            cycle: Box::new(|c| {
+                let permit = c.try_acquire_permit("bench:sem", 3).expect("a permit");
+                c.unlock(permit).expect("release");
             }),
         },
     ]
