@@ -1,13 +1,15 @@
 //! Counting semaphores: at most P holders of a name at once, each holding one of P permits, and
 //! every permit a plain Redlock of its own on `<name>#<i>` (i in 0..P).
 //!
-//! An acquire attempts one permit first, chosen at random, alone (`SET … NX PX` on one key per
-//! node). Only if that permit is not won (held, or its votes split) are all the others attempted
-//! in one go (their `SET`s go out in one write per node); of those, the first permit won (the
-//! lowest index when several are decided together) is kept, and every other permit won is
-//! released at once, without waiting for the replies. Uncontended, a permit cycle is therefore
-//! what a plain lock's is: one `SET` and one release per node; with every permit held it costs
-//! one more round trip than attempting all at once, and the same P `SET`s per node.
+//! An acquire attempts one permit first, alone (`SET … NX PX` on one key per node): the next in
+//! turn, the semaphore counting its acquires (permit 0 for the first acquire of a fresh
+//! semaphore, then 1, 2, …, P − 1, 0, …). Only if that permit is not won (held, or its votes
+//! split) are all the others attempted in one go (their `SET`s go out in one write per node); of
+//! those, the first permit won (the lowest index when several are decided together) is kept,
+//! and every other permit won is released at once, without waiting for the replies.
+//! Uncontended, a permit cycle is therefore what a plain lock's is: one `SET` and one release
+//! per node; with every permit held it costs one more round trip than attempting all at once,
+//! and the same P `SET`s per node.
 //!
 //! So the semaphore is safe by construction — a permit is a plain lock, held by one holder at
 //! most, so there are at most P holders — and available while a majority of the masters is up,
@@ -16,9 +18,10 @@
 //!
 //! Why one permit first: attempting all P at once wins all P when nobody holds them, and every
 //! node then runs P `SET`s and P release scripts for one holder. With five servers on two cores
-//! that made a permit cycle 1.73× a plain cycle (P = 3); one at random first brings it to about
-//! a plain cycle's cost (docs/benchmarks.md, "Semaphores"). At random rather than a fixed permit
-//! so that callers coming together spread over the permits.
+//! that made a permit cycle 1.6–1.75× a plain cycle (P = 3); one permit first brings it to a
+//! plain cycle's cost (docs/benchmarks.md, "Semaphores"). In turn rather than always the same
+//! permit, so that concurrent acquires of one semaphore start on different permits; rather than
+//! at random, so that a fresh semaphore hands out permit 0 first, as the CLI shows.
 //!
 //! Why not a counter per node (a set of holders per node, admitted while it has fewer than P,
 //! and a majority of nodes to admit): P + 1 holders fit on majorities of M nodes as soon as
@@ -37,6 +40,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -90,10 +94,11 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
 /// The outcome of an attempt on one permit, with the permit's index.
 type Attempt = (usize, Result<Lock, Error>);
 
-/// The permit an acquire attempts first, alone: one at random, so that callers coming together
-/// spread over the permits.
-fn first_pick(permits: usize) -> usize {
-    rand::rng().random_range(0..permits)
+/// The permit an acquire attempts first, alone: its turn (a count of the semaphore's or the
+/// client's acquires) modulo the permits, so that consecutive or concurrent acquires of one
+/// semaphore start on different permits, and the first acquire of a fresh one on permit 0.
+fn first_pick(permits: usize, turn: u32) -> usize {
+    usize::try_from(turn).unwrap_or(0) % permits.max(1)
 }
 
 /// Every permit but `first`, in permit order: the second step of an acquire.
@@ -101,11 +106,12 @@ fn others(permits: usize, first: usize) -> Vec<usize> {
     (0..permits).filter(|&i| i != first).collect()
 }
 
-/// Whether an acquire whose first permit failed with `e` goes on to the others: unless `e`
-/// would fail them all (a final error: too few nodes left, refused credentials). A permit this
-/// caller keeps already ([`Error::AlreadyHeld`]) is final for that permit only.
-fn try_others(e: &Error) -> bool {
-    !e.is_final() || matches!(e, Error::AlreadyHeld { .. })
+/// Whether an acquire whose first permit failed with `e` goes on (to the other permits, or to
+/// waiting): unless `e` would fail them all (a final error: too few nodes left, refused
+/// credentials). A permit this caller keeps already ([`Error::AlreadyHeld`]) is final for that
+/// permit only, so for the semaphore only if it has no other.
+fn try_others(e: &Error, permits: usize) -> bool {
+    !e.is_final() || (permits > 1 && matches!(e, Error::AlreadyHeld { .. }))
 }
 
 /// Of the outcomes of attempts on permits (index, outcome), the permit of lowest index won;
@@ -208,19 +214,19 @@ async fn race(
     .await
 }
 
-/// An acquire of the async face in its two steps (module docs): one permit at random alone,
+/// An acquire of the async face in its two steps (module docs): the permit `first` alone,
 /// then, if it was not won, the others together.
 async fn race_in_two(
     redlock: &AsyncRedlock,
     names: &[Vec<u8>],
+    first: usize,
     kind: ReqKind,
 ) -> Result<Lock, Vec<(usize, Error)>> {
-    let first = first_pick(names.len());
     let mut errors = match race(redlock, names, &[first], kind).await {
         Ok(lock) => return Ok(lock),
         Err(errors) => errors,
     };
-    if names.len() == 1 || !errors.iter().all(|(_, e)| try_others(e)) {
+    if names.len() == 1 || !errors.iter().all(|(_, e)| try_others(e, names.len())) {
         return Err(errors);
     }
     match race(redlock, names, &others(names.len(), first), kind).await {
@@ -287,6 +293,8 @@ pub struct Semaphore {
     redlock: Redlock,
     name: Arc<[u8]>,
     names: Arc<[Vec<u8>]>,
+    /// Acquires so far (of this value and its clones): which permit the next attempts first.
+    turn: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for Semaphore {
@@ -315,11 +323,17 @@ impl Redlock {
             names: permit_names(self.config(), name, permits)?,
             name: name.into(),
             redlock: self.clone(),
+            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl Semaphore {
+    /// The permit this acquire attempts first (its turn moved on).
+    fn first(&self) -> usize {
+        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -345,9 +359,10 @@ impl Semaphore {
         &self.redlock
     }
 
-    /// One attempt at a permit, no waiting: one permit at random alone, then, if it was not won
-    /// (held, split votes), every other permit at once, keeping the lowest won of those (the
-    /// others won are released at once, without waiting). Uncontended, one `SET` per node.
+    /// One attempt at a permit, no waiting: the next permit in turn alone, then, if it was not
+    /// won (held, split votes), every other permit at once, keeping the lowest won of those
+    /// (the others won are released at once, without waiting). Uncontended, one `SET` per
+    /// node.
     ///
     /// # Errors
     ///
@@ -355,19 +370,24 @@ impl Semaphore {
     /// no permit was won and one failed otherwise, that permit's error ([`Error::NoQuorum`],
     /// …), as [`Redlock::try_lock`].
     pub fn try_acquire(&self) -> Result<Lock, Error> {
-        let first = first_pick(self.names.len());
-        let mut outcomes = self.attempt(&[first])?;
-        match outcomes.pop() {
-            Some((_, Ok(lock))) => return Ok(lock),
-            Some((_, Err(e))) if self.names.len() == 1 || !try_others(&e) => return Err(e),
-            Some(refused) => outcomes.push(refused),
-            None => return Err(Error::Internal("operation lost")),
-        }
-        outcomes.extend(self.attempt(&others(self.names.len(), first))?);
+        let (first, permits) = (self.first(), self.names.len());
+        let refused = match self.attempt_one(first) {
+            Err(e) if permits > 1 && try_others(&e, permits) => e,
+            done => return done,
+        };
+        let mut outcomes = self.attempt(&others(permits, first))?;
+        outcomes.push((first, Err(refused)));
         let mut extra = Vec::new();
         let result = first_won(outcomes, &mut extra);
         self.release_nowait(&extra);
         result
+    }
+
+    /// One attempt on permit `i` (as [`Redlock::try_lock`], through the same path).
+    fn attempt_one(&self, i: usize) -> Result<Lock, Error> {
+        let name = self.names[i].as_slice();
+        let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
+        lock_of(name, token, self.redlock.hub().call(kind, name, &token))
     }
 
     /// One attempt on each of the permits `which`, together (one write per node).
@@ -415,24 +435,20 @@ impl Semaphore {
         self.acquire_until(deadline)
     }
 
-    /// Acquires a permit, waiting for one until `deadline`: one attempt on one permit at random,
-    /// then, if it was not won, a waiting acquire of every permit (as [`Redlock::lock_until`]:
-    /// each makes its first attempt at once), handed to the engine together; the first to win
-    /// is kept, the others are cancelled (and whatever they win meanwhile released). So the
-    /// release of any permit wakes the waiter.
+    /// Acquires a permit, waiting for one until `deadline`: one attempt on the next permit in
+    /// turn, then, if it was not won, a waiting acquire of every permit (as
+    /// [`Redlock::lock_until`]: each makes its first attempt at once), handed to the engine
+    /// together; the first to win is kept, the others are cancelled (and whatever they win
+    /// meanwhile released). So the release of any permit wakes the waiter.
     ///
     /// # Errors
     ///
     /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
     /// was still held at the deadline.
     pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        let first = first_pick(self.names.len());
-        let outcome = self.attempt(&[first])?.pop();
-        match outcome {
-            Some((_, Ok(lock))) => return Ok(lock),
-            Some((_, Err(e))) if !try_others(&e) || Instant::now() >= deadline => return Err(e),
-            Some(_) => {}
-            None => return Err(Error::Internal("operation lost")),
+        match self.attempt_one(self.first()) {
+            Err(e) if try_others(&e, self.names.len()) && Instant::now() < deadline => {}
+            done => return done,
         }
         let redlock = AsyncRedlock::from(self.redlock.clone());
         let kind = ReqKind::Wait {
@@ -489,6 +505,8 @@ pub struct AsyncSemaphore {
     redlock: AsyncRedlock,
     name: Arc<[u8]>,
     names: Arc<[Vec<u8>]>,
+    /// As [`Semaphore`]'s.
+    turn: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for AsyncSemaphore {
@@ -512,11 +530,17 @@ impl AsyncRedlock {
             names: permit_names(self.config(), name, permits)?,
             name: name.into(),
             redlock: self.clone(),
+            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl AsyncSemaphore {
+    /// The permit this acquire attempts first (its turn moved on).
+    fn first(&self) -> usize {
+        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -542,8 +566,8 @@ impl AsyncSemaphore {
         &self.redlock
     }
 
-    /// One attempt at a permit, no waiting; see [`Semaphore::try_acquire`]: one permit at
-    /// random alone, then the others at once, of which the first decided won is kept (the
+    /// One attempt at a permit, no waiting; see [`Semaphore::try_acquire`]: the next permit in
+    /// turn alone, then the others at once, of which the first decided won is kept (the
     /// others won are released at once).
     ///
     /// # Errors
@@ -553,7 +577,8 @@ impl AsyncSemaphore {
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        race_in_two(&self.redlock, &self.names, kind)
+        let first = self.first();
+        race_in_two(&self.redlock, &self.names, first, kind)
             .await
             .map_err(report)
     }
@@ -570,21 +595,21 @@ impl AsyncSemaphore {
     }
 
     /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`]:
-    /// one permit at random first, then the waiting acquires of every permit, handed to the
+    /// the next permit in turn first, then the waiting acquires of every permit, handed to the
     /// engine together.
     ///
     /// # Errors
     ///
     /// As [`Semaphore::acquire_until`].
     pub async fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        let first = first_pick(self.names.len());
+        let first = self.first();
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
         match race(&self.redlock, &self.names, &[first], kind).await {
             Ok(lock) => return Ok(lock),
             Err(errors) => {
-                let stop = errors.iter().any(|(_, e)| !try_others(e));
+                let stop = errors.iter().any(|(_, e)| !try_others(e, self.names.len()));
                 if stop || Instant::now() >= deadline {
                     return Err(report(errors));
                 }
@@ -629,9 +654,10 @@ impl AsyncSemaphore {
 
 impl Client {
     /// One attempt at a permit of the semaphore `name` of `permits` permits, no waiting: one
-    /// permit at random alone, then, if it was not won, every other at once (one write per
-    /// node); see [`Semaphore::try_acquire`]. Permits won and not kept are released without
-    /// waiting for the replies (consumed by the client's next operations).
+    /// permit alone (the next in turn: the client counts its semaphore acquires), then, if it
+    /// was not won, every other at once (one write per node); see [`Semaphore::try_acquire`].
+    /// Permits won and not kept are released without waiting for the replies (consumed by the
+    /// client's next operations).
     ///
     /// # Errors
     ///
@@ -646,9 +672,9 @@ impl Client {
     }
 
     fn try_permits(&mut self, names: &[Vec<u8>]) -> Result<Lock, Error> {
-        let first = first_pick(names.len());
+        let first = first_pick(names.len(), self.next_permit_turn());
         let refused = match self.try_lock(&names[first]) {
-            Err(e) if names.len() > 1 && try_others(&e) => e,
+            Err(e) if names.len() > 1 && try_others(&e, names.len()) => e,
             done => return done,
         };
         let rest = others(names.len(), first);
@@ -676,8 +702,9 @@ impl Client {
 
     /// Acquires a permit of the semaphore `name` of `permits` permits, waiting for one until
     /// `deadline`. A client has no wait queues shared with other callers: after an attempt at a
-    /// permit (as [`Client::try_acquire_permit`]), it waits on one permit chosen at random (as [`Client::lock_until`]: woken
-    /// by its release) for a retry pause at most, then tries every permit again.
+    /// permit (as [`Client::try_acquire_permit`]), it waits on one permit chosen at random (as
+    /// [`Client::lock_until`]: woken by its release) for a retry pause at most, then tries
+    /// again.
     ///
     /// # Errors
     ///

@@ -571,7 +571,30 @@ fn with_every_permit_held_an_acquire_attempts_each_permit_once() {
     }
 }
 
-/// Whichever permit an acquire picks first, it finds the one permit left free.
+/// An acquire tries the permits in turn: a fresh semaphore hands out permit 0 first, and
+/// uncontended cycles go round the permits (each acquire's first pick, won at once).
+#[test]
+fn uncontended_acquires_take_the_permits_in_turn_from_permit_0() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("turns", 3).unwrap();
+    let mut client = builder(&servers).build_client().unwrap();
+    let mut got = Vec::new();
+    let mut by_client = Vec::new();
+    for _ in 0..4 {
+        let permit = sem.try_acquire().unwrap();
+        got.push(sem.permit_of(&permit).unwrap());
+        redlock.unlock(permit).unwrap();
+        let permit = client.try_acquire_permit("turns", 3).unwrap();
+        by_client.push(String::from_utf8(permit.resource().to_vec()).unwrap());
+        client.unlock(permit).unwrap();
+    }
+    assert_eq!(got, [0, 1, 2, 0]);
+    assert_eq!(by_client, ["turns#0", "turns#1", "turns#2", "turns#0"]);
+}
+
+/// Whichever permit an acquire picks first (the rounds go through every first pick), it finds
+/// the one permit left free.
 #[test]
 fn the_one_free_permit_is_found_whichever_is_tried_first() {
     let servers = Cluster::start(3);
