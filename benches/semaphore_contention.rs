@@ -11,8 +11,14 @@
 //! at once, in rounds with the variants' order alternated.
 //!
 //! ```text
-//! cargo bench --bench semaphore_contention [-- SECONDS ROUNDS]
+//! cargo bench --bench semaphore_contention [-- SECONDS ROUNDS [permits]]
 //! taskset -c 0 cargo bench --bench semaphore_contention
+//! ```
+//!
+//! With `permits` as third argument only the per-permit variants run (the counter is left out):
+//!
+//! ```text
+//! cargo bench --bench semaphore_contention -- 2 3 permits
 //! ```
 
 use std::io::{BufRead, BufReader, Write};
@@ -205,7 +211,11 @@ fn main() {
     let rounds: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
     let servers = Cluster::start(5);
     let (urls, addrs) = (servers.urls(), servers.addrs());
-    let variants = [Variant::Permits, Variant::PermitsShared, Variant::Counter];
+    let variants: &[Variant] = if args.get(3).is_some_and(|a| a == "permits") {
+        &[Variant::Permits, Variant::PermitsShared]
+    } else {
+        &[Variant::Permits, Variant::PermitsShared, Variant::Counter]
+    };
     println!("| K | variant | cycles/s (median) | p99 acquire (median) | most holders seen |");
     println!("|---|---|---|---|---|");
     for k in [8, 32] {

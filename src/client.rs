@@ -37,6 +37,9 @@ use crate::token::Token;
 /// ```
 pub struct Client {
     engine: Engine,
+    /// Counts this client's semaphore acquires: the permit an acquire attempts first is the
+    /// count modulo P (`semaphore.rs`), so consecutive acquires rotate over the permits.
+    permit_turn: u32,
 }
 
 impl fmt::Debug for Client {
@@ -66,7 +69,15 @@ impl Client {
             .map_err(|e| Error::system("create the event loop", e))?;
         Ok(Client {
             engine: Engine::new(shared, driver, Instant::now()),
+            permit_turn: 0,
         })
+    }
+
+    /// The turn of this semaphore acquire (see `permit_turn`), and the count moved on.
+    pub(crate) fn next_permit_turn(&mut self) -> u32 {
+        let turn = self.permit_turn;
+        self.permit_turn = turn.wrapping_add(1);
+        turn
     }
 
     pub(crate) fn engine(&mut self) -> &mut Engine {

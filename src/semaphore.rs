@@ -1,31 +1,46 @@
 //! Counting semaphores: at most P holders of a name at once, each holding one of P permits, and
 //! every permit a plain Redlock of its own on `<name>#<i>` (i in 0..P).
 //!
-//! An acquire attempts every permit in one go (all the `SET … NX PX`s of all the permits go out
-//! in one write per node), keeps the first permit it won (the lowest index when several are
-//! decided together) and releases every other permit it won at once, without waiting for the
-//! replies. So the semaphore is safe by construction — a permit is a plain lock, held by one
-//! holder at most, so there are at most P holders — and available while a majority of the
-//! masters is up, as a plain lock is. A permit *is* a [`Lock`] (on `<name>#<i>`): unlock,
-//! extend, keep-alive, guards, fencing work on it unchanged.
+//! An acquire attempts one permit first, alone (`SET … NX PX` on one key per node): the next in
+//! turn, the semaphore counting its acquires (permit 0 for the first acquire of a fresh
+//! semaphore, then 1, 2, …, P − 1, 0, …). Only if that permit is not won (held, or its votes
+//! split) are all the others attempted in one go (their `SET`s go out in one write per node); of
+//! those, the first permit won (the lowest index when several are decided together) is kept,
+//! and every other permit won is released at once, without waiting for the replies.
+//! Uncontended, a permit cycle is therefore what a plain lock's is: one `SET` and one release
+//! per node; with every permit held it costs one more round trip than attempting all at once,
+//! and the same P `SET`s per node.
+//!
+//! So the semaphore is safe by construction — a permit is a plain lock, held by one holder at
+//! most, so there are at most P holders — and available while a majority of the masters is up,
+//! as a plain lock is. A permit *is* a [`Lock`] (on `<name>#<i>`): unlock, extend, keep-alive,
+//! guards, fencing work on it unchanged.
+//!
+//! Why one permit first: attempting all P at once wins all P when nobody holds them, and every
+//! node then runs P `SET`s and P release scripts for one holder. With five servers on two cores
+//! that made a permit cycle 1.6–1.75× a plain cycle (P = 3); one permit first brings it to a
+//! plain cycle's cost (docs/benchmarks.md, "Semaphores"). In turn rather than always the same
+//! permit, so that concurrent acquires of one semaphore start on different permits; rather than
+//! at random, so that a fresh semaphore hands out permit 0 first, as the CLI shows.
 //!
 //! Why not a counter per node (a set of holders per node, admitted while it has fewer than P,
 //! and a majority of nodes to admit): P + 1 holders fit on majorities of M nodes as soon as
 //! (P + 1)·⌊M/2 + 1⌋ ≤ P·M (M = 5, P = 3: four holders on three nodes each use 12 of the 15
 //! places). A larger quorum would fix that, at the cost of availability with a bare majority.
 //!
-//! Waiting ([`Semaphore::acquire_until`], [`AsyncSemaphore::acquire_until`]): the waiting
-//! acquires of all P permits are handed to the engine together, each queued behind this
-//! handle's other callers waiting for that permit and woken by its release (release notices,
-//! then the fallback poll); the first to win is kept and the others are cancelled, which
-//! releases whatever they win meanwhile. So a waiter wakes on the release of any permit.
-//! [`Client::acquire_permit_until`] has no wait queues of its own to share: it waits on one
-//! permit chosen at random for a slice of a retry pause, then tries them all again.
+//! Waiting ([`Semaphore::acquire_until`], [`AsyncSemaphore::acquire_until`]): after the attempt
+//! on one permit, the waiting acquires of all P permits are handed to the engine together, each
+//! queued behind this handle's other callers waiting for that permit and woken by its release
+//! (release notices, then the fallback poll); the first to win is kept and the others are
+//! cancelled, which releases whatever they win meanwhile. So a waiter wakes on the release of
+//! any permit. [`Client::acquire_permit_until`] has no wait queues of its own to share: it
+//! waits on one permit chosen at random for a slice of a retry pause, then tries them again.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -47,9 +62,10 @@ use crate::round::deadline_after;
 use crate::task::Call;
 use crate::token::Token;
 
-/// The most permits a semaphore may have. Every acquire attempts all of them (P `SET`s per
-/// node), and a waiting acquire queues on all of them: beyond a few dozen a counter would be
-/// the better tool, and its safety costs what is explained in the module docs.
+/// The most permits a semaphore may have. An acquire that finds its first permit taken attempts
+/// all the others (P `SET`s per node), and a waiting acquire queues on all of them: beyond a
+/// few dozen a counter would be the better tool, and its safety costs what is explained in the
+/// module docs.
 pub const MAX_PERMITS: u32 = 64;
 
 /// A blocked thread waiting for a future re-polls it at least this seldom (it is unparked when
@@ -75,47 +91,66 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
         .collect()
 }
 
-/// Of the outcomes of one attempt on every permit (in permit order), the first permit won;
+/// The outcome of an attempt on one permit, with the permit's index.
+type Attempt = (usize, Result<Lock, Error>);
+
+/// The permit an acquire attempts first, alone: its turn (a count of the semaphore's or the
+/// client's acquires) modulo the permits, so that consecutive or concurrent acquires of one
+/// semaphore start on different permits, and the first acquire of a fresh one on permit 0.
+fn first_pick(permits: usize, turn: u32) -> usize {
+    usize::try_from(turn).unwrap_or(0) % permits.max(1)
+}
+
+/// Every permit but `first`, in permit order: the second step of an acquire.
+fn others(permits: usize, first: usize) -> Vec<usize> {
+    (0..permits).filter(|&i| i != first).collect()
+}
+
+/// Whether an acquire whose first permit failed with `e` goes on (to the other permits, or to
+/// waiting): unless `e` would fail them all (a final error: too few nodes left, refused
+/// credentials). A permit this caller keeps already ([`Error::AlreadyHeld`]) is final for that
+/// permit only, so for the semaphore only if it has no other.
+fn try_others(e: &Error, permits: usize) -> bool {
+    !e.is_final() || (permits > 1 && matches!(e, Error::AlreadyHeld { .. }))
+}
+
+/// Of the outcomes of attempts on permits (index, outcome), the permit of lowest index won;
 /// every other permit won is returned in `extra`, for the caller to release without waiting.
-/// With no permit won: the error of a permit that is not simply held (too few nodes, …), or,
-/// when every permit is held, [`Error::Held`] with the report of permit 0.
+/// With no permit won: as [`report`].
 fn first_won(
-    names: &[Vec<u8>],
-    attempts: impl IntoIterator<Item = Result<Lock, Error>>,
+    attempts: impl IntoIterator<Item = Attempt>,
     extra: &mut Vec<Lock>,
 ) -> Result<Lock, Error> {
-    let mut won: Option<Lock> = None;
-    let mut held: Option<Error> = None;
-    let mut other: Option<Error> = None;
-    for (_, result) in names.iter().zip(attempts) {
+    let mut won: Vec<(usize, Lock)> = Vec::new();
+    let mut errors = Vec::new();
+    for (i, result) in attempts {
         match result {
-            Ok(lock) if won.is_none() => won = Some(lock),
-            Ok(lock) => extra.push(lock),
-            Err(e @ Error::Held(_)) => {
-                held.get_or_insert(e);
-            }
-            Err(e) => {
-                other.get_or_insert(e);
-            }
+            Ok(lock) => won.push((i, lock)),
+            Err(e) => errors.push((i, e)),
         }
     }
-    match (won, other, held) {
-        (Some(lock), _, _) => Ok(lock),
-        (None, Some(e), _) | (None, None, Some(e)) => Err(e),
-        (None, None, None) => Err(Error::Internal("a semaphore without permits")),
+    won.sort_by_key(|&(i, _)| i);
+    let mut won = won.into_iter().map(|(_, lock)| lock);
+    match won.next() {
+        Some(lock) => {
+            extra.extend(won);
+            Ok(lock)
+        }
+        None => Err(report(errors)),
     }
 }
 
-/// Of the errors of every permit's acquire (none won), the one to report, as [`first_won`].
-fn none_won(errors: Vec<Option<Error>>) -> Error {
-    let mut extra = Vec::new();
-    let names = vec![Vec::new(); errors.len()];
-    let results = errors
-        .into_iter()
-        .map(|e| Err(e.unwrap_or(Error::Internal("operation lost"))));
-    match first_won(&names, results, &mut extra) {
-        Err(e) => e,
-        Ok(_) => Error::Internal("no permit was won"),
+/// Of the errors of the permits attempted (index, error; none won), the one to report: the
+/// error of the lowest permit that is not simply held (too few nodes, …), or, when every one
+/// is held, [`Error::Held`] with the report of the lowest permit.
+fn report(mut errors: Vec<(usize, Error)>) -> Error {
+    errors.sort_by_key(|&(i, _)| i);
+    let other = errors
+        .iter()
+        .position(|(_, e)| !matches!(e, Error::Held(_)));
+    match other.or((!errors.is_empty()).then_some(0)) {
+        Some(at) => errors.swap_remove(at).1,
+        None => Error::Internal("a semaphore without permits"),
     }
 }
 
@@ -128,44 +163,79 @@ fn index_of(names: &[Vec<u8>], lock: &Lock) -> Option<u32> {
         .and_then(|i| u32::try_from(i).ok())
 }
 
-/// Handed to the engine together, the acquires of every permit, as futures; resolves to the
-/// first won (the others are dropped: cancelled, so the engine releases what they win, or
-/// released at once if already won), or, when every one failed, the error to report.
-async fn race(redlock: &AsyncRedlock, names: &[Vec<u8>], kind: ReqKind) -> Result<Lock, Error> {
-    let mut tokens = Vec::with_capacity(names.len());
-    for _ in names {
-        tokens.push(Token::generate()?);
+/// Handed to the engine together, the acquires of the permits `which`, as futures; resolves
+/// to the first won (the others are dropped: cancelled, so the engine releases what they win,
+/// or released at once if already won), or, when every one failed, their errors (index, error).
+async fn race(
+    redlock: &AsyncRedlock,
+    names: &[Vec<u8>],
+    which: &[usize],
+    kind: ReqKind,
+) -> Result<Lock, Vec<(usize, Error)>> {
+    let mut tokens = Vec::with_capacity(which.len());
+    for &i in which {
+        match Token::generate() {
+            Ok(token) => tokens.push(token),
+            Err(e) => return Err(vec![(i, e)]),
+        }
     }
     let hub = redlock.hub();
-    let mut calls: Vec<Call<'_>> = names
+    let mut calls: Vec<Call<'_>> = which
         .iter()
         .zip(&tokens)
-        .map(|(name, &token)| Call::new(hub, kind, name, token))
+        .map(|(&i, &token)| Call::new(hub, kind, &names[i], token))
         .collect();
-    let mut errors: Vec<Option<Error>> = (0..names.len()).map(|_| None).collect();
+    let mut errors: Vec<Option<Error>> = which.iter().map(|_| None).collect();
     let mut submitted = false;
     std::future::poll_fn(|cx: &mut Context<'_>| {
         if !submitted {
             Call::submit_together(&mut calls, cx.waker());
             submitted = true;
         }
-        for (i, call) in calls.iter_mut().enumerate() {
-            if errors[i].is_some() {
+        for (at, call) in calls.iter_mut().enumerate() {
+            if errors[at].is_some() {
                 continue;
             }
             if let Poll::Ready(outcome) = Pin::new(call).poll(cx) {
-                match lock_of(&names[i], tokens[i], outcome) {
+                match lock_of(&names[which[at]], tokens[at], outcome) {
                     Ok(lock) => return Poll::Ready(Ok(lock)),
-                    Err(e) => errors[i] = Some(e),
+                    Err(e) => errors[at] = Some(e),
                 }
             }
         }
         if errors.iter().all(Option::is_some) {
-            return Poll::Ready(Err(none_won(std::mem::take(&mut errors))));
+            let errors = std::mem::take(&mut errors).into_iter().zip(which);
+            return Poll::Ready(Err(errors
+                .map(|(e, &i)| (i, e.unwrap_or(Error::Internal("operation lost"))))
+                .collect()));
         }
         Poll::Pending
     })
     .await
+}
+
+/// An acquire of the async face in its two steps (module docs): the permit `first` alone,
+/// then, if it was not won, the others together.
+async fn race_in_two(
+    redlock: &AsyncRedlock,
+    names: &[Vec<u8>],
+    first: usize,
+    kind: ReqKind,
+) -> Result<Lock, Vec<(usize, Error)>> {
+    let mut errors = match race(redlock, names, &[first], kind).await {
+        Ok(lock) => return Ok(lock),
+        Err(errors) => errors,
+    };
+    if names.len() == 1 || !errors.iter().all(|(_, e)| try_others(e, names.len())) {
+        return Err(errors);
+    }
+    match race(redlock, names, &others(names.len(), first), kind).await {
+        Ok(lock) => Ok(lock),
+        Err(more) => {
+            errors.extend(more);
+            Err(errors)
+        }
+    }
 }
 
 /// Runs a future on the calling thread, parked while it waits (it is woken by the engine's
@@ -223,6 +293,8 @@ pub struct Semaphore {
     redlock: Redlock,
     name: Arc<[u8]>,
     names: Arc<[Vec<u8>]>,
+    /// Acquires so far (of this value and its clones): which permit the next attempts first.
+    turn: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for Semaphore {
@@ -251,11 +323,17 @@ impl Redlock {
             names: permit_names(self.config(), name, permits)?,
             name: name.into(),
             redlock: self.clone(),
+            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl Semaphore {
+    /// The permit this acquire attempts first (its turn moved on).
+    fn first(&self) -> usize {
+        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -281,33 +359,58 @@ impl Semaphore {
         &self.redlock
     }
 
-    /// One attempt on every permit at once, no waiting: the permit won (the lowest index of
-    /// those won; the others won are released at once, without waiting).
+    /// One attempt at a permit, no waiting: the next permit in turn alone, then, if it was not
+    /// won (held, split votes), every other permit at once, keeping the lowest won of those
+    /// (the others won are released at once, without waiting). Uncontended, one `SET` per
+    /// node.
     ///
     /// # Errors
     ///
-    /// [`Error::Held`] when every permit is held (the report is permit 0's), or, when no
-    /// permit was won and one failed otherwise, that permit's error ([`Error::NoQuorum`], …),
-    /// as [`Redlock::try_lock`].
+    /// [`Error::Held`] when every permit is held (the report is the lowest permit's), or, when
+    /// no permit was won and one failed otherwise, that permit's error ([`Error::NoQuorum`],
+    /// …), as [`Redlock::try_lock`].
     pub fn try_acquire(&self) -> Result<Lock, Error> {
-        let config = self.redlock.config();
-        let mut requests = Vec::with_capacity(self.names.len());
-        for name in self.names.iter() {
-            let (kind, token) = ReqKind::acquire(config, name)?;
-            requests.push((kind, name.as_slice(), token));
-        }
-        let outcomes = self.redlock.hub().call_many(&requests);
-        let results = requests
-            .iter()
-            .zip(outcomes)
-            .map(|(&(_, name, token), o)| match o {
-                Some(outcome) => lock_of(name, token, outcome),
-                None => Err(Error::Internal("operation lost")),
-            });
+        let (first, permits) = (self.first(), self.names.len());
+        let refused = match self.attempt_one(first) {
+            Err(e) if permits > 1 && try_others(&e, permits) => e,
+            done => return done,
+        };
+        let mut outcomes = self.attempt(&others(permits, first))?;
+        outcomes.push((first, Err(refused)));
         let mut extra = Vec::new();
-        let result = first_won(&self.names, results, &mut extra);
+        let result = first_won(outcomes, &mut extra);
         self.release_nowait(&extra);
         result
+    }
+
+    /// One attempt on permit `i` (as [`Redlock::try_lock`], through the same path).
+    fn attempt_one(&self, i: usize) -> Result<Lock, Error> {
+        let name = self.names[i].as_slice();
+        let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
+        lock_of(name, token, self.redlock.hub().call(kind, name, &token))
+    }
+
+    /// One attempt on each of the permits `which`, together (one write per node).
+    fn attempt(&self, which: &[usize]) -> Result<Vec<Attempt>, Error> {
+        let config = self.redlock.config();
+        let mut requests = Vec::with_capacity(which.len());
+        for &i in which {
+            let name = self.names[i].as_slice();
+            let (kind, token) = ReqKind::acquire(config, name)?;
+            requests.push((kind, name, token));
+        }
+        let outcomes = self.redlock.hub().call_many(&requests);
+        Ok(which
+            .iter()
+            .zip(requests.iter().zip(outcomes))
+            .map(|(&i, (&(_, name, token), o))| {
+                let result = match o {
+                    Some(outcome) => lock_of(name, token, outcome),
+                    None => Err(Error::Internal("operation lost")),
+                };
+                (i, result)
+            })
+            .collect())
     }
 
     fn release_nowait(&self, locks: &[Lock]) {
@@ -332,18 +435,19 @@ impl Semaphore {
         self.acquire_until(deadline)
     }
 
-    /// Acquires a permit, waiting for one until `deadline`: one attempt on every permit, then,
-    /// if none was won, a waiting acquire of every permit (as [`Redlock::lock_until`]), handed
-    /// to the engine together; the first to win is kept, the others are cancelled (and
-    /// whatever they win meanwhile released). So the release of any permit wakes the waiter.
+    /// Acquires a permit, waiting for one until `deadline`: one attempt on the next permit in
+    /// turn, then, if it was not won, a waiting acquire of every permit (as
+    /// [`Redlock::lock_until`]: each makes its first attempt at once), handed to the engine
+    /// together; the first to win is kept, the others are cancelled (and whatever they win
+    /// meanwhile released). So the release of any permit wakes the waiter.
     ///
     /// # Errors
     ///
     /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
     /// was still held at the deadline.
     pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        match self.try_acquire() {
-            Err(e) if !e.is_final() && Instant::now() < deadline => {}
+        match self.attempt_one(self.first()) {
+            Err(e) if try_others(&e, self.names.len()) && Instant::now() < deadline => {}
             done => return done,
         }
         let redlock = AsyncRedlock::from(self.redlock.clone());
@@ -351,7 +455,8 @@ impl Semaphore {
             ttl: redlock.config().ttl,
             deadline,
         };
-        block_on(race(&redlock, &self.names, kind))
+        let all: Vec<usize> = (0..self.names.len()).collect();
+        block_on(race(&redlock, &self.names, &all, kind)).map_err(report)
     }
 
     /// Acquires a permit (waiting, as [`Semaphore::acquire`]) and returns a guard that releases
@@ -400,6 +505,8 @@ pub struct AsyncSemaphore {
     redlock: AsyncRedlock,
     name: Arc<[u8]>,
     names: Arc<[Vec<u8>]>,
+    /// As [`Semaphore`]'s.
+    turn: Arc<AtomicU32>,
 }
 
 impl fmt::Debug for AsyncSemaphore {
@@ -423,11 +530,17 @@ impl AsyncRedlock {
             names: permit_names(self.config(), name, permits)?,
             name: name.into(),
             redlock: self.clone(),
+            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl AsyncSemaphore {
+    /// The permit this acquire attempts first (its turn moved on).
+    fn first(&self) -> usize {
+        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -453,8 +566,9 @@ impl AsyncSemaphore {
         &self.redlock
     }
 
-    /// One attempt on every permit at once, no waiting; see [`Semaphore::try_acquire`]. The
-    /// first permit decided won is kept; the others won are released at once.
+    /// One attempt at a permit, no waiting; see [`Semaphore::try_acquire`]: the next permit in
+    /// turn alone, then the others at once, of which the first decided won is kept (the
+    /// others won are released at once).
     ///
     /// # Errors
     ///
@@ -463,7 +577,10 @@ impl AsyncSemaphore {
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        race(&self.redlock, &self.names, kind).await
+        let first = self.first();
+        race_in_two(&self.redlock, &self.names, first, kind)
+            .await
+            .map_err(report)
     }
 
     /// Acquires a permit, waiting at most [`Config::lock_wait`]; see
@@ -477,18 +594,35 @@ impl AsyncSemaphore {
         self.acquire_until(deadline).await
     }
 
-    /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`].
-    /// The waiting acquires of every permit are handed to the engine together.
+    /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`]:
+    /// the next permit in turn first, then the waiting acquires of every permit, handed to the
+    /// engine together.
     ///
     /// # Errors
     ///
     /// As [`Semaphore::acquire_until`].
     pub async fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
+        let first = self.first();
+        let kind = ReqKind::Acquire {
+            ttl: self.redlock.config().ttl,
+        };
+        match race(&self.redlock, &self.names, &[first], kind).await {
+            Ok(lock) => return Ok(lock),
+            Err(errors) => {
+                let stop = errors.iter().any(|(_, e)| !try_others(e, self.names.len()));
+                if stop || Instant::now() >= deadline {
+                    return Err(report(errors));
+                }
+            }
+        }
         let kind = ReqKind::Wait {
             ttl: self.redlock.config().ttl,
             deadline,
         };
-        race(&self.redlock, &self.names, kind).await
+        let all: Vec<usize> = (0..self.names.len()).collect();
+        race(&self.redlock, &self.names, &all, kind)
+            .await
+            .map_err(report)
     }
 
     /// Acquires a permit (waiting, as [`AsyncSemaphore::acquire`]) and returns a guard that
@@ -519,9 +653,11 @@ impl AsyncSemaphore {
 }
 
 impl Client {
-    /// One attempt on every permit of the semaphore `name` of `permits` permits at once (one
-    /// write per node); see [`Semaphore::try_acquire`]. Permits won and not kept are released
-    /// without waiting for the replies (consumed by the client's next operations).
+    /// One attempt at a permit of the semaphore `name` of `permits` permits, no waiting: one
+    /// permit alone (the next in turn: the client counts its semaphore acquires), then, if it
+    /// was not won, every other at once (one write per node); see [`Semaphore::try_acquire`].
+    /// Permits won and not kept are released without waiting for the replies (consumed by the
+    /// client's next operations).
     ///
     /// # Errors
     ///
@@ -536,9 +672,17 @@ impl Client {
     }
 
     fn try_permits(&mut self, names: &[Vec<u8>]) -> Result<Lock, Error> {
-        let results = self.try_lock_many(names);
+        let first = first_pick(names.len(), self.next_permit_turn());
+        let refused = match self.try_lock(&names[first]) {
+            Err(e) if names.len() > 1 && try_others(&e, names.len()) => e,
+            done => return done,
+        };
+        let rest = others(names.len(), first);
+        let keys: Vec<&[u8]> = rest.iter().map(|&i| names[i].as_slice()).collect();
+        let results = self.try_lock_many(&keys);
+        let attempts = std::iter::once((first, Err(refused))).chain(rest.into_iter().zip(results));
         let mut extra = Vec::new();
-        let result = first_won(names, results, &mut extra);
+        let result = first_won(attempts, &mut extra);
         if !extra.is_empty() {
             let engine = self.engine();
             let now = Instant::now();
@@ -557,9 +701,10 @@ impl Client {
     }
 
     /// Acquires a permit of the semaphore `name` of `permits` permits, waiting for one until
-    /// `deadline`. A client has no wait queues shared with other callers: after an attempt on
-    /// every permit, it waits on one permit chosen at random (as [`Client::lock_until`]: woken
-    /// by its release) for a retry pause at most, then tries every permit again.
+    /// `deadline`. A client has no wait queues shared with other callers: after an attempt at a
+    /// permit (as [`Client::try_acquire_permit`]), it waits on one permit chosen at random (as
+    /// [`Client::lock_until`]: woken by its release) for a retry pause at most, then tries
+    /// again.
     ///
     /// # Errors
     ///
@@ -634,13 +779,13 @@ mod tests {
 
     #[test]
     fn no_permit_won_reports_a_failure_before_held() {
-        let names = vec![b"a#0".to_vec(), b"a#1".to_vec()];
         let mut extra = Vec::new();
+        // Decided out of permit order (the first pick, then the others): reported by index.
         let attempts = vec![
-            Err(Error::Internal("first")),
-            Err(Error::Internal("second")),
+            (1, Err(Error::Internal("second"))),
+            (0, Err(Error::Internal("first"))),
         ];
-        let e = first_won(&names, attempts, &mut extra).unwrap_err();
+        let e = first_won(attempts, &mut extra).unwrap_err();
         assert!(matches!(e, Error::Internal("first")));
         assert!(extra.is_empty());
     }

@@ -1,12 +1,13 @@
 //! Counting semaphores against real servers: at most P holders among K > P contending threads
 //! (and tasks), a released permit handed to a waiter, a frozen node, a restarted node, a bad
-//! count, and the key layout shared with plain locks (`<name>#<i>`).
+//! count, the key layout shared with plain locks (`<name>#<i>`), and what an acquire costs the
+//! servers (one `SET` per node uncontended, P when every permit is held).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use redis_local::Cluster;
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Error, Lock, MAX_PERMITS, Redlock, Semaphore};
 
 /// A bound on every wait of these tests (never reached when things work).
@@ -433,4 +434,187 @@ fn async_tasks_hold_at_most_p_permits() {
             redlock.unlock(l).await.unwrap();
         }
     });
+}
+
+/// Calls of `commands` a server ran since its last `CONFIG RESETSTAT` (`INFO commandstats`).
+fn calls(server: &Server, commands: &[&str]) -> u64 {
+    let info = server.info("commandstats");
+    commands
+        .iter()
+        .map(|c| {
+            let prefix = format!("cmdstat_{c}:calls=");
+            info.lines()
+                .find_map(|l| l.strip_prefix(prefix.as_str()))
+                .map_or(0, |rest| {
+                    rest.split(',').next().unwrap().parse::<u64>().unwrap()
+                })
+        })
+        .sum()
+}
+
+fn reset_stats(servers: &Cluster) {
+    for s in servers.iter() {
+        s.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+}
+
+/// `SET`s and release scripts each server ran since the last reset: (sets, scripts).
+fn costs(servers: &Cluster) -> Vec<(u64, u64)> {
+    servers
+        .iter()
+        .map(|s| (calls(s, &["set"]), calls(s, &["eval", "evalsha"])))
+        .collect()
+}
+
+/// Uncontended, an acquire attempts one permit: a permit cycle costs every node one `SET` and
+/// one release script, as a plain lock's does — in every face, waiting or not. (Every count
+/// is read after an unlock that all the nodes answered: each node ran everything before it on
+/// the engine's connection.)
+#[test]
+fn an_uncontended_permit_cycle_is_one_set_and_one_release_per_node() {
+    const N: usize = 5;
+    const P: u32 = 3;
+    const CYCLES: u64 = 12;
+    let servers = Cluster::start(N);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("cost", P).unwrap();
+    let mut client = builder(&servers).build_client().unwrap();
+    let async_face = builder(&servers).build_async().unwrap();
+    let async_sem = async_face.semaphore("cost", P).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    type Cycle<'a> = Box<dyn FnMut() + 'a>;
+    let faces: [(&str, Cycle<'_>); 5] = [
+        (
+            "Semaphore::try_acquire",
+            Box::new(|| assert_eq!(redlock.unlock(sem.try_acquire().unwrap()).unwrap(), N)),
+        ),
+        (
+            "Semaphore::acquire",
+            Box::new(|| assert_eq!(redlock.unlock(sem.acquire().unwrap()).unwrap(), N)),
+        ),
+        (
+            "AsyncSemaphore::try_acquire",
+            Box::new(|| {
+                rt.block_on(async {
+                    let permit = async_sem.try_acquire().await.unwrap();
+                    assert_eq!(async_face.unlock(permit).await.unwrap(), N);
+                })
+            }),
+        ),
+        (
+            "AsyncSemaphore::acquire",
+            Box::new(|| {
+                rt.block_on(async {
+                    let permit = async_sem.acquire().await.unwrap();
+                    assert_eq!(async_face.unlock(permit).await.unwrap(), N);
+                })
+            }),
+        ),
+        (
+            "Client::try_acquire_permit",
+            Box::new(|| {
+                let permit = client.try_acquire_permit("cost", P).unwrap();
+                assert_eq!(client.unlock(permit).unwrap(), N);
+            }),
+        ),
+    ];
+    for (face, mut cycle) in faces {
+        // Connections made and scripts loaded before counting.
+        cycle();
+        reset_stats(&servers);
+        for _ in 0..CYCLES {
+            cycle();
+        }
+        for (node, cost) in costs(&servers).into_iter().enumerate() {
+            assert_eq!(
+                cost,
+                (CYCLES, CYCLES),
+                "{face}: (SETs, scripts) on node {node}"
+            );
+        }
+    }
+}
+
+/// With every permit held, an acquire attempts each permit once: the first alone, then the
+/// others together — P `SET`s per node, as many as attempting them all at once.
+#[test]
+fn with_every_permit_held_an_acquire_attempts_each_permit_once() {
+    const N: usize = 5;
+    const P: u32 = 3;
+    let servers = Cluster::start(N);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("full", P).unwrap();
+    let held: Vec<Lock> = (0..P).map(|_| sem.try_acquire().unwrap()).collect();
+    let mut client = builder(&servers).build_client().unwrap();
+    for round in 0..8 {
+        reset_stats(&servers);
+        let e = if round % 2 == 0 {
+            sem.try_acquire().unwrap_err()
+        } else {
+            client.try_acquire_permit("full", P).unwrap_err()
+        };
+        assert!(matches!(e, Error::Held(_)), "{e}");
+        // One plain cycle answered by every node, so that each ran the refused SETs before.
+        let mark = redlock.try_lock("full:mark").unwrap();
+        assert_eq!(redlock.unlock(mark).unwrap(), N);
+        let mark = client.try_lock("full:mark").unwrap();
+        assert_eq!(client.unlock(mark).unwrap(), N);
+        for (node, (sets, _)) in costs(&servers).into_iter().enumerate() {
+            assert_eq!(sets, u64::from(P) + 2, "round {round}, node {node}");
+        }
+    }
+    for l in held {
+        assert_eq!(redlock.unlock(l).unwrap(), N);
+    }
+}
+
+/// An acquire tries the permits in turn: a fresh semaphore hands out permit 0 first, and
+/// uncontended cycles go round the permits (each acquire's first pick, won at once).
+#[test]
+fn uncontended_acquires_take_the_permits_in_turn_from_permit_0() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let sem = redlock.semaphore("turns", 3).unwrap();
+    let mut client = builder(&servers).build_client().unwrap();
+    let mut got = Vec::new();
+    let mut by_client = Vec::new();
+    for _ in 0..4 {
+        let permit = sem.try_acquire().unwrap();
+        got.push(sem.permit_of(&permit).unwrap());
+        redlock.unlock(permit).unwrap();
+        let permit = client.try_acquire_permit("turns", 3).unwrap();
+        by_client.push(String::from_utf8(permit.resource().to_vec()).unwrap());
+        client.unlock(permit).unwrap();
+    }
+    assert_eq!(got, [0, 1, 2, 0]);
+    assert_eq!(by_client, ["turns#0", "turns#1", "turns#2", "turns#0"]);
+}
+
+/// Whichever permit an acquire picks first (the rounds go through every first pick), it finds
+/// the one permit left free.
+#[test]
+fn the_one_free_permit_is_found_whichever_is_tried_first() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    // Permits 0 and 2 taken by another client's plain SET NX.
+    for s in servers.iter() {
+        s.cmd(&["SET", "one#0", "foreign", "NX", "PX", "60000"]);
+        s.cmd(&["SET", "one#2", "foreign", "NX", "PX", "60000"]);
+    }
+    let sem = redlock.semaphore("one", 3).unwrap();
+    let mut client = builder(&servers).build_client().unwrap();
+    for _ in 0..20 {
+        let permit = sem.try_acquire().unwrap();
+        assert_eq!(sem.permit_of(&permit), Some(1));
+        redlock.unlock(permit).unwrap();
+        let permit = sem.acquire_until(deadline()).unwrap();
+        assert_eq!(sem.permit_of(&permit), Some(1));
+        redlock.unlock(permit).unwrap();
+        let permit = client.try_acquire_permit("one", 3).unwrap();
+        assert_eq!(&**permit.resource(), b"one#1");
+        client.unlock(permit).unwrap();
+    }
 }
