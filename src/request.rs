@@ -144,9 +144,9 @@ pub struct NodeStatus {
     /// Time from sending to the reply.
     pub rtt: Duration,
     /// The readers of a read-locked resource ([`Shared`](crate::Shared)) on this node, as its
-    /// sorted set counts them (a reader past its expiry is counted until the next shared
-    /// acquire or release drops it); `None` when it is not read-locked (then `state` holds no
-    /// value for it).
+    /// sorted set counts them (a reader past its expiry is counted until another reader's
+    /// release drops it, or the key expires); `None` when it is not read-locked (then `state`
+    /// holds no value for it).
     pub readers: Option<usize>,
     /// The node's fence counter (`HMGET redlock:fence run n`), when it answered.
     pub fence: Option<NodeFence>,

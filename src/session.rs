@@ -140,16 +140,17 @@ pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(
 /// `ARGV[2]` ms unless the key is of another type (a writer's string: the first sorted-set
 /// command fails with `WRONGTYPE`, refused) or a writer waits (the waiting mark holds
 /// [`MARK_VALUE`](crate::keys::MARK_VALUE) or `1`: refused, so that readers that keep coming do
-/// not starve it). Expired readers are dropped first; the key lives at least `ARGV[2]` ms more.
-/// Answers 1 or 0. Five to six calls: the fewest that keep these rules (no `TYPE`, the
-/// `pcall`'s error says it; the servers' time is the cycle's on a small machine).
-pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if type(redis.pcall(\"zremrangebyscore\", KEYS[1], \"-inf\", now)) == \"table\" then return 0 end local ttl = tonumber(ARGV[2]) redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
+/// not starve it). The key lives at least `ARGV[2]` ms more. Answers 1 or 0. Four or five
+/// calls: the fewest that keep these rules (no `TYPE`: the `ZADD`'s `WRONGTYPE` says it;
+/// expired readers are dropped by releases, not here), since the servers' time is the cycle's
+/// on a small machine.
+pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) if type(redis.pcall(\"zadd\", KEYS[1], now + ttl, ARGV[1])) == \"table\" then return 0 end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
 /// A reader's release: its token leaves the set (an empty sorted set is deleted by the
-/// server); if it was the last, with `ARGV[2]` = `1` the waiters are told as [`RELEASE_BODY`]
-/// tells them. Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as
+/// server), and if others remain, the expired ones with it (crashed readers); if no reader is
+/// left, with `ARGV[2]` = `1` the waiters are told as [`RELEASE_BODY`] tells them. Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as
 /// it is: readers that remain and crash block writers until the longest TTL any reader set
 /// (at most one TTL after the last acquire), as a crashed plain holder does.
-pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 or ARGV[2] ~= \"1\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
+pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 then local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) if redis.call(\"exists\", KEYS[1]) == 1 then return 1 end end if ARGV[2] ~= \"1\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ok, n = pcall(redis.call, \"publish\", \"redlock:released:\" .. KEYS[1], \"\") if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
 /// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
 /// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more. Answers 1
 /// or 0.

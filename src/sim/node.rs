@@ -418,7 +418,6 @@ impl Node {
                     self.readers.retain(|e| now < e.2 || e.0 != key);
                     match self.readers.iter_mut().find(|e| e.0 == key) {
                         Some(entry) => {
-                            entry.1.retain(|(_, d)| now < *d);
                             entry.1.retain(|(t, _)| t.as_slice() != token);
                             entry.1.push((token.to_vec(), until));
                             entry.2 = entry.2.max(until);
@@ -444,7 +443,11 @@ impl Node {
                     out.extend_from_slice(b":0\r\n");
                     return;
                 }
-                // The key's TTL stays; an empty set goes (with the notice).
+                // The key's TTL stays; the expired readers go if others remain; an empty set
+                // goes (with the notice).
+                if !entry.1.is_empty() {
+                    entry.1.retain(|(_, d)| now < *d);
+                }
                 if !entry.1.is_empty() {
                     1
                 } else {

@@ -381,7 +381,7 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
         ),
         Verdict::Read { nodes, readers } => format!(
             "read-locked: readers hold it on {nodes} of {n} nodes (quorum {quorum}), at most \
-             {readers} on one node (expired readers count until the next shared lock or release \
+             {readers} on one node (expired readers count until another reader's release \
              drops them)\n"
         ),
         Verdict::Split { token, nodes } => format!(
