@@ -338,3 +338,38 @@ fn a_plain_waiter_for_a_member_acquires_once_the_set_is_released() {
     let lock = waiter.join().unwrap().expect("v2 after the set's release");
     redlock.unlock(lock).unwrap();
 }
+
+/// Two of five nodes restart (their keys gone) while a set is held: with the restart quarantine
+/// their yeses do not count, so neither an overlapping set nor a plain lock of a member gets
+/// in; once the set is released, a new set is granted.
+#[test]
+fn a_held_set_survives_a_minority_of_nodes_restarting() {
+    let mut servers = Cluster::start(5);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(5))
+        .quarantine(Some(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    for s in servers.iter() {
+        s.wait_uptime(6);
+    }
+    let held = redlock.try_lock(set(&["r1", "r2"])).unwrap();
+    servers[0].restart();
+    servers[3].restart();
+    let other = builder(&servers)
+        .ttl(Duration::from_secs(5))
+        .quarantine(Some(Duration::from_secs(5)))
+        .build()
+        .unwrap();
+    for attempt in [other.try_lock(set(&["r2", "r3"])), other.try_lock("r1")] {
+        match attempt {
+            Err(Error::Held(_) | Error::NoQuorum(_)) => {}
+            other => panic!("a second holder of a member after restarts: {other:?}"),
+        }
+    }
+    redlock.unlock(held).unwrap();
+    // The three that kept the set released it; the restarted two never had it.
+    for (i, s) in servers.iter().enumerate() {
+        assert_eq!(s.get("r1"), None, "node {i}");
+    }
+}
