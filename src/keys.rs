@@ -9,7 +9,7 @@
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | (empty message) |
 //! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | each reader's token, scored by its expiry (ms, the node's clock); the key lives as long as the longest |
-//! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark | exactly [`READER_MARK_VALUE`] |
+//! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark, or a waiting set's on each member | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!
 //! **The namespace rule.** Lock names must not start with [`RESERVED_PREFIX`]: every entry

@@ -430,7 +430,9 @@ impl fmt::Debug for Shared {
 /// excludes — and is excluded by — a plain lock of any member, another set sharing a member,
 /// and any other Redlock client's `SET NX` of a member. No ordering is needed to avoid
 /// deadlock: an attempt takes all or nothing, then waits as a single lock's waiters do
-/// (release notices of every member, then the fallback poll, with jitter on split votes).
+/// (release notices of every member, then the fallback poll, with jitter on split votes). A
+/// waiting set has no preference over readers ([`Shared`]) of its members: readers that keep
+/// coming can keep it waiting, as they could not a plain lock's waiting writer.
 ///
 /// The members are sorted and deduplicated: `["b", "a", "a"]` and `["a", "b"]` are the same
 /// lock. At most [`MAX_SET_LEN`](crate::MAX_SET_LEN) members, each a valid resource name.
