@@ -295,10 +295,15 @@ pub fn examine(run: &RunResult) -> Report {
     let t = |ns: u64| (ns as f64 - run.started as f64) / 1e9;
     let describe = |h: &Hold, p: usize| {
         format!(
-            "process {p} task {} ({} {})",
+            "process {p} task {} ({} {}{})",
             h.task,
             KINDS[h.kind as usize],
-            PATHS[(h.path & !LOST) as usize]
+            PATHS[(h.path & !LOST) as usize],
+            if h.path & LOST != 0 {
+                ", lost while kept: the end is the holder's wake-up"
+            } else {
+                ""
+            }
         )
     };
     let mut overlaps = 0;
