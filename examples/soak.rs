@@ -1,11 +1,14 @@
-//! The real-server liveness soak (issue 36): 5 local redis-servers, 3 worker processes × 32
-//! callers (half blocking threads, half tokio tasks, one handle per process) locking 4
-//! resources through every API path, TTL 1.5 s, fencing on, the default quarantine; seeded
-//! faults, never more than 2 of the 5 servers faulty at once (SIGSTOP/SIGCONT, SIGKILL and
-//! restart on the same port, `CLIENT KILL`, `DEBUG SLEEP 0.5`, `SCRIPT FLUSH`); all traffic on
-//! loopback. Then it checks: no two holds of a resource overlap, fences grow in hold order,
-//! the longest wait while nobody held stays within the bound derived from the settings, and
-//! no process connects to a node more often than that node's faults explain.
+//! The real-server liveness soak (issues 36, 38): 5 local redis-servers, 3 worker processes ×
+//! 32 callers (half blocking threads, half tokio tasks, one handle per process) locking 4
+//! resources through every API path — plain locks, shared (read) locks, all-or-none sets of 2
+//! or 3 of them — and taking permits of a semaphore of 2, TTL 1.5 s, fencing on, the default
+//! quarantine; seeded faults, never more than 2 of the 5 servers faulty at once
+//! (SIGSTOP/SIGCONT, SIGKILL and restart on the same port, `CLIENT KILL`, `DEBUG SLEEP 0.5`,
+//! `SCRIPT FLUSH`); all traffic on loopback. Then it checks: no hold of a resource overlaps
+//! another but readers with readers (a set's hold is a hold of each member), at most 2 permit
+//! holders at once, fences of exclusive holds grow in hold order, the longest wait while
+//! nobody held (per kind of waiter) stays within the bound derived from the settings, and no
+//! process connects to a node more often than that node's faults explain.
 //!
 //! ```text
 //! cargo run --release --example soak -- [--seed S] [--duration SECS] [--processes P]

@@ -1,7 +1,7 @@
 //! The real-server liveness soak, briefly (issue 36): what CI runs of `examples/soak.rs`
 //! (`scripts/soak` runs it long). One seed, 9 s of faults, 3 processes × 8 callers instead of
-//! 32, the same servers, faults, API paths and checks; see docs/reliability.md, "Soak against
-//! real servers".
+//! 32, the same servers, faults, lock kinds (plain, shared, all-or-none sets, semaphore
+//! permits), API paths and checks; see docs/reliability.md, "Soak against real servers".
 //!
 //! The workers are this test binary run again (`soak_worker`, with the settings in the
 //! environment). Without a `redis-server` the test fails and says how to install one.
@@ -59,8 +59,17 @@ fn soak_briefly() {
     let summary = report.summary();
     eprintln!("{summary}");
     assert!(report.holds > 0, "no lock was ever held\n{summary}");
+    for (kind, &n) in worker::KINDS.iter().zip(&report.holds_by_kind) {
+        assert!(n > 0, "no {kind} lock was ever held\n{summary}");
+    }
     assert_eq!(report.overlaps, 0, "two holders at once\n{summary}");
     assert_eq!(report.fence_violations, 0, "fences out of order\n{summary}");
+    assert_eq!(
+        report.over_permits,
+        0,
+        "more than {} permit holders at once\n{summary}",
+        soak::PERMITS
+    );
     assert!(
         report.longest.length() <= report.bound.total(),
         "a caller waited {} ms while nobody held the resource (bound {} ms)\n{summary}",

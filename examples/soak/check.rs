@@ -1,12 +1,18 @@
-//! What a run's records say: overlaps of holds, fence order, the longest wait while nobody
-//! held, connects per node per process; the goals; the summary, the JSON line, the table.
+//! What a run's records say: overlaps of holds, permit holders at once, fence order, the
+//! longest wait while nobody held, connects per node per process; the goals; the summary, the
+//! JSON line, the table.
 //!
 //! - **Overlap**: two holds of one resource (any processes) whose intervals intersect, a hold
-//!   being from the acquire's return until the release is sent or the validity ends.
-//! - **Fence violation**: in the order the holds of a resource began, a fence not greater
-//!   than every fence before it (or no fence: fencing is on).
-//! - **Longest wait while nobody held**: see [`Bound`](super::Bound) for the definition;
-//!   computed per resource as the longest interval of (union of waits) minus (union of holds).
+//!   being from the acquire's return until the release is sent or the validity ends — unless
+//!   both are readers (shared locks). A set's hold is a hold of each member; a permit is a
+//!   resource of its own (`soak:sem#<i>`), so this is also "each permit at most one holder".
+//! - **Permit holders**: at most [`PERMITS`] holds of any permits at once.
+//! - **Fence violation**: in the order the exclusive holds of a resource began (plain, set,
+//!   permit: readers get no fence and are skipped), a fence not greater than every fence
+//!   before it (or no fence: fencing is on).
+//! - **Longest wait while nobody held**: see [`Bound`](super::Bound) for the definition, per
+//!   kind of waiter; computed per resource (per set, for the semaphore) as the longest
+//!   interval of (union of that kind's waits) minus (union of what rightly keeps them out).
 //! - **Connects**: each process's `NodeStats::connects` per node against
 //!   [`connect_limit`]: one connect, plus for each fault on that node what it can cost (below).
 
@@ -18,8 +24,10 @@ use serde_json::json;
 use super::driver::{
     CLIENT_KILL, DEBUG_SLEEP, FAULT_KINDS, Fault, KILL, RunResult, STOP, recovery_bound,
 };
-use super::worker::{Hold, LOST, OUTCOMES, PATHS, Wait};
-use super::{Bound, NODES, RESOURCES, client_config};
+use super::worker::{
+    Hold, KINDS, LOST, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, resource_name,
+};
+use super::{Bound, KEYS, NODES, PERMITS, RESOURCES, SEMAPHORE, client_config};
 
 /// An overlap that begins within this of the recorded end of a kept lock that was lost is put
 /// down to the holder's wake-up, not counted as an overlap: the engine marks a kept lock lost
@@ -37,7 +45,13 @@ const NAMED: usize = 6;
 /// A stretch during which a caller waited for a resource and nobody held it.
 #[derive(Debug, Clone, Default)]
 pub struct Stretch {
+    /// The resource number (a set's first member; the semaphore's first permit).
     pub resource: u8,
+    /// The kind of the waits (`worker::KINDS`).
+    pub kind: u8,
+    /// What they waited for: `soak:1`, `soak:1 (readers)`, `{soak:0, soak:2}`, `soak:sem (2
+    /// permits)`.
+    pub what: String,
     pub start: u64,
     pub end: u64,
     /// The waits it lies in: (process, task, path, outcome, start, end).
@@ -59,9 +73,14 @@ pub struct Report {
     pub duration: Duration,
     pub processes: usize,
     pub tasks: usize,
+    /// Holds, a set's counted once.
     pub holds: usize,
-    pub holds_by_path: Vec<u64>,
+    /// `[path][kind]`.
+    pub holds_by_path: Vec<[u64; 4]>,
+    pub holds_by_kind: [u64; 4],
+    /// Waits, a set's counted once.
     pub waits: usize,
+    pub waits_by_kind: [u64; 4],
     pub waits_by_outcome: Vec<u64>,
     pub overlaps: usize,
     pub overlap_examples: Vec<String>,
@@ -75,7 +94,16 @@ pub struct Report {
     pub mean_request_rate: f64,
     pub fence_violations: usize,
     pub fence_examples: Vec<String>,
+    /// Readers that began while another reader held the resource (allowed; shows that
+    /// readers did share).
+    pub readers_together: usize,
+    /// Times a permit holder began while [`PERMITS`] others held a permit.
+    pub over_permits: usize,
+    /// The most permit holders at once.
+    pub most_permit_holders: u64,
     pub longest: Stretch,
+    /// The longest wait while nobody held, per kind of waiter.
+    pub longest_by_kind: [Duration; 4],
     pub long_stretches: usize,
     pub bound: Bound,
     /// `[process][node]`.
@@ -202,45 +230,117 @@ pub fn attribute(run: &RunResult) -> Attribution {
     a
 }
 
+/// How long a waiting writer's mark (`redlock:waiting:<name>`, which keeps new readers out)
+/// lives after the writer's last attempt: two fallback polls, at least a second
+/// (`engine/notice.rs`, `mark`). A set that waits marks each member so.
+pub fn mark_life() -> Duration {
+    let c = client_config();
+    ((c.retry_delay + c.retry_jitter) * 2).max(Duration::from_secs(1))
+}
+
+/// One liveness check: the waits of one kind for one thing, and what keeps them out
+/// legitimately.
+struct Class {
+    kind: u8,
+    what: String,
+    resource: u8,
+    waits: Vec<(Wait, usize)>,
+    /// Disjoint, sorted: while the waits are rightly kept out.
+    blocked: Vec<(u64, u64)>,
+}
+
+/// Sorted by start, then [`union`].
+fn union_of(mut v: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    v.sort_unstable();
+    union(v.into_iter())
+}
+
+/// The name of a set of resource numbers: `{soak:0, soak:2}`.
+fn set_name(members: u8) -> String {
+    let names: Vec<String> = (0..8)
+        .filter(|i| members & (1 << i) != 0)
+        .map(resource_name)
+        .collect();
+    format!("{{{}}}", names.join(", "))
+}
+
 /// Examines a run.
 pub fn examine(run: &RunResult) -> Report {
     let bound = Bound::of(&client_config());
     let ttl_ns = client_config().ttl.as_nanos() as u64;
-    let mut holds_by_path = vec![0; PATHS.len()];
+    let slack = LOSS_WAKE_SLACK.as_nanos() as u64;
+    let mut holds_by_path = vec![[0; KINDS.len()]; PATHS.len()];
+    let mut holds_by_kind = [0; KINDS.len()];
+    let mut waits_by_kind = [0; KINDS.len()];
     let mut waits_by_outcome = vec![0; OUTCOMES.len()];
-    let mut holds: Vec<Vec<(Hold, usize)>> = vec![Vec::new(); RESOURCES];
-    let mut waits: Vec<Vec<(Wait, usize)>> = vec![Vec::new(); RESOURCES];
+    let mut holds: Vec<Vec<(Hold, usize)>> = vec![Vec::new(); KEYS];
+    let mut waits: Vec<Vec<(Wait, usize)>> = vec![Vec::new(); KEYS];
     for (p, w) in run.workers.iter().enumerate() {
         for h in &w.holds {
-            holds_by_path[(h.path & !LOST) as usize] += 1;
+            // A set's hold is on each member's line: counted once, at its first member.
+            if u32::from(h.resource) == h.members.trailing_zeros() {
+                holds_by_path[(h.path & !LOST) as usize][h.kind as usize] += 1;
+                holds_by_kind[h.kind as usize] += 1;
+            }
             holds[h.resource as usize].push((*h, p));
         }
         for x in &w.waits {
-            waits_by_outcome[x.outcome as usize] += 1;
+            if u32::from(x.resource) == x.members.trailing_zeros() {
+                waits_by_outcome[x.outcome as usize] += 1;
+                waits_by_kind[x.kind as usize] += 1;
+            }
             waits[x.resource as usize].push((*x, p));
         }
     }
     let t = |ns: u64| (ns as f64 - run.started as f64) / 1e9;
+    let describe = |h: &Hold, p: usize| {
+        format!(
+            "process {p} task {} ({} {}{})",
+            h.task,
+            KINDS[h.kind as usize],
+            PATHS[(h.path & !LOST) as usize],
+            if h.path & LOST != 0 {
+                ", lost while kept: the end is the holder's wake-up"
+            } else {
+                ""
+            }
+        )
+    };
     let mut overlaps = 0;
     let mut overlap_examples = Vec::new();
     let mut late_loss_notices = 0;
     let mut late_loss_examples = Vec::new();
     let mut fence_violations = 0;
     let mut fence_examples = Vec::new();
-    let mut longest = Stretch::default();
-    let mut long_stretches = 0;
-    for r in 0..RESOURCES {
-        let hs = &mut holds[r];
+    let mut readers_together = 0;
+    for (r, hs) in holds.iter_mut().enumerate() {
+        let name = resource_name(r as u8);
         hs.sort_by_key(|(h, _)| (h.start, h.end));
-        // Overlaps: a hold that begins before the latest end so far.
+        // Overlaps: a hold that begins before the latest end so far of a hold it excludes —
+        // any hold for a writer (a plain lock, a set, a permit), a writer's for a reader.
         let mut latest: Option<(Hold, usize)> = None;
+        let mut latest_writer: Option<(Hold, usize)> = None;
+        let mut latest_reader: Option<Hold> = None;
         let mut top_fence: Option<(Hold, usize)> = None;
         for &(h, p) in hs.iter() {
-            if let Some((l, lp)) = latest
+            if h.kind == SHARED {
+                // Readers at once, as allowed: counted, to show that it happens.
+                if latest_reader.is_some_and(|l| h.start < l.end) {
+                    readers_together += 1;
+                }
+                if latest_reader.is_none_or(|l| h.end > l.end) {
+                    latest_reader = Some(h);
+                }
+            }
+            let rival = if h.kind == SHARED {
+                latest_writer
+            } else {
+                latest
+            };
+            if let Some((l, lp)) = rival
                 && h.start < l.end
             {
-                let late_notice =
-                    l.path & LOST != 0 && l.end - h.start <= LOSS_WAKE_SLACK.as_nanos() as u64;
+                let late_notice = l.path & LOST != 0 && l.end - h.start <= slack;
                 let (count, examples) = if late_notice {
                     (&mut late_loss_notices, &mut late_loss_examples)
                 } else {
@@ -249,14 +349,11 @@ pub fn examine(run: &RunResult) -> Report {
                 *count += 1;
                 if examples.len() < EXAMPLES {
                     examples.push(format!(
-                        "soak:{r}: process {lp} task {} ({}) held {:.6}–{:.6} s, process {p} \
-                         task {} ({}) from {:.6} s: {:.3} ms together",
-                        l.task,
-                        PATHS[(l.path & !LOST) as usize],
+                        "{name}: {} held {:.6}–{:.6} s, {} from {:.6} s: {:.3} ms together",
+                        describe(&l, lp),
                         t(l.start),
                         t(l.end),
-                        h.task,
-                        PATHS[(h.path & !LOST) as usize],
+                        describe(&h, p),
                         t(h.start),
                         (l.end.min(h.end) - h.start) as f64 / 1e6
                     ));
@@ -265,52 +362,170 @@ pub fn examine(run: &RunResult) -> Report {
             if latest.is_none_or(|(l, _)| h.end > l.end) {
                 latest = Some((h, p));
             }
+            if h.kind == SHARED {
+                // Readers get no fence; a fence orders the exclusive holds.
+                continue;
+            }
+            if latest_writer.is_none_or(|(l, _)| h.end > l.end) {
+                latest_writer = Some((h, p));
+            }
             // Fences: each greater than every one before it.
             match top_fence {
                 Some((f, fp)) if h.fence <= f.fence || h.fence == 0 => {
                     fence_violations += 1;
                     if fence_examples.len() < EXAMPLES {
                         fence_examples.push(format!(
-                            "soak:{r}: fence {} (process {p}, {}, from {:.6} s) after fence {} \
-                             (process {fp}, {}, from {:.6} s)",
+                            "{name}: fence {} ({}, from {:.6} s) after fence {} ({}, from \
+                             {:.6} s)",
                             h.fence,
-                            PATHS[(h.path & !LOST) as usize],
+                            describe(&h, p),
                             t(h.start),
                             f.fence,
-                            PATHS[(f.path & !LOST) as usize],
+                            describe(&f, fp),
                             t(f.start)
                         ));
                     }
                 }
                 None if h.fence == 0 => {
                     fence_violations += 1;
-                    fence_examples.push(format!("soak:{r}: a hold without a fence"));
+                    fence_examples.push(format!("{name}: a hold without a fence"));
                 }
                 _ => top_fence = Some((h, p)),
             }
         }
-        // Nobody held while someone waited: (union of waits) − (union of holds).
-        let held = union(hs.iter().map(|(h, _)| (h.start, h.end)));
-        let ws = &mut waits[r];
-        ws.sort_by_key(|(w, _)| w.start);
-        let waited = union(ws.iter().map(|(w, _)| (w.start, w.end)));
-        for (a, b) in minus(&waited, &held) {
+    }
+    // Permit holders at once, over every permit: at most PERMITS. (Each permit's own holders
+    // are the overlap check's.) A lost kept permit's end is taken LOSS_WAKE_SLACK early, as
+    // the overlap check excuses.
+    let mut events: Vec<(u64, i64)> = Vec::new();
+    for hs in &holds[RESOURCES..] {
+        for (h, _) in hs {
+            let end = if h.path & LOST != 0 {
+                h.end.saturating_sub(slack).max(h.start)
+            } else {
+                h.end
+            };
+            if end > h.start {
+                events.push((h.start, 1));
+                events.push((end, -1));
+            }
+        }
+    }
+    events.sort_unstable(); // at one instant, ends (-1) before starts
+    let (mut holders, mut most_permit_holders, mut over_permits) = (0i64, 0, 0);
+    for (_, d) in events {
+        holders += d;
+        most_permit_holders = most_permit_holders.max(holders as u64);
+        if d > 0 && holders > i64::from(PERMITS) {
+            over_permits += 1;
+        }
+    }
+    // Liveness, per kind: (union of waits) − (union of what rightly keeps them out).
+    let spans = |v: &[(Hold, usize)], keep: &dyn Fn(&Hold) -> bool| -> Vec<(u64, u64)> {
+        v.iter()
+            .filter(|(h, _)| keep(h))
+            .map(|(h, _)| (h.start, h.end))
+            .collect()
+    };
+    let of_kind = |r: usize, kinds: &[u8]| -> Vec<(Wait, usize)> {
+        waits[r]
+            .iter()
+            .filter(|(w, _)| kinds.contains(&w.kind))
+            .copied()
+            .collect()
+    };
+    let mark = mark_life().as_nanos() as u64;
+    let mut classes = Vec::new();
+    for (r, hs) in holds.iter().enumerate().take(RESOURCES) {
+        let name = resource_name(r as u8);
+        // A writer (plain): kept out by any hold of the resource.
+        classes.push(Class {
+            kind: PLAIN,
+            what: name.clone(),
+            resource: r as u8,
+            waits: of_kind(r, &[PLAIN]),
+            blocked: union_of(spans(hs, &|_| true)),
+        });
+        // A reader: kept out by a writer's hold (plain or set), and by a waiting writer's
+        // mark — a plain or set wait of the resource, and a mark's life after it.
+        let mut blocked = spans(hs, &|h| h.kind != SHARED);
+        blocked.extend(
+            of_kind(r, &[PLAIN, SET])
+                .iter()
+                .map(|(w, _)| (w.start, w.end + mark)),
+        );
+        classes.push(Class {
+            kind: SHARED,
+            what: format!("{name} (readers)"),
+            resource: r as u8,
+            waits: of_kind(r, &[SHARED]),
+            blocked: union_of(blocked),
+        });
+    }
+    // A set: kept out by any hold of any member.
+    for members in 1u8..(1 << RESOURCES) {
+        let first = members.trailing_zeros() as usize;
+        let ws: Vec<_> = of_kind(first, &[SET])
+            .into_iter()
+            .filter(|(w, _)| w.members == members)
+            .collect();
+        if ws.is_empty() {
+            continue;
+        }
+        let mut blocked = Vec::new();
+        for m in (0..RESOURCES).filter(|m| members & (1 << m) != 0) {
+            blocked.extend(spans(&holds[m], &|_| true));
+        }
+        classes.push(Class {
+            kind: SET,
+            what: set_name(members),
+            resource: first as u8,
+            waits: ws,
+            blocked: union_of(blocked),
+        });
+    }
+    // The semaphore: kept out while every permit is held.
+    let mut all_held = union_of(spans(&holds[RESOURCES], &|_| true));
+    for hs in &holds[RESOURCES + 1..] {
+        all_held = intersect(&all_held, &union_of(spans(hs, &|_| true)));
+    }
+    classes.push(Class {
+        kind: PERMIT,
+        what: format!("{SEMAPHORE} ({PERMITS} permits)"),
+        resource: RESOURCES as u8,
+        waits: of_kind(RESOURCES, &[PERMIT]),
+        blocked: all_held,
+    });
+    let mut longest = Stretch::default();
+    let mut longest_class = None;
+    let mut longest_by_kind = [Duration::ZERO; KINDS.len()];
+    let mut long_stretches = 0;
+    for (i, c) in classes.iter().enumerate() {
+        let waited = union_of(c.waits.iter().map(|(w, _)| (w.start, w.end)).collect());
+        for (a, b) in minus(&waited, &c.blocked) {
             if b - a > LONG_STRETCH.as_nanos() as u64 {
                 long_stretches += 1;
             }
+            let d = Duration::from_nanos(b - a);
+            let k = c.kind as usize;
+            longest_by_kind[k] = longest_by_kind[k].max(d);
             if b - a > longest.end - longest.start {
                 longest = Stretch {
-                    resource: r as u8,
+                    resource: c.resource,
+                    kind: c.kind,
+                    what: c.what.clone(),
                     start: a,
                     end: b,
                     ..Stretch::default()
                 };
+                longest_class = Some(i);
             }
         }
     }
-    if longest.end > longest.start {
+    if let Some(i) = longest_class {
         let (a, b) = (longest.start, longest.end);
-        let mut named: Vec<_> = waits[longest.resource as usize]
+        let mut named: Vec<_> = classes[i]
+            .waits
             .iter()
             .filter(|(w, _)| w.start < b && w.end > a)
             .map(|(w, p)| (*p, w.task, w.path, w.outcome, w.start, w.end))
@@ -414,9 +629,11 @@ pub fn examine(run: &RunResult) -> Report {
         duration: run.config.duration,
         processes: run.config.processes,
         tasks: run.config.tasks,
-        holds: holds.iter().map(Vec::len).sum(),
+        holds: holds_by_kind.iter().sum::<u64>() as usize,
         holds_by_path,
-        waits: waits.iter().map(Vec::len).sum(),
+        holds_by_kind,
+        waits: waits_by_kind.iter().sum::<u64>() as usize,
+        waits_by_kind,
         waits_by_outcome,
         overlaps,
         overlap_examples,
@@ -426,7 +643,11 @@ pub fn examine(run: &RunResult) -> Report {
         mean_request_rate: mean_request_rate(run),
         fence_violations,
         fence_examples,
+        readers_together,
+        over_permits,
+        most_permit_holders,
         longest,
+        longest_by_kind,
         long_stretches,
         bound,
         connect_limits: (0..NODES).map(|n| connect_limit(&run.faults, n)).collect(),
@@ -527,6 +748,23 @@ fn union(intervals: impl Iterator<Item = (u64, u64)>) -> Vec<(u64, u64)> {
     out
 }
 
+/// `a ∩ b`, both disjoint and sorted.
+fn intersect(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        let (s, e) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if s < e {
+            out.push((s, e));
+        }
+        if a[i].1 < b[j].1 {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
 /// `a − b`, both disjoint and sorted.
 fn minus(a: &[(u64, u64)], b: &[(u64, u64)]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
@@ -568,12 +806,18 @@ impl Report {
                 self.fence_violations
             ));
         }
+        if self.over_permits > 0 {
+            v.push(format!(
+                "{} times more than {PERMITS} permit holders at once (most {}; goal 0)",
+                self.over_permits, self.most_permit_holders
+            ));
+        }
         let bound = self.bound.total();
         if self.longest.length() > bound {
             v.push(format!(
-                "a wait of {} ms while nobody held soak:{} (goal ≤ {} ms)",
+                "a wait of {} ms while nobody held {} (goal ≤ {} ms)",
                 self.longest.length().as_millis(),
-                self.longest.resource,
+                self.longest.what,
                 bound.as_millis()
             ));
         }
@@ -642,7 +886,20 @@ impl Report {
             self.tasks,
             client_config().ttl.as_millis()
         );
-        let _ = writeln!(s, "  holds {}; by path:", self.holds);
+        let per_kind = |counts: &[u64; 4]| -> String {
+            let v: Vec<String> = KINDS
+                .iter()
+                .zip(counts)
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect();
+            v.join(", ")
+        };
+        let _ = writeln!(
+            s,
+            "  holds {}: {}; by path (plain / shared / set, or permit):",
+            self.holds,
+            per_kind(&self.holds_by_kind)
+        );
         for (i, n) in self.holds_by_path.iter().enumerate() {
             let lost = self.losses_by_path[i];
             let lost = if lost > 0 {
@@ -650,7 +907,12 @@ impl Report {
             } else {
                 String::new()
             };
-            let _ = writeln!(s, "    {:<32} {n}{lost}", PATHS[i]);
+            let counts = if n[PERMIT as usize] > 0 || i >= super::worker::SEM_PATHS {
+                n[PERMIT as usize].to_string()
+            } else {
+                format!("{} / {} / {}", n[0], n[1], n[2])
+            };
+            let _ = writeln!(s, "    {:<40} {counts}{lost}", PATHS[i]);
         }
         let outcomes: Vec<String> = OUTCOMES
             .iter()
@@ -658,7 +920,13 @@ impl Report {
             .filter(|(_, n)| **n > 0)
             .map(|(o, n)| format!("{o} {n}"))
             .collect();
-        let _ = writeln!(s, "  waits {}: {}", self.waits, outcomes.join(", "));
+        let _ = writeln!(
+            s,
+            "  waits {}: {}; {}",
+            self.waits,
+            per_kind(&self.waits_by_kind),
+            outcomes.join(", ")
+        );
         let kinds: Vec<String> = FAULT_KINDS
             .iter()
             .zip(&self.faults_by_kind)
@@ -673,8 +941,14 @@ impl Report {
         );
         let _ = writeln!(
             s,
-            "  overlaps {} (goal 0); fence violations {} (goal 0)",
-            self.overlaps, self.fence_violations
+            "  overlaps {} (goal 0; readers may share with readers: {} readers began while \
+             another held); fence violations {} (goal 0; readers have none); most permit \
+             holders at once {} (goal ≤ {PERMITS}), more than {PERMITS}: {}",
+            self.overlaps,
+            self.readers_together,
+            self.fence_violations,
+            self.most_permit_holders,
+            self.over_permits
         );
         for e in self.overlap_examples.iter().chain(&self.fence_examples) {
             let _ = writeln!(s, "    {e}");
@@ -693,15 +967,21 @@ impl Report {
             }
         }
         let l = &self.longest;
+        let by_kind: Vec<String> = KINDS
+            .iter()
+            .zip(&self.longest_by_kind)
+            .map(|(k, d)| format!("{k} {}", d.as_millis()))
+            .collect();
         let _ = writeln!(
             s,
-            "  longest wait while nobody held: {} ms on soak:{} at {:.3}–{:.3} s (goal ≤ {} \
-             ms); stretches over {} s: {}",
+            "  longest wait while nobody held: {} ms on {} at {:.3}–{:.3} s (goal ≤ {} ms); \
+             by kind of waiter, ms: {}; stretches over {} s: {}",
             l.length().as_millis(),
-            l.resource,
+            l.what,
             secs(l.start),
             secs(l.end),
             self.bound.total().as_millis(),
+            by_kind.join(", "),
             LONG_STRETCH.as_secs(),
             self.long_stretches
         );
@@ -834,7 +1114,7 @@ impl Report {
     pub fn json(&self) -> String {
         let (max_c, max_limit, max_p, max_n) = self.max_connects();
         let l = &self.longest;
-        json!({
+        let mut v = json!({
             "seed": self.seed,
             "duration_s": self.duration.as_secs_f64(),
             "processes": self.processes,
@@ -875,8 +1155,27 @@ impl Report {
             "unconfirmed_at_shutdown": self.unconfirmed,
             "violations": self.violations(),
             "findings": self.findings(),
-        })
-        .to_string()
+        });
+        // The kinds (issue 38), apart: one `json!` of everything passes its recursion limit.
+        let kinds = json!({
+            "longest_kind": KINDS[l.kind as usize],
+            "longest_what": l.what,
+            "longest_by_kind_ms": KINDS.iter().zip(&self.longest_by_kind)
+                .map(|(k, d)| (k.to_string(), json!(d.as_secs_f64() * 1e3)))
+                .collect::<serde_json::Map<_, _>>(),
+            "holds_by_kind": KINDS.iter().zip(&self.holds_by_kind)
+                .map(|(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "waits_by_kind": KINDS.iter().zip(&self.waits_by_kind)
+                .map(|(k, n)| (k.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "permits": PERMITS,
+            "most_permit_holders": self.most_permit_holders,
+            "over_permits": self.over_permits,
+            "readers_together": self.readers_together,
+        });
+        if let (Some(all), serde_json::Value::Object(kinds)) = (v.as_object_mut(), kinds) {
+            all.extend(kinds);
+        }
+        v.to_string()
     }
 }
 
@@ -889,13 +1188,18 @@ pub fn table(lines: &[String]) -> Result<String, String> {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| seed | s | holds | waits | overlaps (goal 0) | fence violations (goal 0) | longest \
-         wait while nobody held, ms (goal ≤ bound) | most connects by a process to a node \
+        "| seed | s | holds | holds: plain / shared / set / permit | waits | overlaps (goal 0) \
+         | fence violations (goal 0) | most permit holders at once (goal ≤ P) | longest \
+         wait while nobody held, ms (goal ≤ bound) | … by kind of waiter: plain / shared / set \
+         / permit | most connects by a process to a node \
          (goal ≤ limit) | faults: SIGSTOP / SIGKILL+restart / CLIENT KILL / DEBUG SLEEP / \
          SCRIPT FLUSH | requests/s per node per process: mean, peak | connects with no fault \
          | goals |"
     );
-    let _ = writeln!(s, "|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|--:|---|");
+    let _ = writeln!(
+        s,
+        "|--:|--:|--:|---|--:|--:|--:|--:|--:|---|--:|---|--:|--:|---|"
+    );
     for line in lines.iter().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value =
             serde_json::from_str(line).map_err(|e| format!("not a run: {e}: {line}"))?;
@@ -905,18 +1209,40 @@ pub fn table(lines: &[String]) -> Result<String, String> {
             .map(|k| v["faults_by_kind"][*k].as_u64().unwrap_or(0).to_string())
             .collect();
         let violations = v["violations"].as_array().map_or(0, Vec::len);
+        // Runs from before the kinds were mixed have no per-kind figures.
+        let by_kind = |k: &str, ms: bool| -> String {
+            if !v[k].is_object() {
+                return "–".to_owned();
+            }
+            let cells: Vec<String> = KINDS
+                .iter()
+                .map(|kind| match v[k][*kind].as_f64() {
+                    Some(x) if ms => format!("{x:.0}"),
+                    Some(x) => format!("{x}"),
+                    None => "–".to_owned(),
+                })
+                .collect();
+            cells.join(" / ")
+        };
+        let permits = match (v["most_permit_holders"].as_u64(), v["permits"].as_u64()) {
+            (Some(m), Some(p)) => format!("{m} (≤ {p})"),
+            _ => "–".to_owned(),
+        };
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} (≤ {:.0}) | {:.0} (≤ {:.0}) | \
-             {} | {:.0}, {:.0} | {:.0} | {} |",
+            "| {} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {} | {:.0} (≤ {:.0}) | {} | \
+             {:.0} (≤ {:.0}) | {} | {:.0}, {:.0} | {:.0} | {} |",
             v["seed"],
             n("duration_s"),
             n("holds"),
+            by_kind("holds_by_kind", false),
             n("waits"),
             n("overlaps"),
             n("fence_violations"),
+            permits,
             n("longest_nobody_held_ms"),
             n("bound_ms"),
+            by_kind("longest_by_kind_ms", true),
             n("max_connects"),
             n("max_connects_limit"),
             kinds.join(" / "),
@@ -935,7 +1261,195 @@ pub fn table(lines: &[String]) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::RunConfig;
+    use super::super::worker::{NodeFigures, WorkerResult};
     use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// A hold of `kind` on the resources in `members` (once per member, as the worker writes
+    /// a set's), from `a` to `b` ms, with `fence`.
+    fn hold(kind: u8, members: u8, a: u64, b: u64, fence: u64) -> Vec<Hold> {
+        (0..8u8)
+            .filter(|i| members & (1 << i) != 0)
+            .map(|r| Hold {
+                resource: r,
+                start: a * MS,
+                end: b * MS,
+                fence,
+                path: 0,
+                task: 0,
+                kind,
+                members,
+            })
+            .collect()
+    }
+
+    /// A wait as the worker writes it: a set's once per member, any other once.
+    fn wait(kind: u8, members: u8, a: u64, b: u64) -> Vec<Wait> {
+        let lines = if kind == SET {
+            members
+        } else {
+            1 << members.trailing_zeros()
+        };
+        (0..8u8)
+            .filter(|i| lines & (1 << i) != 0)
+            .map(|r| Wait {
+                resource: r,
+                start: a * MS,
+                end: b * MS,
+                outcome: 0,
+                path: 0,
+                task: 0,
+                kind,
+                members,
+            })
+            .collect()
+    }
+
+    fn run(holds: Vec<Vec<Hold>>, waits: Vec<Vec<Wait>>) -> Report {
+        let worker = WorkerResult {
+            holds: holds.concat(),
+            waits: waits.concat(),
+            nodes: vec![NodeFigures::default(); NODES],
+            ..WorkerResult::default()
+        };
+        examine(&RunResult {
+            config: RunConfig::new(0, Duration::from_secs(1)),
+            workers: vec![worker],
+            faults: Vec::new(),
+            started: 0,
+            ended: 10_000 * MS,
+            problems: Vec::new(),
+            most_faulty: 0,
+        })
+    }
+
+    const PERMIT_0: u8 = 1 << RESOURCES;
+    const PERMIT_1: u8 = 1 << (RESOURCES + 1);
+
+    #[test]
+    fn readers_share_with_readers_only() {
+        let r = run(
+            vec![
+                hold(SHARED, 0b1, 0, 10, 0),
+                hold(SHARED, 0b1, 5, 20, 0),
+                hold(PLAIN, 0b1, 30, 40, 7),
+            ],
+            vec![],
+        );
+        assert_eq!((r.overlaps, r.fence_violations), (0, 0));
+        assert_eq!(r.holds_by_kind, [1, 2, 0, 0]);
+        assert_eq!(r.readers_together, 1);
+        // A writer among readers, and a reader inside a writer's hold.
+        let r = run(
+            vec![
+                hold(SHARED, 0b1, 0, 10, 0),
+                hold(PLAIN, 0b1, 5, 20, 7),
+                hold(SHARED, 0b1, 15, 16, 0),
+            ],
+            vec![],
+        );
+        assert_eq!(r.overlaps, 2);
+    }
+
+    #[test]
+    fn a_set_holds_each_member() {
+        // {0, 2} against a reader of 2, and fenced on each member.
+        let r = run(
+            vec![
+                hold(PLAIN, 0b001, 0, 10, 5),
+                hold(SET, 0b101, 20, 30, 6),
+                hold(SHARED, 0b100, 25, 35, 0),
+                hold(PLAIN, 0b100, 40, 50, 4),
+            ],
+            vec![],
+        );
+        assert_eq!(r.holds_by_kind, [2, 1, 1, 0]);
+        assert_eq!(r.overlaps, 1);
+        // Fence 4 on soak:2 after the set's 6.
+        assert_eq!(r.fence_violations, 1);
+    }
+
+    #[test]
+    fn permits_at_most_p_holders() {
+        let r = run(
+            vec![
+                hold(PERMIT, PERMIT_0, 0, 10, 1),
+                hold(PERMIT, PERMIT_1, 5, 15, 2),
+                hold(PERMIT, PERMIT_0, 8, 12, 3),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            (r.overlaps, r.over_permits, r.most_permit_holders),
+            (1, 1, 3)
+        );
+        let r = run(
+            vec![
+                hold(PERMIT, PERMIT_0, 0, 10, 1),
+                hold(PERMIT, PERMIT_1, 5, 15, 2),
+                hold(PERMIT, PERMIT_0, 10, 12, 3),
+            ],
+            vec![],
+        );
+        assert_eq!(
+            (r.overlaps, r.over_permits, r.most_permit_holders),
+            (0, 0, 2)
+        );
+    }
+
+    #[test]
+    fn each_kind_waits_for_its_own_reasons() {
+        let mark = mark_life().as_nanos() as u64 / MS;
+        // A reader kept out by a waiting writer (and its mark after it) while another reader
+        // holds: no stretch for the reader; the writer's wait, held throughout, none either.
+        let r = run(
+            vec![hold(SHARED, 0b1, 0, 500, 0)],
+            vec![wait(PLAIN, 0b1, 10, 400), wait(SHARED, 0b1, 20, 300 + mark)],
+        );
+        assert_eq!(r.longest.length(), Duration::ZERO);
+        // Past the mark's life the reader counts.
+        let r = run(
+            vec![hold(SHARED, 0b1, 0, 500, 0)],
+            vec![wait(PLAIN, 0b1, 10, 400), wait(SHARED, 0b1, 20, 900 + mark)],
+        );
+        assert_eq!(
+            r.longest_by_kind[SHARED as usize],
+            Duration::from_millis(500)
+        );
+        // A set kept out by one member; the plain waiter of the other member is not.
+        let r = run(
+            vec![hold(PLAIN, 0b10, 0, 100, 1)],
+            vec![wait(SET, 0b11, 0, 100), wait(PLAIN, 0b01, 0, 30)],
+        );
+        assert_eq!(r.longest_by_kind[SET as usize], Duration::ZERO);
+        assert_eq!(r.longest_by_kind[PLAIN as usize], Duration::from_millis(30));
+        assert_eq!(r.longest.what, "soak:0");
+        assert_eq!(r.waits_by_kind, [1, 0, 1, 0]);
+        // The semaphore: kept out only while both permits are held (50–100 ms).
+        let r = run(
+            vec![
+                hold(PERMIT, PERMIT_0, 0, 100, 1),
+                hold(PERMIT, PERMIT_1, 50, 200, 2),
+            ],
+            vec![wait(PERMIT, PERMIT_0 | PERMIT_1, 60, 300)],
+        );
+        assert_eq!(
+            r.longest_by_kind[PERMIT as usize],
+            Duration::from_millis(200)
+        );
+        assert_eq!(r.longest.what, format!("{SEMAPHORE} ({PERMITS} permits)"));
+    }
+
+    #[test]
+    fn intersect_keeps_the_common_parts() {
+        assert_eq!(
+            intersect(&[(0, 10), (20, 30)], &[(5, 25), (28, 40)]),
+            vec![(5, 10), (20, 25), (28, 30)]
+        );
+        assert_eq!(intersect(&[(0, 10)], &[]), vec![]);
+    }
 
     #[test]
     fn minus_leaves_the_gaps() {

@@ -4,9 +4,9 @@
 //! | module | owns |
 //! |---|---|
 //! | this file | the run's settings ([`RunConfig`]), the client's settings ([`client_config`]), the bound on a wait while nobody holds ([`Bound`]), the clock, the seeded generator |
-//! | `worker` | one worker process: one handle, blocking threads and tokio tasks locking through every API path, recording holds and waits |
+//! | `worker` | one worker process: one handle, blocking threads and tokio tasks locking through every API path — plain locks, shared locks, all-or-none sets, semaphore permits — recording holds and waits |
 //! | `driver` | 5 local servers, the worker processes, seeded faults (never more than 2 of 5 servers faulty at once), collecting the results |
-//! | `check` | overlaps, fence order, the longest wait while nobody held, connects per node per process; the summary, the JSON line, the table |
+//! | `check` | overlaps (readers with readers allowed), permit holders at most P, fence order (readers skipped), the longest wait while nobody held (per kind), connects per node per process; the summary, the JSON line, the table |
 //!
 //! Every time is `CLOCK_MONOTONIC` in nanoseconds ([`mono_ns`]): one clock for every process of
 //! the machine, so the holds of three processes can be compared.
@@ -25,8 +25,16 @@ pub const NODES: usize = 5;
 pub const MAX_FAULTY: usize = 2;
 /// The lock TTL of every worker (issue 36: 1.5 s).
 pub const TTL: Duration = Duration::from_millis(1_500);
-/// Resources the workers lock (issue 36: 4).
+/// Resources the workers lock (issue 36: 4): `soak:0` … `soak:3`, each by plain locks,
+/// shared locks and sets of 2 or 3 of them (issue 38).
 pub const RESOURCES: usize = 4;
+/// The semaphore the workers also take permits of (issue 38), on its own name.
+pub const SEMAPHORE: &str = "soak:sem";
+/// Its permits: at most 2 holders at once. In the records permit `i` (the key `soak:sem#<i>`)
+/// is resource number `RESOURCES + i`.
+pub const PERMITS: u32 = 2;
+/// Resource numbers in the records: the resources, then the permits.
+pub const KEYS: usize = RESOURCES + PERMITS as usize;
 
 /// What one run does. The driver's and the workers' behaviour follow from it and the seed.
 #[derive(Debug, Clone)]
@@ -94,6 +102,21 @@ pub const SETTLE: Duration = Duration::from_millis(250);
 /// acquire cancelled by its timeout) and no caller believed it held the resource (a hold: from
 /// the acquire's return until the release is sent or the validity ends, whichever is first).
 /// No wait is left out.
+///
+/// **Per kind of waiter** (issue 38), "nobody held" is what rightly keeps that waiter out,
+/// and the waits of each kind are a stretch's waits only for their own kind:
+///
+/// - a plain lock (a writer) of a resource: any hold of it — plain, a reader, a set with it;
+/// - a shared lock (a reader): a writer's hold (plain, or a set with it) or a writer waiting
+///   for it (a plain or set wait, and for a mark's life after it, `check::mark_life`: a
+///   waiting writer's mark keeps new readers out, by design, so that writers are not
+///   starved);
+/// - an all-or-none set: any hold of any member;
+/// - a semaphore's permit: every permit held at once.
+///
+/// The same bound is claimed for each: the terms below are about keys nobody holds, polls and
+/// pauses, which every kind's waits have alike (a reader's keys are its sorted-set entries,
+/// each with its own expiry; a set's, one string per member; a permit is a plain lock).
 ///
 /// **Assumed.** At most 2 of the 5 servers are faulty at once, where the driver counts a node
 /// faulty from the fault's start until every worker can use it again: [`SETTLE`] after the

@@ -1,6 +1,9 @@
 //! One worker process: one handle (`Redlock`, and the same engine seen as `AsyncRedlock`),
 //! half of its callers blocking threads and half tokio tasks, each locking the soak's
 //! resources through every API path at random until the driver closes the worker's stdin.
+//! Each turn a caller picks a kind ([`pick`]): a plain lock of one resource, a shared (read)
+//! lock of one, an all-or-none set of 2 or 3 of them (each through the same 18 paths), or a
+//! permit of the semaphore `soak:sem` of 2 permits (through its own 10 paths).
 //!
 //! Every acquire call is a *wait* (start, end, outcome); every lock the caller got is a
 //! *hold*: from the acquire's return until the caller sends the release, or until the
@@ -10,8 +13,8 @@
 //! record per line:
 //!
 //! ```text
-//! h RESOURCE START END FENCE PATH TASK        a hold
-//! w RESOURCE START END OUTCOME PATH TASK      a wait
+//! h RESOURCE START END FENCE PATH TASK KIND MEMBERS     a hold
+//! w RESOURCE START END OUTCOME PATH TASK KIND MEMBERS   a wait
 //! n NODE CONNECTS RECONNECTS DOWNS IDLE_CLOSES TIMEOUTS FAILURES NOSCRIPT QUARANTINED
 //! l PATH LOSSES                               kept locks lost while held, per path
 //! s CONFIRMED UNCONFIRMED                     the final shutdown
@@ -19,6 +22,13 @@
 //! c NODE TIME                                 a connect (socket opened), when it was counted
 //! r TIME REQUESTS… FAILURES… TIMEOUTS…        per node, the counters at that time
 //! ```
+//!
+//! `RESOURCE` is 0–3 for `soak:0` … `soak:3`, `4 + i` for permit `i` (`soak:sem#<i>`);
+//! `KIND` is 0 plain, 1 shared, 2 set, 3 permit ([`KINDS`]); `MEMBERS` has bit `i` for each
+//! resource number the lock covers. A set's hold and wait are written once per member (so a
+//! set's hold is a hold of each member); a semaphore's wait once, under permit 0, with both
+//! permits in `MEMBERS`; a reader's `FENCE` is 0 (readers get none). Lines without `KIND
+//! MEMBERS` (6 fields, as before the kinds were mixed) are read as plain locks.
 //!
 //! A hold's `PATH` has [`LOST`] added when the hold ended because a kept lock was lost (its
 //! `END` is then when the holder's thread or task woke up to the loss).
@@ -33,9 +43,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use redlock_mux::{AsyncRedlock, Builder, Error, Lock, Redlock, WithLockError};
+use redlock_mux::{
+    AsyncRedlock, AsyncSemaphore, Builder, Error, Lock, Redlock, ResourceSet, Semaphore, Shared,
+    WithLockError,
+};
 
-use super::{RESOURCES, Rng, TTL, client_config, instant_ns, mono_ns};
+use super::{PERMITS, RESOURCES, Rng, SEMAPHORE, TTL, client_config, instant_ns, mono_ns};
 
 /// The environment variable that carries a worker's settings.
 pub const ENV: &str = "REDLOCK_SOAK_WORKER";
@@ -52,8 +65,10 @@ pub const SAMPLE: Duration = Duration::from_millis(20);
 /// How long connecting to every node first may take.
 const CONNECT: Duration = Duration::from_secs(5);
 
-/// The API paths, as recorded (`PATHS[path]`). Blocking first, then async.
-pub const PATHS: [&str; 18] = [
+/// The API paths, as recorded (`PATHS[path]`). Blocking first, then async; then the
+/// semaphore's, blocking first ([`SEM_PATHS`]), then async ([`ASYNC_SEM_PATHS`]). The first 18
+/// take a plain lock, a shared lock or a set alike (the hold's kind says which).
+pub const PATHS: [&str; 28] = [
     "lock+unlock",
     "try_lock+unlock",
     "lock_until(short)+unlock",
@@ -72,11 +87,36 @@ pub const PATHS: [&str; 18] = [
     "async keep+release",
     "async with_lock",
     "async timeout(lock)+unlock",
+    "sem try_acquire+unlock",
+    "sem acquire+unlock",
+    "sem acquire_until(short)+extend+unlock",
+    "sem guard+drop",
+    "sem with_permit",
+    "async sem try_acquire+unlock_nowait",
+    "async sem acquire+unlock",
+    "async sem timeout(acquire)+unlock",
+    "async sem guard+drop",
+    "async sem acquire+keep+release",
 ];
 /// Added to a hold's path when a kept lock was lost while held.
 pub const LOST: u8 = 128;
-/// Blocking paths are `0..ASYNC_PATHS`, async ones `ASYNC_PATHS..`.
+/// Blocking paths are `0..ASYNC_PATHS`, async ones `ASYNC_PATHS..SEM_PATHS`.
 const ASYNC_PATHS: usize = 9;
+/// The semaphore's blocking paths are `SEM_PATHS..ASYNC_SEM_PATHS`, its async ones
+/// `ASYNC_SEM_PATHS..`.
+pub const SEM_PATHS: usize = 18;
+const ASYNC_SEM_PATHS: usize = 23;
+
+/// The lock kinds, as recorded (`KINDS[kind]`).
+pub const KINDS: [&str; 4] = ["plain", "shared", "set", "permit"];
+/// A plain lock: exclusive (the writer of its resource).
+pub const PLAIN: u8 = 0;
+/// A shared (read) lock.
+pub const SHARED: u8 = 1;
+/// An all-or-none set of 2 or 3 resources.
+pub const SET: u8 = 2;
+/// A permit of the semaphore.
+pub const PERMIT: u8 = 3;
 
 /// How a wait ended (`OUTCOMES[outcome]`).
 pub const OUTCOMES: [&str; 7] = [
@@ -142,7 +182,8 @@ impl WorkerConfig {
     }
 }
 
-/// A hold: a lock its caller believed it had.
+/// A hold: a lock its caller believed it had. A set's hold is recorded once per member (each
+/// with the set's `members`), so that it counts as a hold of each.
 #[derive(Debug, Clone, Copy)]
 pub struct Hold {
     pub resource: u8,
@@ -151,9 +192,15 @@ pub struct Hold {
     pub fence: u64,
     pub path: u8,
     pub task: u16,
+    /// [`PLAIN`], [`SHARED`], [`SET`] or [`PERMIT`].
+    pub kind: u8,
+    /// Bit `i` for each resource number `i` the lock is of: the set's members, else the one
+    /// resource.
+    pub members: u8,
 }
 
-/// A wait: one acquire call.
+/// A wait: one acquire call. A set's wait is recorded once per member, a semaphore's once,
+/// under its first permit's number, with every permit in `members`.
 #[derive(Debug, Clone, Copy)]
 pub struct Wait {
     pub resource: u8,
@@ -162,6 +209,82 @@ pub struct Wait {
     pub outcome: u8,
     pub path: u8,
     pub task: u16,
+    /// As [`Hold::kind`].
+    pub kind: u8,
+    /// As [`Hold::members`]; a semaphore's wait: every permit.
+    pub members: u8,
+}
+
+/// What a caller locks: a kind and the resource numbers (`members`, a bit each) it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Target {
+    pub kind: u8,
+    pub members: u8,
+}
+
+impl Target {
+    /// The plain (exclusive, writer) lock of resource `r`.
+    pub fn plain(r: u8) -> Target {
+        Target {
+            kind: PLAIN,
+            members: 1 << r,
+        }
+    }
+
+    /// A shared (read) lock of resource `r`.
+    pub fn shared(r: u8) -> Target {
+        Target {
+            kind: SHARED,
+            members: 1 << r,
+        }
+    }
+
+    /// The all-or-none set of the resources in `members`.
+    pub fn set(members: u8) -> Target {
+        Target { kind: SET, members }
+    }
+
+    /// The semaphore as a whole (what its acquires wait for): every permit.
+    pub fn semaphore() -> Target {
+        Target {
+            kind: PERMIT,
+            members: (((1u16 << PERMITS) - 1) << RESOURCES) as u8,
+        }
+    }
+
+    /// Permit `i` of the semaphore (resource number `RESOURCES + i`).
+    pub fn permit(i: u8) -> Target {
+        Target {
+            kind: PERMIT,
+            members: 1 << (RESOURCES as u8 + i),
+        }
+    }
+
+    /// The resource numbers it covers, in order.
+    pub fn resources(self) -> impl Iterator<Item = u8> {
+        (0..8).filter(move |i| self.members & (1 << i) != 0)
+    }
+
+    /// The resource number a one-line record goes under: the lowest.
+    pub fn first(self) -> u8 {
+        self.members.trailing_zeros() as u8
+    }
+
+    /// What is passed to the library as the resource (not for the semaphore).
+    fn key(self) -> Vec<u8> {
+        match self.kind {
+            PLAIN => resource_name(self.first()).into_bytes(),
+            SHARED => Shared::new(resource_name(self.first()))
+                .expect("a shared lock's name")
+                .as_ref()
+                .to_vec(),
+            SET => ResourceSet::new(self.resources().map(resource_name))
+                .expect("a set's names")
+                .as_ref()
+                .to_vec(),
+            _ => unreachable!("a semaphore is not locked by name"),
+        }
+    }
 }
 
 /// One node's counters, as the worker's handle counted them (`NodeStats`).
@@ -216,7 +339,7 @@ impl Rec {
     }
 
     /// A wait from `start` to now that ended with `outcome` (`Err`: how it failed).
-    fn wait(&mut self, r: u8, start: u64, end: u64, path: u8, outcome: Result<(), &Error>) {
+    fn wait(&mut self, t: Target, start: u64, end: u64, path: u8, outcome: Result<(), &Error>) {
         let outcome = match outcome {
             Ok(()) => OK,
             Err(e) => {
@@ -238,51 +361,103 @@ impl Rec {
                 code
             }
         };
-        self.waits.push(Wait {
-            resource: r,
-            start,
-            end,
-            outcome,
-            path,
-            task: self.task,
-        });
+        self.push_wait(t, start, end, outcome, path);
     }
 
-    fn cancelled(&mut self, r: u8, start: u64, end: u64, path: u8) {
-        self.waits.push(Wait {
-            resource: r,
-            start,
-            end,
-            outcome: CANCELLED,
-            path,
-            task: self.task,
-        });
+    fn cancelled(&mut self, t: Target, start: u64, end: u64, path: u8) {
+        self.push_wait(t, start, end, CANCELLED, path);
+    }
+
+    /// A set's wait once per member; any other once.
+    fn push_wait(&mut self, t: Target, start: u64, end: u64, outcome: u8, path: u8) {
+        let lines = if t.kind == SET {
+            t.members
+        } else {
+            1 << t.first()
+        };
+        for r in (0..8).filter(|i| lines & (1 << i) != 0) {
+            self.waits.push(Wait {
+                resource: r,
+                start,
+                end,
+                outcome,
+                path,
+                task: self.task,
+                kind: t.kind,
+                members: t.members,
+            });
+        }
     }
 
     /// A kept lock's hold; `lost`: it ended because the lock was lost.
-    fn kept_hold(&mut self, r: u8, start: u64, end: u64, fence: Option<u64>, path: u8, lost: bool) {
+    fn kept_hold(
+        &mut self,
+        t: Target,
+        start: u64,
+        end: u64,
+        fence: Option<u64>,
+        path: u8,
+        lost: bool,
+    ) {
         if lost {
             self.losses[path as usize] += 1;
         }
-        self.hold(r, start, end, fence, if lost { path | LOST } else { path });
+        self.hold(t, start, end, fence, if lost { path | LOST } else { path });
     }
 
-    fn hold(&mut self, r: u8, start: u64, end: u64, fence: Option<u64>, path: u8) {
-        self.holds.push(Hold {
-            resource: r,
-            start,
-            end: end.max(start),
-            // Fencing is on: a lock without a fence is a violation (0 is below every fence).
-            fence: fence.unwrap_or(0),
-            path,
-            task: self.task,
-        });
+    /// A set's hold once per member; any other once.
+    fn hold(&mut self, t: Target, start: u64, end: u64, fence: Option<u64>, path: u8) {
+        for r in t.resources() {
+            self.holds.push(Hold {
+                resource: r,
+                start,
+                end: end.max(start),
+                // Fencing is on: an exclusive lock without a fence is a violation (0 is below
+                // every fence). Readers get none.
+                fence: fence.unwrap_or(0),
+                path,
+                task: self.task,
+                kind: t.kind,
+                members: t.members,
+            });
+        }
     }
 }
 
-/// The name of resource `r`.
-fn resource_name(r: u8) -> String {
-    format!("soak:{r}")
+/// The name of resource `r`: `soak:<r>`, and for the permits (`RESOURCES..`) their keys,
+/// `soak:sem#<i>`.
+pub fn resource_name(r: u8) -> String {
+    match (r as usize).checked_sub(RESOURCES) {
+        Some(i) => format!("{SEMAPHORE}#{i}"),
+        None => format!("soak:{r}"),
+    }
+}
+
+/// The permit a lock of the semaphore is (from its key, `soak:sem#<i>`).
+fn permit_of(lock: &Lock) -> Target {
+    let key = lock.resource().to_string();
+    let i = key
+        .strip_prefix(&format!("{SEMAPHORE}#"))
+        .and_then(|i| i.parse().ok())
+        .unwrap_or_else(|| panic!("not a permit of {SEMAPHORE}: {key}"));
+    Target::permit(i)
+}
+
+/// What a caller locks next: a plain lock of one of the resources (45 %), a shared lock of one
+/// (25 %), a set of 2 or 3 of them (15 %), or a permit of the semaphore (15 %).
+fn pick(rng: &mut Rng) -> Target {
+    let one = |rng: &mut Rng| rng.below(RESOURCES as u64) as u8;
+    match rng.below(100) {
+        0..45 => Target::plain(one(rng)),
+        45..70 => Target::shared(one(rng)),
+        70..85 => loop {
+            let members = rng.below(1 << RESOURCES) as u8;
+            if (2..=3).contains(&members.count_ones()) {
+                break Target::set(members);
+            }
+        },
+        _ => Target::semaphore(),
+    }
 }
 
 /// How long a plain hold lasts: mostly short, sometimes a good part of the validity.
@@ -439,15 +614,15 @@ pub fn run(cfg: &WorkerConfig) -> Result<(), String> {
         for h in &rec.holds {
             let _ = writeln!(
                 out,
-                "h {} {} {} {} {} {}",
-                h.resource, h.start, h.end, h.fence, h.path, h.task
+                "h {} {} {} {} {} {} {} {}",
+                h.resource, h.start, h.end, h.fence, h.path, h.task, h.kind, h.members
             );
         }
         for w in &rec.waits {
             let _ = writeln!(
                 out,
-                "w {} {} {} {} {} {}",
-                w.resource, w.start, w.end, w.outcome, w.path, w.task
+                "w {} {} {} {} {} {} {} {}",
+                w.resource, w.start, w.end, w.outcome, w.path, w.task, w.kind, w.members
             );
         }
         for (path, msg_outcome, message) in &rec.messages {
@@ -539,9 +714,16 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
             .map(|v| v.parse().map_err(|_| bad()))
             .collect::<Result<_, _>>()?;
         let need = |n: usize| if f.len() == n { Ok(()) } else { Err(bad()) };
+        // Holds and waits: 6 fields, or 8 with the kind and the members (without them, as
+        // before the kinds were mixed: a plain lock of the one resource).
+        let kind_members = || match f.len() {
+            6 => Ok((PLAIN, 1u8 << f[0])),
+            8 => Ok((f[6] as u8, f[7] as u8)),
+            _ => Err(bad()),
+        };
         match kind {
             "h" => {
-                need(6)?;
+                let (kind, members) = kind_members()?;
                 res.holds.push(Hold {
                     resource: f[0] as u8,
                     start: f[1],
@@ -549,10 +731,12 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
                     fence: f[3],
                     path: f[4] as u8,
                     task: f[5] as u16,
+                    kind,
+                    members,
                 });
             }
             "w" => {
-                need(6)?;
+                let (kind, members) = kind_members()?;
                 res.waits.push(Wait {
                     resource: f[0] as u8,
                     start: f[1],
@@ -560,6 +744,8 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
                     outcome: f[3] as u8,
                     path: f[4] as u8,
                     task: f[5] as u16,
+                    kind,
+                    members,
                 });
             }
             "n" => {
@@ -606,46 +792,54 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
 /// A blocking caller: one path after another until `stop`.
 fn blocking_caller(redlock: &Redlock, task: u16, mut rng: Rng, stop: &AtomicBool) -> Rec {
     let mut rec = Rec::new(task);
+    let sem = redlock
+        .semaphore(SEMAPHORE, PERMITS)
+        .expect("the soak's semaphore");
     while !stop.load(Ordering::Relaxed) {
-        let r = rng.below(RESOURCES as u64) as u8;
-        let path = rng.below(ASYNC_PATHS as u64) as u8;
-        blocking_path(redlock, &mut rec, &mut rng, r, path);
+        let t = pick(&mut rng);
+        if t.kind == PERMIT {
+            let path = SEM_PATHS as u64 + rng.below((ASYNC_SEM_PATHS - SEM_PATHS) as u64);
+            blocking_sem_path(redlock, &sem, &mut rec, &mut rng, path as u8);
+        } else {
+            let path = rng.below(ASYNC_PATHS as u64) as u8;
+            blocking_path(redlock, &mut rec, &mut rng, t, path);
+        }
         std::thread::sleep(think_time(&mut rng));
     }
     rec
 }
 
-/// Holds `lock` for a plain hold time, then records the hold; the caller releases.
-/// What a `with_lock` work returns: when it began, when its belief ended, its fence, and
-/// whether the lock was lost meanwhile.
-type WithLockRun = (u64, u64, Option<u64>, bool);
+/// What a `with_lock` work returns: what it held, when it began, when its belief ended, its
+/// fence, and whether the lock was lost meanwhile.
+type WithLockRun = (Target, u64, u64, Option<u64>, bool);
 
 /// Records a `with_lock` (blocking or async) that began waiting at `t0`: its wait and its hold
 /// as a kept lock's, or the wait's failure when the lock was not acquired.
 fn with_lock_done(
     rec: &mut Rec,
-    r: u8,
+    waited: Target,
     t0: u64,
     path: u8,
     res: Result<WithLockRun, WithLockError<WithLockRun>>,
 ) {
-    let (start, end, fence, lost) = match res {
+    let (held, start, end, fence, lost) = match res {
         Ok(v) => v,
         Err(WithLockError::Lost { value, .. }) => value,
         Err(WithLockError::NotAcquired(e)) => {
-            rec.wait(r, t0, mono_ns(), path, Err(&e));
+            rec.wait(waited, t0, mono_ns(), path, Err(&e));
             return;
         }
         Err(other) => panic!("with_lock: {}", other.error()),
     };
-    rec.wait(r, t0, start, path, Ok(()));
-    rec.kept_hold(r, start, end, fence, path, lost);
+    rec.wait(waited, t0, start, path, Ok(()));
+    rec.kept_hold(held, start, end, fence, path, lost);
 }
 
-fn plain_hold(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path: u8) {
+/// Holds `lock` for a plain hold time, then records the hold; the caller releases.
+fn plain_hold(rec: &mut Rec, rng: &mut Rng, t: Target, start: u64, lock: &Lock, path: u8) {
     std::thread::sleep(hold_time(rng));
     rec.hold(
-        r,
+        t,
         start,
         believed_end(lock.valid_until()),
         lock.fence(),
@@ -653,8 +847,8 @@ fn plain_hold(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path
     );
 }
 
-fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u8) {
-    let name = resource_name(r);
+fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, t: Target, path: u8) {
+    let name = t.key();
     let t0 = mono_ns();
     match path {
         // lock / try_lock / lock_until(short) / lock + unlock_nowait
@@ -665,9 +859,9 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
                 _ => redlock.lock_until(&name, Instant::now() + short_wait(rng)),
             };
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             if let Ok(lock) = res {
-                plain_hold(rec, rng, r, t1, &lock, path);
+                plain_hold(rec, rng, t, t1, &lock, path);
                 if path == 8 {
                     redlock.unlock_nowait(lock);
                 } else {
@@ -679,10 +873,10 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
         3 | 4 => {
             let res = redlock.guard(&name);
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(mut guard) = res else { return };
             if path == 3 {
-                plain_hold(rec, rng, r, t1, &guard, path);
+                plain_hold(rec, rng, t, t1, &guard, path);
                 drop(guard);
                 return;
             }
@@ -690,9 +884,9 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
             let before = guard.valid_until();
             let _ = guard.extend(TTL);
             if let Some(end) = extend_ended(before, guard.valid_until(), mono_ns()) {
-                rec.hold(r, t1, end, guard.fence(), path);
+                rec.hold(t, t1, end, guard.fence(), path);
             } else {
-                plain_hold(rec, rng, r, t1, &guard, path);
+                plain_hold(rec, rng, t, t1, &guard, path);
             }
             let _ = guard.unlock();
         }
@@ -700,15 +894,15 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
         5 => {
             let res = redlock.lock(&name);
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(mut lock) = res else { return };
             std::thread::sleep(hold_time(rng));
             let before = lock.valid_until();
             let _ = redlock.extend(&mut lock, TTL);
             if let Some(end) = extend_ended(before, lock.valid_until(), mono_ns()) {
-                rec.hold(r, t1, end, lock.fence(), path);
+                rec.hold(t, t1, end, lock.fence(), path);
             } else {
-                plain_hold(rec, rng, r, t1, &lock, path);
+                plain_hold(rec, rng, t, t1, &lock, path);
             }
             let _ = redlock.unlock(lock);
         }
@@ -716,7 +910,7 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
         6 => {
             let res = redlock.lock(&name);
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(lock) = res else { return };
             let fence = lock.fence();
             let kept = match redlock.keep(lock) {
@@ -725,7 +919,7 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
             };
             let lost = kept.wait_lost(kept_time(rng)).is_some();
             let end = believed_end(kept.lock().valid_until());
-            rec.kept_hold(r, t1, end, fence, path, lost);
+            rec.kept_hold(t, t1, end, fence, path, lost);
             let _ = kept.release();
         }
         // with_lock: the work waits for the loss or its time
@@ -735,31 +929,100 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u
                 let start = mono_ns();
                 let lost = held.wait_lost(time).is_some();
                 let end = believed_end(held.lock().valid_until());
-                (start, end, held.lock().fence(), lost)
+                (t, start, end, held.lock().fence(), lost)
             });
-            with_lock_done(rec, r, t0, path, res);
+            with_lock_done(rec, t, t0, path, res);
         }
         _ => unreachable!("blocking paths are 0..{ASYNC_PATHS}"),
+    }
+}
+
+/// A blocking caller's turn at the semaphore: a wait for any permit, then a hold of the one
+/// won.
+fn blocking_sem_path(redlock: &Redlock, sem: &Semaphore, rec: &mut Rec, rng: &mut Rng, path: u8) {
+    let waited = Target::semaphore();
+    let t0 = mono_ns();
+    match path {
+        // try_acquire / acquire + unlock; acquire_until(short) + extend + unlock
+        18..=20 => {
+            let res = match path {
+                18 => sem.try_acquire(),
+                19 => sem.acquire(),
+                _ => sem.acquire_until(Instant::now() + short_wait(rng)),
+            };
+            let t1 = mono_ns();
+            rec.wait(waited, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(mut lock) = res else { return };
+            let t = permit_of(&lock);
+            if path == 20 {
+                std::thread::sleep(hold_time(rng));
+                let before = lock.valid_until();
+                let _ = redlock.extend(&mut lock, TTL);
+                if let Some(end) = extend_ended(before, lock.valid_until(), mono_ns()) {
+                    rec.hold(t, t1, end, lock.fence(), path);
+                } else {
+                    plain_hold(rec, rng, t, t1, &lock, path);
+                }
+            } else {
+                plain_hold(rec, rng, t, t1, &lock, path);
+            }
+            let _ = redlock.unlock(lock);
+        }
+        21 => {
+            let res = sem.guard();
+            let t1 = mono_ns();
+            rec.wait(waited, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(guard) = res else { return };
+            plain_hold(rec, rng, permit_of(&guard), t1, &guard, path);
+            drop(guard);
+        }
+        22 => {
+            let time = kept_time(rng);
+            let res = sem.with_permit(|held| {
+                let start = mono_ns();
+                let lost = held.wait_lost(time).is_some();
+                let end = believed_end(held.lock().valid_until());
+                let t = permit_of(&held.lock());
+                (t, start, end, held.lock().fence(), lost)
+            });
+            with_lock_done(rec, waited, t0, path, res);
+        }
+        _ => unreachable!("the semaphore's blocking paths are {SEM_PATHS}..{ASYNC_SEM_PATHS}"),
     }
 }
 
 /// An async caller: one path after another until `stop`.
 async fn async_caller(redlock: &AsyncRedlock, task: u16, mut rng: Rng, stop: &AtomicBool) -> Rec {
     let mut rec = Rec::new(task);
+    let sem = redlock
+        .semaphore(SEMAPHORE, PERMITS)
+        .expect("the soak's semaphore");
     while !stop.load(Ordering::Relaxed) {
-        let r = rng.below(RESOURCES as u64) as u8;
-        let path = (ASYNC_PATHS as u64 + rng.below((PATHS.len() - ASYNC_PATHS) as u64)) as u8;
-        async_path(redlock, &mut rec, &mut rng, r, path).await;
+        let t = pick(&mut rng);
+        if t.kind == PERMIT {
+            let path = ASYNC_SEM_PATHS as u64 + rng.below((PATHS.len() - ASYNC_SEM_PATHS) as u64);
+            async_sem_path(redlock, &sem, &mut rec, &mut rng, path as u8).await;
+        } else {
+            let path = ASYNC_PATHS as u64 + rng.below((SEM_PATHS - ASYNC_PATHS) as u64);
+            async_path(redlock, &mut rec, &mut rng, t, path as u8).await;
+        }
         tokio::time::sleep(think_time(&mut rng)).await;
     }
     rec
 }
 
 /// [`plain_hold`] for tasks.
-async fn plain_hold_async(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock: &Lock, path: u8) {
+async fn plain_hold_async(
+    rec: &mut Rec,
+    rng: &mut Rng,
+    t: Target,
+    start: u64,
+    lock: &Lock,
+    path: u8,
+) {
     tokio::time::sleep(hold_time(rng)).await;
     rec.hold(
-        r,
+        t,
         start,
         believed_end(lock.valid_until()),
         lock.fence(),
@@ -767,8 +1030,8 @@ async fn plain_hold_async(rec: &mut Rec, rng: &mut Rng, r: u8, start: u64, lock:
     );
 }
 
-async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8, path: u8) {
-    let name = resource_name(r);
+async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, t: Target, path: u8) {
+    let name = t.key();
     let t0 = mono_ns();
     match path {
         // lock / try_lock / lock_until(short) / timeout(lock): the acquire, then a plain hold
@@ -784,15 +1047,15 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
                 _ => match tokio::time::timeout(short_wait(rng), redlock.lock(&name)).await {
                     Ok(res) => res,
                     Err(_) => {
-                        rec.cancelled(r, t0, mono_ns(), path);
+                        rec.cancelled(t, t0, mono_ns(), path);
                         return;
                     }
                 },
             };
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             if let Ok(lock) = res {
-                plain_hold_async(rec, rng, r, t1, &lock, path).await;
+                plain_hold_async(rec, rng, t, t1, &lock, path).await;
                 if path == 10 {
                     redlock.unlock_nowait(lock);
                 } else {
@@ -803,10 +1066,10 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
         12 | 13 => {
             let res = redlock.guard(&name).await;
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(mut guard) = res else { return };
             if path == 12 {
-                plain_hold_async(rec, rng, r, t1, &guard, path).await;
+                plain_hold_async(rec, rng, t, t1, &guard, path).await;
                 drop(guard);
                 return;
             }
@@ -814,31 +1077,31 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
             let before = guard.valid_until();
             let _ = guard.extend(TTL).await;
             if let Some(end) = extend_ended(before, guard.valid_until(), mono_ns()) {
-                rec.hold(r, t1, end, guard.fence(), path);
+                rec.hold(t, t1, end, guard.fence(), path);
             } else {
-                plain_hold_async(rec, rng, r, t1, &guard, path).await;
+                plain_hold_async(rec, rng, t, t1, &guard, path).await;
             }
             let _ = guard.unlock().await;
         }
         14 => {
             let res = redlock.lock(&name).await;
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(mut lock) = res else { return };
             tokio::time::sleep(hold_time(rng)).await;
             let before = lock.valid_until();
             let _ = redlock.extend(&mut lock, TTL).await;
             if let Some(end) = extend_ended(before, lock.valid_until(), mono_ns()) {
-                rec.hold(r, t1, end, lock.fence(), path);
+                rec.hold(t, t1, end, lock.fence(), path);
             } else {
-                plain_hold_async(rec, rng, r, t1, &lock, path).await;
+                plain_hold_async(rec, rng, t, t1, &lock, path).await;
             }
             let _ = redlock.unlock(lock).await;
         }
         15 => {
             let res = redlock.lock(&name).await;
             let t1 = mono_ns();
-            rec.wait(r, t0, t1, path, res.as_ref().map(|_| ()));
+            rec.wait(t, t0, t1, path, res.as_ref().map(|_| ()));
             let Ok(lock) = res else { return };
             let fence = lock.fence();
             let kept = match redlock.keep(lock) {
@@ -847,7 +1110,7 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
             };
             let lost = kept.wait_lost(kept_time(rng)).await.is_some();
             let end = believed_end(kept.lock().valid_until());
-            rec.kept_hold(r, t1, end, fence, path, lost);
+            rec.kept_hold(t, t1, end, fence, path, lost);
             let _ = kept.release().await;
         }
         16 => {
@@ -857,11 +1120,72 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, r: u8,
                     let start = mono_ns();
                     let lost = watch.wait_lost(time).await.is_some();
                     let end = believed_end(watch.lock().valid_until());
-                    (start, end, watch.lock().fence(), lost)
+                    (t, start, end, watch.lock().fence(), lost)
                 })
                 .await;
-            with_lock_done(rec, r, t0, path, res);
+            with_lock_done(rec, t, t0, path, res);
         }
-        _ => unreachable!("async paths are {ASYNC_PATHS}.."),
+        _ => unreachable!("async paths are {ASYNC_PATHS}..{SEM_PATHS}"),
+    }
+}
+
+/// [`blocking_sem_path`] for tasks.
+async fn async_sem_path(
+    redlock: &AsyncRedlock,
+    sem: &AsyncSemaphore,
+    rec: &mut Rec,
+    rng: &mut Rng,
+    path: u8,
+) {
+    let waited = Target::semaphore();
+    let t0 = mono_ns();
+    match path {
+        // try_acquire + unlock_nowait; acquire / timeout(acquire) + unlock
+        23..=25 => {
+            let res = match path {
+                23 => sem.try_acquire().await,
+                24 => sem.acquire().await,
+                _ => match tokio::time::timeout(short_wait(rng), sem.acquire()).await {
+                    Ok(res) => res,
+                    Err(_) => {
+                        rec.cancelled(waited, t0, mono_ns(), path);
+                        return;
+                    }
+                },
+            };
+            let t1 = mono_ns();
+            rec.wait(waited, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(lock) = res else { return };
+            plain_hold_async(rec, rng, permit_of(&lock), t1, &lock, path).await;
+            if path == 23 {
+                redlock.unlock_nowait(lock);
+            } else {
+                let _ = redlock.unlock(lock).await;
+            }
+        }
+        26 => {
+            let res = sem.guard().await;
+            let t1 = mono_ns();
+            rec.wait(waited, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(guard) = res else { return };
+            plain_hold_async(rec, rng, permit_of(&guard), t1, &guard, path).await;
+            drop(guard);
+        }
+        27 => {
+            let res = sem.acquire().await;
+            let t1 = mono_ns();
+            rec.wait(waited, t0, t1, path, res.as_ref().map(|_| ()));
+            let Ok(lock) = res else { return };
+            let (t, fence) = (permit_of(&lock), lock.fence());
+            let kept = match redlock.keep(lock) {
+                Ok(kept) => kept,
+                Err(e) => panic!("keep: {e}"),
+            };
+            let lost = kept.wait_lost(kept_time(rng)).await.is_some();
+            let end = believed_end(kept.lock().valid_until());
+            rec.kept_hold(t, t1, end, fence, path, lost);
+            let _ = kept.release().await;
+        }
+        _ => unreachable!("the semaphore's async paths are {ASYNC_SEM_PATHS}.."),
     }
 }
