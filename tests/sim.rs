@@ -97,7 +97,10 @@ fn the_same_seed_gives_the_same_trace() {
         let (mut a, mut b) = (String::new(), String::new());
         sim::run(seed, kinds, Some(&mut a));
         sim::run(seed, kinds, Some(&mut b));
-        assert_eq!(a, b, "seed {seed} with sets and readers replays byte for byte");
+        assert_eq!(
+            a, b,
+            "seed {seed} with sets and readers replays byte for byte"
+        );
     }
     // And different seeds differ.
     let (mut a, mut b) = (String::new(), String::new());
