@@ -232,9 +232,11 @@ fn readers_and_writers_in_contention_never_overlap_a_writer() {
         0,
         "a writer with someone else"
     );
-    assert!(
-        most_readers.load(Ordering::SeqCst) > 1,
-        "readers never overlapped"
+    // How many readers held it at once depends on scheduling (on a loaded machine they may
+    // never meet): shown, not asserted; the first test shows two readers holding together.
+    eprintln!(
+        "at most {} readers at once",
+        most_readers.load(Ordering::SeqCst)
     );
 }
 
