@@ -291,18 +291,50 @@ fn block_on<F: Future>(future: F) -> F::Output {
 #[derive(Clone)]
 pub struct Semaphore {
     redlock: Redlock,
+    permits: Permits,
+}
+
+/// What both faces of a semaphore know: its name, its permits' keys, and whose turn it is.
+#[derive(Clone)]
+struct Permits {
     name: Arc<[u8]>,
     names: Arc<[Vec<u8>]>,
     /// Acquires so far (of this value and its clones): which permit the next attempts first.
     turn: Arc<AtomicU32>,
 }
 
-impl fmt::Debug for Semaphore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Semaphore")
+impl Permits {
+    /// The permits of the semaphore `name` of `permits` permits, checked.
+    fn new(config: &Config, name: &[u8], permits: u32) -> Result<Permits, Error> {
+        Ok(Permits {
+            names: permit_names(config, name, permits)?,
+            name: name.into(),
+            turn: Arc::new(AtomicU32::new(0)),
+        })
+    }
+
+    /// The permit this acquire attempts first (its turn moved on).
+    fn first(&self) -> usize {
+        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The key of permit `i` (`None` past the last permit).
+    fn key(&self, i: u32) -> Option<&[u8]> {
+        self.names.get(i as usize).map(Vec::as_slice)
+    }
+
+    /// `Debug` of the face named `face`.
+    fn fmt(&self, face: &str, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct(face)
             .field("name", &String::from_utf8_lossy(&self.name))
             .field("permits", &self.names.len())
             .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.permits.fmt("Semaphore", f)
     }
 }
 
@@ -318,40 +350,32 @@ impl Redlock {
     /// empty name, or one whose permits' keys are longer than
     /// [`Builder::max_resource_len`](crate::Builder::max_resource_len).
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
-        let name = name.as_ref();
         Ok(Semaphore {
-            names: permit_names(self.config(), name, permits)?,
-            name: name.into(),
+            permits: Permits::new(self.config(), name.as_ref(), permits)?,
             redlock: self.clone(),
-            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl Semaphore {
-    /// The permit this acquire attempts first (its turn moved on).
-    fn first(&self) -> usize {
-        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
-    }
-
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.permits.name
     }
 
     /// How many holders it admits at once.
     pub fn permits(&self) -> u32 {
-        self.names.len() as u32
+        self.permits.names.len() as u32
     }
 
     /// The key of permit `i`, `<name>#<i>` (`None` past the last permit).
     pub fn permit_key(&self, i: u32) -> Option<&[u8]> {
-        self.names.get(i as usize).map(Vec::as_slice)
+        self.permits.key(i)
     }
 
     /// Which permit `lock` is, if it is one of this semaphore's.
     pub fn permit_of(&self, lock: &Lock) -> Option<u32> {
-        index_of(&self.names, lock)
+        index_of(&self.permits.names, lock)
     }
 
     /// The handle it uses.
@@ -370,7 +394,7 @@ impl Semaphore {
     /// no permit was won and one failed otherwise, that permit's error ([`Error::NoQuorum`],
     /// …), as [`Redlock::try_lock`].
     pub fn try_acquire(&self) -> Result<Lock, Error> {
-        let (first, permits) = (self.first(), self.names.len());
+        let (first, permits) = (self.permits.first(), self.permits.names.len());
         let refused = match self.attempt_one(first) {
             Err(e) if permits > 1 && try_others(&e, permits) => e,
             done => return done,
@@ -385,7 +409,7 @@ impl Semaphore {
 
     /// One attempt on permit `i` (as [`Redlock::try_lock`], through the same path).
     fn attempt_one(&self, i: usize) -> Result<Lock, Error> {
-        let name = self.names[i].as_slice();
+        let name = self.permits.names[i].as_slice();
         let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
         lock_of(name, token, self.redlock.hub().call(kind, name, &token))
     }
@@ -395,7 +419,7 @@ impl Semaphore {
         let config = self.redlock.config();
         let mut requests = Vec::with_capacity(which.len());
         for &i in which {
-            let name = self.names[i].as_slice();
+            let name = self.permits.names[i].as_slice();
             let (kind, token) = ReqKind::acquire(config, name)?;
             requests.push((kind, name, token));
         }
@@ -446,8 +470,8 @@ impl Semaphore {
     /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
     /// was still held at the deadline.
     pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        match self.attempt_one(self.first()) {
-            Err(e) if try_others(&e, self.names.len()) && Instant::now() < deadline => {}
+        match self.attempt_one(self.permits.first()) {
+            Err(e) if try_others(&e, self.permits.names.len()) && Instant::now() < deadline => {}
             done => return done,
         }
         let redlock = AsyncRedlock::from(self.redlock.clone());
@@ -455,8 +479,8 @@ impl Semaphore {
             ttl: redlock.config().ttl,
             deadline,
         };
-        let all: Vec<usize> = (0..self.names.len()).collect();
-        block_on(race(&redlock, &self.names, &all, kind)).map_err(report)
+        let all: Vec<usize> = (0..self.permits.names.len()).collect();
+        block_on(race(&redlock, &self.permits.names, &all, kind)).map_err(report)
     }
 
     /// Acquires a permit (waiting, as [`Semaphore::acquire`]) and returns a guard that releases
@@ -503,18 +527,12 @@ impl Semaphore {
 #[derive(Clone)]
 pub struct AsyncSemaphore {
     redlock: AsyncRedlock,
-    name: Arc<[u8]>,
-    names: Arc<[Vec<u8>]>,
-    /// As [`Semaphore`]'s.
-    turn: Arc<AtomicU32>,
+    permits: Permits,
 }
 
 impl fmt::Debug for AsyncSemaphore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncSemaphore")
-            .field("name", &String::from_utf8_lossy(&self.name))
-            .field("permits", &self.names.len())
-            .finish_non_exhaustive()
+        self.permits.fmt("AsyncSemaphore", f)
     }
 }
 
@@ -525,40 +543,32 @@ impl AsyncRedlock {
     ///
     /// As [`Redlock::semaphore`].
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<AsyncSemaphore, Error> {
-        let name = name.as_ref();
         Ok(AsyncSemaphore {
-            names: permit_names(self.config(), name, permits)?,
-            name: name.into(),
+            permits: Permits::new(self.config(), name.as_ref(), permits)?,
             redlock: self.clone(),
-            turn: Arc::new(AtomicU32::new(0)),
         })
     }
 }
 
 impl AsyncSemaphore {
-    /// The permit this acquire attempts first (its turn moved on).
-    fn first(&self) -> usize {
-        first_pick(self.names.len(), self.turn.fetch_add(1, Ordering::Relaxed))
-    }
-
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.permits.name
     }
 
     /// How many holders it admits at once.
     pub fn permits(&self) -> u32 {
-        self.names.len() as u32
+        self.permits.names.len() as u32
     }
 
     /// The key of permit `i`, `<name>#<i>` (`None` past the last permit).
     pub fn permit_key(&self, i: u32) -> Option<&[u8]> {
-        self.names.get(i as usize).map(Vec::as_slice)
+        self.permits.key(i)
     }
 
     /// Which permit `lock` is, if it is one of this semaphore's.
     pub fn permit_of(&self, lock: &Lock) -> Option<u32> {
-        index_of(&self.names, lock)
+        index_of(&self.permits.names, lock)
     }
 
     /// The handle it uses.
@@ -577,8 +587,8 @@ impl AsyncSemaphore {
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        let first = self.first();
-        race_in_two(&self.redlock, &self.names, first, kind)
+        let first = self.permits.first();
+        race_in_two(&self.redlock, &self.permits.names, first, kind)
             .await
             .map_err(report)
     }
@@ -602,14 +612,16 @@ impl AsyncSemaphore {
     ///
     /// As [`Semaphore::acquire_until`].
     pub async fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        let first = self.first();
+        let first = self.permits.first();
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        match race(&self.redlock, &self.names, &[first], kind).await {
+        match race(&self.redlock, &self.permits.names, &[first], kind).await {
             Ok(lock) => return Ok(lock),
             Err(errors) => {
-                let stop = errors.iter().any(|(_, e)| !try_others(e, self.names.len()));
+                let stop = errors
+                    .iter()
+                    .any(|(_, e)| !try_others(e, self.permits.names.len()));
                 if stop || Instant::now() >= deadline {
                     return Err(report(errors));
                 }
@@ -619,8 +631,8 @@ impl AsyncSemaphore {
             ttl: self.redlock.config().ttl,
             deadline,
         };
-        let all: Vec<usize> = (0..self.names.len()).collect();
-        race(&self.redlock, &self.names, &all, kind)
+        let all: Vec<usize> = (0..self.permits.names.len()).collect();
+        race(&self.redlock, &self.permits.names, &all, kind)
             .await
             .map_err(report)
     }
