@@ -273,10 +273,7 @@ impl Config {
     /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
     /// longer one would outlive the restart quarantine that protects it).
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
-        let name = |r: &[u8]| self.check_name(r);
-        (crate::keys::check_set(resource, name))
-            .or_else(|| crate::keys::check_shared(resource, name))
-            .unwrap_or_else(|| name(resource))
+        crate::keys::check_resource(resource, |r| self.check_name(r))
     }
 
     /// One resource name: not empty, not too long, not in the reserved namespace.

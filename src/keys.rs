@@ -232,6 +232,25 @@ pub(crate) fn check_shared(
     shared_name(resource).map(check)
 }
 
+/// Checks a lock's resource by its shape: a set's members, a shared lock's name, or the name
+/// itself, each by `check`.
+pub(crate) fn check_resource(
+    resource: &[u8],
+    check: impl Fn(&[u8]) -> Result<(), Error>,
+) -> Result<(), Error> {
+    check_set(resource, &check)
+        .or_else(|| check_shared(resource, &check))
+        .unwrap_or_else(|| check(resource))
+}
+
+/// Refuses an empty lock name, and one in the reserved namespace ([`check_name`]).
+pub(crate) fn check_lock_name(resource: &[u8]) -> Result<(), Error> {
+    if resource.is_empty() {
+        return Err(Error::Config("empty resource name".into()));
+    }
+    check_name(resource)
+}
+
 /// Refuses a lock name in the reserved namespace.
 pub(crate) fn check_name(resource: &[u8]) -> Result<(), Error> {
     if resource.starts_with(RESERVED_PREFIX.as_bytes()) {

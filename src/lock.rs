@@ -172,13 +172,7 @@ impl Lock {
         validity: Duration,
     ) -> Result<Lock, Error> {
         let (resource, token) = (resource.as_ref(), token.as_ref());
-        let name = |r: &[u8]| match r.is_empty() {
-            true => Err(Error::Config("empty resource name".into())),
-            false => crate::keys::check_name(r),
-        };
-        (crate::keys::check_set(resource, name))
-            .or_else(|| crate::keys::check_shared(resource, name))
-            .unwrap_or_else(|| name(resource))?;
+        crate::keys::check_resource(resource, crate::keys::check_lock_name)?;
         Ok(Lock {
             resource: Bytes::new(resource),
             token: Token::from_bytes(token)?,
@@ -393,10 +387,7 @@ impl Shared {
     /// `redlock:`.
     pub fn new(name: impl AsRef<[u8]>) -> Result<Shared, Error> {
         let name = name.as_ref();
-        if name.is_empty() {
-            return Err(Error::Config("empty resource name".into()));
-        }
-        crate::keys::check_name(name)?;
+        crate::keys::check_lock_name(name)?;
         let mut encoded = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
         encoded.extend_from_slice(name);
         Ok(Shared { encoded })
