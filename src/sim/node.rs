@@ -376,18 +376,15 @@ impl Node {
                     crate::keys::MARK_VALUE.as_bytes(),
                     crate::keys::READER_MARK_VALUE.as_bytes(),
                 );
-                match self.live(key, now) {
-                    None => {
-                        self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
-                        1
-                    }
-                    Some(v) if v == reader => {
-                        self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
-                        1
-                    }
-                    Some(v) if v == mark || v == b"1" => 1,
-                    Some(_) => 0,
+                // Marked where no key or a reader's mark is; a writer's mark stays (and
+                // answers 1); anything else is someone else's key (0).
+                let value = self.live(key, now);
+                let free = value.is_none_or(|v| v == reader);
+                let writer_waits = value.is_some_and(|v| v == mark || v == b"1");
+                if free {
+                    self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
                 }
+                u64::from(free || writer_waits)
             }
             SHARED_ACQUIRE_SCRIPT => {
                 let (token, ms) = (cmd[4], number(cmd[5]));
