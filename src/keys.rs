@@ -163,6 +163,27 @@ pub(crate) fn first_key(resource: &[u8]) -> &[u8] {
     }
 }
 
+/// True if a caller holding `held` excludes a lock of `wanted`: they name a resource in
+/// common and are not both shared (read) locks. A plain name, a shared lock of it and every set
+/// that has it as a member all lock the one resource; readers exclude writers, not readers.
+pub(crate) fn excludes(held: &[u8], wanted: &[u8]) -> bool {
+    if shared_name(held).is_some() && shared_name(wanted).is_some() {
+        return false;
+    }
+    fn names(r: &[u8]) -> (Option<Members<'_>>, &[u8]) {
+        let plain = shared_name(r).unwrap_or(r);
+        (set_members(plain), plain)
+    }
+    let (held_set, held_one) = names(held);
+    let (wanted_set, wanted_one) = names(wanted);
+    match (held_set, wanted_set) {
+        (None, None) => held_one == wanted_one,
+        (Some(mut members), None) => members.any(|m| m == wanted_one),
+        (None, Some(mut members)) => members.any(|m| m == held_one),
+        (Some(a), Some(b)) => a.clone().any(|m| b.clone().any(|n| n == m)),
+    }
+}
+
 /// The members of a set resource, in order (see [`set_members`]).
 #[derive(Debug, Clone)]
 pub struct Members<'a> {
@@ -290,6 +311,40 @@ mod tests {
         ] {
             assert!(key.starts_with(RESERVED_PREFIX), "{key}");
             assert!(check_name(key.as_bytes()).is_err(), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_held_lock_excludes_every_shape_of_its_resource_but_readers_share() {
+        let ok = |_: &[u8]| Ok(());
+        let set_ab = encode_set(&["a", "b"], ok).unwrap();
+        let set_bc = encode_set(&["b", "c"], ok).unwrap();
+        let set_cd = encode_set(&["c", "d"], ok).unwrap();
+        let shared = |n: &str| format!("{SHARED_PREFIX}{n}").into_bytes();
+        let yes: [(&[u8], &[u8]); 9] = [
+            (b"a", b"a"),
+            (b"a", &shared("a")),
+            (&shared("a"), b"a"),
+            (&set_ab, b"b"),
+            (b"b", &set_ab),
+            (&set_ab, &set_bc),
+            (&set_ab, &shared("a")),
+            (&shared("b"), &set_bc),
+            (&set_ab, &set_ab),
+        ];
+        for (held, wanted) in yes {
+            assert!(excludes(held, wanted), "{held:?} {wanted:?}");
+        }
+        let no: [(&[u8], &[u8]); 6] = [
+            (b"a", b"b"),
+            (&shared("a"), &shared("a")),
+            (&set_ab, &set_cd),
+            (&set_ab, b"c"),
+            (&shared("c"), &set_ab),
+            (b"ab", &set_ab),
+        ];
+        for (held, wanted) in no {
+            assert!(!excludes(held, wanted), "{held:?} {wanted:?}");
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! While the work of `with_lock(R)` runs — on the calling thread (blocking), or polled inside
 //! the `with_lock` future, so within the task that holds the lock (async) — this thread has
-//! (engine, R) in a thread-local list. An acquire of R through the same engine from inside the
-//! work (`try_lock`, `lock`, `lock_until`, `guard`, a nested `with_lock`, in either face)
+//! (engine, R) in a thread-local list. An acquire of R — or of any shape of lock that R
+//! excludes: a writer inside a reader of the same name, a set with a member in common — through
+//! the same engine from inside the work (`try_lock`, `lock`, `lock_until`, `guard`, a nested `with_lock`, in either face)
 //! could only end at its deadline: the lock it waits for is released when the work returns.
 //! It fails at once with [`Error::AlreadyHeld`] instead. A task spawned from the work is polled
 //! elsewhere, not inside the work: it waits like any other caller, as it should (the work may
@@ -46,8 +47,10 @@ thread_local! {
     static HELD: RefCell<Vec<Inside>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock` of
-/// the same resource and engine. Costs a thread-local look when no work runs.
+/// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock`
+/// through the same engine whose lock excludes it ([`crate::keys::excludes`]: the same name, a
+/// shared lock and a writer of it, sets with a member in common — not two readers). Costs a
+/// thread-local look when no work runs.
 pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
     let inside = HELD
         .try_with(|held| {
@@ -55,7 +58,7 @@ pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
             !held.is_empty()
                 && held.iter().any(|i| {
                     i.engine == engine
-                        && **i.kept.base().resource() == *resource
+                        && crate::keys::excludes(i.kept.base().resource(), resource)
                         && i.kept.is_held()
                 })
         })

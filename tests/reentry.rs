@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Error, Redlock};
+use redlock_mux::{Builder, Error, Redlock, ResourceSet, Shared};
 
 /// Long enough that a wait for it would be seen (every assertion on `AlreadyHeld` would have
 /// got `Held` after it before the fix).
@@ -73,6 +73,44 @@ fn inside_with_lock_every_acquire_of_the_same_resource_fails_at_once() {
     // Outside the work the resource is free again, and locks as usual.
     let lock = redlock.try_lock("r").unwrap();
     redlock.unlock(lock).unwrap();
+}
+
+/// The same resource in another shape is the same resource: inside a read lock's work a writer
+/// of its name, a set with it as a member, inside a set's work a plain lock or a reader of a
+/// member or an overlapping set — each fails at once (before: a writer inside a reader waited
+/// for itself until its deadline). Two readers share: a reader inside a reader is granted.
+#[test]
+fn inside_with_lock_every_shape_that_the_held_lock_excludes_fails_at_once() {
+    let servers = Cluster::start(3);
+    let redlock: Redlock = build(&servers).build().unwrap();
+    let deadline = || Instant::now() + WAIT;
+    let shared = Shared::new("r").unwrap();
+    let value = redlock.with_lock(&shared, |_| {
+        already_held("writer", redlock.lock_until("r", deadline()));
+        let set = ResourceSet::new(["q", "r"]).unwrap();
+        already_held("set", redlock.lock_until(&set, deadline()));
+        let reader = redlock.try_lock_shared("r").unwrap();
+        redlock.unlock(reader).unwrap();
+        let other = redlock.try_lock("s").unwrap();
+        redlock.unlock(other).unwrap();
+        1
+    });
+    assert_eq!(value.unwrap(), 1);
+    let set = ResourceSet::new(["a", "b"]).unwrap();
+    let value = redlock.with_lock(&set, |_| {
+        already_held("member", redlock.lock_until("b", deadline()));
+        already_held("reader", redlock.lock_shared_until("a", deadline()));
+        let overlapping = ResourceSet::new(["b", "c"]).unwrap();
+        already_held(
+            "overlapping set",
+            redlock.lock_until(&overlapping, deadline()),
+        );
+        let apart = ResourceSet::new(["c", "d"]).unwrap();
+        let lock = redlock.try_lock(&apart).unwrap();
+        redlock.unlock(lock).unwrap();
+        2
+    });
+    assert_eq!(value.unwrap(), 2);
 }
 
 /// A thread spawned from the work is another caller: it waits for the work's lock and gets it
