@@ -4,8 +4,12 @@
 //! the rounds' p50s and p99s and the median of the same-round ratios to the plain cycle.
 //!
 //! ```text
-//! cargo bench --bench kinds [-- ROUNDS [MS_PER_KIND_PER_ROUND]]
+//! cargo bench --bench kinds [-- ROUNDS [MS_PER_KIND_PER_ROUND] [--relay-us US]]
 //! ```
+//!
+//! `--relay-us US` puts a relay delaying each direction by US µs in front of every server
+//! (`redis_local::Relay`; this kernel has no netem): the same cycles over a network whose round
+//! trip is 2 × US, where the round trip rather than the servers' CPU sets a cycle's time.
 //!
 //! Then K = 64 threads sharing one `Redlock` (the scale rows): plain locks of 64 distinct
 //! resources against shared locks of one resource, alternated the same way; throughput and the
@@ -19,7 +23,7 @@
 
 use std::time::{Duration, Instant};
 
-use redis_local::Cluster;
+use redis_local::{Cluster, Relay};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -136,12 +140,33 @@ fn main() {
         eprintln!("benches/kinds.rs: runs only under `cargo bench` (it starts redis-server)");
         return;
     }
-    let free: Vec<u64> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let relay_us: Option<u64> = args.iter().position(|a| a == "--relay-us").map(|i| {
+        args.get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .expect("--relay-us US")
+    });
+    let free: Vec<u64> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| relay_us.is_none() || args[i.saturating_sub(1)] != "--relay-us")
+        .filter_map(|(_, a)| a.parse().ok())
+        .collect();
     let rounds = free.first().copied().unwrap_or(7) as usize;
     let per = Duration::from_millis(free.get(1).copied().unwrap_or(1_500));
 
     let servers = Cluster::start(5);
-    let mut client = Builder::new(servers.urls())
+    let relays: Vec<Relay> = match relay_us {
+        Some(us) => servers
+            .iter()
+            .map(|s| Relay::start(s.socket_addr(), Duration::from_micros(us)))
+            .collect(),
+        None => Vec::new(),
+    };
+    let urls: Vec<String> = match relay_us {
+        Some(_) => relays.iter().map(Relay::url).collect(),
+        None => servers.urls(),
+    };
+    let mut client = Builder::new(urls.clone())
         .quarantine(None)
         .build_client()
         .expect("a client");
@@ -185,8 +210,12 @@ fn main() {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
         })
         .unwrap_or_default();
+    let network = match relay_us {
+        Some(us) => format!("each behind a relay delaying {us} µs each way"),
+        None => "loopback".to_owned(),
+    };
     println!(
-        "kinds: K = 1, 5 local servers, {rounds} rounds × {per:?} per kind, order rotated; {cpu}, {} CPUs",
+        "kinds: K = 1, 5 local servers ({network}), {rounds} rounds × {per:?} per kind, order rotated; {cpu}, {} CPUs",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
@@ -211,7 +240,7 @@ fn main() {
     }
 
     // The scale rows: K = 64 threads on one handle.
-    let redlock = Builder::new(servers.urls())
+    let redlock = Builder::new(urls)
         .quarantine(None)
         .build()
         .expect("a handle");
