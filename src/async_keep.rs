@@ -61,6 +61,11 @@ impl AsyncKeepAlive {
         self.watch.lost()
     }
 
+    /// When the lock stopped being this holder's; see [`KeepAlive::lost_at`].
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.watch.lost_at()
+    }
+
     /// Waits until the lock is lost or `timeout` passes; see [`LockWatch::wait_lost`].
     pub async fn wait_lost(&self, timeout: Duration) -> Option<Error> {
         self.watch.wait_lost(timeout).await
@@ -121,6 +126,11 @@ impl LockWatch {
     /// Why the lock is lost, or `None` while it is held.
     pub fn lost(&self) -> Option<Error> {
         self.kept.loss()
+    }
+
+    /// When the lock stopped being this holder's; see [`KeepAlive::lost_at`].
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.kept.lost_at()
     }
 
     /// The lock as it stands now.

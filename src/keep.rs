@@ -76,6 +76,17 @@ impl KeepAlive {
         self.kept.loss()
     }
 
+    /// When the lock stopped being this holder's: the instant the engine gave it up (a renewal
+    /// that failed), or the holder ended it; `None` while neither happened (a lock whose
+    /// validity simply ran out has `None` here and [`lock`](Self::lock)'s `valid_until` as its
+    /// end). The engine takes this instant before it sends the release, so no rival can have
+    /// acquired the resource before it; the holder's thread or task may learn of the loss later,
+    /// when it is next scheduled. So a record of who held what ends the hold at the earliest of
+    /// this, the validity deadline and the moment the holder noticed.
+    pub fn lost_at(&self) -> Option<Instant> {
+        self.kept.lost_at()
+    }
+
     /// Blocks until the lock is lost or `timeout` passes; returns the reason, or `None` on
     /// timeout. Wakes at the validity deadline by itself, whatever the engine does.
     ///

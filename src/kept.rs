@@ -33,6 +33,8 @@ pub(crate) struct Kept {
     valid_ns: AtomicU64,
     extensions: AtomicU32,
     lost: AtomicBool,
+    /// When `lost` was set, as nanoseconds since `epoch` plus one (0: not yet).
+    lost_ns: AtomicU64,
     /// An extend of it is in flight (touched by the engine only, under its mutex).
     pub extending: AtomicBool,
     reason: Mutex<Option<Error>>,
@@ -60,6 +62,7 @@ impl Kept {
             valid_ns: AtomicU64::new(0),
             extensions: AtomicU32::new(lock.extensions()),
             lost: AtomicBool::new(false),
+            lost_ns: AtomicU64::new(0),
             extending: AtomicBool::new(false),
             reason: Mutex::new(None),
             changed: Condvar::new(),
@@ -108,6 +111,15 @@ impl Kept {
         lock
     }
 
+    /// When it was marked lost (or ended by the holder): before the engine sent its release,
+    /// so before any rival could take it. `None` while not marked.
+    pub fn lost_at(&self) -> Option<Instant> {
+        match self.lost_ns.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns - 1)),
+        }
+    }
+
     /// Lost, or ended by the holder.
     pub fn is_lost(&self) -> bool {
         self.lost.load(Ordering::Acquire)
@@ -129,6 +141,11 @@ impl Kept {
         if self.lost.swap(true, Ordering::AcqRel) {
             return false;
         }
+        let ns = Instant::now()
+            .saturating_duration_since(self.epoch)
+            .as_nanos();
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
+        self.lost_ns.store(ns + 1, Ordering::Release);
         *reason = Some(why);
         drop(reason);
         self.changed.notify_all();

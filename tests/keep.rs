@@ -187,11 +187,17 @@ fn a_lock_taken_over_is_reported_lost() {
     let servers = Cluster::start(3);
     let r = redlock(&servers, Duration::from_millis(600));
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    assert_eq!(kept.lost_at(), None);
+    let stolen = Instant::now();
     steal(&servers, "job");
     let why = kept
         .wait_lost(Duration::from_secs(5))
         .expect("loss reported");
+    let told = Instant::now();
     assert!(matches!(why, Error::Held(_)), "{why}");
+    // The engine's moment of giving it up lies between the theft and the holder's news.
+    let lost_at = kept.lost_at().expect("lost_at once lost");
+    assert!(stolen <= lost_at && lost_at <= told, "{lost_at:?}");
     // Our release must not delete the thief's key.
     barrier(&r, "other");
     assert!(

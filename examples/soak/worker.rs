@@ -494,6 +494,14 @@ fn believed_end(valid_until: Instant) -> u64 {
     mono_ns().min(instant_ns(valid_until))
 }
 
+/// When the holder of a kept lock stops believing: as [`believed_end`], or when the engine gave
+/// the lock up (`lost_at`) if that came first — the holder learns of a loss only when it is next
+/// scheduled, and a rival may take the resource from the moment the engine released it.
+fn kept_end(valid_until: Instant, lost_at: Option<Instant>) -> u64 {
+    let end = believed_end(valid_until);
+    lost_at.map_or(end, |t| end.min(instant_ns(t)))
+}
+
 /// After an extend that returned at `returned`: if the lock's validity (cut by a failed
 /// extend) is already over, the holder believed it until the extend returned or the validity
 /// it had before, whichever was first: `Some(end)`. `None`: still held.
@@ -918,7 +926,7 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, t: Target, pat
                 Err(e) => panic!("keep: {e}"),
             };
             let lost = kept.wait_lost(kept_time(rng)).is_some();
-            let end = believed_end(kept.lock().valid_until());
+            let end = kept_end(kept.lock().valid_until(), kept.lost_at());
             rec.kept_hold(t, t1, end, fence, path, lost);
             let _ = kept.release();
         }
@@ -928,7 +936,7 @@ fn blocking_path(redlock: &Redlock, rec: &mut Rec, rng: &mut Rng, t: Target, pat
             let res = redlock.with_lock(&name, |held| {
                 let start = mono_ns();
                 let lost = held.wait_lost(time).is_some();
-                let end = believed_end(held.lock().valid_until());
+                let end = kept_end(held.lock().valid_until(), held.lost_at());
                 (t, start, end, held.lock().fence(), lost)
             });
             with_lock_done(rec, t, t0, path, res);
@@ -981,7 +989,7 @@ fn blocking_sem_path(redlock: &Redlock, sem: &Semaphore, rec: &mut Rec, rng: &mu
             let res = sem.with_permit(|held| {
                 let start = mono_ns();
                 let lost = held.wait_lost(time).is_some();
-                let end = believed_end(held.lock().valid_until());
+                let end = kept_end(held.lock().valid_until(), held.lost_at());
                 let t = permit_of(&held.lock());
                 (t, start, end, held.lock().fence(), lost)
             });
@@ -1109,7 +1117,7 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, t: Tar
                 Err(e) => panic!("keep: {e}"),
             };
             let lost = kept.wait_lost(kept_time(rng)).await.is_some();
-            let end = believed_end(kept.lock().valid_until());
+            let end = kept_end(kept.lock().valid_until(), kept.lost_at());
             rec.kept_hold(t, t1, end, fence, path, lost);
             let _ = kept.release().await;
         }
@@ -1119,7 +1127,7 @@ async fn async_path(redlock: &AsyncRedlock, rec: &mut Rec, rng: &mut Rng, t: Tar
                 .with_lock(&name, move |watch| async move {
                     let start = mono_ns();
                     let lost = watch.wait_lost(time).await.is_some();
-                    let end = believed_end(watch.lock().valid_until());
+                    let end = kept_end(watch.lock().valid_until(), watch.lost_at());
                     (t, start, end, watch.lock().fence(), lost)
                 })
                 .await;
@@ -1182,7 +1190,7 @@ async fn async_sem_path(
                 Err(e) => panic!("keep: {e}"),
             };
             let lost = kept.wait_lost(kept_time(rng)).await.is_some();
-            let end = believed_end(kept.lock().valid_until());
+            let end = kept_end(kept.lock().valid_until(), kept.lost_at());
             rec.kept_hold(t, t1, end, fence, path, lost);
             let _ = kept.release().await;
         }
