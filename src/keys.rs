@@ -180,7 +180,7 @@ pub(crate) fn excludes(held: &[u8], wanted: &[u8]) -> bool {
         (None, None) => held_one == wanted_one,
         (Some(mut members), None) => members.any(|m| m == wanted_one),
         (None, Some(mut members)) => members.any(|m| m == held_one),
-        (Some(a), Some(b)) => a.clone().any(|m| b.clone().any(|n| n == m)),
+        (Some(mut a), Some(b)) => a.any(|m| b.clone().any(|n| n == m)),
     }
 }
 

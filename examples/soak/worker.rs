@@ -197,6 +197,10 @@ pub struct Hold {
     /// Bit `i` for each resource number `i` the lock is of: the set's members, else the one
     /// resource.
     pub members: u8,
+    /// A kept lock lost (path with [`LOST`]): when its holder noticed the loss (woke up to it,
+    /// or its validity ran out), which may be after `end` (the engine's `lost_at`) by the
+    /// holder's scheduling delay; else `end`.
+    pub noticed: u64,
 }
 
 /// A wait: one acquire call. A set's wait is recorded once per member, a semaphore's once,
@@ -390,11 +394,12 @@ impl Rec {
     }
 
     /// A kept lock's hold; `lost`: it ended because the lock was lost.
+    /// A kept lock's hold; `end` is `(ended, noticed)` ([`kept_end`], [`Hold::noticed`]).
     fn kept_hold(
         &mut self,
         t: Target,
         start: u64,
-        end: u64,
+        end: (u64, u64),
         fence: Option<u64>,
         path: u8,
         lost: bool,
@@ -402,7 +407,17 @@ impl Rec {
         if lost {
             self.losses[path as usize] += 1;
         }
-        self.hold(t, start, end, fence, if lost { path | LOST } else { path });
+        let first = self.holds.len();
+        self.hold(
+            t,
+            start,
+            end.0,
+            fence,
+            if lost { path | LOST } else { path },
+        );
+        for h in &mut self.holds[first..] {
+            h.noticed = end.1.max(h.end);
+        }
     }
 
     /// A set's hold once per member; any other once.
@@ -419,6 +434,7 @@ impl Rec {
                 task: self.task,
                 kind: t.kind,
                 members: t.members,
+                noticed: end.max(start),
             });
         }
     }
@@ -496,10 +512,14 @@ fn believed_end(valid_until: Instant) -> u64 {
 
 /// When the holder of a kept lock stops believing: as [`believed_end`], or when the engine gave
 /// the lock up (`lost_at`) if that came first — the holder learns of a loss only when it is next
-/// scheduled, and a rival may take the resource from the moment the engine released it.
-fn kept_end(valid_until: Instant, lost_at: Option<Instant>) -> u64 {
-    let end = believed_end(valid_until);
-    lost_at.map_or(end, |t| end.min(instant_ns(t)))
+/// scheduled, and a rival may take the resource from the moment the engine released it. Also
+/// when the holder noticed ([`believed_end`] alone: the end as recorded before `lost_at`).
+fn kept_end(valid_until: Instant, lost_at: Option<Instant>) -> (u64, u64) {
+    let noticed = believed_end(valid_until);
+    (
+        lost_at.map_or(noticed, |t| noticed.min(instant_ns(t))),
+        noticed,
+    )
 }
 
 /// After an extend that returned at `returned`: if the lock's validity (cut by a failed
@@ -622,8 +642,8 @@ pub fn run(cfg: &WorkerConfig) -> Result<(), String> {
         for h in &rec.holds {
             let _ = writeln!(
                 out,
-                "h {} {} {} {} {} {} {} {}",
-                h.resource, h.start, h.end, h.fence, h.path, h.task, h.kind, h.members
+                "h {} {} {} {} {} {} {} {} {}",
+                h.resource, h.start, h.end, h.fence, h.path, h.task, h.kind, h.members, h.noticed
             );
         }
         for w in &rec.waits {
@@ -723,10 +743,11 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
             .collect::<Result<_, _>>()?;
         let need = |n: usize| if f.len() == n { Ok(()) } else { Err(bad()) };
         // Holds and waits: 6 fields, or 8 with the kind and the members (without them, as
-        // before the kinds were mixed: a plain lock of the one resource).
+        // before the kinds were mixed: a plain lock of the one resource); holds 9 with when a
+        // lost kept lock's holder noticed.
         let kind_members = || match f.len() {
             6 => Ok((PLAIN, 1u8 << f[0])),
-            8 => Ok((f[6] as u8, f[7] as u8)),
+            8 | 9 => Ok((f[6] as u8, f[7] as u8)),
             _ => Err(bad()),
         };
         match kind {
@@ -741,6 +762,7 @@ pub fn read_results(path: &Path) -> Result<WorkerResult, String> {
                     task: f[5] as u16,
                     kind,
                     members,
+                    noticed: f.get(8).copied().unwrap_or(f[2]),
                 });
             }
             "w" => {
@@ -819,7 +841,7 @@ fn blocking_caller(redlock: &Redlock, task: u16, mut rng: Rng, stop: &AtomicBool
 
 /// What a `with_lock` work returns: what it held, when it began, when its belief ended, its
 /// fence, and whether the lock was lost meanwhile.
-type WithLockRun = (Target, u64, u64, Option<u64>, bool);
+type WithLockRun = (Target, u64, (u64, u64), Option<u64>, bool);
 
 /// Records a `with_lock` (blocking or async) that began waiting at `t0`: its wait and its hold
 /// as a kept lock's, or the wait's failure when the lock was not acquired.
