@@ -76,13 +76,13 @@ impl KeepAlive {
         self.kept.loss()
     }
 
-    /// When the lock stopped being this holder's: the instant the engine gave it up (a renewal
-    /// that failed), or the holder ended it; `None` while neither happened (a lock whose
-    /// validity simply ran out has `None` here and [`lock`](Self::lock)'s `valid_until` as its
-    /// end). The engine takes this instant before it sends the release, so no rival can have
-    /// acquired the resource before it; the holder's thread or task may learn of the loss later,
-    /// when it is next scheduled. So a record of who held what ends the hold at the earliest of
-    /// this, the validity deadline and the moment the holder noticed.
+    /// When the engine marked the lock lost (a renewal that failed, its validity over, the
+    /// extension bound), or the holder ended it; `None` before. The engine takes this instant
+    /// before it sends the lost lock's release, so that release lets no rival in before it; a
+    /// rival may still win once the validity has run out, which the engine may notice later.
+    /// The holder's thread or task learns of a loss when it is next scheduled, later still. So a
+    /// record of who held what ends the hold at the earliest of this,
+    /// [`lock`](Self::lock)`().valid_until()` and the moment the holder noticed.
     pub fn lost_at(&self) -> Option<Instant> {
         self.kept.lost_at()
     }

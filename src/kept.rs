@@ -111,8 +111,8 @@ impl Kept {
         lock
     }
 
-    /// When it was marked lost (or ended by the holder): before the engine sent its release,
-    /// so before any rival could take it. `None` while not marked.
+    /// When it was marked lost (or ended by the holder): before the engine sent its release.
+    /// `None` while not marked; set before `is_lost` turns true.
     pub fn lost_at(&self) -> Option<Instant> {
         match self.lost_ns.load(Ordering::Acquire) {
             0 => None,
@@ -138,7 +138,9 @@ impl Kept {
     /// holder). The callback is not run here: see [`Kept::settle`].
     pub fn mark_lost(&self, why: Error) -> bool {
         let mut reason = self.reason();
-        if self.lost.swap(true, Ordering::AcqRel) {
+        // Every writer of `lost` holds `reason`: the instant is stored first, so that whoever
+        // sees `is_lost()` also sees `lost_at()`.
+        if self.lost.load(Ordering::Acquire) {
             return false;
         }
         let ns = Instant::now()
@@ -146,6 +148,7 @@ impl Kept {
             .as_nanos();
         let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
         self.lost_ns.store(ns + 1, Ordering::Release);
+        self.lost.store(true, Ordering::Release);
         *reason = Some(why);
         drop(reason);
         self.changed.notify_all();

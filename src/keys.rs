@@ -163,12 +163,15 @@ pub(crate) fn first_key(resource: &[u8]) -> &[u8] {
     }
 }
 
-/// True if a caller holding `held` excludes a lock of `wanted`: they name a resource in
-/// common and are not both shared (read) locks. A plain name, a shared lock of it and every set
-/// that has it as a member all lock the one resource; readers exclude writers, not readers.
+/// True if a caller holding `held` must not wait for `wanted` (re-entry, `crate::reentry`):
+/// they name a resource in common and are not read locks of different names. A plain name, a
+/// shared lock of it and every set that has it as a member all lock the one resource; readers
+/// exclude writers. A reader of the very name held for reading counts too: readers share, but a
+/// waiting writer's mark refuses new readers, and that writer waits for the held read lock —
+/// which is released only when the work returns.
 pub(crate) fn excludes(held: &[u8], wanted: &[u8]) -> bool {
     if shared_name(held).is_some() && shared_name(wanted).is_some() {
-        return false;
+        return held == wanted;
     }
     fn names(r: &[u8]) -> (Option<Members<'_>>, &[u8]) {
         let plain = shared_name(r).unwrap_or(r);
@@ -315,13 +318,14 @@ mod tests {
     }
 
     #[test]
-    fn a_held_lock_excludes_every_shape_of_its_resource_but_readers_share() {
+    fn a_held_lock_excludes_every_shape_of_its_resource_but_readers_of_other_names() {
         let ok = |_: &[u8]| Ok(());
         let set_ab = encode_set(&["a", "b"], ok).unwrap();
         let set_bc = encode_set(&["b", "c"], ok).unwrap();
         let set_cd = encode_set(&["c", "d"], ok).unwrap();
         let shared = |n: &str| format!("{SHARED_PREFIX}{n}").into_bytes();
-        let yes: [(&[u8], &[u8]); 9] = [
+        let yes: [(&[u8], &[u8]); 10] = [
+            (&shared("a"), &shared("a")),
             (b"a", b"a"),
             (b"a", &shared("a")),
             (&shared("a"), b"a"),
@@ -337,7 +341,7 @@ mod tests {
         }
         let no: [(&[u8], &[u8]); 6] = [
             (b"a", b"b"),
-            (&shared("a"), &shared("a")),
+            (&shared("a"), &shared("b")),
             (&set_ab, &set_cd),
             (&set_ab, b"c"),
             (&shared("c"), &set_ab),

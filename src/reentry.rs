@@ -49,7 +49,8 @@ thread_local! {
 
 /// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock`
 /// through the same engine whose lock excludes it ([`crate::keys::excludes`]: the same name, a
-/// shared lock and a writer of it, sets with a member in common — not two readers). Costs a
+/// shared lock and a writer of it, sets with a member in common, a reader of the name held for
+/// reading). Costs a
 /// thread-local look when no work runs.
 pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
     let inside = HELD

@@ -78,7 +78,9 @@ fn inside_with_lock_every_acquire_of_the_same_resource_fails_at_once() {
 /// The same resource in another shape is the same resource: inside a read lock's work a writer
 /// of its name, a set with it as a member, inside a set's work a plain lock or a reader of a
 /// member or an overlapping set — each fails at once (before: a writer inside a reader waited
-/// for itself until its deadline). Two readers share: a reader inside a reader is granted.
+/// for itself until its deadline). A reader inside a reader of the same name fails too: a
+/// writer waiting meanwhile would keep it out while waiting for the outer reader. A reader of
+/// another name is granted.
 #[test]
 fn inside_with_lock_every_shape_that_the_held_lock_excludes_fails_at_once() {
     let servers = Cluster::start(3);
@@ -89,7 +91,8 @@ fn inside_with_lock_every_shape_that_the_held_lock_excludes_fails_at_once() {
         already_held("writer", redlock.lock_until("r", deadline()));
         let set = ResourceSet::new(["q", "r"]).unwrap();
         already_held("set", redlock.lock_until(&set, deadline()));
-        let reader = redlock.try_lock_shared("r").unwrap();
+        already_held("reader", redlock.lock_shared_until("r", deadline()));
+        let reader = redlock.try_lock_shared("q").unwrap();
         redlock.unlock(reader).unwrap();
         let other = redlock.try_lock("s").unwrap();
         redlock.unlock(other).unwrap();

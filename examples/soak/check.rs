@@ -80,9 +80,9 @@ pub struct Report {
     pub overlap_examples: Vec<String>,
     /// Holds that began after the engine gave a kept lock up (its `lost_at`, the hold's end)
     /// but before its holder noticed: not overlaps — the engine releases a lost lock only after
-    /// marking it lost, and a rival can win only after that release — but counted as overlaps
-    /// while a lost kept hold's end was the holder's wake-up (5 were, in seed 8 at a load
-    /// average of 16).
+    /// marking it lost, and a rival can win only after that release — but they would have been
+    /// counted as overlaps while a lost kept hold's end was the holder's wake-up (seed 8's 5
+    /// overlaps at a load average of 16 may have been such: docs/reliability.md, finding 3).
     pub late_loss_notices: usize,
     pub late_loss_examples: Vec<String>,
     /// The most requests a process sent to a node within one second: (requests, process,
@@ -297,7 +297,7 @@ pub fn examine(run: &RunResult) -> Report {
             KINDS[h.kind as usize],
             PATHS[(h.path & !LOST) as usize],
             if h.path & LOST != 0 {
-                ", lost while kept: the end is the holder's wake-up"
+                ", lost while kept: the end is the engine's lost_at"
             } else {
                 ""
             }

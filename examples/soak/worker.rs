@@ -7,13 +7,13 @@
 //!
 //! Every acquire call is a *wait* (start, end, outcome); every lock the caller got is a
 //! *hold*: from the acquire's return until the caller sends the release, or until the
-//! validity it was given ends if that comes first (for a kept lock: until `wait_lost` says it
-//! is lost). Times are `CLOCK_MONOTONIC` ([`mono_ns`]). At the end the worker writes them, its
+//! validity it was given ends if that comes first (for a kept lock: until the engine marked it
+//! lost, `lost_at`, with the moment its holder noticed beside it). Times are `CLOCK_MONOTONIC` ([`mono_ns`]). At the end the worker writes them, its
 //! handle's per-node counters and its shutdown figures to the file the driver named, one
 //! record per line:
 //!
 //! ```text
-//! h RESOURCE START END FENCE PATH TASK KIND MEMBERS     a hold
+//! h RESOURCE START END FENCE PATH TASK KIND MEMBERS NOTICED   a hold
 //! w RESOURCE START END OUTCOME PATH TASK KIND MEMBERS   a wait
 //! n NODE CONNECTS RECONNECTS DOWNS IDLE_CLOSES TIMEOUTS FAILURES NOSCRIPT QUARANTINED
 //! l PATH LOSSES                               kept locks lost while held, per path
@@ -404,6 +404,8 @@ impl Rec {
         path: u8,
         lost: bool,
     ) {
+        // Lost after the holder stopped waiting for it still ends at `lost_at`, before it noticed.
+        let lost = lost || end.0 < end.1;
         if lost {
             self.losses[path as usize] += 1;
         }
