@@ -229,7 +229,11 @@ impl<N: Net> Engine<N> {
         deadline: Instant,
         now: Instant,
     ) {
-        let round = self.last_round;
+        // A split pause scales with the last round, which a stalled client (a GC pause, a
+        // stopped process, a starved engine thread) can stretch far past any node's answer:
+        // never more than a node timeout, so that 2^6 of them stay within the bound that the
+        // waits' liveness is derived from (docs/reliability.md).
+        let round = self.last_round.min(self.core.node_timeout);
         let random = self.waits.random();
         let poll = retry_pause(&self.shared.config, random);
         let held = matches!(error, Error::Held(_));
@@ -258,9 +262,10 @@ impl<N: Net> Engine<N> {
         q.attempt_decided(w);
         if q.waiters.front() == Some(&w) {
             q.try_at = next_try(q, (held, split, hears), (round, random, poll), now);
-        } else {
-            q.earliest = q.earliest.min(deadline);
         }
+        // The head too: its deadline was left out of `earliest` while its attempt was in
+        // flight, and its next attempt may come after the deadline (a split pause, the poll).
+        q.earliest = q.earliest.min(deadline);
         q.last_error = error;
     }
 
