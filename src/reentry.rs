@@ -5,8 +5,9 @@
 //! the `with_lock` future, so within the task that holds the lock (async) — this thread has
 //! (engine, R) in a thread-local list. An acquire of R — or of any shape of lock that R
 //! excludes: a writer inside a reader of the same name, a set with a member in common — through
-//! the same engine from inside the work (`try_lock`, `lock`, `lock_until`, `guard`, a nested `with_lock`, in either face)
-//! could only end at its deadline: the lock it waits for is released when the work returns.
+//! the same engine from inside the work (`try_lock`, `lock`, `lock_until`, `guard`, a nested
+//! `with_lock`, in either face) could only end at its deadline: the lock it waits for is
+//! released when the work returns.
 //! It fails at once with [`Error::AlreadyHeld`] instead. A task spawned from the work is polled
 //! elsewhere, not inside the work: it waits like any other caller, as it should (the work may
 //! end meanwhile).
@@ -50,8 +51,7 @@ thread_local! {
 /// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock`
 /// through the same engine whose lock excludes it ([`crate::keys::excludes`]: the same name, a
 /// shared lock and a writer of it, sets with a member in common, a reader of the name held for
-/// reading). Costs a
-/// thread-local look when no work runs.
+/// reading). Costs a thread-local look when no work runs.
 pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
     let inside = HELD
         .try_with(|held| {

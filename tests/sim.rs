@@ -88,11 +88,7 @@ fn the_same_seed_gives_the_same_trace() {
     }
     // With sets and readers too (a member's notice wakes several queues: once in the hash
     // map's order, which made two runs of one seed differ).
-    let kinds = Setup {
-        sets: true,
-        shared: true,
-        ..setup(Break::Nothing, false)
-    };
+    let kinds = kinds();
     for seed in [18_472, 7] {
         let (mut a, mut b) = (String::new(), String::new());
         sim::run(seed, kinds, Some(&mut a));
@@ -227,11 +223,7 @@ fn readers_and_writers_find_no_violation() {
 /// the head's deadline back.
 #[test]
 fn a_stalled_round_neither_stretches_the_split_pause_nor_outlives_the_deadline() {
-    let setup = Setup {
-        sets: true,
-        shared: true,
-        ..setup(Break::Nothing, false)
-    };
+    let setup = kinds();
     let r = sim::run(541_056, setup, None);
     assert!(r.liveness.is_none(), "{}", explain_liveness(541_056, setup));
     assert!(r.longest_wait < std::time::Duration::from_secs(1), "{r:?}");
@@ -239,11 +231,7 @@ fn a_stalled_round_neither_stretches_the_split_pause_nor_outlives_the_deadline()
 
 #[test]
 fn a_waiting_set_does_not_keep_readers_of_a_free_member_out() {
-    let setup = Setup {
-        sets: true,
-        shared: true,
-        ..setup(Break::Nothing, false)
-    };
+    let setup = kinds();
     for seed in [18_472, 7_880, 17_695, 19_662] {
         let r = sim::run(seed, setup, None);
         assert!(r.liveness.is_none(), "{}", explain_liveness(seed, setup));
@@ -276,6 +264,15 @@ fn with_a_majority_down_runs_stall_and_never_violate() {
         assert!(r.violation.is_none(), "seed {}: {r:?}", r.seed);
         assert_eq!(r.acquired, 0, "seed {}: no quorum, no lock: {r:?}", r.seed);
         assert!(r.ops >= 100, "the clients kept trying: {r:?}");
+    }
+}
+
+/// Sets and readers beside the plain locks, every assumption kept (`sim --shared --sets`).
+fn kinds() -> Setup {
+    Setup {
+        sets: true,
+        shared: true,
+        ..setup(Break::Nothing, false)
     }
 }
 
