@@ -425,10 +425,9 @@ pub fn examine(run: &RunResult) -> Report {
     let mut events: Vec<(u64, i64)> = Vec::new();
     for hs in &holds[RESOURCES..] {
         for (h, _) in hs {
-            let end = h.end;
-            if end > h.start {
+            if h.end > h.start {
                 events.push((h.start, 1));
-                events.push((end, -1));
+                events.push((h.end, -1));
             }
         }
     }
