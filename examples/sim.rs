@@ -12,7 +12,9 @@
 //! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
 //! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
 //! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
-//! majorities): counter-semaphore. `--sets`: callers also lock sets of the resources all or
+//! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
+//! check (one of five nodes frozen, contention for one resource, grants per second against
+//! the same schedule with every node up): wait-for-silent. `--sets`: callers also lock sets of the resources all or
 //! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
@@ -70,6 +72,7 @@ fn main() {
                     Some("set-not-all-or-none") => Break::SetNotAllOrNone,
                     Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
                     Some("counter-semaphore") => Break::CounterSemaphore,
+                    Some("wait-for-silent") => Break::WaitForSilent,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -123,6 +126,7 @@ fn main() {
                         || r.fence_violation.is_some()
                         || r.liveness.is_some()
                         || r.connect_violation.is_some()
+                        || r.progress.is_some()
                     {
                         violations.push(r);
                     }
@@ -217,11 +221,15 @@ fn main() {
     let loops = found(&violations, |r| &r.connect_violation);
     show("liveness violations", &slow);
     show("reconnect violations", &loops);
+    let stuck = found(&violations, |r| &r.progress);
+    if breaks == Break::WaitForSilent {
+        show("progress violations", &stuck);
+    }
     let lock_expected = breaks == Break::Nothing || control || flawed;
     let live_expected = breaks == Break::Nothing || control;
     if (lock_expected && !overlaps.is_empty())
         || (!flawed && !fences.is_empty())
-        || (live_expected && (!slow.is_empty() || !loops.is_empty()))
+        || (live_expected && (!slow.is_empty() || !loops.is_empty() || !stuck.is_empty()))
     {
         std::process::exit(1);
     }

@@ -31,6 +31,12 @@ pub(crate) enum Mutation {
     /// that, and it reconnects again and again with no fault at all.
     #[cfg(any(test, feature = "sim"))]
     FailWhenFull,
+    /// Acquires wait for every node, also one that let a node timeout pass in silence and has
+    /// answered nothing since (`Core::silent` ignored): with one node frozen, attempts that
+    /// split the live votes each wait out the node timeout holding their keys, and contention
+    /// collapses (issue 36, item 3).
+    #[cfg(any(test, feature = "sim"))]
+    WaitForSilent,
 }
 
 impl Mutation {
@@ -70,6 +76,15 @@ impl Mutation {
         #[cfg(not(any(test, feature = "sim")))]
         false
     }
+
+    /// Silent nodes waited for by acquires ([`Mutation::WaitForSilent`]).
+    #[inline]
+    pub fn wait_for_silent(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::WaitForSilent;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
 }
 
 #[cfg(test)]
@@ -84,8 +99,9 @@ mod tests {
             Mutation::FenceBlankAsZero,
             Mutation::LedgerUnpaced,
             Mutation::FailWhenFull,
+            Mutation::WaitForSilent,
         ];
-        let answers: Vec<[bool; 4]> = all
+        let answers: Vec<[bool; 5]> = all
             .iter()
             .map(|m| {
                 [
@@ -93,18 +109,20 @@ mod tests {
                     m.fence_blank_as_zero(),
                     m.ledger_unpaced(),
                     m.fail_when_full(),
+                    m.wait_for_silent(),
                 ]
             })
             .collect();
         assert_eq!(
             answers,
             [
-                [false, false, false, false],
-                [true, false, false, false],
-                [false, true, false, false],
+                [false, false, false, false, false],
+                [true, false, false, false, false],
+                [false, true, false, false, false],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true],
-                [false, false, false, true],
+                [false, false, true, true, false],
+                [false, false, false, true, false],
+                [false, false, false, false, true],
             ]
         );
     }

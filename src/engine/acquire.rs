@@ -23,7 +23,10 @@ impl<N: Net> Engine<N> {
     /// Nodes silent for a whole node timeout lately (`Core::silent`) are not waited for.
     pub(super) fn start_acquire(&mut self, id: OpId, ttl: Duration, targets: u64, now: Instant) {
         let config = &self.shared.config;
-        let silent = self.core.silent;
+        let silent = match self.core.mutation.wait_for_silent() {
+            true => 0,
+            false => self.core.silent,
+        };
         let op = &mut self.core.ops[id.index as usize];
         op.kind = OpKind::Acquire;
         op.ttl = ttl;
