@@ -14,7 +14,8 @@
 //! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
 //! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
 //! check (one of five nodes frozen, contention for one resource, grants per second against
-//! the same schedule with every node up): wait-for-silent. `--sets`: callers also lock sets of the resources all or
+//! the same schedule with every node up): wait-for-silent; one caught by the deadline check
+//! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed. `--sets`: callers also lock sets of the resources all or
 //! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
@@ -73,6 +74,7 @@ fn main() {
                     Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
                     Some("counter-semaphore") => Break::CounterSemaphore,
                     Some("wait-for-silent") => Break::WaitForSilent,
+                    Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -104,6 +106,7 @@ fn main() {
                 let mut violations = Vec::new();
                 let mut stalled = 0u64;
                 let mut waits = Vec::new();
+                let mut overrun = (std::time::Duration::ZERO, 0);
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= start + seeds {
@@ -122,16 +125,18 @@ fn main() {
                     total.wants += r.wants;
                     total.abandoned += r.abandoned;
                     waits.push((r.longest_wait, r.most_connects, r.seed));
+                    overrun = overrun.max((r.longest_overrun, r.seed));
                     if r.violation.is_some()
                         || r.fence_violation.is_some()
                         || r.liveness.is_some()
                         || r.connect_violation.is_some()
                         || r.progress.is_some()
+                        || r.late.is_some()
                     {
                         violations.push(r);
                     }
                 }
-                (total, violations, stalled, waits)
+                (total, violations, stalled, waits, overrun)
             })
         })
         .collect();
@@ -139,8 +144,10 @@ fn main() {
     let mut violations = Vec::new();
     let mut stalled = 0;
     let mut waits = Vec::new();
+    let mut overrun = (std::time::Duration::ZERO, 0);
     for w in workers {
-        let (t, v, s, l) = w.join().expect("a worker panicked");
+        let (t, v, s, l, o) = w.join().expect("a worker panicked");
+        overrun = overrun.max(o);
         waits.extend(l);
         total.wants += t.wants;
         total.abandoned += t.abandoned;
@@ -221,6 +228,14 @@ fn main() {
     let loops = found(&violations, |r| &r.connect_violation);
     show("liveness violations", &slow);
     show("reconnect violations", &loops);
+    println!(
+        "waiting acquires' outcomes after their deadline: max {:?} (seed {}); slack {:?}",
+        overrun.0,
+        overrun.1,
+        sim::DEADLINE_SLACK
+    );
+    let late = found(&violations, |r| &r.late);
+    show("deadline violations", &late);
     let stuck = found(&violations, |r| &r.progress);
     if breaks == Break::WaitForSilent {
         show("progress violations", &stuck);
@@ -229,6 +244,7 @@ fn main() {
     let live_expected = breaks == Break::Nothing || control;
     if (lock_expected && !overlaps.is_empty())
         || (!flawed && !fences.is_empty())
+        || (breaks != Break::DeadlineNotRearmed || control) && !late.is_empty()
         || (live_expected && (!slow.is_empty() || !loops.is_empty() || !stuck.is_empty()))
     {
         std::process::exit(1);

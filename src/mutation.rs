@@ -37,6 +37,12 @@ pub(crate) enum Mutation {
     /// collapses (issue 36, item 3).
     #[cfg(any(test, feature = "sim"))]
     WaitForSilent,
+    /// A waiting acquire whose attempt lost at the head of its queue does not put its deadline
+    /// back into the queue's earliest (it was left out while the attempt was in flight): the
+    /// wait ends at its next attempt, after a split vote's pause or the poll, not at its
+    /// deadline (found by the long run of the kinds, seed 541,056).
+    #[cfg(any(test, feature = "sim"))]
+    DeadlineNotRearmed,
 }
 
 impl Mutation {
@@ -77,6 +83,16 @@ impl Mutation {
         false
     }
 
+    /// A lost head's deadline left out of its queue's earliest
+    /// ([`Mutation::DeadlineNotRearmed`]).
+    #[inline]
+    pub fn deadline_not_rearmed(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::DeadlineNotRearmed;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
     /// Silent nodes waited for by acquires ([`Mutation::WaitForSilent`]).
     #[inline]
     pub fn wait_for_silent(self) -> bool {
@@ -100,8 +116,9 @@ mod tests {
             Mutation::LedgerUnpaced,
             Mutation::FailWhenFull,
             Mutation::WaitForSilent,
+            Mutation::DeadlineNotRearmed,
         ];
-        let answers: Vec<[bool; 5]> = all
+        let answers: Vec<[bool; 6]> = all
             .iter()
             .map(|m| {
                 [
@@ -110,19 +127,21 @@ mod tests {
                     m.ledger_unpaced(),
                     m.fail_when_full(),
                     m.wait_for_silent(),
+                    m.deadline_not_rearmed(),
                 ]
             })
             .collect();
         assert_eq!(
             answers,
             [
-                [false, false, false, false, false],
-                [true, false, false, false, false],
-                [false, true, false, false, false],
+                [false, false, false, false, false, false],
+                [true, false, false, false, false, false],
+                [false, true, false, false, false, false],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true, false],
-                [false, false, false, true, false],
-                [false, false, false, false, true],
+                [false, false, true, true, false, false],
+                [false, false, false, true, false, false],
+                [false, false, false, false, true, false],
+                [false, false, false, false, false, true],
             ]
         );
     }

@@ -260,12 +260,15 @@ impl<N: Net> Engine<N> {
             }
         };
         q.attempt_decided(w);
-        if q.waiters.front() == Some(&w) {
+        let head = q.waiters.front() == Some(&w);
+        if head {
             q.try_at = next_try(q, (held, split, hears), (round, random, poll), now);
         }
         // The head too: its deadline was left out of `earliest` while its attempt was in
         // flight, and its next attempt may come after the deadline (a split pause, the poll).
-        q.earliest = q.earliest.min(deadline);
+        if !(head && self.core.mutation.deadline_not_rearmed()) {
+            q.earliest = q.earliest.min(deadline);
+        }
         q.last_error = error;
     }
 

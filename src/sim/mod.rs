@@ -83,6 +83,11 @@ pub enum Break {
     /// other fault) and every caller wants the one resource; the progress check compares the
     /// grants per second with the same schedule's with every node up.
     WaitForSilent,
+    /// (Liveness) a defect the long run found, brought back: a waiting acquire whose attempt
+    /// lost at the head of its queue does not put its deadline back into the queue's earliest,
+    /// so the wait ends at its next attempt (after a split vote's pause or the poll) instead of
+    /// at its deadline. Caught by the deadline check ([`DEADLINE_SLACK`]).
+    DeadlineNotRearmed,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -98,6 +103,7 @@ impl Break {
             Break::LedgerUnpaced => Mutation::LedgerUnpaced,
             Break::FailWhenFull => Mutation::FailWhenFull,
             Break::WaitForSilent => Mutation::WaitForSilent,
+            Break::DeadlineNotRearmed => Mutation::DeadlineNotRearmed,
             _ => Mutation::None,
         }
     }
@@ -173,6 +179,27 @@ pub struct ConnectViolation {
     pub allowed: u64,
 }
 
+/// A waiting acquire whose outcome came later than [`DEADLINE_SLACK`] after its deadline
+/// (world time, ns): a wait that its deadline did not end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateWait {
+    /// The client.
+    pub client: usize,
+    /// When it was submitted.
+    pub start: u64,
+    /// Its deadline.
+    pub deadline: u64,
+    /// When its outcome came.
+    pub end: u64,
+}
+
+/// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
+/// deadline, whatever the nodes do, even with no quorum reachable (issue 36, item 5: waiting
+/// for servers that are not there is a hang). An attempt in flight at the deadline is decided
+/// within a node timeout, and a fenced one's write-back within another; 1 ms for the
+/// simulated clocks' rounding and drift.
+pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS);
+
 /// Contention with one of five nodes frozen that fell below [`PROGRESS_FLOOR`] of the same
 /// schedule's grants per second with every node up (`Break::WaitForSilent`'s runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +259,12 @@ pub struct Report {
     pub most_connects: (u64, u64),
     /// The first (client, node) with more connects than its faults allow, if any.
     pub connect_violation: Option<ConnectViolation>,
+    /// The most a waiting acquire's outcome came after its deadline (a pause of its client
+    /// after the deadline excepted).
+    pub longest_overrun: Duration,
+    /// The first waiting acquire whose outcome came more than [`DEADLINE_SLACK`] after its
+    /// deadline, if any.
+    pub late: Option<LateWait>,
     /// (`Break::WaitForSilent`) the grants per second fell below [`PROGRESS_FLOOR`] of the
     /// same schedule's with every node up.
     pub progress: Option<ProgressViolation>,
@@ -326,6 +359,8 @@ enum Work {
         token: Token,
         /// World time the acquire was submitted.
         start_g: u64,
+        /// A waiting acquire's deadline (the client's clock).
+        deadline: Option<Instant>,
     },
     Holding(Hold),
     Extending {
@@ -1744,6 +1779,30 @@ impl World {
         submitted
     }
 
+    /// A waiting acquire of client `c` submitted at `start` (world time) with `deadline` (its
+    /// clock) has its outcome now: the deadline check (see [`DEADLINE_SLACK`]).
+    fn ended_wait(&mut self, c: usize, start: u64, deadline: Instant) {
+        let due = self.world_of(c, deadline);
+        let over = self.g.saturating_sub(due);
+        // A pause of the client after the deadline delays it by as much.
+        let paused =
+            (self.client_pauses.iter()).any(|&(p, from, to)| p == c && from <= self.g && to > due);
+        if paused || over <= self.report.longest_overrun.as_nanos() as u64 {
+            return;
+        }
+        self.report.longest_overrun = Duration::from_nanos(over);
+        if over > DEADLINE_SLACK.as_nanos() as u64 && self.report.late.is_none() {
+            let late = LateWait {
+                client: c,
+                start,
+                deadline: due,
+                end: self.g,
+            };
+            self.log(|| format!("LATE WAIT {late:?}"));
+            self.report.late = Some(late);
+        }
+    }
+
     /// Lock operations after which callers stop starting new acquires.
     fn ops(&self) -> u64 {
         match self.contend() {
@@ -1822,6 +1881,7 @@ impl World {
                     res,
                     token,
                     start_g,
+                    deadline: wait.map(|wait| now + wait),
                 };
                 true
             }
@@ -1830,7 +1890,12 @@ impl World {
                 res,
                 token,
                 start_g,
+                deadline,
             } if client.engine.is_done(id) => {
+                if let Some(deadline) = deadline {
+                    self.ended_wait(c, start_g, deadline);
+                }
+                let client = &mut self.clients[c];
                 let won = match client.engine.take(id) {
                     Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
                     // A waited-for acquire: the token is the winning attempt's.
