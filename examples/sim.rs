@@ -15,7 +15,9 @@
 //! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
 //! check (one of five nodes frozen, contention for one resource, grants per second against
 //! the same schedule with every node up): wait-for-silent; one caught by the deadline check
-//! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed. `--sets`: callers also lock sets of the resources all or
+//! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed; a
+//! majority restarted with its fence counters lost, no fenced lock again (`--control`: an
+//! operator's repair brings them back): fence-majority-blank. `--sets`: callers also lock sets of the resources all or
 //! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
 //! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
 //! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
@@ -75,6 +77,7 @@ fn main() {
                     Some("counter-semaphore") => Break::CounterSemaphore,
                     Some("wait-for-silent") => Break::WaitForSilent,
                     Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
+                    Some("fence-majority-blank") => Break::FenceMajorityBlank,
                     other => panic!("unknown --break {other:?}"),
                 }
             }
@@ -132,6 +135,7 @@ fn main() {
                         || r.connect_violation.is_some()
                         || r.progress.is_some()
                         || r.late.is_some()
+                        || r.stuck_blank
                     {
                         violations.push(r);
                     }
@@ -236,6 +240,20 @@ fn main() {
     );
     let late = found(&violations, |r| &r.late);
     show("deadline violations", &late);
+    if breaks == Break::FenceMajorityBlank {
+        let blank: Vec<u64> = (violations.iter())
+            .filter(|r| r.stuck_blank)
+            .map(|r| r.seed)
+            .collect();
+        println!(
+            "no lock after every node was back: {} (seeds {:?})",
+            blank.len(),
+            &blank[..blank.len().min(10)]
+        );
+        if control && !blank.is_empty() {
+            std::process::exit(1);
+        }
+    }
     let stuck = found(&violations, |r| &r.progress);
     if breaks == Break::WaitForSilent {
         show("progress violations", &stuck);

@@ -508,3 +508,38 @@ fn a_wait_that_outlives_its_deadline_is_caught_by_the_deadline_check() {
         assert!(r.violation.is_none() && !r.stalled, "{r:?}");
     }
 }
+
+/// Issue 36's second item: a majority of the nodes restarts at once with its fence counters
+/// lost (fencing's assumption broken). With nobody to seed them, no fenced lock is granted
+/// again while every server is up — the code before `repair_fences` (1,000 schedules of 1,000,
+/// waits of 28 s median while nobody held). The simulated operator's repair, with the floor
+/// at the highest fence handed out, brings the locks back, and the fences stay in order
+/// (1,000 schedules, 0 fence violations).
+#[test]
+fn a_majority_restarted_blank_grants_no_fenced_lock_until_the_repair() {
+    for seed in [0, 1, 2] {
+        let broken = setup(Break::FenceMajorityBlank, false);
+        let r = sim::run(seed, broken, None);
+        assert!(
+            r.stuck_blank,
+            "seed {seed}: no fenced lock without a repair: {r:?}"
+        );
+        assert!(r.liveness.is_some(), "seed {seed}: {r:?}");
+        let control = Setup {
+            control: true,
+            ..broken
+        };
+        let r = sim::run(seed, control, None);
+        assert!(
+            !r.stuck_blank && r.liveness.is_none() && r.late.is_none(),
+            "{}",
+            explain_liveness(seed, control)
+        );
+        assert!(
+            r.fence_violation.is_none(),
+            "{}",
+            explain_fence(seed, control)
+        );
+        assert!(r.violation.is_none() && r.fenced > 0, "{r:?}");
+    }
+}

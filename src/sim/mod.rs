@@ -88,6 +88,13 @@ pub enum Break {
     /// so the wait ends at its next attempt (after a split vote's pause or the poll) instead of
     /// at its deadline. Caught by the deadline check ([`DEADLINE_SLACK`]).
     DeadlineNotRearmed,
+    /// (Fencing, liveness) issue 36's second defect: a majority of the nodes restarts at once
+    /// with its fence counters lost (fencing's assumption broken; fenced runs). No fenced
+    /// acquire is granted again — blank counters on a majority, nobody to seed them — which
+    /// the heal check catches; with `--control` a simulated operator runs the repair
+    /// (`repair_fences` with a floor above every fence handed out) once the nodes are back,
+    /// and locks resume with their fences still in order.
+    FenceMajorityBlank,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -259,6 +266,9 @@ pub struct Report {
     pub most_connects: (u64, u64),
     /// The first (client, node) with more connects than its faults allow, if any.
     pub connect_violation: Option<ConnectViolation>,
+    /// (`Break::FenceMajorityBlank`) no acquire was granted after the nodes were back and out
+    /// of their quarantine.
+    pub stuck_blank: bool,
     /// The most a waiting acquire's outcome came after its deadline (a pause of its client
     /// after the deadline excepted).
     pub longest_overrun: Duration,
@@ -530,6 +540,8 @@ enum EvKind {
     ClientResume(usize),
     ScriptFlush(usize),
     SlowLink(usize, usize, u64),
+    /// The operator's fence repair (`Break::FenceMajorityBlank`'s control), through client 0.
+    Operator,
 }
 
 #[derive(Debug)]
@@ -613,6 +625,7 @@ pub const WAIT_BOUND: Duration = Duration::from_nanos(
 
 /// The acquires' node timeout: the default share of the TTL (1/20).
 const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
+const NODE_TIMEOUT_D: Duration = Duration::from_nanos(NODE_TIMEOUT);
 
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.
@@ -688,6 +701,13 @@ struct World {
     link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
     /// Connects by (client × NODES + node).
     connects: Vec<u64>,
+    /// (`Break::FenceMajorityBlank`) when the restarted majority is back and out of its
+    /// quarantine; acquires granted after it; the operator's repair in flight, and whether a
+    /// repair succeeded.
+    healed_at: Option<u64>,
+    granted_after_heal: u64,
+    repair: Option<OpId>,
+    repaired: bool,
     /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
     callers: usize,
     done_callers: usize,
@@ -738,7 +758,9 @@ impl World {
     fn new(seed: u64, setup: Setup, tracing: bool) -> World {
         let mut rng = Rng(seed);
         let broken = |b: Break| setup.breaks == b && !setup.control;
-        let fencing = setup.fencing || setup.breaks.breaks_fencing();
+        let fencing = setup.fencing
+            || setup.breaks.breaks_fencing()
+            || setup.breaks == Break::FenceMajorityBlank;
         let quarantine = if broken(Break::Quarantine) {
             Quarantine::Off
         } else {
@@ -917,6 +939,10 @@ impl World {
             client_pauses: Vec::new(),
             link_faults: Vec::new(),
             connects: vec![0; n_clients * NODES],
+            healed_at: None,
+            granted_after_heal: 0,
+            repair: None,
+            repaired: false,
             callers: 0,
             done_callers: 0,
         };
@@ -971,6 +997,23 @@ impl World {
         if self.setup.breaks == Break::WaitForSilent {
             // Frozen from the start until after the run, and nothing else.
             self.at(0, EvKind::NodePause(0, TIME_LIMIT));
+            return;
+        }
+        if self.setup.breaks == Break::FenceMajorityBlank {
+            // A majority restarts at once, its counters lost, and nothing else goes wrong.
+            let t = self.rng.range(200 * MS, 600 * MS);
+            let mut back = 0;
+            for node in 0..NODES / 2 + 1 {
+                let d = self.rng.range(0, 300 * MS);
+                back = back.max(t + d);
+                self.at(t, EvKind::NodeCrash(node, d));
+            }
+            let healed = back + QUARANTINE_SPAN;
+            self.healed_at = Some(healed);
+            if self.setup.control {
+                // The operator repairs once every node is back (and retries until it works).
+                self.at(healed, EvKind::Operator);
+            }
             return;
         }
         let count = match self.setup.breaks {
@@ -1064,6 +1107,10 @@ impl World {
             check_fences(&mut self.acquisitions, &self.beliefs, &self.belief_fences);
         if let Some(v) = self.report.fence_violation.clone() {
             self.log(|| format!("FENCE VIOLATION {v:?}"));
+        }
+        if self.healed_at.is_some_and(|h| self.g > h) && self.granted_after_heal == 0 {
+            self.report.stuck_blank = true;
+            self.log(|| "STUCK: no lock granted after every node was back".to_string());
         }
         self.check_liveness();
         if let Some(v) = self.report.liveness.clone() {
@@ -1333,7 +1380,8 @@ impl World {
                 if self.nodes[node].down {
                     return;
                 }
-                if self.fencing && self.fence_assumption_needs(node) {
+                let kept = self.setup.breaks != Break::FenceMajorityBlank;
+                if self.fencing && kept && self.fence_assumption_needs(node) {
                     self.log(|| {
                         format!("node {node} would crash: skipped, a majority of counters would be blank")
                     });
@@ -1371,6 +1419,7 @@ impl World {
                 // The fence counter: lost, kept, or an older snapshot of it.
                 // (Drawn in fenced runs only: the others replay as before fencing existed.)
                 let persist = match self.fencing.then(|| self.rng.range(0, 3)) {
+                    _ if self.setup.breaks == Break::FenceMajorityBlank => Persist::Nothing,
                     None | Some(0) => Persist::Nothing,
                     Some(1) => Persist::All,
                     Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
@@ -1452,7 +1501,43 @@ impl World {
                 self.log(|| format!("node {node}: SCRIPT FLUSH"));
                 self.nodes[node].node.flush_scripts();
             }
+            EvKind::Operator => self.operate(),
         }
+    }
+
+    /// The operator of `Break::FenceMajorityBlank`'s control: `repair_fences` through client
+    /// 0 with the floor at the highest fence handed out so far — the least that the repair's
+    /// assumption R1 allows (docs/fencing.md, "Repair"; a real operator adds a margin) — every
+    /// 100 ms until a repair reports a quorum of counters repaired.
+    fn operate(&mut self) {
+        let engine = &mut self.clients[0].engine;
+        if let Some(id) = self.repair {
+            if !engine.is_done(id) {
+                self.at(self.g + 100 * MS, EvKind::Operator);
+                return;
+            }
+            self.repair = None;
+            let outcome = engine.take(id);
+            self.log(|| format!("operator: {outcome:?}"));
+            if let Some(Outcome::Repaired(Ok(r))) = outcome
+                && r.repaired >= r.quorum
+            {
+                self.repaired = true;
+                return;
+            }
+        }
+        let highest = self.acquisitions.iter().map(|a| a.2).max().unwrap_or(0);
+        let floor = crate::repair::FenceFloor::AtLeast(highest);
+        let kind = ReqKind::repair(&self.shared.config, floor, 10 * NODE_TIMEOUT_D)
+            .expect("a valid repair");
+        let now = self.local(0);
+        self.log(|| format!("operator repairs the fence counters: {floor:?}"));
+        let id = self.clients[0]
+            .engine
+            .submit(kind, b"", &Token::EMPTY, Waiter::Local, now);
+        self.repair = Some(id);
+        self.poke(0);
+        self.at(self.g + 100 * MS, EvKind::Operator);
     }
 
     /// Sends `what` to the client's side of `conn` after a link delay, behind `last` (FIFO);
@@ -1805,9 +1890,11 @@ impl World {
 
     /// Lock operations after which callers stop starting new acquires.
     fn ops(&self) -> u64 {
-        match self.contend() {
-            true => self.setup.ops.max(CONTENTION_OPS),
-            false => self.setup.ops,
+        match self.setup.breaks {
+            Break::WaitForSilent => self.setup.ops.max(CONTENTION_OPS),
+            // Past the outage (every attempt during it an operation) and the repair.
+            Break::FenceMajorityBlank => self.setup.ops.max(600),
+            _ => self.setup.ops,
         }
     }
 
@@ -1912,6 +1999,9 @@ impl World {
                             self.log(|| format!("client {c} got fence {f}"));
                         }
                         self.report.acquired += 1;
+                        if self.healed_at.is_some_and(|h| self.g > h) {
+                            self.granted_after_heal += 1;
+                        }
                         if let Some((r, start)) = self.clients[c].callers[k].want.take() {
                             let end = self.g;
                             self.wants.push(Want {

@@ -2,11 +2,11 @@
 //!
 //! `SET key value NX PX ms` with expiry on the node's own clock, the release, extend and
 //! waiting-mark scripts by `EVALSHA` (answered `NOSCRIPT` until the script was sent by `EVAL`)
-//! and by `EVAL`, `SCRIPT FLUSH`, `HELLO` and `INFO server`
-//! (`run_id`, uptime), and the fencing scripts over the counter hash `redlock:fence` (`run`,
-//! `n`; see `fence.rs`). Replies are RESP3, in order per connection. A *lying* node answers
-//! every `SET NX` with `OK` and overwrites the key: the fault that breaks the "no lying nodes"
-//! assumption.
+//! and by `EVAL`, `SCRIPT FLUSH`, `HELLO`, `INFO server` (`run_id`, uptime), and the fencing
+//! scripts over the counter hash `redlock:fence` (`run`, `n`; see `fence.rs`) with the
+//! repair's `HMGET` and script (`repair.rs`). Replies are RESP3, in order per connection. A
+//! *lying* node answers every `SET NX` with `OK` and overwrites the key: the fault that breaks
+//! the "no lying nodes" assumption.
 
 use crate::session::{SCRIPT_COUNT, scripts};
 
@@ -255,6 +255,14 @@ impl Node {
                     return;
                 }
                 self.loaded[index] = true;
+                if index == crate::session::REPAIR_SCRIPT {
+                    // numkeys 1, the counter hash, V, run: `n = max(n, V)`, seeded for `run`.
+                    let (value, run) = (number(cmd[4]), cmd[5]);
+                    let n = self.fence.as_ref().map_or(0, |(_, n)| *n).max(value);
+                    self.fence = Some((run.to_vec(), n));
+                    bulk(out, n.to_string().as_bytes());
+                    return;
+                }
                 if matches!(index, 2..=4) {
                     self.fenced(index, cmd, now, out);
                     return;
@@ -330,6 +338,17 @@ impl Node {
                     bulk(out, if sub { b"subscribe" } else { b"unsubscribe" });
                     bulk(out, channel);
                     line(out, b':', count as u64);
+                }
+            }
+            b"HMGET" => {
+                // The fence repair's read: `HMGET redlock:fence run n`.
+                out.extend_from_slice(b"*2\r\n");
+                match &self.fence {
+                    Some((run, n)) => {
+                        bulk(out, run);
+                        bulk(out, n.to_string().as_bytes());
+                    }
+                    None => out.extend_from_slice(b"$-1\r\n$-1\r\n"),
                 }
             }
             b"SCRIPT" => {
