@@ -17,11 +17,13 @@
 //! the same schedule with every node up): wait-for-silent; one caught by the deadline check
 //! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed; a
 //! majority restarted with its fence counters lost, no fenced lock again (`--control`: an
-//! operator's repair brings them back): fence-majority-blank. `--sets`: callers also lock sets of the resources all or
-//! none; `--shared`: callers also take shared (read) locks of them. `--control` runs the fault plan of
-//! KIND with the assumption kept (0 violations expected). `--fence`: fenced acquires, and the
-//! fences checked too (fence violations: 0 expected but for the fence-* kinds, whatever the
-//! lock does). Exits 1 on a violation where none is expected.
+//! operator's repair brings them back): fence-majority-blank. `--sets`: callers also lock
+//! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
+//! them. `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
+//! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
+//! expected. `--fence`: fenced acquires, and the fences checked too (fence violations: 0
+//! expected but for the fence-* kinds, whatever the lock does). Exits 1 on a violation where
+//! none is expected.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

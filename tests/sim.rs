@@ -74,6 +74,9 @@ fn a_batch_of_schedules_within_the_assumptions_finds_no_violation() {
         "{acquired} acquisitions in {BATCH} schedules"
     );
     assert!(faults > BATCH, "{faults} faults in {BATCH} schedules");
+    // Waits reach their deadlines (the deadline check has something to look at).
+    let overruns = reports.iter().filter(|r| !r.longest_overrun.is_zero());
+    assert!(overruns.count() > 0, "no wait ended after its deadline");
 }
 
 #[test]
@@ -540,6 +543,10 @@ fn a_majority_restarted_blank_grants_no_fenced_lock_until_the_repair() {
             "{}",
             explain_fence(seed, control)
         );
-        assert!(r.violation.is_none() && r.fenced > 0, "{r:?}");
+        assert!(r.violation.is_none(), "{r:?}");
+        assert!(
+            r.repaired && r.fenced_after_heal > 0,
+            "seed {seed}: the repair worked and fenced locks came back: {r:?}"
+        );
     }
 }

@@ -203,8 +203,9 @@ pub struct LateWait {
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
 /// deadline, whatever the nodes do, even with no quorum reachable (issue 36, item 5: waiting
 /// for servers that are not there is a hang). An attempt in flight at the deadline is decided
-/// within a node timeout, and a fenced one's write-back within another; 1 ms for the
-/// simulated clocks' rounding and drift.
+/// within a node timeout, and a fenced one's write-back within another (both on the client's
+/// clock: the check converts them to world time with the client's rate); 1 ms for rounding.
+/// A pause of the client after the deadline counts from its end.
 pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS);
 
 /// Contention with one of five nodes frozen that fell below [`PROGRESS_FLOOR`] of the same
@@ -266,9 +267,13 @@ pub struct Report {
     pub most_connects: (u64, u64),
     /// The first (client, node) with more connects than its faults allow, if any.
     pub connect_violation: Option<ConnectViolation>,
-    /// (`Break::FenceMajorityBlank`) no acquire was granted after the nodes were back and out
-    /// of their quarantine.
+    /// (`Break::FenceMajorityBlank`) no fenced acquire was granted after the nodes were back
+    /// and out of their quarantine (the run went on past it).
     pub stuck_blank: bool,
+    /// (`Break::FenceMajorityBlank`) fenced acquires granted after the nodes were back.
+    pub fenced_after_heal: u64,
+    /// (`Break::FenceMajorityBlank`'s control) a repair reported a quorum repaired.
+    pub repaired: bool,
     /// The most a waiting acquire's outcome came after its deadline (a pause of its client
     /// after the deadline excepted).
     pub longest_overrun: Duration,
@@ -568,8 +573,9 @@ pub struct Setup {
     /// Inject random faults.
     pub faults: bool,
     /// Run the fault plan of `breaks` but keep the assumption itself (quarantine on, clocks
-    /// within the bound, validity respected, nodes honest): the control run, which must find
-    /// no violation.
+    /// within the bound, validity respected, nodes honest; for the defects brought back, the
+    /// code as it is; for `FenceMajorityBlank`, whose majority still restarts blank, the
+    /// operator's repair): the control run, which must find no violation.
     pub control: bool,
     /// Fenced acquires (the fence breaks imply it).
     pub fencing: bool,
@@ -702,12 +708,9 @@ struct World {
     /// Connects by (client × NODES + node).
     connects: Vec<u64>,
     /// (`Break::FenceMajorityBlank`) when the restarted majority is back and out of its
-    /// quarantine; acquires granted after it; the operator's repair in flight, and whether a
-    /// repair succeeded.
+    /// quarantine, and the operator's repair in flight.
     healed_at: Option<u64>,
-    granted_after_heal: u64,
     repair: Option<OpId>,
-    repaired: bool,
     /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
     callers: usize,
     done_callers: usize,
@@ -737,6 +740,8 @@ pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
             },
             None,
         );
+        // A baseline that stalled would lower the bar: a stall of the schedule.
+        world.report.stalled |= healthy.stalled;
         let frozen = &world.report;
         let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
         if rate(frozen) < PROGRESS_FLOOR * rate(&healthy) {
@@ -869,9 +874,9 @@ impl World {
             .collect();
         let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
         let plain = match rng.range(1, 4) {
-            1 if sets => 2,
             // Contention for one resource.
             _ if setup.breaks == Break::WaitForSilent => 1,
+            1 if sets => 2,
             k => k as usize,
         };
         let mut resources: Vec<Vec<u8>> = (0..plain)
@@ -940,9 +945,7 @@ impl World {
             link_faults: Vec::new(),
             connects: vec![0; n_clients * NODES],
             healed_at: None,
-            granted_after_heal: 0,
             repair: None,
-            repaired: false,
             callers: 0,
             done_callers: 0,
         };
@@ -1108,7 +1111,7 @@ impl World {
         if let Some(v) = self.report.fence_violation.clone() {
             self.log(|| format!("FENCE VIOLATION {v:?}"));
         }
-        if self.healed_at.is_some_and(|h| self.g > h) && self.granted_after_heal == 0 {
+        if self.healed_at.is_some_and(|h| self.g > h) && self.report.fenced_after_heal == 0 {
             self.report.stuck_blank = true;
             self.log(|| "STUCK: no lock granted after every node was back".to_string());
         }
@@ -1522,7 +1525,7 @@ impl World {
             if let Some(Outcome::Repaired(Ok(r))) = outcome
                 && r.repaired >= r.quorum
             {
-                self.repaired = true;
+                self.report.repaired = true;
                 return;
             }
         }
@@ -1868,15 +1871,19 @@ impl World {
     /// clock) has its outcome now: the deadline check (see [`DEADLINE_SLACK`]).
     fn ended_wait(&mut self, c: usize, start: u64, deadline: Instant) {
         let due = self.world_of(c, deadline);
-        let over = self.g.saturating_sub(due);
-        // A pause of the client after the deadline delays it by as much.
-        let paused =
-            (self.client_pauses.iter()).any(|&(p, from, to)| p == c && from <= self.g && to > due);
-        if paused || over <= self.report.longest_overrun.as_nanos() as u64 {
-            return;
-        }
-        self.report.longest_overrun = Duration::from_nanos(over);
-        if over > DEADLINE_SLACK.as_nanos() as u64 && self.report.late.is_none() {
+        // A pause of the client after the deadline: counted from its end (the engine settles
+        // at once when it resumes).
+        let resumed = (self.client_pauses.iter())
+            .filter(|&&(p, from, to)| p == c && from <= self.g && to > due)
+            .map(|&(_, _, to)| to.min(self.g))
+            .max()
+            .unwrap_or(0);
+        let over = self.g.saturating_sub(due.max(resumed));
+        // The slack's node timeouts run on the client's clock.
+        let ppm = self.clients[c].clock.ppm;
+        let slack = (DEADLINE_SLACK.as_nanos() as i64 - MS as i64) * 1_000_000 / (1_000_000 + ppm)
+            + MS as i64;
+        if over > slack as u64 && self.report.late.is_none() {
             let late = LateWait {
                 client: c,
                 start,
@@ -1885,6 +1892,9 @@ impl World {
             };
             self.log(|| format!("LATE WAIT {late:?}"));
             self.report.late = Some(late);
+        }
+        if over > self.report.longest_overrun.as_nanos() as u64 {
+            self.report.longest_overrun = Duration::from_nanos(over);
         }
     }
 
@@ -1999,8 +2009,8 @@ impl World {
                             self.log(|| format!("client {c} got fence {f}"));
                         }
                         self.report.acquired += 1;
-                        if self.healed_at.is_some_and(|h| self.g > h) {
-                            self.granted_after_heal += 1;
+                        if grant.fence.is_some() && self.healed_at.is_some_and(|h| self.g > h) {
+                            self.report.fenced_after_heal += 1;
                         }
                         if let Some((r, start)) = self.clients[c].callers[k].want.take() {
                             let end = self.g;
