@@ -704,6 +704,25 @@ mod tests {
         );
     }
 
+    /// The repair's read and script as `REPAIR_BODY` and Redis answer them: a blank node reads
+    /// two nils; the script raises `n` to at least V (never lowers it), seeds it for the run
+    /// given, and returns `n`.
+    #[test]
+    fn the_fence_repair_reads_and_raises_the_counter() {
+        let mut n = Node::new([b'a'; 40], 0);
+        let read: &[&[u8]] = &[b"HMGET", b"redlock:fence", b"run", b"n"];
+        assert_eq!(run(&mut n, read, 0), "*2\r\n$-1\r\n$-1\r\n");
+        let body = scripts()[crate::session::REPAIR_SCRIPT].body.as_bytes();
+        let repair = |v: &'static [u8]| -> Vec<&'static [u8]> {
+            vec![b"EVAL", body, b"1", b"redlock:fence", v, b"r1"]
+        };
+        assert_eq!(run(&mut n, &repair(b"7"), 1), "$1\r\n7\r\n");
+        assert_eq!(run(&mut n, read, 2), "*2\r\n$2\r\nr1\r\n$1\r\n7\r\n");
+        // Never lowered.
+        assert_eq!(run(&mut n, &repair(b"3"), 3), "$1\r\n7\r\n");
+        assert_eq!(run(&mut n, &repair(b"12"), 4), "$2\r\n12\r\n");
+    }
+
     #[test]
     fn commands_are_parsed_only_when_whole() {
         let mut args = Vec::new();
