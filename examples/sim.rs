@@ -17,7 +17,8 @@
 //! the same schedule with every node up): wait-for-silent; one caught by the deadline check
 //! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed; a
 //! majority restarted with its fence counters lost, no fenced lock again (`--control`: an
-//! operator's repair brings them back): fence-majority-blank. `--sets`: callers also lock
+//! operator's repair brings them back): fence-majority-blank (`--crowd`: wait-for-silent's
+//! runs with one client of 32 callers instead of eight clients). `--sets`: callers also lock
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
@@ -39,6 +40,7 @@ fn main() {
     let mut fencing = false;
     let mut sets = false;
     let mut shared = false;
+    let mut crowd = false;
     let mut trace: Option<u64> = None;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut args = std::env::args().skip(1);
@@ -55,6 +57,7 @@ fn main() {
             "--fence" => fencing = true,
             "--sets" => sets = true,
             "--shared" => shared = true,
+            "--crowd" => crowd = true,
             "--trace" => {
                 trace = Some(
                     args.next()
@@ -92,6 +95,7 @@ fn main() {
         fencing,
         sets,
         shared,
+        crowd,
         ..Setup::default()
     };
     if let Some(seed) = trace {

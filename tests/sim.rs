@@ -550,3 +550,26 @@ fn a_majority_restarted_blank_grants_no_fenced_lock_until_the_repair() {
         );
     }
 }
+
+/// Issue 36's fourth report, in the simulator's shape: one engine, 32 callers, one resource,
+/// one of five nodes frozen for the whole run (`Setup::crowd`). Never reproduced; 2,000
+/// schedules: no stall, no wait past the bound or a deadline, and the rate against the same
+/// schedule with every node up above the progress floor (longest wait while nobody held
+/// 628 ms). A few of them here.
+#[test]
+fn thirty_two_callers_of_one_engine_with_a_node_frozen_keep_going() {
+    let crowd = Setup {
+        crowd: true,
+        ..setup(Break::WaitForSilent, true)
+    };
+    for seed in 0..4 {
+        let r = sim::run(seed, crowd, None);
+        assert!(!r.stalled && r.acquired > 100, "seed {seed}: {r:?}");
+        assert!(
+            r.liveness.is_none() && r.late.is_none() && r.progress.is_none(),
+            "{}",
+            explain_liveness(seed, crowd)
+        );
+        assert!(r.violation.is_none(), "{}", explain(seed, crowd));
+    }
+}

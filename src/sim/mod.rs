@@ -585,6 +585,10 @@ pub struct Setup {
     /// Some callers take shared (read) locks of the resources beside the ordinary (write)
     /// locks; readers may overlap each other, never a writer.
     pub shared: bool,
+    /// (`Break::WaitForSilent`'s family) one client with [`CROWD`] callers sharing its engine,
+    /// instead of eight clients: issue 36's fourth report (32 threads on one `Redlock`, one
+    /// resource, a node frozen).
+    pub crowd: bool,
 }
 
 impl Default for Setup {
@@ -597,6 +601,7 @@ impl Default for Setup {
             fencing: false,
             sets: false,
             shared: false,
+            crowd: false,
         }
     }
 }
@@ -647,6 +652,8 @@ pub fn connects_allowed(d: u64) -> u64 {
 
 /// Callers per client, at most: threads or tasks sharing the client's engine.
 const MAX_CALLERS: u64 = 4;
+/// Callers of the one client of a crowd (`Setup::crowd`).
+pub const CROWD: u64 = 32;
 /// `max_pending` in the runs that test the ledger's pacing: below the releases a few callers
 /// leave outstanding while a node is away.
 const SMALL_MAX_PENDING: usize = 8;
@@ -812,6 +819,7 @@ impl World {
             ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
         };
         let n_clients = match setup.breaks {
+            Break::WaitForSilent if setup.crowd => 1,
             // `redlock demo`'s eight handles.
             Break::WaitForSilent => 8,
             _ => rng.range(3, 6) as usize,
@@ -824,7 +832,12 @@ impl World {
             let mut engine = Engine::new(shared.clone(), net, now);
             // The waits' pauses replay with the schedule.
             engine.seed(rng.next());
-            let callers = (0..rng.range(1, MAX_CALLERS + 1))
+            let callers = rng.range(1, MAX_CALLERS + 1);
+            let callers = match setup.crowd && setup.breaks == Break::WaitForSilent {
+                true => CROWD,
+                false => callers,
+            };
+            let callers = (0..callers)
                 .map(|_| Caller {
                     work: Work::Idle {
                         until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
