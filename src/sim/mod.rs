@@ -115,9 +115,12 @@ impl Break {
         }
     }
 
-    /// A wrong fencing construction.
-    fn breaks_fencing(self) -> bool {
-        matches!(self, Break::FenceNoWriteBack | Break::FenceBlankAsZero)
+    /// Its runs are fenced: a wrong fencing construction, or the fence counters lost.
+    fn needs_fencing(self) -> bool {
+        matches!(
+            self,
+            Break::FenceNoWriteBack | Break::FenceBlankAsZero | Break::FenceMajorityBlank
+        )
     }
 }
 
@@ -577,7 +580,7 @@ pub struct Setup {
     /// code as it is; for `FenceMajorityBlank`, whose majority still restarts blank, the
     /// operator's repair): the control run, which must find no violation.
     pub control: bool,
-    /// Fenced acquires (the fence breaks imply it).
+    /// Fenced acquires (the fence breaks and `FenceMajorityBlank` imply it).
     pub fencing: bool,
     /// Some callers lock sets of the resources all or none (`ResourceSet`), beside plain
     /// locks of the members; each set holder counts as a holder of every member.
@@ -636,7 +639,6 @@ pub const WAIT_BOUND: Duration = Duration::from_nanos(
 
 /// The acquires' node timeout: the default share of the TTL (1/20).
 const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
-const NODE_TIMEOUT_D: Duration = Duration::from_nanos(NODE_TIMEOUT);
 
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.
@@ -770,9 +772,7 @@ impl World {
     fn new(seed: u64, setup: Setup, tracing: bool) -> World {
         let mut rng = Rng(seed);
         let broken = |b: Break| setup.breaks == b && !setup.control;
-        let fencing = setup.fencing
-            || setup.breaks.breaks_fencing()
-            || setup.breaks == Break::FenceMajorityBlank;
+        let fencing = setup.fencing || setup.breaks.needs_fencing();
         let quarantine = if broken(Break::Quarantine) {
             Quarantine::Off
         } else {
@@ -1544,8 +1544,8 @@ impl World {
         }
         let highest = self.acquisitions.iter().map(|a| a.2).max().unwrap_or(0);
         let floor = crate::repair::FenceFloor::AtLeast(highest);
-        let kind = ReqKind::repair(&self.shared.config, floor, 10 * NODE_TIMEOUT_D)
-            .expect("a valid repair");
+        let timeout = Duration::from_nanos(10 * NODE_TIMEOUT);
+        let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
         let now = self.local(0);
         self.log(|| format!("operator repairs the fence counters: {floor:?}"));
         let id = self.clients[0]
