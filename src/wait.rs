@@ -13,7 +13,10 @@
 //! - a release of the resource submitted by this engine (any caller's `unlock`, a dropped
 //!   guard): the attempt is submitted right behind the release, so it goes out in the same
 //!   write and each node runs it after the delete — the local hand-off costs one round trip;
-//! - a release notice published by another client (see `engine/notice.rs`);
+//! - a release notice published by another client (see `engine/notice.rs`): at once if nobody
+//!   else heard it, otherwise after a random pause over a span that grows with the clients that
+//!   did (the notice says how many: [`crowd_pause`]), so that they do not all attempt at the
+//!   same moment and split the votes (notices from the other nodes do not cut it short);
 //! - the fallback poll, `retry_delay` plus up to `retry_jitter`, for locks that expire or are
 //!   released by clients that do not publish;
 //! - after a split vote (some nodes said yes, too few for a quorum: another client's attempt
@@ -75,6 +78,10 @@ pub(crate) struct Queue {
     pub held_until: Option<Instant>,
     /// Other clients were subscribed to the notice of the last release we saw answered.
     pub remote: bool,
+    /// Other clients that heard the last release notice we heard (its payload, less us): they
+    /// may all attempt now, so the head's attempt after it is spread ([`crowd_pause`]); 0 after
+    /// a release of ours or a notice that does not say.
+    pub crowd: u32,
     /// The head's attempt in flight went out behind a waiting mark (`redlock:waiting:<name>`):
     /// if it is refused, a release by another client publishes its notice. An attempt right
     /// behind our own release, or the first from a lingering queue, goes without one: refused,
@@ -134,6 +141,7 @@ impl Waits {
             streak: 0,
             held_until: None,
             remote: false,
+            crowd: 0,
             marked: false,
             subscribed: 0,
             last_error: error,
@@ -242,8 +250,19 @@ impl Queue {
 
     /// A release of the resource was seen (ours, or another client's notice): when the head
     /// attempts, `None` if an attempt is in flight (it is marked to try again if refused).
-    pub fn on_release(&mut self, now: Instant, round: Duration, seen: Seen) -> Option<Instant> {
+    /// `round` is the last round's duration, `random` (uniform over `u64`) picks the head's
+    /// place in a crowd.
+    pub fn on_release(
+        &mut self,
+        now: Instant,
+        (round, random): (Duration, u64),
+        seen: Seen,
+    ) -> Option<Instant> {
         let local = seen == Seen::Ours;
+        self.crowd = match seen {
+            Seen::Ours => 0,
+            Seen::Notice(listeners) => listeners.saturating_sub(1),
+        };
         if local {
             self.held_until = None;
         }
@@ -257,6 +276,10 @@ impl Queue {
             // notice, which comes next, does not cut this short).
             self.not_before = Some(now + yield_pause(round));
             self.streak = 0;
+        } else if self.crowd > 0 && self.not_before.is_none_or(|t| t <= now) {
+            // Other clients heard the same notice: each takes its own place in the crowd (the
+            // notices from the other nodes, which come next, do not move it).
+            self.not_before = Some(now + crowd_pause(self.crowd, round, random));
         }
         let at = self.not_before.map_or(now, |t| t.max(now));
         self.try_at = at;
@@ -269,8 +292,10 @@ impl Queue {
 pub(crate) enum Seen {
     /// A caller of this engine released it (the release was submitted here).
     Ours,
-    /// Another client's release notice, or a resubscription that may have missed one.
-    Notice,
+    /// Another client's release notice, with the number of clients subscribed to it on that
+    /// node (its payload; 0: not known — a resubscription that may have missed one, or a
+    /// releaser that does not count).
+    Notice(u32),
 }
 
 /// The wait before the next try: the retry delay plus a share of the jitter picked by
@@ -296,6 +321,25 @@ const MIN_SPLIT_BASE: Duration = Duration::from_micros(500);
 /// A split vote's pause doubles at most this many times (64 rounds): enough for dozens of
 /// competitors to spread out, without a pause longer than a retry delay.
 const MAX_SPLIT_DOUBLINGS: u32 = 6;
+/// A crowd's pause spreads its attempts over at most this many rounds (as a split's at most
+/// doubles to: the waits' liveness bound covers either).
+const MAX_CROWD_ROUNDS: u32 = 1 << MAX_SPLIT_DOUBLINGS;
+
+/// The pause before the attempt of a waiter that heard a release notice with `others` other
+/// clients (who may all attempt at the same moment): uniform in `0..others × base` (`base`: the
+/// last round, at least 500 µs; at most 64 of them). Without it every waiter attempts at once,
+/// their votes split (each node says yes to whichever attempt reaches it first), and all of
+/// them pause and try again. Spread over a span that grows with the crowd, the first attempt
+/// still comes after about one `base` however many wait, and the next ones, a round or more
+/// later, find the resource taken (a refusal: they wait for the next notice) instead of
+/// splitting it. A waiter alone (`others` = 0) attempts at once.
+pub(crate) fn crowd_pause(others: u32, round: Duration, random: u64) -> Duration {
+    let base = round.max(MIN_SPLIT_BASE);
+    let span = base * others.min(MAX_CROWD_ROUNDS);
+    let share = random as f64 / (u64::MAX as f64 + 1.0);
+    span.mul_f64(share)
+}
+
 /// Closed queues kept for reuse (their buffers): more than the resources usually waited for
 /// at once, so a busy engine does not allocate a queue per wait.
 const MAX_SPARE_QUEUES: usize = 64;
@@ -331,13 +375,65 @@ mod tests {
         let id = OpId::for_tests(1);
         let q = waits.open(b"r", id, err, now);
         q.streak = MAX_STREAK;
-        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), Some(now));
+        assert_eq!(
+            q.on_release(now, (Duration::ZERO, 0), Seen::Ours),
+            Some(now)
+        );
         q.remote = true;
-        let at = q.on_release(now, Duration::ZERO, Seen::Ours).unwrap();
+        let at = q.on_release(now, (Duration::ZERO, 0), Seen::Ours).unwrap();
         assert_eq!(at, now + Duration::from_millis(1));
         assert_eq!(q.streak, 0);
         q.attempt = Some(id);
-        assert_eq!(q.on_release(now, Duration::ZERO, Seen::Ours), None);
+        assert_eq!(q.on_release(now, (Duration::ZERO, 0), Seen::Ours), None);
         assert!(q.released);
+    }
+
+    #[test]
+    fn crowd_pauses_grow_with_the_crowd_and_stay_bounded() {
+        let round = Duration::from_millis(2);
+        let top = |others| crowd_pause(others, round, u64::MAX);
+        assert_eq!(top(0), Duration::ZERO);
+        assert!(top(1) < top(2) && top(2) < top(7));
+        assert!(top(7) <= round * 7);
+        assert!(top(10_000) <= round * 64);
+        // A loopback round of a few µs still spreads them over half-milliseconds.
+        let tiny = crowd_pause(3, Duration::from_micros(5), u64::MAX);
+        assert!(tiny > Duration::from_micros(1_400) && tiny <= Duration::from_micros(1_500));
+        assert_eq!(crowd_pause(7, round, 0), Duration::ZERO);
+    }
+
+    /// A notice that several clients heard spreads the head's attempt; one that only we heard,
+    /// one that does not say, and a release of ours bring it at once.
+    #[test]
+    fn a_notice_heard_by_a_crowd_spreads_the_attempt_a_lone_one_does_not() {
+        let now = Instant::now();
+        let round = Duration::from_millis(1);
+        let err = Error::Config(String::new());
+        let mut waits = Waits::new(7);
+        let id = OpId::for_tests(1);
+        let q = waits.open(b"r", id, err, now);
+        for seen in [Seen::Notice(1), Seen::Notice(0), Seen::Ours] {
+            assert_eq!(
+                q.on_release(now, (round, u64::MAX), seen),
+                Some(now),
+                "{seen:?}"
+            );
+            assert_eq!((q.crowd, q.not_before), (0, None));
+        }
+        // Eight subscribed: seven others.
+        let at = q
+            .on_release(now, (round, u64::MAX / 2), Seen::Notice(8))
+            .unwrap();
+        assert_eq!(q.crowd, 7);
+        assert!(at > now && at <= now + round * 7, "{:?}", at - now);
+        assert_eq!(q.try_at, at);
+        // The same release's notice from the other nodes does not move it.
+        let later = now + Duration::from_micros(100);
+        assert_eq!(q.on_release(later, (round, 0), Seen::Notice(8)), Some(at));
+        // An attempt in flight: noted, the crowd kept for its refusal (`next_try`).
+        q.attempt = Some(id);
+        assert_eq!(q.on_release(later, (round, 0), Seen::Notice(5)), None);
+        assert!(q.released);
+        assert_eq!(q.crowd, 4);
     }
 }

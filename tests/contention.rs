@@ -310,6 +310,51 @@ fn a_waiter_is_woken_by_another_clients_release() {
     assert_no_key(&servers, "x");
 }
 
+/// A release notice says how many clients listened on its node when it went out (the payload,
+/// from `PUBSUB NUMSUB` in the release script): the waiters that hear it spread their attempts
+/// over a span that grows with that number, instead of all attempting at once and splitting
+/// the votes. Here: the waiter's subscription and this test's own, on node 0; the waiter's
+/// alone on the others.
+#[test]
+fn a_release_notice_says_how_many_clients_heard_it() {
+    let servers = Cluster::start(3);
+    let holder = builder(&servers).build().unwrap();
+    let waiter = builder(&servers)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let lock = holder.lock("x").unwrap();
+    let mut raw = servers[0].connection();
+    let mut listener = raw.as_pubsub();
+    listener.subscribe("redlock:released:x").unwrap();
+    listener.set_read_timeout(Some(SOON)).unwrap();
+    let t = {
+        let waiter = waiter.clone();
+        std::thread::spawn(move || waiter.lock_until("x", Instant::now() + SOON))
+    };
+    until_waiting(&waiter, "x", 1);
+    until_marked(&servers, "x");
+    for (i, s) in servers.iter().enumerate() {
+        let want = if i == 0 { 2 } else { 1 };
+        let deadline = Instant::now() + SOON;
+        while !matches!(s.cmd(&["PUBSUB", "NUMSUB", "redlock:released:x"]),
+            redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(want)))
+        {
+            assert!(Instant::now() < deadline, "not subscribed on {}", s.addr());
+            std::thread::yield_now();
+        }
+    }
+    holder.unlock(lock).unwrap();
+    let message = listener
+        .get_message()
+        .expect("the release published its notice");
+    assert_eq!(message.get_channel_name(), "redlock:released:x");
+    assert_eq!(message.get_payload::<String>().unwrap(), "2");
+    let got = t.join().unwrap().expect("the notice woke the waiter");
+    waiter.unlock(got).unwrap();
+    assert_no_key(&servers, "x");
+}
+
 #[test]
 fn a_release_by_a_client_that_does_not_publish_is_noticed_by_the_fallback_poll() {
     let servers = Cluster::start(3);

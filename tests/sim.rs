@@ -129,14 +129,14 @@ fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
     // Seeds re-found whenever the schedules change (last: waiters leave at their deadline,
     // seed 541,056's fix; before, several callers per client and persistent wants, release
     // notices by pub/sub, issue 36): other schedules, not a weaker check.
-    assumption_is_needed(Break::Quarantine, &[5, 7, 15]);
+    assumption_is_needed(Break::Quarantine, &[1, 7, 9]);
 }
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
     // Seed 25 replaced by 11 when waiters began to leave at their deadline (seed 541,056's
     // fix): a different schedule, not a weaker check.
-    assumption_is_needed(Break::ClockDrift, &[1, 11, 36]);
+    assumption_is_needed(Break::ClockDrift, &[6, 8, 9]);
 }
 
 #[test]
@@ -190,7 +190,7 @@ fn sets_locked_all_or_none_beside_plain_locks_find_no_violation() {
 #[test]
 fn a_set_acquire_that_is_not_all_or_none_gives_two_holders() {
     // Each member `SET NX` on its own, the node's answer its first member's: a set holds
-    // members that another holder holds too (185 of seeds 0..200 find it).
+    // members that another holder holds too (180 of seeds 0..200 find it).
     assumption_is_needed(Break::SetNotAllOrNone, &[2, 3, 4]);
 }
 
@@ -249,17 +249,17 @@ fn a_waiting_set_does_not_keep_readers_of_a_free_member_out() {
 
 #[test]
 fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
-    // Every node adds the reader over the writer's key (167 of seeds 0..200 find it).
+    // Every node adds the reader over the writer's key (164 of seeds 0..200 find it).
     assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 2]);
 }
 
 /// The semaphore this crate does not build (issue 38): a set of holders per node admitted while
 /// it holds fewer than P = 2, won on majorities. Three holders fit on 3 × 3 = 9 ≤ 2 × 5 slots:
-/// the check (more than P at once) finds them (72 of seeds 0..200). The crate's semaphore is a
+/// the check (more than P at once) finds them (62 of seeds 0..200). The crate's semaphore is a
 /// plain lock per permit, which every plain schedule checks.
 #[test]
 fn a_semaphore_of_per_node_counters_admits_p_plus_one_holders() {
-    for seed in [0, 1, 6] {
+    for seed in [1, 6, 10] {
         let r = sim::run(seed, setup(Break::CounterSemaphore, false), None);
         let v = r.violation.expect("P + 1 holders");
         assert!(v.first.0 != v.second.0 || v.first.1 != v.second.1, "{v:?}");
@@ -368,10 +368,11 @@ fn fences_stay_in_order_when_the_lock_does_not() {
 fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
         (Break::FenceNoWriteBack, &[0u64, 1, 4][..]),
-        // The schedules changed with the ledger (issue 35), twice for issue 36 and when
-        // waiters began to leave at their deadline: earlier seeds no longer hit this rare
-        // case; these do (7 of 4,000 seeds at the last change).
-        (Break::FenceBlankAsZero, &[1310, 2152, 2276][..]),
+        // The schedules changed with the ledger (issue 35), twice for issue 36, when waiters
+        // began to leave at their deadline and when release notices began to say how many
+        // heard them: earlier seeds no longer hit this rare case; these do (8 of 4,000 seeds
+        // at the last change).
+        (Break::FenceBlankAsZero, &[846, 1243, 2266][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
@@ -404,7 +405,7 @@ fn wrong_fence_constructions_are_caught() {
 fn liveness_defects_brought_back_are_caught() {
     let cases: [(Break, bool, &[u64]); 3] = [
         (Break::LedgerUnpaced, false, &[10, 47, 55]),
-        (Break::LedgerUnpaced, true, &[72, 76, 83]),
+        (Break::LedgerUnpaced, true, &[10, 47, 55]),
         (Break::FailWhenFull, false, &[1, 3, 4]),
     ];
     for (breaks, fencing, seeds) in cases {
@@ -453,7 +454,7 @@ fn liveness_defects_brought_back_are_caught() {
 /// the code as it is passes it on the same seeds.
 #[test]
 fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
-    for seed in [46, 175] {
+    for seed in [515, 615] {
         let broken = setup(Break::WaitForSilent, false);
         let r = sim::run(seed, broken, None);
         let v = r.progress.as_ref().unwrap_or_else(|| {
@@ -479,16 +480,38 @@ fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
     }
 }
 
+/// Release notices once woke every waiting client at the same moment: all attempted at once,
+/// their votes split, all paused and tried again, and with one node frozen contention kept
+/// less than half its healthy rate (17 of seeds 0..300 below [`sim::PROGRESS_FLOOR`], among
+/// them these three; the worst of 1,000 at 0.38). Now a notice says how many clients heard it
+/// and each spreads its attempt over a span that grows with them (`wait::crowd_pause`): the
+/// same seeds keep more than half.
+#[test]
+fn waiters_woken_by_one_notice_do_not_split_the_votes_into_a_collapse() {
+    for seed in [10, 15, 22] {
+        let control = Setup {
+            control: true,
+            ..setup(Break::WaitForSilent, false)
+        };
+        let r = sim::run(seed, control, None);
+        assert!(
+            r.progress.is_none() && r.liveness.is_none() && r.late.is_none() && !r.stalled,
+            "seed {seed}: {}",
+            explain_liveness(seed, control)
+        );
+    }
+}
+
 /// A defect the long run of the kinds found (seed 541,056 of `--shared --sets`), half of it
 /// brought back: a waiting acquire whose attempt lost at the head of its queue left its
 /// deadline out of the queue's earliest, so the wait ended at its next attempt — after a split
 /// vote's pause or the poll — not at its deadline. The liveness check sees it only when the
 /// resource is free for longer than its bound (none of 1,000 schedules); the deadline check,
-/// every waiting acquire's outcome within [`sim::DEADLINE_SLACK`] of its deadline, in 80 of
+/// every waiting acquire's outcome within [`sim::DEADLINE_SLACK`] of its deadline, in 67 of
 /// 1,000. The code as it is: none, on the same seeds and in every batch above.
 #[test]
 fn a_wait_that_outlives_its_deadline_is_caught_by_the_deadline_check() {
-    for seed in [2, 25, 26] {
+    for seed in [20, 26, 53] {
         let broken = setup(Break::DeadlineNotRearmed, false);
         let r = sim::run(seed, broken, None);
         let late = r.late.as_ref().unwrap_or_else(|| {

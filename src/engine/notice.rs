@@ -44,9 +44,9 @@ impl<N: Net> Engine<N> {
                 q.remote = listeners > u64::from(q.subscribed != 0);
             }
         }
-        for &(start, end) in &notices {
-            self.released(&events[start..end], now, Seen::Notice);
-            self.released_related(&events[start..end], now);
+        for &(start, end, listeners) in &notices {
+            self.released(&events[start..end], now, Seen::Notice(listeners));
+            self.released_related(&events[start..end], now, listeners);
         }
         notices.clear();
         listened.clear();
@@ -60,7 +60,7 @@ impl<N: Net> Engine<N> {
     /// A notice for `name` is one for every other queue that listens on its channel: the
     /// sets that hold it (all-or-none locks listen on their members' channels) and its
     /// readers.
-    fn released_related(&mut self, name: &[u8], now: Instant) {
+    fn released_related(&mut self, name: &[u8], now: Instant, listeners: u32) {
         let mut related: Vec<Vec<u8>> = (self.waits.iter())
             .filter(|(r, _)| r.as_slice() != name && listens_on(r, name))
             .map(|(r, _)| r.clone())
@@ -68,7 +68,7 @@ impl<N: Net> Engine<N> {
         // The queues' order is the hash map's: sorted, so that a simulated schedule replays.
         related.sort();
         for resource in related {
-            self.released(&resource, now, Seen::Notice);
+            self.released(&resource, now, Seen::Notice(listeners));
         }
     }
 
@@ -238,7 +238,8 @@ impl<N: Net> Engine<N> {
             resources.sort();
             for resource in &resources {
                 self.subscription(b"SUBSCRIBE", resource, bit, now);
-                self.released(resource, now, Seen::Notice);
+                // Whatever was missed, its crowd is not known.
+                self.released(resource, now, Seen::Notice(0));
             }
         }
     }

@@ -161,10 +161,10 @@ pub(super) struct Core {
     /// Release requests answered / failed (for `shutdown`).
     pub confirmed: u64,
     /// What replies told about contended resources, for the waits (taken at every step):
-    /// their names in `events`, as spans; release notices, and releases our notice reached
-    /// `n` clients with.
+    /// their names in `events`, as spans; release notices with the clients that heard them
+    /// (their payload; 0: not said), and releases our notice reached `n` clients with.
     pub events: Vec<u8>,
-    pub notices: Vec<(usize, usize)>,
+    pub notices: Vec<(usize, usize, u32)>,
     pub listened: Vec<(usize, usize, u64)>,
     /// Per node: refused our `SUBSCRIBE` (an ACL without the channel) or `HELLO 3` (a server
     /// before Redis 6): its releases are noticed by polling only.
@@ -596,9 +596,10 @@ impl Core {
                 if let Some(Frame::Bulk(channel)) = push.iter().nth(1)
                     && let Some(resource) = channel.strip_prefix(RELEASE_CHANNEL_PREFIX.as_bytes())
                 {
+                    let listeners = notice_listeners(push.iter().nth(2));
                     let start = self.events.len();
                     self.events.extend_from_slice(resource);
-                    self.notices.push((start, self.events.len()));
+                    self.notices.push((start, self.events.len(), listeners));
                 }
                 true
             }
@@ -630,6 +631,24 @@ fn count_reply(counters: &NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &N
         _ => &counters.errors,
     };
     counter.bump();
+}
+
+/// A release notice's payload: how many clients listened on its node when it went out, in
+/// decimal (the release script's `PUBSUB NUMSUB`). 0 — not known — for anything else: the
+/// empty payload of a releaser that does not count, or bytes no server of ours sends.
+fn notice_listeners(payload: Option<Frame<'_>>) -> u32 {
+    match payload {
+        Some(Frame::Bulk(p))
+            if !p.is_empty() && p.len() <= 20 && p.iter().all(u8::is_ascii_digit) =>
+        {
+            (p.iter())
+                .fold(0u64, |n, &d| {
+                    n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+                })
+                .min(u64::from(u32::MAX)) as u32
+        }
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
@@ -717,5 +736,20 @@ mod tests {
         expected.sort();
         assert_eq!(live, expected);
         assert_eq!(live.len(), 70);
+    }
+
+    #[test]
+    fn a_notice_says_how_many_listened_or_nothing() {
+        let read = |p: &[u8]| notice_listeners(Some(Frame::Bulk(p)));
+        assert_eq!(read(b"7"), 7);
+        assert_eq!(read(b"0"), 0);
+        // An older releaser's empty payload, and what no server of ours sends: not known.
+        for odd in [&b""[..], b"-3", b"3 ", b"x", b"1e3", b"\xff"] {
+            assert_eq!(read(odd), 0, "{odd:?}");
+        }
+        assert_eq!(read(b"99999999999999999999"), u32::MAX);
+        assert_eq!(read(b"123456789012345678901"), 0);
+        assert_eq!(notice_listeners(Some(Frame::Integer(3))), 0);
+        assert_eq!(notice_listeners(None), 0);
     }
 }

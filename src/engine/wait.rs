@@ -10,7 +10,7 @@ use crate::lock::Grant;
 use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
-use crate::wait::{Queue, Seen, retry_pause, split_pause};
+use crate::wait::{Queue, Seen, crowd_pause, retry_pause, split_pause};
 
 use super::Engine;
 use super::observe::acquired_event;
@@ -93,22 +93,29 @@ impl<N: Net> Engine<N> {
     /// client: the head of its queue attempts (now, in the same write as our release), unless a
     /// split vote's pause or the local streak's yield holds it back.
     pub(super) fn released(&mut self, resource: &[u8], now: Instant, seen: Seen) {
-        let round = self.last_round;
+        // Capped like a split's pause (`attempt_lost`): a stalled client's last round can be
+        // far longer than any node's answer.
+        let round = self.last_round.min(self.core.node_timeout);
+        let notice = matches!(seen, Seen::Notice(_));
         let Some(q) = self.waits.get_mut(resource) else {
             return;
         };
-        if seen == Seen::Notice && q.held_until.is_some_and(|t| t > now) {
+        if notice && q.held_until.is_some_and(|t| t > now) {
             // A caller of ours holds it: a notice is of an earlier release (often our own,
             // coming back after the next of ours already won).
             return;
         }
-        if let Some(at) = q.on_release(now, round, seen)
+        let random = self.waits.random();
+        let Some(q) = self.waits.get_mut(resource) else {
+            return;
+        };
+        if let Some(at) = q.on_release(now, (round, random), seen)
             && at <= now
             && let Some(&head) = q.waiters.front()
             && !is_cancelled(&self.core.ops[head.index as usize])
         {
             // Right behind our own release (in the same write), the attempt needs no mark.
-            self.attempt(head, now, seen == Seen::Notice);
+            self.attempt(head, now, notice);
         }
     }
 
@@ -374,7 +381,8 @@ fn next_try(
     // attempt, marked, goes at once (unless no node takes subscriptions: then it would wait
     // for the poll all the same).
     let unmarked = held && !std::mem::take(&mut q.marked) && hears;
-    let released = std::mem::take(&mut q.released) || unmarked;
+    let notified = std::mem::take(&mut q.released);
+    let released = notified || unmarked;
     if split {
         q.splits += 1;
         let pause = split_pause(q.splits, round, random);
@@ -392,6 +400,13 @@ fn next_try(
         q.streak = 0;
     }
     match (held, released) {
+        // Refused while a notice that others heard came: in the crowd like them
+        // (`Queue::on_release`).
+        (true, true) if notified && q.crowd > 0 => {
+            let at = now + crowd_pause(q.crowd, round, random);
+            q.not_before = Some(at);
+            at
+        }
         (true, true) => now,
         (true, false) => q.after_refusal(now, poll),
         (false, _) => now + poll,
@@ -436,5 +451,26 @@ mod tests {
         assert_eq!(q.splits, 2);
         assert!(now < first && first < second, "{first:?} {second:?}");
         assert_eq!(q.not_before, Some(second));
+        // Refused, with a notice heard meanwhile: at once if only we heard it; in the crowd
+        // (not before a random share of its span) if three others did too.
+        q.marked = true;
+        q.released = true;
+        q.crowd = 0;
+        assert_eq!(
+            next_try(q, (true, false, true), (round, half, poll), now),
+            now
+        );
+        q.marked = true;
+        q.released = true;
+        q.crowd = 3;
+        let at = next_try(q, (true, false, true), (round, half, poll), now);
+        assert!(now < at && at <= now + round * 3, "{at:?}");
+        assert_eq!(q.not_before, Some(at));
+        // Refused unmarked (no notice): at once, marked, whatever an older crowd was.
+        q.marked = false;
+        assert_eq!(
+            next_try(q, (true, false, true), (round, half, poll), now),
+            now
+        );
     }
 }

@@ -121,8 +121,15 @@ impl Node {
         self.subs.retain(|(c, _)| *c != conn);
     }
 
-    /// Publishes an empty message on `channel`: the number of subscribers.
+    /// Publishes a release notice on `channel`, whose payload is the number of subscribers (as
+    /// the release scripts' `PUBSUB NUMSUB` gives it); returns that number.
     fn publish(&mut self, channel: &[u8]) -> u64 {
+        let listeners = self
+            .subs
+            .iter()
+            .filter(|(_, ch)| ch.as_slice() == channel)
+            .count();
+        let payload = listeners.to_string();
         let mut n = 0;
         for (conn, ch) in &self.subs {
             if ch.as_slice() == channel {
@@ -130,7 +137,7 @@ impl Node {
                 let mut msg = Vec::with_capacity(head.len() + channel.len() + 32);
                 msg.extend_from_slice(head);
                 bulk(&mut msg, channel);
-                msg.extend_from_slice(b"$0\r\n\r\n");
+                bulk(&mut msg, payload.as_bytes());
                 self.outbox.push((*conn, msg));
                 n += 1;
             }
