@@ -14,7 +14,9 @@
 //! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
 //! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
 //! check (one of five nodes frozen, contention for one resource, grants per second against
-//! the same schedule with every node up): wait-for-silent; one caught by the deadline check
+//! the same schedule with every node up): wait-for-silent, and in the same runs release
+//! notices' counts ignored (every woken client attempts at once): notice-herd; one caught by
+//! the deadline check
 //! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed; a
 //! majority restarted with its fence counters lost, no fenced lock again (`--control`: an
 //! operator's repair brings them back): fence-majority-blank (`--crowd`: wait-for-silent's
@@ -81,6 +83,7 @@ fn main() {
                     Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
                     Some("counter-semaphore") => Break::CounterSemaphore,
                     Some("wait-for-silent") => Break::WaitForSilent,
+                    Some("notice-herd") => Break::NoticeHerd,
                     Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
                     Some("fence-majority-blank") => Break::FenceMajorityBlank,
                     other => panic!("unknown --break {other:?}"),
@@ -261,7 +264,7 @@ fn main() {
         }
     }
     let stuck = found(&violations, |r| &r.progress);
-    if breaks == Break::WaitForSilent {
+    if breaks.contention() {
         show("progress violations", &stuck);
     }
     let lock_expected = breaks == Break::Nothing || control || flawed;

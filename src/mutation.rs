@@ -43,6 +43,10 @@ pub(crate) enum Mutation {
     /// deadline (found by the long run of the kinds, seed 541,056).
     #[cfg(any(test, feature = "sim"))]
     DeadlineNotRearmed,
+    /// Release notices' counts ignored: every waiter that hears one attempts at once, and the
+    /// clients woken by one release split its votes.
+    #[cfg(any(test, feature = "sim"))]
+    NoticeHerd,
 }
 
 impl Mutation {
@@ -101,6 +105,15 @@ impl Mutation {
         #[cfg(not(any(test, feature = "sim")))]
         false
     }
+
+    /// Notices' counts ignored ([`Mutation::NoticeHerd`]).
+    #[inline]
+    pub fn notice_herd(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::NoticeHerd;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
 }
 
 #[cfg(test)]
@@ -117,8 +130,9 @@ mod tests {
             Mutation::FailWhenFull,
             Mutation::WaitForSilent,
             Mutation::DeadlineNotRearmed,
+            Mutation::NoticeHerd,
         ];
-        let answers: Vec<[bool; 6]> = all
+        let answers: Vec<[bool; 7]> = all
             .iter()
             .map(|m| {
                 [
@@ -128,20 +142,22 @@ mod tests {
                     m.fail_when_full(),
                     m.wait_for_silent(),
                     m.deadline_not_rearmed(),
+                    m.notice_herd(),
                 ]
             })
             .collect();
         assert_eq!(
             answers,
             [
-                [false, false, false, false, false, false],
-                [true, false, false, false, false, false],
-                [false, true, false, false, false, false],
+                [false, false, false, false, false, false, false],
+                [true, false, false, false, false, false, false],
+                [false, true, false, false, false, false, false],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true, false, false],
-                [false, false, false, true, false, false],
-                [false, false, false, false, true, false],
-                [false, false, false, false, false, true],
+                [false, false, true, true, false, false, false],
+                [false, false, false, true, false, false, false],
+                [false, false, false, false, true, false, false],
+                [false, false, false, false, false, true, false],
+                [false, false, false, false, false, false, true],
             ]
         );
     }

@@ -63,7 +63,7 @@ pub(crate) struct Queue {
     /// When the head attempts next (if no attempt is in flight).
     pub try_at: Instant,
     /// Releases and notices do not bring the next attempt before this: a split vote's pause,
-    /// or the head yielding to remote waiters.
+    /// the head yielding to remote waiters, or its place in a crowd woken by one notice.
     pub not_before: Option<Instant>,
     /// A release or notice came while the attempt was in flight: if it is refused, try again
     /// at once.
@@ -76,8 +76,9 @@ pub(crate) struct Queue {
     /// here since) until then at the latest: the head waits for that release, or for this
     /// instant (the lock may expire unreleased), instead of polling.
     pub held_until: Option<Instant>,
-    /// Other clients were subscribed to the notice of the last release we saw answered.
-    pub remote: bool,
+    /// Other clients subscribed to the notice of the last release we saw answered (on the
+    /// node that answered last): they wait too.
+    pub remote: u32,
     /// Other clients that heard the last release notice we heard (its payload, less us): they
     /// may all attempt now, so the head's attempt after it is spread ([`crowd_pause`]); 0 after
     /// a release of ours or a notice that does not say.
@@ -140,7 +141,7 @@ impl Waits {
             splits: 0,
             streak: 0,
             held_until: None,
-            remote: false,
+            remote: 0,
             crowd: 0,
             marked: false,
             subscribed: 0,
@@ -270,11 +271,13 @@ impl Queue {
             self.released = true;
             return None;
         }
-        if local && self.streak >= MAX_STREAK && self.remote {
+        if local && self.streak >= MAX_STREAK && self.remote > 0 {
             // Our callers have had it MAX_STREAK times in a row while others wait: step back
-            // long enough for a notified remote waiter's attempt to land first (our own
-            // notice, which comes next, does not cut this short).
-            self.not_before = Some(now + yield_pause(round));
+            // long enough for a notified remote waiter's attempt to land first — they spread
+            // theirs over their crowd's span, in which we count — (our own notice, which
+            // comes next, does not cut this short).
+            let crowd = crowd_pause(self.remote, round, u64::MAX);
+            self.not_before = Some(now + yield_pause(round) + crowd);
             self.streak = 0;
         } else if self.crowd > 0 && self.not_before.is_none_or(|t| t <= now) {
             // Other clients heard the same notice: each takes its own place in the crowd (the
@@ -379,9 +382,12 @@ mod tests {
             q.on_release(now, (Duration::ZERO, 0), Seen::Ours),
             Some(now)
         );
-        q.remote = true;
+        q.remote = 1;
         let at = q.on_release(now, (Duration::ZERO, 0), Seen::Ours).unwrap();
-        assert_eq!(at, now + Duration::from_millis(1));
+        // The yield (at least 1 ms) and the span of a crowd of one (at least 500 µs).
+        assert!(
+            at > now + Duration::from_micros(1_499) && at <= now + Duration::from_micros(1_500)
+        );
         assert_eq!(q.streak, 0);
         q.attempt = Some(id);
         assert_eq!(q.on_release(now, (Duration::ZERO, 0), Seen::Ours), None);

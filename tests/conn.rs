@@ -359,7 +359,35 @@ fn the_production_acl_rule_of_the_readme_is_enough() {
     {
         std::thread::yield_now();
     }
+    // The notice's count (`PUBSUB NUMSUB` in the release script) is allowed too: heard here,
+    // beside the handle's own subscription, it says 2 — not the 0 of a refused `PUBSUB`.
+    let mut admin = servers[0].connection();
+    let mut listener = admin.as_pubsub();
+    listener.subscribe("redlock:released:acl:res").unwrap();
+    listener
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Marked as waiting on node 0 (the mark makes the release publish there).
+    while servers[0].get("redlock:waiting:acl:res").is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never marked"
+        );
+        std::thread::yield_now();
+    }
+    while !matches!(servers[0].cmd(&["PUBSUB", "NUMSUB", "redlock:released:acl:res"]),
+        redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(2)))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the handle never subscribed"
+        );
+        std::thread::yield_now();
+    }
     assert_eq!(redlock.unlock(lock).expect("release"), 3);
+    let notice = listener.get_message().expect("the release's notice");
+    assert_eq!(notice.get_payload::<String>().unwrap(), "2");
     let next = waiter.join().unwrap().expect("the waiter got it");
     redlock.unlock(next).expect("release");
 }

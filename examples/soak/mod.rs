@@ -146,7 +146,9 @@ pub const SETTLE: Duration = Duration::from_millis(250);
 ///    out can leave it without a quorum (a no-quorum outcome pauses one poll, `engine/wait.rs`) or
 ///    make it split. Term: one more poll and one more node timeout.
 /// 4. *Split votes* between the processes: one split pause at its cap, `64 ×` a loaded
-///    loopback round ([`LOADED_ROUND`]).
+///    loopback round ([`LOADED_ROUND`]); before it, the attempt after a release notice that
+///    other processes heard waits a random share of their crowd's span, a round per other
+///    subscriber (`wait::crowd_pause`), at most `64 ×` a loaded round too.
 /// 5. *The machine*: [`SCHEDULING_SLACK`].
 ///
 /// Not in the bound: the handle's background thread also looks every second when it has no
@@ -179,6 +181,10 @@ impl Bound {
                 ("… and its node timeout", node_timeout),
                 (
                     "one split pause at its cap: 64 × loaded round",
+                    LOADED_ROUND * SPLIT_FACTOR,
+                ),
+                (
+                    "a crowd's pause after a notice, at its cap: 64 × loaded round",
                     LOADED_ROUND * SPLIT_FACTOR,
                 ),
                 ("scheduling slack (2 cores, 9+ processes)", SCHEDULING_SLACK),

@@ -41,7 +41,8 @@ impl<N: Net> Engine<N> {
         for &(start, end, listeners) in &listened {
             if let Some(q) = self.waits.get_mut(&events[start..end]) {
                 // Our own subscription on that node is one of them.
-                q.remote = listeners > u64::from(q.subscribed != 0);
+                let others = listeners.saturating_sub(u64::from(q.subscribed != 0));
+                q.remote = u32::try_from(others).unwrap_or(u32::MAX);
             }
         }
         for &(start, end, listeners) in &notices {

@@ -97,6 +97,17 @@ impl<N: Net> Engine<N> {
         // far longer than any node's answer.
         let round = self.last_round.min(self.core.node_timeout);
         let notice = matches!(seen, Seen::Notice(_));
+        // Readers do not split each other's votes (every one of them can win): no crowd to
+        // spread. Nor with the herd brought back (the simulator's `Mutation::NoticeHerd`).
+        let seen = match seen {
+            Seen::Notice(_)
+                if crate::keys::shared_name(resource).is_some()
+                    || self.core.mutation.notice_herd() =>
+            {
+                Seen::Notice(0)
+            }
+            seen => seen,
+        };
         let Some(q) = self.waits.get_mut(resource) else {
             return;
         };

@@ -88,6 +88,10 @@ pub enum Break {
     /// so the wait ends at its next attempt (after a split vote's pause or the poll) instead of
     /// at its deadline. Caught by the deadline check ([`DEADLINE_SLACK`]).
     DeadlineNotRearmed,
+    /// (Liveness) release notices' counts ignored: every client woken by one release attempts
+    /// at once and they split its votes. The same runs as [`Break::WaitForSilent`]'s (one node
+    /// frozen, eight clients contending, the progress check), always with notices.
+    NoticeHerd,
     /// (Fencing, liveness) issue 36's second defect: a majority of the nodes restarts at once
     /// with its fence counters lost (fencing's assumption broken; fenced runs). No fenced
     /// acquire is granted again — blank counters on a majority, nobody to seed them — which
@@ -111,8 +115,14 @@ impl Break {
             Break::FailWhenFull => Mutation::FailWhenFull,
             Break::WaitForSilent => Mutation::WaitForSilent,
             Break::DeadlineNotRearmed => Mutation::DeadlineNotRearmed,
+            Break::NoticeHerd => Mutation::NoticeHerd,
             _ => Mutation::None,
         }
+    }
+
+    /// Its runs are the progress check's: one node frozen, contention for one resource.
+    pub fn contention(self) -> bool {
+        matches!(self, Break::WaitForSilent | Break::NoticeHerd)
     }
 
     /// Its runs are fenced: a wrong fencing construction, or the fence counters lost.
@@ -613,7 +623,7 @@ impl Default for Setup {
 const NODES: usize = 5;
 const TTL: Duration = Duration::from_millis(500);
 /// The longest a caller may wait for a resource that nobody holds while at most a minority
-/// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.25 s with
+/// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.43 s with
 /// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
 /// ending, a holder ceasing to believe, the want itself); after it, in the worst case:
 ///
@@ -621,6 +631,9 @@ const TTL: Duration = Duration::from_millis(500);
 ///   nodes' clocks (+1 % and 2 ms for the drift);
 /// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
 ///   timeout;
+/// - a release notice heard by other clients too: the attempt after it waits a random share of
+///   a crowd's span, one round (at most a node timeout) per other client subscribed —
+///   at most `MOST_CLIENTS − 1` of them;
 /// - split votes in a row (other callers' attempts racing ours), each followed by a random
 ///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last
 ///   (the pauses are random, so over a long enough run of splits this term is a likelihood,
@@ -632,11 +645,15 @@ pub const WAIT_BOUND: Duration = Duration::from_nanos(
         + 2 * MS
         + BACKOFF_MAX.as_nanos() as u64
         + CONNECT_TIMEOUT.as_nanos() as u64
+        + (MOST_CLIENTS - 1) * NODE_TIMEOUT
         + 2 * 64 * NODE_TIMEOUT
         + RETRY_DELAY.as_nanos() as u64
         + RETRY_JITTER.as_nanos() as u64
         + NODE_TIMEOUT,
 );
+
+/// The most clients a schedule has (the progress check's eight; others three to five).
+const MOST_CLIENTS: u64 = 8;
 
 /// The acquires' node timeout: the default share of the TTL (1/20).
 const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
@@ -740,7 +757,7 @@ struct Want {
 pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     let mut world = World::new(seed, setup, trace.is_some());
     world.run();
-    if setup.breaks == Break::WaitForSilent && setup.faults {
+    if setup.breaks.contention() && setup.faults {
         // The same schedule with every node up: its grants per second are the measure.
         let healthy = run(
             seed,
@@ -820,9 +837,9 @@ impl World {
             ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
         };
         let n_clients = match setup.breaks {
-            Break::WaitForSilent if setup.crowd => 1,
+            b if b.contention() && setup.crowd => 1,
             // `redlock demo`'s eight handles.
-            Break::WaitForSilent => 8,
+            b if b.contention() => MOST_CLIENTS as usize,
             _ => rng.range(3, 6) as usize,
         };
         let mut clients = Vec::with_capacity(n_clients);
@@ -834,7 +851,7 @@ impl World {
             // The waits' pauses replay with the schedule.
             engine.seed(rng.next());
             let callers = rng.range(1, MAX_CALLERS + 1);
-            let callers = match setup.crowd && setup.breaks == Break::WaitForSilent {
+            let callers = match setup.crowd && setup.breaks.contention() {
                 true => CROWD,
                 false => callers,
             };
@@ -860,7 +877,7 @@ impl World {
         // which is where contention with a frozen node once collapsed); the others poll, as
         // clients of servers whose ACL refuses the channel. (Notices fan out: a run with them
         // is about 2.6 times the events.)
-        let pubsub = rng.chance(50);
+        let pubsub = rng.chance(50) || setup.breaks == Break::NoticeHerd;
         let mut nodes = Vec::with_capacity(NODES);
         for i in 0..NODES {
             let clock = clock(&mut rng);
@@ -889,7 +906,7 @@ impl World {
         let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
         let plain = match rng.range(1, 4) {
             // Contention for one resource.
-            _ if setup.breaks == Break::WaitForSilent => 1,
+            _ if setup.breaks.contention() => 1,
             1 if sets => 2,
             k => k as usize,
         };
@@ -1011,7 +1028,7 @@ impl World {
         if !self.setup.faults {
             return;
         }
-        if self.setup.breaks == Break::WaitForSilent {
+        if self.setup.breaks.contention() {
             // Frozen from the start until after the run, and nothing else.
             self.at(0, EvKind::NodePause(0, TIME_LIMIT));
             return;
@@ -1915,7 +1932,7 @@ impl World {
     /// Lock operations after which callers stop starting new acquires.
     fn ops(&self) -> u64 {
         match self.setup.breaks {
-            Break::WaitForSilent => self.setup.ops.max(CONTENTION_OPS),
+            b if b.contention() => self.setup.ops.max(CONTENTION_OPS),
             // Past the outage (every attempt during it an operation) and the repair.
             Break::FenceMajorityBlank => self.setup.ops.max(600),
             _ => self.setup.ops,
@@ -1923,9 +1940,9 @@ impl World {
     }
 
     /// Callers release at once and never keep or extend: contention for the acquire itself
-    /// (`Break::WaitForSilent`).
+    /// (`Break::contention`).
     fn contend(&self) -> bool {
-        self.setup.breaks == Break::WaitForSilent
+        self.setup.breaks.contention()
     }
 
     /// [`World::work`] for a caller with something due.
