@@ -119,6 +119,7 @@ fn main() {
                 let mut stalled = 0u64;
                 let mut waits = Vec::new();
                 let mut overrun = (std::time::Duration::ZERO, 0);
+                let mut ratios = Vec::new();
                 loop {
                     let seed = next.fetch_add(1, Ordering::Relaxed);
                     if seed >= start + seeds {
@@ -138,6 +139,9 @@ fn main() {
                     total.abandoned += r.abandoned;
                     waits.push((r.longest_wait, r.most_connects, r.seed));
                     overrun = overrun.max((r.longest_overrun, r.seed));
+                    if let Some(ratio) = r.progress_ratio {
+                        ratios.push((ratio, r.seed));
+                    }
                     if r.violation.is_some()
                         || r.fence_violation.is_some()
                         || r.liveness.is_some()
@@ -149,7 +153,7 @@ fn main() {
                         violations.push(r);
                     }
                 }
-                (total, violations, stalled, waits, overrun)
+                (total, violations, stalled, waits, overrun, ratios)
             })
         })
         .collect();
@@ -158,8 +162,10 @@ fn main() {
     let mut stalled = 0;
     let mut waits = Vec::new();
     let mut overrun = (std::time::Duration::ZERO, 0);
+    let mut ratios = Vec::new();
     for w in workers {
-        let (t, v, s, l, o) = w.join().expect("a worker panicked");
+        let (t, v, s, l, o, r) = w.join().expect("a worker panicked");
+        ratios.extend(r);
         overrun = overrun.max(o);
         waits.extend(l);
         total.wants += t.wants;
@@ -265,6 +271,18 @@ fn main() {
     }
     let stuck = found(&violations, |r| &r.progress);
     if breaks.contention() {
+        ratios.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some(&(worst, seed)) = ratios.first() {
+            let at = |q: f64| ratios[((ratios.len() - 1) as f64 * q) as usize].0;
+            println!(
+                "frozen ÷ healthy grants per second: worst {worst:.3} (seed {seed}), 1 % {:.3}, \
+                 median {:.3}; below {:.2} (the floor): {}",
+                at(0.01),
+                at(0.5),
+                sim::PROGRESS_FLOOR,
+                ratios.iter().filter(|r| r.0 < sim::PROGRESS_FLOOR).count()
+            );
+        }
         show("progress violations", &stuck);
     }
     let lock_expected = breaks == Break::Nothing || control || flawed;

@@ -486,11 +486,11 @@ fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
 /// below [`sim::PROGRESS_FLOOR`] before the fix; the worst of 1,000 at 0.38). Now a notice
 /// says how many clients heard it and each spreads its attempt over a span that grows with
 /// them (`wait::crowd_pause`). `Break::NoticeHerd` ignores the count in the same runs, all
-/// with notices: caught by the progress check on these seeds (23 of seeds 0..300); the code
-/// as it is keeps more than half on them.
+/// with notices: caught by the progress check on these seeds (0.41–0.44 of the healthy rate);
+/// the code as it is keeps more on them.
 #[test]
 fn waiters_woken_by_one_notice_split_the_votes_unless_they_spread_out() {
-    for seed in [36, 39, 53] {
+    for seed in [63, 82, 91] {
         let broken = setup(Break::NoticeHerd, false);
         let r = sim::run(seed, broken, None);
         assert!(

@@ -231,14 +231,16 @@ pub struct ProgressViolation {
     pub healthy: (u64, Duration),
 }
 
-/// The progress check's floor: with one of five nodes frozen, contention keeps at least half
-/// of its grants per second (issue 36's goal for `redlock demo` on real servers; its frozen
-/// phase once fell to 0.01×). In the simulated world the four live nodes must give 3 of 4 yeses
-/// across links whose delays differ by up to 2 ms: an honest run keeps 0.56 at worst in 1,000
-/// schedules (median 0.77), while the defect of `Break::WaitForSilent` falls to 0.36. (The
-/// floor was a third until release notices said how many clients heard them: every notified
-/// waiter attempted at once, their votes split, and honest runs fell to 0.38.)
-pub const PROGRESS_FLOOR: f64 = 0.5;
+/// The progress check's floor: with one of five nodes frozen, contention keeps more than 0.45
+/// of its grants per second. (Issue 36's goal for `redlock demo` on real servers is half; its
+/// frozen phase once fell to 0.01×.) In the simulated world the four live nodes must give 3 of
+/// 4 yeses across links whose delays differ by up to 2 ms: in 1,000 schedules each at 5b2eda2,
+/// honest runs keep 0.476 at worst with notices in every run (`Break::NoticeHerd`'s control;
+/// 1 % 0.57, median 0.73) — so not half — while the herd brought back falls to 0.32 (1 %
+/// 0.42) and `Break::WaitForSilent`'s defect to about 0.36. (A third until release notices said
+/// how many clients heard them: every notified waiter attempted at once, their votes split,
+/// and honest runs fell to 0.38.)
+pub const PROGRESS_FLOOR: f64 = 0.45;
 
 /// Lock operations of a `Break::WaitForSilent` run: long enough that the first node timeout
 /// of each client (before it knows the frozen node for silent) is a small part of it.
@@ -297,6 +299,9 @@ pub struct Report {
     /// (`Break::WaitForSilent`) the grants per second fell below [`PROGRESS_FLOOR`] of the
     /// same schedule's with every node up.
     pub progress: Option<ProgressViolation>,
+    /// (`Break::contention`'s runs) grants per second with the node frozen ÷ with every node
+    /// up, the measure the progress check compares with [`PROGRESS_FLOOR`].
+    pub progress_ratio: Option<f64>,
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform and version.
@@ -771,6 +776,8 @@ pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
         world.report.stalled |= healthy.stalled;
         let frozen = &world.report;
         let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
+        world.report.progress_ratio = Some(rate(frozen) / rate(&healthy).max(1e-9));
+        let frozen = &world.report;
         if rate(frozen) < PROGRESS_FLOOR * rate(&healthy) {
             let v = ProgressViolation {
                 frozen: (frozen.acquired, frozen.sim_time),
