@@ -324,8 +324,9 @@ const MIN_SPLIT_BASE: Duration = Duration::from_micros(500);
 /// A split vote's pause doubles at most this many times (64 rounds): enough for dozens of
 /// competitors to spread out, without a pause longer than a retry delay.
 const MAX_SPLIT_DOUBLINGS: u32 = 6;
-/// A crowd's pause spreads its attempts over at most this many rounds (as a split's at most
-/// doubles to: the waits' liveness bound covers either).
+/// A crowd's pause spreads its attempts over at most this many rounds (as far as a split's
+/// pause doubles to; the waits' liveness bounds have a term for each: `sim::WAIT_BOUND`,
+/// the soak's `Bound`).
 const MAX_CROWD_ROUNDS: u32 = 1 << MAX_SPLIT_DOUBLINGS;
 
 /// The pause before the attempt of a waiter that heard a release notice with `others` other
