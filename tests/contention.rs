@@ -276,6 +276,21 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
 /// retry pause (`NEVER`), so getting it in time proves the notice, not a poll, brought it.
 const SOON: Duration = Duration::from_secs(10);
 
+/// Waits (bounded) until `channel` has `n` subscribers on `server`.
+fn until_subscribed(server: &Server, channel: &str, n: i64) {
+    let deadline = Instant::now() + SOON;
+    while !matches!(server.cmd(&["PUBSUB", "NUMSUB", channel]),
+        redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(n)))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "{n} not subscribed on {}",
+            server.addr()
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[test]
 fn a_waiter_is_woken_by_another_clients_release() {
     let servers = Cluster::start(3);
@@ -291,15 +306,9 @@ fn a_waiter_is_woken_by_another_clients_release() {
         std::thread::spawn(move || waiter.lock_until("x", Instant::now() + SOON))
     };
     until_waiting(&waiter, "x", 1);
-    // Subscribed on every node (INFO reports one pattern-less channel).
+    // Subscribed on every node.
     for s in servers.iter() {
-        let deadline = Instant::now() + SOON;
-        while !matches!(s.cmd(&["PUBSUB", "NUMSUB", "redlock:released:x"]),
-            redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(1)))
-        {
-            assert!(Instant::now() < deadline, "not subscribed on {}", s.addr());
-            std::thread::yield_now();
-        }
+        until_subscribed(s, "redlock:released:x", 1);
     }
     holder.unlock(lock).unwrap();
     let got = t
@@ -335,14 +344,7 @@ fn a_release_notice_says_how_many_clients_heard_it() {
     until_waiting(&waiter, "x", 1);
     until_marked(&servers, "x");
     for (i, s) in servers.iter().enumerate() {
-        let want = if i == 0 { 2 } else { 1 };
-        let deadline = Instant::now() + SOON;
-        while !matches!(s.cmd(&["PUBSUB", "NUMSUB", "redlock:released:x"]),
-            redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(want)))
-        {
-            assert!(Instant::now() < deadline, "not subscribed on {}", s.addr());
-            std::thread::yield_now();
-        }
+        until_subscribed(s, "redlock:released:x", if i == 0 { 2 } else { 1 });
     }
     holder.unlock(lock).unwrap();
     let message = listener
@@ -501,13 +503,7 @@ fn a_user_whose_keys_exclude_the_waiting_mark_still_releases_and_wakes_waiters()
     until_waiting(&waiter, "lk:a", 1);
     // Subscribed on every node before the release.
     for s in servers.iter() {
-        let deadline = Instant::now() + SOON;
-        while !matches!(s.cmd(&["PUBSUB", "NUMSUB", "redlock:released:lk:a"]),
-            redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(1)))
-        {
-            assert!(Instant::now() < deadline, "not subscribed on {}", s.addr());
-            std::thread::yield_now();
-        }
+        until_subscribed(s, "redlock:released:lk:a", 1);
     }
     // (A quorum at least confirms in time; a node still answering may get only a short grace.)
     assert!(holder.unlock(lock).unwrap() >= 2);
