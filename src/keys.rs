@@ -7,7 +7,7 @@
 //! | `<name>#<i>` | string | a semaphore's acquire (`SET NX PX`), i in 0..P | the token of permit i's holder |
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
-//! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | how many clients were subscribed to it (decimal, `PUBSUB NUMSUB`) |
+//! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | how many clients were subscribed to it, the releaser not counted (decimal, `PUBSUB NUMSUB`) |
 //! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | each reader's token, scored by its expiry (ms, the node's clock); the key lives as long as the longest |
 //! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark, or a waiting set's on each member | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |

@@ -71,10 +71,12 @@ pub(crate) struct ScriptCall<'a> {
 /// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
 ///
 /// The notice's payload is how many clients listen (`PUBSUB NUMSUB`, read just before the
-/// `PUBLISH`, in a `pcall`: `0` for a user who may not run it): each waiter that hears it
-/// spreads its attempt over a span that grows with the others (`wait::crowd_pause`) instead of
-/// all of them attempting at once and splitting the votes. Only releases that publish pay the
-/// lookup (a hash lookup on the server).
+/// `PUBLISH`, in a `pcall`: `0` for a user who may not run it), less the releaser itself when
+/// `ARGV[2]` is `1` (it is subscribed too: a queue of its own for the resource lingers, and it
+/// is no waiter — counted, it made a lone waiter pause as if in a crowd of two): each waiter
+/// that hears it spreads its attempt over a span that grows with the others
+/// (`wait::crowd_pause`) instead of all of them attempting at once and splitting the votes.
+/// Only releases that publish pay the lookup (a hash lookup on the server).
 ///
 /// Why the mark: a `PUBLISH` from a script costs the server about as much as the rest of the
 /// release (one `redis-benchmark` run, a `SET` and this script per call, 3 rounds: plain
@@ -97,7 +99,7 @@ pub(crate) struct ScriptCall<'a> {
 /// the same). The
 /// publish is in a `pcall` too: a user who may not publish still releases (waiters then notice
 /// by polling).
-pub(crate) const RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local ok, n = pcall(redis.call, \"publish\", ch, tostring(type(s) == \"table\" and s[2] or 0)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+pub(crate) const RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1.
 pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
@@ -128,14 +130,15 @@ pub(crate) const SET_ACQUIRE_BODY: &str = "if redis.call(\"exists\", unpack(KEYS
 /// (`fence.rs`): the last key is the counter. Answers `{1 or 0, run, n}`.
 pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") return {ok, h[1] or \"\", h[2] or \"\"}";
 /// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
-/// deleted, and with `ARGV[2]` = `1` its waiters are told as a single lock's are. Answers 0
-/// (no member was ours) or 1 + 2 × the clients the notices reached. One `MGET` of the members
+/// deleted, and with `ARGV[2]` = `1` (or `2`: the releaser is subscribed too, and not
+/// counted) its waiters are told as a single lock's are. Answers 0 (no member was ours) or
+/// 1 + 2 × the clients the notices reached. One `MGET` of the members
 /// and one of their waiting keys rather than a `GET` each: a set of 8 is one call per
 /// purpose, not 8 (the servers share the CPU with the client on a small machine, and
 /// their time is the cycle's). A member of another type reads as not ours (`MGET` answers
 /// nil for it); an ACL that refuses the waiting keys gets the notices every time, as
 /// [`RELEASE_BODY`]'s users do.
-pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"1\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local ok, c = pcall(redis.call, \"publish\", ch, tostring(type(s) == \"table\" and s[2] or 0)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
+pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"1\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
 /// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
 pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
@@ -153,10 +156,11 @@ pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(
 pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) if type(redis.pcall(\"zadd\", KEYS[1], now + ttl, ARGV[1])) == \"table\" then return 0 end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
 /// A reader's release: its token leaves the set (an empty sorted set is deleted by the
 /// server), and if others remain, the expired ones with it (crashed readers); if no reader is
-/// left, with `ARGV[2]` = `1` the waiters are told as [`RELEASE_BODY`] tells them. Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as
-/// it is: readers that remain and crash block writers until the longest TTL any reader set
-/// (at most one TTL after the last acquire), as a crashed plain holder does.
-pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 then local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) if redis.call(\"exists\", KEYS[1]) == 1 then return 1 end end if ARGV[2] ~= \"1\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local ok, n = pcall(redis.call, \"publish\", ch, tostring(type(s) == \"table\" and s[2] or 0)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
+/// left, with `ARGV[2]` = `1` (or `2`, the releaser not counted) the waiters are told as
+/// [`RELEASE_BODY`] tells them. Answers 0 (not a reader), or 1 + 2 × the clients told. The
+/// key's TTL is left as it is: readers that remain and crash block writers until the longest
+/// TTL any reader set (at most one TTL after the last acquire), as a crashed plain holder does.
+pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 then local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) if redis.call(\"exists\", KEYS[1]) == 1 then return 1 end end if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
 /// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
 /// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more. Answers 1
 /// or 0.

@@ -79,9 +79,10 @@ pub(crate) struct Queue {
     /// Other clients subscribed to the notice of the last release we saw answered (on the
     /// node that answered last): they wait too.
     pub remote: u32,
-    /// Other clients that heard the last release notice we heard (its payload, less us): they
-    /// may all attempt now, so the head's attempt after it is spread ([`crowd_pause`]); 0 after
-    /// a release of ours or a notice that does not say.
+    /// The crowd woken by the last release notice we heard, as the rounds its attempts spread
+    /// over ([`crowd_rounds`] of its payload): they may all attempt now, so the head's attempt
+    /// after it is spread ([`crowd_pause`]); 0 after a release of ours, a notice that does not
+    /// say, or one that only we heard.
     pub crowd: u32,
     /// The head's attempt in flight went out behind a waiting mark (`redlock:waiting:<name>`):
     /// if it is refused, a release by another client publishes its notice. An attempt right
@@ -262,7 +263,7 @@ impl Queue {
         let local = seen == Seen::Ours;
         self.crowd = match seen {
             Seen::Ours => 0,
-            Seen::Notice(listeners) => listeners.saturating_sub(1),
+            Seen::Notice(listeners) => crowd_rounds(listeners),
         };
         if local {
             self.held_until = None;
@@ -274,8 +275,8 @@ impl Queue {
         if local && self.streak >= MAX_STREAK && self.remote > 0 {
             // Our callers have had it MAX_STREAK times in a row while others wait: step back
             // long enough for a notified remote waiter's attempt to land first — they spread
-            // theirs over their crowd's span, in which we count — (our own notice, which
-            // comes next, does not cut this short).
+            // theirs over a round each (`crowd_rounds`) — (our own notice, which comes next,
+            // does not cut this short).
             let crowd = crowd_pause(self.remote, round, u64::MAX);
             self.not_before = Some(now + yield_pause(round) + crowd);
             self.streak = 0;
@@ -296,7 +297,7 @@ pub(crate) enum Seen {
     /// A caller of this engine released it (the release was submitted here).
     Ours,
     /// Another client's release notice, with the number of clients subscribed to it on that
-    /// node (its payload; 0: not known — a resubscription that may have missed one, or a
+    /// node, the releaser not counted (its payload; 0: not known — a resubscription that may have missed one, or a
     /// releaser that does not count).
     Notice(u32),
 }
@@ -329,17 +330,28 @@ const MAX_SPLIT_DOUBLINGS: u32 = 6;
 /// the soak's `Bound`).
 const MAX_CROWD_ROUNDS: u32 = 1 << MAX_SPLIT_DOUBLINGS;
 
-/// The pause before the attempt of a waiter that heard a release notice with `others` other
-/// clients (who may all attempt at the same moment): uniform in `0..others × base` (`base`: the
-/// last round, at least 500 µs; at most 64 of them). Without it every waiter attempts at once,
-/// their votes split (each node says yes to whichever attempt reaches it first), and all of
-/// them pause and try again. Spread over a span that grows with the crowd, the first attempt
-/// still comes after about one `base` however many wait, and the next ones, a round or more
-/// later, find the resource taken (a refusal: they wait for the next notice) instead of
-/// splitting it. A waiter alone (`others` = 0) attempts at once.
-pub(crate) fn crowd_pause(others: u32, round: Duration, random: u64) -> Duration {
+/// The span, in rounds, over which the waiters woken by a release notice that counts
+/// `listeners` (the clients subscribed, the releaser not counted: they all may attempt at the
+/// same moment) spread their attempts: a round each when more than one heard it, so that the
+/// releaser's own next attempt — its callers may lock again at once, and that attempt is not
+/// spread — has the first round to itself, as before the count left the releaser out; none
+/// for a waiter alone, which then races only the releaser's attempt (spread, it lost that race
+/// nearly every time: with two clients behind 800 µs relays the acquire's p99 doubled).
+pub(crate) fn crowd_rounds(listeners: u32) -> u32 {
+    if listeners > 1 { listeners } else { 0 }
+}
+
+/// The pause before the attempt of a waiter that heard a release notice with a crowd of
+/// `rounds` ([`crowd_rounds`]): uniform in `0..rounds × base` (`base`: the last round, at least
+/// 500 µs; at most 64 of them). Without it every waiter attempts at once, their votes split
+/// (each node says yes to whichever attempt reaches it first), and all of them pause and try
+/// again. Spread over a span that grows with the crowd, the first attempt still comes after
+/// about one `base` however many wait, and the next ones, a round or more later, find the
+/// resource taken (a refusal: they wait for the next notice) instead of splitting it. A waiter
+/// alone (`rounds` = 0) attempts at once.
+pub(crate) fn crowd_pause(rounds: u32, round: Duration, random: u64) -> Duration {
     let base = round.max(MIN_SPLIT_BASE);
-    let span = base * others.min(MAX_CROWD_ROUNDS);
+    let span = base * rounds.min(MAX_CROWD_ROUNDS);
     let share = random as f64 / (u64::MAX as f64 + 1.0);
     span.mul_f64(share)
 }
@@ -398,7 +410,7 @@ mod tests {
     #[test]
     fn crowd_pauses_grow_with_the_crowd_and_stay_bounded() {
         let round = Duration::from_millis(2);
-        let top = |others| crowd_pause(others, round, u64::MAX);
+        let top = |rounds| crowd_pause(rounds, round, u64::MAX);
         assert_eq!(top(0), Duration::ZERO);
         assert!(top(1) < top(2) && top(2) < top(7));
         assert!(top(7) <= round * 7);
@@ -407,6 +419,17 @@ mod tests {
         let tiny = crowd_pause(3, Duration::from_micros(5), u64::MAX);
         assert!(tiny > Duration::from_micros(1_400) && tiny <= Duration::from_micros(1_500));
         assert_eq!(crowd_pause(7, round, 0), Duration::ZERO);
+    }
+
+    /// A waiter alone races the releaser's next attempt; a crowd of n spreads over n rounds, the
+    /// releaser (not counted) keeping the first.
+    #[test]
+    fn a_crowd_spreads_over_a_round_per_waiter_a_lone_waiter_not_at_all() {
+        assert_eq!(
+            [0, 1, 2, 3, 8].map(crowd_rounds),
+            [0, 0, 2, 3, 8],
+            "listeners → rounds"
+        );
     }
 
     /// A notice that several clients heard spreads the head's attempt; one that only we heard,
@@ -427,12 +450,12 @@ mod tests {
             );
             assert_eq!((q.crowd, q.not_before), (0, None));
         }
-        // Eight subscribed: seven others.
+        // Eight waiting (the releaser not counted): a round each.
         let at = q
             .on_release(now, (round, u64::MAX / 2), Seen::Notice(8))
             .unwrap();
-        assert_eq!(q.crowd, 7);
-        assert!(at > now && at <= now + round * 7, "{:?}", at - now);
+        assert_eq!(q.crowd, 8);
+        assert!(at > now && at <= now + round * 8, "{:?}", at - now);
         assert_eq!(q.try_at, at);
         // The same release's notice from the other nodes does not move it.
         let later = now + Duration::from_micros(100);
@@ -441,6 +464,6 @@ mod tests {
         q.attempt = Some(id);
         assert_eq!(q.on_release(later, (round, 0), Seen::Notice(5)), None);
         assert!(q.released);
-        assert_eq!(q.crowd, 4);
+        assert_eq!(q.crowd, 5);
     }
 }

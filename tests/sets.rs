@@ -373,3 +373,72 @@ fn a_held_set_survives_a_minority_of_nodes_restarting() {
         assert_eq!(s.get("r1"), None, "node {i}");
     }
 }
+
+/// A set's release notices count the clients that wait for its members, not the releaser
+/// (its own callers' queue for the set listens on every member's channel): with the other
+/// client and this test's subscription on node 0, "2" — "3" before the releaser was left out.
+#[test]
+fn a_sets_release_notice_does_not_count_the_releaser() {
+    let servers = Cluster::start(3);
+    let soon = Duration::from_secs(10);
+    let make = || {
+        builder(&servers)
+            .retry_delay(Duration::from_secs(30), Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let (releaser, other) = (make(), make());
+    let pair = set(&["n:x", "n:y"]);
+    let lock = releaser.lock(&pair).unwrap();
+    let wait = |redlock: &redlock_mux::Redlock| {
+        let (redlock, pair) = (redlock.clone(), pair.clone());
+        std::thread::spawn(move || redlock.lock_until(&pair, Instant::now() + soon))
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + soon;
+        while !done() {
+            assert!(Instant::now() < deadline, "never {what}");
+            std::thread::yield_now();
+        }
+    };
+    let waiting = |redlock: &redlock_mux::Redlock| {
+        (redlock.with_client(|c| redlock_mux::testing::waiters(c, pair.as_ref()))).unwrap()
+    };
+    let mine = wait(&releaser);
+    until("a second caller of the releaser waits", &|| {
+        waiting(&releaser) == 1
+    });
+    let theirs = wait(&other);
+    until("the other client waits", &|| waiting(&other) == 1);
+    until("marked", &|| {
+        (servers.iter()).all(|s| s.get("redlock:waiting:n:x").is_some())
+    });
+    let channel = "redlock:released:n:x";
+    let mut raw = servers[0].connection();
+    let mut listener = raw.as_pubsub();
+    listener.subscribe(channel).unwrap();
+    listener.set_read_timeout(Some(soon)).unwrap();
+    let numsub = |s: &redis_local::Server| match s.cmd(&["PUBSUB", "NUMSUB", channel]) {
+        redis::Value::Array(v) => v.get(1).cloned(),
+        _ => None,
+    };
+    until("subscribed", &|| {
+        (servers.iter().enumerate())
+            .all(|(i, s)| numsub(s) == Some(redis::Value::Int(if i == 0 { 3 } else { 2 })))
+    });
+    releaser.unlock(lock).unwrap();
+    let message = listener
+        .get_message()
+        .expect("the release published its notice");
+    assert_eq!(message.get_payload::<String>().unwrap(), "2");
+    let got = mine.join().unwrap().expect("a local hand-off");
+    releaser.unlock(got).unwrap();
+    let got = theirs
+        .join()
+        .unwrap()
+        .expect("the notice woke the other client");
+    other.unlock(got).unwrap();
+    for member in ["n:x", "n:y"] {
+        assert_eq!(values(&servers, member), vec![None; 3]);
+    }
+}

@@ -369,10 +369,10 @@ fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
         (Break::FenceNoWriteBack, &[0u64, 1, 4][..]),
         // The schedules changed with the ledger (issue 35), twice for issue 36, when waiters
-        // began to leave at their deadline and when release notices began to say how many
-        // heard them: earlier seeds no longer hit this rare case; these do (8 of 4,000 seeds
-        // at the last change).
-        (Break::FenceBlankAsZero, &[846, 1243, 2266][..]),
+        // began to leave at their deadline, when release notices began to say how many heard
+        // them and when they stopped counting the releaser: earlier seeds no longer hit this
+        // rare case; these do (8 of 4,000 seeds at the last change).
+        (Break::FenceBlankAsZero, &[562, 1243, 2266][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
@@ -454,7 +454,7 @@ fn liveness_defects_brought_back_are_caught() {
 /// the code as it is passes it on the same seeds.
 #[test]
 fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
-    for seed in [515, 615] {
+    for seed in [0, 17] {
         let broken = setup(Break::WaitForSilent, false);
         let r = sim::run(seed, broken, None);
         let v = r.progress.as_ref().unwrap_or_else(|| {
@@ -517,11 +517,11 @@ fn waiters_woken_by_one_notice_split_the_votes_unless_they_spread_out() {
 /// deadline out of the queue's earliest, so the wait ended at its next attempt — after a split
 /// vote's pause or the poll — not at its deadline. The liveness check sees it only when the
 /// resource is free for longer than its bound (none of 1,000 schedules); the deadline check,
-/// every waiting acquire's outcome within [`sim::DEADLINE_SLACK`] of its deadline, in 67 of
+/// every waiting acquire's outcome within [`sim::DEADLINE_SLACK`] of its deadline, in 65 of
 /// 1,000. The code as it is: none, on the same seeds and in every batch above.
 #[test]
 fn a_wait_that_outlives_its_deadline_is_caught_by_the_deadline_check() {
-    for seed in [20, 26, 53] {
+    for seed in [15, 53, 56] {
         let broken = setup(Break::DeadlineNotRearmed, false);
         let r = sim::run(seed, broken, None);
         let late = r.late.as_ref().unwrap_or_else(|| {

@@ -633,9 +633,10 @@ fn count_reply(counters: &NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &N
     counter.bump();
 }
 
-/// A release notice's payload: how many clients listened on its node when it went out, in
-/// decimal (the release script's `PUBSUB NUMSUB`). 0 — not known — for anything else: the
-/// empty payload of a releaser that does not count, or bytes no server of ours sends.
+/// A release notice's payload: how many clients listened on its node when it went out, the
+/// releaser not counted, in decimal (the release script's `PUBSUB NUMSUB`). 0 — not known —
+/// for anything else: the empty payload of a releaser that does not count, or bytes no server
+/// of ours sends.
 fn notice_listeners(payload: Option<Frame<'_>>) -> u32 {
     match payload {
         Some(Frame::Bulk(p))

@@ -125,6 +125,7 @@ impl<N: Net> Engine<N> {
             last_round,
             quiet_release,
             replay_until,
+            waits,
             ..
         } = self;
         let config = &shared.config;
@@ -144,10 +145,22 @@ impl<N: Net> Engine<N> {
         };
         let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
         let token = Arg::Bytes(op.token.as_bytes());
+        // Subscribed to the resource's notices ourselves (a queue of our callers for it, waiting
+        // or lingering): the notice counts the clients that wait without us. Only then does a
+        // plain release carry the argument that says so (its uncontended bytes stay the same).
+        let me = waits.get(&op.resource).is_some_and(|q| q.subscribed != 0);
         let call = match crate::keys::is_one_key(&op.resource) {
+            true if me => {
+                let me = Arg::Bytes(b"1");
+                shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, me])
+            }
             true => shaped_call(scratch, id.tag(), &op.resource, scripts, &[token]),
             false => {
-                let notices = Arg::Bytes(if quiet { b"0" } else { b"1" });
+                let notices = Arg::Bytes(match (quiet, me) {
+                    (true, _) => b"0",
+                    (false, false) => b"1",
+                    (false, true) => b"2",
+                });
                 shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, notices])
             }
         };

@@ -463,7 +463,7 @@ mod tests {
         assert!(now < first && first < second, "{first:?} {second:?}");
         assert_eq!(q.not_before, Some(second));
         // Refused, with a notice heard meanwhile: at once if only we heard it; in the crowd
-        // (not before a random share of its span) if three others did too.
+        // (not before a random share of its span) if a crowd of three did.
         q.marked = true;
         q.released = true;
         q.crowd = 0;

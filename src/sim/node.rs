@@ -123,13 +123,13 @@ impl Node {
 
     /// Publishes a release notice on `channel`, whose payload is the number of subscribers (as
     /// the release scripts' `PUBSUB NUMSUB` gives it); returns that number.
-    fn publish(&mut self, channel: &[u8]) -> u64 {
+    fn publish(&mut self, channel: &[u8], releaser: bool) -> u64 {
         let listeners = self
             .subs
             .iter()
             .filter(|(_, ch)| ch.as_slice() == channel)
             .count();
-        let payload = listeners.to_string();
+        let payload = listeners.saturating_sub(usize::from(releaser)).to_string();
         let mut n = 0;
         for (conn, ch) in &self.subs {
             if ch.as_slice() == channel {
@@ -304,7 +304,8 @@ impl Node {
                     (false, _) => 0,
                     (true, 0) => {
                         self.remove(key);
-                        1 + 2 * self.notify(key, now)
+                        // The releaser subscribed too (`ARGV[2]`): the notice counts it out.
+                        1 + 2 * self.notify(key, now, cmd.get(5) == Some(&&b"1"[..]))
                     }
                     (true, 5) => {
                         self.remove(key);
@@ -370,7 +371,7 @@ impl Node {
 impl Node {
     /// After `key`'s release: the waiting mark goes with the lock if it is one, and then the
     /// release's notice is published. How many subscribers it reached.
-    fn notify(&mut self, key: &[u8], now: u64) -> u64 {
+    fn notify(&mut self, key: &[u8], now: u64, releaser: bool) -> u64 {
         let waiting = crate::keys::waiting_key(key);
         let value = self.live(&waiting, now);
         let marks = [
@@ -387,7 +388,7 @@ impl Node {
         }
         let mut channel = crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
         channel.extend_from_slice(key);
-        self.publish(&channel)
+        self.publish(&channel, releaser)
     }
 
     /// The scripts of a shared (read) lock and the reader's mark (`session.rs`:
@@ -475,8 +476,8 @@ impl Node {
                     1
                 } else {
                     self.readers.swap_remove(at);
-                    let told = if cmd[5] == b"1" {
-                        self.notify(key, now)
+                    let told = if cmd[5] == b"1" || cmd[5] == b"2" {
+                        self.notify(key, now, cmd[5] == b"2")
                     } else {
                         0
                     };
@@ -553,8 +554,8 @@ impl Node {
                     if self.live(key, now) == Some(token) {
                         self.remove(key);
                         ours = true;
-                        if args[1] == b"1" {
-                            heard += self.notify(key, now);
+                        if args[1] == b"1" || args[1] == b"2" {
+                            heard += self.notify(key, now, args[1] == b"2");
                         }
                     }
                 }
