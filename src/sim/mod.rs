@@ -34,7 +34,7 @@ use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
-use net::{Action, CONN_ID_BITS, Inbound, SimNet};
+use net::{Action, CONN_ID_BITS, Inbound, SimNet, recycle};
 use node::{Node, Persist};
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
@@ -725,6 +725,8 @@ struct World {
     report: Report,
     trace: Option<String>,
     args: Vec<(usize, usize)>,
+    /// Buffers of messages the nodes read, for their replies (see `net::recycle`).
+    spare: Vec<Vec<u8>>,
     /// Every want that ended (granted or given up).
     wants: Vec<Want>,
     /// World times at which a fault began or ended (the liveness check's clock restarts).
@@ -976,6 +978,7 @@ impl World {
             },
             trace: tracing.then(String::new),
             args: Vec::new(),
+            spare: Vec::new(),
             wants: Vec::new(),
             changes: Vec::new(),
             node_faults: Vec::new(),
@@ -1630,7 +1633,7 @@ impl World {
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
-        let mut reply = Vec::with_capacity(64);
+        let mut reply = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(64));
         // Commands run from the message itself unless part of one came before (then from the
         // connection's buffer); what is left of an incomplete one waits there.
         let pending = !conn.inbuf.is_empty();
@@ -1660,7 +1663,10 @@ impl World {
         } else if used < bytes.len() {
             conn.inbuf.extend_from_slice(&bytes[used..]);
         }
-        if !reply.is_empty() {
+        recycle(&mut self.spare, bytes);
+        if reply.is_empty() {
+            recycle(&mut self.spare, reply);
+        } else {
             let last = conn.down;
             let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
             if let Some(c) = self.conns.get_mut(&conn_id) {
@@ -1669,7 +1675,9 @@ impl World {
         }
         // Release notices, to every subscribed connection of this node still up (FIFO after
         // what each was sent before).
-        for (to, msg) in std::mem::take(&mut self.nodes[node].node.outbox) {
+        // (The outbox goes back empty, its room kept.)
+        let mut outbox = std::mem::take(&mut self.nodes[node].node.outbox);
+        for (to, msg) in outbox.drain(..) {
             let Some(c) = self.conns.get(&to) else {
                 continue;
             };
@@ -1682,6 +1690,7 @@ impl World {
                 c.down = t;
             }
         }
+        self.nodes[node].node.outbox = outbox;
     }
 
     fn local(&self, c: usize) -> Instant {
@@ -1722,10 +1731,12 @@ impl World {
             }
             self.clients[c].engine.step(now);
         }
-        let actions = std::mem::take(&mut self.clients[c].engine.net.actions);
-        for action in actions {
+        // The list goes back empty: its room is kept for the next turn's actions.
+        let mut actions = std::mem::take(&mut self.clients[c].engine.net.actions);
+        for action in actions.drain(..) {
             self.send(c, action);
         }
+        self.clients[c].engine.net.actions = actions;
         let timer = self.clients[c]
             .callers
             .iter()

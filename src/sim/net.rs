@@ -62,6 +62,21 @@ pub(crate) struct SimNet {
     /// High bits of this client's connection ids (ids are unique in the world).
     id_base: u64,
     writes: u64,
+    /// Buffers of messages read, for the next writes: a message each way per request, and
+    /// each a `malloc` and a `free` otherwise.
+    spare: Vec<Vec<u8>>,
+}
+
+/// Message buffers kept for reuse, at most (by a client, and by the world): more than are
+/// free at once in the usual runs; the rest are freed.
+pub(crate) const SPARE_BUFFERS: usize = 32;
+
+/// Keeps `buf` in `spare` for another message, unless enough are kept.
+pub(crate) fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if spare.len() < SPARE_BUFFERS {
+        buf.clear();
+        spare.push(buf);
+    }
 }
 
 impl SimNet {
@@ -80,6 +95,7 @@ impl SimNet {
             next_conn: 0,
             id_base: (client as u64) << CONN_ID_BITS,
             writes: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -126,7 +142,8 @@ impl SimNet {
         if out.is_empty() {
             return;
         }
-        let bytes = out.to_vec();
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        bytes.extend_from_slice(out);
         link.session.written(bytes.len());
         self.writes += 1;
         self.actions.push(Action::Send { node, conn, bytes });
@@ -235,6 +252,7 @@ impl Net for SimNet {
                             // A NOSCRIPT reply queued its EVAL fallback.
                             self.flush_node(node);
                         }
+                        recycle(&mut self.spare, bytes);
                     }
                 }
             }
