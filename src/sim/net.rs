@@ -132,16 +132,23 @@ impl SimNet {
         self.sync(node, now);
     }
 
+    /// Writes what node `node`'s session has to send, if anything. (Every turn asks of every
+    /// node, most often with nothing to send: that test is inlined, the write is not.)
+    #[inline]
     fn flush_node(&mut self, node: usize) {
-        let link = &mut self.links[node];
+        let link = &self.links[node];
         let Some(conn) = link.conn else { return };
-        if link.session.awaits_connect() {
+        if link.session.awaits_connect() || link.session.output().is_empty() {
             return;
         }
+        self.write(node, conn);
+    }
+
+    /// Hands node `node`'s output to the world, on connection `conn`.
+    #[inline(never)]
+    fn write(&mut self, node: usize, conn: u64) {
+        let link = &mut self.links[node];
         let out = link.session.output();
-        if out.is_empty() {
-            return;
-        }
         let mut bytes = self.spare.pop().unwrap_or_default();
         bytes.extend_from_slice(out);
         link.session.written(bytes.len());
