@@ -687,13 +687,21 @@ const SMALL_MAX_PENDING: usize = 8;
 const TIME_LIMIT: u64 = 600_000 * MS;
 const EVENT_LIMIT: u64 = 2_000_000;
 
+/// An event's key in the queue is its time, its sequence number and its slot in one number
+/// (ordered as the time, then the sequence number: compared at once, it is the cheaper heap):
+/// 64 bits of time, then these for the sequence number (a schedule stops at `EVENT_LIMIT`
+/// events, each of which plans a few) and for the slot (of the events planned at once).
+const SEQ_BITS: u32 = 40;
+const SLOT_BITS: u32 = 64 - SEQ_BITS;
+
 struct World {
     rng: Rng,
     g: u64,
     seq: u64,
     /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
-    /// of small keys (the events themselves, some large, stay where they were put).
-    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// of small keys (the events themselves, some large, stay where they were put), each one
+    /// number (see `SEQ_BITS`).
+    queue: BinaryHeap<Reverse<u128>>,
     planned: Vec<Option<EvKind>>,
     /// Slots of `planned` free for the next events.
     free_slots: Vec<u32>,
@@ -1037,12 +1045,18 @@ impl World {
                 (self.planned.len() - 1) as u32
             }
         };
-        self.queue.push(Reverse((t, self.seq, slot)));
+        assert!(
+            self.seq < 1 << SEQ_BITS && slot < 1 << SLOT_BITS,
+            "more events planned than an event's key holds"
+        );
+        let key = (u128::from(t) << 64) | (u128::from(self.seq) << SLOT_BITS) | u128::from(slot);
+        self.queue.push(Reverse(key));
     }
 
     /// The next event planned (the earliest; of those at the same time, the first planned).
     fn next_event(&mut self) -> Option<Ev> {
-        let Reverse((t, _, slot)) = self.queue.pop()?;
+        let Reverse(key) = self.queue.pop()?;
+        let (t, slot) = ((key >> 64) as u64, (key as u32) & ((1 << SLOT_BITS) - 1));
         let kind = self.planned[slot as usize].take().expect("a planned event");
         self.free_slots.push(slot);
         Some(Ev { t, kind })
