@@ -446,6 +446,9 @@ struct Client {
     callers: Vec<Caller>,
     /// World time of the wake event planned (stale events are skipped).
     wake: Option<u64>,
+    /// The last wake asked for on the client's clock, and in world time: the same deadline
+    /// comes back poke after poke, and the conversion is a costly part of a poke.
+    wake_of: Option<(Instant, u64)>,
     paused_until: Option<u64>,
     deferred: Vec<Ev>,
     /// Goes on as holder after its validity ended (breaks "work within validity").
@@ -906,6 +909,7 @@ impl World {
                 clock,
                 callers,
                 wake: None,
+                wake_of: None,
                 paused_until: None,
                 deferred: Vec::new(),
                 ignores_validity: broken(Break::WorkPastValidity),
@@ -1787,7 +1791,15 @@ impl World {
             .flatten()
             .min();
         if let Some(t) = next {
-            let t = self.world_of(c, t).max(self.g + 1_000);
+            let t = match self.clients[c].wake_of {
+                Some((local, world)) if local == t => world,
+                _ => {
+                    let world = self.world_of(c, t);
+                    self.clients[c].wake_of = Some((t, world));
+                    world
+                }
+            };
+            let t = t.max(self.g + 1_000);
             if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
                 self.clients[c].wake = Some(t);
                 self.at(t, EvKind::ClientWake(c));
