@@ -3,6 +3,7 @@
 //! socket — open, write the session's output, feed it what arrives, close when it says so —
 //! except that nothing waits: the world moves time between calls and hands in what arrived.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
@@ -45,8 +46,44 @@ pub(crate) enum Inbound {
     Closed,
 }
 
-struct Link {
+/// A node's session, and its next deadline kept until the session changes: asked of every
+/// node at every turn and every wake, it changes in few of them. (Changes go through
+/// [`Watched::get_mut`], which forgets it.)
+struct Watched {
     session: Session,
+    deadline: Cell<Option<Option<Instant>>>,
+}
+
+impl Watched {
+    fn new(session: Session) -> Watched {
+        Watched {
+            session,
+            deadline: Cell::new(None),
+        }
+    }
+
+    fn get(&self) -> &Session {
+        &self.session
+    }
+
+    fn get_mut(&mut self) -> &mut Session {
+        *self.deadline.get_mut() = None;
+        &mut self.session
+    }
+
+    /// [`Session::next_deadline`].
+    fn next_deadline(&self) -> Option<Instant> {
+        if let Some(deadline) = self.deadline.get() {
+            return deadline;
+        }
+        let deadline = self.session.next_deadline();
+        self.deadline.set(Some(deadline));
+        deadline
+    }
+}
+
+struct Link {
+    session: Watched,
     /// The world's id of the connection, while one is open or opening.
     conn: Option<u64>,
     inbox: VecDeque<(u64, Inbound)>,
@@ -85,7 +122,7 @@ impl SimNet {
             links: nodes
                 .iter()
                 .map(|a| Link {
-                    session: Session::new(a.clone(), config.clone(), now),
+                    session: Watched::new(Session::new(a.clone(), config.clone(), now)),
                     conn: None,
                     inbox: VecDeque::new(),
                 })
@@ -109,7 +146,7 @@ impl SimNet {
         let conn = self.id_base | self.next_conn;
         let link = &mut self.links[node];
         link.conn = Some(conn);
-        link.session.connecting(now);
+        link.session.get_mut().connecting(now);
         self.actions.push(Action::Connect { node, conn });
     }
 
@@ -117,18 +154,18 @@ impl SimNet {
     /// replay.
     fn sync(&mut self, node: usize, now: Instant) {
         let link = &mut self.links[node];
-        if link.session.take_close()
+        if link.session.get_mut().take_close()
             && let Some(conn) = link.conn.take()
         {
             self.actions.push(Action::Close { node, conn });
         }
-        if self.links[node].session.wants_replay() {
+        if self.links[node].session.get().wants_replay() {
             self.open(node, now);
         }
     }
 
     fn fail(&mut self, node: usize, fault: NodeFault, now: Instant, sink: &mut Sink<'_>) {
-        self.links[node].session.fail(fault, now, sink);
+        self.links[node].session.get_mut().fail(fault, now, sink);
         self.sync(node, now);
     }
 
@@ -138,7 +175,7 @@ impl SimNet {
     fn flush_node(&mut self, node: usize) {
         let link = &self.links[node];
         let Some(conn) = link.conn else { return };
-        if link.session.awaits_connect() || link.session.output().is_empty() {
+        if link.session.get().awaits_connect() || link.session.get().output().is_empty() {
             return;
         }
         self.write(node, conn);
@@ -148,23 +185,24 @@ impl SimNet {
     #[inline(never)]
     fn write(&mut self, node: usize, conn: u64) {
         let link = &mut self.links[node];
-        let out = link.session.output();
+        let session = link.session.get_mut();
+        let out = session.output();
         let mut bytes = self.spare.pop().unwrap_or_default();
         bytes.extend_from_slice(out);
-        link.session.written(bytes.len());
+        session.written(bytes.len());
         self.writes += 1;
         self.actions.push(Action::Send { node, conn, bytes });
     }
 
     fn admit(&mut self, node: usize, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
         self.connect_node(node, now)?;
-        let admitted = self.links[node].session.admit(now, sink);
+        let admitted = self.links[node].session.get_mut().admit(now, sink);
         self.sync(node, now);
         admitted
     }
 
     fn connect_node(&mut self, node: usize, now: Instant) -> Result<(), NodeFault> {
-        if self.links[node].session.connect_due(now)? {
+        if self.links[node].session.get().connect_due(now)? {
             self.open(node, now);
         }
         Ok(())
@@ -177,7 +215,7 @@ impl Net for SimNet {
     }
 
     fn session(&self, node: usize) -> &Session {
-        &self.links[node].session
+        self.links[node].session.get()
     }
 
     fn nodes(&self) -> usize {
@@ -186,6 +224,12 @@ impl Net for SimNet {
 
     fn writes(&self) -> u64 {
         self.writes
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        (self.links.iter())
+            .filter_map(|link| link.session.next_deadline())
+            .min()
     }
 
     fn request(
@@ -198,7 +242,10 @@ impl Net for SimNet {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(node, now, &mut |d| sink(node, now, d))?;
-        self.links[node].session.request(kind, tag, encoded, now);
+        self.links[node]
+            .session
+            .get_mut()
+            .request(kind, tag, encoded, now);
         Ok(())
     }
 
@@ -210,7 +257,7 @@ impl Net for SimNet {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(node, now, &mut |d| sink(node, now, d))?;
-        self.links[node].session.script(call, now);
+        self.links[node].session.get_mut().script(call, now);
         Ok(())
     }
 
@@ -239,8 +286,8 @@ impl Net for SimNet {
                 }
                 match what {
                     Inbound::Connected => {
-                        if self.links[node].session.awaits_connect() {
-                            self.links[node].session.connected();
+                        if self.links[node].session.get().awaits_connect() {
+                            self.links[node].session.get_mut().connected();
                             self.flush_node(node);
                         }
                     }
@@ -250,7 +297,7 @@ impl Net for SimNet {
                     }
                     Inbound::Closed => self.fail(node, NodeFault::Closed, now, sink),
                     Inbound::Data(bytes) => {
-                        let session = &mut self.links[node].session;
+                        let session = self.links[node].session.get_mut();
                         session.read_begin();
                         session.on_bytes(&bytes, now, sink);
                         if session.closing() {
@@ -265,7 +312,7 @@ impl Net for SimNet {
             }
             let link = &mut self.links[node];
             if link.session.next_deadline().is_some_and(|d| d <= now) {
-                link.session.on_timer(now, sink);
+                link.session.get_mut().on_timer(now, sink);
                 self.sync(node, now);
             }
         }
