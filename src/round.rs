@@ -162,8 +162,20 @@ impl Round {
     /// A round over `n` nodes (quorum `n / 2 + 1`). Allocates its per-node slots once; reads no
     /// clock (the time comes with [`Round::start`]).
     pub fn new(n: usize) -> Round {
+        Round::build(Vec::new(), n)
+    }
+
+    /// A round as [`Round::new`] makes it, in `self`'s slots (the simulator's engines, a few
+    /// per schedule, reuse the previous schedule's).
+    pub(crate) fn rebuilt(self, n: usize) -> Round {
+        Round::build(self.slots, n)
+    }
+
+    fn build(mut slots: Vec<Slot>, n: usize) -> Round {
+        slots.clear();
+        slots.resize(n, Slot::Pending);
         Round {
-            slots: vec![Slot::Pending; n],
+            slots,
             quorum: n / 2 + 1,
             yes: 0,
             refused: 0,

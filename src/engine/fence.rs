@@ -46,11 +46,22 @@ pub(super) struct Fencing {
 
 impl Fencing {
     pub fn new(n: usize) -> Fencing {
+        Fencing::build(Vec::new(), n)
+    }
+
+    /// A fenced acquire's state as [`Fencing::new`] makes it, in `self`'s buffer.
+    pub fn rebuilt(self, n: usize) -> Fencing {
+        Fencing::build(self.gens, n)
+    }
+
+    fn build(mut gens: Vec<u64>, n: usize) -> Fencing {
+        gens.clear();
+        gens.resize(n, 0);
         Fencing {
             stage: Stage::Off,
             fence: 0,
             reads: Reads::default(),
-            gens: vec![0; n],
+            gens,
         }
     }
 

@@ -81,6 +81,7 @@ use crate::wait::{Seen, Waits};
 use keep::Keeps;
 use observe::observe;
 use op::Core;
+pub(crate) use op::Slab;
 
 /// Counts of what a shutdown flushed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -230,10 +231,15 @@ fn nodes_in(mut nodes: u64) -> impl Iterator<Item = usize> {
 
 impl<N: Net> Engine<N> {
     pub fn new(shared: Arc<Shared>, net: N, now: Instant) -> Engine<N> {
+        Engine::with_slab(shared, net, now, Slab::default())
+    }
+
+    /// [`Engine::new`]'s, its operation slots built in `old`'s (see [`Slab`]).
+    pub fn with_slab(shared: Arc<Shared>, net: N, now: Instant, old: Slab) -> Engine<N> {
         let n = shared.nodes.len();
         let counters = (0..n).map(|i| net.session(i).counters().clone()).collect();
         Engine {
-            core: Core::new(&shared, counters, now),
+            core: Core::new(&shared, counters, now, old),
             upgrading: vec![None; n],
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             repair_due: Vec::new(),
@@ -260,6 +266,12 @@ impl<N: Net> Engine<N> {
             net,
             shared,
         }
+    }
+
+    /// Ends the engine, keeping its operation slots for another (the simulator's next schedule).
+    #[cfg(feature = "sim")]
+    pub fn into_slab(self) -> Slab {
+        self.core.into_slab()
     }
 
     /// Seeds the random pauses of waiting acquires (the simulator's replay).

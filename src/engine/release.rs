@@ -45,8 +45,19 @@ pub(super) struct Release {
 
 impl Release {
     pub fn new(n: usize) -> Release {
+        Release::build(Vec::new(), n)
+    }
+
+    /// A release's state as [`Release::new`] makes it, in `self`'s buffer.
+    pub fn rebuilt(self, n: usize) -> Release {
+        Release::build(self.wait, n)
+    }
+
+    fn build(mut wait: Vec<Wait>, n: usize) -> Release {
+        wait.clear();
+        wait.resize(n, Wait::No);
         Release {
-            wait: vec![Wait::No; n],
+            wait,
             counted: 0,
             released: 0,
         }

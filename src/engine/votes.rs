@@ -68,10 +68,29 @@ pub(super) struct Ballot {
 
 impl Ballot {
     pub fn new(n: usize, now: Instant) -> Ballot {
+        Ballot::build(Round::new(n), Vec::new(), Vec::new(), now)
+    }
+
+    /// A ballot as [`Ballot::new`] makes it, in `self`'s buffers.
+    pub fn rebuilt(self, n: usize, now: Instant) -> Ballot {
+        Ballot::build(self.round.rebuilt(n), self.faults, self.runs, now)
+    }
+
+    fn build(
+        round: Round,
+        mut faults: Vec<Option<NodeFault>>,
+        mut runs: Vec<Option<[u8; 40]>>,
+        now: Instant,
+    ) -> Ballot {
+        let n = round.nodes();
+        faults.clear();
+        faults.resize(n, None);
+        runs.clear();
+        runs.resize(n, None);
         Ballot {
-            round: Round::new(n),
-            faults: vec![None; n],
-            runs: vec![None; n],
+            round,
+            faults,
+            runs,
             late: 0,
             silent_counted: false,
             answered: now,

@@ -20,6 +20,7 @@
 mod net;
 mod node;
 
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
@@ -27,14 +28,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Builder, Config, Quarantine, Shared};
-use crate::engine::{Engine, Waiter};
+use crate::engine::{Engine, Slab, Waiter};
 use crate::kept::Kept;
 use crate::lock::Lock;
 use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
-use net::{Action, CONN_ID_BITS, Inbound, SimNet};
+use net::{Action, CONN_ID_BITS, Inbound, SimNet, recycle};
 use node::{Node, Persist};
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
@@ -445,6 +446,9 @@ struct Client {
     callers: Vec<Caller>,
     /// World time of the wake event planned (stale events are skipped).
     wake: Option<u64>,
+    /// The last wake asked for on the client's clock, and in world time: the same deadline
+    /// comes back poke after poke, and the conversion is a costly part of a poke.
+    wake_of: Option<(Instant, u64)>,
     paused_until: Option<u64>,
     deferred: Vec<Ev>,
     /// Goes on as holder after its validity ended (breaks "work within validity").
@@ -686,13 +690,21 @@ const SMALL_MAX_PENDING: usize = 8;
 const TIME_LIMIT: u64 = 600_000 * MS;
 const EVENT_LIMIT: u64 = 2_000_000;
 
+/// An event's key in the queue is its time, its sequence number and its slot in one number
+/// (ordered as the time, then the sequence number: compared at once, it is the cheaper heap):
+/// 64 bits of time, then these for the sequence number (a schedule stops at `EVENT_LIMIT`
+/// events, each of which plans a few) and for the slot (of the events planned at once).
+const SEQ_BITS: u32 = 40;
+const SLOT_BITS: u32 = 64 - SEQ_BITS;
+
 struct World {
     rng: Rng,
     g: u64,
     seq: u64,
     /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
-    /// of small keys (the events themselves, some large, stay where they were put).
-    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
+    /// of small keys (the events themselves, some large, stay where they were put), each one
+    /// number (see `SEQ_BITS`).
+    queue: BinaryHeap<Reverse<u128>>,
     planned: Vec<Option<EvKind>>,
     /// Slots of `planned` free for the next events.
     free_slots: Vec<u32>,
@@ -725,6 +737,8 @@ struct World {
     report: Report,
     trace: Option<String>,
     args: Vec<(usize, usize)>,
+    /// Buffers of messages the nodes read, for their replies (see `net::recycle`).
+    spare: Vec<Vec<u8>>,
     /// Every want that ended (granted or given up).
     wants: Vec<Want>,
     /// World times at which a fault began or ended (the liveness check's clock restarts).
@@ -758,6 +772,17 @@ struct Want {
     end: u64,
 }
 
+/// Operation slots kept per thread for the next schedules' engines, at most: a contention
+/// run's eight clients and its baseline's.
+const KEPT_SLABS: usize = 2 * MOST_CLIENTS as usize;
+
+thread_local! {
+    /// The operation slots of this thread's engines that are gone, for the next ones to build
+    /// theirs in (see `Slab`): building them new and dropping them was 3 % of a schedule's
+    /// instructions.
+    static SLABS: RefCell<Vec<Slab>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Runs one schedule; `trace` collects a readable log of what happened.
 pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     let mut world = World::new(seed, setup, trace.is_some());
@@ -789,6 +814,14 @@ pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     }
     if let (Some(out), Some(t)) = (trace, world.trace.take()) {
         *out = t;
+    }
+    for client in world.clients.drain(..) {
+        let slab = client.engine.into_slab();
+        SLABS.with_borrow_mut(|kept| {
+            if kept.len() < KEPT_SLABS {
+                kept.push(slab);
+            }
+        });
     }
     world.report
 }
@@ -854,7 +887,8 @@ impl World {
             let clock = clock(&mut rng);
             let now = base + Duration::from_nanos(clock.local_ns(0));
             let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
-            let mut engine = Engine::new(shared.clone(), net, now);
+            let slab = SLABS.with_borrow_mut(|kept| kept.pop()).unwrap_or_default();
+            let mut engine = Engine::with_slab(shared.clone(), net, now, slab);
             // The waits' pauses replay with the schedule.
             engine.seed(rng.next());
             let callers = rng.range(1, MAX_CALLERS + 1);
@@ -875,6 +909,7 @@ impl World {
                 clock,
                 callers,
                 wake: None,
+                wake_of: None,
                 paused_until: None,
                 deferred: Vec::new(),
                 ignores_validity: broken(Break::WorkPastValidity),
@@ -976,6 +1011,7 @@ impl World {
             },
             trace: tracing.then(String::new),
             args: Vec::new(),
+            spare: Vec::new(),
             wants: Vec::new(),
             changes: Vec::new(),
             node_faults: Vec::new(),
@@ -1013,12 +1049,18 @@ impl World {
                 (self.planned.len() - 1) as u32
             }
         };
-        self.queue.push(Reverse((t, self.seq, slot)));
+        assert!(
+            self.seq < 1 << SEQ_BITS && slot < 1 << SLOT_BITS,
+            "more events planned than an event's key holds"
+        );
+        let key = (u128::from(t) << 64) | (u128::from(self.seq) << SLOT_BITS) | u128::from(slot);
+        self.queue.push(Reverse(key));
     }
 
     /// The next event planned (the earliest; of those at the same time, the first planned).
     fn next_event(&mut self) -> Option<Ev> {
-        let Reverse((t, _, slot)) = self.queue.pop()?;
+        let Reverse(key) = self.queue.pop()?;
+        let (t, slot) = ((key >> 64) as u64, (key as u32) & ((1 << SLOT_BITS) - 1));
         let kind = self.planned[slot as usize].take().expect("a planned event");
         self.free_slots.push(slot);
         Some(Ev { t, kind })
@@ -1630,7 +1672,7 @@ impl World {
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
-        let mut reply = Vec::with_capacity(64);
+        let mut reply = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(64));
         // Commands run from the message itself unless part of one came before (then from the
         // connection's buffer); what is left of an incomplete one waits there.
         let pending = !conn.inbuf.is_empty();
@@ -1660,7 +1702,10 @@ impl World {
         } else if used < bytes.len() {
             conn.inbuf.extend_from_slice(&bytes[used..]);
         }
-        if !reply.is_empty() {
+        recycle(&mut self.spare, bytes);
+        if reply.is_empty() {
+            recycle(&mut self.spare, reply);
+        } else {
             let last = conn.down;
             let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
             if let Some(c) = self.conns.get_mut(&conn_id) {
@@ -1669,7 +1714,9 @@ impl World {
         }
         // Release notices, to every subscribed connection of this node still up (FIFO after
         // what each was sent before).
-        for (to, msg) in std::mem::take(&mut self.nodes[node].node.outbox) {
+        // (The outbox goes back empty, its room kept.)
+        let mut outbox = std::mem::take(&mut self.nodes[node].node.outbox);
+        for (to, msg) in outbox.drain(..) {
             let Some(c) = self.conns.get(&to) else {
                 continue;
             };
@@ -1682,6 +1729,7 @@ impl World {
                 c.down = t;
             }
         }
+        self.nodes[node].node.outbox = outbox;
     }
 
     fn local(&self, c: usize) -> Instant {
@@ -1722,10 +1770,12 @@ impl World {
             }
             self.clients[c].engine.step(now);
         }
-        let actions = std::mem::take(&mut self.clients[c].engine.net.actions);
-        for action in actions {
+        // The list goes back empty: its room is kept for the next turn's actions.
+        let mut actions = std::mem::take(&mut self.clients[c].engine.net.actions);
+        for action in actions.drain(..) {
             self.send(c, action);
         }
+        self.clients[c].engine.net.actions = actions;
         let timer = self.clients[c]
             .callers
             .iter()
@@ -1741,7 +1791,15 @@ impl World {
             .flatten()
             .min();
         if let Some(t) = next {
-            let t = self.world_of(c, t).max(self.g + 1_000);
+            let t = match self.clients[c].wake_of {
+                Some((local, world)) if local == t => world,
+                _ => {
+                    let world = self.world_of(c, t);
+                    self.clients[c].wake_of = Some((t, world));
+                    world
+                }
+            };
+            let t = t.max(self.g + 1_000);
             if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
                 self.clients[c].wake = Some(t);
                 self.at(t, EvKind::ClientWake(c));

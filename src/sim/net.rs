@@ -3,6 +3,7 @@
 //! socket — open, write the session's output, feed it what arrives, close when it says so —
 //! except that nothing waits: the world moves time between calls and hands in what arrived.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
@@ -45,8 +46,44 @@ pub(crate) enum Inbound {
     Closed,
 }
 
-struct Link {
+/// A node's session, and its next deadline kept until the session changes: asked of every
+/// node at every turn and every wake, it changes in few of them. (Changes go through
+/// [`Watched::get_mut`], which forgets it.)
+struct Watched {
     session: Session,
+    deadline: Cell<Option<Option<Instant>>>,
+}
+
+impl Watched {
+    fn new(session: Session) -> Watched {
+        Watched {
+            session,
+            deadline: Cell::new(None),
+        }
+    }
+
+    fn get(&self) -> &Session {
+        &self.session
+    }
+
+    fn get_mut(&mut self) -> &mut Session {
+        *self.deadline.get_mut() = None;
+        &mut self.session
+    }
+
+    /// [`Session::next_deadline`].
+    fn next_deadline(&self) -> Option<Instant> {
+        if let Some(deadline) = self.deadline.get() {
+            return deadline;
+        }
+        let deadline = self.session.next_deadline();
+        self.deadline.set(Some(deadline));
+        deadline
+    }
+}
+
+struct Link {
+    session: Watched,
     /// The world's id of the connection, while one is open or opening.
     conn: Option<u64>,
     inbox: VecDeque<(u64, Inbound)>,
@@ -62,6 +99,21 @@ pub(crate) struct SimNet {
     /// High bits of this client's connection ids (ids are unique in the world).
     id_base: u64,
     writes: u64,
+    /// Buffers of messages read, for the next writes: a message each way per request, and
+    /// each a `malloc` and a `free` otherwise.
+    spare: Vec<Vec<u8>>,
+}
+
+/// Message buffers kept for reuse, at most (by a client, and by the world): more than are
+/// free at once in the usual runs; the rest are freed.
+pub(crate) const SPARE_BUFFERS: usize = 32;
+
+/// Keeps `buf` in `spare` for another message, unless enough are kept.
+pub(crate) fn recycle(spare: &mut Vec<Vec<u8>>, mut buf: Vec<u8>) {
+    if spare.len() < SPARE_BUFFERS {
+        buf.clear();
+        spare.push(buf);
+    }
 }
 
 impl SimNet {
@@ -70,7 +122,7 @@ impl SimNet {
             links: nodes
                 .iter()
                 .map(|a| Link {
-                    session: Session::new(a.clone(), config.clone(), now),
+                    session: Watched::new(Session::new(a.clone(), config.clone(), now)),
                     conn: None,
                     inbox: VecDeque::new(),
                 })
@@ -80,6 +132,7 @@ impl SimNet {
             next_conn: 0,
             id_base: (client as u64) << CONN_ID_BITS,
             writes: 0,
+            spare: Vec::new(),
         }
     }
 
@@ -93,7 +146,7 @@ impl SimNet {
         let conn = self.id_base | self.next_conn;
         let link = &mut self.links[node];
         link.conn = Some(conn);
-        link.session.connecting(now);
+        link.session.get_mut().connecting(now);
         self.actions.push(Action::Connect { node, conn });
     }
 
@@ -101,46 +154,55 @@ impl SimNet {
     /// replay.
     fn sync(&mut self, node: usize, now: Instant) {
         let link = &mut self.links[node];
-        if link.session.take_close()
+        if link.session.get_mut().take_close()
             && let Some(conn) = link.conn.take()
         {
             self.actions.push(Action::Close { node, conn });
         }
-        if self.links[node].session.wants_replay() {
+        if self.links[node].session.get().wants_replay() {
             self.open(node, now);
         }
     }
 
     fn fail(&mut self, node: usize, fault: NodeFault, now: Instant, sink: &mut Sink<'_>) {
-        self.links[node].session.fail(fault, now, sink);
+        self.links[node].session.get_mut().fail(fault, now, sink);
         self.sync(node, now);
     }
 
+    /// Writes what node `node`'s session has to send, if anything. (Every turn asks of every
+    /// node, most often with nothing to send: that test is inlined, the write is not.)
+    #[inline]
     fn flush_node(&mut self, node: usize) {
-        let link = &mut self.links[node];
+        let link = &self.links[node];
         let Some(conn) = link.conn else { return };
-        if link.session.awaits_connect() {
+        if link.session.get().awaits_connect() || link.session.get().output().is_empty() {
             return;
         }
-        let out = link.session.output();
-        if out.is_empty() {
-            return;
-        }
-        let bytes = out.to_vec();
-        link.session.written(bytes.len());
+        self.write(node, conn);
+    }
+
+    /// Hands node `node`'s output to the world, on connection `conn`.
+    #[inline(never)]
+    fn write(&mut self, node: usize, conn: u64) {
+        let link = &mut self.links[node];
+        let session = link.session.get_mut();
+        let out = session.output();
+        let mut bytes = self.spare.pop().unwrap_or_default();
+        bytes.extend_from_slice(out);
+        session.written(bytes.len());
         self.writes += 1;
         self.actions.push(Action::Send { node, conn, bytes });
     }
 
     fn admit(&mut self, node: usize, now: Instant, sink: &mut Sink<'_>) -> Result<(), NodeFault> {
         self.connect_node(node, now)?;
-        let admitted = self.links[node].session.admit(now, sink);
+        let admitted = self.links[node].session.get_mut().admit(now, sink);
         self.sync(node, now);
         admitted
     }
 
     fn connect_node(&mut self, node: usize, now: Instant) -> Result<(), NodeFault> {
-        if self.links[node].session.connect_due(now)? {
+        if self.links[node].session.get().connect_due(now)? {
             self.open(node, now);
         }
         Ok(())
@@ -153,7 +215,7 @@ impl Net for SimNet {
     }
 
     fn session(&self, node: usize) -> &Session {
-        &self.links[node].session
+        self.links[node].session.get()
     }
 
     fn nodes(&self) -> usize {
@@ -162,6 +224,12 @@ impl Net for SimNet {
 
     fn writes(&self) -> u64 {
         self.writes
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        (self.links.iter())
+            .filter_map(|link| link.session.next_deadline())
+            .min()
     }
 
     fn request(
@@ -174,7 +242,10 @@ impl Net for SimNet {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(node, now, &mut |d| sink(node, now, d))?;
-        self.links[node].session.request(kind, tag, encoded, now);
+        self.links[node]
+            .session
+            .get_mut()
+            .request(kind, tag, encoded, now);
         Ok(())
     }
 
@@ -186,7 +257,7 @@ impl Net for SimNet {
         sink: &mut NodeSink<'_>,
     ) -> Result<(), NodeFault> {
         self.admit(node, now, &mut |d| sink(node, now, d))?;
-        self.links[node].session.script(call, now);
+        self.links[node].session.get_mut().script(call, now);
         Ok(())
     }
 
@@ -215,8 +286,8 @@ impl Net for SimNet {
                 }
                 match what {
                     Inbound::Connected => {
-                        if self.links[node].session.awaits_connect() {
-                            self.links[node].session.connected();
+                        if self.links[node].session.get().awaits_connect() {
+                            self.links[node].session.get_mut().connected();
                             self.flush_node(node);
                         }
                     }
@@ -226,7 +297,7 @@ impl Net for SimNet {
                     }
                     Inbound::Closed => self.fail(node, NodeFault::Closed, now, sink),
                     Inbound::Data(bytes) => {
-                        let session = &mut self.links[node].session;
+                        let session = self.links[node].session.get_mut();
                         session.read_begin();
                         session.on_bytes(&bytes, now, sink);
                         if session.closing() {
@@ -235,12 +306,13 @@ impl Net for SimNet {
                             // A NOSCRIPT reply queued its EVAL fallback.
                             self.flush_node(node);
                         }
+                        recycle(&mut self.spare, bytes);
                     }
                 }
             }
             let link = &mut self.links[node];
             if link.session.next_deadline().is_some_and(|d| d <= now) {
-                link.session.on_timer(now, sink);
+                link.session.get_mut().on_timer(now, sink);
                 self.sync(node, now);
             }
         }

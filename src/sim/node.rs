@@ -75,6 +75,20 @@ pub(crate) fn parse_command(buf: &[u8], args: &mut Vec<(usize, usize)>) -> Optio
 
 #[inline(always)]
 fn line_number(buf: &[u8], at: usize, prefix: u8) -> Option<(usize, usize)> {
+    // Most lengths have one or two digits: read at once when the line is there whole (what
+    // the loop below reads of it, and anything else, is left to the loop).
+    if let Some(&[first, a, b, c, d]) = buf.get(at..at + 5)
+        && first == prefix
+        && a.is_ascii_digit()
+    {
+        let a = usize::from(a - b'0');
+        if b == b'\r' && c == b'\n' {
+            return Some((a, at + 4));
+        }
+        if b.is_ascii_digit() && c == b'\r' && d == b'\n' {
+            return Some((a * 10 + usize::from(b - b'0'), at + 5));
+        }
+    }
     let (&first, digits) = buf.get(at..)?.split_first()?;
     assert_eq!(first, prefix, "the client sent a malformed command");
     // Digits up to the CR (a hot loop of the simulator: no UTF-8 check, no search for CRLF
@@ -740,5 +754,22 @@ mod tests {
         }
         assert_eq!(parse_command(cmd, &mut args), Some(cmd.len()));
         assert_eq!(args, [(8, 11), (17, 18)]);
+    }
+
+    /// Lengths of one or two digits are read at once, longer ones by the digit loop: the same
+    /// commands, whole or cut anywhere.
+    #[test]
+    fn lengths_of_any_number_of_digits_are_read_alike() {
+        let mut args = Vec::new();
+        for len in [0, 1, 9, 10, 40, 99, 100, 1234] {
+            let mut cmd = format!("*1\r\n${len}\r\n").into_bytes();
+            cmd.extend(std::iter::repeat_n(b'x', len));
+            cmd.extend_from_slice(b"\r\n");
+            for cut in 0..cmd.len() {
+                assert_eq!(parse_command(&cmd[..cut], &mut args), None);
+            }
+            assert_eq!(parse_command(&cmd, &mut args), Some(cmd.len()));
+            assert_eq!(args, [(cmd.len() - 2 - len, cmd.len() - 2)]);
+        }
     }
 }
