@@ -275,8 +275,9 @@ impl Queue {
         if local && self.streak >= MAX_STREAK && self.remote > 0 {
             // Our callers have had it MAX_STREAK times in a row while others wait: step back
             // long enough for a notified remote waiter's attempt to land first — they spread
-            // theirs over a round each (`crowd_rounds`) — (our own notice, which comes next,
-            // does not cut this short).
+            // theirs over a round each (`crowd_rounds`; a lone one attempts at once, and the
+            // round we wait for it anyway is spare) — (our own notice, which comes next, does
+            // not cut this short).
             let crowd = crowd_pause(self.remote, round, u64::MAX);
             self.not_before = Some(now + yield_pause(round) + crowd);
             self.streak = 0;
@@ -332,11 +333,12 @@ const MAX_CROWD_ROUNDS: u32 = 1 << MAX_SPLIT_DOUBLINGS;
 
 /// The span, in rounds, over which the waiters woken by a release notice that counts
 /// `listeners` (the clients subscribed, the releaser not counted: they all may attempt at the
-/// same moment) spread their attempts: a round each when more than one heard it, so that the
+/// same moment) spread their attempts: a round each when more than one heard it, one round
+/// more than the others (the span it had when a subscribed releaser was counted), so that the
 /// releaser's own next attempt — its callers may lock again at once, and that attempt is not
-/// spread — has the first round to itself, as before the count left the releaser out; none
-/// for a waiter alone, which then races only the releaser's attempt (spread, it lost that race
-/// nearly every time: with two clients behind 800 µs relays the acquire's p99 doubled).
+/// spread — meets fewer of theirs in the first round; none for a waiter alone, which then
+/// races only the releaser's attempt (spread, it lost that race nearly every time: with two
+/// clients behind 800 µs relays the acquire's p99 doubled).
 pub(crate) fn crowd_rounds(listeners: u32) -> u32 {
     if listeners > 1 { listeners } else { 0 }
 }

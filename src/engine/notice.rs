@@ -12,7 +12,7 @@ use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members, share
 use crate::net::Net;
 use crate::resp::Arg;
 use crate::session::{Kind, MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
-use crate::wait::Seen;
+use crate::wait::{Seen, Waits};
 
 use super::{Engine, node_bit, nodes_in};
 
@@ -26,6 +26,30 @@ fn listens_on(resource: &[u8], name: &[u8]) -> bool {
     resource == name
         || shared_name(resource) == Some(name)
         || set_members(resource).is_some_and(|mut m| m.any(|m| m == name))
+}
+
+/// True if a queue of `waits` still open listens for `name`'s notices (its own, a set's, a
+/// reader's): the engine is subscribed to `name`'s channel.
+fn listened(waits: &Waits, name: &[u8]) -> bool {
+    (waits.iter()).any(|(r, q)| q.subscribed != 0 && listens_on(r, name))
+}
+
+/// True if the engine is subscribed to the notices a release of `resource` publishes, so that
+/// the release script leaves it out of their count: its own queue's subscription (one lookup:
+/// the usual case), or another open queue's on the same channel — a set holding it, its
+/// readers, the writer a reader's release wakes. A set's release counts us out only if we
+/// listen on every member's channel (the script takes one switch for all of them).
+pub(super) fn subscribed_to(waits: &Waits, resource: &[u8]) -> bool {
+    if waits.get(resource).is_some_and(|q| q.subscribed != 0) {
+        return true;
+    }
+    if waits.is_empty() {
+        return false;
+    }
+    match set_members(resource) {
+        Some(mut members) => members.all(|m| listened(waits, m)),
+        None => listened(waits, shared_name(resource).unwrap_or(resource)),
+    }
 }
 
 impl<N: Net> Engine<N> {
@@ -75,7 +99,7 @@ impl<N: Net> Engine<N> {
 
     /// True if a queue still open listens for `name`'s notices: its own, a set's, a reader's.
     fn listened_for(&self, name: &[u8]) -> bool {
-        (self.waits.iter()).any(|(r, q)| q.subscribed != 0 && listens_on(r, name))
+        listened(&self.waits, name)
     }
 
     /// True if `node`'s connection speaks RESP3 (where a subscribed connection still runs
@@ -243,5 +267,45 @@ impl<N: Net> Engine<N> {
                 self.released(resource, now, Seen::Notice(0));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::lock::{ResourceSet, Shared};
+    use crate::request::OpId;
+
+    /// A release counts the engine out wherever a queue of it listens on the release's
+    /// channel: its own, its readers' (for the writer), the writer's (for a reader), a set's;
+    /// a set's release only where every member's channel is listened.
+    #[test]
+    fn a_release_counts_us_out_wherever_a_queue_of_ours_listens() {
+        let now = Instant::now();
+        let error = || Error::Expired { released: 0 };
+        let reader = Shared::new("x").unwrap();
+        let (reader, xy, xz) = (
+            reader.as_ref().to_vec(),
+            ResourceSet::new(["x", "y"]).unwrap(),
+            ResourceSet::new(["x", "z"]).unwrap(),
+        );
+        let mut waits = Waits::new(1);
+        assert!(!subscribed_to(&waits, b"x"));
+        waits
+            .open(&reader, OpId::for_tests(0), error(), now)
+            .subscribed = 1;
+        assert!(subscribed_to(&waits, b"x"));
+        assert!(subscribed_to(&waits, &reader));
+        assert!(!subscribed_to(&waits, b"y"));
+        assert!(!subscribed_to(&waits, xy.as_ref()));
+        waits
+            .open(b"y", OpId::for_tests(1), error(), now)
+            .subscribed = 1;
+        assert!(subscribed_to(&waits, xy.as_ref()));
+        assert!(!subscribed_to(&waits, xz.as_ref()));
+        // A queue not (yet) subscribed anywhere does not count.
+        waits.open(b"z", OpId::for_tests(2), error(), now);
+        assert!(!subscribed_to(&waits, b"z"));
     }
 }

@@ -157,11 +157,15 @@ impl<N: Net> Engine<N> {
         let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
         let token = Arg::Bytes(op.token.as_bytes());
         // Subscribed to the resource's notices ourselves (a queue of our callers for it, waiting
-        // or lingering): the notice counts the clients that wait without us. Only then does a
-        // plain release carry the argument that says so (its uncontended bytes stay the same).
-        let me = waits.get(&op.resource).is_some_and(|q| q.subscribed != 0);
+        // or lingering, or one on the same channel): the notice counts the clients that wait
+        // without us. Only then does a plain release with notices carry the argument that says
+        // so (its uncontended bytes stay the same). What the engine believes, not what each
+        // connection has: on a node where a subscription is still on its way (a connection
+        // just made, a RESP2 one being switched) the count is one short — at worst 0, and two
+        // waiters that then attempt at once split the votes and pause as after any split.
+        let me = super::notice::subscribed_to(waits, &op.resource);
         let call = match crate::keys::is_one_key(&op.resource) {
-            true if me => {
+            true if me && !quiet => {
                 let me = Arg::Bytes(b"1");
                 shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, me])
             }

@@ -641,8 +641,8 @@ const TTL: Duration = Duration::from_millis(500);
 /// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
 ///   timeout;
 /// - a release notice heard by other clients too: the attempt after it waits a random share of
-///   a crowd's span, one round (at most a node timeout) per other client subscribed —
-///   at most `MOST_CLIENTS − 1` of them;
+///   a crowd's span, one round (at most a node timeout) per client subscribed other than the
+///   releaser (the waiter itself among them) — at most `MOST_CLIENTS − 1` of them;
 /// - split votes in a row (other callers' attempts racing ours), each followed by a random
 ///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last
 ///   (the pauses are random, so over a long enough run of splits this term is a likelihood,

@@ -311,7 +311,7 @@ impl Node {
                     out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
                     return;
                 }
-                // numkeys 1, key, token[, ms]
+                // numkeys 1, key, token[, ms — or, releasing, 1 if the releaser is subscribed]
                 let (key, token) = (cmd[3], cmd[4]);
                 let ours = self.live(key, now) == Some(token);
                 let done = match (ours, index) {
