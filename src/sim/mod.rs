@@ -232,16 +232,17 @@ pub struct ProgressViolation {
     pub healthy: (u64, Duration),
 }
 
-/// The progress check's floor: with one of five nodes frozen, contention keeps more than 0.45
-/// of its grants per second. (Issue 36's goal for `redlock demo` on real servers is half; its
-/// frozen phase once fell to 0.01×.) In the simulated world the four live nodes must give 3 of
-/// 4 yeses across links whose delays differ by up to 2 ms: in 1,000 schedules each at 5b2eda2,
-/// honest runs keep 0.476 at worst with notices in every run (`Break::NoticeHerd`'s control;
-/// 1 % 0.57, median 0.73) — so not half — while the herd brought back falls to 0.32 (1 %
-/// 0.42) and `Break::WaitForSilent`'s defect to about 0.36. (A third until release notices said
-/// how many clients heard them: every notified waiter attempted at once, their votes split,
-/// and honest runs fell to 0.38.)
-pub const PROGRESS_FLOOR: f64 = 0.45;
+/// The progress check's floor: with one of five nodes frozen, contention keeps at least half
+/// of its grants per second (issue 36's goal for `redlock demo` on real servers, whose frozen
+/// phase once fell to 0.01×). In the simulated world the four live nodes must give 3 of 4
+/// yeses across links whose delays differ by up to 2 ms: in 1,000 schedules each, honest runs
+/// keep 0.551 at worst, with notices in half the runs or in all (`Break::WaitForSilent`'s and
+/// `Break::NoticeHerd`'s controls; 1 % 0.596 and 0.581), while the herd brought back falls to
+/// 0.321 (1 % 0.419) and `Break::WaitForSilent`'s defect to 0.374 (1 % 0.404). (A third until
+/// release notices said how many clients heard them: every notified waiter attempted at once,
+/// their votes split, and honest runs fell to 0.38; 0.45 while the count included the releaser
+/// and honest runs kept 0.476 at worst.)
+pub const PROGRESS_FLOOR: f64 = 0.5;
 
 /// Lock operations of a `Break::WaitForSilent` run: long enough that the first node timeout
 /// of each client (before it knows the frozen node for silent) is a small part of it.
