@@ -89,6 +89,25 @@ fn kinds() -> Vec<Kind> {
     ]
 }
 
+/// The servers' CPU time so far (user + system, `INFO cpu`), seconds, summed: read around a
+/// kind's window, it says what the kind costs the servers, which on loopback share the cores
+/// with the client and so set the cycle's time.
+fn servers_cpu(servers: &Cluster) -> f64 {
+    servers
+        .iter()
+        .map(|s| {
+            s.info("cpu")
+                .lines()
+                .filter_map(|l| {
+                    l.strip_prefix("used_cpu_sys:")
+                        .or_else(|| l.strip_prefix("used_cpu_user:"))
+                })
+                .filter_map(|v| v.trim().parse::<f64>().ok())
+                .sum::<f64>()
+        })
+        .sum()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -177,6 +196,8 @@ fn main() {
     let mut p99: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     let mut samples: Vec<Duration> = Vec::with_capacity(100_000);
     let mut failed = vec![0u64; kinds.len()];
+    // The five servers' CPU (user + system) per cycle, µs, per kind per round.
+    let mut server_us: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     for round in 0..rounds {
         for i in 0..kinds.len() {
             let k = (i + round) % kinds.len();
@@ -185,6 +206,7 @@ fn main() {
                 (kind.cycle)(&mut client);
             }
             samples.clear();
+            let cpu0 = servers_cpu(&servers);
             let end = Instant::now() + per;
             while Instant::now() < end {
                 let t = Instant::now();
@@ -194,6 +216,8 @@ fn main() {
                     failed[k] += 1;
                 }
             }
+            let cpu = servers_cpu(&servers) - cpu0;
+            server_us[k].push(cpu * 1e6 / samples.len().max(1) as f64);
             if samples.is_empty() {
                 samples.push(per);
             }
@@ -219,9 +243,9 @@ fn main() {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     );
     println!(
-        "| kind (K = 1) | p50 µs | p99 µs | p50 ÷ plain p50 (same round, median) | goal | failed cycles |"
+        "| kind (K = 1) | p50 µs | p99 µs | p50 ÷ plain p50 (same round, median) | goal | failed cycles | servers' CPU µs per cycle (sum of 5, median) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for (k, kind) in kinds.iter().enumerate() {
         let ratios: Vec<f64> = (0..rounds).map(|r| p50[k][r] / p50[0][r]).collect();
         let ratio = median(ratios);
@@ -230,12 +254,13 @@ fn main() {
             None => "—".into(),
         };
         println!(
-            "| {} | {:.1} | {:.1} | {:.2} | {goal} | {} |",
+            "| {} | {:.1} | {:.1} | {:.2} | {goal} | {} | {:.1} |",
             kind.name,
             median(p50[k].clone()),
             median(p99[k].clone()),
             ratio,
-            failed[k]
+            failed[k],
+            median(server_us[k].clone())
         );
     }
 
