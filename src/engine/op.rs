@@ -518,23 +518,10 @@ impl Core {
 
     /// Node `node` answered acquire or extend `index` (or its request failed).
     pub(super) fn on_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
-        let op = &mut self.ops[index];
-        if op.done {
-            op.vote.late |= node_bit(node);
-            if matches!(
-                (d.kind, &d.reply),
-                (Kind::Set, Ok(Frame::Simple("OK")))
-                    | (
-                        Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT),
-                        Ok(Frame::Integer(1))
-                    )
-            ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)
-            {
-                // A yes after the decision, within the node timeout: not a failure.
-                self.metrics.node(node).late_yes.bump();
-            }
-            return;
+        if self.ops[index].done {
+            return self.on_late_vote(index, node, d, now);
         }
+        let op = &mut self.ops[index];
         if d.kind == Kind::Script(FENCE_WRITE_SCRIPT) && d.generation != op.fence.gens[node] {
             // A write-back that went out on a connection other than the one its node answered
             // the first round trip on (maybe to another process): not counted.
@@ -544,7 +531,7 @@ impl Core {
             d.kind,
             Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT)
         );
-        let mut vote = match &d.reply {
+        let vote = match &d.reply {
             Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
                 let watch = &mut self.fence_watch[node];
                 (op.fence).read_answer(
@@ -562,32 +549,67 @@ impl Core {
         // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
         // lock that is held. An extend yes proves the node still holds our token, so it is
         // refusing everyone else and counts.
-        if vote == Ok(Vote::Yes)
-            && (matches!(
+        let doubtful = fenced_set
+            || matches!(
                 d.kind,
                 Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT)
-            ) || fenced_set)
-            && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
-            && let Some(left) = watch.quarantine_left(window, d.generation, d.info, now)
-        {
-            self.metrics.node(node).quarantined.bump();
-            if self.quarantine_told[node] != d.generation {
-                self.quarantine_told[node] = d.generation;
-                event!(Warn, event = "quarantined", node:% = self.nodes[node],
-                    left_ms = left.as_millis() as u64;
-                    "{}: restarted recently, its yeses do not count for {} ms more",
-                    self.nodes[node], left.as_millis());
-            }
-            vote = Err(NodeFault::Quarantined(left));
-        }
+            );
+        let vote = match vote {
+            Ok(Vote::Yes) if doubtful => self.doubt_restarted(node, d, now),
+            vote => vote,
+        };
         // The process answering: none for a fault (no answer), or when not known.
         let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
+        let op = &mut self.ops[index];
         if let Some(forget) = op
             .vote
             .record(node, vote, run_id.as_ref(), &self.nodes, now)
         {
             op.fence.reads.forget(forget);
         }
+    }
+
+    /// Node `node` answered acquire or extend `index` after it was decided: noted, and a yes
+    /// within the node timeout counted as late, not as a failure.
+    fn on_late_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
+        let op = &mut self.ops[index];
+        op.vote.late |= node_bit(node);
+        if matches!(
+            (d.kind, &d.reply),
+            (Kind::Set, Ok(Frame::Simple("OK")))
+                | (
+                    Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT),
+                    Ok(Frame::Integer(1))
+                )
+        ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)
+        {
+            self.metrics.node(node).late_yes.bump();
+        }
+    }
+
+    /// A doubtful yes from `node`: still a yes, unless the node restarted within the quarantine
+    /// window, whose yeses do not count until it has passed (warned once per connection).
+    fn doubt_restarted(
+        &mut self,
+        node: usize,
+        d: &Delivery<'_>,
+        now: Instant,
+    ) -> Result<Vote, NodeFault> {
+        let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node)) else {
+            return Ok(Vote::Yes);
+        };
+        let Some(left) = watch.quarantine_left(window, d.generation, d.info, now) else {
+            return Ok(Vote::Yes);
+        };
+        self.metrics.node(node).quarantined.bump();
+        if self.quarantine_told[node] != d.generation {
+            self.quarantine_told[node] = d.generation;
+            event!(Warn, event = "quarantined", node:% = self.nodes[node],
+                left_ms = left.as_millis() as u64;
+                "{}: restarted recently, its yeses do not count for {} ms more",
+                self.nodes[node], left.as_millis());
+        }
+        Err(NodeFault::Quarantined(left))
     }
 
     /// Node `node` answered repair `index`: a counter read (round trip 1) or a write (2).

@@ -12,8 +12,10 @@ use crate::request::{OpId, Outcome, ReqKind};
 use crate::resp::{Arg, Frame};
 use crate::round::deadline_after;
 use crate::session::{
-    QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT,
+    QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT, ScriptCall,
 };
+use crate::token::Token;
+use bytes::BytesMut;
 
 use super::{Engine, OpKind, Waiter, node_bit, nodes_in, shaped_call};
 
@@ -147,38 +149,8 @@ impl<N: Net> Engine<N> {
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
-        // A plain lock's notice is its script's (two scripts); a set's or a reader's, its
-        // last argument.
-        let plain = if quiet {
-            QUIET_RELEASE_SCRIPT
-        } else {
-            RELEASE_SCRIPT
-        };
-        let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
-        let token = Arg::Bytes(op.token.as_bytes());
-        // Subscribed to the resource's notices ourselves (a queue of our callers for it, waiting
-        // or lingering, or one on the same channel): the notice counts the clients that wait
-        // without us. Only then does a plain release with notices carry the argument that says
-        // so (its uncontended bytes stay the same). What the engine believes, not what each
-        // connection has: on a node where a subscription is still on its way (a connection
-        // just made, a RESP2 one being switched) the count is one short — at worst 0, and two
-        // waiters that then attempt at once split the votes and pause as after any split.
         let me = super::notice::subscribed_to(waits, &op.resource);
-        let call = match crate::keys::is_one_key(&op.resource) {
-            true if me && !quiet => {
-                let me = Arg::Bytes(b"1");
-                shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, me])
-            }
-            true => shaped_call(scratch, id.tag(), &op.resource, scripts, &[token]),
-            false => {
-                let notices = Arg::Bytes(match (quiet, me) {
-                    (true, _) => b"0",
-                    (false, false) => b"1",
-                    (false, true) => b"2",
-                });
-                shaped_call(scratch, id.tag(), &op.resource, scripts, &[token, notices])
-            }
-        };
+        let call = release_call(scratch, id.tag(), &op.resource, &op.token, quiet, me);
         let timeout = config.node_timeout_for(config.ttl);
         // At least a tenth of the node timeout (5 ms by default): a healthy straggler on a
         // loaded machine makes it; a slow node pays it once, then is not waited for.
@@ -252,6 +224,46 @@ impl<N: Net> Engine<N> {
         self.resource = resources;
         self.releases = releases;
     }
+}
+
+/// A release's script call for `resource`, with the notice for waiters unless `quiet` (see
+/// `Config::release_notices` and `Engine::quiet_release`). A plain lock's notice is its
+/// script's (two scripts); a set's or a reader's, its last argument.
+///
+/// `me`: the engine is subscribed to the resource's notices itself (a queue of our callers for
+/// it, waiting or lingering, or one on the same channel), so the notice counts the clients that
+/// wait without us. Only then does a plain release with notices carry the argument that says so
+/// (its uncontended bytes stay the same). What the engine believes, not what each connection
+/// has: on a node where a subscription is still on its way (a connection just made, a RESP2 one
+/// being switched) the count is one short — at worst 0, and two waiters that then attempt at
+/// once split the votes and pause as after any split.
+fn release_call<'a>(
+    scratch: &'a mut BytesMut,
+    tag: u64,
+    resource: &[u8],
+    token: &Token,
+    quiet: bool,
+    me: bool,
+) -> ScriptCall<'a> {
+    let plain = if quiet {
+        QUIET_RELEASE_SCRIPT
+    } else {
+        RELEASE_SCRIPT
+    };
+    let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
+    let token = Arg::Bytes(token.as_bytes());
+    if crate::keys::is_one_key(resource) {
+        if me && !quiet {
+            return shaped_call(scratch, tag, resource, scripts, &[token, Arg::Bytes(b"1")]);
+        }
+        return shaped_call(scratch, tag, resource, scripts, &[token]);
+    }
+    let notices = Arg::Bytes(match (quiet, me) {
+        (true, _) => b"0",
+        (false, false) => b"1",
+        (false, true) => b"2",
+    });
+    shaped_call(scratch, tag, resource, scripts, &[token, notices])
 }
 
 #[cfg(test)]
