@@ -295,4 +295,44 @@ mod tests {
         release.withdraw(0);
         assert_eq!((release.counted, release.released), (0, 0));
     }
+
+    #[test]
+    fn a_release_call_carries_the_notice_and_says_when_the_releaser_listens() {
+        let token = Token::from_bytes(&[7; 20]).unwrap();
+        let mut buf = BytesMut::new();
+        let all = crate::session::scripts();
+        // (script, the call's last argument) for a resource, quiet or not, subscribed or not.
+        let mut call = |resource: &[u8], quiet: bool, me: bool| {
+            let call = release_call(&mut buf, 1, resource, &token, quiet, me);
+            let script = (0..all.len()).find(|&i| std::ptr::eq(call.script, &all[i]));
+            let last = call
+                .tail
+                .rsplit(|&b| b == b'\n')
+                .nth(1)
+                .unwrap_or(&[])
+                .to_vec();
+            (
+                script.unwrap(),
+                String::from_utf8_lossy(&last).trim_end().to_owned(),
+            )
+        };
+        let token = String::from_utf8_lossy(token.as_bytes()).into_owned();
+        // A plain lock: the quiet script, or the one with the notice; "1" only when we listen
+        // too and the notice goes (an uncontended release's bytes are unchanged).
+        assert_eq!(
+            call(b"r", true, true),
+            (QUIET_RELEASE_SCRIPT, token.clone())
+        );
+        assert_eq!(call(b"r", false, false), (RELEASE_SCRIPT, token.clone()));
+        assert_eq!(call(b"r", false, true), (RELEASE_SCRIPT, "1".into()));
+        // A set and a reader: their own scripts, the notice switch last: 0 quiet, 1 with the
+        // notice, 2 with it and the releaser counted out.
+        let set = crate::keys::encode_set(&["a", "b"], |_| Ok(())).unwrap();
+        let reader = format!("{}r", crate::keys::SHARED_PREFIX).into_bytes();
+        for (resource, script) in [(&set, SET_RELEASE_SCRIPT), (&reader, SHARED_RELEASE_SCRIPT)] {
+            assert_eq!(call(resource, true, true), (script, "0".into()));
+            assert_eq!(call(resource, false, false), (script, "1".into()));
+            assert_eq!(call(resource, false, true), (script, "2".into()));
+        }
+    }
 }
