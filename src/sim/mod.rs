@@ -304,6 +304,8 @@ pub struct Report {
     /// (`Break::contention`'s runs) grants per second with the node frozen ÷ with every node
     /// up, the measure the progress check compares with [`PROGRESS_FLOOR`].
     pub progress_ratio: Option<f64>,
+    /// World time of the first grant, if any.
+    pub first_grant: Option<Duration>,
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform and version.
@@ -613,6 +615,11 @@ pub struct Setup {
     /// instead of eight clients: issue 36's fourth report (32 threads on one `Redlock`, one
     /// resource, a node frozen).
     pub crowd: bool,
+    /// (`Break::contention`'s runs) the servers are younger than the restart quarantine's
+    /// window when the run begins (uptime 0), so every node is quarantined for a window from
+    /// each client's first contact: what issue 36's fourth report turned out to be (a run begun
+    /// on servers 22 s old, every caller waiting ~8 s for the default 30 s window's end).
+    pub young: bool,
 }
 
 impl Default for Setup {
@@ -626,12 +633,14 @@ impl Default for Setup {
             sets: false,
             shared: false,
             crowd: false,
+            young: false,
         }
     }
 }
 
 const NODES: usize = 5;
-const TTL: Duration = Duration::from_millis(500);
+/// The clients' TTL (and so their restart quarantine's window).
+pub const TTL: Duration = Duration::from_millis(500);
 /// The longest a caller may wait for a resource that nobody holds while at most a minority
 /// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.43 s with
 /// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
@@ -671,6 +680,11 @@ const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.
 const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
+
+/// (`Setup::young`) how long nodes that start with uptime 0 are quarantined for some client, in
+/// world time: a client's first request comes within `MAX_THINK`, its connect and handshake
+/// within 10 ms (two round trips of links of at most 2 ms each way), then a window of its clock.
+const YOUNG_SPAN: u64 = MAX_THINK + 10 * MS + QUARANTINE_SPAN;
 
 /// Connects a fault of duration `d` (ns) may cause on one link: the first reconnects back off
 /// from `BACKOFF_MIN` doubling to `BACKOFF_MAX` (five of them below the ceiling), then one per
@@ -832,6 +846,7 @@ impl World {
         let mut rng = Rng(seed);
         let broken = |b: Break| setup.breaks == b && !setup.control;
         let fencing = setup.fencing || setup.breaks.needs_fencing();
+        let young = setup.young && setup.breaks.contention();
         let quarantine = if broken(Break::Quarantine) {
             Quarantine::Off
         } else {
@@ -924,7 +939,9 @@ impl World {
         let mut nodes = Vec::with_capacity(NODES);
         for i in 0..NODES {
             let clock = clock(&mut rng);
-            let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - 3_600_000 * MS);
+            // Up for an hour (not quarantined), or just started.
+            let age = if young { 0 } else { 3_600_000 * MS };
+            let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - age);
             node.lying = broken(Break::LyingNode) && i == 0;
             node.set_first_only = broken(Break::SetNotAllOrNone);
             node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
@@ -1025,6 +1042,14 @@ impl World {
             done_callers: 0,
         };
         world.callers = world.clients.iter().map(|c| c.callers.len()).sum();
+        if young {
+            // Every node in its quarantine from the start until a window after the last
+            // client's first contact: no progress owed meanwhile.
+            for node in 0..NODES {
+                world.node_faults.push((node, 0, YOUNG_SPAN));
+            }
+            world.changes.push(YOUNG_SPAN);
+        }
         world.plan_faults();
         for c in 0..n_clients {
             world.poke(c);
@@ -2106,6 +2131,9 @@ impl World {
                             self.log(|| format!("client {c} got fence {f}"));
                         }
                         self.report.acquired += 1;
+                        if self.report.first_grant.is_none() {
+                            self.report.first_grant = Some(Duration::from_nanos(self.g));
+                        }
                         if grant.fence.is_some() && self.healed_at.is_some_and(|h| self.g > h) {
                             self.report.fenced_after_heal += 1;
                         }
