@@ -6,6 +6,10 @@ use std::time::{Duration, Instant};
 use crate::round::deadline_after;
 use crate::session::ServerInfo;
 
+/// How much more than the time a server has been up its `uptime_in_seconds` may say (see
+/// [`NodeWatch::quarantine_left`]).
+const UPTIME_ROUNDING: Duration = Duration::from_secs(1);
+
 /// Per-node restart tracking for the quarantine.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct NodeWatch {
@@ -41,7 +45,13 @@ impl NodeWatch {
                     if restarted {
                         Some(deadline_after(info.seen, window))
                     } else {
-                        window.checked_sub(info.uptime).map(|left| info.seen + left)
+                        // Counted a second short: `uptime_in_seconds` is the whole seconds of
+                        // the clock now less those at the start (Redis: `server.unixtime -
+                        // server.stat_starttime`), up to a second more than the process has
+                        // been up — a server started at x.95 s says 1 at x + 1.02 s. Read as
+                        // it stands, a node restarted 29.1 s ago would count in a 30 s window.
+                        let up = info.uptime.saturating_sub(UPTIME_ROUNDING);
+                        window.checked_sub(up).map(|left| info.seen + left)
                     }
                 }
                 // Restart state unknown: out of quorums until a whole window has passed since
@@ -57,5 +67,61 @@ impl NodeWatch {
         self.quarantined_until
             .and_then(|t| t.checked_duration_since(now))
             .filter(|d| !d.is_zero())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(uptime_secs: u64, seen: Instant) -> Option<ServerInfo> {
+        Some(ServerInfo {
+            run_id: [b'a'; 40],
+            uptime: Duration::from_secs(uptime_secs),
+            seen,
+        })
+    }
+
+    #[test]
+    fn a_node_seen_first_counts_once_it_has_surely_been_up_a_window() {
+        let now = Instant::now();
+        let window = Duration::from_secs(30);
+        // Its uptime says 30 s: up for 29.x s at least, so still out for up to a second. (Read
+        // as it stands it counted at once: a node restarted 29.1 s ago, inside the window.)
+        let mut watch = NodeWatch::default();
+        let left = watch.quarantine_left(window, 1, info(30, now), now);
+        assert_eq!(left, Some(Duration::from_secs(1)));
+        // 31 s: surely up for 30.
+        let mut watch = NodeWatch::default();
+        assert_eq!(watch.quarantine_left(window, 1, info(31, now), now), None);
+        // Just started (0 or 1 s): the whole window from now.
+        for up in [0, 1] {
+            let mut watch = NodeWatch::default();
+            assert_eq!(
+                watch.quarantine_left(window, 1, info(up, now), now),
+                Some(window)
+            );
+        }
+        // 10 s: 21 s more.
+        let mut watch = NodeWatch::default();
+        let left = watch.quarantine_left(window, 1, info(10, now), now);
+        assert_eq!(left, Some(Duration::from_secs(21)));
+    }
+
+    #[test]
+    fn a_new_run_id_is_out_for_a_whole_window_whatever_its_uptime() {
+        let now = Instant::now();
+        let window = Duration::from_secs(30);
+        let mut watch = NodeWatch::default();
+        assert_eq!(
+            watch.quarantine_left(window, 1, info(3_600, now), now),
+            None
+        );
+        let other = Some(ServerInfo {
+            run_id: [b'b'; 40],
+            uptime: Duration::from_secs(3_600),
+            seen: now,
+        });
+        assert_eq!(watch.quarantine_left(window, 2, other, now), Some(window));
     }
 }

@@ -321,6 +321,73 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
     drop(stolen);
 }
 
+/// A server's `uptime_in_seconds` is the whole seconds of the clock now less those at its start
+/// (Redis: `server.unixtime - server.stat_starttime`), up to a second more than it has been up:
+/// started at x.7 s, it says 1 at x + 1.0 s. A client that sees such a node for the first time
+/// must keep it out until it has surely been up a window. Read as it stood, the quarantine took
+/// the 1 at its word and let the node count a second early — for a node that restarted empty,
+/// a second in which keys it forgot could still be held elsewhere (before the fix this test's
+/// first lock came ~1.3 s after the servers started, inside their 2 s window).
+#[test]
+fn a_node_seen_first_is_quarantined_until_it_has_surely_been_up_a_window() {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    const WINDOW: Duration = Duration::from_secs(2);
+    // Servers started at about x.7 s of the wall clock, whose uptime says 1 from x + 1.0 s,
+    // and a client that sees them first while they have been up less than a second.
+    let (servers, before, mut careful) = (0..5)
+        .find_map(|_| {
+            let sub = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .unwrap()
+                .subsec_millis();
+            std::thread::sleep(Duration::from_millis(u64::from((1_700 - sub) % 1_000)));
+            let before = Instant::now();
+            let servers = Cluster::start(3);
+            while servers.iter().any(|s| s.uptime_secs() < 1) {
+                assert!(
+                    before.elapsed() < Duration::from_secs(3),
+                    "uptime never said 1"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut careful = Builder::new(servers.urls())
+                .ttl(WINDOW)
+                .build_client()
+                .unwrap();
+            careful.connect(Duration::from_secs(1));
+            // The handshakes read uptime 1 or more within a second of the start: the case.
+            (before.elapsed() < Duration::from_millis(900)).then_some((servers, before, careful))
+        })
+        .expect("five tries to start servers and connect within 0.9 s of a second's turn");
+    let first = loop {
+        match careful.try_lock("young") {
+            Ok(lock) => {
+                let at = Instant::now();
+                careful.unlock(lock).unwrap();
+                break at;
+            }
+            Err(Error::NoQuorum(report)) => assert!(
+                report
+                    .failed()
+                    .all(|(_, f)| matches!(f, NodeFault::Quarantined(_))),
+                "{report}"
+            ),
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            before.elapsed() < WINDOW * 3,
+            "no lock long after the window"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        first >= before + WINDOW,
+        "a lock {:?} after the servers started, inside their {WINDOW:?} window",
+        first.duration_since(before)
+    );
+    drop(servers);
+}
+
 #[test]
 fn quarantine_doubts_set_votes_but_not_extend_votes() {
     let servers = Cluster::start(3);
