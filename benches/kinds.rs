@@ -206,7 +206,7 @@ fn main() {
                 (kind.cycle)(&mut client);
             }
             samples.clear();
-            let cpu0 = servers_cpu(&servers);
+            let (cpu0, failed0) = (servers_cpu(&servers), failed[k]);
             let end = Instant::now() + per;
             while Instant::now() < end {
                 let t = Instant::now();
@@ -216,8 +216,10 @@ fn main() {
                     failed[k] += 1;
                 }
             }
+            // Failed cycles cost the servers too: per cycle tried.
             let cpu = servers_cpu(&servers) - cpu0;
-            server_us[k].push(cpu * 1e6 / samples.len().max(1) as f64);
+            let tried = samples.len() as u64 + failed[k] - failed0;
+            server_us[k].push(cpu * 1e6 / tried.max(1) as f64);
             if samples.is_empty() {
                 samples.push(per);
             }

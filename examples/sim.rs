@@ -296,7 +296,10 @@ fn main() {
         }
         show("progress violations", &stuck);
     }
-    if young {
+    if young && !breaks.contention() {
+        println!("--young: only in the contention family (wait-for-silent, notice-herd): ignored");
+    }
+    if young && breaks.contention() {
         // Every schedule's first grant: none before the servers are a quarantine window old.
         firsts.sort_unstable();
         let at = |f: Option<&(Option<std::time::Duration>, u64)>| match f {

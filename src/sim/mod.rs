@@ -683,8 +683,9 @@ const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
 
 /// (`Setup::young`) how long nodes that start with uptime 0 are quarantined for some client, in
 /// world time: a client's first request comes within `MAX_THINK`, its connect and handshake
-/// within 10 ms (two round trips of links of at most 2 ms each way), then a window of its clock.
-const YOUNG_SPAN: u64 = MAX_THINK + 10 * MS + QUARANTINE_SPAN;
+/// within four one-way deliveries (each a link's base of at most 2 ms, its jitter, and at
+/// worst a rare delay spike: 62.2 ms each), then a window of its clock.
+const YOUNG_SPAN: u64 = MAX_THINK + 4 * (62 * MS + MS / 5) + QUARANTINE_SPAN;
 
 /// Connects a fault of duration `d` (ns) may cause on one link: the first reconnects back off
 /// from `BACKOFF_MIN` doubling to `BACKOFF_MAX` (five of them below the ceiling), then one per
