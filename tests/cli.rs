@@ -1251,9 +1251,10 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     assert_code(&o, 80);
     assert_one_line_error(&o, "retry in");
     for i in 0..3 {
-        servers[i].wait_uptime(2);
+        servers[i].wait_uptime(3);
     }
-    // The fenced clients' seed window, past now for the restarted servers (up 2 s).
+    // The fenced clients' seed window, past now for the restarted servers (up 3 s by their
+    // uptime, surely 2).
     let window = ["repair-fences", "--ttl", "1s", "--quarantine", "1s"];
     // Neither flag, and 2 of 5 counters seeded: 64, saying what to give; nothing written.
     let o = output(plain(&urls).args(window));

@@ -328,7 +328,7 @@ fn the_production_acl_rule_of_the_readme_is_enough() {
             .admin_credentials("admin", "adminpw"),
     );
     for s in servers.iter() {
-        s.wait_uptime(1);
+        s.wait_uptime(2);
     }
     let urls: Vec<String> = servers
         .iter()

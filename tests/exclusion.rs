@@ -227,7 +227,7 @@ fn processes_exclude_each_other_healthy_frozen_and_restarted() {
     // Quarantine on: the other nodes must be past their own start-up quarantine first.
     let window = Duration::from_secs(1);
     for s in servers.iter() {
-        s.wait_uptime(2);
+        s.wait_uptime(3);
     }
     run_phase(Phase {
         servers: &mut servers,

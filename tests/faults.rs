@@ -242,7 +242,7 @@ fn restart_quarantine_prevents_the_double_grant_that_happens_without_it() {
         );
     };
     for s in servers.iter() {
-        s.wait_uptime(2);
+        s.wait_uptime(3);
     }
     // Client A gets exactly 3 of 5: a stale holder still sits on nodes 3 and 4.
     servers[3].set("res", "stale");

@@ -144,10 +144,11 @@ fn a_node_restarted_empty_between_holders_never_brings_the_fence_down() {
     let fresh = b.status(b"x", Duration::from_secs(1));
     assert!(!fresh[1].fence.unwrap().seeded, "{fresh:?}");
 
-    // Up for the window (1 s; uptime is counted in whole seconds): an acquire whose first round
-    // trip it answers before the decision seeds it (on a loaded machine it may answer after the
-    // quorum: the next acquire then). Bounded: it must happen within a few.
-    servers[1].wait_uptime(2);
+    // Up for the window (1 s; the uptime, rounded up by up to a second, is read a second
+    // short): an acquire whose first round trip it answers before the decision seeds it (on a
+    // loaded machine it may answer after the quorum: the next acquire then). Bounded: it must
+    // happen within a few.
+    servers[1].wait_uptime(3);
     let mut last = fence_b;
     for attempt in 0.. {
         let lock = b.try_lock("x").unwrap();
@@ -273,7 +274,7 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
     }
 
     for i in 0..3 {
-        servers[i].wait_uptime(2);
+        servers[i].wait_uptime(3);
     }
     // Up for the window, and still refused: the lasting refusal of the issue.
     assert!(matches!(b.try_lock("r0"), Err(Error::Fence(_))));
@@ -339,7 +340,7 @@ fn a_minority_left_blank_is_repaired_without_a_floor() {
     let last = lock.fence().unwrap();
     a.unlock(lock).unwrap();
     servers[2].restart();
-    servers[2].wait_uptime(2);
+    servers[2].wait_uptime(3);
     let done = repairer(&servers, ttl)
         .repair_fences(FenceFloor::SeededQuorum, Duration::from_secs(2))
         .expect("repaired without a floor");

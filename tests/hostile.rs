@@ -786,7 +786,7 @@ fn a_server_answering_every_packet_with_yeses_never_grants_a_lock() {
         servers[1].set("res", "someone-else");
         // Past the 1 s window below, so that with quarantine on node 0's yes counts too.
         for s in servers.iter() {
-            s.wait_uptime(2);
+            s.wait_uptime(3);
         }
         let urls = servers.urls();
         let fake = FakeServer::start(yes_flood);

@@ -272,10 +272,10 @@ fn acl_rule_runs_everything(rule: &str) {
             .build()
             .unwrap()
     };
-    // The quarantine (its window: the longest TTL) needs `INFO`: the servers must be up that
-    // long.
+    // The quarantine (its window: the longest TTL) needs `INFO`: the servers must surely be up
+    // that long (their uptime, rounded up by up to a second, is read a second short).
     for s in servers.iter() {
-        s.wait_uptime(4);
+        s.wait_uptime(5);
     }
     let (holder, waiter) = (build(), build());
     let mut lock = holder.lock("acl").unwrap();

@@ -189,10 +189,11 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
         Server::builder().arg("--enable-debug-command").arg("yes"),
     )
     .map_err(|e| format!("starting {NODES} redis-servers: {e}"))?;
-    // The workers' quarantine: a node seen for the first time counts once its uptime reaches
-    // the window; servers younger than that would refuse every quorum.
+    // The workers' quarantine: a node seen for the first time counts once it has surely been up
+    // the window — its uptime, which Redis rounds up by up to a second, read a second short —
+    // so servers must say a second more than the window; younger ones refuse every quorum.
     for s in servers.iter() {
-        s.wait_uptime(window.as_secs_f64().ceil() as u64);
+        s.wait_uptime(window.as_secs_f64().ceil() as u64 + 1);
     }
     let dir = tempfile::tempdir().map_err(|e| format!("a temporary directory: {e}"))?;
     let records = match &cfg.keep {
