@@ -23,6 +23,8 @@
 
 use std::time::{Duration, Instant};
 
+mod support;
+
 use redis_local::{Cluster, Relay};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -87,25 +89,6 @@ fn kinds() -> Vec<Kind> {
             }),
         },
     ]
-}
-
-/// The servers' CPU time so far (user + system, `INFO cpu`), seconds, summed: read around a
-/// kind's window, it says what the kind costs the servers, which on loopback share the cores
-/// with the client and so set the cycle's time.
-fn servers_cpu(servers: &Cluster) -> f64 {
-    servers
-        .iter()
-        .map(|s| {
-            s.info("cpu")
-                .lines()
-                .filter_map(|l| {
-                    l.strip_prefix("used_cpu_sys:")
-                        .or_else(|| l.strip_prefix("used_cpu_user:"))
-                })
-                .filter_map(|v| v.trim().parse::<f64>().ok())
-                .sum::<f64>()
-        })
-        .sum()
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -196,7 +179,9 @@ fn main() {
     let mut p99: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     let mut samples: Vec<Duration> = Vec::with_capacity(100_000);
     let mut failed = vec![0u64; kinds.len()];
-    // The five servers' CPU (user + system) per cycle, µs, per kind per round.
+    // The five servers' CPU (user + system, as the scale scenario reads it) per cycle, µs, per
+    // kind per round: on loopback they share the cores with the client and set the cycle's time.
+    let pids: Vec<u32> = servers.iter().map(|s| s.pid()).collect();
     let mut server_us: Vec<Vec<f64>> = vec![Vec::new(); kinds.len()];
     for round in 0..rounds {
         for i in 0..kinds.len() {
@@ -206,7 +191,7 @@ fn main() {
                 (kind.cycle)(&mut client);
             }
             samples.clear();
-            let (cpu0, failed0) = (servers_cpu(&servers), failed[k]);
+            let (cpu0, failed0) = (support::scale::processes_cpu(&pids), failed[k]);
             let end = Instant::now() + per;
             while Instant::now() < end {
                 let t = Instant::now();
@@ -217,7 +202,9 @@ fn main() {
                 }
             }
             // Failed cycles cost the servers too: per cycle tried.
-            let cpu = servers_cpu(&servers) - cpu0;
+            let cpu = support::scale::processes_cpu(&pids)
+                .saturating_sub(cpu0)
+                .as_secs_f64();
             let tried = samples.len() as u64 + failed[k] - failed0;
             server_us[k].push(cpu * 1e6 / tried.max(1) as f64);
             if samples.is_empty() {

@@ -298,8 +298,7 @@ fn main() {
     }
     if young && !breaks.contention() {
         println!("--young: only in the contention family (wait-for-silent, notice-herd): ignored");
-    }
-    if young && breaks.contention() {
+    } else if young {
         // Every schedule's first grant: none before the servers are a quarantine window old.
         firsts.sort_unstable();
         let at = |f: Option<&(Option<std::time::Duration>, u64)>| match f {
