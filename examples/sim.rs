@@ -22,7 +22,9 @@
 //! operator's repair brings them back): fence-majority-blank (`--crowd`: wait-for-silent's
 //! runs with one client of 32 callers instead of eight clients; `--young`: in those runs the
 //! servers start younger than the restart quarantine's window, issue 36's fourth report, and
-//! each schedule's first grant is reported). `--sets`: callers also lock
+//! each schedule's first grant is reported); a node's uptime read at its word, though Redis's
+//! reads up to a second high (a rolling restart, then new clients that see the young nodes
+//! for the first time): uptime-at-its-word. `--sets`: callers also lock
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
@@ -90,6 +92,7 @@ fn main() {
                     Some("notice-herd") => Break::NoticeHerd,
                     Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
                     Some("fence-majority-blank") => Break::FenceMajorityBlank,
+                    Some("uptime-at-its-word") => Break::UptimeAtItsWord,
                     other => panic!("unknown --break {other:?}"),
                 }
             }

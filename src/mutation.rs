@@ -47,6 +47,12 @@ pub(crate) enum Mutation {
     /// clients woken by one release split its votes.
     #[cfg(any(test, feature = "sim"))]
     NoticeHerd,
+    /// A node's `uptime_in_seconds` read as it stands (not a second short): Redis's uptime is
+    /// whole seconds of the clock now less those at the start, up to a second more than the
+    /// process has been up, so a client that sees a node for the first time counts it up to a
+    /// second before it has been up a window (the safety defect fixed in 6614cb1).
+    #[cfg(any(test, feature = "sim"))]
+    UptimeAtItsWord,
 }
 
 impl Mutation {
@@ -114,6 +120,15 @@ impl Mutation {
         #[cfg(not(any(test, feature = "sim")))]
         false
     }
+
+    /// Uptime read as it stands ([`Mutation::UptimeAtItsWord`]).
+    #[inline]
+    pub fn uptime_at_its_word(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::UptimeAtItsWord;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
 }
 
 #[cfg(test)]
@@ -131,8 +146,9 @@ mod tests {
             Mutation::WaitForSilent,
             Mutation::DeadlineNotRearmed,
             Mutation::NoticeHerd,
+            Mutation::UptimeAtItsWord,
         ];
-        let answers: Vec<[bool; 7]> = all
+        let answers: Vec<[bool; 8]> = all
             .iter()
             .map(|m| {
                 [
@@ -143,21 +159,23 @@ mod tests {
                     m.wait_for_silent(),
                     m.deadline_not_rearmed(),
                     m.notice_herd(),
+                    m.uptime_at_its_word(),
                 ]
             })
             .collect();
         assert_eq!(
             answers,
             [
-                [false, false, false, false, false, false, false],
-                [true, false, false, false, false, false, false],
-                [false, true, false, false, false, false, false],
+                [false, false, false, false, false, false, false, false],
+                [true, false, false, false, false, false, false, false],
+                [false, true, false, false, false, false, false, false],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true, false, false, false],
-                [false, false, false, true, false, false, false],
-                [false, false, false, false, true, false, false],
-                [false, false, false, false, false, true, false],
-                [false, false, false, false, false, false, true],
+                [false, false, true, true, false, false, false, false],
+                [false, false, false, true, false, false, false, false],
+                [false, false, false, false, true, false, false, false],
+                [false, false, false, false, false, true, false, false],
+                [false, false, false, false, false, false, true, false],
+                [false, false, false, false, false, false, false, true],
             ]
         );
     }

@@ -8,7 +8,7 @@ use crate::session::ServerInfo;
 
 /// How much more than the time a server has been up its `uptime_in_seconds` may say (see
 /// [`NodeWatch::quarantine_left`]).
-const UPTIME_ROUNDING: Duration = Duration::from_secs(1);
+pub(crate) const UPTIME_ROUNDING: Duration = Duration::from_secs(1);
 
 /// Per-node restart tracking for the quarantine.
 #[derive(Debug, Clone, Copy, Default)]

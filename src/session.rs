@@ -441,6 +441,8 @@ struct State {
     db: u32,
     /// Whether an error answer to `INFO server` fails the handshake.
     info_need: InfoNeed,
+    /// The simulator's defect, if any (`ConnConfig::mutation`).
+    mutation: crate::mutation::Mutation,
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
@@ -501,6 +503,7 @@ impl Session {
                 generation: 0,
                 db,
                 info_need,
+                mutation: config.mutation,
                 replied: false,
                 counters: Arc::default(),
                 name,
@@ -1149,6 +1152,12 @@ impl State {
                 _ => &[],
             };
             self.info = parse_info(text, now);
+            if self.mutation.uptime_at_its_word()
+                && let Some(info) = self.info.as_mut()
+            {
+                // The defect brought back: the second the quarantine takes off, put back on.
+                info.uptime += crate::quarantine::UPTIME_ROUNDING;
+            }
             if self.info_need == InfoNeed::Wanted {
                 // Not one of the steps the requests wait for.
                 return;

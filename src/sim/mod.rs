@@ -100,6 +100,13 @@ pub enum Break {
     /// (`repair_fences` with a floor above every fence handed out) once the nodes are back,
     /// and locks resume with their fences still in order.
     FenceMajorityBlank,
+    /// (Quarantine) the defect fixed in 6614cb1 brought back: a node's uptime read as it
+    /// stands, although Redis's reads up to a second high (the simulated nodes count it as
+    /// Redis does). A rolling restart of three to five nodes, and every client but the first
+    /// starts within a TTL after the last is back: its first contact with those nodes comes
+    /// while they are younger than the quarantine's window, and one whose uptime already says
+    /// 1 counts at once, though it forgot the keys of locks still held.
+    UptimeAtItsWord,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -117,6 +124,7 @@ impl Break {
             Break::WaitForSilent => Mutation::WaitForSilent,
             Break::DeadlineNotRearmed => Mutation::DeadlineNotRearmed,
             Break::NoticeHerd => Mutation::NoticeHerd,
+            Break::UptimeAtItsWord => Mutation::UptimeAtItsWord,
             _ => Mutation::None,
         }
     }
@@ -1126,6 +1134,10 @@ impl World {
             }
             return;
         }
+        if self.setup.breaks == Break::UptimeAtItsWord {
+            self.rolling_restart();
+            return;
+        }
         let count = match self.setup.breaks {
             Break::Nothing | Break::MajorityDown => self.rng.range(0, 6),
             _ => self.rng.range(3, 10),
@@ -1167,6 +1179,34 @@ impl World {
                 },
             };
             self.at(t, kind);
+        }
+    }
+
+    /// (`Break::UptimeAtItsWord`) three to five nodes restart one after another, each down
+    /// for a moment; every client but the first starts within a TTL after the last is back,
+    /// so that it sees those nodes for the first time while they are younger than the
+    /// quarantine's window (a process deployed beside the servers' rolling restart).
+    fn rolling_restart(&mut self) {
+        let mut t = self.rng.range(300 * MS, 2_000 * MS);
+        let k = self.rng.range(3, NODES as u64 + 1) as usize;
+        let first = self.rng.range(0, NODES as u64) as usize;
+        let mut back = 0;
+        for i in 0..k {
+            let d = self.rng.range(0, 100 * MS);
+            self.at(t, EvKind::NodeCrash((first + i) % NODES, d));
+            back = back.max(t + d);
+            t += self.rng.range(0, 50 * MS);
+        }
+        for c in 1..self.clients.len() {
+            let join = back + self.rng.range(0, TTL.as_nanos() as u64);
+            for k in 0..self.clients[c].callers.len() {
+                let at = self.clients[c]
+                    .clock
+                    .local_ns(join + self.rng.range(0, MAX_THINK));
+                self.clients[c].callers[k].work = Work::Idle {
+                    until: self.base + Duration::from_nanos(at),
+                };
+            }
         }
     }
 

@@ -35,6 +35,12 @@ pub(crate) struct Node {
     pub run_id: [u8; 40],
     /// When this incarnation started, on the node's clock (ns).
     pub started: u64,
+    /// Where the node's wall-clock seconds begin on its ns clock (0 to 1 s): Redis counts
+    /// `uptime_in_seconds` as whole seconds of the wall clock now less those at the start
+    /// (`server.unixtime - server.stat_starttime`), so it reads up to a second high — a node
+    /// started at x.95 s says 1 at x + 1.02 s. The same across restarts (one machine's
+    /// clock); taken from the first `run_id`, so that no schedule draws another number.
+    wall: u64,
     pub lying: bool,
     /// Runs a set's acquire as a `SET NX` of each member on its own, answering as the first
     /// member did: the wrong variant of `Break::SetNotAllOrNone`.
@@ -117,6 +123,9 @@ impl Node {
             readers: Vec::new(),
             fence: None,
             loaded: [false; SCRIPT_COUNT],
+            wall: run_id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            }) % 1_000_000_000,
             run_id,
             started,
             lying: false,
@@ -246,7 +255,8 @@ impl Node {
         match name {
             b"HELLO" => out.extend_from_slice(b"%1\r\n+server\r\n+redis\r\n"),
             b"INFO" => {
-                let uptime = now.saturating_sub(self.started) / 1_000_000_000;
+                let second = |t: u64| (t + self.wall) / 1_000_000_000;
+                let uptime = second(now).saturating_sub(second(self.started));
                 let text = format!(
                     "# Server\r\nrun_id:{}\r\nuptime_in_seconds:{uptime}\r\n",
                     std::str::from_utf8(&self.run_id).expect("hex")
@@ -694,6 +704,30 @@ mod tests {
         let mut out = Vec::new();
         node.execute(args, now, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn uptime_counts_whole_seconds_of_the_wall_clock_as_redis_does() {
+        const S: u64 = 1_000_000_000;
+        let mut n = Node::new([b'a'; 40], 0);
+        let uptime = |n: &mut Node, now: u64| {
+            let text = run(n, &[b"INFO", b"server"], now);
+            let line = text.lines().find(|l| l.starts_with("uptime_in_seconds:"));
+            line.expect("an uptime line")[18..].parse::<u64>().unwrap()
+        };
+        // Started at x.95 s of its wall clock: 1 at x + 1.02 s, 70 ms after the start.
+        n.wall = 0;
+        n.started = 10 * S + 950_000_000;
+        assert_eq!(uptime(&mut n, 10 * S + 990_000_000), 0);
+        assert_eq!(uptime(&mut n, 11 * S + 20_000_000), 1);
+        assert_eq!(uptime(&mut n, 12 * S + 940_000_000), 2);
+        // The wall clock's seconds begin 60 ms later on the node's clock: still 0 there.
+        n.wall = S - 60_000_000;
+        assert_eq!(uptime(&mut n, 11 * S + 20_000_000), 0);
+        assert_eq!(uptime(&mut n, 11 * S + 20_000_000 + 60_000_000), 1);
+        // Kept across a restart (one machine's clock), whatever the new run_id.
+        n.restart([b'b'; 40], 20 * S, Persist::Nothing);
+        assert_eq!(n.wall, S - 60_000_000);
     }
 
     #[test]
