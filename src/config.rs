@@ -277,7 +277,7 @@ impl Config {
     }
 
     /// One resource name: not empty, not too long, not in the reserved namespace.
-    fn check_name(&self, resource: &[u8]) -> Result<(), Error> {
+    pub(crate) fn check_name(&self, resource: &[u8]) -> Result<(), Error> {
         if resource.is_empty() {
             return Err(Error::Config("empty resource name".into()));
         }

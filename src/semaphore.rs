@@ -81,11 +81,15 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
         });
     }
     // The name itself first (empty, reserved prefix), then every permit's key (its length).
-    config.check_resource(name)?;
+    // Each as one plain key, not by its shape as a lock's resource is: a permit that read as a
+    // shared lock's name (`redlock:shared:x#0`) would be a read lock, which any number of
+    // callers hold at once — so a set's or a shared lock's encoding, in the reserved
+    // namespace, is refused as a semaphore's name.
+    config.check_name(name)?;
     (0..permits)
         .map(|i| {
             let key = crate::keys::permit_key(name, i);
-            config.check_resource(&key)?;
+            config.check_name(&key)?;
             Ok(key)
         })
         .collect()
@@ -778,6 +782,17 @@ mod tests {
             permit_names(&config, b"", 3),
             Err(Error::Config(_))
         ));
+        // A shared lock's or a set's encoding is not a semaphore's name: its permits would be
+        // read locks (any number of holders) or sets. (Before, `redlock:shared:x` was taken,
+        // and P = 1 admitted every caller.)
+        let shared = crate::Shared::new("x").unwrap();
+        let set = crate::ResourceSet::new(["a", "b"]).unwrap();
+        for name in [shared.as_ref(), set.as_ref()] {
+            assert!(matches!(
+                permit_names(&config, name, 1),
+                Err(Error::ReservedName { .. })
+            ));
+        }
         // The name fits, its permits' keys do not.
         let long = vec![b'a'; config.max_resource_len - 1];
         assert!(matches!(

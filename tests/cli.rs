@@ -2103,4 +2103,21 @@ fn shared_locks_are_read_locks_beside_the_exclusive_one() {
     assert_code(&o, 64);
     let o = output(redlock(&urls).args(["acquire", "-r", "--permits", "2", "a"]));
     assert_code(&o, 64);
+    // A shared lock's name given back (REDLOCK_RESOURCE above) is a read lock: not with -x,
+    // and not as a semaphore's name, whose permits would then be read locks that any number
+    // of callers hold (before, `--permits 1 redlock:shared:cfg` admitted every caller).
+    for args in [
+        &["acquire", "-x", "-n", "redlock:shared:cfg"][..],
+        &["run", "-x", "-n", "redlock:shared:cfg", "--", "true"][..],
+    ] {
+        let o = output(redlock(&urls).args(args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "shared lock's name");
+    }
+    for _ in 0..2 {
+        let o =
+            output(redlock(&urls).args(["acquire", "--permits", "1", "-n", "redlock:shared:cfg"]));
+        assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+        assert_one_line_error(&o, "reserved");
+    }
 }

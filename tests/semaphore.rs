@@ -279,6 +279,27 @@ fn a_bad_permit_count_is_a_typed_error_in_every_face() {
         Err(Error::ReservedName { .. })
     ));
     assert!(redlock.semaphore("x", MAX_PERMITS).is_ok());
+    // A shared lock's encoding is no semaphore's name: its permits would be read locks, which
+    // any number of callers hold at once (before, one permit of `redlock:shared:x` admitted
+    // every caller); nor is a set's.
+    let shared = redlock_mux::Shared::new("x").unwrap();
+    let set = redlock_mux::ResourceSet::new(["a", "b"]).unwrap();
+    let async_face = redlock_mux::AsyncRedlock::from(redlock.clone());
+    let mut client = builder(&servers).build_client().unwrap();
+    for name in [shared.as_ref(), set.as_ref()] {
+        let e = redlock.semaphore(name, 1).unwrap_err();
+        assert!(matches!(e, Error::ReservedName { .. }), "{e}");
+        assert!(matches!(
+            async_face.semaphore(name, 1),
+            Err(Error::ReservedName { .. })
+        ));
+        assert!(matches!(
+            client.try_acquire_permit(name, 1),
+            Err(Error::ReservedName { .. })
+        ));
+    }
+    // Nothing was written on the way.
+    assert_eq!(servers[0].dbsize(), 0);
 }
 
 /// The key layout is the plain lock's: another client's `SET <name>#0 … NX PX` takes permit 0,

@@ -8,7 +8,7 @@ use clap::Args;
 // A flag's variable takes 1/0, yes/no, true/false, on/off.
 use clap::builder::BoolishValueParser;
 use redlock_mux::{
-    Builder, Error, Lock, LockVote, NodeFault, NodeStatus, NodeVote, Redlock, Report,
+    Builder, Error, Lock, LockVote, NodeFault, NodeStatus, NodeVote, Redlock, Report, Resource,
 };
 use serde_json::{Value, json};
 
@@ -534,6 +534,23 @@ impl LockOptions {
                 .quarantine(window)
                 .fencing(true),
         )
+    }
+
+    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `-x` it must
+    /// be an exclusive one: a shared lock's name given back as RESOURCE (`REDLOCK_RESOURCE` of
+    /// `run --shared`) would be a read lock, the opposite of what `-x` asks.
+    pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
+        let name = lock_name(resources, self.shared)?;
+        if self.exclusive && Resource::new(name.as_bytes()).shared_name().is_some() {
+            return Err(Fail::new(
+                exit::USAGE,
+                format!(
+                    "-x/--exclusive with {}, a shared lock's name: give the resource itself",
+                    shorten(&name, NAME_SHOWN)
+                ),
+            ));
+        }
+        Ok(name)
     }
 
     /// `--ttl`, or the subcommand's default.

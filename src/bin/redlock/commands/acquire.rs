@@ -39,7 +39,7 @@ const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let ttl = a.opts.ttl_or(DEFAULT_TTL);
     let r = common::build(a.opts.tuned(DEFAULT_TTL)?.fencing(a.opts.fence))?;
-    let resource = common::lock_name(&a.resources, a.opts.shared)?;
+    let resource = a.opts.lock_name(&a.resources)?;
     let lock = common::acquire(
         &r,
         &resource,

@@ -133,7 +133,7 @@ impl RunArgs {
             }
             self.command.drain(..=at);
         }
-        self.resource = common::lock_name(&resources, self.opts.shared)?;
+        self.resource = self.opts.lock_name(&resources)?;
         Ok(())
     }
 
