@@ -24,7 +24,8 @@
 //! servers start younger than the restart quarantine's window, issue 36's fourth report, and
 //! each schedule's first grant is reported); a node's uptime read at its word, though Redis's
 //! reads up to a second high (a rolling restart, then new clients that see the young nodes
-//! for the first time): uptime-at-its-word. `--sets`: callers also lock
+//! for the first time): uptime-at-its-word; which process a node is learnt from counted yeses
+//! only (nodes replaced by processes up for an hour, contention): run-id-on-yes-only. `--sets`: callers also lock
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
@@ -93,6 +94,7 @@ fn main() {
                     Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
                     Some("fence-majority-blank") => Break::FenceMajorityBlank,
                     Some("uptime-at-its-word") => Break::UptimeAtItsWord,
+                    Some("run-id-on-yes-only") => Break::RunIdOnYesOnly,
                     other => panic!("unknown --break {other:?}"),
                 }
             }

@@ -53,6 +53,12 @@ pub(crate) enum Mutation {
     /// second before it has been up a window (the safety defect fixed in 6614cb1).
     #[cfg(any(test, feature = "sim"))]
     UptimeAtItsWord,
+    /// The restart tracking learns which process a node is only from a counted yes (and
+    /// notices and status reads), not from a refusal: a client whose answers from a node were
+    /// all refusals takes a later process at that address by its uptime, and one that has
+    /// been up long but lacks the keys (a failover, a moved address) counts at once.
+    #[cfg(any(test, feature = "sim"))]
+    RunIdOnYesOnly,
 }
 
 impl Mutation {
@@ -129,6 +135,15 @@ impl Mutation {
         #[cfg(not(any(test, feature = "sim")))]
         false
     }
+
+    /// The process learnt from yeses only ([`Mutation::RunIdOnYesOnly`]).
+    #[inline]
+    pub fn run_id_on_yes_only(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::RunIdOnYesOnly;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
 }
 
 #[cfg(test)]
@@ -147,8 +162,9 @@ mod tests {
             Mutation::DeadlineNotRearmed,
             Mutation::NoticeHerd,
             Mutation::UptimeAtItsWord,
+            Mutation::RunIdOnYesOnly,
         ];
-        let answers: Vec<[bool; 8]> = all
+        let answers: Vec<[bool; 9]> = all
             .iter()
             .map(|m| {
                 [
@@ -160,22 +176,26 @@ mod tests {
                     m.deadline_not_rearmed(),
                     m.notice_herd(),
                     m.uptime_at_its_word(),
+                    m.run_id_on_yes_only(),
                 ]
             })
             .collect();
         assert_eq!(
             answers,
             [
-                [false, false, false, false, false, false, false, false],
-                [true, false, false, false, false, false, false, false],
-                [false, true, false, false, false, false, false, false],
+                [
+                    false, false, false, false, false, false, false, false, false
+                ],
+                [true, false, false, false, false, false, false, false, false],
+                [false, true, false, false, false, false, false, false, false],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true, false, false, false, false],
-                [false, false, false, true, false, false, false, false],
-                [false, false, false, false, true, false, false, false],
-                [false, false, false, false, false, true, false, false],
-                [false, false, false, false, false, false, true, false],
-                [false, false, false, false, false, false, false, true],
+                [false, false, true, true, false, false, false, false, false],
+                [false, false, false, true, false, false, false, false, false],
+                [false, false, false, false, true, false, false, false, false],
+                [false, false, false, false, false, true, false, false, false],
+                [false, false, false, false, false, false, true, false, false],
+                [false, false, false, false, false, false, false, true, false],
+                [false, false, false, false, false, false, false, false, true],
             ]
         );
     }

@@ -40,7 +40,14 @@ impl NodeWatch {
                     // replica, or an address that now leads to another server — whatever its
                     // uptime says: when it lost (or never had) our keys is unknown, so the whole
                     // window counts from the moment we noticed.
-                    let restarted = self.run_id.is_some_and(|id| id != info.run_id);
+                    // Known by this tracking (it has seen an answer of the node before), or
+                    // by the session, whose earlier connections may have met the node without
+                    // carrying an answer here: without that, a client that never heard the
+                    // first process would take a replacement up for hours at its word.
+                    let restarted = match self.run_id {
+                        Some(id) => id != info.run_id,
+                        None => info.replaced,
+                    };
                     self.run_id = Some(info.run_id);
                     if restarted {
                         Some(deadline_after(info.seen, window))
@@ -79,6 +86,7 @@ mod tests {
             run_id: [b'a'; 40],
             uptime: Duration::from_secs(uptime_secs),
             seen,
+            replaced: false,
         })
     }
 
@@ -121,7 +129,31 @@ mod tests {
             run_id: [b'b'; 40],
             uptime: Duration::from_secs(3_600),
             seen: now,
+            replaced: false,
         });
         assert_eq!(watch.quarantine_left(window, 2, other, now), Some(window));
+    }
+
+    #[test]
+    fn a_replacement_the_session_met_first_is_out_for_a_whole_window() {
+        let now = Instant::now();
+        let window = Duration::from_secs(30);
+        // Its session's earlier connection met another process (no answer of it reached this
+        // tracking): a process up for an hour is out for a whole window all the same. (Taken
+        // by its uptime before, it counted at once.)
+        let mut watch = NodeWatch::default();
+        let replaced = info(3_600, now).map(|i| ServerInfo {
+            replaced: true,
+            ..i
+        });
+        assert_eq!(
+            watch.quarantine_left(window, 2, replaced, now),
+            Some(window)
+        );
+        // What this tracking knows itself comes first: the same process on a later connection
+        // (its session still says "replaced", against the first it met) is not out again.
+        let later = now + window;
+        let again = replaced.map(|i| ServerInfo { seen: later, ..i });
+        assert_eq!(watch.quarantine_left(window, 3, again, later), None);
     }
 }

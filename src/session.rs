@@ -400,6 +400,10 @@ pub(crate) struct ServerInfo {
     pub uptime: Duration,
     /// When the reply arrived: the node started at about `seen - uptime`.
     pub seen: Instant,
+    /// An earlier connection of this session met another process at this address (the
+    /// first it met had another `run_id`): a restart or a replacement that the engine may not
+    /// have heard of — a connection can come up and go down without carrying one answer.
+    pub replaced: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -443,6 +447,8 @@ struct State {
     info_need: InfoNeed,
     /// The simulator's defect, if any (`ConnConfig::mutation`).
     mutation: crate::mutation::Mutation,
+    /// The `run_id` of the first process this session's connections met (`ServerInfo::replaced`).
+    first_run_id: Option<[u8; 40]>,
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
@@ -504,6 +510,7 @@ impl Session {
                 db,
                 info_need,
                 mutation: config.mutation,
+                first_run_id: None,
                 replied: false,
                 counters: Arc::default(),
                 name,
@@ -1152,11 +1159,13 @@ impl State {
                 _ => &[],
             };
             self.info = parse_info(text, now);
-            if self.mutation.uptime_at_its_word()
-                && let Some(info) = self.info.as_mut()
-            {
-                // The defect brought back: the second the quarantine takes off, put back on.
-                info.uptime += crate::quarantine::UPTIME_ROUNDING;
+            if let Some(info) = self.info.as_mut() {
+                let first = *self.first_run_id.get_or_insert(info.run_id);
+                info.replaced = first != info.run_id && !self.mutation.run_id_on_yes_only();
+                if self.mutation.uptime_at_its_word() {
+                    // The defect brought back: the second the quarantine takes off, put back.
+                    info.uptime += crate::quarantine::UPTIME_ROUNDING;
+                }
             }
             if self.info_need == InfoNeed::Wanted {
                 // Not one of the steps the requests wait for.
@@ -1199,6 +1208,7 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
         run_id: run_id?,
         uptime: Duration::from_secs(uptime?),
         seen: now,
+        replaced: false,
     })
 }
 

@@ -341,12 +341,39 @@ fn a_kept_lock_survives_servers_that_close_idle_connections() {
 
 #[test]
 fn a_new_run_id_behind_the_same_address_is_quarantined_whatever_its_uptime() {
+    // The client has had a yes from the first server.
+    swap_servers_behind_one_address(|c, _| {
+        let lock = c.try_lock("r").unwrap();
+        c.unlock(lock).unwrap();
+    });
+}
+
+#[test]
+fn a_new_run_id_is_quarantined_after_refusals_only_or_a_bare_handshake() {
+    // The client has heard only refusals from the first server: it learnt which process that
+    // was all the same (before, only from a counted yes — the second server counted at once).
+    swap_servers_behind_one_address(|c, first| {
+        first.set("r", "someone-else");
+        assert!(matches!(c.try_lock("r"), Err(Error::Held(_))));
+    });
+    // Nothing but the connection's handshake (no answer to any request reached the engine):
+    // the session remembers the first process it met.
+    swap_servers_behind_one_address(|c, _| {
+        assert_eq!(c.connect(Duration::from_secs(5)), 1);
+    });
+}
+
+/// A client of one node meets the first of two servers up longer than the window (`meet`),
+/// then its address (a unix-socket link) leads to the second, which has none of the keys (a
+/// failover, a DNS move): its first yes must wait a whole window from when it was noticed.
+fn swap_servers_behind_one_address(meet: impl FnOnce(&mut Client, &Server)) {
     let builder = Server::builder().unix_socket(true);
     let mut first = builder.clone().start();
     let second = builder.start();
-    // Both have been up longer than the window: only the run_id tells them apart.
-    first.wait_uptime(2);
-    second.wait_uptime(2);
+    // Both have been up longer than the window (its uptime read a second short): only the
+    // run_id tells them apart.
+    first.wait_uptime(3);
+    second.wait_uptime(3);
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("node.sock");
     std::os::unix::fs::symlink(first.unix_path().unwrap(), &link).unwrap();
@@ -357,9 +384,7 @@ fn a_new_run_id_behind_the_same_address_is_quarantined_whatever_its_uptime() {
         .node_timeout(50 * MS)
         .build_client()
         .unwrap();
-    let lock = c.try_lock("r").unwrap();
-    c.unlock(lock).unwrap();
-    // The address now leads to another server (a failover, a DNS move) with a long uptime.
+    meet(&mut c, &first);
     first.kill();
     std::fs::remove_file(&link).unwrap();
     std::os::unix::fs::symlink(second.unix_path().unwrap(), &link).unwrap();

@@ -156,6 +156,27 @@ fn a_new_client_that_reads_a_young_nodes_uptime_at_its_word_gives_two_holders() 
 }
 
 #[test]
+fn a_replacement_taken_by_its_uptime_after_refusals_gives_two_holders() {
+    // Nodes come back as processes up for an hour without the keys (a failover, a moved
+    // address); the restart tracking brought back to learning which process a node is from
+    // counted yeses only: a client that heard only refusals takes the replacement by its
+    // uptime and counts it at once (found by review; both the engine's answers and the
+    // session's handshakes now tell it).
+    let breaks = Break::RunIdOnYesOnly;
+    assumption_is_needed(breaks, &[5, 8, 15]);
+    let control = setup(breaks, true);
+    for r in batch(0..200, control) {
+        assert!(r.violation.is_none(), "{}", explain(r.seed, control));
+        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
+        assert!(
+            r.liveness.is_none() && r.connect_violation.is_none(),
+            "{}",
+            explain_liveness(r.seed, control)
+        );
+    }
+}
+
+#[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
     // Seed 25 replaced by 11 when waiters began to leave at their deadline (seed 541,056's
     // fix): a different schedule, not a weaker check.

@@ -399,6 +399,19 @@ impl Core {
         if d.reply.is_ok() {
             // It answers again: waited for again.
             self.silent &= !node_bit(node);
+            // Every answer tells the restart tracking which process answers, a refusal too.
+            // Learnt from counted yeses only, a client whose answers from a node were all
+            // refusals did not know its run_id, took a later process at that address by its
+            // uptime, and counted at once one that had been up long without the keys (a
+            // failover, an address that moved): two holders. (Once per connection: the
+            // tracking looks at a generation once.)
+            if d.info.is_some()
+                && !d.withdrawn
+                && !self.mutation.run_id_on_yes_only()
+                && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+            {
+                watch.quarantine_left(window, d.generation, d.info, now);
+            }
         }
         if self.on_pubsub(node, &d, now) {
             return;
