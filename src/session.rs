@@ -149,11 +149,15 @@ pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(
 /// `ARGV[2]` ms unless the key is of another type (a writer's string: the first sorted-set
 /// command fails with `WRONGTYPE`, refused) or a writer waits (the waiting mark holds
 /// [`MARK_VALUE`](crate::keys::MARK_VALUE) or `1`: refused, so that readers that keep coming do
-/// not starve it). The key lives at least `ARGV[2]` ms more. Answers 1 or 0. Four or five
-/// calls: the fewest that keep these rules (no `TYPE`: the `ZADD`'s `WRONGTYPE` says it;
-/// expired readers are dropped by releases, not here), since the servers' time is the cycle's
-/// on a small machine.
-pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) if type(redis.pcall(\"zadd\", KEYS[1], now + ttl, ARGV[1])) == \"table\" then return 0 end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
+/// not starve it). A key without a TTL is nobody's lock (an application's sorted set, say):
+/// refused, untouched — a reader joined it before, and its release's sweep of expired scores
+/// emptied it. The key lives at least `ARGV[2]` ms more, set from the argument's text: Redis
+/// 7.2.0–7.2.4 turn a Lua number such as 100000000 into `1e+08`, which `PEXPIRE` refuses
+/// (after the `ZADD`: a reader left without a TTL). Answers 1 or 0. Four or five calls: the
+/// fewest that keep these rules (no `TYPE`: the `ZADD`'s `WRONGTYPE` says it; the `PTTL`
+/// before the `ZADD` serves both the refusal and the TTL; expired readers are dropped by
+/// releases, not here), since the servers' time is the cycle's on a small machine.
+pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) if type(redis.pcall(\"zadd\", KEYS[1], now + ttl, ARGV[1])) == \"table\" then return 0 end if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
 /// A reader's release: its token leaves the set (an empty sorted set is deleted by the
 /// server), and if others remain, the expired ones with it (crashed readers); if no reader is
 /// left, with `ARGV[2]` = `1` (or `2`, the releaser not counted) the waiters are told as
@@ -162,9 +166,9 @@ pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"r
 /// TTL any reader set (at most one TTL after the last acquire), as a crashed plain holder does.
 pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 then local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) if redis.call(\"exists\", KEYS[1]) == 1 then return 1 end end if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
 /// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
-/// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more. Answers 1
-/// or 0.
-pub(crate) const SHARED_EXTEND_BODY: &str = "local s = redis.pcall(\"zscore\", KEYS[1], ARGV[1]) if type(s) ~= \"string\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ttl) end return 1";
+/// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more (set from
+/// the argument's text, as in [`SHARED_ACQUIRE_BODY`]). Answers 1 or 0.
+pub(crate) const SHARED_EXTEND_BODY: &str = "local s = redis.pcall(\"zscore\", KEYS[1], ARGV[1]) if type(s) ~= \"string\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
 
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -1215,6 +1219,33 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_ttl_a_script_sets_is_an_argument_as_the_client_wrote_it() {
+        // Redis 7.2.0–7.2.4 turn Lua numbers such as 100000000 into `1e+08`, which `PEXPIRE`
+        // and `SET … PX` refuse: a script that computed a TTL and passed the number failed
+        // half-way (the shared acquire left a reader without a TTL). Every TTL argument is
+        // `ARGV[…]`, the decimal text the client sent.
+        let mut seen = 0;
+        for script in scripts() {
+            let body = script.body;
+            for (at, _) in body
+                .match_indices("\"pexpire\", ")
+                .chain(body.match_indices("\"PX\", "))
+            {
+                let rest = &body[at..];
+                let args = &rest[rest.find(", ").unwrap() + 2..rest.find(')').unwrap()];
+                let ttl = if rest.starts_with("\"PX\"") {
+                    args
+                } else {
+                    args.split(", ").nth(1).unwrap_or("")
+                };
+                assert!(ttl.starts_with("ARGV["), "{ttl:?} in {body}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 8, "only {seen} TTLs found: the scan misses them");
+    }
     use crate::config::Config;
 
     #[test]

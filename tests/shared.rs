@@ -64,6 +64,35 @@ fn readers_share_a_resource_and_exclude_writers_and_other_clients() {
 }
 
 #[test]
+fn a_sorted_set_without_a_ttl_is_nobodys_lock_and_is_left_alone() {
+    // An application's sorted set under the resource's name (a leaderboard, another library's
+    // queue): no lock of ours ever lacks a TTL, so a reader is refused and the set untouched.
+    // (Before, the reader joined it and set a TTL on it, and its release swept every member
+    // scored before now — the application's data — and deleted the key.)
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers).build().unwrap();
+    for s in servers.iter() {
+        s.cmd(&["ZADD", "board", "10", "alice", "20", "bob"]);
+    }
+    assert!(matches!(
+        redlock.try_lock_shared("board"),
+        Err(Error::Held(_))
+    ));
+    for s in servers.iter() {
+        assert_eq!(s.cmd(&["ZCARD", "board"]), redis::Value::Int(2));
+        assert_eq!(s.pttl("board"), -1, "no TTL set on it");
+    }
+    // A reader's own set (with its TTL) is joined as before.
+    let r1 = redlock.try_lock_shared("config").unwrap();
+    let r2 = redlock.try_lock_shared("config").unwrap();
+    for s in servers.iter() {
+        assert_eq!(s.cmd(&["ZCARD", "config"]), redis::Value::Int(2));
+    }
+    redlock.unlock(r1).unwrap();
+    redlock.unlock(r2).unwrap();
+}
+
+#[test]
 fn each_reader_expires_on_its_own_and_extends_on_its_own() {
     let servers = Cluster::start(3);
     let short = builder(&servers)
