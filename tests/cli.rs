@@ -251,6 +251,43 @@ while :; do sleep 0.05; done"#;
 }
 
 #[test]
+fn processes_command_leaves_in_its_group_keep_the_lock_until_they_end() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // COMMAND exits at once with 3, leaving a worker in its group.
+    let script = format!("sleep 60 & echo $! > {}; exit 3", pid_file.display());
+    let first = spawn(redlock(&urls).args(["run", "--ttl", "1s", "job", "-c", &script]));
+    let worker = read_pid(&pid_file);
+    // While the worker runs, the lock is held, past its TTL (renewed): another run is refused
+    // every time. (Before, the lock was released when COMMAND exited: the worker ran on
+    // unlocked, beside the next holder.)
+    let until = Instant::now() + Duration::from_millis(2_500);
+    let mut refused = 0;
+    while Instant::now() < until {
+        let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
+        assert_code(&o, 75);
+        refused += 1;
+    }
+    assert!(refused > 0);
+    // The worker ends: the lock is released, and redlock exits with COMMAND's code.
+    // SAFETY: kill(2) on the worker, which is alive (the lock is still held for it).
+    unsafe {
+        libc::kill(worker, libc::SIGTERM);
+    }
+    let o = finish(first, LIMIT);
+    assert_code(&o, 3);
+    assert!(
+        stderr(&o).contains("still runs") && stderr(&o).contains(&worker.to_string()),
+        "{}",
+        stderr(&o)
+    );
+    let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
+    assert_code(&o, 0);
+}
+
+#[test]
 fn sigterm_is_forwarded_and_the_lock_released() {
     let servers = Cluster::start(3);
     let dir = tempfile::tempdir().unwrap();
@@ -1219,7 +1256,17 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
             "fences: counter {second} at most; 3 of 3 counters seeded"
         )),
         "{out}"
+    ); // Nor one inherited from an enclosing `run --fence` of another lock: that fence is not
+    // this lock's, and a stale holder of this one could pass a store's check with it (before,
+    // the inner COMMAND got the outer fence).
+    let inner = r#""$0" --quarantine off run inner -- sh -c 'echo "[$REDLOCK_FENCE]"'"#;
+    let o = output(
+        redlock(&urls)
+            .env("REDLOCK_SERVERS", urls.join(","))
+            .args(["--fence", "run", "outer", "--", "sh", "-c", inner, BIN]),
     );
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o).trim(), "[]", "{}", stderr(&o));
 }
 
 /// `repair-fences` (issue 36, item 2): a majority of 5 restarted empty refuses fenced locks;

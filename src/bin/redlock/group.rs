@@ -536,6 +536,31 @@ pub fn is_stopped(pid: libc::pid_t) -> bool {
     stat_fields(pid).is_some_and(|f| f.first().is_some_and(|s| s == "T"))
 }
 
+/// The processes of group `pgid` other than `except` that have not exited (zombies left out),
+/// as `/proc` lists them now.
+pub fn members_besides(pgid: libc::pid_t, except: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|entry| {
+        entry
+            .ok()?
+            .file_name()
+            .to_str()?
+            .parse::<libc::pid_t>()
+            .ok()
+    })
+    .filter(|&pid| pid != except)
+    .filter(|&pid| {
+        // state, ppid, pgrp, ...: a process that has exited (Z, X) is no member any more.
+        stat_fields(pid).is_some_and(|f| {
+            f.first().is_some_and(|s| s != "Z" && s != "X")
+                && f.get(2).and_then(|g| g.parse().ok()) == Some(pgid)
+        })
+    })
+    .collect()
+}
+
 /// Sends `signal` to process group `pgid`.
 pub fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
     // SAFETY: kill(2) with plain integers. The group's id cannot have been reused: its leader,

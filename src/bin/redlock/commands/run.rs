@@ -45,8 +45,9 @@ COMMAND runs in a process group of its own, with everything it starts. A watchdo
 (redlock-watch) sends SIGKILL to that whole group if redlock dies (SIGKILL included), and if
 redlock is stopped or hangs until the lock's validity runs out. So no process of the group runs on
 past the lock's validity once redlock can no longer keep the lock. A process that leaves the group
-(setsid, as daemons do) is not covered. Processes COMMAND leaves running when it exits are left
-alone, unless the lock was lost (then they get SIGKILL).
+(setsid, as daemons do) is not covered. Processes COMMAND leaves running in its group when it
+exits (`worker &`) keep the lock: redlock says so, keeps it until the last of them has ended, and
+then exits with COMMAND's code (as flock's lock stays with the children that inherit it).
 
 If the lock is lost (the servers stopped answering, or the key vanished), the group gets SIGTERM,
 then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity ends, and
@@ -339,10 +340,23 @@ fn start(
 fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail> {
     let argv = a.argv();
     let program = &argv[0];
-    let mut command = Command::new(program);
-    if let Some(fence) = kept.lock().fence() {
-        command.env("REDLOCK_FENCE", fence.to_string());
+    // The lock's validity may have run out before this point (redlock stopped, or blocked on
+    // a full stderr): COMMAND does not start without the lock.
+    if let Some(e) = kept.lost() {
+        return Err(Fail::new(
+            a.lost_code(),
+            format!(
+                "lost the lock on {} before COMMAND could start: {e}",
+                shorten(&a.resource, NAME_SHOWN)
+            ),
+        ));
     }
+    let mut command = Command::new(program);
+    match kept.lock().fence() {
+        Some(fence) => command.env("REDLOCK_FENCE", fence.to_string()),
+        // Not one inherited from an outer `redlock run --fence`: another lock's fence.
+        None => command.env_remove("REDLOCK_FENCE"),
+    };
     command
         .args(&argv[1..])
         // The lock held: RESOURCE, or with --permits the permit's, RESOURCE#i.
@@ -517,6 +531,10 @@ const KILL_MARGIN_MAX: Duration = Duration::from_millis(100);
 /// the validity still leaves COMMAND most of what is left as its grace period.
 const KILL_MARGIN_SHARE: u32 = 4;
 
+/// How often redlock looks whether the processes COMMAND left in its group have ended (a scan
+/// of `/proc`): the lock is released this long after the last of them at most.
+const LEFTOVER_POLL: Duration = Duration::from_millis(20);
+
 /// The main loop's state.
 struct Supervisor<'a> {
     kept: &'a KeepAlive,
@@ -533,6 +551,10 @@ struct Supervisor<'a> {
     kill_at: Option<Instant>,
     /// We sent the group SIGKILL.
     killed: bool,
+    /// COMMAND has exited (its group may still have members: they keep the lock).
+    exited: bool,
+    /// We said that COMMAND left processes running.
+    told_leftovers: bool,
 }
 
 impl<'a> Supervisor<'a> {
@@ -553,6 +575,8 @@ impl<'a> Supervisor<'a> {
             term_at: None,
             kill_at: None,
             killed: false,
+            exited: false,
+            told_leftovers: false,
         }
     }
 
@@ -566,6 +590,14 @@ impl<'a> Supervisor<'a> {
                 self.pass_validity_on();
             }
             match self.next_event(rx, now, beat) {
+                Ok(Event::Exited) if self.lost.is_none() => {
+                    // What COMMAND left running in its group works on under the lock: kept,
+                    // with the watchdog, signals forwarded, until the last of them ends.
+                    self.exited = true;
+                    if !self.leftovers() {
+                        return;
+                    }
+                }
                 Ok(Event::Exited) | Err(RecvTimeoutError::Disconnected) => {
                     if self.lost.is_some() && !self.killed {
                         // COMMAND is gone; what it left in the group gets no more grace.
@@ -584,7 +616,29 @@ impl<'a> Supervisor<'a> {
                 Ok(Event::Lost(e)) => self.lose(e),
                 Err(RecvTimeoutError::Timeout) => self.timed_out(),
             }
+            if self.exited && (self.killed || !self.leftovers()) {
+                return;
+            }
         }
+    }
+
+    /// True while processes other than the watchdog (the group's leader: its pid is the
+    /// group's) are in COMMAND's group after COMMAND exited; said once.
+    fn leftovers(&mut self) -> bool {
+        let left = group::members_besides(self.job.pgid, self.job.pgid);
+        if !left.is_empty() && !self.told_leftovers {
+            self.told_leftovers = true;
+            let pids: Vec<String> = left.iter().take(8).map(ToString::to_string).collect();
+            note(format_args!(
+                "redlock: COMMAND exited, but its process group {} still runs (pid {}{}): the \
+                 lock on {} is kept until they end",
+                self.job.pgid,
+                pids.join(", "),
+                if left.len() > 8 { ", ..." } else { "" },
+                shorten(&self.a.resource, NAME_SHOWN)
+            ));
+        }
+        !left.is_empty()
     }
 
     /// Gives the watchdog the lock's validity (which each extension moves on), and says so
@@ -608,9 +662,15 @@ impl<'a> Supervisor<'a> {
         now: Instant,
         beat: Duration,
     ) -> Result<Event, RecvTimeoutError> {
+        // After COMMAND exited, what it left in its group is looked for this often.
+        let beat = match self.exited {
+            true => beat.min(LEFTOVER_POLL),
+            false => beat,
+        };
         let wake = match (&self.lost, self.kill_at) {
             // The engine tells us of a loss; each beat is also a backstop for it.
             (None, _) => Some(now + beat),
+            (Some(_), Some(t)) if !self.killed && self.exited => Some(t.min(now + beat)),
             (Some(_), Some(t)) if !self.killed => Some(t),
             _ => None,
         };
