@@ -491,6 +491,78 @@ fn an_outcome_nobody_takes_holds_up_no_other_request() {
 }
 
 #[test]
+fn an_outcome_nobody_takes_holds_up_no_request_while_a_waiter_sleeps_in_poll() {
+    // As above, but a blocking caller waits for a held resource meanwhile, so the driver
+    // sleeps in `poll` until its next deadline rather than parking: a request queued behind
+    // the outcome nobody takes must still wake it (before, each waited for the waiter's
+    // fallback poll, 0.2–0.4 s: 200 cycles took a minute).
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let held = block_on(redlock.try_lock("busy")).unwrap();
+    let waiter = {
+        let blocking = redlock.blocking().clone();
+        std::thread::spawn(move || {
+            blocking.lock_until("busy", Instant::now() + Duration::from_secs(60))
+        })
+    };
+    let (probe, _) = probe();
+    let untaken = pending_acquire(&redlock, "untaken", &probe);
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let cycles = async {
+            for _ in 0..200 {
+                let lock = redlock.try_lock("other").await.unwrap();
+                redlock.unlock(lock).await.unwrap();
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), cycles)
+            .await
+            .expect("held up behind an outcome nobody takes");
+    });
+    drop(untaken);
+    block_on(redlock.unlock(held)).unwrap();
+    let got = waiter
+        .join()
+        .unwrap()
+        .expect("the waiter gets the lock once released");
+    redlock.blocking().unlock(got).unwrap();
+    assert_released(&redlock, &servers, "untaken");
+}
+
+#[test]
+fn shutdown_sends_the_releases_still_queued_behind_an_outcome_nobody_takes() {
+    // A release handed over while the engine was busy waits in the mailbox; with an outcome
+    // nobody has taken, the engine holds queued requests back a moment for the woken tasks'.
+    // `shutdown` must send it all the same (before, it could find nothing in flight and
+    // return at once: the key stayed until its TTL, and the report said all was confirmed).
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let (probe, _) = probe();
+    let untaken = pending_acquire(&redlock, "untaken", &probe);
+    assert!(probe.wait(Duration::from_secs(5)), "never woken");
+    for round in 0..20 {
+        let key = format!("left:{round}");
+        let lock = block_on(redlock.try_lock(key.as_str())).unwrap();
+        redlock
+            .blocking()
+            .with_client(|_| redlock.unlock_nowait(lock))
+            .unwrap();
+        let report = redlock.blocking().shutdown(Duration::from_secs(10));
+        assert_eq!(report.unconfirmed, 0, "{report:?}");
+        assert_eq!(
+            holders(&servers, &key),
+            vec![None; servers.len()],
+            "round {round}: the queued release was not sent ({report:?})"
+        );
+    }
+    drop(untaken);
+}
+
+#[test]
 fn requests_dropped_while_queued_for_a_busy_engine() {
     let servers = Cluster::start(3);
     let redlock = handle(&servers);

@@ -274,8 +274,15 @@ impl<N: Net> Engine<N> {
             }
         }
         self.keeps.next = None;
+        // What waits in the mailbox (a release handed over while the engine was busy) goes out
+        // now, and the stop waits for the mailbox too: held back for the requests of woken
+        // tasks (`held`), it is neither in flight nor waited for, and a stop that looked only at
+        // those could return with it unsent, the key left to its TTL (found by review).
+        self.take_inbox(now);
         self.drive_until(deadline, |e| {
-            e.unconfirmed_live(e.net.now()) == 0 && e.waiting() == 0
+            e.unconfirmed_live(e.net.now()) == 0
+                && e.waiting() == 0
+                && e.mailbox.as_ref().is_none_or(|m| m.queued() == 0)
         });
         Shutdown {
             confirmed: self.core.confirmed - before,
