@@ -1068,6 +1068,23 @@ fn status_shows_the_holder_and_unreachable_nodes() {
         "{}",
         stdout(&o)
     );
+    // Held on 1 of the 2 that answer, the third silent: a quorum may hold it — nobody can
+    // say, 69 (before: "not held by a quorum", exit 1, which a script took for free).
+    servers[0].set("split", "someone");
+    let o = output(plain(&urls).args(["status", "split"]));
+    assert_code(&o, 69);
+    assert!(
+        stdout(&o).contains("unknown: 1 of 3 nodes hold \"split\" and 1 did not answer"),
+        "{}",
+        stdout(&o)
+    );
+    let o = output(plain(&urls).args(["status", "--json", "split"]));
+    assert_code(&o, 69);
+    assert!(
+        stdout(&o).contains("\"state\":\"unknown\""),
+        "{}",
+        stdout(&o)
+    );
     // Without a quorum of reachable nodes: 69.
     servers[1].kill();
     let o = output(plain(&urls).args(["status", "job"]));

@@ -59,6 +59,9 @@ enum Verdict {
     Free,
     /// No reachable node holds it, but too few answered to say.
     Unknown,
+    /// Fewer than a quorum of the nodes that answered hold it (a token, or readers), but with
+    /// those that did not answer they would make one: it may be held.
+    Maybe { nodes: usize, unreachable: usize },
 }
 
 pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
@@ -118,12 +121,27 @@ fn status_of(
     let code = match (&reachable, &verdict) {
         (Err(fail), _) => fail.code,
         (Ok(()), Verdict::Held { .. } | Verdict::Read { .. }) => exit::OK,
+        // Nobody can say, as when too few answered.
+        (Ok(()), Verdict::Maybe { .. }) => exit::UNAVAILABLE,
         (Ok(()), _) => exit::NOT_HELD,
     };
     if a.output.json {
         let mut object = to_json(resource, &statuses, &verdict);
         object["exit_code"] = code.into();
-        object["message"] = reachable.as_ref().err().map(|f| f.message.clone()).into();
+        let maybe = match &verdict {
+            Verdict::Maybe { nodes, unreachable } => Some(format!(
+                "{nodes} of {} nodes hold it and {unreachable} did not answer: a quorum may \
+                 hold it",
+                statuses.len()
+            )),
+            _ => None,
+        };
+        object["message"] = reachable
+            .as_ref()
+            .err()
+            .map(|f| f.message.clone())
+            .or(maybe)
+            .into();
         print_json(&object);
     } else if !a.output.quiet {
         let text = table(resource, &statuses) + &summary(resource, &statuses, &verdict);
@@ -224,6 +242,19 @@ fn verdict(statuses: &[NodeStatus]) -> Verdict {
         };
     }
     let up = statuses.iter().filter(|s| s.state.is_ok()).count();
+    // Not a quorum among the nodes that answered, but the silent ones could complete one: a
+    // holder (or readers) may have it there. (Before, this said "not held", exit 1.)
+    let most = holders
+        .first()
+        .map_or(0, |(_, ttls)| ttls.len())
+        .max(read.len());
+    let unreachable = statuses.len() - up;
+    if most < quorum && most > 0 && most + unreachable >= quorum {
+        return Verdict::Maybe {
+            nodes: most,
+            unreachable,
+        };
+    }
     match holders.into_iter().next() {
         Some((token, mut ttls)) if ttls.len() >= quorum => {
             // The quorum lasts as long as the quorum-th longest PTTL among the holders.
@@ -394,6 +425,11 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
             "unknown: no reachable node holds {}, but only {up} of {n} answered\n",
             shorten(resource, NAME_SHOWN)
         ),
+        Verdict::Maybe { nodes, unreachable } => format!(
+            "unknown: {nodes} of {n} nodes hold {} and {unreachable} did not answer: with them \
+             a quorum ({quorum}) may hold it\n",
+            shorten(resource, NAME_SHOWN)
+        ),
     };
     // Every fence handed out so far went to a quorum, so the largest counter of any quorum of
     // seeded nodes is at least the last one.
@@ -455,7 +491,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
         Verdict::Read { nodes, readers } => ("read", json!({"nodes": nodes, "readers": readers})),
         Verdict::Split { .. } => ("split", Value::Null),
         Verdict::Free => ("free", Value::Null),
-        Verdict::Unknown => ("unknown", Value::Null),
+        Verdict::Unknown | Verdict::Maybe { .. } => ("unknown", Value::Null),
     };
     json!({
         "ok": matches!(verdict, Verdict::Held { .. } | Verdict::Read { .. }),
