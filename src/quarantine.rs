@@ -15,6 +15,8 @@ pub(crate) const UPTIME_ROUNDING: Duration = Duration::from_secs(1);
 pub(crate) struct NodeWatch {
     generation: u64,
     run_id: Option<[u8; 40]>,
+    /// The session's count of process changes when last looked at (`ServerInfo::changes`).
+    changes: u32,
     quarantined_until: Option<Instant>,
     /// Since when the node's restart state has been unknown (its `INFO server` reply had no
     /// `run_id` or uptime), across reconnects; `None` while it is known.
@@ -41,13 +43,15 @@ impl NodeWatch {
                     // uptime says: when it lost (or never had) our keys is unknown, so the whole
                     // window counts from the moment we noticed.
                     // Known by this tracking (it has seen an answer of the node before), or
-                    // by the session, whose earlier connections may have met the node without
-                    // carrying an answer here: without that, a client that never heard the
-                    // first process would take a replacement up for hours at its word.
+                    // by the session, whose earlier connections may have met other processes
+                    // without carrying an answer here: without that, a client that never
+                    // heard the first process would take a replacement up for hours at its
+                    // word, and one that knew A would take A back after a B it never heard.
                     let restarted = match self.run_id {
-                        Some(id) => id != info.run_id,
-                        None => info.replaced,
+                        Some(id) => id != info.run_id || info.changes > self.changes,
+                        None => info.changes > 0,
                     };
+                    self.changes = info.changes;
                     self.run_id = Some(info.run_id);
                     if restarted {
                         Some(deadline_after(info.seen, window))
@@ -86,7 +90,7 @@ mod tests {
             run_id: [b'a'; 40],
             uptime: Duration::from_secs(uptime_secs),
             seen,
-            replaced: false,
+            changes: 0,
         })
     }
 
@@ -129,7 +133,7 @@ mod tests {
             run_id: [b'b'; 40],
             uptime: Duration::from_secs(3_600),
             seen: now,
-            replaced: false,
+            changes: 0,
         });
         assert_eq!(watch.quarantine_left(window, 2, other, now), Some(window));
     }
@@ -138,22 +142,24 @@ mod tests {
     fn a_replacement_the_session_met_first_is_out_for_a_whole_window() {
         let now = Instant::now();
         let window = Duration::from_secs(30);
+        let met = |changes, seen| info(3_600, seen).map(|i| ServerInfo { changes, ..i });
         // Its session's earlier connection met another process (no answer of it reached this
         // tracking): a process up for an hour is out for a whole window all the same. (Taken
         // by its uptime before, it counted at once.)
         let mut watch = NodeWatch::default();
-        let replaced = info(3_600, now).map(|i| ServerInfo {
-            replaced: true,
-            ..i
-        });
         assert_eq!(
-            watch.quarantine_left(window, 2, replaced, now),
+            watch.quarantine_left(window, 2, met(1, now), now),
             Some(window)
         );
-        // What this tracking knows itself comes first: the same process on a later connection
-        // (its session still says "replaced", against the first it met) is not out again.
+        // The same process on a later connection (no new change) is not out again.
         let later = now + window;
-        let again = replaced.map(|i| ServerInfo { seen: later, ..i });
-        assert_eq!(watch.quarantine_left(window, 3, again, later), None);
+        assert_eq!(watch.quarantine_left(window, 3, met(1, later), later), None);
+        // Away to another process and back (A, B, A) while no answer reached this tracking:
+        // the run_id is the one it knew, but the count grew: out for a whole window.
+        let back = later + window;
+        assert_eq!(
+            watch.quarantine_left(window, 5, met(3, back), back),
+            Some(window)
+        );
     }
 }

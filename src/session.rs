@@ -404,10 +404,12 @@ pub(crate) struct ServerInfo {
     pub uptime: Duration,
     /// When the reply arrived: the node started at about `seen - uptime`.
     pub seen: Instant,
-    /// An earlier connection of this session met another process at this address (the
-    /// first it met had another `run_id`): a restart or a replacement that the engine may not
-    /// have heard of — a connection can come up and go down without carrying one answer.
-    pub replaced: bool,
+    /// How many times this session's handshakes have met another process at this address
+    /// than the one before (a restart, a failover, and back): the restart tracking treats a
+    /// count that grew as a new process even when the `run_id` is one it knew, and a count
+    /// above zero as one when it knew none — a connection can come up and go down without
+    /// carrying one answer to the engine.
+    pub changes: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -451,8 +453,9 @@ struct State {
     info_need: InfoNeed,
     /// The simulator's defect, if any (`ConnConfig::mutation`).
     mutation: crate::mutation::Mutation,
-    /// The `run_id` of the first process this session's connections met (`ServerInfo::replaced`).
-    first_run_id: Option<[u8; 40]>,
+    /// The `run_id` its last handshake met, and how often it changed (`ServerInfo::changes`).
+    last_run_id: Option<[u8; 40]>,
+    run_id_changes: u32,
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
@@ -514,7 +517,8 @@ impl Session {
                 db,
                 info_need,
                 mutation: config.mutation,
-                first_run_id: None,
+                last_run_id: None,
+                run_id_changes: 0,
                 replied: false,
                 counters: Arc::default(),
                 name,
@@ -1164,8 +1168,13 @@ impl State {
             };
             self.info = parse_info(text, now);
             if let Some(info) = self.info.as_mut() {
-                let first = *self.first_run_id.get_or_insert(info.run_id);
-                info.replaced = first != info.run_id && !self.mutation.run_id_on_yes_only();
+                if self.last_run_id.is_some_and(|last| last != info.run_id) {
+                    self.run_id_changes = self.run_id_changes.saturating_add(1);
+                }
+                self.last_run_id = Some(info.run_id);
+                if !self.mutation.run_id_on_yes_only() {
+                    info.changes = self.run_id_changes;
+                }
                 if self.mutation.uptime_at_its_word() {
                     // The defect brought back: the second the quarantine takes off, put back.
                     info.uptime += crate::quarantine::UPTIME_ROUNDING;
@@ -1212,7 +1221,7 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
         run_id: run_id?,
         uptime: Duration::from_secs(uptime?),
         seen: now,
-        replaced: false,
+        changes: 0,
     })
 }
 

@@ -251,38 +251,30 @@ while :; do sleep 0.05; done"#;
 }
 
 #[test]
-fn processes_command_leaves_in_its_group_keep_the_lock_until_they_end() {
+fn processes_command_leaves_in_its_group_end_before_the_lock_is_released() {
     let servers = Cluster::start(3);
     let urls = servers.urls();
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    // COMMAND exits at once with 3, leaving a worker in its group.
-    let script = format!("sleep 60 & echo $! > {}; exit 3", pid_file.display());
-    let first = spawn(redlock(&urls).args(["run", "--ttl", "1s", "job", "-c", &script]));
+    // COMMAND exits at once with 3, leaving a worker in its group that ignores SIGTERM.
+    let script = format!(
+        "sh -c 'trap \"\" TERM; sleep 60' & echo $! > {}; exit 3",
+        pid_file.display()
+    );
+    let first = spawn(redlock(&urls).args(["run", "--grace", "3s", "job", "-c", &script]));
     let worker = read_pid(&pid_file);
-    // While the worker runs, the lock is held, past its TTL (renewed): another run is refused
-    // every time. (Before, the lock was released when COMMAND exited: the worker ran on
-    // unlocked, beside the next holder.)
-    let until = Instant::now() + Duration::from_millis(2_500);
-    let mut refused = 0;
-    while Instant::now() < until {
-        let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
-        assert_code(&o, 75);
-        refused += 1;
-    }
-    assert!(refused > 0);
-    // The worker ends: the lock is released, and redlock exits with COMMAND's code.
-    // SAFETY: kill(2) on the worker, which is alive (the lock is still held for it).
-    unsafe {
-        libc::kill(worker, libc::SIGTERM);
-    }
+    // Within the grace period the lock is still held (before, it was released when COMMAND
+    // exited, and the worker ran on unlocked beside the next holder).
+    let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
+    assert_code(&o, 75);
+    // The worker gets SIGTERM (ignored), then SIGKILL; then the lock is released, and
+    // redlock exits with COMMAND's code.
     let o = finish(first, LIMIT);
     assert_code(&o, 3);
-    assert!(
-        stderr(&o).contains("still runs") && stderr(&o).contains(&worker.to_string()),
-        "{}",
-        stderr(&o)
-    );
+    assert!(wait_dead(worker, LIMIT), "the worker outlived the lock");
+    let err = stderr(&o);
+    assert!(err.contains(&format!("left pid {worker}")), "{err}");
+    assert!(err.contains("sending SIGKILL"), "{err}");
     let o = output(redlock(&urls).args(["run", "-n", "job", "--", "true"]));
     assert_code(&o, 0);
 }

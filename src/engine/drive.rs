@@ -265,8 +265,14 @@ impl<N: Net> Engine<N> {
     /// Drives until every release is confirmed or `deadline` passes.
     pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
         let before = self.core.confirmed;
-        // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
         let now = self.net.now();
+        // What waits in the mailbox (a release handed over while the engine was busy, a lock
+        // to keep) comes in first: held back for the requests of woken tasks (`held`), it is
+        // neither in flight nor waited for, and a stop that looked only at those could return
+        // with it unsent, the key left to its TTL (found by review). The stop waits for the
+        // mailbox too.
+        self.take_inbox(now);
+        // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
         for kept in std::mem::take(&mut self.keeps.locks) {
             if kept.end_by_holder() {
                 let (resource, token) = (kept.base().resource(), *kept.base().token());
@@ -274,11 +280,6 @@ impl<N: Net> Engine<N> {
             }
         }
         self.keeps.next = None;
-        // What waits in the mailbox (a release handed over while the engine was busy) goes out
-        // now, and the stop waits for the mailbox too: held back for the requests of woken
-        // tasks (`held`), it is neither in flight nor waited for, and a stop that looked only at
-        // those could return with it unsent, the key left to its TTL (found by review).
-        self.take_inbox(now);
         self.drive_until(deadline, |e| {
             e.unconfirmed_live(e.net.now()) == 0
                 && e.waiting() == 0

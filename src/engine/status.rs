@@ -216,7 +216,7 @@ mod tests {
             run_id: [b'r'; 40],
             uptime: Duration::from_secs(100),
             seen: now,
-            replaced: false,
+            changes: 0,
         };
         let mut replies = StatusReplies::default();
         replies.reset(2);

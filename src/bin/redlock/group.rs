@@ -6,8 +6,8 @@
 //! starts (unless it leaves the group on purpose) is in it too. The watchdog reads a pipe whose
 //! write end only redlock holds (close-on-exec, so neither the watchdog nor COMMAND inherits it).
 //! redlock writes the lock's validity deadline to it whenever the lock is extended, and a final
-//! "done" when COMMAND has finished under the lock. The watchdog sends SIGKILL to its whole
-//! process group (itself included) when
+//! "done" when COMMAND has finished under the lock and what it left in its group is gone. The
+//! watchdog sends SIGKILL to its whole process group (itself included) when
 //!
 //! - the pipe reaches end-of-file without "done": redlock died (SIGKILL, a crash, the OOM killer);
 //! - the last deadline passes without a newer one: redlock was stopped (SIGSTOP, Ctrl-Z) or hung,

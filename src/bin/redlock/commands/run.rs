@@ -46,8 +46,9 @@ COMMAND runs in a process group of its own, with everything it starts. A watchdo
 redlock is stopped or hangs until the lock's validity runs out. So no process of the group runs on
 past the lock's validity once redlock can no longer keep the lock. A process that leaves the group
 (setsid, as daemons do) is not covered. Processes COMMAND leaves running in its group when it
-exits (`worker &`) keep the lock: redlock says so, keeps it until the last of them has ended, and
-then exits with COMMAND's code (as flock's lock stays with the children that inherit it).
+exits (`worker &` without a `wait`) get SIGTERM, then SIGKILL after --grace (or before the lock's
+validity ends); the lock is kept meanwhile and released once they are gone, and redlock exits
+with COMMAND's code.
 
 If the lock is lost (the servers stopped answering, or the key vanished), the group gets SIGTERM,
 then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity ends, and
@@ -73,7 +74,8 @@ pub struct RunArgs {
     /// The name of the lock (the Redis key); several names before `--`
     /// (`redlock run a b c -- COMMAND`): all of them or none, as one lock
     pub resource: String,
-    /// After the lock is lost, how long COMMAND's process group gets between SIGTERM and SIGKILL
+    /// After the lock is lost, or after COMMAND exits leaving processes in its group, how long
+    /// they get between SIGTERM and SIGKILL
     // (cut short so that SIGKILL goes out before the lock's validity ends)
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub grace: Duration,
@@ -532,8 +534,9 @@ const KILL_MARGIN_MAX: Duration = Duration::from_millis(100);
 const KILL_MARGIN_SHARE: u32 = 4;
 
 /// How often redlock looks whether the processes COMMAND left in its group have ended (a scan
-/// of `/proc`): the lock is released this long after the last of them at most.
-const LEFTOVER_POLL: Duration = Duration::from_millis(20);
+/// of `/proc`, for the grace period at most): the lock is released this long after the last
+/// of them at most.
+const LEFTOVER_POLL: Duration = Duration::from_millis(50);
 
 /// The main loop's state.
 struct Supervisor<'a> {
@@ -551,10 +554,8 @@ struct Supervisor<'a> {
     kill_at: Option<Instant>,
     /// We sent the group SIGKILL.
     killed: bool,
-    /// COMMAND has exited (its group may still have members: they keep the lock).
+    /// COMMAND has exited (what it left in its group gets SIGTERM, then SIGKILL).
     exited: bool,
-    /// We said that COMMAND left processes running.
-    told_leftovers: bool,
 }
 
 impl<'a> Supervisor<'a> {
@@ -576,7 +577,6 @@ impl<'a> Supervisor<'a> {
             kill_at: None,
             killed: false,
             exited: false,
-            told_leftovers: false,
         }
     }
 
@@ -591,12 +591,13 @@ impl<'a> Supervisor<'a> {
             }
             match self.next_event(rx, now, beat) {
                 Ok(Event::Exited) if self.lost.is_none() => {
-                    // What COMMAND left running in its group works on under the lock: kept,
-                    // with the watchdog, signals forwarded, until the last of them ends.
+                    // What COMMAND left running in its group ends before the lock does.
                     self.exited = true;
-                    if !self.leftovers() {
+                    let left = self.leftovers();
+                    if left.is_empty() {
                         return;
                     }
+                    self.end_leftovers(&left);
                 }
                 Ok(Event::Exited) | Err(RecvTimeoutError::Disconnected) => {
                     if self.lost.is_some() && !self.killed {
@@ -616,29 +617,54 @@ impl<'a> Supervisor<'a> {
                 Ok(Event::Lost(e)) => self.lose(e),
                 Err(RecvTimeoutError::Timeout) => self.timed_out(),
             }
-            if self.exited && (self.killed || !self.leftovers()) {
+            if self.exited && (self.killed || self.leftovers().is_empty()) {
                 return;
             }
         }
     }
 
-    /// True while processes other than the watchdog (the group's leader: its pid is the
-    /// group's) are in COMMAND's group after COMMAND exited; said once.
-    fn leftovers(&mut self) -> bool {
-        let left = group::members_besides(self.job.pgid, self.job.pgid);
-        if !left.is_empty() && !self.told_leftovers {
-            self.told_leftovers = true;
-            let pids: Vec<String> = left.iter().take(8).map(ToString::to_string).collect();
-            note(format_args!(
-                "redlock: COMMAND exited, but its process group {} still runs (pid {}{}): the \
-                 lock on {} is kept until they end",
-                self.job.pgid,
-                pids.join(", "),
-                if left.len() > 8 { ", ..." } else { "" },
-                shorten(&self.a.resource, NAME_SHOWN)
-            ));
+    /// The processes other than the watchdog (the group's leader: its pid is the group's)
+    /// still in COMMAND's group.
+    fn leftovers(&self) -> Vec<libc::pid_t> {
+        group::members_besides(self.job.pgid, self.job.pgid)
+    }
+
+    /// COMMAND exited and left `left` running in its group: they get SIGTERM now and SIGKILL
+    /// after the grace period (or before the lock's validity ends), while the lock is kept; it
+    /// is released once they are gone. Bounded, unlike waiting for them: a daemon started
+    /// without `setsid` or a stopped job would keep the lock, and redlock, for good.
+    fn end_leftovers(&mut self, left: &[libc::pid_t]) {
+        let now = Instant::now();
+        let kill_at = self.kill_deadline(now);
+        let pids: Vec<String> = left.iter().take(8).map(ToString::to_string).collect();
+        note(format_args!(
+            "redlock: COMMAND exited, but left pid {}{} running in its process group {}: \
+             SIGTERM now, SIGKILL in {} at the latest; the lock on {} is released once they \
+             are gone",
+            pids.join(", "),
+            if left.len() > 8 { ", ..." } else { "" },
+            self.job.pgid,
+            fmt_duration(kill_at.saturating_duration_since(now)),
+            shorten(&self.a.resource, NAME_SHOWN)
+        ));
+        self.signal(libc::SIGTERM);
+        // A stopped process acts on SIGTERM only once continued.
+        self.signal(libc::SIGCONT);
+        self.term_at = Some(now);
+        self.kill_at = Some(kill_at);
+        if kill_at <= now {
+            self.kill_group();
         }
-        !left.is_empty()
+    }
+
+    /// When SIGKILL goes out after a SIGTERM sent `now`: after the grace period, or a margin
+    /// before the lock's validity ends if that is sooner.
+    fn kill_deadline(&self, now: Instant) -> Instant {
+        let valid_until = self.kept.lock().valid_until();
+        let left = valid_until.saturating_duration_since(now);
+        // A margin for us to wake up late (and for the SIGKILL to take effect).
+        let margin = (left / KILL_MARGIN_SHARE).min(KILL_MARGIN_MAX);
+        (now + self.a.grace).min(now + (left - margin))
     }
 
     /// Gives the watchdog the lock's validity (which each extension moves on), and says so
@@ -662,15 +688,12 @@ impl<'a> Supervisor<'a> {
         now: Instant,
         beat: Duration,
     ) -> Result<Event, RecvTimeoutError> {
-        // After COMMAND exited, what it left in its group is looked for this often.
-        let beat = match self.exited {
-            true => beat.min(LEFTOVER_POLL),
-            false => beat,
-        };
         let wake = match (&self.lost, self.kill_at) {
+            // After COMMAND exited, whether what it left in its group is gone is looked at
+            // this often, until SIGKILL is due.
+            (_, Some(t)) if !self.killed && self.exited => Some(t.min(now + LEFTOVER_POLL)),
             // The engine tells us of a loss; each beat is also a backstop for it.
             (None, _) => Some(now + beat),
-            (Some(_), Some(t)) if !self.killed && self.exited => Some(t.min(now + beat)),
             (Some(_), Some(t)) if !self.killed => Some(t),
             _ => None,
         };
@@ -684,6 +707,15 @@ impl<'a> Supervisor<'a> {
     /// backstop); once it is lost, send SIGKILL when it is due.
     fn timed_out(&mut self) {
         match (&self.lost, self.kill_at) {
+            (None, Some(t)) if self.exited && !self.killed && Instant::now() >= t => {
+                note(format_args!(
+                    "redlock: what COMMAND left in process group {} still running {} after \
+                     SIGTERM; sending SIGKILL",
+                    self.job.pgid,
+                    fmt_duration(self.term_at.map_or(Duration::ZERO, |at| t - at))
+                ));
+                self.kill_group();
+            }
             (None, _) => {
                 if let Some(e) = self.kept.lost() {
                     self.lose(e);
@@ -726,12 +758,7 @@ impl<'a> Supervisor<'a> {
             return;
         }
         let now = Instant::now();
-        let valid_until = self.kept.lock().valid_until();
-        let left = valid_until.saturating_duration_since(now);
-        // A margin for us to wake up late (and for the SIGKILL to take effect).
-        let margin = (left / KILL_MARGIN_SHARE).min(KILL_MARGIN_MAX);
-        let by_validity = now + (left - margin);
-        let kill_at = (now + self.a.grace).min(by_validity);
+        let kill_at = self.kill_deadline(now);
         let when = if kill_at <= now {
             "the lock's validity is over: SIGKILL at once".to_owned()
         } else if kill_at < now + self.a.grace {
