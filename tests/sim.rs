@@ -124,6 +124,21 @@ fn assumption_is_needed(breaks: Break, seeds: &[u64]) {
     }
 }
 
+/// The schedules of `seeds` in `breaks`'s family with the assumption kept: no violation, no
+/// stall, every caller granted within the liveness bound, no reconnect beyond its faults.
+fn control_is_safe_and_live(breaks: Break, seeds: std::ops::Range<u64>) {
+    let control = setup(breaks, true);
+    for r in batch(seeds, control) {
+        assert!(r.violation.is_none(), "{}", explain(r.seed, control));
+        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
+        assert!(
+            r.liveness.is_none() && r.connect_violation.is_none(),
+            "{}",
+            explain_liveness(r.seed, control)
+        );
+    }
+}
+
 #[test]
 fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
     // Seeds re-found whenever the schedules change (last: waiters leave at their deadline,
@@ -143,16 +158,7 @@ fn a_new_client_that_reads_a_young_nodes_uptime_at_its_word_gives_two_holders() 
     assumption_is_needed(breaks, &[36, 39, 206]);
     // With the uptime read a second short, the family's schedules find no violation, and
     // every caller is granted within the liveness bound.
-    let control = setup(breaks, true);
-    for r in batch(0..200, control) {
-        assert!(r.violation.is_none(), "{}", explain(r.seed, control));
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(
-            r.liveness.is_none() && r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, control)
-        );
-    }
+    control_is_safe_and_live(breaks, 0..200);
 }
 
 #[test]
@@ -164,16 +170,7 @@ fn a_replacement_taken_by_its_uptime_after_refusals_gives_two_holders() {
     // session's handshakes now tell it).
     let breaks = Break::RunIdOnYesOnly;
     assumption_is_needed(breaks, &[5, 8, 15]);
-    let control = setup(breaks, true);
-    for r in batch(0..200, control) {
-        assert!(r.violation.is_none(), "{}", explain(r.seed, control));
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(
-            r.liveness.is_none() && r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, control)
-        );
-    }
+    control_is_safe_and_live(breaks, 0..200);
 }
 
 #[test]

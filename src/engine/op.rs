@@ -399,12 +399,14 @@ impl Core {
         if d.reply.is_ok() {
             // It answers again: waited for again.
             self.silent &= !node_bit(node);
-            // Every answer tells the restart tracking which process answers, a refusal too.
-            // Learnt from counted yeses only, a client whose answers from a node were all
-            // refusals did not know its run_id, took a later process at that address by its
-            // uptime, and counted at once one that had been up long without the keys (a
-            // failover, an address that moved): two holders. (Once per connection: the
-            // tracking looks at a generation once.)
+            // Every answer tells the restart tracking which process answers, a refusal too,
+            // so that a new process's window counts from the first answer the client had from
+            // it. (Learnt from counted yeses only, a client whose answers from a node were all
+            // refusals took a later process at that address by its uptime, and counted at once
+            // one up long without the keys: two holders. The session's count of the processes
+            // its handshakes met, `ServerInfo::changes`, now prevents that by itself, also for
+            // a process met by handshakes only; this makes the window start no later.) Once
+            // per connection: the tracking looks at a generation once.
             if d.info.is_some()
                 && !d.withdrawn
                 && !self.mutation.run_id_on_yes_only()

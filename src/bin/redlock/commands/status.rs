@@ -129,11 +129,9 @@ fn status_of(
         let mut object = to_json(resource, &statuses, &verdict);
         object["exit_code"] = code.into();
         let maybe = match &verdict {
-            Verdict::Maybe { nodes, unreachable } => Some(format!(
-                "{nodes} of {} nodes hold it and {unreachable} did not answer: a quorum may \
-                 hold it",
-                statuses.len()
-            )),
+            Verdict::Maybe { nodes, unreachable } => {
+                Some(maybe_held(resource, *nodes, *unreachable, statuses.len()))
+            }
             _ => None,
         };
         object["message"] = reachable
@@ -273,6 +271,17 @@ fn verdict(statuses: &[NodeStatus]) -> Verdict {
         None if up >= quorum => Verdict::Free,
         None => Verdict::Unknown,
     }
+}
+
+/// What [`Verdict::Maybe`] says: the summary's last line (after `unknown: `) and the JSON
+/// object's `message`.
+fn maybe_held(resource: &str, nodes: usize, unreachable: usize, n: usize) -> String {
+    format!(
+        "{nodes} of {n} nodes hold {} and {unreachable} did not answer: with them a quorum \
+         ({}) may hold it",
+        shorten(resource, NAME_SHOWN),
+        n / 2 + 1
+    )
 }
 
 /// How much of a token the table and the verdict show, in characters: enough to tell two
@@ -425,11 +434,12 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
             "unknown: no reachable node holds {}, but only {up} of {n} answered\n",
             shorten(resource, NAME_SHOWN)
         ),
-        Verdict::Maybe { nodes, unreachable } => format!(
-            "unknown: {nodes} of {n} nodes hold {} and {unreachable} did not answer: with them \
-             a quorum ({quorum}) may hold it\n",
-            shorten(resource, NAME_SHOWN)
-        ),
+        Verdict::Maybe { nodes, unreachable } => {
+            format!(
+                "unknown: {}\n",
+                maybe_held(resource, *nodes, *unreachable, n)
+            )
+        }
     };
     // Every fence handed out so far went to a quorum, so the largest counter of any quorum of
     // seeded nodes is at least the last one.
