@@ -669,6 +669,7 @@ impl Builder {
             keep_ticks: AtomicU64::new(0),
             keep_writes: AtomicU64::new(0),
             keep_extended: AtomicU64::new(0),
+            keep_retried: AtomicU64::new(0),
             mutation: Mutation::None,
         }))
     }
@@ -713,6 +714,7 @@ pub(crate) struct Shared {
     pub(crate) keep_ticks: AtomicU64,
     pub(crate) keep_writes: AtomicU64,
     pub(crate) keep_extended: AtomicU64,
+    pub(crate) keep_retried: AtomicU64,
     /// A defect brought back for the simulator (see `mutation.rs`; never set otherwise).
     pub(crate) mutation: Mutation,
 }

@@ -219,6 +219,12 @@ impl Report {
     pub fn quorum(&self) -> usize {
         self.quorum
     }
+
+    /// Whether the nodes that did not refuse could still make a quorum: the same round tried
+    /// again may win once the failed or silent ones answer.
+    pub(crate) fn quorum_within_reach(&self) -> bool {
+        self.nodes.len() - self.refused.count_ones() as usize >= self.quorum
+    }
     fn held_verdict(&self) -> &'static str {
         match self.refusal {
             Refusal::TokenGone => "not extended",

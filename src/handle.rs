@@ -212,6 +212,7 @@ impl Redlock {
             batches: shared.keep_ticks.load(Ordering::Relaxed),
             writes: shared.keep_writes.load(Ordering::Relaxed),
             extended: shared.keep_extended.load(Ordering::Relaxed),
+            retried: shared.keep_retried.load(Ordering::Relaxed),
         };
         metrics.snapshot(&shared.nodes, io, keep)
     }

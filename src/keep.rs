@@ -32,8 +32,11 @@ use crate::round::deadline_after;
 ///
 /// The handle's engine extends the lock when [`Config::renew_fraction`](crate::Config::renew_fraction)
 /// of its TTL is left (a third by default), at most
-/// [`Config::max_extensions`](crate::Config::max_extensions) times. A lock whose extension fails,
-/// whose validity runs out first, or which reaches that limit is lost:
+/// [`Config::max_extensions`](crate::Config::max_extensions) times. A renewal that fails is
+/// tried again after a backoff while another can still win within the validity the lock has
+/// left. A lock whose renewal cannot win any more (our token gone from too many nodes, or no
+/// time left for another attempt), whose validity runs out first, or which reaches that limit
+/// is lost:
 /// [`is_held`](KeepAlive::is_held) turns false, [`wait_lost`](KeepAlive::wait_lost) returns, the
 /// lock is released on the nodes, then the [`on_lost`](KeepAlive::on_lost) callback runs.
 ///

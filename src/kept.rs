@@ -37,6 +37,11 @@ pub(crate) struct Kept {
     lost_ns: AtomicU64,
     /// An extend of it is in flight (touched by the engine only, under its mutex).
     pub extending: AtomicBool,
+    /// Renewals lost in a row since the last one won (touched by the engine only).
+    failures: AtomicU32,
+    /// Not to be renewed again before this, as nanoseconds since `epoch` plus one (0: no
+    /// such bound): the backoff after a lost renewal (touched by the engine only).
+    retry_ns: AtomicU64,
     reason: Mutex<Option<Error>>,
     changed: Condvar,
     /// Async waiters for the loss, woken with the `Condvar`'s.
@@ -64,6 +69,8 @@ impl Kept {
             lost: AtomicBool::new(false),
             lost_ns: AtomicU64::new(0),
             extending: AtomicBool::new(false),
+            failures: AtomicU32::new(0),
+            retry_ns: AtomicU64::new(0),
             reason: Mutex::new(None),
             changed: Condvar::new(),
             wakers: Mutex::new(Vec::new()),
@@ -94,9 +101,30 @@ impl Kept {
         self.extensions.load(Ordering::Acquire)
     }
 
-    /// One more extension won.
+    /// One more extension won: the renewals lost before it, and their backoff, are forgotten.
     pub fn extended(&self) {
         self.extensions.fetch_add(1, Ordering::AcqRel);
+        self.failures.store(0, Ordering::Relaxed);
+        self.retry_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// One more renewal lost in a row: returns how many now.
+    pub fn renewal_lost(&self) -> u32 {
+        self.failures.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Not to be renewed before this (the backoff after a lost renewal), if set.
+    pub fn retry_at(&self) -> Option<Instant> {
+        match self.retry_ns.load(Ordering::Relaxed) {
+            0 => None,
+            ns => Some(self.epoch + Duration::from_nanos(ns - 1)),
+        }
+    }
+
+    pub fn set_retry_at(&self, t: Instant) {
+        let ns = t.saturating_duration_since(self.epoch).as_nanos();
+        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1;
+        self.retry_ns.store(ns, Ordering::Relaxed);
     }
 
     /// The resource and token (what the engine sends).

@@ -454,6 +454,10 @@ pub struct KeepStats {
     pub writes: u64,
     /// Kept locks extended: renewals that succeeded (also counted in [`Stats::extend`]).
     pub extended: u64,
+    /// Renewals lost and tried again after a backoff, the lock still valid (the lost ones are
+    /// counted in [`Stats::extend`] too). A lock is lost only when a renewal can no longer win
+    /// within its validity.
+    pub retried: u64,
 }
 
 /// One node's counters.

@@ -1,7 +1,9 @@
 //! Kept locks (`KeepAlive`, `keep`): timers of the engine. Each is extended when a share of its
 //! TTL is left, with every lock due within a coalescing window in the same batch (one write per
-//! node); a lock whose extend is lost, or whose validity ends, is marked lost, released on every
-//! node, and its callback runs once that release is over.
+//! node). A lost renewal is tried again after a backoff while one can still be decided within
+//! the validity it left (see [`Keeps::retry_after`]); a lock whose renewal cannot win any more,
+//! or whose validity ends, is marked lost, released on every node, and its callback runs once
+//! that release is over.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,6 +32,9 @@ pub(super) struct Keeps {
     /// Locks due within this window of each other are extended in the same tick, so that locks
     /// taken a few milliseconds apart share one write per node instead of one each.
     coalesce: Duration,
+    /// A renewal's node timeout: the first backoff after a lost one, and the time an attempt
+    /// needs to be decided.
+    node_timeout: Duration,
     /// Reused lists: due in this tick; decided in this turn (extends, then lost releases).
     due: Vec<Arc<Kept>>,
     pub decided: Vec<(Arc<Kept>, Option<Outcome>)>,
@@ -43,6 +48,7 @@ impl Keeps {
             next: None,
             renew_left: config.ttl.mul_f64(config.renew_fraction),
             coalesce: config.ttl / COALESCE_SHARE,
+            node_timeout: config.node_timeout_for(config.ttl),
             due: Vec::new(),
             decided: Vec::new(),
             lost: Vec::new(),
@@ -77,6 +83,13 @@ impl Keeps {
                 self.lost.push((kept, Error::Expired { released: 0 }));
                 continue;
             }
+            if let Some(retry) = kept.retry_at().filter(|&t| t > now) {
+                // Backing off after a lost renewal: not before its time, not even in another
+                // lock's batch.
+                next_rest = Some(next_rest.map_or(retry, |n| n.min(retry)));
+                i += 1;
+                continue;
+            }
             let at = valid_until.checked_sub(self.renew_left).unwrap_or(now);
             let next = if at <= now + self.coalesce {
                 any_due |= at <= now;
@@ -97,6 +110,39 @@ impl Keeps {
             self.next = next_rest;
         }
         any_due
+    }
+
+    /// When to renew `kept` again after a renewal lost with `why`, or `None`: lost.
+    ///
+    /// A renewal that failed leaves the lock its validity (cut to what the nodes that ran it
+    /// back: `validity_after_lost_extend`), and another may still win within it: after a
+    /// client-side pause, a partition or a majority slow for one node timeout, one lost
+    /// renewal used to end a lock with a third of its TTL left. So it is tried again while
+    /// that can help — enough nodes did not refuse (said our token is gone) to make a quorum,
+    /// and it was not a credentials error — after a backoff that doubles from the node timeout
+    /// up to a tenth of the TTL, as long as the attempt after the backoff would be decided (a
+    /// node timeout later) with half the renewal margin (a sixth of the TTL by default) still
+    /// left. The lock is lost, and its holder told, at the first lost renewal that fails either
+    /// test: so a holder is told with at least that half margin left, time to stop its work
+    /// (`redlock run`'s `--grace`) before the validity ends. Retrying is as safe as the first
+    /// try: an extend only moves our own token's expiry, and the lock is believed only until
+    /// the validity that a quorum backs.
+    fn retry_after(&self, kept: &Kept, why: &Error, now: Instant) -> Option<Instant> {
+        let within_reach = match why {
+            Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => {
+                report.quorum_within_reach()
+            }
+            _ => false,
+        };
+        if !within_reach {
+            return None;
+        }
+        let failures = kept.renewal_lost();
+        let backoff = (self.node_timeout)
+            .saturating_mul(1 << (failures - 1).min(20))
+            .min(self.coalesce.max(self.node_timeout));
+        let at = now + backoff;
+        (at + self.node_timeout + self.renew_left / 2 < kept.valid_until()).then_some(at)
     }
 }
 
@@ -137,7 +183,21 @@ impl<N: Net> Engine<N> {
                         kept.extended();
                         self.shared.keep_extended.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(why) => self.keeps.lost.push((kept, why)),
+                    Err(why) => match self.keeps.retry_after(&kept, &why, now) {
+                        Some(at) => {
+                            kept.set_retry_at(at);
+                            self.shared.keep_retried.fetch_add(1, Ordering::Relaxed);
+                            #[cfg(feature = "log")]
+                            {
+                                let resource = kept.base().resource().escape_ascii();
+                                let after = at - now;
+                                crate::event::event!(Warn, event = "renewal_lost",
+                                    resource:% = resource, why:% = why, retry_in:? = after;
+                                    "{resource}: renewal lost ({why}); trying again in {after:?}");
+                            }
+                        }
+                        None => self.keeps.lost.push((kept, why)),
+                    },
                 }
             }
         }
@@ -202,5 +262,87 @@ impl<N: Net> Engine<N> {
         shared
             .keep_writes
             .fetch_add(self.net.writes() - before, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::NodeAddr;
+    use crate::error::{NodeFault, Refusal, Report};
+    use crate::kept::Callbacks;
+    use crate::lock::Lock;
+    use crate::token::Token;
+
+    fn report(refused: u64, failed: &[usize]) -> Report {
+        let nodes: Arc<[NodeAddr]> = ["redis://a:1", "redis://b:2", "redis://c:3"]
+            .iter()
+            .map(|s| NodeAddr::parse(s).unwrap())
+            .collect();
+        Report {
+            nodes,
+            quorum: 2,
+            yes: 0,
+            said_yes: 0,
+            refused,
+            failed: failed.iter().map(|&i| (i, NodeFault::Timeout)).collect(),
+            refusal: Refusal::TokenGone,
+        }
+    }
+
+    #[test]
+    fn a_lost_renewal_is_tried_again_with_a_doubling_backoff_while_half_the_margin_is_left() {
+        // TTL 30 s: renewed with 10 s left, given up with 5 s left; node timeout 50 ms, backoff
+        // capped at 3 s.
+        let config = Config::default();
+        let keeps = Keeps::new(&config);
+        let now = Instant::now();
+        let token = Token::from_bytes(b"t").unwrap();
+        let lock = Lock::new(b"job", token, now + Duration::from_secs(10));
+        let kept = Kept::new(lock, Arc::new(Callbacks::default()));
+        let no_quorum = Error::NoQuorum(report(0, &[1, 2]));
+        let mut t = now;
+        let mut backoffs = Vec::new();
+        while let Some(at) = keeps.retry_after(&kept, &no_quorum, t) {
+            backoffs.push((at - t).as_millis());
+            // The attempt fails a node timeout later.
+            t = at + Duration::from_millis(50);
+        }
+        assert_eq!(backoffs, [50, 100, 200, 400, 800, 1600]);
+        // Given up with more than half the margin (5 s) left: no holder is told too late.
+        assert!(kept.valid_until() - t > Duration::from_secs(5), "{t:?}");
+        // A renewal that won forgets the backoff.
+        kept.extended();
+        assert_eq!(kept.retry_at(), None);
+        assert_eq!(
+            keeps.retry_after(&kept, &no_quorum, now).map(|at| at - now),
+            Some(Duration::from_millis(50))
+        );
+    }
+
+    #[test]
+    fn a_renewal_that_cannot_win_any_more_is_not_tried_again() {
+        let config = Config::default();
+        let keeps = Keeps::new(&config);
+        let now = Instant::now();
+        let token = Token::from_bytes(b"t").unwrap();
+        let kept = Kept::new(
+            Lock::new(b"job", token, now + Duration::from_secs(10)),
+            Arc::new(Callbacks::default()),
+        );
+        // Our token gone from two of three nodes: no quorum is left to win.
+        let gone = Error::Held(report(0b011, &[2]));
+        assert_eq!(keeps.retry_after(&kept, &gone, now), None);
+        // From one: the two others may still make one.
+        let one_gone = Error::Held(report(0b001, &[1, 2]));
+        assert!(keeps.retry_after(&kept, &one_gone, now).is_some());
+        // The validity over, or a credentials error: lost.
+        let expired = Error::Expired { released: 0 };
+        assert_eq!(keeps.retry_after(&kept, &expired, now), None);
+        let auth = Error::Auth {
+            node: "a:1".into(),
+            message: "WRONGPASS".into(),
+        };
+        assert_eq!(keeps.retry_after(&kept, &auth, now), None);
     }
 }
