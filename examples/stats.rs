@@ -89,8 +89,8 @@ fn main() -> Result<(), redlock_mux::Error> {
         stats.io.connects
     );
     println!(
-        "kept locks: {} renewal batches, {} writes, {} extended",
-        stats.keep.batches, stats.keep.writes, stats.keep.extended
+        "kept locks: {} renewal batches, {} writes, {} extended, {} lost renewals tried again",
+        stats.keep.batches, stats.keep.writes, stats.keep.extended, stats.keep.retried
     );
     assert_eq!(stats.acquire.ok, CYCLES as u64);
     Ok(())

@@ -220,10 +220,9 @@ impl Report {
         self.quorum
     }
 
-    /// Whether the nodes that did not refuse could still make a quorum: the same round tried
-    /// again may win once the failed or silent ones answer.
-    pub(crate) fn quorum_within_reach(&self) -> bool {
-        self.nodes.len() - self.refused.count_ones() as usize >= self.quorum
+    /// Whether any node refused (for an extend: our token is gone from it).
+    pub(crate) fn any_refused(&self) -> bool {
+        self.refused != 0
     }
     fn held_verdict(&self) -> &'static str {
         match self.refusal {

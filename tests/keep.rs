@@ -531,8 +531,11 @@ fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
 #[test]
 fn a_renewal_lost_to_a_frozen_majority_is_tried_again_within_the_validity() {
     let mut servers = Cluster::start(3);
-    let ttl = Duration::from_millis(6_000);
-    // Renewed with 3 s left; tried again until 1.5 s are left: at 3.2 s, 3.5 s and 3.9 s.
+    let ttl = Duration::from_millis(12_000);
+    // The validity is 12 s less the drift (~11.9 s). Renewed with 6 s left (at ~5.9 s), lost a
+    // node timeout later; tried again after backoffs of 0.1, 0.2, 0.4 and 0.8 s while an
+    // attempt would be decided with 3 s left: at about 6.1, 6.4, 6.9 and 7.8 s, given up at
+    // about 7.9 s. The nodes are woken at about 6 s: nearly 2 s to spare.
     let r = Builder::new(servers.urls())
         .quarantine(None)
         .ttl(ttl)

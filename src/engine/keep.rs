@@ -57,8 +57,9 @@ impl Keeps {
 
     /// Looks at every lock at `now`: forgets the ones lost or ended by their holder, marks the
     /// expired ones lost (into `lost`), and gathers into `due` those to extend — the ones due
-    /// within the coalescing window, if one of them really is due. Returns whether a batch is
-    /// due, and sets `next` to the timer of the locks not in it.
+    /// within the coalescing window, if one of them really is due; a lock backing off after a
+    /// lost renewal is due at its retry time and joins no batch before it. Returns whether a
+    /// batch is due, and sets `next` to the timer of the locks not in it.
     fn scan(&mut self, now: Instant) -> bool {
         // The next timer of the locks not in this tick's batch, and of the batch's (which only
         // counts when nothing is really due: then no batch goes out).
@@ -117,24 +118,30 @@ impl Keeps {
     /// A renewal that failed leaves the lock its validity (cut to what the nodes that ran it
     /// back: `validity_after_lost_extend`), and another may still win within it: after a
     /// client-side pause, a partition or a majority slow for one node timeout, one lost
-    /// renewal used to end a lock with a third of its TTL left. So it is tried again while
-    /// that can help — enough nodes did not refuse (said our token is gone) to make a quorum,
-    /// and it was not a credentials error — after a backoff that doubles from the node timeout
-    /// up to a tenth of the TTL, as long as the attempt after the backoff would be decided (a
-    /// node timeout later) with half the renewal margin (a sixth of the TTL by default) still
-    /// left. The lock is lost, and its holder told, at the first lost renewal that fails either
-    /// test: so a holder is told with at least that half margin left, time to stop its work
-    /// (`redlock run`'s `--grace`) before the validity ends. Retrying is as safe as the first
-    /// try: an extend only moves our own token's expiry, and the lock is believed only until
-    /// the validity that a quorum backs.
+    /// renewal used to end a lock with a third of its TTL left. So it is tried again when it
+    /// was lost for want of answers alone — no quorum, or a quorum too slow — after a backoff
+    /// that doubles from the node timeout up to a tenth of the TTL, as long as the attempt
+    /// after the backoff would be decided (a node timeout later) with half the renewal margin
+    /// (a sixth of the TTL by default) still left. The lock is lost, and its holder told, at
+    /// the first lost renewal that fails either test: a holder is told with at least that half
+    /// margin left (or at its first renewal, if the node timeout is longer), time to stop its
+    /// work before the validity ends.
+    ///
+    /// Not tried again: a renewal that any node refused. A refusal says our token is gone from
+    /// that node (expired, evicted, lost in a failover or a restart, deleted), which is
+    /// evidence against the quorum the lock was believed on — not knowing which nodes hold the
+    /// token, the client cannot tell whether the others still make one, and a holder that
+    /// went on believing would be wrong exactly when a rival can win. Nor a credentials error
+    /// (`Auth`, `Permission`: a configuration to fix) or a validity already over (`Expired`).
+    /// Retrying after answers that did not come is as safe as the first try: an extend only
+    /// moves our own token's expiry, and the lock is believed only until the validity that a
+    /// quorum backs.
     fn retry_after(&self, kept: &Kept, why: &Error, now: Instant) -> Option<Instant> {
-        let within_reach = match why {
-            Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => {
-                report.quorum_within_reach()
-            }
+        let unanswered = match why {
+            Error::NoQuorum(report) | Error::TooSlow(report) => !report.any_refused(),
             _ => false,
         };
-        if !within_reach {
+        if !unanswered {
             return None;
         }
         let failures = kept.renewal_lost();
@@ -312,6 +319,8 @@ mod tests {
         // Given up with more than half the margin (5 s) left: no holder is told too late.
         assert!(kept.valid_until() - t > Duration::from_secs(5), "{t:?}");
         // A renewal that won forgets the backoff.
+        kept.set_retry_at(t);
+        assert_eq!(kept.retry_at(), Some(t));
         kept.extended();
         assert_eq!(kept.retry_at(), None);
         assert_eq!(
@@ -330,12 +339,16 @@ mod tests {
             Lock::new(b"job", token, now + Duration::from_secs(10)),
             Arc::new(Callbacks::default()),
         );
-        // Our token gone from two of three nodes: no quorum is left to win.
-        let gone = Error::Held(report(0b011, &[2]));
+        // Our token gone from a node: evidence against the quorum, whatever the others said
+        // (the node that refused may be one of the two the lock was won on, the third one
+        // that never had it).
+        let gone = Error::Held(report(0b001, &[1, 2]));
         assert_eq!(keeps.retry_after(&kept, &gone, now), None);
-        // From one: the two others may still make one.
-        let one_gone = Error::Held(report(0b001, &[1, 2]));
-        assert!(keeps.retry_after(&kept, &one_gone, now).is_some());
+        let too_slow = Error::TooSlow(report(0b100, &[]));
+        assert_eq!(keeps.retry_after(&kept, &too_slow, now), None);
+        // No answers from two: tried again.
+        let silent = Error::NoQuorum(report(0, &[1, 2]));
+        assert!(keeps.retry_after(&kept, &silent, now).is_some());
         // The validity over, or a credentials error: lost.
         let expired = Error::Expired { released: 0 };
         assert_eq!(keeps.retry_after(&kept, &expired, now), None);
@@ -344,5 +357,42 @@ mod tests {
             message: "WRONGPASS".into(),
         };
         assert_eq!(keeps.retry_after(&kept, &auth, now), None);
+    }
+
+    #[test]
+    fn a_lock_backing_off_joins_no_batch_before_its_time_and_still_expires() {
+        let config = Config::default();
+        let mut keeps = Keeps::new(&config);
+        let now = Instant::now();
+        let kept = |valid: u64| {
+            let token = Token::from_bytes(b"t").unwrap();
+            let lock = Lock::new(b"job", token, now + Duration::from_millis(valid));
+            Arc::new(Kept::new(lock, Arc::new(Callbacks::default())))
+        };
+        // Due now (less than a third of the TTL left), and another due now but backing off
+        // until 200 ms from now.
+        let due = kept(9_000);
+        let backing_off = kept(9_000);
+        backing_off.set_retry_at(now + Duration::from_millis(200));
+        keeps.locks = vec![due.clone(), backing_off.clone()];
+        assert!(keeps.scan(now));
+        assert_eq!(keeps.due.len(), 1);
+        assert!(Arc::ptr_eq(&keeps.due[0], &due));
+        // Its retry time is the next timer.
+        assert_eq!(keeps.next, Some(now + Duration::from_millis(200)));
+        keeps.due.clear();
+        // At its time it is due.
+        let later = now + Duration::from_millis(200);
+        keeps.locks = vec![backing_off.clone()];
+        assert!(keeps.scan(later));
+        assert!(Arc::ptr_eq(&keeps.due[0], &backing_off));
+        keeps.due.clear();
+        // A lock whose validity ends while it backs off is lost then, not left waiting.
+        let ending = kept(100);
+        ending.set_retry_at(now + Duration::from_millis(500));
+        keeps.locks = vec![ending];
+        assert!(!keeps.scan(now + Duration::from_millis(100)));
+        assert_eq!(keeps.lost.len(), 1);
+        assert!(keeps.locks.is_empty());
     }
 }
