@@ -139,6 +139,8 @@ fn main() {
                     let r = sim::run(seed, setup, None);
                     total.ops += r.ops;
                     total.acquired += r.acquired;
+                    total.renewals.0 += r.renewals.0;
+                    total.renewals.1 += r.renewals.1;
                     total.sim_time += r.sim_time;
                     total.events += r.events;
                     for (t, f) in total.faults.iter_mut().zip(r.faults) {
@@ -188,6 +190,8 @@ fn main() {
         total.abandoned += t.abandoned;
         total.ops += t.ops;
         total.acquired += t.acquired;
+        total.renewals.0 += t.renewals.0;
+        total.renewals.1 += t.renewals.1;
         total.sim_time += t.sim_time;
         total.events += t.events;
         total.fenced += t.fenced;
@@ -219,6 +223,10 @@ fn main() {
         total.ops,
         total.acquired,
         total.events
+    );
+    println!(
+        "kept locks: {} renewals won, {} lost renewals tried again",
+        total.renewals.0, total.renewals.1
     );
     let faults: Vec<String> = FAULT_KINDS
         .iter()

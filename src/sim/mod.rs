@@ -322,6 +322,9 @@ pub struct Report {
     pub progress_ratio: Option<f64>,
     /// World time of the first grant, if any.
     pub first_grant: Option<Duration>,
+    /// Kept locks' renewals that won, and lost renewals tried again after a backoff (the
+    /// engines' `KeepStats`): that the schedules take these paths.
+    pub renewals: (u64, u64),
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform and version.
@@ -819,6 +822,15 @@ thread_local! {
 pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     let mut world = World::new(seed, setup, trace.is_some());
     world.run();
+    for client in &world.clients {
+        let shared = &client.engine.shared;
+        world.report.renewals.0 += shared
+            .keep_extended
+            .load(std::sync::atomic::Ordering::Relaxed);
+        world.report.renewals.1 += shared
+            .keep_retried
+            .load(std::sync::atomic::Ordering::Relaxed);
+    }
     if setup.breaks.contention() && setup.faults {
         // The same schedule with every node up: its grants per second are the measure.
         let healthy = run(
