@@ -371,7 +371,7 @@ pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Erro
         Outcome::Extended(valid_until, result) => {
             let extensions = lock.extensions() + u32::from(result.is_ok());
             lock.set_state(valid_until, extensions);
-            result
+            result.map(|_| ())
         }
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }

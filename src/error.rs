@@ -220,9 +220,14 @@ impl Report {
         self.quorum
     }
 
-    /// Whether any node refused (for an extend: our token is gone from it).
-    pub(crate) fn any_refused(&self) -> bool {
-        self.refused != 0
+    /// (A lost extend) whether the nodes in `backed` (a bit set: those that said yes to the
+    /// round that set the lock's validity; 0 if not known) that did not refuse here still make
+    /// a quorum. Not known: whether no node refused.
+    pub(crate) fn still_backed(&self, backed: u64) -> bool {
+        if backed == 0 {
+            return self.refused == 0;
+        }
+        (backed & !self.refused).count_ones() as usize >= self.quorum
     }
     fn held_verdict(&self) -> &'static str {
         match self.refusal {

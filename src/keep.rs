@@ -5,11 +5,12 @@
 //! default) the engine extends it, together with every other kept lock due within a tenth of
 //! the TTL, in the same turn of its loop — one write per node per tick, however many locks, and
 //! on the same connections as every other operation of the handle. The handle's background
-//! thread wakes for these timers when no caller drives the loop. A renewal lost for want of
-//! answers (no quorum in time) is tried again after a backoff while another can be decided with
-//! half the renewal margin left. A lock whose renewal cannot win (a node refused it: our token
-//! is gone there; or no time is left for another attempt), whose validity runs out first, or
-//! which reaches the extension limit is marked lost at once:
+//! thread wakes for these timers when no caller drives the loop. A lost renewal is tried again
+//! after a backoff while the nodes that back the lock's validity (those that said yes to the
+//! round that set it) and did not refuse still make a quorum, and another attempt can be
+//! decided with half the renewal margin left. A lock whose renewal cannot win (refused — our
+//! token gone — by too many of the nodes that back it, or no time left for another attempt),
+//! whose validity runs out first, or which reaches the extension limit is marked lost at once:
 //! [`KeepAlive::is_held`] turns false (an atomic load and a clock read) and waiters in
 //! [`KeepAlive::wait_lost`] wake up. The engine then releases it on the nodes and waits for
 //! their replies (bounded by the node timeout), and only then hands the
@@ -36,10 +37,11 @@ use crate::round::deadline_after;
 /// The handle's engine extends the lock when [`Config::renew_fraction`](crate::Config::renew_fraction)
 /// of its TTL is left (a third by default), at most
 /// [`Config::max_extensions`](crate::Config::max_extensions) times. A renewal that fails is
-/// tried again after a backoff when it was lost for want of answers (no quorum in time), while
-/// another attempt can be decided with half the renewal margin left. A lock whose renewal
-/// cannot win (a node refused it — our token is gone there — or no time is left for another
-/// attempt), whose validity runs out first, or which reaches that limit is lost:
+/// tried again after a backoff while the nodes that back the validity and did not refuse it
+/// still make a quorum, and another attempt can be decided with half the renewal margin left.
+/// A lock whose renewal cannot win (refused — our token gone — by too many of the nodes that
+/// back it, or no time left for another attempt), whose validity runs out first, or which
+/// reaches that limit is lost:
 /// [`is_held`](KeepAlive::is_held) turns false, [`wait_lost`](KeepAlive::wait_lost) returns, the
 /// lock is released on the nodes, then the [`on_lost`](KeepAlive::on_lost) callback runs.
 ///

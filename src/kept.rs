@@ -37,6 +37,9 @@ pub(crate) struct Kept {
     lost_ns: AtomicU64,
     /// An extend of it is in flight (touched by the engine only, under its mutex).
     pub extending: AtomicBool,
+    /// The nodes that back the validity: those that said yes to the acquire or to the last
+    /// renewal that won, as a bit set (0: not known, a lock rebuilt from its parts).
+    backed: AtomicU64,
     /// Renewals lost in a row since the last one won (touched by the engine only).
     failures: AtomicU32,
     /// Not to be renewed again before this, as nanoseconds since `epoch` plus one (0: no
@@ -69,6 +72,7 @@ impl Kept {
             lost: AtomicBool::new(false),
             lost_ns: AtomicU64::new(0),
             extending: AtomicBool::new(false),
+            backed: AtomicU64::new(lock.votes().yes_bits()),
             failures: AtomicU32::new(0),
             retry_ns: AtomicU64::new(0),
             reason: Mutex::new(None),
@@ -101,11 +105,18 @@ impl Kept {
         self.extensions.load(Ordering::Acquire)
     }
 
-    /// One more extension won: the renewals lost before it, and their backoff, are forgotten.
-    pub fn extended(&self) {
+    /// One more extension won, backed by the nodes in `yes` (a bit set): the renewals lost
+    /// before it, and their backoff, are forgotten.
+    pub fn extended(&self, yes: u64) {
         self.extensions.fetch_add(1, Ordering::AcqRel);
+        self.backed.store(yes, Ordering::Relaxed);
         self.failures.store(0, Ordering::Relaxed);
         self.retry_ns.store(0, Ordering::Relaxed);
+    }
+
+    /// The nodes that back the validity (a bit set; 0: not known).
+    pub fn backed(&self) -> u64 {
+        self.backed.load(Ordering::Relaxed)
     }
 
     /// One more renewal lost in a row: returns how many now.

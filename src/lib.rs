@@ -67,8 +67,8 @@
 //!
 //! For work of unknown length. The handle extends the lock when a third of its TTL is left,
 //! and tries again after a backoff when too few nodes answered in time; once no renewal can
-//! win (a node says our token is gone, or no time is left), [`KeepAlive::is_held`] turns false
-//! at once.
+//! win (our token gone from too many of the nodes that backed it, or no time left),
+//! [`KeepAlive::is_held`] turns false at once.
 //!
 //! ```no_run
 //! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;

@@ -105,6 +105,10 @@ impl Votes {
             nodes: nodes as u8,
         }
     }
+    /// The nodes that said yes, as a bit set (0 for a lock rebuilt from its parts).
+    pub(crate) fn yes_bits(&self) -> u64 {
+        self.yes
+    }
     /// Nodes in the server list (0 for a lock rebuilt from its parts).
     pub fn nodes(&self) -> usize {
         usize::from(self.nodes)

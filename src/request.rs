@@ -178,8 +178,9 @@ pub(crate) enum Outcome {
     Acquired(Result<Grant, Error>),
     /// A waited-for acquire: the token of the attempt that won, and its grant.
     Locked(Result<(Token, Grant), Error>),
-    /// The lock's validity after the extend (cut short if it was lost), and the result.
-    Extended(Instant, Result<(), Error>),
+    /// The lock's validity after the extend (cut short if it was lost), and the result: the
+    /// nodes that said yes (a bit set) when it won.
+    Extended(Instant, Result<u64, Error>),
     /// Nodes that confirmed the release in time.
     Released(usize),
     Status(Vec<NodeStatus>),

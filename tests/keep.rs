@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Error, Redlock, WithLockError};
+use redlock_mux::{Builder, Error, LockVote, Redlock, WithLockError};
 
 fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
     Builder::new(servers.urls())
@@ -574,4 +574,76 @@ fn a_renewal_lost_to_a_frozen_majority_is_tried_again_within_the_validity() {
     }
     assert!(matches!(rival.try_lock("job"), Err(Error::Held(_))));
     assert_eq!(kept.release().unwrap(), 3);
+}
+
+/// The nodes that back a kept lock's validity are those that said yes to the round that set
+/// it. A renewal refused by one of them (our token gone: evicted, deleted, lost in a failover)
+/// while another is silent leaves one of the two: the lock is lost at once, not tried again,
+/// though two of three nodes did not refuse — the third never had our token (it was frozen
+/// at the acquire), and a holder that went on believing could meet a rival on it and the one
+/// that refused.
+#[test]
+fn a_renewal_refused_by_a_node_that_backs_the_lock_ends_it_when_the_rest_make_no_quorum() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(3_000);
+    // A node timeout short enough that a retry would fit (renewed with 1 s left).
+    let r = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    servers[2].freeze();
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let votes = kept.lock().votes();
+    assert_eq!(votes.vote(0), Some(LockVote::Yes), "{votes:?}");
+    assert_eq!(votes.vote(1), Some(LockVote::Yes), "{votes:?}");
+    servers[0].cmd(&["DEL", "job"]);
+    servers[1].freeze();
+    let why = kept
+        .wait_lost(Duration::from_secs(5))
+        .expect("the renewal is refused by a node that backs the lock");
+    assert!(matches!(why, Error::Held(_)), "{why}");
+    assert_eq!(r.stats().keep.retried, 0);
+    servers[1].resume();
+    servers[2].resume();
+}
+
+/// A refusal from a node outside the nodes that back the lock (or one of them, when all three
+/// do) while another is silent leaves two that hold our token until the validity ends: the
+/// renewal is tried again, and wins once the silent node is back.
+#[test]
+fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(12_000);
+    let r = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(ttl)
+        .renew_fraction(0.5)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let votes = kept.lock().votes();
+    // The node the acquire's quorum did without, if any.
+    let gone = (0..3)
+        .find(|&i| votes.vote(i) != Some(LockVote::Yes))
+        .unwrap_or(0);
+    let silent = (gone + 1) % 3;
+    servers[gone].cmd(&["DEL", "job"]);
+    servers[silent].freeze();
+    wait_until("a refused renewal", Duration::from_secs(10), || {
+        r.stats().extend.refused >= 1
+    });
+    servers[silent].resume();
+    wait_until("a renewal after the node came back", ttl, || {
+        kept.lock().extensions() >= 1 || kept.lost().is_some()
+    });
+    assert!(
+        kept.lost().is_none(),
+        "lost though two nodes back it: {:?}",
+        kept.lost()
+    );
+    assert!(r.stats().keep.retried >= 1);
+    assert_eq!(kept.release().unwrap(), 2);
 }

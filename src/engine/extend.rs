@@ -50,7 +50,9 @@ impl<N: Net> Engine<N> {
     pub(super) fn extend_decided(&self, index: usize, decision: Decision) -> Outcome {
         let op = &self.core.ops[index];
         match decision {
-            Decision::Won { valid_until, .. } => Outcome::Extended(valid_until, Ok(())),
+            Decision::Won { valid_until, .. } => {
+                Outcome::Extended(valid_until, Ok(op.vote.yes_bits()))
+            }
             Decision::Lost { loss, .. } => Outcome::Extended(
                 validity_after_lost_extend(op.until, &op.vote.round),
                 Err(op

@@ -118,8 +118,8 @@ impl Keeps {
     /// A renewal that failed leaves the lock its validity (cut to what the nodes that ran it
     /// back: `validity_after_lost_extend`), and another may still win within it: after a
     /// client-side pause, a partition or a majority slow for one node timeout, one lost
-    /// renewal used to end a lock with a third of its TTL left. So it is tried again when it
-    /// was lost for want of answers alone — no quorum, or a quorum too slow — after a backoff
+    /// renewal used to end a lock with a third of its TTL left. So it is tried again while the
+    /// nodes that back the validity still make a quorum (below) — after a backoff
     /// that doubles from the node timeout up to a tenth of the TTL, as long as the attempt
     /// after the backoff would be decided (a node timeout later) with half the renewal margin
     /// (a sixth of the TTL by default) still left. The lock is lost, and its holder told, at
@@ -127,21 +127,29 @@ impl Keeps {
     /// margin left (or at its first renewal, if the node timeout is longer), time to stop its
     /// work before the validity ends.
     ///
-    /// Not tried again: a renewal that any node refused. A refusal says our token is gone from
-    /// that node (expired, evicted, lost in a failover or a restart, deleted), which is
-    /// evidence against the quorum the lock was believed on — not knowing which nodes hold the
-    /// token, the client cannot tell whether the others still make one, and a holder that
-    /// went on believing would be wrong exactly when a rival can win. Nor a credentials error
-    /// (`Auth`, `Permission`: a configuration to fix) or a validity already over (`Expired`).
+    /// The validity is backed by the nodes that said yes to the round that set it (the
+    /// acquire, or the last renewal that won: [`Kept::backed`]); a refusal says our token is
+    /// gone from a node (expired, evicted, lost in a failover or a restart, deleted). While the
+    /// backing nodes that did not refuse still make a quorum, every rival's quorum meets one
+    /// of them, which holds our token until the validity ends: retrying is safe and may win
+    /// once the silent ones answer. When they do not, the refusals are evidence that the lock
+    /// is no longer held as believed, and the holder is told at once — counting every node
+    /// that did not refuse instead, a node that never had our token (down at the acquire)
+    /// would have kept a holder believing while a rival could win. With the backing not known
+    /// (a lock rebuilt from its parts), any refusal ends it. Not tried again either: a
+    /// credentials error (`Auth`, `Permission`: a configuration to fix) or a validity already
+    /// over (`Expired`).
     /// Retrying after answers that did not come is as safe as the first try: an extend only
     /// moves our own token's expiry, and the lock is believed only until the validity that a
     /// quorum backs.
     fn retry_after(&self, kept: &Kept, why: &Error, now: Instant) -> Option<Instant> {
-        let unanswered = match why {
-            Error::NoQuorum(report) | Error::TooSlow(report) => !report.any_refused(),
+        let still_backed = match why {
+            Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => {
+                report.still_backed(kept.backed())
+            }
             _ => false,
         };
-        if !unanswered {
+        if !still_backed {
             return None;
         }
         let failures = kept.renewal_lost();
@@ -186,8 +194,8 @@ impl<N: Net> Engine<N> {
                 // Also after a lost extend: its validity is cut to what the nodes still back.
                 kept.set_valid_until(valid_until);
                 match result {
-                    Ok(()) => {
-                        kept.extended();
+                    Ok(yes) => {
+                        kept.extended(yes);
                         self.shared.keep_extended.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(why) => match self.keeps.retry_after(&kept, &why, now) {
@@ -321,7 +329,7 @@ mod tests {
         // A renewal that won forgets the backoff.
         kept.set_retry_at(t);
         assert_eq!(kept.retry_at(), Some(t));
-        kept.extended();
+        kept.extended(0b111);
         assert_eq!(kept.retry_at(), None);
         assert_eq!(
             keeps.retry_after(&kept, &no_quorum, now).map(|at| at - now),
@@ -339,16 +347,27 @@ mod tests {
             Lock::new(b"job", token, now + Duration::from_secs(10)),
             Arc::new(Callbacks::default()),
         );
-        // Our token gone from a node: evidence against the quorum, whatever the others said
-        // (the node that refused may be one of the two the lock was won on, the third one
-        // that never had it).
-        let gone = Error::Held(report(0b001, &[1, 2]));
-        assert_eq!(keeps.retry_after(&kept, &gone, now), None);
-        let too_slow = Error::TooSlow(report(0b100, &[]));
-        assert_eq!(keeps.retry_after(&kept, &too_slow, now), None);
+        // The backing not known (a lock rebuilt from its parts): any refusal ends it.
+        let a_gone = Error::Held(report(0b001, &[1, 2]));
+        assert_eq!(keeps.retry_after(&kept, &a_gone, now), None);
+        let c_gone = Error::TooSlow(report(0b100, &[]));
+        assert_eq!(keeps.retry_after(&kept, &c_gone, now), None);
         // No answers from two: tried again.
         let silent = Error::NoQuorum(report(0, &[1, 2]));
         assert!(keeps.retry_after(&kept, &silent, now).is_some());
+        // Won on a and b (c down then): our token gone from a leaves b alone of the backing,
+        // and a rival may win on a and c — lost, though two nodes did not refuse.
+        kept.extended(0b011);
+        assert_eq!(keeps.retry_after(&kept, &a_gone, now), None);
+        // Gone from c, which never backed it: a and b still do. Tried again.
+        let c_gone_b_silent = Error::Held(report(0b100, &[0, 1]));
+        assert!(keeps.retry_after(&kept, &c_gone_b_silent, now).is_some());
+        // Won on all three: gone from a (restarted, say), b and c silent: still backed by two.
+        kept.extended(0b111);
+        assert!(keeps.retry_after(&kept, &a_gone, now).is_some());
+        // Gone from two of the three: lost.
+        let two_gone = Error::Held(report(0b011, &[2]));
+        assert_eq!(keeps.retry_after(&kept, &two_gone, now), None);
         // The validity over, or a credentials error: lost.
         let expired = Error::Expired { released: 0 };
         assert_eq!(keeps.retry_after(&kept, &expired, now), None);

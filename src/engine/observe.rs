@@ -40,7 +40,7 @@ pub(super) fn observe(
             metrics.op(stats::OpKind::Acquire, ending(e), latency);
             failed_event(&op.resource, "acquire", e);
         }
-        (OpKind::Extend, Outcome::Extended(_, Ok(()))) => {
+        (OpKind::Extend, Outcome::Extended(_, Ok(_))) => {
             metrics.op(stats::OpKind::Extend, Ending::Ok, latency);
             event!(Debug, event = "extended", resource:% = op.resource.escape_ascii(),
                 latency_us = latency.as_micros() as u64;

@@ -214,6 +214,13 @@ impl Ballot {
         }
     }
 
+    /// The nodes that said yes, as a bit set.
+    pub fn yes_bits(&self) -> u64 {
+        (0..self.round.nodes())
+            .filter(|&node| self.round.vote(node) == Some(Vote::Yes))
+            .fold(0, |bits, node| bits | node_bit(node))
+    }
+
     /// What each node said to an acquire that won, at the moment of the decision: a node that
     /// failed for want of a connection (down, backing off, timed out) or whose connection is
     /// known to be down is unreachable; one that had simply not answered yet was not waited for.

@@ -2307,6 +2307,7 @@ impl World {
                         let left = valid.saturating_duration_since(now);
                         let frac = self.rng.range(0, 120) as f64 / 100.0;
                         hold.until = now + left.mul_f64(frac);
+                        let result = result.map(|_| ());
                         self.log(|| format!("client {c} extend: {result:?}"));
                     }
                     other => unreachable!("an extend's outcome: {other:?}"),
