@@ -224,7 +224,7 @@ impl Redlock {
     ///
     /// None today; kept fallible for compatibility.
     pub fn keep(&self, lock: Lock) -> Result<KeepAlive, Error> {
-        let kept = Arc::new(Kept::new(lock, self.hub().callbacks.clone()));
+        let kept = Arc::new(Kept::new(lock, self.hub().callbacks.clone(), self.nodes()));
         self.hub().keep(kept.clone());
         Ok(KeepAlive {
             kept,

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+use crate::addr::NodeAddr;
 use crate::error::Error;
 use crate::lock::Lock;
 
@@ -38,7 +39,8 @@ pub(crate) struct Kept {
     /// An extend of it is in flight (touched by the engine only, under its mutex).
     pub extending: AtomicBool,
     /// The nodes that back the validity: those that said yes to the acquire or to the last
-    /// renewal that won, as a bit set (0: not known, a lock rebuilt from its parts).
+    /// renewal that won, less those that refused a renewal since, as a bit set (0: not known;
+    /// see `Lock::backing`).
     backed: AtomicU64,
     /// Renewals lost in a row since the last one won (touched by the engine only).
     failures: AtomicU32,
@@ -64,7 +66,8 @@ impl std::fmt::Debug for Kept {
 }
 
 impl Kept {
-    pub fn new(lock: Lock, callbacks: Arc<Callbacks>) -> Kept {
+    /// `lock`, kept by an engine of `servers`.
+    pub fn new(lock: Lock, callbacks: Arc<Callbacks>, servers: &[NodeAddr]) -> Kept {
         let kept = Kept {
             epoch: Instant::now(),
             valid_ns: AtomicU64::new(0),
@@ -72,7 +75,7 @@ impl Kept {
             lost: AtomicBool::new(false),
             lost_ns: AtomicU64::new(0),
             extending: AtomicBool::new(false),
-            backed: AtomicU64::new(lock.votes().yes_bits()),
+            backed: AtomicU64::new(lock.backing(servers)),
             failures: AtomicU32::new(0),
             retry_ns: AtomicU64::new(0),
             reason: Mutex::new(None),
@@ -117,6 +120,12 @@ impl Kept {
     /// The nodes that back the validity (a bit set; 0: not known).
     pub fn backed(&self) -> u64 {
         self.backed.load(Ordering::Relaxed)
+    }
+
+    /// Nodes in `refused` (a bit set) said our token is gone: they back the validity no more.
+    /// (A refusal cannot be undone: nothing puts our token back on a node.)
+    pub fn refused_by(&self, refused: u64) {
+        self.backed.fetch_and(!refused, Ordering::Relaxed);
     }
 
     /// One more renewal lost in a row: returns how many now.

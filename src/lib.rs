@@ -66,9 +66,9 @@
 //! ### `keep`: renewed until released, with notice of a loss
 //!
 //! For work of unknown length. The handle extends the lock when a third of its TTL is left,
-//! and tries again after a backoff when too few nodes answered in time; once no renewal can
-//! win (our token gone from too many of the nodes that backed it, or no time left),
-//! [`KeepAlive::is_held`] turns false at once.
+//! and tries again after a backoff when a renewal is lost while the nodes that back the lock
+//! still can make a quorum; once no renewal can win (our token gone from too many of those
+//! nodes, or no time left), [`KeepAlive::is_held`] turns false at once.
 //!
 //! ```no_run
 //! # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;

@@ -105,10 +105,6 @@ impl Votes {
             nodes: nodes as u8,
         }
     }
-    /// The nodes that said yes, as a bit set (0 for a lock rebuilt from its parts).
-    pub(crate) fn yes_bits(&self) -> u64 {
-        self.yes
-    }
     /// Nodes in the server list (0 for a lock rebuilt from its parts).
     pub fn nodes(&self) -> usize {
         usize::from(self.nodes)
@@ -264,6 +260,18 @@ impl Lock {
     /// ```
     pub fn votes(&self) -> Votes {
         self.votes
+    }
+
+    /// The nodes of `servers` (a bit set) whose keys back this lock's validity — those that
+    /// said yes to its acquire — or 0 when that is not known: a lock rebuilt from its parts,
+    /// acquired on another server list (other nodes, or another order), or extended since (an
+    /// extend that won may have moved the validity past the expiry of nodes not in its own
+    /// quorum, and its yes set is not kept).
+    pub(crate) fn backing(&self, servers: &[NodeAddr]) -> u64 {
+        match &self.nodes {
+            Some(nodes) if self.extensions == 0 && **nodes == *servers => self.votes.yes,
+            _ => 0,
+        }
     }
     /// Every node, in the order of the server list, with what it said when the lock was
     /// acquired (nothing for a lock rebuilt with [`Lock::from_parts`]). A node whose answer had
@@ -601,5 +609,30 @@ mod tests {
         assert!(format!("{lock:?}").contains("resource: \"orders:42\""));
         let bytes: &[u8] = lock.resource();
         assert_eq!(bytes, b"orders:42");
+    }
+
+    #[test]
+    fn the_backing_is_known_only_for_a_fresh_lock_of_the_same_server_list() {
+        let parse = |list: &[&str]| -> Arc<[NodeAddr]> {
+            list.iter().map(|s| NodeAddr::parse(s).unwrap()).collect()
+        };
+        let servers = parse(&["redis://a:1", "redis://b:2", "redis://c:3"]);
+        let lock = Lock {
+            votes: Votes::new(3, 0b011, 0, 0, 0),
+            nodes: Some(servers.clone()),
+            ..Lock::from_parts("job", [b'a'; 16], Duration::from_secs(1)).unwrap()
+        };
+        assert_eq!(lock.backing(&servers), 0b011);
+        // Kept by an engine of another list, or of the same nodes in another order.
+        let reordered = parse(&["redis://c:3", "redis://a:1", "redis://b:2"]);
+        assert_eq!(lock.backing(&reordered), 0);
+        assert_eq!(lock.backing(&servers[..2]), 0);
+        // Extended since: the extend's own quorum backs it, and is not kept.
+        let mut extended = lock.clone();
+        extended.set_state(lock.valid_until(), 1);
+        assert_eq!(extended.backing(&servers), 0);
+        // Rebuilt from its parts.
+        let parts = Lock::from_parts("job", [b'a'; 16], Duration::from_secs(1)).unwrap();
+        assert_eq!(parts.backing(&servers), 0);
     }
 }

@@ -585,8 +585,9 @@ fn a_renewal_lost_to_a_frozen_majority_is_tried_again_within_the_validity() {
 #[test]
 fn a_renewal_refused_by_a_node_that_backs_the_lock_ends_it_when_the_rest_make_no_quorum() {
     let mut servers = Cluster::start(3);
-    let ttl = Duration::from_millis(3_000);
-    // A node timeout short enough that a retry would fit (renewed with 1 s left).
+    let ttl = Duration::from_millis(6_000);
+    // A node timeout short enough that retries would fit: renewed with 2 s left, tried again
+    // while an attempt would be decided with 1 s left.
     let r = Builder::new(servers.urls())
         .quarantine(None)
         .ttl(ttl)
@@ -609,9 +610,9 @@ fn a_renewal_refused_by_a_node_that_backs_the_lock_ends_it_when_the_rest_make_no
     servers[2].resume();
 }
 
-/// A refusal from a node outside the nodes that back the lock (or one of them, when all three
-/// do) while another is silent leaves two that hold our token until the validity ends: the
-/// renewal is tried again, and wins once the silent node is back.
+/// A refusal from a node outside the nodes that back the lock (its yes came after the acquire
+/// was decided) while another is silent leaves two that hold our token until the validity
+/// ends: the renewal is tried again, and wins once the silent node is back.
 #[test]
 fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
     let mut servers = Cluster::start(3);
@@ -623,13 +624,20 @@ fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
         .node_timeout(Duration::from_millis(100))
         .build()
         .unwrap();
+    // Node 2 frozen through the acquire: the lock is backed by nodes 0 and 1; node 2 runs our
+    // SET when it wakes, after the decision.
+    servers[2].freeze();
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let votes = kept.lock().votes();
-    // The node the acquire's quorum did without, if any.
-    let gone = (0..3)
-        .find(|&i| votes.vote(i) != Some(LockVote::Yes))
-        .unwrap_or(0);
-    let silent = (gone + 1) % 3;
+    assert_eq!(votes.vote(2), Some(LockVote::NotWaitedFor), "{votes:?}");
+    servers[2].resume();
+    let token = kept.lock().token().to_string();
+    wait_until("our late SET on node 2", Duration::from_secs(5), || {
+        servers[2].get("job").as_deref() == Some(token.as_str())
+    });
+    // Our token gone from node 2 (evicted, say), node 1 frozen: the renewal has one yes, one
+    // refusal and one silence.
+    let (gone, silent) = (2, 1);
     servers[gone].cmd(&["DEL", "job"]);
     servers[silent].freeze();
     wait_until("a refused renewal", Duration::from_secs(10), || {

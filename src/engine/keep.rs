@@ -1,9 +1,10 @@
 //! Kept locks (`KeepAlive`, `keep`): timers of the engine. Each is extended when a share of its
 //! TTL is left, with every lock due within a coalescing window in the same batch (one write per
-//! node). A lost renewal is tried again after a backoff while one can still be decided within
-//! the validity it left (see [`Keeps::retry_after`]); a lock whose renewal cannot win any more,
-//! or whose validity ends, is marked lost, released on every node, and its callback runs once
-//! that release is over.
+//! node). A lost renewal is tried again after a doubling backoff while the nodes that back the
+//! lock's validity and did not refuse still make a quorum, and another attempt can be decided
+//! with half the renewal margin left (see [`Keeps::retry_after`]); a lock whose renewal cannot
+//! win any more, or whose validity ends, is marked lost, released on every node, and its
+//! callback runs once that release is over.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -143,15 +144,15 @@ impl Keeps {
     /// moves our own token's expiry, and the lock is believed only until the validity that a
     /// quorum backs.
     fn retry_after(&self, kept: &Kept, why: &Error, now: Instant) -> Option<Instant> {
-        let still_backed = match why {
-            Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => {
-                report.still_backed(kept.backed())
-            }
-            _ => false,
+        let report = match why {
+            Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => report,
+            _ => return None,
         };
-        if !still_backed {
+        if !report.still_backed(kept.backed()) {
             return None;
         }
+        // Refusals add up over the retries: a node that said our token is gone backs nothing.
+        kept.refused_by(report.refused);
         let failures = kept.renewal_lost();
         let backoff = (self.node_timeout)
             .saturating_mul(1 << (failures - 1).min(20))
@@ -314,7 +315,7 @@ mod tests {
         let now = Instant::now();
         let token = Token::from_bytes(b"t").unwrap();
         let lock = Lock::new(b"job", token, now + Duration::from_secs(10));
-        let kept = Kept::new(lock, Arc::new(Callbacks::default()));
+        let kept = Kept::new(lock, Arc::new(Callbacks::default()), &[]);
         let no_quorum = Error::NoQuorum(report(0, &[1, 2]));
         let mut t = now;
         let mut backoffs = Vec::new();
@@ -346,6 +347,7 @@ mod tests {
         let kept = Kept::new(
             Lock::new(b"job", token, now + Duration::from_secs(10)),
             Arc::new(Callbacks::default()),
+            &[],
         );
         // The backing not known (a lock rebuilt from its parts): any refusal ends it.
         let a_gone = Error::Held(report(0b001, &[1, 2]));
@@ -368,6 +370,12 @@ mod tests {
         // Gone from two of the three: lost.
         let two_gone = Error::Held(report(0b011, &[2]));
         assert_eq!(keeps.retry_after(&kept, &two_gone, now), None);
+        // Refusals add up over the retries: gone from a, then from b (a silent then), leaves
+        // c alone of the three.
+        kept.extended(0b111);
+        assert!(keeps.retry_after(&kept, &a_gone, now).is_some());
+        let b_gone = Error::Held(report(0b010, &[0, 2]));
+        assert_eq!(keeps.retry_after(&kept, &b_gone, now), None);
         // The validity over, or a credentials error: lost.
         let expired = Error::Expired { released: 0 };
         assert_eq!(keeps.retry_after(&kept, &expired, now), None);
@@ -386,7 +394,7 @@ mod tests {
         let kept = |valid: u64| {
             let token = Token::from_bytes(b"t").unwrap();
             let lock = Lock::new(b"job", token, now + Duration::from_millis(valid));
-            Arc::new(Kept::new(lock, Arc::new(Callbacks::default())))
+            Arc::new(Kept::new(lock, Arc::new(Callbacks::default()), &[]))
         };
         // Due now (less than a third of the TTL left), and another due now but backing off
         // until 200 ms from now.

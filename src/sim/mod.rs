@@ -2237,8 +2237,11 @@ impl World {
                             // Kept: renewed by the engine for up to four TTLs.
                             let resource = &self.resources[res];
                             let lock = Lock::granted(resource, token, grant);
-                            let kept =
-                                Arc::new(Kept::new(lock, self.clients[c].engine.callbacks.clone()));
+                            let kept = Arc::new(Kept::new(
+                                lock,
+                                self.clients[c].engine.callbacks.clone(),
+                                &self.clients[c].engine.shared.nodes,
+                            ));
                             self.clients[c].engine.keep(kept.clone(), now);
                             let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
                             self.log(|| format!("client {c} keeps {res}"));
