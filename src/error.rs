@@ -220,6 +220,20 @@ impl Report {
         self.quorum
     }
 
+    /// The report of a refusal (our token gone) from the nodes in `refused` that came after
+    /// a lost renewal was decided.
+    pub(crate) fn late_refusal(nodes: &Arc<[NodeAddr]>, quorum: usize, refused: u64) -> Report {
+        Report {
+            nodes: nodes.clone(),
+            quorum,
+            yes: 0,
+            said_yes: 0,
+            refused,
+            failed: Vec::new(),
+            refusal: Refusal::TokenGone,
+        }
+    }
+
     /// (A lost extend) whether the nodes in `backed` (a bit set: those that said yes to the
     /// round that set the lock's validity; 0 if not known) that did not refuse here still make
     /// a quorum. Not known: whether no node refused.

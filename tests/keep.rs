@@ -655,3 +655,58 @@ fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
     assert!(r.stats().keep.retried >= 1);
     assert_eq!(kept.release().unwrap(), 2);
 }
+
+/// A refusal that comes after a lost renewal was decided (the node answers slower than the
+/// node timeout) counts all the same: here the lock is backed by nodes 0 and 1, our token is
+/// gone from both, node 0 answers every renewal late and node 1 not at all. Each round, on its
+/// own, is lost for want of answers and would be tried again until half the renewal margin is
+/// left (as it was, ending with `NoQuorum` seconds later); node 0's late "token gone" ends the
+/// lock at once (`Held`).
+#[test]
+fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
+    let mut servers = Cluster::start(3);
+    // Node 0 behind a relay: 300 ms a round trip, against a renewal's node timeout of 100 ms.
+    let relay = redis_local::Relay::start(servers[0].socket_addr(), Duration::from_millis(150));
+    let urls = vec![relay.url(), servers[1].url(), servers[2].url()];
+    let ttl = Duration::from_millis(12_000);
+    // The acquire waits for node 0; the keeper does not.
+    let acquirer = Builder::new(urls.clone())
+        .quarantine(None)
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(1_000))
+        .build()
+        .unwrap();
+    let keeper = Builder::new(urls)
+        .quarantine(None)
+        .ttl(ttl)
+        .renew_fraction(0.5)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    assert_eq!(keeper.connect(Duration::from_secs(5)).unwrap(), 3);
+    // Node 2 frozen through the acquire: backed by nodes 0 and 1.
+    servers[2].freeze();
+    let lock = acquirer.lock("job").unwrap();
+    let votes = lock.votes();
+    assert_eq!(votes.vote(0), Some(LockVote::Yes), "{votes:?}");
+    assert_eq!(votes.vote(1), Some(LockVote::Yes), "{votes:?}");
+    servers[2].resume();
+    let token = lock.token().to_string();
+    wait_until("our late SET on node 2", Duration::from_secs(5), || {
+        servers[2].get("job").as_deref() == Some(token.as_str())
+    });
+    let kept = keeper.keep(lock).unwrap();
+    // Our token gone from both nodes that back the lock; node 1 silent.
+    servers[0].cmd(&["DEL", "job"]);
+    servers[1].cmd(&["DEL", "job"]);
+    servers[1].freeze();
+    let why = kept
+        .wait_lost(Duration::from_secs(15))
+        .expect("the late refusal ends the lock");
+    assert!(matches!(why, Error::Held(_)), "{why}");
+    assert!(
+        kept.lock().valid_until() > Instant::now(),
+        "lost only at its end"
+    );
+    servers[1].resume();
+}

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, Report};
 use crate::kept::Kept;
 use crate::net::Net;
 use crate::request::{Outcome, ReqKind};
@@ -133,7 +133,9 @@ impl Keeps {
     /// gone from a node (expired, evicted, lost in a failover or a restart, deleted). While the
     /// backing nodes that did not refuse still make a quorum, every rival's quorum meets one
     /// of them, which holds our token until the validity ends: retrying is safe and may win
-    /// once the silent ones answer. When they do not, the refusals are evidence that the lock
+    /// once the silent ones answer (refusals add up over the retries, and one that comes after
+    /// its round was decided counts too: `late_refusals`). When they do not, the refusals are
+    /// evidence that the lock
     /// is no longer held as believed, and the holder is told at once — counting every node
     /// that did not refuse instead, a node that never had our token (down at the acquire)
     /// would have kept a holder believing while a rival could win. With the backing not known
@@ -175,6 +177,7 @@ impl<N: Net> Engine<N> {
     /// Applies decided extends of kept locks (a lost one is marked lost and released), and
     /// hands the callbacks of lost locks whose release is over to the callback thread.
     pub(super) fn kept_decided(&mut self, now: Instant) {
+        self.late_refusals();
         let mut decided = std::mem::take(&mut self.keeps.decided);
         for (kept, outcome) in decided.drain(..) {
             let Some(outcome) = outcome else {
@@ -219,6 +222,26 @@ impl<N: Net> Engine<N> {
         }
         self.keeps.decided = decided;
         self.release_lost_keeps(now);
+    }
+
+    /// Refusals of lost renewals that came after their decision (`Core::late_refusals`): each
+    /// narrows its lock's backing, and a lock whose backing no longer makes a quorum (or not
+    /// known, now refused) is lost, even while it waits to be tried again.
+    fn late_refusals(&mut self) {
+        let mut late = std::mem::take(&mut self.core.late_refusals);
+        let quorum = self.shared.nodes.len() / 2 + 1;
+        for (kept, refused) in late.drain(..) {
+            if kept.is_lost() {
+                continue;
+            }
+            let report = Report::late_refusal(&self.shared.nodes, quorum, refused);
+            if report.still_backed(kept.backed()) {
+                kept.refused_by(refused);
+                continue;
+            }
+            self.keeps.lost.push((kept, Error::Held(report)));
+        }
+        self.core.late_refusals = late;
     }
 
     /// Marks the locks in `keeps.lost` lost (every holder learns first, before any round

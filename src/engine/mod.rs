@@ -459,7 +459,7 @@ impl<N: Net> Engine<N> {
             self.attempts_decided(now);
         }
         self.release_lost(now);
-        if !self.keeps.decided.is_empty() {
+        if !self.keeps.decided.is_empty() || !self.core.late_refusals.is_empty() {
             self.kept_decided(now);
         }
     }
@@ -521,6 +521,11 @@ impl<N: Net> Engine<N> {
                 }
             }
             Waiter::Keep(kept) => {
+                if matches!(outcome, Outcome::Extended(_, Err(_))) {
+                    // Lost, and perhaps tried again: refusals that come after this decision
+                    // still count against the lock's backing (`Core::late_refusals`).
+                    op.renewing = Some(kept.clone());
+                }
                 self.core.waiting -= 1;
                 self.keeps.decided.push((kept, Some(outcome)));
             }

@@ -9,6 +9,7 @@ use crate::addr::NodeAddr;
 use crate::config::Shared;
 use crate::error::NodeFault;
 use crate::event::event;
+use crate::kept::Kept;
 use crate::keys::RELEASE_CHANNEL_PREFIX;
 use crate::mutation::Mutation;
 use crate::net::Net;
@@ -18,9 +19,9 @@ use crate::request::{OpId, Outcome};
 use crate::resp::Frame;
 use crate::round::Vote;
 use crate::session::{
-    Delivery, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind,
-    REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT,
-    ScriptCall,
+    Delivery, EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
+    Kind, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, SHARED_EXTEND_SCRIPT, ScriptCall,
 };
 use crate::stats::{Metrics, NodeCounters};
 use crate::token::Token;
@@ -62,6 +63,9 @@ pub(super) struct Op {
     /// Status read (`status.rs`), fence repair (`repair.rs`): allocated on first use.
     pub status: Option<Box<StatusReplies>>,
     pub repair: Option<Box<Repair>>,
+    /// A kept lock's renewal that was lost (and may be tried again): refusals that come after
+    /// its decision still tell the lock's backing (`Core::late_refusals`).
+    pub renewing: Option<Arc<Kept>>,
 }
 
 impl Op {
@@ -106,6 +110,7 @@ impl Op {
             release,
             status: None,
             repair: None,
+            renewing: None,
         }
     }
 
@@ -119,6 +124,7 @@ impl Op {
         self.vote.reset(now);
         self.waiter = waiter;
         self.outcome = None;
+        self.renewing = None;
         self.outstanding = 0;
         self.release.reset();
         self.fence.stage = Stage::Off;
@@ -203,6 +209,9 @@ pub(super) struct Core {
     /// Per node: the connection on which a quarantined yes was last reported (`warn` once per
     /// connection, not once per acquire).
     pub quarantine_told: Vec<u64>,
+    /// Refusals (our token gone) that came after a lost renewal of a kept lock was decided,
+    /// with the nodes (a bit set): its backing narrows, and it may be lost (`kept_decided`).
+    pub late_refusals: Vec<(Arc<Kept>, u64)>,
 }
 
 /// The slots of an engine that is gone, for another to build its slots in: the simulator's
@@ -255,6 +264,7 @@ impl Core {
             mutation: shared.mutation,
             metrics: Arc::new(Metrics::new(counters)),
             quarantine_told: vec![0; n],
+            late_refusals: Vec::new(),
         }
     }
 
@@ -303,6 +313,7 @@ impl Core {
 
     /// Frees slot `index` for the next operation.
     pub fn free_slot(&mut self, index: usize) {
+        self.ops[index].renewing = None;
         self.free.push(index as u32);
         self.live[index / 64] &= !(1 << (index % 64));
     }
@@ -589,6 +600,20 @@ impl Core {
     fn on_late_vote(&mut self, index: usize, node: usize, d: &Delivery<'_>, now: Instant) {
         let op = &mut self.ops[index];
         op.vote.late |= node_bit(node);
+        // A lost renewal's refusal that came too late to be counted is evidence all the same:
+        // without it a node slower than the node timeout could say our token is gone, round
+        // after round, while the lock was tried again.
+        if let Some(kept) = &op.renewing
+            && matches!(
+                (d.kind, &d.reply),
+                (
+                    Kind::Script(EXTEND_SCRIPT | SET_EXTEND_SCRIPT | SHARED_EXTEND_SCRIPT),
+                    Ok(Frame::Integer(0))
+                )
+            )
+        {
+            self.late_refusals.push((kept.clone(), node_bit(node)));
+        }
         if matches!(
             (d.kind, &d.reply),
             (Kind::Set, Ok(Frame::Simple("OK")))
