@@ -684,6 +684,7 @@ fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
         .build()
         .unwrap();
     assert_eq!(keeper.connect(Duration::from_secs(5)).unwrap(), 3);
+    assert_eq!(acquirer.connect(Duration::from_secs(5)).unwrap(), 3);
     // Node 2 frozen through the acquire: backed by nodes 0 and 1.
     servers[2].freeze();
     let lock = acquirer.lock("job").unwrap();

@@ -177,7 +177,6 @@ impl<N: Net> Engine<N> {
     /// Applies decided extends of kept locks (a lost one is marked lost and released), and
     /// hands the callbacks of lost locks whose release is over to the callback thread.
     pub(super) fn kept_decided(&mut self, now: Instant) {
-        self.late_refusals();
         let mut decided = std::mem::take(&mut self.keeps.decided);
         for (kept, outcome) in decided.drain(..) {
             let Some(outcome) = outcome else {
@@ -221,6 +220,9 @@ impl<N: Net> Engine<N> {
             }
         }
         self.keeps.decided = decided;
+        // After the outcomes: a renewal won in this turn has replaced the backing that a late
+        // refusal of an earlier round would otherwise be weighed against.
+        self.late_refusals();
         self.release_lost_keeps(now);
     }
 

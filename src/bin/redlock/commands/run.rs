@@ -50,9 +50,11 @@ exits (`worker &` without a `wait`) get SIGTERM, then SIGKILL after --grace (or 
 validity ends); the lock is kept meanwhile and released once they are gone, and redlock exits
 with COMMAND's code.
 
-If the lock is lost (the servers stopped answering, or the key vanished), the group gets SIGTERM,
-then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity ends, and
-redlock exits with 79 (or --lost-exit-code). SIGINT, SIGQUIT, SIGTERM, SIGHUP and SIGTSTP sent to
+A renewal that fails is tried again after a backoff while one can be decided with a sixth of the
+TTL left. If the lock is lost (the servers stopped answering, or the key vanished), the group gets
+SIGTERM, then SIGKILL after --grace, or earlier so that SIGKILL goes out before the lock's validity
+ends (at the default 10 s TTL a loss is told with 1.7 s or more left: a command that needs longer
+to stop needs a longer --ttl), and redlock exits with 79 (or --lost-exit-code). SIGINT, SIGQUIT, SIGTERM, SIGHUP and SIGTSTP sent to
 redlock are forwarded to the group.
 
 Terminal: when redlock's stdin and stdout are its terminal and it runs in the foreground, COMMAND's
