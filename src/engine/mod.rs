@@ -449,6 +449,11 @@ impl<N: Net> Engine<N> {
                     op.vote.count_silent(metrics, silent, now);
                 }
                 if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                    // Every reply is in: no late refusal is to come (and the kept lock is not
+                    // held on by a free slot).
+                    if op.renewing.is_some() {
+                        op.renewing = None;
+                    }
                     self.core.free_slot(index);
                 }
             }

@@ -313,7 +313,6 @@ impl Core {
 
     /// Frees slot `index` for the next operation.
     pub fn free_slot(&mut self, index: usize) {
-        self.ops[index].renewing = None;
         self.free.push(index as u32);
         self.live[index / 64] &= !(1 << (index % 64));
     }
