@@ -514,6 +514,18 @@ fn with_lock_reports_a_lock_lost_while_the_work_ran() {
     assert!(rival.unlock(theirs).unwrap() >= granted);
 }
 
+/// A handle whose lost renewals have room to be tried again: a node timeout of 100 ms, renewed
+/// with `renew` of the TTL left.
+fn retrier(urls: Vec<String>, ttl: Duration, renew: f64) -> Redlock {
+    Builder::new(urls)
+        .quarantine(None)
+        .ttl(ttl)
+        .renew_fraction(renew)
+        .node_timeout(Duration::from_millis(100))
+        .build()
+        .unwrap()
+}
+
 /// Waits (bounded) until `done` holds, looking every millisecond: for engine states that have no
 /// event of their own to wait on.
 fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
@@ -536,13 +548,7 @@ fn a_renewal_lost_to_a_frozen_majority_is_tried_again_within_the_validity() {
     // node timeout later; tried again after backoffs of 0.1, 0.2, 0.4 and 0.8 s while an
     // attempt would be decided with 3 s left: at about 6.1, 6.4, 6.9 and 7.8 s, given up at
     // about 7.9 s. The nodes are woken at about 6 s: nearly 2 s to spare.
-    let r = Builder::new(servers.urls())
-        .quarantine(None)
-        .ttl(ttl)
-        .renew_fraction(0.5)
-        .node_timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let r = retrier(servers.urls(), ttl, 0.5);
     let rival = redlock(&servers, ttl);
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let token = kept.lock().token().to_string();
@@ -588,12 +594,7 @@ fn a_renewal_refused_by_a_node_that_backs_the_lock_ends_it_when_the_rest_make_no
     let ttl = Duration::from_millis(6_000);
     // A node timeout short enough that retries would fit: renewed with 2 s left, tried again
     // while an attempt would be decided with 1 s left.
-    let r = Builder::new(servers.urls())
-        .quarantine(None)
-        .ttl(ttl)
-        .node_timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let r = retrier(servers.urls(), ttl, 1.0 / 3.0);
     servers[2].freeze();
     let kept = r.keep(r.lock("job").unwrap()).unwrap();
     let votes = kept.lock().votes();
@@ -617,13 +618,7 @@ fn a_renewal_refused_by_a_node_that_backs_the_lock_ends_it_when_the_rest_make_no
 fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
     let mut servers = Cluster::start(3);
     let ttl = Duration::from_millis(12_000);
-    let r = Builder::new(servers.urls())
-        .quarantine(None)
-        .ttl(ttl)
-        .renew_fraction(0.5)
-        .node_timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let r = retrier(servers.urls(), ttl, 0.5);
     // Node 2 frozen through the acquire: the lock is backed by nodes 0 and 1; node 2 runs our
     // SET when it wakes, after the decision.
     servers[2].freeze();
@@ -676,13 +671,7 @@ fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
         .node_timeout(Duration::from_millis(1_000))
         .build()
         .unwrap();
-    let keeper = Builder::new(urls)
-        .quarantine(None)
-        .ttl(ttl)
-        .renew_fraction(0.5)
-        .node_timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
+    let keeper = retrier(urls, ttl, 0.5);
     assert_eq!(keeper.connect(Duration::from_secs(5)).unwrap(), 3);
     assert_eq!(acquirer.connect(Duration::from_secs(5)).unwrap(), 3);
     // Node 2 frozen through the acquire: backed by nodes 0 and 1.
