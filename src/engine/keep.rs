@@ -135,13 +135,14 @@ impl Keeps {
     /// of them, which holds our token until the validity ends: retrying is safe and may win
     /// once the silent ones answer (refusals add up over the retries, and one that comes after
     /// its round was decided counts too: `late_refusals`). When they do not, the refusals are
-    /// evidence that the lock
-    /// is no longer held as believed, and the holder is told at once — counting every node
-    /// that did not refuse instead, a node that never had our token (down at the acquire)
-    /// would have kept a holder believing while a rival could win. With the backing not known
-    /// (a lock rebuilt from its parts), any refusal ends it. Not tried again either: a
+    /// evidence that the lock is no longer held as believed, and the holder is told at once —
+    /// counting every node that did not refuse instead, a node that never had our token (down
+    /// at the acquire) would have kept a holder believing while a rival could win. With the
+    /// backing not known (`Lock::backing`: a lock extended before it was kept, of another
+    /// server list, or rebuilt from its parts), any refusal ends it. Not tried again either: a
     /// credentials error (`Auth`, `Permission`: a configuration to fix) or a validity already
     /// over (`Expired`).
+    ///
     /// Retrying after answers that did not come is as safe as the first try: an extend only
     /// moves our own token's expiry, and the lock is believed only until the validity that a
     /// quorum backs.
