@@ -135,16 +135,11 @@ impl Kept {
 
     /// Not to be renewed before this (the backoff after a lost renewal), if set.
     pub fn retry_at(&self) -> Option<Instant> {
-        match self.retry_ns.load(Ordering::Relaxed) {
-            0 => None,
-            ns => Some(self.epoch + Duration::from_nanos(ns - 1)),
-        }
+        self.stamped(self.retry_ns.load(Ordering::Relaxed))
     }
 
     pub fn set_retry_at(&self, t: Instant) {
-        let ns = t.saturating_duration_since(self.epoch).as_nanos();
-        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1;
-        self.retry_ns.store(ns, Ordering::Relaxed);
+        self.retry_ns.store(self.stamp(t), Ordering::Relaxed);
     }
 
     /// The resource and token (what the engine sends).
@@ -162,10 +157,18 @@ impl Kept {
     /// When it was marked lost (or ended by the holder): before the engine sent its release.
     /// `None` while not marked; set before `is_lost` turns true.
     pub fn lost_at(&self) -> Option<Instant> {
-        match self.lost_ns.load(Ordering::Acquire) {
-            0 => None,
-            ns => Some(self.epoch + Duration::from_nanos(ns - 1)),
-        }
+        self.stamped(self.lost_ns.load(Ordering::Acquire))
+    }
+
+    /// `t` as the optional instants are kept: nanoseconds since `epoch`, plus one (0: none).
+    fn stamp(&self, t: Instant) -> u64 {
+        let ns = t.saturating_duration_since(self.epoch).as_nanos();
+        u64::try_from(ns).unwrap_or(u64::MAX - 1) + 1
+    }
+
+    /// The instant that [`Kept::stamp`] made `ns` of, if any.
+    fn stamped(&self, ns: u64) -> Option<Instant> {
+        (ns != 0).then(|| self.epoch + Duration::from_nanos(ns - 1))
     }
 
     /// Lost, or ended by the holder.
@@ -191,11 +194,8 @@ impl Kept {
         if self.lost.load(Ordering::Acquire) {
             return false;
         }
-        let ns = Instant::now()
-            .saturating_duration_since(self.epoch)
-            .as_nanos();
-        let ns = u64::try_from(ns).unwrap_or(u64::MAX - 1);
-        self.lost_ns.store(ns + 1, Ordering::Release);
+        self.lost_ns
+            .store(self.stamp(Instant::now()), Ordering::Release);
         self.lost.store(true, Ordering::Release);
         *reason = Some(why);
         drop(reason);

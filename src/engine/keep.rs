@@ -316,6 +316,13 @@ mod tests {
     use crate::lock::Lock;
     use crate::token::Token;
 
+    /// A kept lock of a fresh engine, valid until `until` (its backing not known).
+    fn kept(until: Instant) -> Arc<Kept> {
+        let token = Token::from_bytes(b"t").unwrap();
+        let lock = Lock::new(b"job", token, until);
+        Arc::new(Kept::new(lock, Arc::new(Callbacks::default()), &[]))
+    }
+
     fn report(refused: u64, failed: &[usize]) -> Report {
         let nodes: Arc<[NodeAddr]> = ["redis://a:1", "redis://b:2", "redis://c:3"]
             .iter()
@@ -339,9 +346,7 @@ mod tests {
         let config = Config::default();
         let keeps = Keeps::new(&config);
         let now = Instant::now();
-        let token = Token::from_bytes(b"t").unwrap();
-        let lock = Lock::new(b"job", token, now + Duration::from_secs(10));
-        let kept = Kept::new(lock, Arc::new(Callbacks::default()), &[]);
+        let kept = kept(now + Duration::from_secs(10));
         let no_quorum = Error::NoQuorum(report(0, &[1, 2]));
         let mut t = now;
         let mut backoffs = Vec::new();
@@ -369,12 +374,7 @@ mod tests {
         let config = Config::default();
         let keeps = Keeps::new(&config);
         let now = Instant::now();
-        let token = Token::from_bytes(b"t").unwrap();
-        let kept = Kept::new(
-            Lock::new(b"job", token, now + Duration::from_secs(10)),
-            Arc::new(Callbacks::default()),
-            &[],
-        );
+        let kept = kept(now + Duration::from_secs(10));
         // The backing not known (a lock rebuilt from its parts): any refusal ends it.
         let a_gone = Error::Held(report(0b001, &[1, 2]));
         assert_eq!(keeps.retry_after(&kept, &a_gone, now), None);
@@ -417,11 +417,7 @@ mod tests {
         let config = Config::default();
         let mut keeps = Keeps::new(&config);
         let now = Instant::now();
-        let kept = |valid: u64| {
-            let token = Token::from_bytes(b"t").unwrap();
-            let lock = Lock::new(b"job", token, now + Duration::from_millis(valid));
-            Arc::new(Kept::new(lock, Arc::new(Callbacks::default()), &[]))
-        };
+        let kept = |valid: u64| kept(now + Duration::from_millis(valid));
         // Due now (less than a third of the TTL left), and another due now but backing off
         // until 200 ms from now.
         let due = kept(9_000);

@@ -451,9 +451,7 @@ impl<N: Net> Engine<N> {
                 if op.done && op.outstanding == 0 && op.outcome.is_none() {
                     // Every reply is in: no late refusal is to come (and the kept lock is not
                     // held on by a free slot).
-                    if op.renewing.is_some() {
-                        op.renewing = None;
-                    }
+                    op.renewing = None;
                     self.core.free_slot(index);
                 }
             }
