@@ -401,7 +401,7 @@ impl Hub {
                 let bound = config
                     .connect_timeout
                     .max(config.node_timeout_for(config.ttl));
-                let _ = guard.engine().shutdown(Instant::now() + bound);
+                let _ = guard.engine().shutdown(Instant::now() + bound, true);
                 return;
             }
             let notified = self.notified.swap(false, Ordering::SeqCst);
@@ -470,7 +470,7 @@ impl Hub {
     pub fn shutdown(&self, timeout: Duration) -> Shutdown {
         let mut guard = self.engine();
         let deadline = crate::round::deadline_after(Instant::now(), timeout);
-        let report = guard.engine().shutdown(deadline);
+        let report = guard.engine().shutdown(deadline, false);
         self.leave(guard);
         report
     }

@@ -700,3 +700,32 @@ fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
     );
     servers[1].resume();
 }
+
+/// `shutdown` flushes releases; on a handle still in use it once also ended every kept lock —
+/// released on the nodes while its holder worked on, with no `on_lost` callback (found by
+/// review). Now kept locks stay kept through it and are renewed after.
+#[test]
+fn shutdown_on_a_handle_in_use_leaves_kept_locks_kept() {
+    let servers = Cluster::start(3);
+    let ttl = Duration::from_millis(600);
+    let r = redlock(&servers, ttl);
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    kept.on_lost(move |why| {
+        let _ = tx.send(why.to_string());
+    });
+    let token = kept.lock().token().to_string();
+    let report = r.shutdown(Duration::from_secs(5));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    assert!(kept.is_held(), "shutdown ended a kept lock: {:?}", kept.lost());
+    for s in servers.iter() {
+        assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
+    }
+    wait_until("two renewals after the shutdown", ttl * 5, || {
+        kept.lock().extensions() >= 2 || !kept.is_held()
+    });
+    assert!(kept.is_held(), "lost after the shutdown: {:?}", kept.lost());
+    assert_eq!(rx.try_recv().ok(), None);
+    assert_eq!(kept.release().unwrap(), 3);
+    assert_eq!(servers[0].get("job"), None);
+}

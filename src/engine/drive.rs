@@ -262,8 +262,11 @@ impl<N: Net> Engine<N> {
         ids.into_iter().map(|id| self.take(id)).collect()
     }
 
-    /// Drives until every release is confirmed or `deadline` passes.
-    pub fn shutdown(&mut self, deadline: Instant) -> Shutdown {
+    /// Drives until every release is confirmed or `deadline` passes. `closing`: the last
+    /// handle is gone, and kept locks still here are released (their holders are gone too);
+    /// otherwise (`Redlock::shutdown` on a handle in use) they stay kept: their holders work on
+    /// and are told of a loss as always.
+    pub fn shutdown(&mut self, deadline: Instant, closing: bool) -> Shutdown {
         let before = self.core.confirmed;
         let now = self.net.now();
         // What waits in the mailbox (a release handed over while the engine was busy, a lock
@@ -272,14 +275,18 @@ impl<N: Net> Engine<N> {
         // with it unsent, the key left to its TTL (found by review). The stop waits for the
         // mailbox too.
         self.take_inbox(now);
-        // Kept locks still here (their holders are gone): released like a dropped `KeepAlive`.
-        for kept in std::mem::take(&mut self.keeps.locks) {
-            if kept.end_by_holder() {
-                let (resource, token) = (kept.base().resource(), *kept.base().token());
-                self.submit(ReqKind::Release, resource, &token, Waiter::None, now);
+        // On close, kept locks still here (their holders are gone): released like a dropped
+        // `KeepAlive`. Not on a handle in use: that once ended every kept lock of holders
+        // still at work, with no `on_lost` callback (found by review; `tests/keep.rs`).
+        if closing {
+            for kept in std::mem::take(&mut self.keeps.locks) {
+                if kept.end_by_holder() {
+                    let (resource, token) = (kept.base().resource(), *kept.base().token());
+                    self.submit(ReqKind::Release, resource, &token, Waiter::None, now);
+                }
             }
+            self.keeps.next = None;
         }
-        self.keeps.next = None;
         self.drive_until(deadline, |e| {
             e.unconfirmed_live(e.net.now()) == 0
                 && e.waiting() == 0
