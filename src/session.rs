@@ -285,6 +285,19 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     })
 }
 
+/// Scripts that write a new hold (an acquire's): not sent again after a `NOSCRIPT` once other
+/// requests are behind them on the connection (`State::on_frame`).
+fn writes_a_hold(index: usize) -> bool {
+    matches!(
+        index,
+        FENCED_ACQUIRE_SCRIPT
+            | FLAWED_ACQUIRE_SCRIPT
+            | SET_ACQUIRE_SCRIPT
+            | SET_FENCED_ACQUIRE_SCRIPT
+            | SHARED_ACQUIRE_SCRIPT
+    )
+}
+
 /// Scripts that may be sent again on a fresh connection: releases and extend (compare-and-
 /// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
 /// write-back or a repair carries the `run_id` of the connection it was meant for.
@@ -374,6 +387,9 @@ struct Pending {
     argc: usize,
     /// First sent, or sent once more on a fresh connection after its first connection dropped.
     sending: Sending,
+    /// For scripts: sent as `EVAL` (the script itself), so a `NOSCRIPT` reply to it is the
+    /// server's fault, not ours to answer again.
+    eval: bool,
 }
 
 /// Whether a request is on its first connection or was sent again after that one dropped.
@@ -706,6 +722,7 @@ impl Session {
             tail: 0,
             argc: 0,
             sending: Sending::First,
+            eval: false,
         });
     }
 
@@ -884,6 +901,7 @@ impl Session {
                 tail: 0,
                 argc: 0,
                 sending: Sending::First,
+                eval: false,
             });
             steps += 1;
         };
@@ -1004,6 +1022,7 @@ impl State {
             tail: tail.len(),
             argc,
             sending,
+            eval: !loaded,
         });
     }
 
@@ -1061,23 +1080,39 @@ impl State {
             Kind::Script(index) => {
                 if let Frame::Error(e) = frame
                     && e.kind == crate::resp::ErrorKind::NoScript
+                    && !p.eval
                 {
-                    // Flushed or restarted behind our back: send the script itself, which also
-                    // loads it. Its reply keeps the request's place among this connection's
-                    // replies (FIFO), so nobody else notices. (Rare: the copy may allocate.)
+                    // Flushed behind our back (`SCRIPT FLUSH`, a proxy that switched servers):
+                    // the script is unknown here from now on.
                     self.counters.noscript.bump();
+                    self.loaded[index] = false;
+                    if !self.pending.is_empty() && writes_a_hold(index) {
+                        // Sent again it would run after the requests already written behind
+                        // it — among them perhaps this very lock's release (a round decided
+                        // lost meanwhile) — and leave a hold for nobody until its TTL (found by
+                        // review). It ran nothing: the node fails this request.
+                        event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
+                            "{}: NOSCRIPT with requests behind it: the acquire fails here", self.name);
+                        self.script_tails.advance(p.tail);
+                        self.deliver(p, Ok(frame), now, sink);
+                        return;
+                    }
+                    // Send the script itself, which also loads it. Its reply comes after those
+                    // of the requests already written behind it (FIFO), and it runs after them
+                    // on the server: harmless for what is sent again (a release or an extend
+                    // finds only its own token; a mark is a hint). (Rare: the copy may allocate.)
                     event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
                         "{}: NOSCRIPT, script sent again with EVAL", self.name);
                     let tail = self.script_tails[..p.tail].to_vec();
                     self.script_tails.advance(p.tail);
                     let script = &scripts()[index];
-                    self.loaded[index] = false;
                     resp::encode_array_header(&mut self.out, 2 + p.argc);
                     resp::encode_bulk(&mut self.out, &Arg::Bytes(b"EVAL"));
                     resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
                     self.out.extend_from_slice(&tail);
                     self.script_tails.extend_from_slice(&tail);
-                    self.pending.push_back(Pending { sent: now, ..p });
+                    // Its first `sent` stays: the node's reply deadline is not pushed back.
+                    self.pending.push_back(Pending { eval: true, ..p });
                     return;
                 }
                 // Advancing (not split_to) keeps the buffer unshared: no allocation per reply.
@@ -1355,7 +1390,7 @@ mod tests {
     }
 
     #[test]
-    fn noscript_is_answered_with_eval_in_the_same_place_of_the_queue() {
+    fn noscript_is_answered_with_eval_behind_the_requests_already_written() {
         let now = Instant::now();
         let mut s = connected("redis://127.0.0.1:1", now);
         let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n";
@@ -1410,6 +1445,86 @@ mod tests {
         assert_eq!(
             feed(&mut s, b":0\r\n", now),
             vec![Got::Reply(2, "Integer(0)".into())]
+        );
+        // A NOSCRIPT to the EVAL itself (no real server says that): delivered, not sent again
+        // and again.
+        let mut s = connected("redis://127.0.0.1:1", now);
+        s.script(
+            ScriptCall {
+                script: &scripts()[0],
+                tag: 4,
+                tail,
+                argc: 3,
+            },
+            now,
+        );
+        assert!(take_output(&mut s).contains("$4\r\nEVAL\r\n"));
+        let got = feed(&mut s, b"-NOSCRIPT No matching script\r\n", now);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            matches!(&got[0], Got::Reply(4, r) if r.contains("NOSCRIPT")),
+            "{got:?}"
+        );
+        assert_eq!(take_output(&mut s), "");
+    }
+
+    /// An acquire's script that meets NOSCRIPT with requests written behind it is not sent
+    /// again (it would run after them — perhaps after this lock's own release — and leave a
+    /// hold for nobody): the node fails that request. Alone on the connection, it is sent again.
+    #[test]
+    fn noscript_to_an_acquire_with_requests_behind_it_fails_it_there() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1", now);
+        let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n$3\r\n100\r\n";
+        let call = |tag| ScriptCall {
+            script: &scripts()[SHARED_ACQUIRE_SCRIPT],
+            tag,
+            tail,
+            argc: 4,
+        };
+        s.script(call(1), now);
+        take_output(&mut s);
+        assert_eq!(
+            feed(&mut s, b":1\r\n", now),
+            vec![Got::Reply(1, "Integer(1)".into())]
+        );
+        // Loaded; flushed behind our back; a release follows on the same connection.
+        s.script(call(2), now);
+        s.script(
+            ScriptCall {
+                script: &scripts()[SHARED_RELEASE_SCRIPT],
+                tag: 3,
+                tail,
+                argc: 4,
+            },
+            now,
+        );
+        take_output(&mut s);
+        let got = feed(&mut s, b"-NOSCRIPT No matching script\r\n", now);
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(
+            matches!(&got[0], Got::Reply(2, r) if r.contains("NOSCRIPT")),
+            "{got:?}"
+        );
+        assert_eq!(take_output(&mut s), "", "not sent again");
+        assert_eq!(
+            feed(&mut s, b":0\r\n", now),
+            vec![Got::Reply(3, "Integer(0)".into())]
+        );
+        // The next one goes as EVAL; alone, a NOSCRIPT to an EVALSHA of it is answered again.
+        s.script(call(4), now);
+        assert!(take_output(&mut s).contains("$4\r\nEVAL\r\n"));
+        feed(&mut s, b":1\r\n", now);
+        s.script(call(5), now);
+        assert!(take_output(&mut s).contains("EVALSHA"));
+        assert_eq!(
+            feed(&mut s, b"-NOSCRIPT No matching script\r\n", now),
+            vec![]
+        );
+        assert!(take_output(&mut s).starts_with("*6\r\n$4\r\nEVAL\r\n"));
+        assert_eq!(
+            feed(&mut s, b":1\r\n", now),
+            vec![Got::Reply(5, "Integer(1)".into())]
         );
     }
 

@@ -494,7 +494,9 @@ pub struct NodeStats {
     /// Connections the server closed while nothing was asked of them (its `timeout` setting,
     /// a proxy's idle limit, `CLIENT KILL`): routine, reconnected at the next request.
     pub idle_closes: u64,
-    /// `NOSCRIPT` answers, each answered with `EVAL` (a server restart or `SCRIPT FLUSH`).
+    /// `NOSCRIPT` answers (`SCRIPT FLUSH`, a proxy that switched servers), each answered with
+    /// `EVAL` — but an acquire's with requests already written behind it, which fails on that
+    /// node instead (sent again, it would run after them: after its own release, perhaps).
     pub noscript: u64,
     /// `SET NX` yeses not counted because the node was in its restart quarantine.
     pub quarantined: u64,

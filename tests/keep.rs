@@ -717,7 +717,11 @@ fn shutdown_on_a_handle_in_use_leaves_kept_locks_kept() {
     let token = kept.lock().token().to_string();
     let report = r.shutdown(Duration::from_secs(5));
     assert_eq!(report.unconfirmed, 0, "{report:?}");
-    assert!(kept.is_held(), "shutdown ended a kept lock: {:?}", kept.lost());
+    assert!(
+        kept.is_held(),
+        "shutdown ended a kept lock: {:?}",
+        kept.lost()
+    );
     for s in servers.iter() {
         assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
     }

@@ -364,3 +364,59 @@ fn a_waiting_reader_is_woken_by_the_writers_release_and_readers_can_be_kept() {
         Err(Error::ReservedName { .. })
     ));
 }
+
+/// A reader's acquire that meets `NOSCRIPT` (the server's scripts flushed) after its round was
+/// lost — its release already written behind it on the same connection — used to be sent again
+/// as `EVAL`, run after that release, and leave the resource read-locked for nobody until the
+/// TTL (found by review). Now the node fails that request, and nothing is left.
+#[test]
+fn a_flushed_acquire_sent_again_leaves_no_reader_for_nobody() {
+    let servers = Cluster::start(3);
+    // Node 0 behind a relay: its NOSCRIPT comes back after nodes 1 and 2 decided the round.
+    let relay = redis_local::Relay::start(servers[0].socket_addr(), Duration::from_millis(50));
+    let urls = vec![relay.url(), servers[1].url(), servers[2].url()];
+    let redlock = Builder::new(urls)
+        .quarantine(None)
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(5)).unwrap(), 3);
+    // The reader's acquire script loaded on every connection (not its release: this lock is
+    // left to expire), node 0's answer in.
+    let _warm = redlock.try_lock_shared("warm").unwrap();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    while redlock.stats().nodes[0].latency.count() == 0 {
+        assert!(Instant::now() < give_up, "no answer from node 0");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    servers[0].cmd(&["SCRIPT", "FLUSH"]);
+    for s in servers.iter().skip(1) {
+        s.set("config", "a writer");
+    }
+    match redlock.try_lock_shared("config") {
+        Err(Error::Held(_)) => {}
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Wait until node 0's NOSCRIPT is in; then a request behind it, and until node 0 has
+    // answered every request: anything sent again meanwhile has run.
+    while redlock.stats().nodes[0].noscript == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "no NOSCRIPT from node 0: {:?}",
+            redlock.stats().nodes[0]
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let _barrier = redlock.try_lock_shared("after").unwrap();
+    let answered = |s: &redlock_mux::NodeStats| s.latency.count() >= s.requests;
+    while !answered(&redlock.stats().nodes[0]) {
+        assert!(Instant::now() < give_up, "{:?}", redlock.stats().nodes[0]);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        servers[0].cmd(&["EXISTS", "config"]),
+        redis::Value::Int(0),
+        "a reader for nobody on node 0"
+    );
+}
