@@ -285,6 +285,16 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     })
 }
 
+/// A server's refusal that passes by itself: busy (a script, loading, a replica's master
+/// down) or, `ERR`, over its `maxclients`.
+fn is_transient(kind: ErrorKind, message: &str) -> bool {
+    match kind {
+        ErrorKind::Busy | ErrorKind::Loading | ErrorKind::MasterDown => true,
+        ErrorKind::Err => message.contains("max number of clients reached"),
+        _ => false,
+    }
+}
+
 /// Scripts that write a new hold (an acquire's): not sent again after a `NOSCRIPT` once other
 /// requests are behind them on the connection (`State::on_frame`).
 fn writes_a_hold(index: usize) -> bool {
@@ -1171,6 +1181,12 @@ impl State {
         {
             let message = e.message.to_owned();
             self.failure = Some(match (step, e.kind) {
+                // A server too busy to take us yet, whatever the step: its first answer (a
+                // connection over `maxclients` gets this one line, then is closed), or a
+                // step refused while it loads or runs a script. Not the address's fault, so
+                // not final: a caller that waits keeps waiting (found by review: it was read
+                // as bad credentials, or a bad database, and `lock` gave up).
+                (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
                 (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
                 // Logged in, but the ACL user may not run this step.
                 (_, ErrorKind::NoPerm) => NodeFault::Permission {

@@ -86,6 +86,50 @@ fn wrong_or_missing_credentials_are_an_auth_error_naming_the_node() {
     }
 }
 
+/// A server over its `maxclients` answers a new connection's first request — here the AUTH —
+/// with `-ERR max number of clients reached` and closes it. That was read as bad credentials
+/// (`Error::Auth`, final: `lock` gave up at once); it passes by itself, so `lock` waits it out.
+#[test]
+fn a_server_over_maxclients_is_waited_for_not_an_auth_error() {
+    use std::io::{Read, Write};
+    let s = Server::builder()
+        .requirepass("pw")
+        .arg("--maxclients")
+        .arg("4")
+        .start();
+    // Fill every slot with connections that are accepted (answered NOAUTH), keeping them.
+    let mut held = Vec::new();
+    loop {
+        let mut c = std::net::TcpStream::connect(s.socket_addr()).unwrap();
+        c.write_all(b"PING\r\n").unwrap();
+        let mut buf = [0u8; 128];
+        let n = c.read(&mut buf).unwrap();
+        let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if reply.contains("max number of clients") {
+            break;
+        }
+        assert!(reply.starts_with("-NOAUTH"), "{reply}");
+        held.push(c);
+        assert!(held.len() <= 4, "maxclients not reached");
+    }
+    let mut c = Builder::new([format!("redis://:pw@127.0.0.1:{}", s.port())])
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .build_client()
+        .unwrap();
+    match c.try_lock("a") {
+        Err(e @ Error::NoQuorum(_)) => {
+            assert!(!e.is_final(), "{e}");
+            assert!(e.to_string().contains("max number of clients"), "{e}");
+        }
+        other => panic!("expected a passing refusal, got {other:?}"),
+    }
+    // A slot frees: `lock` gets it (it used to return the Auth error at once).
+    drop(held.pop());
+    let lock = c.lock("a").unwrap();
+    assert_eq!(c.unlock(lock).unwrap(), 1);
+}
+
 #[test]
 fn unix_socket_and_resp3() {
     let s = Server::builder().unix_socket(true).start();
