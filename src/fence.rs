@@ -33,7 +33,7 @@ pub(crate) const ACQUIRE_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], A
 /// (set `run`, and `n` to at least the fence) if it is blank and `ARGV[4]` is `1`. Answers 1
 /// when the node is seeded, holds at least the fence, and still holds our key; else 0. Numbers
 /// compare as canonical decimal strings: exact over all of `u64` (Lua's numbers are doubles).
-pub(crate) const WRITE_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.call(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0";
+pub(crate) const WRITE_BODY: &str = "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.pcall(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0";
 
 /// Repair (`repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
 /// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process

@@ -24,7 +24,8 @@
 //!   waiters still do during a rolling upgrade (no lock token is `1`);
 //! - the fence counter is a hash written with `HSET`: a foreign string lock named
 //!   `redlock:fence` makes the fencing scripts fail with `WRONGTYPE` on that node, and is
-//!   never changed.
+//!   never changed (the acquire's `SET NX` before it in the same script may stay: our token,
+//!   released with the lock that node failed).
 
 use crate::error::Error;
 

@@ -487,3 +487,24 @@ fn repairs_racing_fenced_acquires_keep_fences_in_order() {
         }
     }
 }
+
+/// A blank counter is seeded by the next fenced lock's write-back, also on a node that refused
+/// that lock — there the resource's key may be another kind's: readers' sorted set. The
+/// write-back's read of the key failed with WRONGTYPE there (found by review), so a node whose
+/// fenced traffic is all for read-locked names stayed blank; now it reads "not ours".
+#[test]
+fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
+    let servers = Cluster::start(3);
+    // A blank counter is seeded once its node has surely been up a window (here the TTL).
+    let mut a = fenced(&servers, Duration::from_secs(1));
+    let lock = a.try_lock("first").unwrap();
+    a.unlock(lock).unwrap();
+    servers[2].wait_uptime(3);
+    servers[2].cmd(&["DEL", FENCE_KEY]);
+    servers[2].cmd(&["ZADD", "x", "1", "a reader"]);
+    let lock = a.try_lock("x").unwrap();
+    // Every node has answered the write-back once the release is confirmed behind it.
+    a.unlock(lock).unwrap();
+    let (run, n) = raw_counter(&servers, 2).expect("node 2 seeded");
+    assert_eq!((run.len(), n), (40, counter(&servers, 0).to_string()));
+}
