@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::async_handle::AsyncRedlock;
 use crate::error::{Error, WithLockError};
 use crate::keep::KeepAlive;
-use crate::kept::Kept;
+use crate::kept::{Kept, LossWaker};
 use crate::lock::Lock;
 use crate::round::deadline_after;
 use crate::task::Sleep;
@@ -151,6 +151,7 @@ impl LockWatch {
         let give_up = deadline_after(Instant::now(), timeout);
         let hub = self.redlock.hub();
         let mut sleep: Option<Sleep<'_>> = None;
+        let mut loss = LossWaker::new(&self.kept);
         std::future::poll_fn(|cx| {
             loop {
                 if let Some(why) = self.kept.loss() {
@@ -159,7 +160,7 @@ impl LockWatch {
                 if Instant::now() >= give_up {
                     return Poll::Ready(None);
                 }
-                if self.kept.wake_on_loss(cx.waker()) {
+                if loss.register(cx.waker()) {
                     continue;
                 }
                 // The validity moves forward with each extension: the alarm follows it.

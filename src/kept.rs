@@ -50,7 +50,10 @@ pub(crate) struct Kept {
     reason: Mutex<Option<Error>>,
     changed: Condvar,
     /// Async waiters for the loss, woken with the `Condvar`'s.
-    wakers: Mutex<Vec<Waker>>,
+    /// Async waiters for the loss ([`LossWaker`]), each under its own id.
+    wakers: Mutex<Vec<(u64, Waker)>>,
+    /// The next [`LossWaker`]'s id.
+    waiter_ids: AtomicU64,
     notice: Mutex<Notice>,
     base: Lock,
     pub callbacks: Arc<Callbacks>,
@@ -81,6 +84,7 @@ impl Kept {
             reason: Mutex::new(None),
             changed: Condvar::new(),
             wakers: Mutex::new(Vec::new()),
+            waiter_ids: AtomicU64::new(0),
             notice: Mutex::new(Notice::default()),
             callbacks,
             base: lock,
@@ -201,21 +205,16 @@ impl Kept {
         drop(reason);
         self.changed.notify_all();
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
-        for waker in wakers {
+        for (_, waker) in wakers {
             waker.wake();
         }
         true
     }
 
-    /// An async waiter: `waker` is woken when the lock is marked lost. Then looks again, so a
-    /// loss marked meanwhile is not missed: true if it is lost already.
-    pub fn wake_on_loss(&self, waker: &Waker) -> bool {
-        let mut wakers = self.wakers.lock().unwrap_or_else(|e| e.into_inner());
-        if !wakers.iter().any(|w| w.will_wake(waker)) {
-            wakers.push(waker.clone());
-        }
-        drop(wakers);
-        self.is_lost()
+    /// How many async waiters are registered (tests).
+    #[cfg(test)]
+    fn waiters(&self) -> usize {
+        self.wakers.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Records that the lock's end is settled (its release is over); returns the callback set
@@ -342,5 +341,91 @@ impl Callbacks {
         *tx = None;
         drop(tx);
         run_guarded(job.0, &job.1);
+    }
+}
+
+/// One async waiter for a kept lock's loss (`AsyncKeepAlive::wait_lost`): its waker is woken
+/// when the lock is marked lost, and taken out when the waiter is dropped. (The list once only
+/// grew: every task that ever waited left its waker until the loss — found by review.)
+pub struct LossWaker<'a> {
+    kept: &'a Kept,
+    id: u64,
+    waker: Option<Waker>,
+}
+
+impl<'a> LossWaker<'a> {
+    pub fn new(kept: &'a Kept) -> LossWaker<'a> {
+        let id = kept.waiter_ids.fetch_add(1, Ordering::Relaxed);
+        LossWaker {
+            kept,
+            id,
+            waker: None,
+        }
+    }
+
+    /// Registers `waker` (in place of this waiter's last one), then looks again, so a loss
+    /// marked meanwhile is not missed: true if the lock is lost already.
+    pub fn register(&mut self, waker: &Waker) -> bool {
+        if self.waker.as_ref().is_none_or(|w| !w.will_wake(waker)) {
+            let mut wakers = self.kept.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            match wakers.iter_mut().find(|(id, _)| *id == self.id) {
+                Some(entry) => entry.1 = waker.clone(),
+                None => wakers.push((self.id, waker.clone())),
+            }
+            self.waker = Some(waker.clone());
+        }
+        self.kept.is_lost()
+    }
+}
+
+impl Drop for LossWaker<'_> {
+    fn drop(&mut self) {
+        if self.waker.is_some() {
+            let mut wakers = self.kept.wakers.lock().unwrap_or_else(|e| e.into_inner());
+            wakers.retain(|(id, _)| *id != self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::Lock;
+    use crate::token::Token;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_dropped_waiter_leaves_no_waker_behind() {
+        let token = Token::from_bytes(b"t").unwrap();
+        let lock = Lock::new(b"job", token, Instant::now() + Duration::from_secs(60));
+        let kept = Kept::new(lock, Arc::new(Callbacks::default()), &[]);
+        // A thousand tasks, one after another, each waiting a while and giving up.
+        for _ in 0..1000 {
+            let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
+            let mut waiter = LossWaker::new(&kept);
+            assert!(!waiter.register(&waker));
+            assert!(!waiter.register(&waker), "the same waker again");
+        }
+        assert_eq!(kept.waiters(), 0);
+        // Two waiters of one task (one waker): each has its own entry, and the loss wakes both.
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(count.clone());
+        let (mut a, mut b) = (LossWaker::new(&kept), LossWaker::new(&kept));
+        a.register(&waker);
+        b.register(&waker);
+        drop(a);
+        assert_eq!(kept.waiters(), 1);
+        assert!(kept.mark_lost(Error::Expired { released: 0 }));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert!(b.register(&waker), "lost");
     }
 }

@@ -940,3 +940,35 @@ fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
         assert_eq!(c.unlock(lock).unwrap(), 1);
     });
 }
+
+/// A node that never stops sending (release notices for a name nobody waits for, as any client
+/// allowed to `PUBLISH` could make a server send) and never answers the SET: the SET times out
+/// on time and the buffers stay bounded. (The read loop returns at a short read; a sender that
+/// kept every read full — faster than the parser, which loopback here is not — could hold one
+/// turn longer: see docs/reliability.md, "noticed".)
+#[test]
+fn a_node_that_never_stops_sending_stalls_nothing() {
+    bounded(|| {
+        let fake = FakeServer::start(|p: &mut Peer| {
+            // HELLO 3 (RESP3: pushes come out of band), then the SET, never answered.
+            if p.command().is_none() || !p.send(b"%1\r\n+proto\r\n:3\r\n") || p.command().is_none()
+            {
+                return;
+            }
+            let unit = b">3\r\n$7\r\nmessage\r\n$18\r\nredlock:released:x\r\n$1\r\n1\r\n";
+            let chunk = unit.repeat((64 << 10) / unit.len());
+            let give_up = Instant::now() + 2 * WATCHDOG;
+            while Instant::now() < give_up && p.send(&chunk) {}
+        });
+        let mut c = client(
+            vec![format!("{}?protocol=3", fake.url())],
+            Duration::from_millis(300),
+        );
+        let fault = match c.try_lock("res") {
+            Err(Error::NoQuorum(report)) => report.failed().next().map(|(_, f)| f.clone()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(fault, Some(NodeFault::Timeout));
+        assert_bounded(&c, "flooded");
+    });
+}

@@ -26,19 +26,8 @@ impl<N: Net> Engine<N> {
     /// or once its node timeout passed (the nodes still silent then fail with a timeout).
     pub(super) fn round_decision(&mut self, index: usize, now: Instant) -> Option<Outcome> {
         let op = &mut self.core.ops[index];
-        let round = &mut op.vote.round;
-        if round.poll_timeout().is_some_and(|t| t <= now) && round.poll_decision().is_none() {
-            for node in 0..round.nodes() {
-                if round.is_pending(node) {
-                    op.vote.faults[node] = Some(NodeFault::Timeout);
-                    self.core.metrics.node(node).timeouts.bump();
-                    // Silent for a whole node timeout: not waited for by the next acquires
-                    // until it answers (see `Core::silent`).
-                    self.core.silent |= node_bit(node);
-                }
-            }
-            op.vote.round.handle_timeout(now);
-        }
+        op.vote
+            .time_out(&self.core.metrics, &mut self.core.silent, now);
         let decision = op.vote.round.poll_decision()?;
         match op.kind {
             OpKind::Acquire => self.acquire_decided(index, decision, now),
@@ -193,6 +182,30 @@ impl Ballot {
             }
         }
         forget
+    }
+
+    /// The round's timer at `now`, if due and the round is undecided: once the node timeout
+    /// has passed, the nodes still silent fail with a timeout and join `silent` (not waited for
+    /// by the next acquires until they answer: see `Core::silent`); the round is decided
+    /// (lost) if its validity or its `not_after` ran out first — then the silent nodes are not
+    /// timeouts yet (an extend near its lock's end once marked every node it still waited for
+    /// as silent, healthy ones included: found by review); `count_silent` counts those that stay
+    /// silent through the node timeout.
+    pub fn time_out(&mut self, metrics: &Metrics, silent: &mut u64, now: Instant) {
+        let round = &mut self.round;
+        if round.poll_timeout().is_none_or(|t| t > now) || round.poll_decision().is_some() {
+            return;
+        }
+        if round.node_deadline().is_some_and(|d| d <= now) {
+            for node in 0..round.nodes() {
+                if round.is_pending(node) {
+                    self.faults[node] = Some(NodeFault::Timeout);
+                    metrics.node(node).timeouts.bump();
+                    *silent |= node_bit(node);
+                }
+            }
+        }
+        round.handle_timeout(now);
     }
 
     /// Once the node timeout of a decided round has passed: the nodes that had not answered by
@@ -589,5 +602,37 @@ mod tests {
         assert_eq!((silent, ballot.silent_counted), (node_bit(4), true));
         assert_eq!(metrics.node(4).timeouts.get(), 1);
         assert_eq!(metrics.node(3).timeouts.get(), 0);
+    }
+
+    #[test]
+    fn a_round_cut_short_by_its_deadline_marks_no_node_silent() {
+        // An extend that must be decided 5 ms in (its lock's end), with a 50 ms node timeout:
+        // at 5 ms it is lost, and nobody is a timeout yet; at 50 ms the nodes still silent are.
+        let now = Instant::now();
+        let metrics = Metrics::new((0..3).map(|_| Arc::new(Default::default())).collect());
+        let mut ballot = Ballot::new(3, now);
+        let rc = RoundConfig {
+            not_after: Some(now + Duration::from_millis(5)),
+            ..RoundConfig::new(Duration::from_secs(10), 0.01, Duration::from_millis(50))
+        };
+        ballot.round.start(now, &rc);
+        ballot.record(0, Ok(Vote::Yes), None, &[], now);
+        let mut silent = 0;
+        ballot.time_out(&metrics, &mut silent, now + Duration::from_millis(4));
+        assert_eq!(ballot.round.poll_decision(), None);
+        ballot.time_out(&metrics, &mut silent, now + Duration::from_millis(5));
+        assert!(
+            matches!(
+                ballot.round.poll_decision(),
+                Some(Decision::Lost { yes: 1, .. })
+            ),
+            "{:?}",
+            ballot.round.poll_decision()
+        );
+        assert_eq!((silent, ballot.faults[1].clone()), (0, None));
+        assert_eq!(metrics.node(1).timeouts.get(), 0);
+        ballot.count_silent(&metrics, &mut silent, now + Duration::from_millis(50));
+        assert_eq!(silent, node_bit(1) | node_bit(2));
+        assert_eq!(metrics.node(1).timeouts.get(), 1);
     }
 }
