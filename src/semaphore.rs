@@ -146,13 +146,14 @@ fn first_won(
 
 /// Of the errors of the permits attempted (index, error; none won), the one to report: the
 /// error of the lowest permit that is not simply held (too few nodes, …), or, when every one
-/// is held, [`Error::Held`] with the report of the lowest permit.
+/// is held, [`Error::Held`] with the report of the lowest permit held by another holder —
+/// [`Error::AlreadyHeld`] only when this caller holds every permit.
 fn report(mut errors: Vec<(usize, Error)>) -> Error {
     errors.sort_by_key(|&(i, _)| i);
-    let other = errors
-        .iter()
-        .position(|(_, e)| !matches!(e, Error::Held(_)));
-    match other.or((!errors.is_empty()).then_some(0)) {
+    let held = |e: &Error| matches!(e, Error::Held(_) | Error::AlreadyHeld { .. });
+    let other = errors.iter().position(|(_, e)| !held(e));
+    let by_another = errors.iter().position(|(_, e)| matches!(e, Error::Held(_)));
+    match other.or(by_another).or((!errors.is_empty()).then_some(0)) {
         Some(at) => errors.swap_remove(at).1,
         None => Error::Internal("a semaphore without permits"),
     }
@@ -176,6 +177,25 @@ async fn race(
     which: &[usize],
     kind: ReqKind,
 ) -> Result<Lock, Vec<(usize, Error)>> {
+    // A permit this caller holds (inside `with_permit`) is not waited for: it would be
+    // released only when the work returns.
+    let engine = redlock.blocking().engine_id();
+    let mut already = Vec::new();
+    let which: Vec<usize> = which
+        .iter()
+        .copied()
+        .filter(|&i| match crate::reentry::check(engine, &names[i]) {
+            Ok(()) => true,
+            Err(e) => {
+                already.push((i, e));
+                false
+            }
+        })
+        .collect();
+    if which.is_empty() {
+        return Err(already);
+    }
+    let which = &which[..];
     let mut tokens = Vec::with_capacity(which.len());
     for &i in which {
         match Token::generate() {
@@ -209,9 +229,11 @@ async fn race(
         }
         if errors.iter().all(Option::is_some) {
             let errors = std::mem::take(&mut errors).into_iter().zip(which);
-            return Poll::Ready(Err(errors
+            let mut errors: Vec<(usize, Error)> = errors
                 .map(|(e, &i)| (i, e.unwrap_or(Error::Internal("operation lost"))))
-                .collect()));
+                .collect();
+            errors.append(&mut already);
+            return Poll::Ready(Err(errors));
         }
         Poll::Pending
     })
@@ -415,6 +437,7 @@ impl Semaphore {
     fn attempt_one(&self, i: usize) -> Result<Lock, Error> {
         let name = self.permits.names[i].as_slice();
         let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
+        crate::reentry::check(self.redlock.engine_id(), name)?;
         lock_of(name, token, self.redlock.hub().call(kind, name, &token))
     }
 
@@ -422,23 +445,31 @@ impl Semaphore {
     fn attempt(&self, which: &[usize]) -> Result<Vec<Attempt>, Error> {
         let config = self.redlock.config();
         let mut requests = Vec::with_capacity(which.len());
+        let mut attempts = Vec::with_capacity(which.len());
+        let mut sent = Vec::with_capacity(which.len());
         for &i in which {
             let name = self.permits.names[i].as_slice();
             let (kind, token) = ReqKind::acquire(config, name)?;
-            requests.push((kind, name, token));
+            // A permit this caller holds already (inside `with_permit`): not attempted.
+            match crate::reentry::check(self.redlock.engine_id(), name) {
+                Ok(()) => {
+                    requests.push((kind, name, token));
+                    sent.push(i);
+                }
+                Err(e) => attempts.push((i, Err(e))),
+            }
         }
         let outcomes = self.redlock.hub().call_many(&requests);
-        Ok(which
-            .iter()
-            .zip(requests.iter().zip(outcomes))
-            .map(|(&i, (&(_, name, token), o))| {
+        attempts.extend(sent.into_iter().zip(requests.iter().zip(outcomes)).map(
+            |(i, (&(_, name, token), o))| {
                 let result = match o {
                     Some(outcome) => lock_of(name, token, outcome),
                     None => Err(Error::Internal("operation lost")),
                 };
                 (i, result)
-            })
-            .collect())
+            },
+        ));
+        Ok(attempts)
     }
 
     fn release_nowait(&self, locks: &[Lock]) {

@@ -236,3 +236,48 @@ fn after_the_lock_is_lost_the_work_may_try_again() {
     });
     assert!(result.is_err());
 }
+
+/// Inside `with_permit`, an acquire of the same semaphore does not wait for the permit the work
+/// holds (found by review: the semaphore's paths skipped the check, and with one permit
+/// `acquire` waited out its deadline for itself, then said `Held`). With one permit:
+/// `AlreadyHeld` at once; with two, the other permit is taken.
+#[test]
+fn inside_with_permit_the_semaphore_does_not_wait_for_itself() {
+    let servers = Cluster::start(3);
+    let redlock: Redlock = build(&servers).build().unwrap();
+    let one = redlock.semaphore("one", 1).unwrap();
+    let value = one.with_permit(|_| {
+        let deadline = Instant::now() + WAIT;
+        already_held("try_acquire", one.try_acquire());
+        already_held("acquire_until", one.acquire_until(deadline));
+        assert!(Instant::now() < deadline, "waited for itself");
+        let mut c = build(&servers).build_client().unwrap();
+        assert!(matches!(
+            c.try_acquire_permit("one", 1),
+            Err(Error::Held(_))
+        ));
+        1
+    });
+    assert_eq!(value.unwrap(), 1);
+    let two = redlock.semaphore("two", 2).unwrap();
+    let value = two.with_permit(|held| {
+        let other = two.acquire().unwrap();
+        assert_ne!(other.resource(), held.lock().resource());
+        redlock.unlock(other).unwrap();
+        2
+    });
+    assert_eq!(value.unwrap(), 2);
+    let async_one = redlock_mux::AsyncRedlock::from(redlock.clone())
+        .semaphore("one", 1)
+        .unwrap();
+    let got = futures::executor::block_on(async_one.with_permit(async |_| {
+        let deadline = Instant::now() + WAIT;
+        already_held(
+            "async acquire_until",
+            async_one.acquire_until(deadline).await,
+        );
+        assert!(Instant::now() < deadline, "waited for itself");
+        3
+    }));
+    assert_eq!(got.unwrap(), 3);
+}
