@@ -9,7 +9,7 @@
 //! a deadline may have passed.
 
 use std::io::{self, Read, Write};
-use std::net::ToSocketAddrs;
+
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,6 +19,7 @@ use mio::{Interest, Registry, Token};
 use crate::addr::{Endpoint, NodeAddr};
 use crate::config::ConnConfig;
 use crate::error::NodeFault;
+use crate::resolve::Lookup;
 use crate::session::{Kind, ScriptCall, Session, Sink};
 use crate::stats::{Counter, IoCounters};
 #[cfg(feature = "tls")]
@@ -113,6 +114,8 @@ pub(crate) struct Conn {
     tls: Option<crate::tls::Connector>,
     /// The last write stopped short (`WouldBlock`): the rest goes out on writable readiness.
     write_blocked: bool,
+    /// The node's host name and its address, looked up off the loop (`None`: a Unix socket).
+    lookup: Option<Lookup>,
 }
 
 const READ_CHUNK: usize = 8 << 10;
@@ -125,7 +128,12 @@ impl Conn {
         io: Arc<IoCounters>,
         now: Instant,
     ) -> Conn {
+        let lookup = match &addr.endpoint {
+            Endpoint::Tcp { host, port } => Some(Lookup::new(host, *port, crate::resolve::system)),
+            Endpoint::Unix(_) => None,
+        };
         Conn {
+            lookup,
             tls: config.tls.get(token.0).cloned().flatten(),
             session: Session::new(addr.clone(), config, now),
             addr,
@@ -191,14 +199,11 @@ impl Conn {
     fn socket(&mut self, registry: &Registry) -> Result<Stream, NodeFault> {
         self.io.connects.bump();
         let mut stream = match &self.addr.endpoint {
-            Endpoint::Tcp { host, port } => {
-                // Resolution is immediate for IP literals; host names are resolved on each
-                // (re)connect so a moved node is found again.
-                let addr = (host.as_str(), *port)
-                    .to_socket_addrs()
-                    .map_err(|e| NodeFault::Resolve(e.to_string()))?
-                    .next()
-                    .ok_or_else(|| NodeFault::Resolve("no address".into()))?;
+            Endpoint::Tcp { .. } => {
+                // Looked up off the loop (`crate::resolve`): a slow resolver stalls nothing;
+                // looked up again behind each (re)connect, so a moved node is found again.
+                let lookup = self.lookup.as_ref().expect("a TCP node has a lookup");
+                let addr = lookup.address(crate::resolve::FIRST_WAIT)?;
                 let tcp = TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?;
                 match &self.tls {
                     None => Stream::Tcp(tcp),

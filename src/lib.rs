@@ -272,7 +272,9 @@ mod net;
 mod quarantine;
 mod reentry;
 mod repair;
+
 mod request;
+mod resolve;
 pub mod resp;
 pub mod round;
 mod semaphore;
