@@ -366,6 +366,11 @@ impl Config {
         if self.connect_timeout.is_zero() || self.reply_timeout.is_zero() {
             return bad("connect and reply timeouts must be above 0".into());
         }
+        if self.backoff_min.is_zero() {
+            // Doubling from zero stays zero: a node refusing connections would be dialled
+            // again at every request.
+            return bad("backoff minimum is zero".into());
+        }
         if self.backoff_min > self.backoff_max {
             return bad("backoff minimum is above its maximum".into());
         }

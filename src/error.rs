@@ -162,6 +162,13 @@ impl fmt::Display for NodeFault {
 }
 
 impl NodeFault {
+    /// [`NodeFault::Unexpected`] of a reply, as [`clipped`] text: a reply can be as long as a
+    /// frame may be (a megabyte), and a fault is kept and copied into every error while its
+    /// node backs off.
+    pub(crate) fn unexpected(reply: impl std::fmt::Debug) -> NodeFault {
+        NodeFault::Unexpected(clipped(&format!("{reply:?}")))
+    }
+
     /// The underlying fault, looking through [`NodeFault::Backoff`].
     pub fn root(&self) -> &NodeFault {
         match self {
@@ -732,5 +739,36 @@ mod tests {
         );
         let votes: Vec<String> = report.votes().map(|(_, v)| format!("{v:?}")).collect();
         assert_eq!(votes, ["Yes", "Failed(Timeout)", "Refused", "NotWaitedFor"]);
+    }
+}
+
+/// The longest text of a server's reply or error kept in a fault.
+const CLIP: usize = 256;
+
+/// `text`, cut to [`CLIP`] bytes (at a character boundary) with how long it was.
+pub(crate) fn clipped(text: &str) -> String {
+    if text.len() <= CLIP {
+        return text.to_owned();
+    }
+    let mut end = CLIP;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len())
+}
+
+#[cfg(test)]
+mod clip_tests {
+    use super::*;
+
+    #[test]
+    fn a_megabyte_reply_is_kept_as_a_line() {
+        assert_eq!(clipped("short"), "short");
+        let long = "é".repeat(1 << 19);
+        let kept = clipped(&long);
+        assert!(kept.len() < CLIP + 32, "{}", kept.len());
+        assert!(kept.ends_with(&format!("… ({} bytes)", 1 << 20)), "{kept}");
+        let fault = NodeFault::unexpected(vec![7u8; 1 << 20]);
+        assert!(fault.to_string().len() < CLIP + 64, "{fault}");
     }
 }

@@ -178,7 +178,7 @@ impl Repair {
                     generation,
                     window_left: window_left.filter(|_| !fence.seeded),
                 }),
-                None => Err(NodeFault::Unexpected(format!("{:?}", frame.to_value()))),
+                None => Err(NodeFault::unexpected(frame.to_value())),
             },
         };
         self.nodes[node].read = Some(read);
@@ -209,9 +209,9 @@ impl Repair {
             Ok(Frame::Error(e)) => Err(server_fault(e.kind, e.message, "the fence repair script")),
             Ok(Frame::Bulk(b)) => match parse_u64(b) {
                 Some(n) if n >= value => Ok(n),
-                _ => Err(NodeFault::Unexpected(format!("{:?}", b.escape_ascii()))),
+                _ => Err(NodeFault::unexpected(b.escape_ascii())),
             },
-            Ok(other) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+            Ok(other) => Err(NodeFault::unexpected(other.to_value())),
         });
     }
 
@@ -410,6 +410,7 @@ fn parse_read(frame: &Frame<'_>, run_id: &[u8; 40]) -> Option<Counter> {
 
 /// A server's error answer as a node fault (`command`: what it answered).
 fn server_fault(kind: ErrorKind, message: &str, command: &'static str) -> NodeFault {
+    let message = &crate::error::clipped(message);
     match kind {
         ErrorKind::NoPerm => NodeFault::Permission {
             command,

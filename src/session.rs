@@ -1179,7 +1179,7 @@ impl State {
         if let Frame::Error(e) = frame
             && !tolerated
         {
-            let message = e.message.to_owned();
+            let message = crate::error::clipped(e.message);
             self.failure = Some(match (step, e.kind) {
                 // A server too busy to take us yet, whatever the step: its first answer (a
                 // connection over `maxclients` gets this one line, then is closed), or a
@@ -1205,8 +1205,8 @@ impl State {
         }
         if !tolerated && !step.accepts(&frame) {
             self.failure = Some(NodeFault::Unexpected(format!(
-                "{:?} in answer to {}",
-                frame.to_value(),
+                "{} in answer to {}",
+                crate::error::clipped(&format!("{:?}", frame.to_value())),
                 step.command()
             )));
             return;

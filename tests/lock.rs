@@ -259,6 +259,10 @@ fn configuration_errors_are_reported_before_anything_is_sent() {
             Builder::new([url.clone()]).drift_factor(1.5),
             "drift factor",
         ),
+        (
+            Builder::new([url.clone()]).backoff(Duration::ZERO, Duration::from_secs(1)),
+            "backoff minimum is zero",
+        ),
     ];
     for (b, needle) in cases {
         match b.build() {

@@ -68,7 +68,7 @@ impl StatusReplies {
         restart: (Option<Duration>, &mut NodeWatch),
         now: Instant,
     ) {
-        let unexpected = |f: &Frame<'_>| NodeFault::Unexpected(format!("{:?}", f.to_value()));
+        let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f.to_value());
         if self.values[node].is_none() {
             if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
                 let uptime = info.uptime + now.saturating_duration_since(info.seen);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::addr::NodeAddr;
-use crate::error::{Error, NodeFault, Refusal, Report};
+use crate::error::{Error, NodeFault, Refusal, Report, clipped};
 use crate::lock::{Grant, Votes};
 use crate::net::Net;
 use crate::request::Outcome;
@@ -350,9 +350,9 @@ pub(super) fn vote_of(
         (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
         (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
         (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
-        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(e.message.to_owned())),
-        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, e.message.to_owned())),
-        (_, Ok(other)) => Err(NodeFault::Unexpected(format!("{:?}", other.to_value()))),
+        (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(clipped(e.message))),
+        (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, clipped(e.message))),
+        (_, Ok(other)) => Err(NodeFault::unexpected(other.to_value())),
     }
 }
 
