@@ -945,7 +945,7 @@ fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
 /// allowed to `PUBLISH` could make a server send) and never answers the SET: the SET times out
 /// on time and the buffers stay bounded. (The read loop returns at a short read; a sender that
 /// kept every read full — faster than the parser, which loopback here is not — could hold one
-/// turn longer: see docs/reliability.md, "noticed".)
+/// turn longer: docs/reliability.md, "Honest limits".)
 #[test]
 fn a_node_that_never_stops_sending_stalls_nothing() {
     bounded(|| {
