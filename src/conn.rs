@@ -200,10 +200,12 @@ impl Conn {
         self.io.connects.bump();
         let mut stream = match &self.addr.endpoint {
             Endpoint::Tcp { .. } => {
-                // Looked up off the loop (`crate::resolve`): a slow resolver stalls nothing;
-                // looked up again behind each (re)connect, so a moved node is found again.
-                let lookup = self.lookup.as_ref().expect("a TCP node has a lookup");
-                let addr = lookup.address(crate::resolve::FIRST_WAIT)?;
+                // Looked up off the loop (`crate::resolve`): a slow resolver holds the loop
+                // 100 ms at most, once per node; looked up again behind each (re)connect, so a
+                // moved node is found again.
+                let lookup = self.lookup.as_mut().expect("a TCP node has a lookup");
+                let wait = crate::resolve::FIRST_WAIT.min(self.session.connect_timeout());
+                let addr = lookup.address(wait)?;
                 let tcp = TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?;
                 match &self.tls {
                     None => Stream::Tcp(tcp),

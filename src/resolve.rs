@@ -2,12 +2,14 @@
 //!
 //! `getaddrinfo` blocks, for as long as the system's resolver takes: seconds per try, times
 //! tries, times name servers when one is slow or down. Run on the engine's loop it stalled
-//! every node — replies, renewals, timeouts — for that long (found by review). So a connection
-//! resolves its host on a thread of its own and connects to the last address found: the first
-//! connect waits [`FIRST_WAIT`] at most (then fails, as a connect does, and the session's
-//! backoff brings the next try, which finds the answer in), and every later connect uses the
-//! address at once while a fresh lookup runs behind it for the connect after (a node that
-//! moved is found again one reconnect later, as a connect to its old address fails).
+//! every node — replies, renewals, timeouts — for that long (found by review). So each node's
+//! host is looked up on a thread of its own, from the moment the client is built (all nodes at
+//! once), and a connection connects to the last address found. Only the first connect of a
+//! node may wait for it, [`FIRST_WAIT`] at most, once in the client's life; without an answer
+//! by then it fails as a refused connect does, and the session's backoff brings the next try,
+//! which never waits. Every later connect uses the address at once while a fresh lookup runs
+//! behind it for the connect after (a node that moved is found again one reconnect later, as
+//! a connect to its old address fails).
 //!
 //! IP literals (`127.0.0.1`, `::1`) need no lookup.
 
@@ -47,26 +49,43 @@ struct State {
 pub(crate) struct Lookup {
     host: String,
     port: u16,
+    /// The host is an IP literal: no lookup.
+    ip: Option<IpAddr>,
     resolve: ResolveFn,
     state: Arc<(Mutex<State>, Condvar)>,
+    /// The first connect's wait is over (it happens once).
+    waited: bool,
 }
 
 impl Lookup {
+    /// The node `host:port`; its lookup starts at once (unless `host` is an IP literal).
     pub fn new(host: &str, port: u16, resolve: ResolveFn) -> Lookup {
-        Lookup {
+        let lookup = Lookup {
             host: host.to_owned(),
             port,
+            ip: host.parse().ok(),
             resolve,
             state: Arc::default(),
+            waited: false,
+        };
+        if lookup.ip.is_none() {
+            let mut state = lookup.lock();
+            state.running = lookup.start();
         }
+        lookup
     }
 
-    /// The address to connect to now. Never waits longer than `first_wait`, and only while no
-    /// address was ever found.
-    pub fn address(&self, first_wait: Duration) -> Result<SocketAddr, NodeFault> {
-        if let Ok(ip) = self.host.parse::<IpAddr>() {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The address to connect to now. Waits `first_wait` at most, and only at the first call
+    /// while no address has been found yet.
+    pub fn address(&mut self, first_wait: Duration) -> Result<SocketAddr, NodeFault> {
+        if let Some(ip) = self.ip {
             return Ok(SocketAddr::new(ip, self.port));
         }
+        let waited = std::mem::replace(&mut self.waited, true);
         let (lock, changed) = &*self.state;
         let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(why) = state.error.take() {
@@ -83,6 +102,9 @@ impl Lookup {
         }
         if let Some(addr) = state.addr {
             return Ok(addr);
+        }
+        if waited {
+            return Err(NodeFault::Resolve("no answer from the resolver yet".into()));
         }
         let give_up = Instant::now() + first_wait;
         while state.addr.is_none() && state.error.is_none() {
@@ -108,7 +130,9 @@ impl Lookup {
         std::thread::Builder::new()
             .name("redlock-resolve".into())
             .spawn(move || {
-                let found = resolve(&host, port);
+                // A panicking resolver must not leave the lookup marked running for good.
+                let found = std::panic::catch_unwind(|| resolve(&host, port))
+                    .unwrap_or_else(|_| Err("the resolver panicked".to_owned()));
                 let (lock, changed) = &*state;
                 let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
                 state.running = false;
@@ -125,8 +149,7 @@ impl Lookup {
 
     fn here(&self) -> Result<SocketAddr, NodeFault> {
         let addr = (self.resolve)(&self.host, self.port).map_err(NodeFault::Resolve)?;
-        let (lock, _) = &*self.state;
-        lock.lock().unwrap_or_else(PoisonError::into_inner).addr = Some(addr);
+        self.lock().addr = Some(addr);
         Ok(addr)
     }
 }
@@ -166,11 +189,16 @@ mod tests {
     fn a_slow_resolver_never_holds_the_caller() {
         let (open, gate) = mpsc::channel();
         *GATE.lock().unwrap() = Some(gate);
-        let lookup = Lookup::new("redis.example", 6379, gated);
+        // The lookup starts with the node, before any connect.
+        let mut lookup = Lookup::new("redis.example", 6379, gated);
+        until("looking up", || GATE.lock().unwrap().is_none());
         // The first connect: the resolver does not answer, the caller gets a fault (it would
-        // wait forever if the lookup ran here: nothing opens the gate until it returns).
+        // wait forever if the lookup ran here: nothing opens the gate until it returns); the
+        // next ones do not wait at all.
         let first = lookup.address(Duration::from_millis(20));
         assert!(matches!(first, Err(NodeFault::Resolve(_))), "{first:?}");
+        let second = lookup.address(Duration::from_secs(3600));
+        assert!(matches!(second, Err(NodeFault::Resolve(_))), "{second:?}");
         open.send(()).unwrap();
         until("resolved", || lookup.address(Duration::ZERO).is_ok());
         let at = |n: u8| SocketAddr::new(IpAddr::from([10, 0, 0, n]), 6379);

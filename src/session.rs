@@ -722,6 +722,11 @@ impl Session {
         Ok(())
     }
 
+    /// How long a connect (TCP, TLS and the handshake) may take.
+    pub fn connect_timeout(&self) -> Duration {
+        self.config.settings.connect_timeout
+    }
+
     /// Queues an encoded command.
     pub fn request(&mut self, kind: Kind, tag: u64, encoded: &[u8], now: Instant) {
         self.st.queue_buffer().extend_from_slice(encoded);
