@@ -1097,38 +1097,7 @@ impl State {
                     && e.kind == crate::resp::ErrorKind::NoScript
                     && !p.eval
                 {
-                    // Flushed behind our back (`SCRIPT FLUSH`, a proxy that switched servers):
-                    // the script is unknown here from now on.
-                    self.counters.noscript.bump();
-                    self.loaded[index] = false;
-                    if !self.pending.is_empty() && writes_a_hold(index) {
-                        // Sent again it would run after the requests already written behind
-                        // it — among them perhaps this very lock's release (a round decided
-                        // lost meanwhile) — and leave a hold for nobody until its TTL (found by
-                        // review). It ran nothing: the node fails this request.
-                        event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
-                            "{}: NOSCRIPT with requests behind it: the acquire fails here", self.name);
-                        self.script_tails.advance(p.tail);
-                        self.deliver(p, Ok(frame), now, sink);
-                        return;
-                    }
-                    // Send the script itself, which also loads it. Its reply comes after those
-                    // of the requests already written behind it (FIFO), and it runs after them
-                    // on the server: harmless for what is sent again (a release or an extend
-                    // finds only its own token; a mark is a hint). (Rare: the copy may allocate.)
-                    event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
-                        "{}: NOSCRIPT, script sent again with EVAL", self.name);
-                    let tail = self.script_tails[..p.tail].to_vec();
-                    self.script_tails.advance(p.tail);
-                    let script = &scripts()[index];
-                    resp::encode_array_header(&mut self.out, 2 + p.argc);
-                    resp::encode_bulk(&mut self.out, &Arg::Bytes(b"EVAL"));
-                    resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
-                    self.out.extend_from_slice(&tail);
-                    self.script_tails.extend_from_slice(&tail);
-                    // Its first `sent` stays: the node's reply deadline is not pushed back.
-                    self.pending.push_back(Pending { eval: true, ..p });
-                    return;
+                    return self.on_noscript(index, p, frame, now, sink);
                 }
                 // Advancing (not split_to) keeps the buffer unshared: no allocation per reply.
                 self.script_tails.advance(p.tail);
@@ -1139,6 +1108,51 @@ impl State {
             }
             _ => self.deliver(p, Ok(frame), now, sink),
         }
+    }
+
+    /// A `NOSCRIPT` answer to `p`, a script sent by hash (`EVALSHA`). Rare: kept out of the
+    /// reply path.
+    #[cold]
+    #[inline(never)]
+    fn on_noscript(
+        &mut self,
+        index: usize,
+        p: Pending,
+        frame: Frame<'_>,
+        now: Instant,
+        sink: &mut Sink<'_>,
+    ) {
+        // Flushed behind our back (`SCRIPT FLUSH`, a proxy that switched servers): the script
+        // is unknown here from now on.
+        self.counters.noscript.bump();
+        self.loaded[index] = false;
+        if !self.pending.is_empty() && writes_a_hold(index) {
+            // Sent again it would run after the requests already written behind it — among
+            // them perhaps this very lock's release (a round decided lost meanwhile) — and
+            // leave a hold for nobody until its TTL (found by review). It ran nothing: the
+            // node fails this request.
+            event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
+                "{}: NOSCRIPT with requests behind it: the acquire fails here", self.name);
+            self.script_tails.advance(p.tail);
+            self.deliver(p, Ok(frame), now, sink);
+            return;
+        }
+        // Send the script itself, which also loads it. Its reply comes after those of the
+        // requests already written behind it (FIFO), and it runs after them on the server:
+        // harmless for what is sent again (a release or an extend finds only its own token; a
+        // mark is a hint). (Rare: the copy may allocate.)
+        event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
+            "{}: NOSCRIPT, script sent again with EVAL", self.name);
+        let tail = self.script_tails[..p.tail].to_vec();
+        self.script_tails.advance(p.tail);
+        let script = &scripts()[index];
+        resp::encode_array_header(&mut self.out, 2 + p.argc);
+        resp::encode_bulk(&mut self.out, &Arg::Bytes(b"EVAL"));
+        resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
+        self.out.extend_from_slice(&tail);
+        self.script_tails.extend_from_slice(&tail);
+        // Its first `sent` stays: the node's reply deadline is not pushed back.
+        self.pending.push_back(Pending { eval: true, ..p });
     }
 
     fn deliver(

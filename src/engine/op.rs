@@ -123,7 +123,10 @@ impl Op {
         self.start = now;
         self.vote.reset(now);
         self.waiter = waiter;
-        self.outcome = None;
+        // Mostly empty already (taken by its caller): no drop to run then.
+        if self.outcome.is_some() {
+            self.outcome = None;
+        }
         self.renewing = None;
         self.outstanding = 0;
         self.release.reset();

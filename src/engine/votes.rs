@@ -191,11 +191,17 @@ impl Ballot {
     /// timeouts yet (an extend near its lock's end once marked every node it still waited for
     /// as silent, healthy ones included: found by review); `count_silent` counts those that stay
     /// silent through the node timeout.
+    #[inline]
     pub fn time_out(&mut self, metrics: &Metrics, silent: &mut u64, now: Instant) {
-        let round = &mut self.round;
-        if round.poll_timeout().is_none_or(|t| t > now) || round.poll_decision().is_some() {
-            return;
+        // None once decided.
+        if self.round.poll_timeout().is_some_and(|t| t <= now) {
+            self.timed_out(metrics, silent, now);
         }
+    }
+
+    #[cold]
+    fn timed_out(&mut self, metrics: &Metrics, silent: &mut u64, now: Instant) {
+        let round = &mut self.round;
         if round.node_deadline().is_some_and(|d| d <= now) {
             for node in 0..round.nodes() {
                 if round.is_pending(node) {
