@@ -389,7 +389,7 @@ impl AsyncRedlock {
                 cell.0 = Some(report);
                 if let Some(waker) = cell.1.take() {
                     drop(cell);
-                    waker.wake();
+                    crate::mailbox::wake(waker);
                 }
             });
         if spawned.is_err() {

@@ -2,13 +2,14 @@
 //!
 //! Every event has the target [`TARGET`] (`redlock_mux`), a readable message, and key-values
 //! (`log`'s `kv`): `event` (its name: `acquired`, `refused`, `no_quorum`, `extended`,
-//! `extend_failed`, `renewal_lost`, `lost`, `released`, `node_down`, `node_up`, `quarantined`, `noscript`),
+//! `extend_failed`, `renewal_lost`, `lost`, `released`, `node_down`, `node_up`, `quarantined`, `noscript`,
+//! `waker_panicked`),
 //! `resource` and `node` where they apply, and the figures of the event.
 //!
 //! Levels: `debug` for routine success (acquired, refused, extended, released, a first
 //! connection, NOSCRIPT fallbacks), `info` for a node that came back, `warn` for what an
 //! operator must look at (no quorum, a kept lock's renewal lost or the lock lost, a node down,
-//! a node quarantined).
+//! a node quarantined, a task's waker that panicked).
 //!
 //! `log` rather than `tracing`: one small crate with no proc-macros, and `tracing`
 //! subscribers read `log` records through `tracing-log`'s `LogTracer`. `log`'s macros check
@@ -21,7 +22,7 @@
 /// Each event has a readable message and key-values (`log`'s `kv`): `event`, its name —
 /// `acquired`, `refused`, `no_quorum`, `extended`, `extend_failed`, `renewal_lost`, `lost`,
 /// `released`,
-/// `node_down`, `node_up`, `noscript` — and `resource` or `node` with the event's figures.
+/// `node_down`, `node_up`, `noscript`, `waker_panicked` — and `resource` or `node` with the event's figures.
 /// Levels: `debug` for routine success and refusals, `info` for a node that came back, `warn`
 /// for no quorum, a kept lock's renewal lost (tried again) or the lock lost, a node down (its first failure; `debug` while it stays
 /// down) and quarantined yeses.

@@ -206,7 +206,7 @@ impl Kept {
         self.changed.notify_all();
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, waker) in wakers {
-            waker.wake();
+            crate::mailbox::wake(waker);
         }
         true
     }

@@ -11,6 +11,16 @@ use std::thread::Thread;
 use std::time::Instant;
 
 use crate::kept::Kept;
+
+/// Wakes a caller's task. A waker is the executor's code, and one that panics would unwind
+/// through whatever called it — the engine in the middle of a turn, and its thread with it,
+/// which drives the loop for every async caller (found by review): the panic stops here, and
+/// only that task's wake is lost.
+pub(crate) fn wake(waker: Waker) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| waker.wake())).is_err() {
+        crate::event::event!(Warn, event = "waker_panicked"; "a task's waker panicked; its wake-up is lost");
+    }
+}
 use crate::request::{Outcome, ReqKind};
 use crate::token::Token;
 
@@ -121,7 +131,7 @@ impl Slot {
         self.done.store(true, Ordering::Release);
         drop(cell);
         if let Some(waker) = waker {
-            waker.wake();
+            wake(waker);
         } else if let Some(thread) = &self.thread {
             thread.unpark();
         }
@@ -366,7 +376,7 @@ impl Alarm {
         let waker = cell.1.take();
         drop(cell);
         if let Some(waker) = waker {
-            waker.wake();
+            wake(waker);
         }
     }
 }

@@ -754,3 +754,49 @@ fn the_background_thread_waits_for_a_caller_holding_the_loop_rather_than_spin() 
         "the background thread looked {looks} times in 200 ms at a loop a caller held"
     );
 }
+
+/// A waker that panics (an executor's bug) was called on the engine's thread in the middle of
+/// a turn: the panic unwound through the engine and ended the thread that drives the loop for
+/// async callers, so later async acquires were never woken (found by review). Now a wake that
+/// panics is caught where it is called: the engine's thread goes on.
+#[test]
+fn a_panicking_waker_takes_nothing_down() {
+    struct Panics(AtomicBool);
+    impl Wake for Panics {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+            panic!("a waker that panics");
+        }
+    }
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let other = builder(&servers).build().unwrap();
+    let held = other.try_lock("c").unwrap();
+    // Pending, with the panicking waker: the engine's thread decides it and wakes it.
+    let panics = Arc::new(Panics(AtomicBool::new(false)));
+    let waker = Waker::from(panics.clone());
+    let mut first = loop {
+        let mut attempt = Box::pin(redlock.try_lock("a"));
+        match attempt.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Pending => break attempt,
+            Poll::Ready(r) => block_on(redlock.unlock(r.unwrap())).map(drop).unwrap(),
+        }
+    };
+    wait_until("the panicking wake", Duration::from_secs(10), || {
+        panics.0.load(Ordering::SeqCst)
+    });
+    // A waiting acquire, woken only by the engine's thread once the holder releases.
+    let (probe, probe_waker) = probe();
+    let mut waiting = Box::pin(redlock.lock("c"));
+    assert!(poll_once(&mut waiting, &probe_waker), "c is held");
+    other.unlock(held).unwrap();
+    assert!(
+        probe.wait(Duration::from_secs(10)),
+        "never woken: the engine's thread is gone"
+    );
+    let lock = block_on(waiting).unwrap();
+    block_on(redlock.unlock(lock)).unwrap();
+    // The first acquire's outcome waits for its caller.
+    let lock = block_on(first.as_mut()).unwrap();
+    block_on(redlock.unlock(lock)).unwrap();
+}
