@@ -733,3 +733,30 @@ fn shutdown_on_a_handle_in_use_leaves_kept_locks_kept() {
     assert_eq!(kept.release().unwrap(), 3);
     assert_eq!(servers[0].get("job"), None);
 }
+
+/// `connect` on a handle in use ran bare reads of the sockets until every node was connected
+/// or the connect timeout passed, holding the loop: a kept lock's renewal fell due meanwhile
+/// and was not sent, and the lock was lost (found by review). Now it runs whole turns.
+#[test]
+fn connect_on_a_handle_in_use_goes_on_renewing_kept_locks() {
+    let servers = Cluster::start(2);
+    // A third node that accepts and never answers: its handshake (the client's name) keeps it
+    // connecting until the connect timeout.
+    let silent = redis_local::FakeServer::start(|p| p.drain());
+    let urls = vec![servers[0].url(), servers[1].url(), silent.url()];
+    let ttl = Duration::from_millis(600);
+    let r = Builder::new(urls)
+        .quarantine(None)
+        .client_name("renewer")
+        .ttl(ttl)
+        .node_timeout(Duration::from_millis(100))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let ready = r.connect(Duration::from_secs(3)).unwrap();
+    assert_eq!(ready, 2);
+    assert!(kept.is_held(), "lost during connect: {:?}", kept.lost());
+    assert!(kept.lock().extensions() >= 2, "{:?}", kept.lock());
+    assert_eq!(kept.release().unwrap(), 2);
+}

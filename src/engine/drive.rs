@@ -162,16 +162,21 @@ impl<N: Net> Engine<N> {
         let now = self.net.now();
         let deadline = deadline_after(now, timeout);
         let n = self.shared.nodes.len();
-        let Engine { net, core, .. } = self;
-        let mut sink = core.sink();
-        let mut ready = net.connect_all(now, &mut sink);
-        net.flush(now, &mut sink);
-        // Until every node is ready or down: a refused node does not hold the others up.
-        while ready < n && (0..n).any(|i| net.session(i).is_connecting()) && net.now() < deadline {
-            net.turn(deadline, &mut sink);
-            ready = (0..n).filter(|&i| net.session(i).is_ready()).count();
+        {
+            let Engine { net, core, .. } = self;
+            let mut sink = core.sink();
+            net.connect_all(now, &mut sink);
+            net.flush(now, &mut sink);
         }
-        ready
+        // Until every node is ready or down (a refused node does not hold the others up), in
+        // whole turns of the loop: on a handle in use, its callers' operations and its kept
+        // locks' renewals go on meanwhile (bare reads of the sockets held them for up to the
+        // connect timeout, and a kept lock could be lost: found by review).
+        self.drive_until(deadline, |e| {
+            let sessions = (0..n).map(|i| e.net.session(i));
+            sessions.clone().all(|s| s.is_ready()) || !sessions.clone().any(|s| s.is_connecting())
+        });
+        (0..n).filter(|&i| self.net.session(i).is_ready()).count()
     }
 
     /// Runs the loop until `done` says so.
