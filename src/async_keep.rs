@@ -93,8 +93,12 @@ impl AsyncKeepAlive {
     ///
     /// As [`KeepAlive::release`].
     pub async fn release(mut self) -> Result<usize, Error> {
-        let lock = self.inner.end()?;
-        self.watch.redlock.unlock(lock).await
+        let (lock, lost) = self.inner.end()?;
+        let released = self.watch.redlock.unlock(lock).await?;
+        match lost {
+            false => Ok(released),
+            true => Err(Error::Expired { released }),
+        }
     }
 }
 

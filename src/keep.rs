@@ -98,8 +98,9 @@ impl KeepAlive {
     /// Blocks until the lock is lost or `timeout` passes; returns the reason, or `None` on
     /// timeout. Wakes at the validity deadline by itself, whatever the engine does.
     ///
-    /// Returns as soon as the loss is known, before the lost lock's release (and before the
-    /// [`on_lost`](KeepAlive::on_lost) callback). A timeout too long to add to the clock (such
+    /// Returns as soon as the loss is known (before the [`on_lost`](KeepAlive::on_lost)
+    /// callback). The lost lock stays on the nodes until this holder ends it (see
+    /// [`KeepAlive::release`]). A timeout too long to add to the clock (such
     /// as `Duration::MAX`) means no timeout: it waits until the lock is lost.
     pub fn wait_lost(&self, timeout: Duration) -> Option<Error> {
         self.kept.wait_lost(deadline_after(Instant::now(), timeout))
@@ -112,25 +113,23 @@ impl KeepAlive {
     ///
     /// 1. [`is_held`](KeepAlive::is_held) turns false and [`wait_lost`](KeepAlive::wait_lost)
     ///    returns, at once.
-    /// 2. The engine releases the lock on the nodes and waits for their replies as
-    ///    [`Client::unlock`](crate::Client::unlock) does, at most the node timeout: by the time the callback runs, every
-    ///    node that answered has deleted our token (if it still had it). A node that did not
-    ///    answer in time (down, frozen, cut off) is not waited for; the release stays queued on
-    ///    its connection and runs if the node takes it in later.
-    /// 3. The callback runs on the handle's callback thread (`redlock-callbacks`, one per
-    ///    [`Redlock`] handle, started at the first loss), never on the engine's loop. So it may
-    ///    block, and it may use the library, this handle included (keep or release other locks,
-    ///    take the same resource again), without holding up the renewal of other locks. The
-    ///    callbacks of one handle run one at a time, in the order the losses were settled: a
-    ///    callback that blocks delays the later callbacks, not renewals.
+    /// 2. The callback is handed to the handle's callback thread (`redlock-callbacks`, one per
+    ///    [`Redlock`] handle, started at the first loss), never run on the engine's loop. So it
+    ///    may block, and it may use the library, this handle included (keep or release other
+    ///    locks), without holding up the renewal of other locks. The callbacks of one handle run
+    ///    one at a time, in the order of the losses: a callback that blocks delays the later
+    ///    callbacks, not renewals.
+    /// 3. The lock's keys stay on the nodes — a rival is refused — until this holder ends it
+    ///    ([`release`](KeepAlive::release), a drop) or they expire: the holder may still be at
+    ///    work, within the validity it was given. A callback that takes the same resource again
+    ///    waits for that, like any rival.
     ///
-    /// So the callback is a later notice than `is_held` and `wait_lost`, by up to a node timeout
-    /// when nodes do not answer, and it may come after the validity deadline: to stop touching
-    /// the resource as early as possible, check `is_held` or wait in `wait_lost`.
+    /// So the callback is a later notice than `is_held` and `wait_lost` (by a thread hand-off):
+    /// to stop touching the resource as early as possible, check `is_held` or wait in
+    /// `wait_lost`.
     ///
-    /// Set after the loss, the callback is run as soon as step 2 is over (at once if it is), on
-    /// the callback thread too. A panic in the callback is caught (the panic hook still reports
-    /// it) and ends nothing else.
+    /// Set after the loss, the callback is run at once, on the callback thread too. A panic in
+    /// the callback is caught (the panic hook still reports it) and ends nothing else.
     pub fn on_lost(&self, callback: impl FnOnce(&Error) + Send + 'static) {
         self.kept.on_lost(Box::new(callback));
     }
@@ -160,22 +159,30 @@ impl KeepAlive {
     ///
     /// # Errors
     ///
-    /// [`Error::Expired`] if the lock had been lost or had expired; errors of
-    /// [`Redlock::unlock`].
+    /// [`Error::Expired`] if the lock had been lost (its keys, which the engine leaves on the
+    /// nodes for the holder, are released: `released` says on how many nodes our token still
+    /// was) or had expired; errors of [`Redlock::unlock`].
     pub fn release(mut self) -> Result<usize, Error> {
-        let lock = self.end()?;
-        self.redlock.unlock(lock)
+        let (lock, lost) = self.end()?;
+        let released = self.redlock.unlock(lock)?;
+        match lost {
+            false => Ok(released),
+            true => Err(Error::Expired { released }),
+        }
     }
 
-    /// Stops keeping the lock: the lock to release, or [`Error::Expired`] if it had been lost
-    /// (then the engine releases it and runs the callback). Dropping does nothing more after.
-    pub(crate) fn end(&mut self) -> Result<Lock, Error> {
+    /// Stops keeping the lock: the lock to release on the nodes, and whether it had been lost
+    /// (the engine leaves a lost lock's keys for its holder to release once it has stopped:
+    /// see `Kept::leave_to_holder`); [`Error::Expired`] if there is nothing left to release.
+    /// Dropping does nothing more after.
+    pub(crate) fn end(&mut self) -> Result<(Lock, bool), Error> {
         self.done = true;
+        let lost = self.kept.is_lost();
         let lock = self.kept.lock();
         if !self.kept.end_by_holder() {
             return Err(Error::Expired { released: 0 });
         }
-        Ok(lock)
+        Ok((lock, lost))
     }
 
     pub(crate) fn kept(&self) -> &Arc<Kept> {

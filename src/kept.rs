@@ -19,8 +19,8 @@ use crate::lock::Lock;
 
 pub(crate) type Callback = Box<dyn FnOnce(&Error) + Send>;
 
-/// The callback of one kept lock, and whether its end is settled: lost (or released by the
-/// holder) *and* released on the nodes. Before that a callback is stored; after, it is run.
+/// The callback of one kept lock, and whether its end is settled (lost, or ended by the
+/// holder). Before that a callback is stored; after, it is run.
 #[derive(Default)]
 struct Notice {
     callback: Option<Callback>,
@@ -49,12 +49,14 @@ pub(crate) struct Kept {
     retry_ns: AtomicU64,
     reason: Mutex<Option<Error>>,
     changed: Condvar,
-    /// Async waiters for the loss, woken with the `Condvar`'s.
     /// Async waiters for the loss ([`LossWaker`]), each under its own id.
     wakers: Mutex<Vec<(u64, Waker)>>,
     /// The next [`LossWaker`]'s id.
     waiter_ids: AtomicU64,
     notice: Mutex<Notice>,
+    /// Lost, and its keys left on the nodes for the holder to release once it has stopped
+    /// (`end_by_holder`): the engine does not release a lost lock (see `Engine::lose_keeps`).
+    owed: AtomicBool,
     base: Lock,
     pub callbacks: Arc<Callbacks>,
 }
@@ -86,6 +88,7 @@ impl Kept {
             wakers: Mutex::new(Vec::new()),
             waiter_ids: AtomicU64::new(0),
             notice: Mutex::new(Notice::default()),
+            owed: AtomicBool::new(false),
             callbacks,
             base: lock,
         };
@@ -227,14 +230,23 @@ impl Kept {
     }
 
     /// The holder ends the lock (a release, a drop): no callback runs, and the engine stops
-    /// renewing it. False if it was lost before: then the engine releases it and runs the
-    /// callback.
+    /// renewing it. True if the holder is to release it on the nodes: it was held — or it was
+    /// lost and its keys were left for the holder (`owed`; once). False once it was released
+    /// for the holder already (or ended before).
     pub fn end_by_holder(&self) -> bool {
         if !self.mark_lost(Error::Expired { released: 0 }) {
-            return false;
+            return self.owed.swap(false, Ordering::AcqRel);
         }
         drop(self.settle());
         true
+    }
+
+    /// Lost (marked by the engine): its keys stay on the nodes until the holder ends it — the
+    /// holder may still be at work, and the validity it was given still protects it — or until
+    /// they expire. The callback goes to the callback thread now.
+    pub fn leave_to_holder(&self) {
+        self.owed.store(true, Ordering::Release);
+        self.settle_loss();
     }
 
     /// Why the lock is lost, or `None` while it is held.
@@ -289,8 +301,7 @@ impl Kept {
         self.callbacks.run(callback, why);
     }
 
-    /// The engine has released the lost lock: the callback (if any) goes to the callback
-    /// thread.
+    /// The lost lock's end is settled: the callback (if any) goes to the callback thread.
     pub fn settle_loss(&self) {
         if let Some(callback) = self.settle() {
             let why = self.loss().unwrap_or(Error::Expired { released: 0 });

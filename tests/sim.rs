@@ -168,9 +168,10 @@ fn a_replacement_taken_by_its_uptime_after_refusals_gives_two_holders() {
     // counted yeses only: a client that heard only refusals takes the replacement by its
     // uptime and counts it at once (found by review; both the engine's answers and the
     // session's handshakes now tell it). Seed 5 gave way to seed 1 when kept locks began to
-    // try a lost renewal again (415 of 3,000 seeds find two holders since, 383 before).
+    // try a lost renewal again (415 of 3,000 seeds find two holders since, 383 before), and
+    // seed 1 to seed 9 when lost kept locks began to be left to their holders (412 of 3,000).
     let breaks = Break::RunIdOnYesOnly;
-    assumption_is_needed(breaks, &[1, 8, 15]);
+    assumption_is_needed(breaks, &[8, 9, 15]);
     control_is_safe_and_live(breaks, 0..200);
 }
 
@@ -414,8 +415,9 @@ fn wrong_fence_constructions_are_caught() {
         // began to leave at their deadline, when release notices began to say how many heard
         // them and when they stopped counting the releaser: earlier seeds no longer hit this
         // rare case; these do (8 of 4,000 seeds at the last change, and again when kept locks
-        // began to try a lost renewal again, with 2914 for 2266).
-        (Break::FenceBlankAsZero, &[562, 1243, 2914][..]),
+        // began to try a lost renewal again, with 2914 for 2266; 9 of 5,000 with 1283 for 2914
+        // when lost kept locks began to be left to their holders).
+        (Break::FenceBlankAsZero, &[562, 1243, 1283][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);

@@ -36,9 +36,9 @@ pub(super) struct Keeps {
     /// A renewal's node timeout: the first backoff after a lost one, and the time an attempt
     /// needs to be decided.
     node_timeout: Duration,
-    /// Reused lists: due in this tick; decided in this turn (extends, then lost releases).
+    /// Reused lists: due in this tick; extends decided in this turn.
     due: Vec<Arc<Kept>>,
-    pub decided: Vec<(Arc<Kept>, Option<Outcome>)>,
+    pub decided: Vec<(Arc<Kept>, Outcome)>,
     lost: Vec<(Arc<Kept>, Error)>,
 }
 
@@ -175,17 +175,10 @@ impl<N: Net> Engine<N> {
         self.keeps.next = Some(now);
     }
 
-    /// Applies decided extends of kept locks (a lost one is marked lost and released), and
-    /// hands the callbacks of lost locks whose release is over to the callback thread.
+    /// Applies decided extends of kept locks (a lost one is marked lost: `lose_keeps`).
     pub(super) fn kept_decided(&mut self, now: Instant) {
         let mut decided = std::mem::take(&mut self.keeps.decided);
         for (kept, outcome) in decided.drain(..) {
-            let Some(outcome) = outcome else {
-                // The release of a lost lock is over: every node that answered in time has
-                // deleted our token; now the callback.
-                kept.settle_loss();
-                continue;
-            };
             kept.extending.store(false, Ordering::Relaxed);
             // Its timer moves: look at the list again (in this same turn: see `drive_until`).
             self.keeps.next = Some(now);
@@ -224,7 +217,7 @@ impl<N: Net> Engine<N> {
         // After the outcomes: a renewal won in this turn has replaced the backing that a late
         // refusal of an earlier round would otherwise be weighed against.
         self.late_refusals();
-        self.release_lost_keeps(now);
+        self.lose_keeps();
     }
 
     /// Refusals of lost renewals that came after their decision (`Core::late_refusals`): each
@@ -247,23 +240,27 @@ impl<N: Net> Engine<N> {
         self.core.late_refusals = late;
     }
 
-    /// Marks the locks in `keeps.lost` lost (every holder learns first, before any round
-    /// trip), then releases them on every node, waiting for the replies as an unlock does: the
-    /// callback runs when that is over, so it never finds our stale token on a node that
-    /// answered.
-    fn release_lost_keeps(&mut self, now: Instant) {
+    /// Marks the locks in `keeps.lost` lost: every holder learns at once, and the callbacks go
+    /// to the callback thread. Their keys are not released here: the holder may still be at
+    /// work, within the validity it was given, and a release now would let a rival in while it
+    /// stops (`redlock run`'s COMMAND ran its grace after the release: found by review). The
+    /// holder releases when it ends the lock (`Kept::end_by_holder`: a release, a drop, the end
+    /// of `with_lock`), or the keys expire.
+    fn lose_keeps(&mut self) {
         let mut lost = std::mem::take(&mut self.keeps.lost);
-        lost.retain(|(kept, why)| kept.mark_lost(why.clone()));
-        #[cfg(feature = "log")]
-        for (kept, why) in &lost {
-            let resource = kept.base().resource().escape_ascii();
-            crate::event::event!(Warn, event = "lost", resource:% = resource, why:% = why;
-                "{resource}: kept lock lost: {why}");
-        }
-        for (kept, _) in lost.drain(..) {
-            let (resource, token) = (kept.base().resource(), *kept.base().token());
-            let waiter = Waiter::KeepLost(kept.clone());
-            self.submit(ReqKind::Release, resource, &token, waiter, now);
+        for (kept, why) in lost.drain(..) {
+            if !kept.mark_lost(why.clone()) {
+                continue;
+            }
+            #[cfg(feature = "log")]
+            {
+                let resource = kept.base().resource().escape_ascii();
+                crate::event::event!(Warn, event = "lost", resource:% = resource, why:% = why;
+                    "{resource}: kept lock lost: {why}");
+            }
+            #[cfg(not(feature = "log"))]
+            let _ = why;
+            kept.leave_to_holder();
         }
         self.keeps.lost = lost;
     }
@@ -278,7 +275,7 @@ impl<N: Net> Engine<N> {
         if self.keeps.scan(now) {
             self.extend_batch(now);
         }
-        self.release_lost_keeps(now);
+        self.lose_keeps();
     }
 
     /// Extends the kept locks in `keeps.due`, and writes them at once: one write per node.

@@ -161,8 +161,6 @@ pub(crate) enum Waiter {
     Slot(Arc<Slot>),
     /// The engine itself: the extend of a kept lock.
     Keep(Arc<Kept>),
-    /// The engine itself: the release of a kept lock that was lost; its callback runs after.
-    KeepLost(Arc<Kept>),
     /// The engine itself: an attempt of the waiting acquire `OpId` (see `wait.rs`).
     Attempt(OpId),
 }
@@ -530,11 +528,7 @@ impl<N: Net> Engine<N> {
                     op.renewing = Some(kept.clone());
                 }
                 self.core.waiting -= 1;
-                self.keeps.decided.push((kept, Some(outcome)));
-            }
-            Waiter::KeepLost(kept) => {
-                self.core.waiting -= 1;
-                self.keeps.decided.push((kept, None));
+                self.keeps.decided.push((kept, outcome));
             }
             Waiter::Attempt(w) => {
                 // Split: some nodes said yes, not enough, and some refused — a competing

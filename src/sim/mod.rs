@@ -2318,7 +2318,12 @@ impl World {
                 self.clients[c].callers[k].work = Work::Holding(hold);
                 false
             }
-            Work::Keeping(kp) if now >= kp.until => {
+            // A holder stops at its planned end, or when it learns of the loss (then it
+            // releases what the engine left on the nodes for it: `Kept::leave_to_holder`); a
+            // client that ignores validity works on to its planned end.
+            Work::Keeping(kp)
+                if now >= kp.until || (kp.kept.is_lost() && !client.ignores_validity) =>
+            {
                 if let Some(start) = kp.open {
                     let end = self.belief_end(c, kp.kept.valid_until(), self.g);
                     self.believed(c, kp.res, start, end, kp.fence);
@@ -2330,7 +2335,7 @@ impl World {
                     self.clients[c].callers[k].work = Work::Releasing { id };
                     true
                 } else {
-                    self.log(|| format!("client {c} finds kept {} lost", kp.res));
+                    self.log(|| format!("client {c} finds kept {} released", kp.res));
                     self.clients[c].callers[k].work = Work::Idle { until: now };
                     false
                 }

@@ -476,8 +476,10 @@ fn supervise_and_finish(
             ));
         }
         // Whatever COMMAND left behind in its group runs without the lock: end it (and with it
-        // the watchdog). The engine has already released what it could.
+        // the watchdog). Then the keys the engine left on the nodes for us (it does not release
+        // a lost lock while its holder may be at work) go: COMMAND is gone.
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
+        let _ = kept.release();
         return Ok(a.lost_code());
     }
     Ok(finish_under_lock(a, kept, watchdog, status))
