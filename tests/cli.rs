@@ -592,6 +592,51 @@ while :; do sleep 0.05; done"#;
     assert_code(&o, 79);
 }
 
+/// COMMAND's whole group stopped (`kill -STOP -PGID`: the watchdog, in that group, stops too)
+/// for longer than a few of the watchdog's messages cover, while redlock goes on renewing: the
+/// lock is held throughout, so the group must run on after SIGCONT. The watchdog woke with an
+/// old deadline, newer ones still in its pipe, and killed the group (found by review); now it
+/// reads the pipe before it kills.
+#[test]
+fn a_group_stopped_for_long_runs_on_under_the_lock_it_kept() {
+    let servers = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp"; mv "$1/pid.tmp" "$1/pid"
+sleep 1; touch "$1/done""#;
+    let child = spawn(
+        redlock(&servers.urls())
+            .args([
+                "run",
+                "--ttl",
+                "600ms",
+                "--node-timeout",
+                "100ms",
+                "job",
+                "--",
+            ])
+            .args(["sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    let pid = read_pid(&dir.path().join("pid"));
+    let _reap = Reap(vec![pid]);
+    // SAFETY: getpgid and kill have no memory preconditions.
+    let pgid = unsafe { libc::getpgid(pid as libc::pid_t) };
+    assert!(pgid > 0, "COMMAND's group");
+    unsafe { libc::kill(-pgid, libc::SIGSTOP) };
+    // The fault's length, not a wait for an event: redlock tells the watchdog of each
+    // extension (every 400 ms), and one read of the watchdog takes 7 messages (2.8 s of them,
+    // the last a deadline 3.4 s in): stopped 4.5 s, it wakes with more waiting in the pipe.
+    std::thread::sleep(Duration::from_millis(4_500));
+    unsafe { libc::kill(-pgid, libc::SIGCONT) };
+    let o = finish(child, LIMIT);
+    assert_code(&o, 0);
+    assert!(
+        dir.path().join("done").exists(),
+        "COMMAND was killed: {}",
+        stderr(&o)
+    );
+}
+
 /// A pseudo-terminal. [`Pty::spawn`] starts a command in a new session with the terminal as its
 /// controlling terminal, stdin, stdout and stderr, as a terminal emulator starts a shell.
 struct Pty {
@@ -883,6 +928,33 @@ fn bad_address_duration_or_flag_gives_64() {
         (
             &["--server", "redis://127.0.0.1:1", "--bogus", "status", "j"],
             "--bogus",
+        ),
+        // Longer than the clock can add to now: they panicked (exit 70) when used.
+        (
+            &[
+                "--server",
+                "redis://127.0.0.1:1",
+                "run",
+                "--grace",
+                "300000000000y",
+                "j",
+                "--",
+                "true",
+            ],
+            "100 years",
+        ),
+        (
+            &[
+                "--server",
+                "redis://127.0.0.1:1",
+                "run",
+                "-w",
+                "1e19",
+                "j",
+                "--",
+                "true",
+            ],
+            "100 years",
         ),
         (&["status", "job"], "no servers given"),
         (

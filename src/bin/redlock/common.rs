@@ -627,10 +627,22 @@ fn parse_wait(s: &str) -> Result<Wait, String> {
     }
     if let Ok(secs) = t.parse::<f64>() {
         return Duration::try_from_secs_f64(secs)
-            .map(Wait::For)
-            .map_err(|_| format!("{t} is not a number of seconds from 0 up"));
+            .map_err(|_| format!("{t} is not a number of seconds from 0 up"))
+            .and_then(bounded)
+            .map(Wait::For);
     }
     parse_duration(t).map(Wait::For)
+}
+
+/// The longest duration an option takes: longer ones overflowed the clock when added to now
+/// (`--grace 300000000000y` panicked at a loss; found by review). `--wait inf` waits forever.
+const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+fn bounded(d: Duration) -> Result<Duration, String> {
+    match d > LONGEST {
+        true => Err("longer than 100 years (for no limit, --wait takes inf)".into()),
+        false => Ok(d),
+    }
 }
 
 /// `--json` and `--quiet`.
@@ -656,7 +668,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("no time unit: use e.g. {t}s or {t}ms"));
     }
-    humantime::parse_duration(t).map_err(|e| e.to_string())
+    humantime::parse_duration(t)
+        .map_err(|e| e.to_string())
+        .and_then(bounded)
 }
 
 pub fn parse_quarantine(s: &str) -> Result<Quarantine, String> {

@@ -275,32 +275,30 @@ fn set_up_by_run() -> bool {
 /// false when the wait is to start over (the deadline came, or a signal interrupted it). Kills
 /// the group once the deadline has passed, or if the wait fails.
 fn wait_for_input(deadline: Option<u64>) -> bool {
-    let timeout = deadline.map(|d| {
+    let mut timeout = None;
+    if let Some(d) = deadline {
         let now = monotonic_ns();
         if now >= d {
+            // Stopped together with COMMAND's group (`kill -STOP`) for longer than the pipe's
+            // few messages a read takes cover, the watchdog may hold an old deadline while
+            // newer ones wait in the pipe: it read them first (it killed a group whose lock was
+            // still held: found by review).
+            if poll_input(Some(libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            })) > 0
+            {
+                return true;
+            }
             kill_group();
         }
-        Duration::from_nanos(d - now)
-    });
+        timeout = Some(Duration::from_nanos(d - now));
+    }
     let ts = timeout.map(|t| libc::timespec {
         tv_sec: t.as_secs() as libc::time_t,
         tv_nsec: t.subsec_nanos() as libc::c_long,
     });
-    let mut pfd = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd and an optional timespec, both in this frame.
-    let n = unsafe {
-        libc::ppoll(
-            &mut pfd,
-            1,
-            ts.as_ref().map_or(std::ptr::null(), |t| t as *const _),
-            std::ptr::null(),
-        )
-    };
-    match n {
+    match poll_input(ts) {
         0 => false, // the deadline: checked on the next call
         n if n < 0 => {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
@@ -309,6 +307,24 @@ fn wait_for_input(deadline: Option<u64>) -> bool {
             kill_group();
         }
         _ => true,
+    }
+}
+
+/// `ppoll` of the pipe (stdin) for input, at most `timeout` (`None`: no limit).
+fn poll_input(timeout: Option<libc::timespec>) -> libc::c_int {
+    let mut pfd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd and an optional timespec, both in this frame.
+    unsafe {
+        libc::ppoll(
+            &mut pfd,
+            1,
+            timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
+            std::ptr::null(),
+        )
     }
 }
 
