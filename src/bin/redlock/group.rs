@@ -225,6 +225,11 @@ impl Watchdog {
                 libc::poll(&mut pfd, 1, REAP_WAIT_MS);
             }
         }
+        // Whatever is still in the group — a process the scan of /proc missed (one forked
+        // behind the scan's position by a member that exited before the scan reached it: found
+        // by review) — dies before the lock is released. The group's ID is still the unreaped
+        // watchdog's, so it names no other group.
+        signal_group(self.child.id() as libc::pid_t, libc::SIGKILL);
         let _ = self.child.try_wait();
     }
 }
