@@ -12,11 +12,12 @@
 //! token gone — by too many of the nodes that back it, or no time left for another attempt),
 //! whose validity runs out first, or which reaches the extension limit is marked lost at once:
 //! [`KeepAlive::is_held`] turns false (an atomic load and a clock read) and waiters in
-//! [`KeepAlive::wait_lost`] wake up. The engine then releases it on the nodes and waits for
-//! their replies (bounded by the node timeout), and only then hands the
-//! [`KeepAlive::on_lost`] callback to the handle's callback thread, so that callbacks never run
-//! on the engine's loop: a callback may block or call back into the library without holding up
-//! the renewal of other locks.
+//! [`KeepAlive::wait_lost`] wake up, and the [`KeepAlive::on_lost`] callback goes to the
+//! handle's callback thread, so that callbacks never run on the engine's loop: a callback may
+//! block or call back into the library without holding up the renewal of other locks. The
+//! engine does not release a lost lock: its keys stay on the nodes until the holder, which may
+//! still be at work within the validity it was given, ends it (a release, a drop) — or until
+//! they expire.
 //!
 //! Unlike Redisson's watchdog, which keeps renewing but never tells the holder when renewal
 //! fails, a lost lock is always reported — and never later than its validity deadline, because
@@ -27,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, WithLockError};
 use crate::handle::Redlock;
-use crate::kept::Kept;
+use crate::kept::{Ended, Kept};
 use crate::lock::Lock;
 use crate::round::deadline_after;
 
@@ -43,7 +44,8 @@ use crate::round::deadline_after;
 /// back it, or no time left for another attempt), whose validity runs out first, or which
 /// reaches that limit is lost:
 /// [`is_held`](KeepAlive::is_held) turns false, [`wait_lost`](KeepAlive::wait_lost) returns, the
-/// lock is released on the nodes, then the [`on_lost`](KeepAlive::on_lost) callback runs.
+/// [`on_lost`](KeepAlive::on_lost) callback runs; the lock stays on the nodes until this holder
+/// releases it (or drops this) or it expires.
 ///
 /// ```no_run
 /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
@@ -85,9 +87,10 @@ impl KeepAlive {
     }
 
     /// When the engine marked the lock lost (a renewal that failed, its validity over, the
-    /// extension bound), or the holder ended it; `None` before. The engine takes this instant
-    /// before it sends the lost lock's release, so that release lets no rival in before it; a
-    /// rival may still win once the validity has run out, which the engine may notice later.
+    /// extension bound), or the holder ended it; `None` before. The engine does not release a
+    /// lost lock (its holder does, when it ends it), so no rival is let in before this by a
+    /// release; a rival may still win once the validity has run out, which the engine may
+    /// notice later.
     /// The holder's thread or task learns of a loss when it is next scheduled, later still. So a
     /// record of who held what ends the hold at the earliest of this,
     /// [`lock`](Self::lock)`().valid_until()` and the moment the holder noticed.
@@ -177,12 +180,12 @@ impl KeepAlive {
     /// Dropping does nothing more after.
     pub(crate) fn end(&mut self) -> Result<(Lock, bool), Error> {
         self.done = true;
-        let lost = self.kept.is_lost();
         let lock = self.kept.lock();
-        if !self.kept.end_by_holder() {
-            return Err(Error::Expired { released: 0 });
+        match self.kept.end_by_holder() {
+            Ended::Held => Ok((lock, false)),
+            Ended::Lost => Ok((lock, true)),
+            Ended::Nothing => Err(Error::Expired { released: 0 }),
         }
-        Ok((lock, lost))
     }
 
     pub(crate) fn kept(&self) -> &Arc<Kept> {
@@ -192,7 +195,7 @@ impl KeepAlive {
 
 impl Drop for KeepAlive {
     fn drop(&mut self) {
-        if !self.done && self.kept.end_by_holder() {
+        if !self.done && self.kept.end_by_holder().releases() {
             self.redlock.unlock_nowait(self.kept.lock());
         }
     }

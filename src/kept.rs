@@ -27,6 +27,24 @@ struct Notice {
     settled: bool,
 }
 
+/// How a holder's end of a kept lock ([`Kept::end_by_holder`]) found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Held: the holder releases it.
+    Held,
+    /// Lost, its keys left on the nodes for the holder: the holder releases them (once).
+    Lost,
+    /// Nothing to release (ended before).
+    Nothing,
+}
+
+impl Ended {
+    /// The holder is to release the lock's keys.
+    pub fn releases(self) -> bool {
+        self != Ended::Nothing
+    }
+}
+
 /// One kept lock.
 pub(crate) struct Kept {
     epoch: Instant,
@@ -161,7 +179,7 @@ impl Kept {
         lock
     }
 
-    /// When it was marked lost (or ended by the holder): before the engine sent its release.
+    /// When it was marked lost (or ended by the holder).
     /// `None` while not marked; set before `is_lost` turns true.
     pub fn lost_at(&self) -> Option<Instant> {
         self.stamped(self.lost_ns.load(Ordering::Acquire))
@@ -193,16 +211,22 @@ impl Kept {
     }
 
     /// Marks the lock lost and wakes waiters; false if it already was (lost, or ended by its
-    /// holder). The callback is not run here: see [`Kept::settle`].
-    pub fn mark_lost(&self, why: Error) -> bool {
+    /// holder). `owed`: its keys are left on the nodes for the holder to release (the engine's
+    /// loss; see [`Kept::leave_to_holder`]). The callback is not run here: see
+    /// [`Kept::settle`].
+    pub fn mark_lost(&self, why: Error, owed: bool) -> bool {
         let mut reason = self.reason();
-        // Every writer of `lost` holds `reason`: the instant is stored first, so that whoever
-        // sees `is_lost()` also sees `lost_at()`.
+        // Every writer of `lost` holds `reason`: the instant and `owed` are stored first, so
+        // that whoever sees `is_lost()` also sees `lost_at()` — and a holder that ends the lock
+        // the moment it learns of the loss (`end_by_holder`, under `reason` too) finds the keys
+        // owed to it (they were once set owed after the wake-up, and a holder woken first
+        // released nothing: found by review).
         if self.lost.load(Ordering::Acquire) {
             return false;
         }
         self.lost_ns
             .store(self.stamp(Instant::now()), Ordering::Release);
+        self.owed.store(owed, Ordering::Release);
         self.lost.store(true, Ordering::Release);
         *reason = Some(why);
         drop(reason);
@@ -220,7 +244,7 @@ impl Kept {
         self.wakers.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// Records that the lock's end is settled (its release is over); returns the callback set
+    /// Records that the lock's end is settled (lost, or ended by the holder); returns the callback set
     /// so far. A callback set from now on is handed to the callback thread at once by
     /// [`Kept::on_lost`].
     pub fn settle(&self) -> Option<Callback> {
@@ -230,22 +254,22 @@ impl Kept {
     }
 
     /// The holder ends the lock (a release, a drop): no callback runs, and the engine stops
-    /// renewing it. True if the holder is to release it on the nodes: it was held — or it was
-    /// lost and its keys were left for the holder (`owed`; once). False once it was released
-    /// for the holder already (or ended before).
-    pub fn end_by_holder(&self) -> bool {
-        if !self.mark_lost(Error::Expired { released: 0 }) {
-            return self.owed.swap(false, Ordering::AcqRel);
+    /// renewing it. What the holder is to do on the nodes: see [`Ended`].
+    pub fn end_by_holder(&self) -> Ended {
+        if self.mark_lost(Error::Expired { released: 0 }, false) {
+            drop(self.settle());
+            return Ended::Held;
         }
-        drop(self.settle());
-        true
+        match self.owed.swap(false, Ordering::AcqRel) {
+            true => Ended::Lost,
+            false => Ended::Nothing,
+        }
     }
 
-    /// Lost (marked by the engine): its keys stay on the nodes until the holder ends it — the
-    /// holder may still be at work, and the validity it was given still protects it — or until
-    /// they expire. The callback goes to the callback thread now.
+    /// Lost (marked by the engine with its keys owed to the holder: they stay on the nodes
+    /// until the holder ends it — it may still be at work, and the validity it was given still
+    /// protects it — or until they expire): the callback goes to the callback thread now.
     pub fn leave_to_holder(&self) {
-        self.owed.store(true, Ordering::Release);
         self.settle_loss();
     }
 
@@ -414,11 +438,37 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_dropped_waiter_leaves_no_waker_behind() {
+    fn kept() -> Kept {
         let token = Token::from_bytes(b"t").unwrap();
         let lock = Lock::new(b"job", token, Instant::now() + Duration::from_secs(60));
-        let kept = Kept::new(lock, Arc::new(Callbacks::default()), &[]);
+        Kept::new(lock, Arc::new(Callbacks::default()), &[])
+    }
+
+    /// A lock the engine found lost is the holder's to release, once; a holder woken by the
+    /// loss finds it so at once (`owed` is set with `lost`, under the same lock: it was set
+    /// after the wake-up, and a holder woken first released nothing).
+    #[test]
+    fn a_lost_lock_is_the_holders_to_release_once() {
+        let held = kept();
+        assert_eq!(held.end_by_holder(), Ended::Held);
+        assert_eq!(held.end_by_holder(), Ended::Nothing);
+        let lost = Arc::new(kept());
+        let waiter = {
+            let lost = lost.clone();
+            std::thread::spawn(move || {
+                let why = lost.wait_lost(Instant::now() + Duration::from_secs(10));
+                assert!(why.is_some());
+                lost.end_by_holder()
+            })
+        };
+        assert!(lost.mark_lost(Error::Expired { released: 0 }, true));
+        assert_eq!(waiter.join().unwrap(), Ended::Lost);
+        assert_eq!(lost.end_by_holder(), Ended::Nothing, "once");
+    }
+
+    #[test]
+    fn a_dropped_waiter_leaves_no_waker_behind() {
+        let kept = kept();
         // A thousand tasks, one after another, each waiting a while and giving up.
         for _ in 0..1000 {
             let waker = Waker::from(Arc::new(Count(AtomicUsize::new(0))));
@@ -435,7 +485,7 @@ mod tests {
         b.register(&waker);
         drop(a);
         assert_eq!(kept.waiters(), 1);
-        assert!(kept.mark_lost(Error::Expired { released: 0 }));
+        assert!(kept.mark_lost(Error::Expired { released: 0 }, false));
         assert_eq!(count.0.load(Ordering::SeqCst), 1);
         assert!(b.register(&waker), "lost");
     }

@@ -285,7 +285,7 @@ impl<N: Net> Engine<N> {
         // still at work, with no `on_lost` callback (found by review; `tests/keep.rs`).
         if closing {
             for kept in std::mem::take(&mut self.keeps.locks) {
-                if kept.end_by_holder() {
+                if kept.end_by_holder().releases() {
                     let (resource, token) = (kept.base().resource(), *kept.base().token());
                     self.submit(ReqKind::Release, resource, &token, Waiter::None, now);
                 }

@@ -3,8 +3,8 @@
 //! node). A lost renewal is tried again after a doubling backoff while the nodes that back the
 //! lock's validity and did not refuse still make a quorum, and another attempt can be decided
 //! with half the renewal margin left (see [`Keeps::retry_after`]); a lock whose renewal cannot
-//! win any more, or whose validity ends, is marked lost, released on every node, and its
-//! callback runs once that release is over.
+//! win any more, or whose validity ends, is marked lost and its callback runs; its keys are
+//! left for the holder to release when it ends the lock (`Engine::lose_keeps`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -71,7 +71,7 @@ impl Keeps {
         while i < self.locks.len() {
             let kept = &self.locks[i];
             if kept.is_lost() {
-                // Lost (its release is under way) or ended by the holder: not ours any more.
+                // Lost (its keys left to the holder) or ended by the holder: not ours any more.
                 self.locks.swap_remove(i);
                 continue;
             }
@@ -249,7 +249,7 @@ impl<N: Net> Engine<N> {
     fn lose_keeps(&mut self) {
         let mut lost = std::mem::take(&mut self.keeps.lost);
         for (kept, why) in lost.drain(..) {
-            if !kept.mark_lost(why.clone()) {
+            if !kept.mark_lost(why.clone(), true) {
                 continue;
             }
             #[cfg(feature = "log")]

@@ -2328,7 +2328,7 @@ impl World {
                     let end = self.belief_end(c, kp.kept.valid_until(), self.g);
                     self.believed(c, kp.res, start, end, kp.fence);
                 }
-                if kp.kept.end_by_holder() {
+                if kp.kept.end_by_holder().releases() {
                     let (res, token) = (kp.res, *kp.kept.base().token());
                     let id = self.submit(c, ReqKind::Release, res, &token, now);
                     self.log(|| format!("client {c} releases kept {res}"));
