@@ -86,8 +86,7 @@ impl Lookup {
             return Ok(SocketAddr::new(ip, self.port));
         }
         let waited = std::mem::replace(&mut self.waited, true);
-        let (lock, changed) = &*self.state;
-        let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.lock();
         if let Some(why) = state.error.take() {
             return Err(NodeFault::Resolve(why));
         }
@@ -112,7 +111,7 @@ impl Lookup {
             if left.is_zero() {
                 return Err(NodeFault::Resolve("no answer from the resolver yet".into()));
             }
-            state = changed
+            state = (self.state.1)
                 .wait_timeout(state, left)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
