@@ -356,6 +356,38 @@ fn a_minority_left_blank_is_repaired_without_a_floor() {
     assert!(lock.fence().unwrap() > last);
 }
 
+/// A repair that goes ahead on the others leaves a blank counter inside its seed window blank:
+/// an acquire that began before that server's restart may still be writing its fence back to
+/// the others, and a counter seeded below it would let a later acquire hand the same fence out
+/// again. It was written (seeded at the value) while its report said "held back" (found by
+/// review).
+#[test]
+fn a_repair_leaves_a_counter_in_its_seed_window_blank() {
+    let mut servers = Cluster::start(5);
+    let ttl = Duration::from_secs(1);
+    let mut a = fenced(&servers, ttl);
+    let lock = a.try_lock("w").unwrap();
+    let last = lock.fence().unwrap();
+    a.unlock(lock).unwrap();
+    servers[4].restart();
+    // A 30 s window: node 4, just restarted, is inside it.
+    let done = repairer(&servers, Duration::from_secs(30))
+        .repair_fences(FenceFloor::SeededQuorum, Duration::from_secs(2))
+        .expect("repaired on the four others");
+    assert!(
+        matches!(done.nodes[4].fault, Some(NodeFault::SeedWindow(_))),
+        "{done}"
+    );
+    assert_eq!(done.nodes[4].after, None, "{done}");
+    assert!(done.repaired >= 3, "{done}");
+    assert!(done.value <= last, "{done}");
+    assert_eq!(
+        raw_counter(&servers, 4),
+        None,
+        "node 4 seeded inside its window"
+    );
+}
+
 /// Fewer than a quorum reachable (two killed, one frozen past the timeout): a typed error
 /// naming every node that failed, and nothing written on the two that answered. A handle
 /// without fencing cannot repair at all.
