@@ -314,44 +314,46 @@ impl fmt::Debug for NodeAddr {
     }
 }
 
-/// Masks the password part of an address for messages.
-pub(crate) fn redact(address: &str) -> String {
-    let Some(scheme_end) = address.find("://") else {
-        return address.to_owned();
+/// Masks the password part of an address for messages: any `password=` parameter's value, up
+/// to the next `&`, then everything between the scheme (or the start) and the **last** `@` but
+/// the user name. An address is quoted because it is wrong, so nothing here trusts its shape: a
+/// password may hold an unencoded `/`, `?`, `@` or `,`, or the scheme may be missing. Masking
+/// too much is harmless; a byte too few is a leaked password.
+///
+/// ```
+/// use redlock_mux::addr::redact;
+///
+/// assert_eq!(redact("redis://u:pass/word@h:1"), "redis://u:***@h:1");
+/// assert_eq!(redact("rediss://h:1?password=pw&db=2"), "rediss://h:1?password=***&db=2");
+/// ```
+pub fn redact(address: &str) -> String {
+    const PARAM: &str = "password=";
+    let mut masked = String::with_capacity(address.len());
+    let mut rest = address;
+    while let Some(i) = rest.find(PARAM) {
+        let is_param = rest[..i].ends_with(['?', '&']);
+        masked.push_str(&rest[..i + PARAM.len()]);
+        rest = &rest[i + PARAM.len()..];
+        if is_param {
+            masked.push_str("***");
+            rest = &rest[rest.find('&').unwrap_or(rest.len())..];
+        }
+    }
+    masked.push_str(rest);
+    let start = masked.find("://").map_or(0, |i| i + 3);
+    let Some(at) = masked[start..].rfind('@').map(|at| start + at) else {
+        return masked;
     };
-    let rest = &address[scheme_end + 3..];
-    let mut out = address[..scheme_end + 3].to_owned();
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rfind('@') {
-        Some(at) => {
-            let userinfo = &authority[..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str("***"),
-            }
-            out.push_str(&authority[at..]);
+    let userinfo = &masked[start..at];
+    let mut out = masked[..start].to_owned();
+    match userinfo.find(':') {
+        Some(colon) => {
+            out.push_str(&userinfo[..colon]);
+            out.push_str(":***");
         }
-        None => out.push_str(authority),
+        None => out.push_str("***"),
     }
-    // Query parameters may carry a password too.
-    match tail.find('?') {
-        Some(q) => {
-            out.push_str(&tail[..=q]);
-            let params: Vec<String> = tail[q + 1..]
-                .split('&')
-                .map(|p| match p.split_once('=') {
-                    Some(("password", _)) => "password=***".to_owned(),
-                    _ => p.to_owned(),
-                })
-                .collect();
-            out.push_str(&params.join("&"));
-        }
-        None => out.push_str(tail),
-    }
+    out.push_str(&masked[at..]);
     out
 }
 
@@ -732,5 +734,35 @@ mod tests {
         assert!(!format!("{a:?}").contains("topsecret"));
         assert!(!format!("{a}").contains("topsecret"));
         assert!(format!("{a:?}").contains("<redacted>"));
+    }
+
+    #[test]
+    fn a_quoted_address_never_shows_its_password_whatever_it_holds() {
+        // Each is wrong (that is why it is quoted), and its password holds a byte the
+        // parser splits at, or the scheme is missing.
+        for (address, secret) in [
+            ("redis://:Zm9v/YmFy@10.0.0.1:6379", "Zm9v/YmFy"),
+            ("u:s3cret@h:6379", "s3cret"),
+            ("redis://u:se?cret@h", "se?cret"),
+            ("redis://u:a@b@h:99999", "a@b"),
+            ("redis://h:99999?password=x@y&db=1", "x@y"),
+            ("redis://h?db=x&password=hunter2", "hunter2"),
+        ] {
+            let e = NodeAddr::parse(address).expect_err(address);
+            let text = e.quoting(address).to_string();
+            assert!(!text.contains(secret), "{text}");
+            assert!(text.contains("***"), "{text}");
+        }
+        // What is not a secret stays readable.
+        assert_eq!(
+            redact("redis://u:pw@h:1/2?db=3"),
+            "redis://u:***@h:1/2?db=3"
+        );
+        assert_eq!(
+            redact("redis://h:1?password=pw&db=3"),
+            "redis://h:1?password=***&db=3"
+        );
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("h:1"), "h:1");
     }
 }

@@ -974,6 +974,46 @@ fn bad_address_duration_or_flag_gives_64() {
     }
 }
 
+/// A server list written the wrong way, or an address that does not parse, is quoted back to
+/// help — without its password, whatever the password holds (found by review: the hints
+/// echoed the URLs whole, and a password with `/` was not masked).
+#[test]
+fn usage_errors_quoting_servers_never_show_their_passwords() {
+    let cases: &[(&[&str], Option<&str>)] = &[
+        (
+            &[
+                "--server",
+                "redis://:pw1@a:1,redis://:pw1@b:1",
+                "status",
+                "j",
+            ],
+            None,
+        ),
+        (
+            &["status", "j"],
+            Some("redis://u:pw1@a:1 redis://u:pw1@b:1"),
+        ),
+        (
+            &["--server", "redis://:pw1/x@127.0.0.1:1", "status", "j"],
+            None,
+        ),
+    ];
+    for (args, env) in cases {
+        let mut c = Command::new(BIN);
+        c.env_remove("REDLOCK_SERVERS")
+            .stdin(Stdio::null())
+            .args(*args);
+        if let Some(env) = env {
+            c.env("REDLOCK_SERVERS", env);
+        }
+        let o = output(&mut c);
+        assert_code(&o, 64);
+        let err = stderr(&o);
+        assert!(!err.contains("pw1"), "{args:?}: {err}");
+        assert!(err.contains("***"), "{args:?}: {err}");
+    }
+}
+
 /// Issue 35: a name in the namespace the library keeps for its own keys (`redlock:`) is refused
 /// by every subcommand that locks, extends or releases, with the prefix named, before anything
 /// is sent (before the fix `acquire redlock:waiting:x` took it, and a release of `x` by any

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 // A flag's variable takes 1/0, yes/no, true/false, on/off.
 use clap::builder::BoolishValueParser;
+use redlock_mux::addr::redact;
 use redlock_mux::{
     Builder, Error, Lock, LockVote, NodeFault, NodeStatus, NodeVote, Redlock, Report, Resource,
 };
@@ -333,11 +334,11 @@ impl Servers {
                         exit::USAGE,
                         format!(
                             "--server takes one URL, and {} holds {}: write {}",
-                            shorten(s, URL_SHOWN),
+                            shorten(&redact(s), URL_SHOWN),
                             parts.len(),
                             parts
                                 .iter()
-                                .map(|p| format!("--server {p}"))
+                                .map(|p| format!("--server {}", redact(p)))
                                 .collect::<Vec<_>>()
                                 .join(" ")
                         ),
@@ -353,7 +354,11 @@ impl Servers {
                 exit::USAGE,
                 format!(
                     "REDLOCK_SERVERS is comma separated: write REDLOCK_SERVERS={}",
-                    spaced.join(",")
+                    spaced
+                        .iter()
+                        .map(|p| redact(p))
+                        .collect::<Vec<_>>()
+                        .join(",")
                 ),
             ));
         }
