@@ -176,6 +176,8 @@ impl From<Duration> for Quarantine {
 /// The per-node timeout with none configured: this share of the TTL (5 %, the reference's
 /// "small compared to the TTL")…
 const NODE_TIMEOUT_SHARE: u32 = 20;
+/// A kept lock is renewed at most this many times per TTL ([`Config::check_renewals`]).
+const RENEWALS_PER_TTL_MAX: u32 = 20;
 /// …but at most this: a healthy node on a LAN answers in well under a millisecond, and a
 /// timeout is paid in full by every attempt that needs the slow node's vote.
 const MAX_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -291,6 +293,29 @@ impl Config {
         crate::keys::check_name(resource)
     }
 
+    /// Whether kept locks can be renewed: between the round that renews a lock and the next
+    /// renewal due, at least a twentieth of the TTL. With less — `renew_fraction` 0.99 with the
+    /// default drift, 0.6 with a drift factor of 0.4, a TTL of a few ms — each renewal falls
+    /// due as soon as the one before it is decided: extends back to back, a round trip apart,
+    /// until `max_extensions` ends the lock.
+    fn check_renewals(&self) -> Result<(), Error> {
+        let drift = RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let renew_left = self.ttl.mul_f64(self.renew_fraction);
+        let between = self.ttl.saturating_sub(drift).saturating_sub(renew_left);
+        if between < self.ttl / RENEWALS_PER_TTL_MAX {
+            return Err(Error::Config(format!(
+                "renew fraction {} with ttl {} and its drift allowance {} leaves {} between a \
+                 kept lock's renewals, under a {RENEWALS_PER_TTL_MAX}th of the ttl: lower the \
+                 renew fraction (or the drift factor), or raise the ttl",
+                self.renew_fraction,
+                Human(self.ttl),
+                Human(drift),
+                Human(between),
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
         self.check_ttl(ttl)?;
         let longest = self.longest_ttl();
@@ -342,6 +367,7 @@ impl Config {
                 self.renew_fraction
             ));
         }
+        self.check_renewals()?;
         let hour = MAX_TIMEOUT_SETTING;
         for (name, value) in [
             ("retry delay", self.retry_delay),
@@ -376,6 +402,29 @@ impl Config {
         }
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
+        }
+        let validity =
+            self.ttl - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        if self.min_validity >= validity {
+            // Every acquire and extend at the TTL would end `TooSlow`, and `lock` wait its
+            // whole budget for nothing.
+            return bad(format!(
+                "minimum validity {} is not below the validity a lock of ttl {} can have ({}, \
+                 the ttl less the drift allowance): no lock could ever be acquired",
+                Human(self.min_validity),
+                Human(self.ttl),
+                Human(validity)
+            ));
+        }
+        if let Some(name) = &self.client_name
+            && (name.is_empty() || !name.bytes().all(|b| (b'!'..=b'~').contains(&b)))
+        {
+            // The server refuses such a name, and with it every handshake: no node would
+            // ever connect.
+            return bad(format!(
+                "client name {name:?} must be printable ASCII without spaces (redis-server \
+                 refuses others in CLIENT SETNAME)"
+            ));
         }
         if let Some(max) = self.max_ttl {
             self.check_ttl(max)?;
@@ -419,11 +468,24 @@ impl Config {
 ///     .build()?;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Builder {
     servers: Vec<String>,
     config: Config,
     tls: TlsDefaults,
+}
+
+/// The servers' passwords masked ([`redact`]), as [`NodeAddr`]'s own `Debug` does: a builder
+/// is what a service logs when its configuration is wrong.
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let servers: Vec<String> = self.servers.iter().map(|s| redact(s)).collect();
+        f.debug_struct("Builder")
+            .field("servers", &servers)
+            .field("config", &self.config)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl Builder {
@@ -496,7 +558,8 @@ impl Builder {
         self
     }
     /// Least validity a successful acquisition must leave; an attempt that leaves less counts
-    /// as not acquired ([`Error::TooSlow`]). Default 0; at most an hour.
+    /// as not acquired ([`Error::TooSlow`]). Default 0; at most an hour, and below the TTL
+    /// less its drift allowance (else no lock could be acquired).
     pub fn min_validity(mut self, v: Duration) -> Builder {
         self.config.min_validity = v;
         self
@@ -509,7 +572,9 @@ impl Builder {
         self
     }
     /// Kept locks ([`Redlock::keep`](crate::Redlock::keep)) are extended when this fraction of
-    /// the TTL is left. Default 1/3; above 0 and below 1.
+    /// the TTL is left. Default 1/3; above 0 and below 1, and leaving at least a twentieth of
+    /// the TTL between one renewal and the next (`fraction + drift_factor + 2 ms / ttl ≤ 0.95`),
+    /// or a kept lock would be renewed back to back.
     pub fn renew_fraction(mut self, fraction: f64) -> Builder {
         self.config.renew_fraction = fraction;
         self
@@ -527,7 +592,8 @@ impl Builder {
         self
     }
     /// A name sent with `CLIENT SETNAME` in the handshake (shown by `CLIENT LIST`). Default
-    /// none.
+    /// none; printable ASCII without spaces, as redis-server requires (it refuses the whole
+    /// handshake otherwise).
     pub fn client_name(mut self, name: impl Into<String>) -> Builder {
         self.config.client_name = Some(name.into());
         self
@@ -760,5 +826,56 @@ mod tests {
             text.contains("ttl 0 ms must be from 1 ms to 2147483647 ms"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn settings_under_which_nothing_could_work_are_refused_at_build() {
+        let b = || Builder::new(["redis://127.0.0.1:1"]);
+        // Every acquire would end TooSlow: validity at most 30 s - 302 ms.
+        let e = b()
+            .min_validity(Duration::from_secs(30))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("minimum validity 30 s"), "{e}");
+        assert!(b().min_validity(Duration::from_secs(29)).build().is_ok());
+        // redis-server refuses these in CLIENT SETNAME, and so every handshake.
+        for name in ["billing worker", "a\nb", "", "caf\u{e9}"] {
+            let e = b().client_name(name).build().unwrap_err();
+            assert!(e.to_string().contains("client name"), "{name:?}: {e}");
+        }
+        assert!(b().client_name("billing-worker:7").build().is_ok());
+    }
+
+    #[test]
+    fn a_renewal_schedule_that_would_renew_back_to_back_is_refused() {
+        let b = || Builder::new(["redis://127.0.0.1:1"]);
+        // Due at once after each renewal: 30 s - 302 ms - 29.7 s < 1.5 s.
+        let e = b().renew_fraction(0.99).build().unwrap_err();
+        assert!(
+            e.to_string().contains("between a kept lock's renewals"),
+            "{e}"
+        );
+        assert!(b().drift_factor(0.4).renew_fraction(0.6).build().is_err());
+        assert!(b().ttl(Duration::from_millis(3)).build().is_err());
+        // Room enough: 30 s - 302 ms - 27 s; 4 s - 42 ms - 3.6 s; 50 ms - 2.5 ms - 16.7 ms.
+        assert!(b().renew_fraction(0.9).build().is_ok());
+        assert!(
+            b().ttl(Duration::from_secs(4))
+                .renew_fraction(0.9)
+                .build()
+                .is_ok()
+        );
+        assert!(b().ttl(Duration::from_millis(50)).build().is_ok());
+    }
+
+    #[test]
+    fn a_builder_never_prints_a_password() {
+        let b = Builder::new(["redis://u:topsecret@h:1", "redis://:pa/ss@h:2"]);
+        let text = format!("{b:?}");
+        assert!(
+            !text.contains("topsecret") && !text.contains("pa/ss"),
+            "{text}"
+        );
+        assert!(text.contains("redis://u:***@h:1"), "{text}");
     }
 }
