@@ -205,7 +205,9 @@ impl Conn {
                 // moved node is found again.
                 let lookup = self.lookup.as_mut().expect("a TCP node has a lookup");
                 let wait = crate::resolve::FIRST_WAIT.min(self.session.connect_timeout());
-                let addr = lookup.address(wait)?;
+                // A connection that failed before it proved itself: the name's next address
+                // (one of `localhost`'s may refuse).
+                let addr = lookup.address(wait, self.session.last_unproven())?;
                 let tcp = TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?;
                 match &self.tls {
                     None => Stream::Tcp(tcp),

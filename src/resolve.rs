@@ -4,12 +4,17 @@
 //! tries, times name servers when one is slow or down. Run on the engine's loop it stalled
 //! every node — replies, renewals, timeouts — for that long (found by review). So each node's
 //! host is looked up on a thread of its own, from the moment the client is built (all nodes at
-//! once), and a connection connects to the last address found. Only the first connect of a
+//! once), and a connection connects to an address of the last list found. Only the first connect of a
 //! node may wait for it, [`FIRST_WAIT`] at most, once in the client's life; without an answer
 //! by then it fails as a refused connect does, and the session's backoff brings the next try,
 //! which never waits. Every later connect uses the address at once while a fresh lookup runs
 //! behind it for the connect after (a node that moved is found again one reconnect later, as
 //! a connect to its old address fails).
+//!
+//! A name may have several addresses (`localhost`: `::1` and `127.0.0.1`, a dual-stack host),
+//! of which some refuse (a server bound to IPv4 only). A connection that failed before it
+//! proved itself moves the next connect on to the next address, round the list, as
+//! `TcpStream::connect` tries each in turn; one that worked keeps its address.
 //!
 //! IP literals (`127.0.0.1`, `::1`) need no lookup.
 
@@ -22,22 +27,31 @@ use crate::error::NodeFault;
 /// How long the first connect of a host name waits for its lookup on the engine's thread.
 pub(crate) const FIRST_WAIT: Duration = Duration::from_millis(100);
 
-/// Resolves a host and port to one address (blocking: run off the loop).
-pub(crate) type ResolveFn = fn(&str, u16) -> Result<SocketAddr, String>;
+/// Resolves a host and port to its addresses, at least one (blocking: run off the loop).
+pub(crate) type ResolveFn = fn(&str, u16) -> Result<Vec<SocketAddr>, String>;
 
-/// The system's resolver: the first address of `host:port`.
-pub(crate) fn system(host: &str, port: u16) -> Result<SocketAddr, String> {
-    (host, port)
+/// At most this many addresses of one name are kept.
+const MAX_ADDRESSES: usize = 16;
+
+/// The system's resolver: the addresses of `host:port`, in its order of preference.
+pub(crate) fn system(host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let found: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
         .map_err(|e| e.to_string())?
-        .next()
-        .ok_or_else(|| "no address".to_owned())
+        .take(MAX_ADDRESSES)
+        .collect();
+    if found.is_empty() {
+        return Err("no address".to_owned());
+    }
+    Ok(found)
 }
 
 #[derive(Default)]
 struct State {
-    /// The last address found.
-    addr: Option<SocketAddr>,
+    /// The last addresses found (empty: none yet).
+    addrs: Vec<SocketAddr>,
+    /// The one connected to last, in `addrs`.
+    at: usize,
     /// Why the last lookup failed, while no address was ever found (told once, then the next
     /// connect looks again).
     error: Option<String>,
@@ -79,14 +93,18 @@ impl Lookup {
         self.state.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The address to connect to now. Waits `first_wait` at most, and only at the first call
-    /// while no address has been found yet.
-    pub fn address(&mut self, first_wait: Duration) -> Result<SocketAddr, NodeFault> {
+    /// The address to connect to now: the one connected to last, or with `next` (the last
+    /// connection failed before it proved itself) the one after it in the list. Waits
+    /// `first_wait` at most, and only at the first call while no address has been found yet.
+    pub fn address(&mut self, first_wait: Duration, next: bool) -> Result<SocketAddr, NodeFault> {
         if let Some(ip) = self.ip {
             return Ok(SocketAddr::new(ip, self.port));
         }
         let waited = std::mem::replace(&mut self.waited, true);
         let mut state = self.lock();
+        if next && !state.addrs.is_empty() {
+            state.at = (state.at + 1) % state.addrs.len();
+        }
         if let Some(why) = state.error.take() {
             return Err(NodeFault::Resolve(why));
         }
@@ -99,14 +117,14 @@ impl Lookup {
                 return self.here();
             }
         }
-        if let Some(addr) = state.addr {
+        if let Some(&addr) = state.addrs.get(state.at) {
             return Ok(addr);
         }
         if waited {
             return Err(NodeFault::Resolve("no answer from the resolver yet".into()));
         }
         let give_up = Instant::now() + first_wait;
-        while state.addr.is_none() && state.error.is_none() {
+        while state.addrs.is_empty() && state.error.is_none() {
             let left = give_up.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(NodeFault::Resolve("no answer from the resolver yet".into()));
@@ -116,8 +134,8 @@ impl Lookup {
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        match state.addr {
-            Some(addr) => Ok(addr),
+        match state.addrs.get(state.at) {
+            Some(&addr) => Ok(addr),
             None => Err(NodeFault::Resolve(state.error.take().unwrap_or_default())),
         }
     }
@@ -136,10 +154,11 @@ impl Lookup {
                 let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
                 state.running = false;
                 match found {
-                    Ok(addr) => state.addr = Some(addr),
-                    // A failed refresh keeps the address found before.
-                    Err(why) if state.addr.is_none() => state.error = Some(why),
-                    Err(_) => {}
+                    Ok(addrs) if !addrs.is_empty() => state.found(addrs),
+                    // A failed refresh keeps the addresses found before.
+                    Ok(_) if state.addrs.is_empty() => state.error = Some("no address".into()),
+                    Err(why) if state.addrs.is_empty() => state.error = Some(why),
+                    Ok(_) | Err(_) => {}
                 }
                 changed.notify_all();
             })
@@ -147,9 +166,26 @@ impl Lookup {
     }
 
     fn here(&self) -> Result<SocketAddr, NodeFault> {
-        let addr = (self.resolve)(&self.host, self.port).map_err(NodeFault::Resolve)?;
-        self.lock().addr = Some(addr);
-        Ok(addr)
+        let addrs = (self.resolve)(&self.host, self.port).map_err(NodeFault::Resolve)?;
+        let mut state = self.lock();
+        if addrs.is_empty() {
+            return Err(NodeFault::Resolve("no address".into()));
+        }
+        state.found(addrs);
+        Ok(state.addrs[state.at])
+    }
+}
+
+impl State {
+    /// A lookup's answer (not empty): the address connected to last stays current if the new
+    /// list still has it, else the list's first.
+    fn found(&mut self, mut addrs: Vec<SocketAddr>) {
+        addrs.truncate(MAX_ADDRESSES);
+        let current = self.addrs.get(self.at).copied();
+        self.at = current
+            .and_then(|c| addrs.iter().position(|&a| a == c))
+            .unwrap_or(0);
+        self.addrs = addrs;
     }
 }
 
@@ -164,7 +200,7 @@ mod tests {
     static GATE: Mutex<Option<mpsc::Receiver<()>>> = Mutex::new(None);
     static ANSWERS: AtomicUsize = AtomicUsize::new(0);
 
-    fn gated(_host: &str, port: u16) -> Result<SocketAddr, String> {
+    fn gated(_host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
         let gate = GATE
             .lock()
             .unwrap()
@@ -173,7 +209,10 @@ mod tests {
         gate.recv().map_err(|_| "gate closed".to_owned())?;
         let n = ANSWERS.fetch_add(1, Ordering::SeqCst) + 1;
         *GATE.lock().unwrap() = Some(gate);
-        Ok(SocketAddr::new(IpAddr::from([10, 0, 0, n as u8]), port))
+        Ok(vec![SocketAddr::new(
+            IpAddr::from([10, 0, 0, n as u8]),
+            port,
+        )])
     }
 
     fn until(what: &str, mut done: impl FnMut() -> bool) {
@@ -194,28 +233,59 @@ mod tests {
         // The first connect: the resolver does not answer, the caller gets a fault (it would
         // wait forever if the lookup ran here: nothing opens the gate until it returns); the
         // next ones do not wait at all.
-        let first = lookup.address(Duration::from_millis(20));
+        let first = lookup.address(Duration::from_millis(20), false);
         assert!(matches!(first, Err(NodeFault::Resolve(_))), "{first:?}");
-        let second = lookup.address(Duration::from_secs(3600));
+        let second = lookup.address(Duration::from_secs(3600), false);
         assert!(matches!(second, Err(NodeFault::Resolve(_))), "{second:?}");
         open.send(()).unwrap();
-        until("resolved", || lookup.address(Duration::ZERO).is_ok());
+        until("resolved", || lookup.address(Duration::ZERO, false).is_ok());
         let at = |n: u8| SocketAddr::new(IpAddr::from([10, 0, 0, n]), 6379);
         until("refreshed", || {
             lookup.state.0.lock().unwrap().running && GATE.lock().unwrap().is_none()
         });
         // The next connects use the address at once while the refresh waits at the gate.
-        assert_eq!(lookup.address(Duration::ZERO).unwrap(), at(1));
+        assert_eq!(lookup.address(Duration::ZERO, false).unwrap(), at(1));
         open.send(()).unwrap();
         until("the address moved", || {
-            lookup.address(Duration::ZERO).unwrap() == at(2)
+            lookup.address(Duration::ZERO, false).unwrap() == at(2)
         });
         assert_eq!(
             Lookup::new("::1", 7, gated)
-                .address(Duration::ZERO)
+                .address(Duration::ZERO, true)
                 .unwrap()
                 .port(),
             7
         );
+    }
+
+    /// `localhost` as glibc often orders it, and a dual-stack host.
+    fn two(_host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+        Ok(vec![
+            SocketAddr::new(IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]), port),
+            SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port),
+        ])
+    }
+
+    #[test]
+    fn a_connect_that_failed_moves_on_to_the_next_address_and_one_that_worked_stays() {
+        let mut lookup = Lookup::new("localhost", 6379, two);
+        let wait = Duration::from_secs(10);
+        let v6 = lookup.address(wait, false).unwrap();
+        assert!(v6.is_ipv6(), "{v6}");
+        // ::1 refused (a server bound to IPv4 only): the next connect tries 127.0.0.1 ...
+        let v4 = lookup.address(wait, true).unwrap();
+        assert!(v4.is_ipv4(), "{v4}");
+        // ... which worked: the connects after it stay there, refreshes or not.
+        assert_eq!(lookup.address(wait, false).unwrap(), v4);
+        until("refreshed", || !lookup.state.0.lock().unwrap().running);
+        assert_eq!(lookup.address(wait, false).unwrap(), v4);
+        // Round the list.
+        assert_eq!(lookup.address(wait, true).unwrap(), v6);
+        // A refresh that no longer has the current address starts from its first.
+        let mut state = State::default();
+        state.found(two("", 1).unwrap());
+        state.at = 1;
+        state.found(vec![SocketAddr::from(([10, 0, 0, 9], 1))]);
+        assert_eq!(state.addrs[state.at], SocketAddr::from(([10, 0, 0, 9], 1)));
     }
 }

@@ -485,6 +485,9 @@ struct State {
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
+    /// The last connection failed before it proved itself (its address refused, say): the
+    /// next connect tries the name's next address.
+    last_unproven: bool,
     /// What this node's connections count (read by the engine's handles), and the node's
     /// `host:port` for events.
     counters: Arc<NodeCounters>,
@@ -546,6 +549,7 @@ impl Session {
                 last_run_id: None,
                 run_id_changes: 0,
                 replied: false,
+                last_unproven: false,
                 counters: Arc::default(),
                 name,
                 ever_up: false,
@@ -594,6 +598,11 @@ impl Session {
     /// What the node said about itself in `INFO server` on the current connection.
     pub fn info(&self) -> Option<ServerInfo> {
         self.st.info
+    }
+
+    /// The last connection failed before it proved itself (see [`crate::resolve`]).
+    pub fn last_unproven(&self) -> bool {
+        self.st.last_unproven
     }
 
     pub fn generation(&self) -> u64 {
@@ -843,6 +852,7 @@ impl Session {
         // Taken, not read: a connect that fails before a new connection answers anything must
         // back off, whatever the previous connection did.
         let proven = std::mem::take(&mut st.replied);
+        st.last_unproven = !proven;
         let replay = proven && matches!(fault, NodeFault::Closed | NodeFault::Io(_));
         // A proven connection the server closed with nothing asked of it: its `timeout`, a
         // proxy's idle limit, `CLIENT KILL`. Routine, and mended by the next request's
@@ -1247,7 +1257,9 @@ impl State {
                 }
                 if self.mutation.uptime_at_its_word() {
                     // The defect brought back: the second the quarantine takes off, put back.
-                    info.uptime += crate::quarantine::UPTIME_ROUNDING;
+                    info.uptime = info
+                        .uptime
+                        .saturating_add(crate::quarantine::UPTIME_ROUNDING);
                 }
             }
             if self.info_need == InfoNeed::Wanted {

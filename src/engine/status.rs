@@ -71,7 +71,11 @@ impl StatusReplies {
         let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f.to_value());
         if self.values[node].is_none() {
             if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
-                let uptime = info.uptime + now.saturating_duration_since(info.seen);
+                // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX
+                // included), and `Duration + Duration` panics on overflow.
+                let uptime = info
+                    .uptime
+                    .saturating_add(now.saturating_duration_since(info.seen));
                 let (window, watch) = restart;
                 let left = window
                     .and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
@@ -266,5 +270,25 @@ mod tests {
             status[1]
         );
         assert_eq!(status[1].rtt, ms(10));
+    }
+
+    #[test]
+    fn an_uptime_at_the_end_of_the_range_does_not_overflow() {
+        // A server (or whatever answers on its port) may say any u64: the status adds the
+        // time since the handshake to it.
+        let now = Instant::now();
+        let text = format!(
+            "run_id:{}\r\nuptime_in_seconds:{}\r\n",
+            "r".repeat(40),
+            u64::MAX
+        );
+        let info = crate::session::parse_info(text.as_bytes(), now);
+        assert_eq!(info.map(|i| i.uptime.as_secs()), Some(u64::MAX));
+        let mut replies = StatusReplies::default();
+        replies.reset(1);
+        let d = delivery(Frame::Null, info);
+        let later = now + Duration::from_secs(1);
+        replies.on_reply(0, &d, (None, &mut NodeWatch::default()), later);
+        assert_eq!(replies.restart[0].0, Some(Duration::MAX));
     }
 }
