@@ -12,7 +12,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use redis_local::Cluster;
+use redis_local::{Cluster, Relay};
 use redlock_mux::{
     AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockWatch, Redlock,
 };
@@ -781,4 +781,66 @@ fn waits_for_the_loss_dropped_at_every_point_keep_the_lock() {
         assert_eq!(block_on(kept.release()).unwrap(), 3);
         assert_eq!(copies(&servers, &key), vec![(None, -2); 3], "{key}");
     }
+}
+
+/// A waiting acquire dropped while its attempt was in flight, which then won: the lock is
+/// released for nobody, and the next waiter of the same handle attempts right behind that
+/// release. It waited for the won lock's whole validity (the queue believed a caller of ours
+/// held it, and ignored the notices) and failed at its deadline with the resource free (found
+/// by two reviews; a semaphore's race drops every permit's wait but one, so it met this often).
+#[test]
+fn a_dropped_waiters_late_win_does_not_hold_up_the_next_waiter() {
+    let servers = Cluster::start(3);
+    // Nodes 1 and 2 behind relays (300 ms each way): every attempt is in flight for a round
+    // trip of theirs after node 0 has answered it.
+    let relays: Vec<Relay> = (1..3)
+        .map(|i| Relay::start(servers[i].socket_addr(), Duration::from_millis(300)))
+        .collect();
+    let urls = [servers[0].url(), relays[0].url(), relays[1].url()];
+    let redlock = Builder::new(urls)
+        .quarantine(None)
+        .ttl(TTL)
+        .node_timeout(Duration::from_secs(2))
+        .retry_delay(Duration::from_millis(20), Duration::from_millis(5))
+        .build_async()
+        .unwrap();
+    assert_eq!(redlock.blocking().connect(BOUND).unwrap(), 3);
+    let key = "late-win";
+    // Another client's lock.
+    for s in servers.iter() {
+        s.cmd(&["SET", key, "theirs", "PX", "30000"]);
+    }
+    let waiters = || {
+        redlock
+            .blocking()
+            .with_client(|c| redlock_mux::testing::waiters(c, key.as_bytes()))
+            .unwrap()
+    };
+    let (_, waker) = probe();
+    let mut first = Box::pin(redlock.lock_until(key, Instant::now() + WAIT));
+    assert!(poll(&mut first, &waker).is_pending());
+    wait_until("the first waiter to queue", || waiters() == 1);
+    // Its deadline well before the won lock's validity (TTL, 10 s) ends.
+    let second = redlock.lock_until(key, Instant::now() + Duration::from_secs(7));
+    let mut second = Box::pin(second);
+    assert!(poll(&mut second, &waker).is_pending());
+    wait_until("the second waiter to queue", || waiters() == 2);
+    // The other lock goes from node 0: the first waiter's next attempt takes it; while that
+    // attempt is on its way to nodes 1 and 2, the other lock leaves them too, and its caller
+    // goes. The attempt wins there 300 ms later, for nobody.
+    servers[0].cmd(&["DEL", key]);
+    wait_until("an attempt to reach node 0", || {
+        servers[0].get(key).is_some()
+    });
+    servers[1].cmd(&["DEL", key]);
+    servers[2].cmd(&["DEL", key]);
+    drop(first);
+    // Before its deadline (7 s), which the won lock's validity (10 s) outlasts.
+    let lock = block_on(second).expect("the second waiter gets the lock its dropped head won");
+    let token = lock.token().to_string();
+    for (node, (value, _)) in copies(&servers, key).into_iter().enumerate() {
+        assert_eq!(value.as_deref(), Some(token.as_str()), "node {node}");
+    }
+    assert_eq!(block_on(redlock.unlock(lock)).unwrap(), 3);
+    assert_released(&redlock, &servers, key);
 }

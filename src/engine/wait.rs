@@ -130,8 +130,10 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// Ends the waiting operation `w` with `outcome` (`None`: its caller is gone).
-    pub(super) fn finish_wait(&mut self, w: OpId, outcome: Option<Outcome>) {
+    /// Ends the waiting operation `w` with `outcome` (`None`: its caller is gone). False if a
+    /// lock it won found its caller gone: then it is on `lost`, released in this turn.
+    pub(super) fn finish_wait(&mut self, w: OpId, outcome: Option<Outcome>) -> bool {
+        let mut kept = true;
         let op = &mut self.core.ops[w.index as usize];
         op.done = true;
         if let Some(Outcome::Locked(Ok((token, _)))) = &outcome {
@@ -148,6 +150,7 @@ impl<N: Net> Engine<N> {
                 {
                     // Its caller dropped the future: released like a lost attempt.
                     self.lost.push(w.index);
+                    kept = false;
                 }
             }
             _ => {}
@@ -155,6 +158,7 @@ impl<N: Net> Engine<N> {
         if op.outstanding == 0 && op.outcome.is_none() {
             self.core.free_slot(w.index as usize);
         }
+        kept
     }
 
     /// Applies the attempts decided in this turn to their waiting operations and queues.
@@ -187,7 +191,12 @@ impl<N: Net> Engine<N> {
     }
 
     /// Waiting operation `w`'s attempt won: the caller has the lock; the next in line waits for
-    /// its release (ours), or the end of the lock if it is never released.
+    /// its release (ours), or the end of the lock if it is never released. If the caller is
+    /// gone (a dropped future; every permit but one of a semaphore's race), the lock is
+    /// released in this turn and the next in line attempts right behind that release: it
+    /// waited for the lock's whole validity — past its deadline, with the resource free — for
+    /// a release that does not come through `submit` and a notice ignored while the queue
+    /// believed a caller of ours held it (found by two reviews).
     fn attempt_won(&mut self, w: OpId, token: Token, grant: Grant, resource: &[u8], now: Instant) {
         let op = &self.core.ops[w.index as usize];
         let since = now.saturating_duration_since(op.start);
@@ -199,9 +208,11 @@ impl<N: Net> Engine<N> {
             grant.votes,
         );
         let valid_until = grant.valid_until;
-        self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
-        if crate::keys::shared_name(resource).is_some() {
-            // A reader: the next reader in line does not wait for this one, it attempts now.
+        let kept = self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
+        if !kept || crate::keys::shared_name(resource).is_some() {
+            // A reader: the next reader in line does not wait for this one, it attempts now;
+            // nor for a lock won for a caller gone, released in this turn (the attempt goes
+            // out behind that release, in the same write).
             if let Some(q) = self.waits.get_mut(resource) {
                 if q.leave(w) {
                     q.splits = 0;
