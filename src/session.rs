@@ -287,7 +287,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
 
 /// A server's refusal that passes by itself: busy (a script, loading, a replica's master
 /// down) or, `ERR`, over its `maxclients`.
-fn is_transient(kind: ErrorKind, message: &str) -> bool {
+pub(crate) fn is_transient(kind: ErrorKind, message: &str) -> bool {
     match kind {
         ErrorKind::Busy | ErrorKind::Loading | ErrorKind::MasterDown => true,
         ErrorKind::Err => message.contains("max number of clients reached"),

@@ -724,3 +724,65 @@ fn a_full_connection_refuses_requests_instead_of_reconnecting() {
         refused.into_inner()
     );
 }
+
+/// A release answered `-BUSY` (the node runs another client's script past its busy threshold)
+/// was counted as confirmed, and the key left on that node until its TTL. Now it waits in the
+/// ledger and goes again once the node answers (found by review).
+#[test]
+fn a_release_answered_busy_is_sent_again_once_the_node_is_free() {
+    let servers = Cluster::start(3);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let lock = redlock.try_lock("busy").unwrap();
+    servers[0].cmd(&["CONFIG", "SET", "busy-reply-threshold", "10"]);
+    // Another client's script that runs until killed.
+    let script_addr = servers[0].socket_addr();
+    let script = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(script_addr).unwrap();
+        let body = "while 1 do end";
+        let eval = format!(
+            "*3\r\n$4\r\nEVAL\r\n${}\r\n{body}\r\n$1\r\n0\r\n",
+            body.len()
+        );
+        s.write_all(eval.as_bytes()).unwrap();
+        let mut reply = [0u8; 256];
+        // Its answer once killed (an error), or the connection closed.
+        let _ = std::io::Read::read(&mut s, &mut reply);
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(servers[0].try_cmd(&["GET", "busy"]), Err(e) if e.to_string().contains("BUSY"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the script never made node 0 busy"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Confirmed by nodes 1 and 2; node 0 answered BUSY.
+    assert_eq!(redlock.unlock(lock).unwrap(), 2);
+    let unconfirmed = || {
+        redlock
+            .with_client(|c| redlock_mux::testing::unconfirmed(c))
+            .unwrap()
+    };
+    assert_ne!(
+        unconfirmed(),
+        (0, 0),
+        "the BUSY release counted as confirmed"
+    );
+    servers[0].cmd(&["SCRIPT", "KILL"]);
+    script.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while servers[0].get("busy").is_some() || unconfirmed() != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "node 0 still holds the key: {:?}",
+            unconfirmed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

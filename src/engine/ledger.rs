@@ -3,7 +3,7 @@
 //! connection's room for requests, so that a replay never overflows a fresh connection.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::net::Net;
 use crate::request::ReqKind;
@@ -15,6 +15,12 @@ use super::{Engine, OpKind, Waiter, node_bit};
 /// (see [`Engine::flush_ledger`]): the rest of the room is the callers'.
 const LEDGER_SHARE_OF_PENDING: usize = 2;
 
+/// A node that answered a release "not now" (BUSY, LOADING, MASTERDOWN) is sent the ledger's
+/// releases again after this pause, doubled at each such answer up to [`BUSY_PAUSE_MAX`]:
+/// without it the ledger asked again at every turn of the loop, as fast as the node said no.
+const BUSY_PAUSE_MIN: Duration = Duration::from_millis(50);
+const BUSY_PAUSE_MAX: Duration = Duration::from_secs(2);
+
 /// Releases not confirmed by a node: sent again when the node is reachable, even after the key
 /// would have expired (see [`Engine::flush_ledger`]); `expires` orders them, the first to
 /// expire dropped first when a node's list is full.
@@ -22,6 +28,9 @@ const LEDGER_SHARE_OF_PENDING: usize = 2;
 pub(super) struct Ledger {
     pub nodes: Vec<VecDeque<Unconfirmed>>,
     pub len: usize,
+    /// Per node: not sent to before this instant, and the pause that set it (see
+    /// [`Ledger::not_now`]).
+    busy: Vec<(Option<Instant>, Duration)>,
 }
 
 #[derive(Debug)]
@@ -36,7 +45,32 @@ impl Ledger {
         Ledger {
             nodes: (0..n).map(|_| VecDeque::new()).collect(),
             len: 0,
+            busy: vec![(None, Duration::ZERO); n],
         }
+    }
+
+    /// `node` answered a release "not now": its releases wait a pause, doubling while it
+    /// keeps answering so.
+    pub fn not_now(&mut self, node: usize, now: Instant) {
+        let (_, last) = self.busy[node];
+        let pause = if last.is_zero() {
+            BUSY_PAUSE_MIN
+        } else {
+            (last * 2).min(BUSY_PAUSE_MAX)
+        };
+        self.busy[node] = (Some(now + pause), pause);
+    }
+
+    /// `node` answered a release: no pause.
+    pub fn answered(&mut self, node: usize) {
+        if self.busy[node].0.is_some() {
+            self.busy[node] = (None, Duration::ZERO);
+        }
+    }
+
+    /// Until when `node` is not sent to (a pause after "not now" not over at `now`).
+    pub fn paused_until(&self, node: usize, now: Instant) -> Option<Instant> {
+        self.busy[node].0.filter(|&t| t > now)
     }
 
     /// Remembers a release to send again; at most `max` per node. A full list keeps what it
@@ -124,6 +158,9 @@ impl<N: Net> Engine<N> {
             if self.core.ledger.nodes[node].is_empty() {
                 continue;
             }
+            if self.core.ledger.paused_until(node, now).is_some() {
+                continue;
+            }
             let conn = self.net.session(node);
             if !conn.is_ready() {
                 // Reconnect if not backing off; the next turn tries again.
@@ -179,5 +216,28 @@ mod tests {
         assert_eq!(order, [&b"y"[..], &b"x"[..]]);
         assert_eq!(ledger.live(now + s(1)), 1, "y has expired at +1 s");
         assert!(ledger.nodes[1].is_empty());
+    }
+
+    #[test]
+    fn a_node_that_says_not_now_is_asked_again_after_a_doubling_pause() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let mut ledger = Ledger::new(2);
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            ledger.not_now(1, now);
+            pauses.push((ledger.paused_until(1, now).unwrap() - now).as_millis());
+        }
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
+        assert_eq!(ledger.paused_until(0, now), None);
+        assert_eq!(ledger.paused_until(1, now + ms(2000)), None, "over");
+        ledger.answered(1);
+        assert_eq!(ledger.paused_until(1, now), None);
+        ledger.not_now(1, now);
+        assert_eq!(
+            ledger.paused_until(1, now),
+            Some(now + ms(50)),
+            "from the start"
+        );
     }
 }

@@ -331,7 +331,13 @@ impl<N: Net> Engine<N> {
         let soon = now + self.shared.config.backoff_min.max(MIN_LEDGER_RETRY);
         let retry = (0..self.shared.nodes.len())
             .filter(|&i| !self.core.ledger.nodes[i].is_empty())
-            .map(|i| self.net.session(i).retry_at().map_or(soon, |t| t.max(soon)))
+            .map(|i| {
+                let at = self.net.session(i).retry_at().map_or(soon, |t| t.max(soon));
+                self.core
+                    .ledger
+                    .paused_until(i, now)
+                    .map_or(at, |t| t.max(at))
+            })
             .min();
         let conn = self.net.next_deadline();
         [retry, conn, self.timer()].into_iter().flatten().min()

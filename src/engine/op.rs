@@ -510,6 +510,15 @@ impl Core {
         now: Instant,
     ) {
         let frame = match &d.reply {
+            Ok(Frame::Error(e)) if crate::session::is_transient(e.kind, e.message) => {
+                // Not an answer: the server runs another client's script (BUSY), loads its
+                // data (LOADING: the key may come back from its AOF) or lost its master. Kept
+                // in the ledger and sent again, as a failed request is; it was counted as
+                // confirmed, and the key left to its TTL (found by review). The node is
+                // asked again after a pause (`Ledger::not_now`).
+                self.ledger.not_now(node, now);
+                return self.release_failed(id.index as usize, node);
+            }
             Ok(frame) => frame,
             Err(fault) => {
                 let fault = (*fault).clone();
@@ -517,6 +526,7 @@ impl Core {
             }
         };
         self.confirmed += 1;
+        self.ledger.answered(node);
         let op = &mut self.ops[id.index as usize];
         if now.saturating_duration_since(op.start) < self.node_timeout {
             // Keeping up (within the node timeout), even if this release did not wait for it:
