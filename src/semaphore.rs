@@ -11,6 +11,9 @@
 //! per node; with every permit held it costs one more round trip than attempting all at once,
 //! and the same P `SET`s per node.
 //!
+//! **P is part of the name**: nothing on the servers records it, so every caller of a semaphore
+//! must use the same P (callers with P = 3 and P = 5 of one name admit five holders together).
+//!
 //! So the semaphore is safe by construction — a permit is a plain lock, held by one holder at
 //! most, so there are at most P holders — and available while a majority of the masters is up,
 //! as a plain lock is. A permit *is* a [`Lock`] (on `<name>#<i>`): unlock, extend, keep-alive,

@@ -1072,6 +1072,42 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
         let o = output(cmd.args(["--quarantine", "off"]).args(inner));
         assert_code(&o, code);
     }
+    // With --permits: refused only when the enclosing run holds every key the acquire could
+    // take — the one permit of a semaphore of 1 (it hung: the names differ, nest#0 and nest);
+    // a semaphore of 2 of the name a plain run holds has both its permits free (it was
+    // refused).
+    for (outer, inner, code) in [
+        (
+            &["run", "--permits", "1", "nest"][..],
+            &["run", "--permits", "1", "-w", "2s", "nest", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "nest#0"][..],
+            &["acquire", "--permits", "1", "nest"][..],
+            64,
+        ),
+        (
+            &["run", "nest"][..],
+            &["run", "--permits", "2", "nest", "--", "true"][..],
+            0,
+        ),
+    ] {
+        let mut cmd = redlock(&urls);
+        cmd.args(outer).args(["--", BIN]);
+        for url in &urls {
+            cmd.arg("--server").arg(url);
+        }
+        let o = output(cmd.args(["--quarantine", "off"]).args(inner));
+        assert_code(&o, code);
+        if code == 64 {
+            assert!(
+                stderr(&o).contains("enclosing `redlock run`"),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
 }
 
 /// Issue 36, item 5: without `-w`, servers that cannot make a quorum (here: nothing listens on

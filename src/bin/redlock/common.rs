@@ -498,7 +498,8 @@ pub struct LockOptions {
     pub fence: bool,
     /// RESOURCE is a counting semaphore of P permits (1 to 64): at most P holders at once,
     /// permit i being the lock RESOURCE#i. run and acquire take a free permit; release and
-    /// extend find the permit TOKEN holds; status shows every permit
+    /// extend find the permit TOKEN holds; status shows every permit. Every caller of RESOURCE
+    /// must give the same P (the servers do not record it)
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_mux::MAX_PERMITS)))]
     pub permits: Option<u32>,
     /// A shared (read) lock of RESOURCE: many readers at once, never with a writer (the
@@ -763,9 +764,20 @@ pub fn acquire(
     };
     // Inside `redlock run RESOURCE -- …` on the same servers, which holds RESOURCE until the
     // command ends: an acquire of it that waits could only wait for the command it runs in
-    // (issue 35: it waited forever). `-n` still answers "held" at once.
+    // (issue 35: it waited forever). `-n` still answers "held" at once. With --permits, only
+    // when the enclosing run holds every key this acquire could take: the one permit of a
+    // semaphore of 1 (a plain lock of the name is another key, and a semaphore of more has
+    // other permits; found by review: the first hung, the second was refused).
+    let enclosing_holds_it = |held: &std::ffi::OsStr| match &semaphore {
+        Some(s) => {
+            s.permits() == 1
+                && s.permit_key(0)
+                    .is_some_and(|k| held.as_encoded_bytes() == k)
+        }
+        None => held == resource,
+    };
     if !matches!(waiting.rule(), Wait::Once)
-        && std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| held == resource)
+        && std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| enclosing_holds_it(&held))
         && std::env::var("REDLOCK_HELD_ON").is_ok_and(|on| on == held_on(r.nodes().iter()))
     {
         return Err(Fail::new(
