@@ -171,6 +171,27 @@ fn index_of(names: &[Vec<u8>], lock: &Lock) -> Option<u32> {
         .and_then(|i| u32::try_from(i).ok())
 }
 
+/// The permits of `which` to attempt, and those this caller holds already (inside
+/// `with_permit`), each with its [`Error::AlreadyHeld`]: not attempted, nor waited for. One
+/// split for both faces' attempts (`race`, `Semaphore::attempt`).
+fn not_held(
+    engine: usize,
+    names: &[Vec<u8>],
+    which: &[usize],
+) -> (Vec<usize>, Vec<(usize, Error)>) {
+    let mut held = Vec::new();
+    let free = (which.iter().copied())
+        .filter(|&i| match crate::reentry::check(engine, &names[i]) {
+            Ok(()) => true,
+            Err(e) => {
+                held.push((i, e));
+                false
+            }
+        })
+        .collect();
+    (free, held)
+}
+
 /// Handed to the engine together, the acquires of the permits `which`, as futures; resolves
 /// to the first won (the others are dropped: cancelled, so the engine releases what they win,
 /// or released at once if already won), or, when every one failed, their errors (index, error).
@@ -182,19 +203,7 @@ async fn race(
 ) -> Result<Lock, Vec<(usize, Error)>> {
     // A permit this caller holds (inside `with_permit`) is not waited for: it would be
     // released only when the work returns.
-    let engine = redlock.blocking().engine_id();
-    let mut already = Vec::new();
-    let which: Vec<usize> = which
-        .iter()
-        .copied()
-        .filter(|&i| match crate::reentry::check(engine, &names[i]) {
-            Ok(()) => true,
-            Err(e) => {
-                already.push((i, e));
-                false
-            }
-        })
-        .collect();
+    let (which, mut already) = not_held(redlock.blocking().engine_id(), names, which);
     if which.is_empty() {
         return Err(already);
     }
@@ -447,20 +456,17 @@ impl Semaphore {
     /// One attempt on each of the permits `which`, together (one write per node).
     fn attempt(&self, which: &[usize]) -> Result<Vec<Attempt>, Error> {
         let config = self.redlock.config();
-        let mut requests = Vec::with_capacity(which.len());
-        let mut attempts = Vec::with_capacity(which.len());
-        let mut sent = Vec::with_capacity(which.len());
-        for &i in which {
+        let (sent, held) = not_held(self.redlock.engine_id(), &self.permits.names, which);
+        let mut attempts: Vec<Attempt> = Vec::with_capacity(which.len());
+        attempts.extend(held.into_iter().map(|(i, e)| (i, Err(e))));
+        if sent.is_empty() {
+            return Ok(attempts);
+        }
+        let mut requests = Vec::with_capacity(sent.len());
+        for &i in &sent {
             let name = self.permits.names[i].as_slice();
             let (kind, token) = ReqKind::acquire(config, name)?;
-            // A permit this caller holds already (inside `with_permit`): not attempted.
-            match crate::reentry::check(self.redlock.engine_id(), name) {
-                Ok(()) => {
-                    requests.push((kind, name, token));
-                    sent.push(i);
-                }
-                Err(e) => attempts.push((i, Err(e))),
-            }
+            requests.push((kind, name, token));
         }
         let outcomes = self.redlock.hub().call_many(&requests);
         attempts.extend(sent.into_iter().zip(requests.iter().zip(outcomes)).map(
