@@ -722,8 +722,15 @@ impl Core {
                 }
                 true
             }
-            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(_))) => {
-                self.no_notices[node] = true;
+            (Kind::Subscribe | Kind::Upgrade, Ok(Frame::Error(e))) => {
+                // Refused for good (no permission for the channel, no RESP3, no pub/sub): no
+                // notices from this node, polls only. A passing refusal (BUSY while another
+                // client's script runs, LOADING) costs only this connection's subscription —
+                // the polls cover it, and the next connection subscribes again (found by
+                // review: one BUSY turned the node's notices off for the engine's life).
+                if !crate::session::is_transient(e.kind, e.message) {
+                    self.no_notices[node] = true;
+                }
                 true
             }
             (Kind::Upgrade, Ok(_)) => {
@@ -896,5 +903,51 @@ mod tests {
         assert_eq!(read(b"123456789012345678901"), 0);
         assert_eq!(notice_listeners(Some(Frame::Integer(3))), 0);
         assert_eq!(notice_listeners(None), 0);
+    }
+
+    #[test]
+    fn only_a_lasting_refusal_of_a_subscription_turns_a_nodes_notices_off() {
+        let now = Instant::now();
+        let (mut core, _) = slab_with_release(now);
+        let refusal = |core: &mut Core, node: usize, kind: Kind, bytes: &[u8]| {
+            let Ok(Status::Complete((reply, _))) = decode(bytes, &Limits::default()) else {
+                panic!("{bytes:?} decodes");
+            };
+            let d = Delivery {
+                tag: 0,
+                kind,
+                reply: Ok(reply),
+                generation: 1,
+                info: None,
+                withdrawn: false,
+            };
+            assert!(core.on_pubsub(node, &d, now));
+        };
+        refusal(
+            &mut core,
+            0,
+            Kind::Subscribe,
+            b"-BUSY Redis is busy running a script.\r\n",
+        );
+        refusal(
+            &mut core,
+            0,
+            Kind::Upgrade,
+            b"-LOADING Redis is loading the dataset\r\n",
+        );
+        assert_eq!(core.no_notices, [false, false, false]);
+        refusal(
+            &mut core,
+            1,
+            Kind::Subscribe,
+            b"-NOPERM this user has no permissions to access one of the channels\r\n",
+        );
+        refusal(
+            &mut core,
+            2,
+            Kind::Upgrade,
+            b"-NOPROTO unsupported protocol version\r\n",
+        );
+        assert_eq!(core.no_notices, [false, true, true]);
     }
 }
