@@ -485,9 +485,6 @@ struct State {
     /// The handshake succeeded (or a request was answered): the connection has proven itself,
     /// so losing it reconnects at once.
     replied: bool,
-    /// The last connection failed before it proved itself (its address refused, say): the
-    /// next connect tries the name's next address.
-    last_unproven: bool,
     /// What this node's connections count (read by the engine's handles), and the node's
     /// `host:port` for events.
     counters: Arc<NodeCounters>,
@@ -510,6 +507,9 @@ pub(crate) struct Session {
     replay: Vec<(Pending, Vec<u8>)>,
     /// The session failed the connection: the socket must be closed.
     close: bool,
+    /// The last connection failed before it proved itself (its address refused, say): the
+    /// next connect tries the name's next address (`crate::resolve`).
+    last_unproven: bool,
 }
 
 pub(crate) type Sink<'s> = dyn for<'a> FnMut(Delivery<'a>) + 's;
@@ -549,7 +549,6 @@ impl Session {
                 last_run_id: None,
                 run_id_changes: 0,
                 replied: false,
-                last_unproven: false,
                 counters: Arc::default(),
                 name,
                 ever_up: false,
@@ -558,6 +557,7 @@ impl Session {
             config,
             replay: Vec::new(),
             close: false,
+            last_unproven: false,
         }
     }
 
@@ -602,7 +602,7 @@ impl Session {
 
     /// The last connection failed before it proved itself (see [`crate::resolve`]).
     pub fn last_unproven(&self) -> bool {
-        self.st.last_unproven
+        self.last_unproven
     }
 
     pub fn generation(&self) -> u64 {
@@ -852,7 +852,7 @@ impl Session {
         // Taken, not read: a connect that fails before a new connection answers anything must
         // back off, whatever the previous connection did.
         let proven = std::mem::take(&mut st.replied);
-        st.last_unproven = !proven;
+        self.last_unproven = !proven;
         let replay = proven && matches!(fault, NodeFault::Closed | NodeFault::Io(_));
         // A proven connection the server closed with nothing asked of it: its `timeout`, a
         // proxy's idle limit, `CLIENT KILL`. Routine, and mended by the next request's

@@ -50,22 +50,16 @@ impl Ledger {
     }
 
     /// `node` answered a release "not now": its releases wait a pause, doubling while it
-    /// keeps answering so.
+    /// keeps answering so — again before twice its last pause has passed since that pause
+    /// ended; later, the pause starts over (no bookkeeping on the replies that say yes: they
+    /// are the hot path's).
     pub fn not_now(&mut self, node: usize, now: Instant) {
-        let (_, last) = self.busy[node];
-        let pause = if last.is_zero() {
-            BUSY_PAUSE_MIN
-        } else {
-            (last * 2).min(BUSY_PAUSE_MAX)
+        let (until, last) = self.busy[node];
+        let pause = match until {
+            Some(t) if now < t + last * 2 => (last * 2).min(BUSY_PAUSE_MAX),
+            _ => BUSY_PAUSE_MIN,
         };
         self.busy[node] = (Some(now + pause), pause);
-    }
-
-    /// `node` answered a release: no pause.
-    pub fn answered(&mut self, node: usize) {
-        if self.busy[node].0.is_some() {
-            self.busy[node] = (None, Duration::ZERO);
-        }
     }
 
     /// Until when `node` is not sent to (a pause after "not now" not over at `now`).
@@ -231,13 +225,9 @@ mod tests {
         assert_eq!(pauses, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(ledger.paused_until(0, now), None);
         assert_eq!(ledger.paused_until(1, now + ms(2000)), None, "over");
-        ledger.answered(1);
-        assert_eq!(ledger.paused_until(1, now), None);
-        ledger.not_now(1, now);
-        assert_eq!(
-            ledger.paused_until(1, now),
-            Some(now + ms(50)),
-            "from the start"
-        );
+        // Not now again long after the last pause ended (twice its length): from the start.
+        let later = now + ms(2000 + 4001);
+        ledger.not_now(1, later);
+        assert_eq!(ledger.paused_until(1, later), Some(later + ms(50)));
     }
 }

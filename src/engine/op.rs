@@ -526,7 +526,6 @@ impl Core {
             }
         };
         self.confirmed += 1;
-        self.ledger.answered(node);
         let op = &mut self.ops[id.index as usize];
         if now.saturating_duration_since(op.start) < self.node_timeout {
             // Keeping up (within the node timeout), even if this release did not wait for it:
