@@ -220,8 +220,11 @@ impl<'a> Iterator for Members<'a> {
             .ok()?
             .parse()
             .ok()?;
-        let name = self.rest.get(colon + 1..colon + 1 + len)?;
-        self.rest = &self.rest[colon + 1 + len..];
+        // Checked: the length is whatever the name says (found by review: a length near
+        // usize::MAX overflowed, a panic in debug builds).
+        let end = (colon + 1).checked_add(len)?;
+        let name = self.rest.get(colon + 1..end)?;
+        self.rest = &self.rest[end..];
         Some(name)
     }
 }
@@ -304,6 +307,18 @@ pub(crate) fn internal_keys(resource: &[u8]) -> [Vec<u8>; 2] {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_set_name_whose_member_length_overflows_is_refused() {
+        let ok = |_: &[u8]| Ok(());
+        for name in [
+            format!("{SET_PREFIX}{}:x", usize::MAX),
+            format!("{SET_PREFIX}1:a{}:x", usize::MAX),
+        ] {
+            let checked = check_set(name.as_bytes(), ok);
+            assert!(matches!(checked, Some(Err(_))), "{name}: {checked:?}");
+        }
+    }
 
     #[test]
     fn every_internal_key_and_channel_is_in_the_reserved_namespace() {
