@@ -133,7 +133,9 @@ pub struct Config {
     /// one key lookup more than the plain check-and-delete, not a `PUBLISH`. Off, a release is
     /// the plain check-and-delete, and a waiter in another process (or on another handle)
     /// notices the release at its next fallback poll ([`Config::retry_delay`]) instead. Waiters
-    /// on the same handle are still woken at once. Default on.
+    /// on the same handle are still woken at once. Off, this handle's waiting writers mark
+    /// themselves as readers do (a writer's mark would outlive their quiet releases and keep
+    /// readers out of a free resource): they get no preference over readers. Default on.
     pub release_notices: bool,
 }
 

@@ -19,7 +19,8 @@
 //! - a mark is created only where no key exists and refreshed only where the key holds
 //!   [`MARK_VALUE`] (the script `MARK_BODY`); a lock's token is random and never equals it;
 //! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
-//!   `session.rs`);
+//!   `session.rs`) or [`READER_MARK_VALUE`]; a reader's release deletes only the latter (a
+//!   waiting writer's mark outlives the readers it waits for: `SHARED_RELEASE_BODY`);
 //! - both also take `1` for a mark: the previous version of this crate marked with it, and its
 //!   waiters still do during a rolling upgrade (no lock token is `1`);
 //! - the fence counter is a hash written with `HSET`: a foreign string lock named

@@ -420,3 +420,88 @@ fn a_flushed_acquire_sent_again_leaves_no_reader_for_nobody() {
         "a reader for nobody on node 0"
     );
 }
+
+/// A reader queued behind a waiting writer's mark on the same handle: when the last reader
+/// leaves, its release must leave the writer's mark in place. It deleted it, the queued reader's
+/// attempt went out right behind that release and won, and the writer — woken by the notice —
+/// was refused: with readers that keep coming, it waited until its deadline (found by review).
+#[test]
+fn the_last_readers_release_leaves_a_waiting_writers_mark() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let first = redlock.lock_shared("doc").unwrap();
+    let writer = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || {
+            let write = redlock.lock_until("doc", Instant::now() + Duration::from_secs(4));
+            if let Ok(write) = &write {
+                redlock.unlock(write.clone()).unwrap();
+            }
+            write.map(|_| ())
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let marked = |s: &redis_local::Server| {
+        s.get("redlock:waiting:doc").as_deref() == Some(redlock_mux::keys::MARK_VALUE)
+    };
+    while !servers.iter().all(marked) {
+        assert!(Instant::now() < until, "the writer never marked every node");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A reader that waits, queued behind the mark on the same handle; it keeps what it gets.
+    let reader = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || redlock.lock_shared_until("doc", soon()))
+    };
+    let shared = format!("{}doc", redlock_mux::keys::SHARED_PREFIX);
+    let queued = || {
+        redlock
+            .with_client(|c| redlock_mux::testing::waiters(c, shared.as_bytes()))
+            .unwrap()
+    };
+    while queued() == 0 {
+        assert!(Instant::now() < until, "the reader never queued");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    redlock.unlock(first).unwrap();
+    // Before its deadline (4 s), the writer holds it and lets go; the reader then gets it.
+    writer
+        .join()
+        .unwrap()
+        .expect("the writer gets in before the queued reader");
+    let read = reader.join().unwrap().expect("the reader gets it after");
+    redlock.unlock(read).unwrap();
+}
+
+/// With `release_notices(false)` a waiting writer marks itself as a reader does: its release is
+/// quiet and leaves marks in place, and a writer's mark left there kept every reader out of a
+/// free resource until it expired (found by review).
+#[test]
+fn a_quiet_writers_mark_keeps_no_reader_out_after_its_release() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .release_notices(false)
+        .retry_delay(Duration::from_millis(20), Duration::from_millis(5))
+        .build()
+        .unwrap();
+    let first = redlock.try_lock("k").unwrap();
+    let writer = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || redlock.lock_until("k", soon()))
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !servers.iter().all(|s| s.get("redlock:waiting:k").is_some()) {
+        assert!(Instant::now() < until, "the writer never marked every node");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    redlock.unlock(first).unwrap();
+    let second = writer.join().unwrap().expect("the waiting writer gets it");
+    redlock.unlock(second).unwrap();
+    let read = redlock
+        .try_lock_shared("k")
+        .expect("a reader of the free resource");
+    redlock.unlock(read).unwrap();
+}

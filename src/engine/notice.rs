@@ -195,9 +195,16 @@ impl<N: Net> Engine<N> {
             }
             return;
         }
-        // A reader marks its resource with the reader's mark, which keeps no reader out.
+        // A reader marks its resource with the reader's mark, which keeps no reader out. So
+        // does a writer whose own releases are quiet (`release_notices(false)`): they leave
+        // marks in place, and a writer's mark left after its release kept readers out of a free
+        // resource until the mark expired (found by review). Such a writer gets no preference
+        // over readers; other clients' releases still announce themselves to it.
         match shared_name(resource) {
             Some(name) => self.mark(name, READER_MARK_SCRIPT, nodes, now),
+            None if !self.shared.config.release_notices => {
+                self.mark(resource, READER_MARK_SCRIPT, nodes, now)
+            }
             None => self.mark(resource, MARK_SCRIPT, nodes, now),
         }
     }

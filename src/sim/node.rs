@@ -396,17 +396,29 @@ impl Node {
     /// After `key`'s release: the waiting mark goes with the lock if it is one, and then the
     /// release's notice is published. How many subscribers it reached.
     fn notify(&mut self, key: &[u8], now: u64, releaser: bool) -> u64 {
+        self.notify_keeping(key, now, releaser, false)
+    }
+
+    /// [`Node::notify`]; with `writer_mark_stays` (a reader's release) a writer's mark is
+    /// left in place, a reader's mark deleted, and the notice published either way.
+    fn notify_keeping(
+        &mut self,
+        key: &[u8],
+        now: u64,
+        releaser: bool,
+        writer_mark_stays: bool,
+    ) -> u64 {
         let waiting = crate::keys::waiting_key(key);
         let value = self.live(&waiting, now);
-        let marks = [
-            crate::keys::MARK_VALUE.as_bytes(),
-            b"1",
-            crate::keys::READER_MARK_VALUE.as_bytes(),
-        ];
-        if !value.is_some_and(|v| marks.contains(&v)) {
+        let writer_marks = [crate::keys::MARK_VALUE.as_bytes(), b"1"];
+        let reader_mark = crate::keys::READER_MARK_VALUE.as_bytes();
+        let writer = value.is_some_and(|v| writer_marks.contains(&v));
+        if !writer && value != Some(reader_mark) {
             return 0;
         }
-        self.remove(&waiting);
+        if !(writer && writer_mark_stays) {
+            self.remove(&waiting);
+        }
         if !self.pubsub {
             return 0;
         }
@@ -501,7 +513,7 @@ impl Node {
                 } else {
                     self.readers.swap_remove(at);
                     let told = if cmd[5] == b"1" || cmd[5] == b"2" {
-                        self.notify(key, now, cmd[5] == b"2")
+                        self.notify_keeping(key, now, cmd[5] == b"2", true)
                     } else {
                         0
                     };
