@@ -116,6 +116,9 @@ pub(crate) struct Conn {
     write_blocked: bool,
     /// The node's host name and its address, looked up off the loop (`None`: a Unix socket).
     lookup: Option<Lookup>,
+    /// The address the last connection was opened to (`None`: none was, the lookup had not
+    /// answered), told to the lookup when that connection failed before it proved itself.
+    addr_used: Option<std::net::SocketAddr>,
 }
 
 const READ_CHUNK: usize = 8 << 10;
@@ -134,6 +137,7 @@ impl Conn {
         };
         Conn {
             lookup,
+            addr_used: None,
             tls: config.tls.get(token.0).cloned().flatten(),
             session: Session::new(addr.clone(), config, now),
             addr,
@@ -174,26 +178,41 @@ impl Conn {
         Ok(())
     }
 
-    /// Opens a socket and starts its connect; the session learns either way.
+    /// Opens a socket and starts its connect; the session learns either way. A connect that
+    /// fails at once is followed by one to the name's next address while the round has one.
     fn open(
         &mut self,
         now: Instant,
         registry: &Registry,
         sink: &mut Sink<'_>,
     ) -> Result<(), NodeFault> {
-        match self.socket(registry) {
-            Ok(stream) => {
-                self.stream = Some(stream);
-                self.write_blocked = false;
-                self.session.connecting(now);
-                Ok(())
-            }
-            Err(fault) => {
-                self.session.connect_failed(fault.clone(), now, sink);
-                self.session.take_close();
-                Err(fault)
+        loop {
+            match self.socket(registry) {
+                Ok(stream) => {
+                    self.stream = Some(stream);
+                    self.write_blocked = false;
+                    self.session.connecting(now);
+                    return Ok(());
+                }
+                Err(fault) => {
+                    self.session.connect_failed(fault.clone(), now, sink);
+                    self.session.take_close();
+                    if !self.next_address_now() {
+                        return Err(fault);
+                    }
+                }
             }
         }
+    }
+
+    /// The connection just failed before it proved itself, on an address of a name that has
+    /// others this round has not tried: the next is tried at once, not after the backoff (a
+    /// fresh handle's `connect`, then `try_lock`, would find the node down). Each failure
+    /// counts in the round, so this ends.
+    fn next_address_now(&self) -> bool {
+        self.session.last_unproven()
+            && self.addr_used.is_some()
+            && self.lookup.as_ref().is_some_and(Lookup::round_left)
     }
 
     fn socket(&mut self, registry: &Registry) -> Result<Stream, NodeFault> {
@@ -206,8 +225,13 @@ impl Conn {
                 let lookup = self.lookup.as_mut().expect("a TCP node has a lookup");
                 let wait = crate::resolve::FIRST_WAIT.min(self.session.connect_timeout());
                 // A connection that failed before it proved itself: the name's next address
-                // (one of `localhost`'s may refuse).
-                let addr = lookup.address(wait, self.session.last_unproven())?;
+                // after the one it used (one of `localhost`'s may refuse).
+                let failed = self
+                    .addr_used
+                    .take()
+                    .filter(|_| self.session.last_unproven());
+                let addr = lookup.address(wait, failed)?;
+                self.addr_used = Some(addr);
                 let tcp = TcpStream::connect(addr).map_err(|e| NodeFault::Io(e.kind()))?;
                 match &self.tls {
                     None => Stream::Tcp(tcp),
@@ -239,6 +263,10 @@ impl Conn {
             && let Some(mut stream) = self.stream.take()
         {
             let _ = registry.deregister(stream.source());
+            if self.next_address_now() {
+                let _ = self.open(now, registry, sink);
+                return;
+            }
         }
         if self.session.wants_replay() {
             let _ = self.open(now, registry, sink);
@@ -455,5 +483,70 @@ impl Conn {
     pub fn on_timer(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
         self.session.on_timer(now, sink);
         self.sync(now, registry, sink);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, InfoNeed};
+    use std::net::{SocketAddr, TcpListener};
+    use std::sync::atomic::{AtomicU16, Ordering};
+    use std::time::Duration;
+
+    static REFUSING: AtomicU16 = AtomicU16::new(0);
+    static LISTENING: AtomicU16 = AtomicU16::new(0);
+
+    /// A name with two addresses, the first refusing (nothing listens there).
+    fn two(_host: &str, _port: u16) -> Result<Vec<SocketAddr>, String> {
+        let at = |p: &AtomicU16| SocketAddr::from(([127, 0, 0, 1], p.load(Ordering::SeqCst)));
+        Ok(vec![at(&REFUSING), at(&LISTENING)])
+    }
+
+    /// `localhost` whose resolver gives `::1` first, a server bound to IPv4 only: the refused
+    /// first address is followed at once by the next, without the backoff in between — a fresh
+    /// handle's `connect` and then `try_lock` found the node down (found by review).
+    #[test]
+    fn a_refused_first_address_is_followed_at_once_by_the_next() {
+        let refusing = TcpListener::bind("127.0.0.1:0").unwrap();
+        REFUSING.store(refusing.local_addr().unwrap().port(), Ordering::SeqCst);
+        drop(refusing);
+        let listening = TcpListener::bind("127.0.0.1:0").unwrap();
+        listening.set_nonblocking(true).unwrap();
+        LISTENING.store(listening.local_addr().unwrap().port(), Ordering::SeqCst);
+        let config = ConnConfig {
+            settings: Config::default(),
+            info: InfoNeed::Off,
+            tls: Arc::from([]),
+            mutation: crate::mutation::Mutation::None,
+        };
+        let now = Instant::now();
+        let addr = NodeAddr::parse("redis://two.test:1").unwrap();
+        let io = Arc::new(IoCounters::default());
+        let mut conn = Conn::new(addr, Token(0), config, io, now);
+        conn.lookup = Some(Lookup::new("two.test", 1, two));
+        let mut poll = mio::Poll::new().unwrap();
+        let mut events = mio::Events::with_capacity(8);
+        let sink: &mut Sink<'_> = &mut |_| {};
+        conn.ensure_connected(now, poll.registry(), sink).unwrap();
+        // The refusal comes, then the next address's connect: no more calls to connect, and
+        // the same `now` throughout (the backoff would have the node down until now + 25 ms).
+        let give_up = Instant::now() + Duration::from_secs(10);
+        while listening.accept().is_err() {
+            assert!(
+                Instant::now() < give_up,
+                "the second address was never tried"
+            );
+            listening.set_nonblocking(true).unwrap();
+            poll.poll(&mut events, Some(Duration::from_millis(10)))
+                .unwrap();
+            if !events.is_empty() {
+                conn.on_ready(now, poll.registry(), sink);
+            }
+        }
+        assert_eq!(
+            conn.addr_used.map(|a| a.port()),
+            Some(LISTENING.load(Ordering::SeqCst))
+        );
     }
 }

@@ -13,8 +13,9 @@
 //!
 //! A name may have several addresses (`localhost`: `::1` and `127.0.0.1`, a dual-stack host),
 //! of which some refuse (a server bound to IPv4 only). A connection that failed before it
-//! proved itself moves the next connect on to the next address, round the list, as
-//! `TcpStream::connect` tries each in turn; one that worked keeps its address.
+//! proved itself moves the next connect on to the address after the one it used, at once while
+//! the list has addresses this round of failures has not tried (as `TcpStream::connect` tries
+//! each in turn), then after the backoff; one that worked keeps its address.
 //!
 //! IP literals (`127.0.0.1`, `::1`) need no lookup.
 
@@ -69,6 +70,9 @@ pub(crate) struct Lookup {
     state: Arc<(Mutex<State>, Condvar)>,
     /// The first connect's wait is over (it happens once).
     waited: bool,
+    /// Connections in a row that failed before they proved themselves, each on the address
+    /// it was given (see [`Lookup::round_left`]).
+    failed_in_row: usize,
 }
 
 impl Lookup {
@@ -81,6 +85,7 @@ impl Lookup {
             resolve,
             state: Arc::default(),
             waited: false,
+            failed_in_row: 0,
         };
         if lookup.ip.is_none() {
             let mut state = lookup.lock();
@@ -93,17 +98,28 @@ impl Lookup {
         self.state.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The address to connect to now: the one connected to last, or with `next` (the last
-    /// connection failed before it proved itself) the one after it in the list. Waits
-    /// `first_wait` at most, and only at the first call while no address has been found yet.
-    pub fn address(&mut self, first_wait: Duration, next: bool) -> Result<SocketAddr, NodeFault> {
+    /// The address to connect to now: the one connected to last, or with `failed` (the last
+    /// connection, on that address, failed before it proved itself) the one after it in the
+    /// list (the first, if the list no longer has it). Waits `first_wait` at most, and only at
+    /// the first call while no address has been found yet.
+    pub fn address(
+        &mut self,
+        first_wait: Duration,
+        failed: Option<SocketAddr>,
+    ) -> Result<SocketAddr, NodeFault> {
         if let Some(ip) = self.ip {
             return Ok(SocketAddr::new(ip, self.port));
         }
         let waited = std::mem::replace(&mut self.waited, true);
+        self.failed_in_row = match failed {
+            Some(_) => self.failed_in_row + 1,
+            None => 0,
+        };
         let mut state = self.lock();
-        if next && !state.addrs.is_empty() {
-            state.at = (state.at + 1) % state.addrs.len();
+        if let Some(failed) = failed {
+            let len = state.addrs.len();
+            state.at =
+                (state.addrs.iter().position(|&a| a == failed)).map_or(0, |i| (i + 1) % len.max(1));
         }
         if let Some(why) = state.error.take() {
             return Err(NodeFault::Resolve(why));
@@ -138,6 +154,13 @@ impl Lookup {
             Some(&addr) => Ok(addr),
             None => Err(NodeFault::Resolve(state.error.take().unwrap_or_default())),
         }
+    }
+
+    /// Whether a connection that just failed before it proved itself should be followed at
+    /// once by one to the next address: the list has addresses this row of failures has not
+    /// tried yet. (An IP literal has one.)
+    pub fn round_left(&self) -> bool {
+        self.ip.is_none() && self.failed_in_row + 1 < self.lock().addrs.len()
     }
 
     /// Starts a lookup on a thread of its own; false if no thread could be started.
@@ -233,25 +256,25 @@ mod tests {
         // The first connect: the resolver does not answer, the caller gets a fault (it would
         // wait forever if the lookup ran here: nothing opens the gate until it returns); the
         // next ones do not wait at all.
-        let first = lookup.address(Duration::from_millis(20), false);
+        let first = lookup.address(Duration::from_millis(20), None);
         assert!(matches!(first, Err(NodeFault::Resolve(_))), "{first:?}");
-        let second = lookup.address(Duration::from_secs(3600), false);
+        let second = lookup.address(Duration::from_secs(3600), None);
         assert!(matches!(second, Err(NodeFault::Resolve(_))), "{second:?}");
         open.send(()).unwrap();
-        until("resolved", || lookup.address(Duration::ZERO, false).is_ok());
+        until("resolved", || lookup.address(Duration::ZERO, None).is_ok());
         let at = |n: u8| SocketAddr::new(IpAddr::from([10, 0, 0, n]), 6379);
         until("refreshed", || {
             lookup.state.0.lock().unwrap().running && GATE.lock().unwrap().is_none()
         });
         // The next connects use the address at once while the refresh waits at the gate.
-        assert_eq!(lookup.address(Duration::ZERO, false).unwrap(), at(1));
+        assert_eq!(lookup.address(Duration::ZERO, None).unwrap(), at(1));
         open.send(()).unwrap();
         until("the address moved", || {
-            lookup.address(Duration::ZERO, false).unwrap() == at(2)
+            lookup.address(Duration::ZERO, None).unwrap() == at(2)
         });
         assert_eq!(
             Lookup::new("::1", 7, gated)
-                .address(Duration::ZERO, true)
+                .address(Duration::ZERO, Some(SocketAddr::from(([9, 9, 9, 9], 7))))
                 .unwrap()
                 .port(),
             7
@@ -270,18 +293,30 @@ mod tests {
     fn a_connect_that_failed_moves_on_to_the_next_address_and_one_that_worked_stays() {
         let mut lookup = Lookup::new("localhost", 6379, two);
         let wait = Duration::from_secs(10);
-        let v6 = lookup.address(wait, false).unwrap();
+        let v6 = lookup.address(wait, None).unwrap();
         assert!(v6.is_ipv6(), "{v6}");
+        // A round of failures has one more address to try: at once.
+        assert!(lookup.round_left());
         // ::1 refused (a server bound to IPv4 only): the next connect tries 127.0.0.1 ...
-        let v4 = lookup.address(wait, true).unwrap();
+        let v4 = lookup.address(wait, Some(v6)).unwrap();
         assert!(v4.is_ipv4(), "{v4}");
-        // ... which worked: the connects after it stay there, refreshes or not.
-        assert_eq!(lookup.address(wait, false).unwrap(), v4);
+        // ... and if that failed too, the round is over (the backoff comes first) ...
+        assert!(!lookup.round_left());
+        // ... but it worked: the connects after it stay there, refreshes or not.
+        assert_eq!(lookup.address(wait, None).unwrap(), v4);
+        assert!(lookup.round_left(), "a new round");
         until("refreshed", || !lookup.state.0.lock().unwrap().running);
-        assert_eq!(lookup.address(wait, false).unwrap(), v4);
-        // Round the list.
-        assert_eq!(lookup.address(wait, true).unwrap(), v6);
-        // A refresh that no longer has the current address starts from its first.
+        assert_eq!(lookup.address(wait, None).unwrap(), v4);
+        // Round the list, from the address that failed.
+        assert_eq!(lookup.address(wait, Some(v4)).unwrap(), v6);
+        // A failure on an address the list no longer has (or none: the lookup had not
+        // answered) starts from the first.
+        assert_eq!(
+            lookup
+                .address(wait, Some(SocketAddr::from(([10, 0, 0, 9], 1))))
+                .unwrap(),
+            v6
+        );
         let mut state = State::default();
         state.found(two("", 1).unwrap());
         state.at = 1;
