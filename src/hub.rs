@@ -142,10 +142,12 @@ impl Hub {
         self.mailbox.wanted.load(Ordering::SeqCst) > 0
     }
 
-    /// Lets a thread blocked in [`Hub::engine`] have the loop.
+    /// Lets a thread blocked in [`Hub::engine`] have the loop: parked until it has it (its
+    /// `notify` unparks this thread), a millisecond at a time — not spinning, which burnt a
+    /// core for as long as a fast-path caller held the loop ahead of it (found by review).
     fn yield_to_wanted(&self) {
         while self.wanted() {
-            std::thread::yield_now();
+            std::thread::park_timeout(Duration::from_millis(1));
         }
     }
 

@@ -4,7 +4,7 @@
 //! a validity deadline), which the engine's loop fires since the library has no timer of its
 //! own.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::thread::Thread;
@@ -175,6 +175,13 @@ impl Slot {
 /// does not allocate.
 const INBOX_CAPACITY: usize = 64;
 
+/// [`Mailbox::sleeping`]: the driver is not asleep.
+const AWAKE: u8 = 0;
+/// The driver sleeps until its own next deadline.
+const ASLEEP: u8 = 1;
+/// The driver sleeps no longer than a hold of queued requests.
+const HOLDING: u8 = 2;
+
 /// Requests queued by callers while another thread drives the engine.
 pub(crate) struct Mailbox {
     inbox: Mutex<Vec<Arc<Slot>>>,
@@ -184,8 +191,10 @@ pub(crate) struct Mailbox {
     alarms: Mutex<Vec<(Instant, Arc<Alarm>)>>,
     /// Requests in `inbox`; read without the lock by the driver before it sleeps.
     queued: AtomicUsize,
-    /// The driver is about to sleep (or sleeps) in `epoll_wait`: a new request must wake it.
-    sleeping: AtomicBool,
+    /// Whether the driver is about to sleep (or sleeps) in `epoll_wait`, and how: [`AWAKE`],
+    /// [`ASLEEP`] (until its own next deadline: a new request must wake it) or [`HOLDING`]
+    /// (no longer than a hold: an async caller's request may wait for it).
+    sleeping: AtomicU8,
     waker: mio::Waker,
     /// `Waker::wake` calls (for the counts of the benchmark).
     pub wakes: AtomicUsize,
@@ -203,7 +212,7 @@ impl Mailbox {
             keeps: Mutex::new(Vec::new()),
             alarms: Mutex::new(Vec::new()),
             queued: AtomicUsize::new(0),
-            sleeping: AtomicBool::new(false),
+            sleeping: AtomicU8::new(AWAKE),
             waker,
             wakes: AtomicUsize::new(0),
             wanted: AtomicUsize::new(0),
@@ -225,10 +234,21 @@ impl Mailbox {
     /// one. The last of them to take its outcome wakes it ([`Mailbox::claimed`]).
     pub fn push_held(&self, slot: Arc<Slot>) -> usize {
         let before = self.enqueue(&self.inbox, slot);
-        if self.unclaimed.load(Ordering::SeqCst) == 0 {
+        self.wake_unless_holding();
+        before
+    }
+
+    /// Wakes the driver unless it sleeps holding queued requests back while woken tasks have
+    /// not taken their outcomes (it wakes within the hold, or at the last one's
+    /// [`Mailbox::claimed`]). A driver asleep until its own deadline is woken whatever
+    /// `unclaimed` says: an outcome that is never taken (a future polled once, then kept
+    /// unpolled) left an async caller's request unsent until then (found by review).
+    fn wake_unless_holding(&self) {
+        if self.unclaimed.load(Ordering::SeqCst) == 0
+            || self.sleeping.load(Ordering::SeqCst) != HOLDING
+        {
             self.wake_if_asleep();
         }
-        before
     }
 
     /// Queues several requests at once (the permits of a semaphore): a driver takes them in
@@ -240,7 +260,9 @@ impl Mailbox {
         list.extend(slots.iter().cloned());
         let before = self.queued.fetch_add(slots.len(), Ordering::SeqCst);
         drop(list);
-        if !held || self.unclaimed.load(Ordering::SeqCst) == 0 {
+        if held {
+            self.wake_unless_holding();
+        } else {
             self.wake_if_asleep();
         }
         before
@@ -279,7 +301,7 @@ impl Mailbox {
     /// After queuing: pairs with the driver's store-then-load in [`Mailbox::sleep_begin`]:
     /// either it sees what was queued, or this sees it asleep and wakes it.
     fn wake_if_asleep(&self) {
-        if self.sleeping.swap(false, Ordering::SeqCst) {
+        if self.sleeping.swap(AWAKE, Ordering::SeqCst) != AWAKE {
             self.wakes.fetch_add(1, Ordering::Relaxed);
             let _ = self.waker.wake();
         }
@@ -331,19 +353,31 @@ impl Mailbox {
     /// (then it sleeps no longer than the hold). Pairs with the store-then-load in
     /// [`Mailbox::push`]: either the driver sees the request, or the caller sees it asleep and
     /// wakes it (and likewise with [`Mailbox::claimed`] for `unclaimed`).
-    pub fn sleep_begin(&self, hold: bool) -> bool {
-        self.sleeping.store(true, Ordering::SeqCst);
-        let queued = self.queued() > 0 && !(hold && self.unclaimed.load(Ordering::SeqCst) > 0);
-        if queued || self.wanted.load(Ordering::SeqCst) > 0 {
-            self.sleeping.store(false, Ordering::SeqCst);
+    ///
+    /// With `heed_wanted`, not if a thread waits for the loop ([`Mailbox::want`]) either: a
+    /// driver that gives way to it returns instead. One that does not (its own operation is
+    /// not decided) sleeps as usual; it spun in zero-timeout polls until its operation ended
+    /// (found by review).
+    pub fn sleep_begin(&self, hold: bool, heed_wanted: bool) -> bool {
+        self.sleeping.store(ASLEEP, Ordering::SeqCst);
+        let queued = self.queued() > 0;
+        let holding = queued && hold && self.unclaimed.load(Ordering::SeqCst) > 0;
+        if (queued && !holding) || (heed_wanted && self.wanted.load(Ordering::SeqCst) > 0) {
+            self.sleeping.store(AWAKE, Ordering::SeqCst);
             return false;
+        }
+        if holding {
+            // A caller that saw `ASLEEP` meanwhile woke it: a turn early, no more.
+            let _ =
+                self.sleeping
+                    .compare_exchange(ASLEEP, HOLDING, Ordering::SeqCst, Ordering::SeqCst);
         }
         true
     }
 
     /// The driver is back from `poll`.
     pub fn sleep_end(&self) {
-        self.sleeping.store(false, Ordering::SeqCst);
+        self.sleeping.store(AWAKE, Ordering::SeqCst);
     }
 }
 

@@ -800,3 +800,40 @@ fn a_panicking_waker_takes_nothing_down() {
     let lock = block_on(first.as_mut()).unwrap();
     block_on(redlock.unlock(lock)).unwrap();
 }
+
+/// An async request queued while a blocking caller drives the loop asleep until its own
+/// deadline, and an outcome of another task lies delivered but never taken: the request was
+/// left unsent until that deadline (the mailbox held async requests back for the unclaimed
+/// outcome's task, whose request never came). Found by review.
+#[test]
+fn an_async_request_is_not_left_behind_a_driver_asleep_until_its_deadline() {
+    let mut servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    assert_eq!(
+        redlock.blocking().connect(Duration::from_secs(10)).unwrap(),
+        3
+    );
+    // An outcome delivered and never taken: an acquire polled once, then kept unpolled.
+    let (probe, _) = probe();
+    let kept = pending_acquire(&redlock, "x", &probe);
+    assert!(
+        probe.wait(Duration::from_secs(10)),
+        "the acquire was never decided"
+    );
+    // A blocking status drives the loop, asleep until the frozen node's deadline (5 s).
+    servers[2].freeze();
+    let blocking = redlock.blocking().clone();
+    let status = std::thread::spawn(move || blocking.status(b"r", Duration::from_secs(5)));
+    std::thread::sleep(Duration::from_millis(100));
+    let got = block_on(redlock.try_lock("y"));
+    // Decided while the status still waits: not held up until its deadline.
+    assert!(
+        !status.is_finished(),
+        "the acquire waited for the status's deadline"
+    );
+    let got = got.expect("acquired on two of three nodes");
+    servers[2].resume();
+    status.join().unwrap();
+    block_on(redlock.unlock(got)).unwrap();
+    drop(kept);
+}

@@ -278,3 +278,32 @@ fn acquires_lost_together_leave_no_key_behind() {
         assert_eq!(server.dbsize(), 0, "keys left behind on {}", server.addr());
     }
 }
+
+/// A thread waiting for the loop itself (`with_client`) while a blocking caller drives it
+/// toward a deadline: the driver sleeps as usual. It spun in zero-timeout polls until its
+/// operation ended (found by review: a core burnt for the status's whole timeout).
+#[test]
+fn a_thread_waiting_for_the_loop_does_not_make_its_driver_spin() {
+    let mut servers = Cluster::start(3);
+    let redlock = Builder::new(servers.urls())
+        .quarantine(None)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(10)).unwrap(), 3);
+    servers[2].freeze();
+    let polls = |r: &Redlock| r.stats().io.polls;
+    let before = polls(&redlock);
+    let status = {
+        let redlock = redlock.clone();
+        std::thread::spawn(move || redlock.status(b"r", Duration::from_secs(1)))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    redlock.with_client(|_| ()).unwrap();
+    status.join().unwrap();
+    let made = polls(&redlock) - before;
+    servers[2].resume();
+    assert!(
+        made < 1_000,
+        "{made} polls for one status and one with_client"
+    );
+}

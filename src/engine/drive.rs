@@ -104,7 +104,11 @@ impl<N: Net> Engine<N> {
             }
             let wake = self.next_deadline().map_or(until, |t| t.min(until));
             if wake > now {
-                self.sleep_turn(wake);
+                if self.sleep_turn(wake, true) == Slept::Wanted && !done(self) {
+                    // A thread waits for the loop, and this driver does not give way to it
+                    // (its own operation is not decided): it sleeps as usual, reading on.
+                    self.sleep_turn(wake, false);
+                }
             } else {
                 self.drain(now);
             }
@@ -132,20 +136,17 @@ impl<N: Net> Engine<N> {
     }
 
     /// Waits in `poll` until `until` or a reply, unless a request is queued in the mailbox
-    /// (and not [`Engine::held`]: then until the hold ends at the latest).
-    fn sleep_turn(&mut self, until: Instant) {
+    /// (and not [`Engine::held`]: then until the hold ends at the latest), or — with
+    /// `heed_wanted` — a thread waits for the loop ([`Slept::Wanted`]: the caller decides).
+    fn sleep_turn(&mut self, until: Instant, heed_wanted: bool) -> Slept {
         if let Some(mailbox) = self.mailbox.clone() {
             let held = self.held(self.net.now());
             let until = held.map_or(until, |h| h.min(until));
-            if !mailbox.sleep_begin(held.is_some()) {
-                if mailbox.wanted.load(Ordering::SeqCst) > 0 {
-                    // Someone waits for the loop and this driver does not stop for it (its
-                    // operation is not decided yet): it must not stop reading meanwhile.
-                    let now = self.net.now();
-                    let Engine { net, core, .. } = self;
-                    net.turn(now, &mut core.sink());
-                }
-                return;
+            if !mailbox.sleep_begin(held.is_some(), heed_wanted) {
+                return match heed_wanted && mailbox.wanted.load(Ordering::SeqCst) > 0 {
+                    true => Slept::Wanted,
+                    false => Slept::Queued,
+                };
             }
             let Engine { net, core, .. } = self;
             net.turn(until, &mut core.sink());
@@ -154,6 +155,7 @@ impl<N: Net> Engine<N> {
             let Engine { net, core, .. } = self;
             net.turn(until, &mut core.sink());
         }
+        Slept::Waited
     }
 
     /// Connects to every node now and waits until each handshake is done, has failed, or
@@ -302,4 +304,15 @@ impl<N: Net> Engine<N> {
             unconfirmed: self.unconfirmed_live(self.net.now()) as u64,
         }
     }
+}
+
+/// What [`Engine::sleep_turn`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slept {
+    /// Waited in `poll` (until a deadline, a reply or a wake-up).
+    Waited,
+    /// Did not: requests are queued.
+    Queued,
+    /// Did not: a thread waits for the loop.
+    Wanted,
 }
