@@ -149,7 +149,8 @@ impl Net for Driver {
         for event in events.iter() {
             let i = event.token().0;
             if let Some(conn) = conns.get_mut(i) {
-                conn.on_ready(now, registry, &mut |d| sink(i, now, d));
+                let closed = event.is_read_closed() || event.is_error();
+                conn.on_ready(now, registry, &mut |d| sink(i, now, d), closed);
             }
         }
         for (i, conn) in conns.iter_mut().enumerate() {

@@ -198,6 +198,9 @@ pub(crate) struct TlsStream {
     /// The last socket read returned fewer bytes than asked: the socket is drained, and an
     /// edge-triggered poll reports the next bytes.
     drained: bool,
+    /// The readable event said the server closed its side: read on past a short read, to the
+    /// end (the close has no edge of its own).
+    peer_closed: bool,
     /// The handshake sent a flight that no server bytes answered yet: the next bytes read end
     /// a round trip.
     awaiting: bool,
@@ -247,13 +250,15 @@ impl TlsStream {
             tcp,
             tls,
             drained: false,
+            peer_closed: false,
             awaiting: false,
         }
     }
 
-    /// A readable event begins: the socket may have bytes again.
-    pub fn read_begin(&mut self) {
+    /// A readable event begins: the socket may have bytes again (`closed`: and its end).
+    pub fn read_begin(&mut self, closed: bool) {
         self.drained = false;
+        self.peer_closed = closed;
     }
 
     /// Whether the last handshake was a resumption.
@@ -332,7 +337,7 @@ impl TlsStream {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) => return Err(e),
             }
-            if self.drained {
+            if self.drained && !self.peer_closed {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
             reads.bump();

@@ -972,3 +972,41 @@ fn a_node_that_never_stops_sending_stalls_nothing() {
         assert_bounded(&c, "flooded");
     });
 }
+
+/// A server that answers the last request and closes at once: the answer and the close come
+/// in one readable edge. The close was missed (a short read was taken to mean the socket was
+/// drained), the connection stayed "ready" on a dead socket, and the next acquire failed on it.
+/// Now the reads go on to the end when the event says the peer closed (found by review).
+#[test]
+fn a_close_right_behind_the_last_answer_is_noticed() {
+    let fake = FakeServer::start(|p: &mut Peer| {
+        while let Some(cmd) = p.command() {
+            let script = is_script(&cmd);
+            if !p.send(if script { b":1\r\n" } else { b"+OK\r\n" }) {
+                return;
+            }
+            if script && p.id == 0 {
+                // The first connection ends right behind its first release's answer.
+                p.note("closing");
+                return;
+            }
+        }
+    });
+    let redlock = Builder::new([fake.url()])
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .expect("a handle");
+    let lock = redlock.try_lock("a").expect("the fake grants it");
+    redlock.unlock_nowait(lock);
+    fake.wait_for("closing", |e| matches!(e, Event::Note(_, "closing")));
+    // The answer and the close reach this side's socket; nothing reads them yet.
+    std::thread::sleep(Duration::from_millis(100));
+    let again = redlock.try_lock("b");
+    assert!(again.is_ok(), "{again:?}");
+    assert_eq!(
+        fake.accepted(),
+        2,
+        "a second connection for the second acquire"
+    );
+}
