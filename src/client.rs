@@ -141,6 +141,11 @@ impl Client {
         self.engine.waiters(resource)
     }
 
+    /// Alarms of async callers the engine still holds. For tests.
+    pub(crate) fn alarms(&self) -> usize {
+        self.engine.alarms()
+    }
+
     /// Releases not confirmed yet: (in flight, waiting in the ledger for their node). For tests.
     pub(crate) fn unconfirmed(&self) -> (usize, usize) {
         self.engine.unconfirmed_parts()

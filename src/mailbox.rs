@@ -387,9 +387,25 @@ impl Mailbox {
 #[derive(Debug, Default)]
 pub(crate) struct Alarm {
     cell: Mutex<(bool, Option<Waker>)>,
+    /// Its future was dropped: the engine forgets it at its next turn.
+    cancelled: AtomicBool,
 }
 
 impl Alarm {
+    /// Its future was dropped: its waker goes now, the alarm at the engine's next turn (a
+    /// `select!` loop that made a new `wait_lost` at every pass left one alarm each, waker
+    /// and all, until its time: up to a TTL; found by review).
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        let waker = self.cell.lock().unwrap_or_else(|e| e.into_inner()).1.take();
+        drop(waker);
+    }
+
+    /// See [`Alarm::cancel`].
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
     /// True once fired; otherwise leaves `waker` to be woken.
     pub fn poll(&self, waker: &Waker) -> bool {
         let mut cell = self.cell.lock().unwrap_or_else(|e| e.into_inner());

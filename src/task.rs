@@ -229,6 +229,14 @@ impl<'a> Sleep<'a> {
     }
 }
 
+impl Drop for Sleep<'_> {
+    fn drop(&mut self) {
+        if let Some(alarm) = &self.alarm {
+            alarm.cancel();
+        }
+    }
+}
+
 impl Future for Sleep<'_> {
     type Output = ();
 

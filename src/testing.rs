@@ -23,6 +23,11 @@ pub fn pending(client: &Client) -> Vec<usize> {
     client.pending()
 }
 
+/// Alarms of async callers (retry pauses, `wait_lost` deadlines) `client`'s engine holds.
+pub fn alarms(client: &Client) -> usize {
+    client.alarms()
+}
+
 /// Callers of `client`'s engine waiting in the queue of `resource` (its head included).
 pub fn waiters(client: &mut Client, resource: &[u8]) -> usize {
     client.waiters(resource)

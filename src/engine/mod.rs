@@ -314,13 +314,20 @@ impl<N: Net> Engine<N> {
             return;
         }
         self.alarms.retain(|(t, alarm)| {
-            if *t <= now {
+            if alarm.is_cancelled() {
+                false
+            } else if *t <= now {
                 alarm.fire();
                 false
             } else {
                 true
             }
         });
+    }
+
+    /// Alarms of async callers not fired yet (for tests).
+    pub fn alarms(&self) -> usize {
+        self.alarms.len()
     }
 
     /// When someone should drive the engine again although nobody waits: a connection
