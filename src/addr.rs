@@ -314,11 +314,13 @@ impl fmt::Debug for NodeAddr {
     }
 }
 
-/// Masks the password part of an address for messages: any `password=` parameter's value, up
-/// to the next `&`, then everything between the scheme (or the start) and the **last** `@` but
-/// the user name. An address is quoted because it is wrong, so nothing here trusts its shape: a
-/// password may hold an unencoded `/`, `?`, `@` or `,`, or the scheme may be missing. Masking
-/// too much is harmless; a byte too few is a leaked password.
+/// Masks the password part of an address for messages: the value of every query parameter but
+/// the few known to hold no secret (`db`, `protocol`, `user`/`username`, `tls_*`), up to the
+/// next `&`; then everything between the scheme (or the start, when what precedes the first
+/// `://` is no scheme) and the **last** `@` before the query, but the user name. An address is
+/// quoted because it is wrong, so nothing here trusts its shape: a password may hold an
+/// unencoded `/`, `?`, `@`, `&` or `,`, a parameter may be misspelt (`Password=`), or the
+/// scheme may be missing. Masking too much is harmless; a byte too few is a leaked password.
 ///
 /// ```
 /// use redlock_mux::addr::redact;
@@ -327,33 +329,75 @@ impl fmt::Debug for NodeAddr {
 /// assert_eq!(redact("rediss://h:1?password=pw&db=2"), "rediss://h:1?password=***&db=2");
 /// ```
 pub fn redact(address: &str) -> String {
-    const PARAM: &str = "password=";
-    let mut masked = String::with_capacity(address.len());
-    let mut rest = address;
-    while let Some(i) = rest.find(PARAM) {
-        let is_param = rest[..i].ends_with(['?', '&']);
-        masked.push_str(&rest[..i + PARAM.len()]);
-        rest = &rest[i + PARAM.len()..];
-        if is_param {
-            masked.push_str("***");
-            rest = &rest[rest.find('&').unwrap_or(rest.len())..];
-        }
-    }
-    masked.push_str(rest);
-    let start = masked.find("://").map_or(0, |i| i + 3);
-    let Some(at) = masked[start..].rfind('@').map(|at| start + at) else {
-        return masked;
+    const SAFE: [&str; 8] = [
+        "db",
+        "protocol",
+        "user",
+        "username",
+        "tls_ca",
+        "tls_cert",
+        "tls_key",
+        "tls_server_name",
+    ];
+    let (head, query) = match address.find('?') {
+        Some(q) => address.split_at(q),
+        None => (address, ""),
     };
-    let userinfo = &masked[start..at];
-    let mut out = masked[..start].to_owned();
-    match userinfo.find(':') {
-        Some(colon) => {
-            out.push_str(&userinfo[..colon]);
-            out.push_str(":***");
+    // The user info: up to the last `@` of what comes before the query (a `?` inside a
+    // password ends `head` early: then the last `@` of the whole address).
+    // (Not an `@` inside a query's values: `?password=x@y` is no user info.)
+    let at_end = head.rfind('@').or_else(|| {
+        let at = address.rfind('@')?;
+        (!address[head.len()..at].contains('=')).then_some(at)
+    });
+    let scheme_end = address
+        .find("://")
+        .filter(|&i| {
+            let scheme = &address[..i];
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'))
+        })
+        .map_or(0, |i| i + 3);
+    let mut out = address[..scheme_end].to_owned();
+    let rest_start = match at_end.filter(|&at| at >= scheme_end) {
+        Some(at) => {
+            let userinfo = &address[scheme_end..at];
+            match userinfo.find(':') {
+                Some(colon) => {
+                    out.push_str(&userinfo[..colon]);
+                    out.push_str(":***");
+                }
+                None => out.push_str("***"),
+            }
+            at
         }
-        None => out.push_str("***"),
+        None => scheme_end,
+    };
+    // What follows the user info, up to the query (if the query is after it).
+    let query_start = (rest_start <= head.len()).then_some(head.len());
+    let Some(query_start) = query_start else {
+        // The `@` was inside the query: all of it is masked with the user info.
+        out.push_str(&address[rest_start..]);
+        return out;
+    };
+    out.push_str(&address[rest_start..query_start]);
+    if query.is_empty() {
+        return out;
     }
-    out.push_str(&masked[at..]);
+    out.push('?');
+    let params: Vec<String> = query[1..]
+        .split('&')
+        .map(|p| match p.split_once('=') {
+            Some((key, _)) if SAFE.contains(&key) => p.to_owned(),
+            Some((key, _)) => format!("{key}=***"),
+            // A piece of a value cut at an unencoded `&`, or a bare word: masked.
+            None if SAFE.contains(&p) || p.is_empty() => p.to_owned(),
+            None => "***".to_owned(),
+        })
+        .collect();
+    out.push_str(&params.join("&"));
     out
 }
 
@@ -633,7 +677,7 @@ mod tests {
             (
                 "redis://h?colour=red",
                 E::UnknownParameter,
-                "colour=red\": unknown parameter",
+                "colour=***\": unknown parameter",
             ),
             ("redis+unix://relative", E::RelativePath, "absolute path"),
             (
@@ -747,6 +791,11 @@ mod tests {
             ("redis://u:a@b@h:99999", "a@b"),
             ("redis://h:99999?password=x@y&db=1", "x@y"),
             ("redis://h?db=x&password=hunter2", "hunter2"),
+            ("redis://h:1?password=ab&cd", "cd"),
+            ("redis://h:1?Password=hunter2", "hunter2"),
+            ("u:pw1@h:1?tls_ca=file:///ca", "pw1"),
+            ("u:ab://cd@h", "ab"),
+            ("redis://h:99999?password=x@y&db=1", "y"),
         ] {
             let e = NodeAddr::parse(address).expect_err(address);
             let text = e.quoting(address).to_string();

@@ -791,10 +791,10 @@ fn waits_for_the_loss_dropped_at_every_point_keep_the_lock() {
 #[test]
 fn a_dropped_waiters_late_win_does_not_hold_up_the_next_waiter() {
     let servers = Cluster::start(3);
-    // Nodes 1 and 2 behind relays (300 ms each way): every attempt is in flight for a round
+    // Nodes 1 and 2 behind relays (500 ms each way): every attempt is in flight for a round
     // trip of theirs after node 0 has answered it.
     let relays: Vec<Relay> = (1..3)
-        .map(|i| Relay::start(servers[i].socket_addr(), Duration::from_millis(300)))
+        .map(|i| Relay::start(servers[i].socket_addr(), Duration::from_millis(500)))
         .collect();
     let urls = [servers[0].url(), relays[0].url(), relays[1].url()];
     let redlock = Builder::new(urls)
@@ -826,8 +826,8 @@ fn a_dropped_waiters_late_win_does_not_hold_up_the_next_waiter() {
     assert!(poll(&mut second, &waker).is_pending());
     wait_until("the second waiter to queue", || waiters() == 2);
     // The other lock goes from node 0: the first waiter's next attempt takes it; while that
-    // attempt is on its way to nodes 1 and 2, the other lock leaves them too, and its caller
-    // goes. The attempt wins there 300 ms later, for nobody.
+    // attempt is on its way to nodes 1 and 2 (500 ms), the other lock leaves them too, and its caller
+    // goes. The attempt wins there a second later, for nobody.
     servers[0].cmd(&["DEL", key]);
     wait_until("an attempt to reach node 0", || {
         servers[0].get(key).is_some()

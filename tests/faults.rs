@@ -738,7 +738,7 @@ fn a_release_answered_busy_is_sent_again_once_the_node_is_free() {
         .build()
         .unwrap();
     let lock = redlock.try_lock("busy").unwrap();
-    servers[0].cmd(&["CONFIG", "SET", "busy-reply-threshold", "10"]);
+    servers[0].cmd(&["CONFIG", "SET", "lua-time-limit", "10"]);
     // Another client's script that runs until killed.
     let script_addr = servers[0].socket_addr();
     let script = std::thread::spawn(move || {

@@ -60,6 +60,13 @@ impl Ledger {
             _ => BUSY_PAUSE_MIN,
         };
         self.busy[node] = (Some(now + pause), pause);
+        // The node is reachable: no `SET` of its can still be waiting to run, so entries whose
+        // keys have expired are done with (a node that keeps answering MASTERDOWN was asked for
+        // them every 2 s for good).
+        let q = &mut self.nodes[node];
+        let before = q.len();
+        q.retain(|e| e.expires > now);
+        self.len -= before - q.len();
     }
 
     /// Until when `node` is not sent to (a pause after "not now" not over at `now`).
@@ -225,8 +232,16 @@ mod tests {
         assert_eq!(pauses, [50, 100, 200, 400, 800, 1600, 2000, 2000]);
         assert_eq!(ledger.paused_until(0, now), None);
         assert_eq!(ledger.paused_until(1, now + ms(2000)), None, "over");
+        // Entries whose keys have expired go at a "not now" (the node is reachable).
+        let token = Token::from_bytes(&[7; 20]).unwrap();
+        ledger.add(1, b"old".to_vec(), token, now + ms(10), 8);
+        ledger.add(1, b"new".to_vec(), token, now + ms(60_000), 8);
+        assert_eq!(ledger.len, 2);
+        ledger.not_now(1, now + ms(20));
+        assert_eq!(ledger.len, 1);
+        assert_eq!(ledger.nodes[1][0].resource, b"new");
         // Not now again long after the last pause ended (twice its length): from the start.
-        let later = now + ms(2000 + 4001);
+        let later = now + ms(20 + 2000 + 4001);
         ledger.not_now(1, later);
         assert_eq!(ledger.paused_until(1, later), Some(later + ms(50)));
     }

@@ -214,6 +214,10 @@ impl<N: Net> Engine<N> {
             // nor for a lock won for a caller gone, released in this turn (the attempt goes
             // out behind that release, in the same write).
             if let Some(q) = self.waits.get_mut(resource) {
+                if !kept {
+                    // Nobody of ours holds it: the lock just won was ours alone.
+                    q.held_until = None;
+                }
                 if q.leave(w) {
                     q.splits = 0;
                     q.not_before = None;

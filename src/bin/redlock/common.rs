@@ -336,11 +336,7 @@ impl Servers {
                             "--server takes one URL, and {} holds {}: write {}",
                             shorten(&redact(s), URL_SHOWN),
                             parts.len(),
-                            parts
-                                .iter()
-                                .map(|p| format!("--server {}", redact(p)))
-                                .collect::<Vec<_>>()
-                                .join(" ")
+                            each_on_its_own(&parts, "--server ", " ")
                         ),
                     ));
                 }
@@ -354,11 +350,7 @@ impl Servers {
                 exit::USAGE,
                 format!(
                     "REDLOCK_SERVERS is comma separated: write REDLOCK_SERVERS={}",
-                    spaced
-                        .iter()
-                        .map(|p| redact(p))
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    each_on_its_own(&spaced, "", ",")
                 ),
             ));
         }
@@ -376,6 +368,24 @@ impl Servers {
             ));
         }
         Ok(list)
+    }
+}
+
+/// The pieces of a server list written the wrong way, as they should be written, each masked —
+/// or, when a piece is no address (a password holding the separator was cut in two, and half
+/// of it would show), words saying how.
+fn each_on_its_own(parts: &[String], before: &str, sep: &str) -> String {
+    if parts
+        .iter()
+        .all(|p| redlock_mux::NodeAddr::parse(p).is_ok())
+    {
+        parts
+            .iter()
+            .map(|p| format!("{before}{}", redact(p)))
+            .collect::<Vec<_>>()
+            .join(sep)
+    } else {
+        "each URL on its own (percent-encode a , or space in a password: %2C, %20)".into()
     }
 }
 
