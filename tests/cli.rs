@@ -256,9 +256,13 @@ fn processes_command_leaves_in_its_group_end_before_the_lock_is_released() {
     let urls = servers.urls();
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    // COMMAND exits at once with 3, leaving a worker in its group that ignores SIGTERM.
+    // COMMAND exits with 3 as soon as it has left a worker in its group that ignores SIGTERM:
+    // the worker writes its pid once its trap is set (written by COMMAND right after the fork,
+    // the pid could come before the trap, and redlock's SIGTERM kill the worker: the test then
+    // failed, 2 runs in 6, after 4a22773 changed the loop's timing).
     let script = format!(
-        "sh -c 'trap \"\" TERM; sleep 60' & echo $! > {}; exit 3",
+        "sh -c 'trap \"\" TERM; echo $$ > {0}; exec sleep 60' & \
+         while [ ! -s {0} ]; do sleep 0.01; done; exit 3",
         pid_file.display()
     );
     let first = spawn(redlock(&urls).args(["run", "--grace", "3s", "job", "-c", &script]));
