@@ -314,13 +314,19 @@ impl fmt::Debug for NodeAddr {
     }
 }
 
-/// Masks the password part of an address for messages: the value of every query parameter but
-/// the few known to hold no secret (`db`, `protocol`, `user`/`username`, `tls_*`), up to the
-/// next `&`; then everything between the scheme (or the start, when what precedes the first
-/// `://` is no scheme) and the **last** `@` before the query, but the user name. An address is
-/// quoted because it is wrong, so nothing here trusts its shape: a password may hold an
-/// unencoded `/`, `?`, `@`, `&` or `,`, a parameter may be misspelt (`Password=`), or the
-/// scheme may be missing. Masking too much is harmless; a byte too few is a leaked password.
+/// Masks the password part of an address for messages. An address is quoted because it is
+/// wrong, so nothing here trusts its shape — a password may hold an unencoded `/`, `?`, `@`,
+/// `&` or `,`, a parameter may be misspelt (`Password=`), a server list may be pasted into one
+/// address, the scheme may be missing — and every reading is masked at once (masking too much
+/// is harmless; a byte too few is a leaked password):
+///
+/// - everything between the scheme (or the start, when what precedes the first `://` is no
+///   scheme) and the **last** `@` of the whole address, but a user name before the first `:`;
+/// - after the first `?`, the value of every parameter, but those of `db` and `protocol` when
+///   they are digits, and of `user`, `username` and `tls_*` when they hold no `@`, `,` or
+///   white space; a piece without `=` (a value cut at an unencoded `&`) whole.
+///
+/// A run of masked bytes is written `***`.
 ///
 /// ```
 /// use redlock_mux::addr::redact;
@@ -329,27 +335,8 @@ impl fmt::Debug for NodeAddr {
 /// assert_eq!(redact("rediss://h:1?password=pw&db=2"), "rediss://h:1?password=***&db=2");
 /// ```
 pub fn redact(address: &str) -> String {
-    const SAFE: [&str; 8] = [
-        "db",
-        "protocol",
-        "user",
-        "username",
-        "tls_ca",
-        "tls_cert",
-        "tls_key",
-        "tls_server_name",
-    ];
-    let (head, query) = match address.find('?') {
-        Some(q) => address.split_at(q),
-        None => (address, ""),
-    };
-    // The user info: up to the last `@` of what comes before the query (a `?` inside a
-    // password ends `head` early: then the last `@` of the whole address).
-    // (Not an `@` inside a query's values: `?password=x@y` is no user info.)
-    let at_end = head.rfind('@').or_else(|| {
-        let at = address.rfind('@')?;
-        (!address[head.len()..at].contains('=')).then_some(at)
-    });
+    let bytes = address.as_bytes();
+    let mut hidden = vec![false; bytes.len()];
     let scheme_end = address
         .find("://")
         .filter(|&i| {
@@ -360,44 +347,49 @@ pub fn redact(address: &str) -> String {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'))
         })
         .map_or(0, |i| i + 3);
-    let mut out = address[..scheme_end].to_owned();
-    let rest_start = match at_end.filter(|&at| at >= scheme_end) {
-        Some(at) => {
-            let userinfo = &address[scheme_end..at];
-            match userinfo.find(':') {
-                Some(colon) => {
-                    out.push_str(&userinfo[..colon]);
-                    out.push_str(":***");
-                }
-                None => out.push_str("***"),
-            }
-            at
-        }
-        None => scheme_end,
-    };
-    // What follows the user info, up to the query (if the query is after it).
-    let query_start = (rest_start <= head.len()).then_some(head.len());
-    let Some(query_start) = query_start else {
-        // The `@` was inside the query: all of it is masked with the user info.
-        out.push_str(&address[rest_start..]);
-        return out;
-    };
-    out.push_str(&address[rest_start..query_start]);
-    if query.is_empty() {
-        return out;
+    // The user info, by the last `@`.
+    if let Some(at) = address.rfind('@').filter(|&at| at >= scheme_end) {
+        let from = address[scheme_end..at]
+            .find(':')
+            .map_or(scheme_end, |colon| scheme_end + colon + 1);
+        hidden[from..at].iter_mut().for_each(|h| *h = true);
     }
-    out.push('?');
-    let params: Vec<String> = query[1..]
-        .split('&')
-        .map(|p| match p.split_once('=') {
-            Some((key, _)) if SAFE.contains(&key) => p.to_owned(),
-            Some((key, _)) => format!("{key}=***"),
-            // A piece of a value cut at an unencoded `&`, or a bare word: masked.
-            None if SAFE.contains(&p) || p.is_empty() => p.to_owned(),
-            None => "***".to_owned(),
-        })
-        .collect();
-    out.push_str(&params.join("&"));
+    // The query's values, from the first `?`.
+    if let Some(q) = address[scheme_end..].find('?').map(|q| scheme_end + q) {
+        let mut start = q + 1;
+        for param in address[q + 1..].split('&') {
+            let end = start + param.len();
+            let clean = |v: &str| !v.contains(|c: char| c == '@' || c == ',' || c.is_whitespace());
+            let shown = match param.split_once('=') {
+                Some(("db" | "protocol", v)) => {
+                    !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())
+                }
+                Some((
+                    "user" | "username" | "tls_ca" | "tls_cert" | "tls_key" | "tls_server_name",
+                    v,
+                )) => clean(v),
+                Some(_) => false,
+                None => param.is_empty(),
+            };
+            if !shown {
+                // The key stays readable (it names what is wrong); its value goes.
+                let value = param.find('=').map_or(start, |e| start + e + 1);
+                hidden[value..end].iter_mut().for_each(|h| *h = true);
+            }
+            start = end + 1;
+        }
+    }
+    let mut out = String::with_capacity(address.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let run = hidden[i..].iter().take_while(|&&h| h == hidden[i]).count();
+        if hidden[i] {
+            out.push_str("***");
+        } else {
+            out.push_str(&address[i..i + run]);
+        }
+        i += run;
+    }
     out
 }
 
@@ -689,7 +681,7 @@ mod tests {
             (
                 "unix:///s?password=topsecret&db=x",
                 E::Database,
-                "db=x\": the database",
+                "db=***\": the database",
             ),
         ];
         for (input, error, needle) in cases {
@@ -796,6 +788,11 @@ mod tests {
             ("u:pw1@h:1?tls_ca=file:///ca", "pw1"),
             ("u:ab://cd@h", "ab"),
             ("redis://h:99999?password=x@y&db=1", "y"),
+            ("redis://h1:6379?db=0,redis://:s3cret@h2:6379", "s3cret"),
+            ("redis://:p?db=1@h", "p?db"),
+            ("redis://u:a?b@h:1?password=hunter2", "hunter2"),
+            ("redis://:aB3?kd=Q9@h:1", "aB3"),
+            ("redis://u:p@zq?w@h", "zq"),
         ] {
             let e = NodeAddr::parse(address).expect_err(address);
             let text = e.quoting(address).to_string();

@@ -210,7 +210,8 @@ impl AsyncRedlock {
     ///
     /// # Errors
     ///
-    /// None today; kept fallible for compatibility.
+    /// As [`Redlock::keep`](crate::Redlock::keep): [`Error::Config`] if this client's TTL is too
+    /// short to keep a lock.
     pub fn keep(&self, lock: Lock) -> Result<AsyncKeepAlive, Error> {
         Ok(AsyncKeepAlive::new(
             self.clone(),

@@ -304,12 +304,35 @@ impl Config {
     /// among them, is not refused for it.)
     fn check_renewals(&self) -> Result<(), Error> {
         let left = 1.0 - self.renew_fraction - self.drift_factor;
-        if left < 1.0 / f64::from(RENEWALS_PER_TTL_MAX) {
+        // With a hair of slack: 0.9 + 0.05 is 0.95 written, not in binary.
+        if left < 1.0 / f64::from(RENEWALS_PER_TTL_MAX) - 1e-9 {
             return Err(Error::Config(format!(
                 "renew fraction {} with drift factor {} leaves {:.3} of the ttl between a kept \
                  lock's renewals, under a {RENEWALS_PER_TTL_MAX}th: lower the renew fraction \
                  (or the drift factor)",
                 self.renew_fraction, self.drift_factor, left
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether a lock can be kept with this client's TTL: [`Config::check_renewals`] with the
+    /// TTL's fixed 2 ms of drift allowance counted too (a TTL of a few ms leaves its renewal
+    /// point behind its validity: renewed back to back). Checked by `keep`, not at build: a
+    /// handle with such a TTL that never keeps a lock is fine.
+    pub(crate) fn check_keep(&self) -> Result<(), Error> {
+        let drift = RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let renew_left = self.ttl.mul_f64(self.renew_fraction);
+        let between = self.ttl.saturating_sub(drift).saturating_sub(renew_left);
+        if between < self.ttl / RENEWALS_PER_TTL_MAX {
+            return Err(Error::Config(format!(
+                "a lock of ttl {} cannot be kept: after the drift allowance ({}) and the renewal \
+                 margin ({}), {} is left between renewals, under a {RENEWALS_PER_TTL_MAX}th of \
+                 the ttl; raise the ttl",
+                Human(self.ttl),
+                Human(drift),
+                Human(renew_left),
+                Human(between)
             )));
         }
         Ok(())
@@ -859,8 +882,14 @@ mod tests {
         assert!(b().drift_factor(0.4).renew_fraction(0.6).build().is_err());
         // Room enough: 1 - 0.9 - 0.01 = 0.09; a TTL of a few ms is not refused for it.
         assert!(b().renew_fraction(0.9).build().is_ok());
-        assert!(b().ttl(Duration::from_millis(3)).build().is_ok());
+        assert!(b().renew_fraction(0.9).drift_factor(0.05).build().is_ok());
         assert!(b().ttl(Duration::from_millis(50)).build().is_ok());
+        // A TTL of a few ms builds (a handle that never keeps a lock), and cannot keep one.
+        let tiny = b().ttl(Duration::from_millis(3));
+        assert!(tiny.clone().build().is_ok());
+        let e = tiny.config.check_keep().unwrap_err();
+        assert!(e.to_string().contains("cannot be kept"), "{e}");
+        assert!(b().config.check_keep().is_ok());
     }
 
     #[test]

@@ -232,8 +232,11 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// None today; kept fallible for compatibility.
+    /// [`Error::Config`] if this client's TTL is too short to keep a lock (a few ms: its
+    /// renewal point lies behind its validity); the lock is then left to expire, within that
+    /// TTL.
     pub fn keep(&self, lock: Lock) -> Result<KeepAlive, Error> {
+        self.config().check_keep()?;
         let kept = Arc::new(Kept::new(lock, self.hub().callbacks.clone(), self.nodes()));
         self.hub().keep(kept.clone());
         Ok(KeepAlive {

@@ -111,9 +111,14 @@ impl Lookup {
             return Ok(SocketAddr::new(ip, self.port));
         }
         let waited = std::mem::replace(&mut self.waited, true);
+        let known = self.lock().addrs.len();
+        // A failure within the round counts; one that ends the round (every address tried,
+        // the backoff waited) starts the next round: its first failure is followed at once
+        // again (a server restarting behind `localhost`'s refusing `::1` is found as soon as
+        // it is back, not one backoff per address later).
         self.failed_in_row = match failed {
-            Some(_) => self.failed_in_row + 1,
-            None => 0,
+            Some(_) if self.failed_in_row + 1 < known => self.failed_in_row + 1,
+            _ => 0,
         };
         let mut state = self.lock();
         if let Some(failed) = failed {
@@ -301,6 +306,11 @@ mod tests {
         let v4 = lookup.address(wait, Some(v6)).unwrap();
         assert!(v4.is_ipv4(), "{v4}");
         // ... and if that failed too, the round is over (the backoff comes first) ...
+        assert!(!lookup.round_left());
+        // ... after which a new round begins: ::1 again, and 127.0.0.1 at once if it fails.
+        assert_eq!(lookup.address(wait, Some(v4)).unwrap(), v6);
+        assert!(lookup.round_left());
+        assert_eq!(lookup.address(wait, Some(v6)).unwrap(), v4);
         assert!(!lookup.round_left());
         // ... but it worked: the connects after it stay there, refreshes or not.
         assert_eq!(lookup.address(wait, None).unwrap(), v4);

@@ -48,13 +48,22 @@ impl<N: Net> Engine<N> {
     /// and polling the tasks; `docs/engine.md`).
     pub(super) fn held(&mut self, now: Instant) -> Option<Instant> {
         let mailbox = self.mailbox.as_ref()?;
-        if mailbox.queued() == 0 || mailbox.unclaimed.load(Ordering::SeqCst) == 0 {
+        let unclaimed = mailbox.unclaimed.load(Ordering::SeqCst);
+        if mailbox.queued() == 0 || unclaimed == 0 {
             self.hold_since = None;
             return None;
         }
+        if self.hold_spent == Some(unclaimed) {
+            // A hold ran out and no outcome was taken (nor delivered) since: one never taken
+            // (a future neither polled again nor dropped) would otherwise hold every batch
+            // after it — a millisecond each, as `poll` rounds its timeout up (found by review).
+            return None;
+        }
+        self.hold_spent = None;
         let until = *self.hold_since.get_or_insert(now) + HOLD;
         if now >= until {
             self.hold_since = None;
+            self.hold_spent = Some(unclaimed);
             return None;
         }
         Some(until)

@@ -106,6 +106,8 @@ pub(crate) struct Engine<N: Net = Driver> {
     mailbox: Option<Arc<Mailbox>>,
     /// Since when queued requests are held back ([`Engine::held`]).
     hold_since: Option<Instant>,
+    /// The count of unclaimed outcomes when the last hold ran out (see `Engine::held`).
+    hold_spent: Option<usize>,
     taken: Vec<Arc<Slot>>,
     /// Lost acquires whose release is to be sent (reused list).
     lost: Vec<u32>,
@@ -249,6 +251,7 @@ impl<N: Net> Engine<N> {
             last_round: Duration::ZERO,
             mailbox: None,
             hold_since: None,
+            hold_spent: None,
             taken: Vec::with_capacity(RESOURCE_CAPACITY),
             lost: Vec::with_capacity(PREBUILT_OPS),
             resource: Vec::with_capacity(RESOURCE_CAPACITY),
