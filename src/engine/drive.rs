@@ -48,8 +48,12 @@ impl<N: Net> Engine<N> {
     /// and polling the tasks; `docs/engine.md`).
     pub(super) fn held(&mut self, now: Instant) -> Option<Instant> {
         let mailbox = self.mailbox.as_ref()?;
+        if mailbox.queued() == 0 {
+            self.hold_since = None;
+            return None;
+        }
         let unclaimed = mailbox.unclaimed.load(Ordering::SeqCst);
-        if mailbox.queued() == 0 || unclaimed == 0 {
+        if unclaimed == 0 {
             self.hold_since = None;
             return None;
         }
