@@ -391,9 +391,10 @@ impl Conn {
     /// `#[inline]` here and on [`Conn::read`]: one call site each, in `Driver::turn`. Without
     /// them the compiler stopped inlining them once the counters moved to shared atomics: a call
     /// more per readiness, about 60 more instructions per lock cycle (callgrind, N = 1).
-    #[inline]
+    ///
     /// `closed`: the event says the peer closed its side (or the socket has an error): the
     /// reads go on to the end, past a short one.
+    #[inline]
     pub fn on_ready(
         &mut self,
         now: Instant,
@@ -548,7 +549,6 @@ mod tests {
                 Instant::now() < give_up,
                 "the second address was never tried"
             );
-            listening.set_nonblocking(true).unwrap();
             poll.poll(&mut events, Some(Duration::from_millis(10)))
                 .unwrap();
             if !events.is_empty() {

@@ -48,11 +48,11 @@ impl<N: Net> Engine<N> {
     /// and polling the tasks; `docs/engine.md`).
     pub(super) fn held(&mut self, now: Instant) -> Option<Instant> {
         let mailbox = self.mailbox.as_ref()?;
-        if mailbox.queued() == 0 {
-            self.hold_since = None;
-            return None;
-        }
-        let unclaimed = mailbox.unclaimed.load(Ordering::SeqCst);
+        // The unclaimed count is looked at only when requests are queued.
+        let unclaimed = match mailbox.queued() {
+            0 => 0,
+            _ => mailbox.unclaimed.load(Ordering::SeqCst),
+        };
         if unclaimed == 0 {
             self.hold_since = None;
             return None;
