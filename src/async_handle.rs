@@ -328,7 +328,8 @@ impl AsyncRedlock {
     /// As [`Redlock::extend`].
     pub async fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let now = Instant::now();
-        let kind = ReqKind::extend(self.config(), lock, ttl, now)?;
+        let backing = lock.backing(self.redlock.nodes());
+        let kind = ReqKind::extend(self.config(), (lock, backing), ttl, now)?;
         let config = self.config();
         let drift = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).drift();
         let worst = lock.valid_until().min(now + ttl.saturating_sub(drift));

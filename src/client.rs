@@ -298,7 +298,8 @@ impl Client {
     /// configured number of extensions, [`Error::Held`] when nodes no longer hold our token,
     /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring.
     pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let kind = ReqKind::extend(self.config(), lock, ttl, Instant::now())?;
+        let backing = lock.backing(&self.engine.shared.nodes);
+        let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;
         let outcome = self.engine.run(kind, lock.resource(), lock.token());
         apply_extend(lock, outcome)
     }

@@ -401,7 +401,8 @@ impl Redlock {
     /// out first, [`Error::Held`] when the nodes no longer hold our token,
     /// [`Error::ExtensionLimit`], [`Error::Config`] for a `ttl` above the longest allowed.
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
-        let kind = ReqKind::extend(self.config(), lock, ttl, Instant::now())?;
+        let backing = lock.backing(&self.handle.shared.nodes);
+        let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;
         let outcome = self.handle.hub.call(kind, lock.resource(), lock.token());
         apply_extend(lock, outcome)
     }

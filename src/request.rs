@@ -43,7 +43,12 @@ pub(crate) enum ReqKind {
     /// `SET resource token NX PX ttl` on every node.
     Acquire { ttl: Duration },
     /// The compare-and-pexpire script on every node, within the lock's validity.
-    Extend { ttl: Duration, valid_until: Instant },
+    Extend {
+        ttl: Duration,
+        valid_until: Instant,
+        /// The nodes whose keys back the validity (a bit set; 0: not known).
+        backing: u64,
+    },
     /// The compare-and-delete script on every node.
     Release,
     /// `GET` and `PTTL` on every node, waiting at most `timeout`.
@@ -111,10 +116,11 @@ impl ReqKind {
         Ok(ReqKind::Repair { floor, timeout })
     }
 
-    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`.
+    /// An extend of `lock` to `ttl`, if the lock may still be extended at `now`; `backing`:
+    /// the nodes whose keys back its validity (`Lock::backing`; 0: not known).
     pub(crate) fn extend(
         config: &Config,
-        lock: &Lock,
+        (lock, backing): (&Lock, u64),
         ttl: Duration,
         now: Instant,
     ) -> Result<ReqKind, Error> {
@@ -128,6 +134,7 @@ impl ReqKind {
         Ok(ReqKind::Extend {
             ttl,
             valid_until: lock.valid_until(),
+            backing,
         })
     }
 }

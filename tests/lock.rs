@@ -146,9 +146,41 @@ fn extend_of_a_lock_taken_over_fails() {
         Err(Error::Held(report)) => assert!(report.refused().count() >= 2),
         other => panic!("{other:?}"),
     }
-    // Unlock must not delete the thief's key.
-    assert_eq!(c.unlock(lock).unwrap(), 0);
+    // A majority said our token is gone: the lock is no longer valid (it kept its whole
+    // validity before, while the thief held the lock).
+    assert!(!lock.is_valid(), "{:?} left", lock.validity());
+    // Unlock must not delete the thief's key, and says the lock had expired.
+    assert!(matches!(c.unlock(lock), Err(Error::Expired { released: 0 })));
     assert_eq!(holders(&servers, "res"), vec![Some("thief".into()); 3]);
+}
+
+/// The nodes that back a lock are those that said yes to its acquire: an extend refused by one
+/// of them, with the others down, leaves fewer than a quorum of nodes that may hold our token
+/// — a rival can win on the refusing node and the two that never had it.
+#[test]
+fn an_extend_refused_where_the_lock_needs_its_keys_ends_its_validity() {
+    let mut servers = Cluster::start(5);
+    let mut c = client(&servers);
+    servers[3].kill();
+    servers[4].kill();
+    let mut lock = c.try_lock("res").unwrap();
+    // Backed by nodes 0, 1 and 2; node 0 loses our key (evicted, a failover).
+    servers[0].cmd(&["DEL", "res"]);
+    match c.extend(&mut lock, Duration::from_secs(10)) {
+        Err(Error::Held(report) | Error::NoQuorum(report)) => {
+            assert_eq!(report.refused().count(), 1, "{report:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Four nodes did not refuse, but only two of them had our token.
+    assert!(!lock.is_valid(), "{:?} left", lock.validity());
+    servers[3].restart();
+    servers[4].restart();
+    // A rival wins on nodes 0, 3 and 4.
+    let mut rival = client(&servers);
+    let theirs = rival.try_lock("res").unwrap();
+    assert!(theirs.votes().yes() >= 3);
+    assert!(matches!(c.unlock(lock), Err(Error::Expired { .. })));
 }
 
 #[test]

@@ -16,12 +16,12 @@ use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
 use super::{Engine, OpKind, shaped_call};
 
 impl<N: Net> Engine<N> {
-    /// Starts the round of extend `id` (of a lock valid until `valid_until`, for `ttl` more)
-    /// and queues its requests to the nodes in `targets`.
+    /// Starts the round of extend `id` (of a lock valid until `valid_until`, backed by the
+    /// nodes in `backing`, for `ttl` more) and queues its requests to the nodes in `targets`.
     pub(super) fn start_extend(
         &mut self,
         id: OpId,
-        (ttl, valid_until): (Duration, Instant),
+        (ttl, valid_until, backing): (Duration, Instant, u64),
         targets: u64,
         now: Instant,
     ) {
@@ -30,6 +30,7 @@ impl<N: Net> Engine<N> {
         let op = &mut p.core.ops[id.index as usize];
         op.kind = OpKind::Extend;
         op.until = valid_until;
+        op.backing = backing;
         let rc = RoundConfig {
             min_validity: config.min_validity,
             not_after: Some(valid_until),
@@ -53,14 +54,38 @@ impl<N: Net> Engine<N> {
             Decision::Won { valid_until, .. } => {
                 Outcome::Extended(valid_until, Ok(op.vote.yes_bits()))
             }
-            Decision::Lost { loss, .. } => Outcome::Extended(
-                validity_after_lost_extend(op.until, &op.vote.round),
-                Err(op
-                    .vote
-                    .loss_error(&self.shared.nodes, loss, Refusal::TokenGone)),
-            ),
+            Decision::Lost { loss, .. } => {
+                let refused = op.vote.refused_bits();
+                let valid_until = if still_backed(op.backing, refused, &op.vote.round) {
+                    validity_after_lost_extend(op.until, &op.vote.round)
+                } else {
+                    // Refused where the lock needs its keys: no longer held as believed.
+                    op.start.min(op.until)
+                };
+                Outcome::Extended(
+                    valid_until,
+                    Err(op
+                        .vote
+                        .loss_error(&self.shared.nodes, loss, Refusal::TokenGone)),
+                )
+            }
         }
     }
+}
+
+/// Whether a lock backed by the nodes in `backing` (0: not known, then by any node) still is
+/// after the nodes in `refused` said our token is gone from them: while the backing nodes that
+/// did not refuse make a quorum, every rival's quorum meets one of them, which holds our token
+/// until the validity ends. When they do not, a rival may hold the lock now — on the nodes
+/// that refused and others — and the lock's validity ends at the extend's start (the refusals
+/// came after it; when the keys went, nobody can say). Without this, a caller told `Held`
+/// by its extend still had `is_valid()` for the rest of the old validity while a rival held
+/// the lock (found by review).
+fn still_backed(backing: u64, refused: u64, round: &Round) -> bool {
+    let n = round.nodes();
+    let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    let backing = if backing == 0 { all } else { backing };
+    (backing & !refused).count_ones() as usize >= round.quorum()
 }
 
 /// The validity a lock keeps after an extend that was sent and did not win.

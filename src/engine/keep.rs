@@ -216,14 +216,15 @@ impl<N: Net> Engine<N> {
         self.keeps.decided = decided;
         // After the outcomes: a renewal won in this turn has replaced the backing that a late
         // refusal of an earlier round would otherwise be weighed against.
-        self.late_refusals();
+        self.late_refusals(now);
         self.lose_keeps();
     }
 
     /// Refusals of lost renewals that came after their decision (`Core::late_refusals`): each
     /// narrows its lock's backing, and a lock whose backing no longer makes a quorum (or not
-    /// known, now refused) is lost, even while it waits to be tried again.
-    fn late_refusals(&mut self) {
+    /// known, now refused) is lost, even while it waits to be tried again — its validity ends
+    /// now: a rival may hold the lock (as after an extend refused in time: `extend.rs`).
+    fn late_refusals(&mut self, now: Instant) {
         let mut late = std::mem::take(&mut self.core.late_refusals);
         let quorum = self.shared.nodes.len() / 2 + 1;
         for (kept, refused) in late.drain(..) {
@@ -235,6 +236,7 @@ impl<N: Net> Engine<N> {
                 kept.refused_by(refused);
                 continue;
             }
+            kept.set_valid_until(kept.valid_until().min(now));
             self.keeps.lost.push((kept, Error::Held(report)));
         }
         self.core.late_refusals = late;
@@ -284,7 +286,8 @@ impl<N: Net> Engine<N> {
         let ttl = self.shared.config.ttl;
         for kept in batch.drain(..) {
             let lock = kept.lock();
-            match ReqKind::extend(&self.shared.config, &lock, ttl, now) {
+            let backing = (&lock, kept.backed());
+            match ReqKind::extend(&self.shared.config, backing, ttl, now) {
                 Ok(kind) => {
                     kept.extending.store(true, Ordering::Relaxed);
                     let waiter = Waiter::Keep(kept.clone());

@@ -409,9 +409,11 @@ impl<N: Net> Engine<N> {
         let targets = targets & !twins;
         match kind {
             ReqKind::Acquire { ttl } => self.start_acquire(id, ttl, targets, now),
-            ReqKind::Extend { ttl, valid_until } => {
-                self.start_extend(id, (ttl, valid_until), targets, now)
-            }
+            ReqKind::Extend {
+                ttl,
+                valid_until,
+                backing,
+            } => self.start_extend(id, (ttl, valid_until, backing), targets, now),
             ReqKind::Release => self.start_release(id, targets, now),
             ReqKind::Status { timeout } => self.start_status(id, timeout, targets, now),
             ReqKind::Repair { floor, timeout } => {

@@ -49,6 +49,9 @@ pub(super) struct Op {
     pub until: Instant,
     /// Acquire, Wait: the TTL (of its attempts); Wait: how many attempts it has made.
     pub ttl: Duration,
+    /// Extend: the nodes whose keys back the lock's validity (`Lock::backing`, a kept lock's
+    /// `Kept::backed`), 0 when not known (then every node may).
+    pub backing: u64,
     pub tries: u32,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,
@@ -101,6 +104,7 @@ impl Op {
             start: now,
             until: now,
             ttl: Duration::ZERO,
+            backing: 0,
             tries: 0,
             outstanding: 0,
             waiter: Waiter::None,

@@ -235,8 +235,17 @@ impl Ballot {
 
     /// The nodes that said yes, as a bit set.
     pub fn yes_bits(&self) -> u64 {
+        self.bits(Vote::Yes)
+    }
+
+    /// The nodes that refused (for an extend: our token is gone from them), as a bit set.
+    pub fn refused_bits(&self) -> u64 {
+        self.bits(Vote::Refused)
+    }
+
+    fn bits(&self, vote: Vote) -> u64 {
         (0..self.round.nodes())
-            .filter(|&node| self.round.vote(node) == Some(Vote::Yes))
+            .filter(|&node| self.round.vote(node) == Some(vote))
             .fold(0, |bits, node| bits | node_bit(node))
     }
 

@@ -2281,6 +2281,7 @@ impl World {
                     let kind = ReqKind::Extend {
                         ttl: TTL,
                         valid_until: hold.valid,
+                        backing: 0,
                     };
                     let id = self.submit(c, kind, hold.res, &hold.token, now);
                     hold.extensions += 1;

@@ -265,7 +265,16 @@ impl Node {
             }
             b"SET" => {
                 // SET key value NX PX ms: the lock's. Nil in RESP2, the client's default
-                // protocol.
+                // protocol. Anything else is a change of the client's command that this model
+                // would hide (a SET without NX overwrites a holder's key on a real server):
+                // it panics, so a simulation shows it at once.
+                assert!(
+                    cmd.len() == 6
+                        && cmd[3].eq_ignore_ascii_case(b"NX")
+                        && cmd[4].eq_ignore_ascii_case(b"PX"),
+                    "the client sent a SET this node does not model: {:?}",
+                    cmd.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+                );
                 let set = self.set_nx(cmd[1], cmd[2], number(cmd[5]), now);
                 out.extend_from_slice(if set { b"+OK\r\n" } else { b"$-1\r\n" });
             }
@@ -711,6 +720,37 @@ fn bulk(out: &mut Vec<u8>, b: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The node runs a Rust model of each script, not its Lua: a change of a script's text
+    /// that this model does not follow would pass every simulation while a real server ran
+    /// the new text. The hashes pin the texts the model was written for: whoever changes a
+    /// script changes its model in `execute` (and the node's tests), then the hash here.
+    #[test]
+    fn the_modelled_scripts_are_the_scripts_the_client_sends() {
+        const MODELLED: [&str; SCRIPT_COUNT] = [
+            "cafdff843c80a31ff854b6ed00e99714c268d273", // release
+            "da2999d21a48deda88fdfdc4b1194e626931fa78", // extend
+            "860775f9fa6517c3c4446e2e56c63e77efd92df4", // fenced acquire
+            "a383b47d4d87befba33eaf7aaa22b5eb70f9e8fe", // fence write-back
+            "5f72df6b02788b62ee307a3df1dd316d0c1b0f66", // flawed fenced acquire (no write-back)
+            "27591649fc6497e7ab169d4f40f9addabb641071", // quiet release
+            "74b722aa74657a956784456e6879069e56661991", // writer's mark
+            "4f3384e9af72523aa9971032be6813976e110d2a", // fence repair
+            "7af3a285038ba44f1cc6db01d10f8a620e231571", // set acquire
+            "dee571d5ba83b9fe216324f9a5a636d523a9aca2", // set fenced acquire
+            "b97285dd9dd72c618719d43d025b8e98277e6b4e", // set release
+            "3e4c32260be05a012d03a02383c303b73678f431", // set extend
+            "54765107d8c935b642da4892dcafc69408cec6c7", // shared acquire
+            "49e237894464b602a9de87730f4b0448a3e34244", // shared release
+            "64806c85c5dce98a72b60b06e444da110c131914", // shared extend
+            "1caf33d24642d0176e6caa51f4dca93272a8972a", // reader's mark
+        ];
+        let sent: Vec<String> = scripts()
+            .iter()
+            .map(|s| String::from_utf8(s.sha().to_vec()).unwrap())
+            .collect();
+        assert_eq!(sent, MODELLED, "a script changed: change its model in Node::execute");
+    }
 
     fn run(node: &mut Node, args: &[&[u8]], now: u64) -> String {
         let mut out = Vec::new();
