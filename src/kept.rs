@@ -147,6 +147,17 @@ impl Kept {
         self.backed.load(Ordering::Relaxed)
     }
 
+    /// Nodes in `yes` (a bit set) said yes to a renewal that was lost: each moved our token's
+    /// expiry to at least the renewal's start + TTL, past the validity, so they back it too
+    /// (when the backing is known: an unknown one stays unknown).
+    pub fn backed_also_by(&self, yes: u64) {
+        let _ = self
+            .backed
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                (b != 0).then_some(b | yes)
+            });
+    }
+
     /// Nodes in `refused` (a bit set) said our token is gone: they back the validity no more.
     /// (A refusal cannot be undone: nothing puts our token back on a node.)
     pub fn refused_by(&self, refused: u64) {

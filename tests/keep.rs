@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use redis_local::Cluster;
+use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Error, LockVote, Redlock, WithLockError};
 
 fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
@@ -624,12 +624,85 @@ fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
     assert_eq!(kept.release().unwrap(), 2);
 }
 
+/// The mirror case: the token gone from a node that backs the lock (node 0), the other backing
+/// node (1) silent, and the node outside the backing (2, whose yes came after the acquire was
+/// decided) says yes to the renewal. Its yes moved our token's expiry past the validity: nodes
+/// 1 and 2 back the lock, and the renewal is tried again — it was lost at once, the lost
+/// round's yes not counted (found by review).
+#[test]
+fn a_lost_renewal_counts_its_own_yes_votes_in_the_lock_backing() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(12_000);
+    let r = retrier(servers.urls(), ttl, 0.5);
+    servers[2].freeze();
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let votes = kept.lock().votes();
+    assert_eq!(votes.vote(2), Some(LockVote::NotWaitedFor), "{votes:?}");
+    servers[2].resume();
+    let token = kept.lock().token().to_string();
+    wait_until("our late SET on node 2", Duration::from_secs(5), || {
+        servers[2].get("job").as_deref() == Some(token.as_str())
+    });
+    let (gone, silent) = (0, 1);
+    servers[gone].cmd(&["DEL", "job"]);
+    servers[silent].freeze();
+    wait_until("a refused renewal", Duration::from_secs(10), || {
+        r.stats().extend.refused >= 1
+    });
+    servers[silent].resume();
+    wait_until("a renewal after the node came back", ttl, || {
+        kept.lock().extensions() >= 1 || kept.lost().is_some()
+    });
+    assert!(
+        kept.lost().is_none(),
+        "lost though nodes 1 and 2 back it: {:?}",
+        kept.lost()
+    );
+    assert!(r.stats().keep.retried >= 1);
+    assert_eq!(kept.release().unwrap(), 2);
+}
+
+/// One node of five refusing our credentials is a configuration to fix, not a reason to end a
+/// kept lock whose renewal was lost to a frozen majority of the others for a moment: the
+/// renewal is tried again (it was lost at once with `Auth`, found by review), and the lock
+/// held elsewhere is `Held`, which `lock` waits out, not a final `Auth`.
+#[test]
+fn one_node_refusing_credentials_neither_ends_a_kept_lock_nor_a_wait() {
+    let mut servers = Cluster::start(4);
+    let locked = Server::builder().requirepass("secret").start();
+    let mut urls = servers.urls();
+    urls.push(locked.url());
+    let ttl = Duration::from_millis(12_000);
+    let r = retrier(urls.clone(), ttl, 0.5);
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    // Nodes 1 and 2 frozen: the renewal has two yeses, two silences, one Auth.
+    servers[1].freeze();
+    servers[2].freeze();
+    wait_until("a lost renewal", Duration::from_secs(10), || {
+        r.stats().keep.retried >= 1 || kept.lost().is_some()
+    });
+    servers[1].resume();
+    servers[2].resume();
+    wait_until("a renewal after the nodes came back", ttl, || {
+        kept.lock().extensions() >= 1 || kept.lost().is_some()
+    });
+    assert!(kept.lost().is_none(), "lost: {:?}", kept.lost());
+    // Another caller waits for the lock instead of giving up at once.
+    let other = retrier(urls, ttl, 0.5);
+    match other.lock_until("job", Instant::now() + Duration::from_millis(300)) {
+        Err(Error::Held(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(kept.release().unwrap(), 4);
+}
+
 /// A refusal that comes after a lost renewal was decided (the node answers slower than the
 /// node timeout) counts all the same: here the lock is backed by nodes 0 and 1, our token is
-/// gone from both, node 0 answers every renewal late and node 1 not at all. Each round, on its
-/// own, is lost for want of answers and would be tried again until half the renewal margin is
-/// left (as it was, ending with `NoQuorum` seconds later); node 0's late "token gone" ends the
-/// lock at once (`Held`).
+/// gone from both (and from node 2, which refuses in time: a yes from it would back the lock
+/// too), node 0 answers every renewal late and node 1 not at all. Each round, on its own, is
+/// lost for want of answers and would be tried again until half the renewal margin is left (as
+/// it was, ending with `NoQuorum` seconds later); node 0's late "token gone" ends the lock at
+/// once (`Held`).
 #[test]
 fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
     let mut servers = Cluster::start(3);
@@ -660,9 +733,10 @@ fn a_late_refusal_from_a_node_that_backs_the_lock_ends_it() {
     });
     let kept = keeper.keep(lock).unwrap();
     let end = kept.lock().valid_until();
-    // Our token gone from both nodes that back the lock; node 1 silent.
+    // Our token gone from both nodes that back the lock, and from node 2; node 1 silent.
     servers[0].cmd(&["DEL", "job"]);
     servers[1].cmd(&["DEL", "job"]);
+    servers[2].cmd(&["DEL", "job"]);
     servers[1].freeze();
     let why = kept
         .wait_lost(Duration::from_secs(15))

@@ -56,7 +56,12 @@ impl<N: Net> Engine<N> {
             }
             Decision::Lost { loss, .. } => {
                 let refused = op.vote.refused_bits();
-                let valid_until = if still_backed(op.backing, refused, &op.vote.round) {
+                // The nodes that said yes hold our token past the old validity.
+                let backing = match op.backing {
+                    0 => 0,
+                    known => known | op.vote.yes_bits(),
+                };
+                let valid_until = if still_backed(backing, refused, &op.vote.round) {
                     validity_after_lost_extend(op.until, &op.vote.round)
                 } else {
                     // Refused where the lock needs its keys: no longer held as believed.

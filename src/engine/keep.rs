@@ -151,6 +151,10 @@ impl Keeps {
             Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => report,
             _ => return None,
         };
+        // The nodes that said yes to this lost renewal back the validity too (their keys now
+        // outlive it): counted, a lock whose backing node was frozen at the renewal is not
+        // lost while the nodes that took the renewal hold our token (found by review).
+        kept.backed_also_by(report.said_yes);
         if !report.still_backed(kept.backed()) {
             return None;
         }

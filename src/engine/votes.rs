@@ -325,9 +325,22 @@ impl Ballot {
         }
     }
 
-    /// The error for a lost round; an authentication failure on any node takes precedence.
+    /// The error for a lost round. Credentials or permissions refused take precedence when the
+    /// nodes that refused them leave too few for a quorum (nothing but a change of
+    /// configuration mends that: `Error::is_final`); with fewer, the round is reported by its
+    /// loss, those nodes' faults in its report — one misconfigured node of five made a lock
+    /// held elsewhere a final `Auth` (`lock` gave up at once) and a kept lock's renewal lost
+    /// to a frozen majority not tried again (found by review).
     pub fn loss_error(&self, nodes: &Arc<[NodeAddr]>, loss: Loss, refusal: Refusal) -> Error {
         let report = self.report(nodes, refusal);
+        let refused_access = report
+            .failed
+            .iter()
+            .filter(|(_, f)| matches!(f.root(), NodeFault::Auth(_) | NodeFault::Permission { .. }))
+            .count();
+        if nodes.len() - refused_access >= report.quorum {
+            return by_loss(loss, report);
+        }
         for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {
             match fault {
                 NodeFault::Auth(message) => {
@@ -345,12 +358,16 @@ impl Ballot {
                 _ => {}
             }
         }
-        match loss {
-            Loss::Held => Error::Held(report),
-            Loss::NoQuorum => Error::NoQuorum(report),
-            Loss::TooSlow => Error::TooSlow(report),
-            Loss::Expired => Error::Expired { released: 0 },
-        }
+        by_loss(loss, report)
+    }
+}
+
+fn by_loss(loss: Loss, report: Report) -> Error {
+    match loss {
+        Loss::Held => Error::Held(report),
+        Loss::NoQuorum => Error::NoQuorum(report),
+        Loss::TooSlow => Error::TooSlow(report),
+        Loss::Expired => Error::Expired { released: 0 },
     }
 }
 
