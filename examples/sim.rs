@@ -8,7 +8,8 @@
 //! ```
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
-//! clock-drift, work-past-validity, lying-node, majority-down, and two wrong fencing
+//! clock-drift, work-past-validity, lying-node, majority-down, the validity computed without
+//! the drift allowance (no-drift-allowance: the cover check's), two wrong fencing
 //! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
 //! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
 //! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
@@ -31,7 +32,9 @@
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
 //! expected. `--fence`: fenced acquires, and the fences checked too (fence violations: 0
 //! expected but for the fence-* kinds, whatever the lock does). Exits 1 on a violation where
-//! none is expected.
+//! none is expected: an overlap, a validity not backed by a quorum of nodes' keys when its
+//! holder was told (the cover check, `sim::CoverViolation`), a fence out of order, a wait or
+//! reconnects past their bounds, a run that stalled where liveness is expected.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +89,7 @@ fn main() {
                     Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
                     Some("ledger-unpaced") => Break::LedgerUnpaced,
                     Some("fail-when-full") => Break::FailWhenFull,
+                    Some("no-drift-allowance") => Break::NoDriftAllowance,
                     Some("set-not-all-or-none") => Break::SetNotAllOrNone,
                     Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
                     Some("counter-semaphore") => Break::CounterSemaphore,
@@ -159,6 +163,7 @@ fn main() {
                         firsts.push((r.first_grant, r.seed));
                     }
                     if r.violation.is_some()
+                        || r.cover.is_some()
                         || r.fence_violation.is_some()
                         || r.liveness.is_some()
                         || r.connect_violation.is_some()
@@ -238,6 +243,8 @@ fn main() {
     let overlaps = found(&violations, |r| &r.violation);
     let fences = found(&violations, |r| &r.fence_violation);
     show("violations", &overlaps);
+    let covers = found(&violations, |r| &r.cover);
+    show("cover violations", &covers);
     let fence_break = matches!(breaks, Break::FenceNoWriteBack | Break::FenceBlankAsZero);
     let flawed = fence_break && !control;
     if fencing || fence_break {
@@ -329,7 +336,8 @@ fn main() {
     }
     let lock_expected = breaks == Break::Nothing || control || flawed;
     let live_expected = breaks == Break::Nothing || control;
-    if (lock_expected && !overlaps.is_empty())
+    if (lock_expected && (!overlaps.is_empty() || !covers.is_empty()))
+        || (live_expected && stalled > 0)
         || (!flawed && !fences.is_empty())
         || (breaks != Break::DeadlineNotRearmed || control) && !late.is_empty()
         || (live_expected && (!slow.is_empty() || !loops.is_empty() || !stuck.is_empty()))

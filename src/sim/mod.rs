@@ -48,6 +48,12 @@ pub enum Break {
     Quarantine,
     /// Clock rates differ by more than the drift factor allows (±5 % against a factor of 1 %).
     ClockDrift,
+    /// (Validity) the drift allowance left out of the validity (a drift factor of 0: only the
+    /// 2 ms floor is taken off), clocks within ±0.49 % as usual: a node whose clock runs
+    /// faster than the holder's expires the key up to ~5 ms before the validity ends. The
+    /// cover check ([`CoverViolation`]) finds it in most schedules; two holders need a rival
+    /// to win in those milliseconds, and are seldom seen.
+    NoDriftAllowance,
     /// Clients pause longer than their validity and go on working as holders afterwards.
     WorkPastValidity,
     /// One node answers every `SET NX` with `OK`.
@@ -216,6 +222,25 @@ pub struct ConnectViolation {
     pub allowed: u64,
 }
 
+/// A holder told it held a resource until a validity that fewer than a quorum of nodes
+/// backed: when it took the grant (or a renewal or an extend won), fewer than a quorum of
+/// nodes held its token until at least that validity's end (world time, ns). The direct form
+/// of Redlock's safety argument: an overlap needs a rival to win in the gap, this needs no
+/// rival — a validity overstated by a millisecond shows here in any schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoverViolation {
+    /// The resource's index.
+    pub resource: usize,
+    pub client: usize,
+    /// When the holder was told, and until when.
+    pub told: u64,
+    pub valid: u64,
+    /// The nodes whose keys held the token until then (a crashed node's counted until they
+    /// would have expired), and the quorum.
+    pub covering: usize,
+    pub quorum: usize,
+}
+
 /// A waiting acquire whose outcome came later than [`DEADLINE_SLACK`] after its deadline
 /// (world time, ns): a wait that its deadline did not end.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -281,6 +306,8 @@ pub struct Report {
     pub events: u64,
     /// The first overlap found, if any.
     pub violation: Option<Violation>,
+    /// The first validity not backed by a quorum of nodes' keys, if any.
+    pub cover: Option<CoverViolation>,
     /// (Fenced runs) the first pair of fences out of order, if any.
     pub fence_violation: Option<FenceViolation>,
     /// (Fenced runs) acquisitions that got a fence.
@@ -450,6 +477,8 @@ struct Keeping {
     /// Start of the belief interval while the holder believes (`is_held()` would say yes).
     open: Option<u64>,
     fence: u64,
+    /// The latest validity the cover check saw (`World::check_cover`).
+    checked: Instant,
 }
 
 /// One caller of a client's engine (a thread or task of the process), wanting one resource
@@ -909,6 +938,9 @@ impl World {
             let shared = Arc::get_mut(&mut shared).expect("not shared yet");
             shared.mutation = setup.breaks.mutation();
             shared.conn.mutation = shared.mutation;
+            if setup.breaks == Break::NoDriftAllowance {
+                shared.config.drift_factor = 0.0;
+            }
         }
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
@@ -2010,6 +2042,51 @@ impl World {
             None if !lost && now < valid => k.open = Some(g),
             _ => {}
         }
+        let Work::Keeping(k) = &mut self.clients[c].callers[caller].work else {
+            return;
+        };
+        if k.open.is_some() && valid > k.checked {
+            k.checked = valid;
+            let (res, token) = (k.res, *k.kept.base().token());
+            self.check_cover(c, res, token.as_bytes(), valid);
+        }
+    }
+
+    /// The cover check: client `c`, told now that it holds `res` with `token` until `valid`
+    /// (its clock), must find a quorum of nodes whose keys hold the token until then (in
+    /// world time, each node's expiry on its own clock). A validity already over when told
+    /// is not a belief (its keys may have gone to a rival since, rightly).
+    fn check_cover(&mut self, c: usize, res: usize, token: &[u8], valid: Instant) {
+        let valid_g = self.world_of(c, valid);
+        if self.report.cover.is_some() || valid_g <= self.g || self.clients[c].ignores_validity {
+            return;
+        }
+        let reader = self.shared_of[res];
+        let (members, resources) = (&self.members[res], &self.resources);
+        let covering = (self.nodes.iter())
+            .filter(|n| {
+                members.iter().all(|&m| {
+                    let until = n.node.holds_until(&resources[m], token, reader);
+                    until.is_some_and(|t| n.clock.world_ns(t) >= valid_g)
+                })
+            })
+            .count();
+        let quorum = self.nodes.len() / 2 + 1;
+        if covering < quorum {
+            self.log(|| {
+                format!(
+                    "COVER: client {c} told it holds {res} until {valid_g} ns: {covering} nodes"
+                )
+            });
+            self.report.cover = Some(CoverViolation {
+                resource: res,
+                client: c,
+                told: self.g,
+                valid: valid_g,
+                covering,
+                quorum,
+            });
+        }
     }
 
     fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
@@ -2199,6 +2276,7 @@ impl World {
                 match won {
                     Ok((token, grant)) => {
                         let valid = grant.valid_until;
+                        self.check_cover(c, res, token.as_bytes(), valid);
                         let fence = grant.fence.unwrap_or(0);
                         if let Some(f) = grant.fence {
                             self.report.fenced += 1;
@@ -2251,6 +2329,7 @@ impl World {
                                 until,
                                 open: Some(g),
                                 fence,
+                                checked: valid,
                             });
                             return true;
                         }
@@ -2307,6 +2386,9 @@ impl World {
             Work::Extending { id, mut hold } if client.engine.is_done(id) => {
                 match client.engine.take(id) {
                     Some(Outcome::Extended(valid, result)) => {
+                        if result.is_ok() {
+                            self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
+                        }
                         hold.valid = valid;
                         let left = valid.saturating_duration_since(now);
                         let frac = self.rng.range(0, 120) as f64 / 100.0;

@@ -22,6 +22,9 @@ pub(crate) enum Persist {
 /// A read-locked key: (key, readers as (token, expiry ns), the key's expiry ns).
 type ReadLocked = (Vec<u8>, Vec<(Vec<u8>, u64)>, u64);
 
+/// A key: (key, value, expiry ns).
+type Key = (Vec<u8>, Vec<u8>, u64);
+
 /// A node's state: the keyspace, the scripts it has cached, who it is.
 pub(crate) struct Node {
     /// The keys: (key, value, expiry on this node's clock, in ns). A handful (the runs' few
@@ -29,6 +32,11 @@ pub(crate) struct Node {
     keys: Vec<(Vec<u8>, Vec<u8>, u64)>,
     /// Read-locked keys (sorted sets): (key, readers as (token, expiry ns), key's expiry ns).
     readers: Vec<ReadLocked>,
+    /// The keys and read-locked keys that earlier incarnations held when they crashed, for
+    /// the cover check only ([`Node::holds_until`]): the restart quarantine is what makes a
+    /// restarted node safe, by not counting it for as long as the keys it lost would have
+    /// lived — the keys are counted as living on for that check, not for the node.
+    ghosts: (Vec<Key>, Vec<ReadLocked>),
     /// The fence counter: (`run`, `n`), if the hash exists.
     fence: Option<(Vec<u8>, u64)>,
     loaded: [bool; SCRIPT_COUNT],
@@ -121,6 +129,7 @@ impl Node {
         Node {
             keys: Vec::new(),
             readers: Vec::new(),
+            ghosts: (Vec::new(), Vec::new()),
             fence: None,
             loaded: [false; SCRIPT_COUNT],
             wall: run_id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
@@ -171,8 +180,10 @@ impl Node {
     /// Forgets every key (a crash: the lock keys are not persisted; the fence counter as
     /// `persist` says) and starts as a new incarnation.
     pub fn restart(&mut self, run_id: [u8; 40], started: u64, persist: Persist) {
-        self.keys.clear();
-        self.readers.clear();
+        self.ghosts.0.retain(|e| e.2 > started);
+        self.ghosts.1.retain(|e| e.2 > started);
+        self.ghosts.0.append(&mut self.keys);
+        self.ghosts.1.append(&mut self.readers);
         self.subs.clear();
         self.fence = match (persist, self.fence.take()) {
             (Persist::Nothing, _) | (_, None) => None,
@@ -182,6 +193,28 @@ impl Node {
         self.loaded = [false; SCRIPT_COUNT];
         self.run_id = run_id;
         self.started = started;
+    }
+
+    /// Until when (ns, this node's clock) `key` holds `token` — as its value, or with
+    /// `reader` as one of its readers (until the earlier of the reader's expiry and the
+    /// key's) — counting the keys that a crash took ([`Node::ghosts`](Node)); `None` if it
+    /// does not. The expiry may have passed: the caller compares.
+    pub fn holds_until(&self, key: &[u8], token: &[u8], reader: bool) -> Option<u64> {
+        if reader {
+            let of = |e: &ReadLocked| {
+                let r = e.1.iter().find(|(t, _)| t.as_slice() == token)?;
+                Some(r.1.min(e.2))
+            };
+            (self.readers.iter().chain(&self.ghosts.1))
+                .filter(|e| e.0 == key)
+                .filter_map(of)
+                .max()
+        } else {
+            (self.keys.iter().chain(&self.ghosts.0))
+                .filter(|e| e.0 == key && e.1 == token)
+                .map(|e| e.2)
+                .max()
+        }
     }
 
     /// True when the fence counter is seeded for this incarnation.
