@@ -34,12 +34,13 @@ pub enum NodeFault {
     Tls(String),
     /// The server sent bytes that are not valid RESP.
     Protocol(ParseError),
-    /// The server sent a valid reply of the wrong kind.
+    /// The server sent a valid reply of the wrong kind, or refused the handshake's `HELLO 3`
+    /// other than for the credentials (it does not speak RESP3).
     Unexpected(String),
     /// The server answered with an error.
     Server(ErrorKind, String),
-    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, or an error answering `AUTH`
-    /// or `HELLO`).
+    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM` to `HELLO`, or any
+    /// error answering `AUTH`).
     Auth(String),
     /// Logged in, but the ACL user may not run a command the client needs (`NOPERM`).
     Permission {

@@ -1219,7 +1219,17 @@ impl State {
                 // not final: a caller that waits keeps waiting (found by review: it was read
                 // as bad credentials, or a bad database, and `lock` gave up).
                 (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
-                (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
+                // Any refusal of `AUTH` is of the credentials (Redis before 6 says
+                // `-ERR invalid password`).
+                (Step::Auth, _) => NodeFault::Auth(message),
+                (Step::Hello, kind) if kind.is_auth() => NodeFault::Auth(message),
+                // `HELLO` unknown (Redis before 6), `-NOPROTO`: the server does not speak
+                // RESP3, which no credentials mend (found by review: it was reported as
+                // credentials refused).
+                (Step::Hello, _) => NodeFault::Unexpected(format!(
+                    "-{message} in answer to HELLO 3 (protocol=3: the server does not speak \
+                     RESP3; use protocol 2)"
+                )),
                 // Logged in, but the ACL user may not run this step.
                 (_, ErrorKind::NoPerm) => NodeFault::Permission {
                     command: step.command(),
@@ -1700,6 +1710,46 @@ mod tests {
                     assert!(s.closing() && s.output().is_empty());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_hello_refused_by_an_old_server_is_no_credentials_refused() {
+        let now = Instant::now();
+        for refusal in [
+            &b"-ERR unknown command 'HELLO', with args beginning with: '3' \r\n"[..],
+            b"-NOPROTO unsupported protocol version\r\n",
+        ] {
+            let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+            s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+            assert_eq!(take_output(&mut s), "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n");
+            let mut faults = Vec::new();
+            s.read_begin();
+            s.on_bytes(refusal, now, &mut |d| faults.push(d.reply.err().cloned()));
+            let [Some(fault)] = &faults[..] else {
+                panic!("{faults:?}");
+            };
+            assert!(!matches!(fault, NodeFault::Auth(_)), "{fault:?}");
+            assert!(fault.is_permanent(), "{fault:?}");
+            let text = fault.to_string();
+            assert!(text.contains("HELLO 3") && text.contains("RESP3"), "{text}");
+            assert!(s.closing() && s.output().is_empty());
+        }
+        // Credentials refused in HELLO are still credentials refused.
+        for refusal in [
+            &b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"[..],
+            b"-NOAUTH HELLO must be called with the client already authenticated\r\n",
+        ] {
+            let mut s = connected("redis://:secret@127.0.0.1:1?protocol=3", now);
+            s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+            take_output(&mut s);
+            let mut faults = Vec::new();
+            s.read_begin();
+            s.on_bytes(refusal, now, &mut |d| faults.push(d.reply.err().cloned()));
+            assert!(
+                matches!(&faults[..], [Some(NodeFault::Auth(_))]),
+                "{faults:?}"
+            );
         }
     }
 
