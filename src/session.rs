@@ -1164,8 +1164,21 @@ impl State {
         resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
         self.out.extend_from_slice(&tail);
         self.script_tails.extend_from_slice(&tail);
-        // Its first `sent` stays: the node's reply deadline is not pushed back.
-        self.pending.push_back(Pending { eval: true, ..p });
+        // A new request on the wire, at the back of `pending`: its `sent` is now, which keeps
+        // `pending` in the order of its reply deadlines — `next_deadline` and `on_timer` look
+        // at the front only. With its first `sent` kept, its deadline hid behind the later
+        // requests in front of it: not timed out when due, then at once when they were
+        // answered, however recent its `EVAL` (found by review). Its operation's own node
+        // deadline bounds the wait as before. The `NOSCRIPT` was a reply: its round trip is
+        // counted, as the `EVAL`'s will be.
+        self.counters
+            .latency
+            .record(now.saturating_duration_since(p.sent));
+        self.pending.push_back(Pending {
+            eval: true,
+            sent: now,
+            ..p
+        });
     }
 
     fn deliver(
@@ -1649,6 +1662,55 @@ mod tests {
         assert!(got.is_empty() && !s.closing());
         s.on_timer(now + Duration::from_secs(5), &mut |d| got.push(d.tag));
         assert_eq!(got, vec![9], "the reply timeout fails the waiting request");
+        assert!(s.closing());
+    }
+
+    /// A script sent again with `EVAL` after a `NOSCRIPT` goes to the back of `pending`, behind
+    /// requests sent after it: its reply deadline counts from the `EVAL`, like theirs, so the
+    /// front entry still has the earliest deadline.
+    #[test]
+    fn a_script_sent_again_after_noscript_has_the_deadline_of_its_eval() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        let mut s = connected("redis://127.0.0.1:1", t0);
+        let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n";
+        let call = |tag| ScriptCall {
+            script: &scripts()[RELEASE_SCRIPT],
+            tag,
+            tail,
+            argc: 3,
+        };
+        // Loaded by a first call; A goes by hash at t0.
+        s.script(call(1), t0);
+        take_output(&mut s);
+        feed(&mut s, b":1\r\n", t0);
+        s.script(call(2), t0);
+        assert!(take_output(&mut s).contains("EVALSHA"));
+        // B at t0 + 4 s; A's NOSCRIPT comes then, and its EVAL goes out behind B.
+        let t4 = t0 + secs(4);
+        s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", t4);
+        take_output(&mut s);
+        assert_eq!(
+            feed(&mut s, b"-NOSCRIPT No matching script\r\n", t4),
+            vec![]
+        );
+        assert!(take_output(&mut s).starts_with("*5\r\n$4\r\nEVAL\r\n"));
+        let due = t4 + secs(5);
+        assert_eq!(s.next_deadline(), Some(due));
+        // B answered at t0 + 8 s: A's EVAL, 4 s old, is not timed out yet, and its deadline is
+        // the one the session announces.
+        let t8 = t0 + secs(8);
+        assert_eq!(
+            feed(&mut s, b"+OK\r\n", t8),
+            vec![Got::Reply(3, "Simple(\"OK\")".into())]
+        );
+        let mut got = Vec::new();
+        s.on_timer(t8, &mut |d| got.push((d.tag, d.reply.err().cloned())));
+        assert!(got.is_empty() && !s.closing(), "{got:?}");
+        assert_eq!(s.next_deadline(), Some(due));
+        // At its deadline it fails: never left without one.
+        s.on_timer(due, &mut |d| got.push((d.tag, d.reply.err().cloned())));
+        assert_eq!(got, vec![(2, Some(NodeFault::Timeout))]);
         assert!(s.closing());
     }
 
