@@ -292,9 +292,18 @@ impl<'a> Aggregate<'a> {
 }
 
 impl fmt::Debug for Aggregate<'_> {
+    /// `Array[Integer(1), Null]`. Each element is decoded as it is written, and a writer's
+    /// error ends the walk (`debug_list` would go on decoding every element of a megabyte
+    /// frame into a writer that refuses them: `error::clipped_debug`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.kind)?;
-        f.debug_list().entries(self.iter()).finish()
+        write!(f, "{:?}[", self.kind)?;
+        for (i, element) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            fmt::Debug::fmt(&element, f)?;
+        }
+        f.write_str("]")
     }
 }
 

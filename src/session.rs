@@ -1259,9 +1259,12 @@ impl State {
             return;
         }
         if !tolerated && !step.accepts(&frame) {
+            // Described from the frame, a bounded prefix of it: a megabyte of `_` nested in
+            // arrays was made into ~350K owned values (~20 MB) and their whole text on every
+            // reconnect before it was cut to a line (found by review).
             self.failure = Some(NodeFault::Unexpected(format!(
                 "{} in answer to {}",
-                crate::error::clipped(&format!("{:?}", frame.to_value())),
+                crate::error::clipped_debug(&frame),
                 step.command()
             )));
             return;
@@ -1813,6 +1816,36 @@ mod tests {
                 "{faults:?}"
             );
         }
+    }
+
+    /// A megabyte of RESP3 nulls nested in arrays (within `Limits::CLIENT`: 4096 arrays of 80)
+    /// in answer to `AUTH`: the fault says what came in a line, from a bounded prefix of it.
+    #[test]
+    fn a_huge_unexpected_handshake_reply_is_described_in_a_line() {
+        let now = Instant::now();
+        let mut s = connected("redis://:secret@127.0.0.1:1", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut reply = b"*4096\r\n".to_vec();
+        for _ in 0..4096 {
+            reply.extend_from_slice(b"*80\r\n");
+            reply.extend_from_slice(&b"_\r\n".repeat(80));
+        }
+        assert!(reply.len() <= resp::Limits::CLIENT.max_frame_len);
+        let mut faults = Vec::new();
+        s.read_begin();
+        s.on_bytes(&reply, now, &mut |d| faults.push(d.reply.err().cloned()));
+        let [Some(fault @ NodeFault::Unexpected(_))] = &faults[..] else {
+            panic!("{faults:?}");
+        };
+        let text = fault.to_string();
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+        assert!(
+            text.starts_with("unexpected reply Aggregate(Array[Aggregate(Array[Null, Null")
+                && text.ends_with("… (longer) in answer to AUTH"),
+            "{text}"
+        );
+        assert!(s.closing());
     }
 
     #[test]
