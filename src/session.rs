@@ -351,7 +351,7 @@ pub(crate) enum Kind {
 /// Handshake steps, in the order they are pipelined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// `HELLO 3 [AUTH user pass]`: answered with a map.
+    /// `HELLO 3 [AUTH user pass]`: answered with a RESP3 map.
     Hello,
     /// `AUTH [user] pass`: answered `+OK`.
     Auth,
@@ -380,8 +380,12 @@ impl Step {
     /// protocol, and fails the handshake.
     fn accepts(self, frame: &Frame<'_>) -> bool {
         match self {
+            // A RESP3 map, the proof that the connection speaks RESP3 from here on (the engine
+            // subscribes on it for that). A RESP2 array is `HELLO 2`'s answer: a server (or a
+            // proxy) that answers `HELLO 3` so stays in RESP2, where a subscribed connection's
+            // messages are arrays that FIFO matching would take for replies (found by review).
             Step::Hello => {
-                matches!(frame, Frame::Aggregate(a) if matches!(a.kind(), AggregateKind::Map | AggregateKind::Array))
+                matches!(frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Map)
             }
             Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
             Step::Info => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
@@ -1262,8 +1266,14 @@ impl State {
             // Described from the frame, a bounded prefix of it: a megabyte of `_` nested in
             // arrays was made into ~350K owned values (~20 MB) and their whole text on every
             // reconnect before it was cut to a line (found by review).
+            let why = match step {
+                Step::Hello => {
+                    " 3 (not a RESP3 map: the server does not speak RESP3; use protocol 2)"
+                }
+                _ => "",
+            };
             self.failure = Some(NodeFault::Unexpected(format!(
-                "{} in answer to {}",
+                "{} in answer to {}{why}",
                 crate::error::clipped_debug(&frame),
                 step.command()
             )));
@@ -1816,6 +1826,37 @@ mod tests {
                 "{faults:?}"
             );
         }
+    }
+
+    /// `HELLO 3` answered with a RESP2 array (a proxy that does not speak RESP3): the connection
+    /// is not taken for a RESP3 one (the engine would subscribe on it); the handshake fails as
+    /// for a refused `HELLO`. A map is the answer that passes.
+    #[test]
+    fn a_hello_3_answered_in_resp2_fails_the_handshake() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut faults = Vec::new();
+        s.read_begin();
+        s.on_bytes(
+            b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:2\r\n",
+            now,
+            &mut |d| faults.push(d.reply.err().cloned()),
+        );
+        let [Some(fault @ NodeFault::Unexpected(_))] = &faults[..] else {
+            panic!("{faults:?}");
+        };
+        let text = fault.to_string();
+        assert!(text.contains("HELLO 3") && text.contains("RESP3"), "{text}");
+        assert!(!s.is_ready() && s.closing() && s.output().is_empty());
+
+        let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        assert_eq!(feed(&mut s, b"%1\r\n$5\r\nproto\r\n:3\r\n", now), vec![]);
+        assert!(s.is_ready());
+        assert_eq!(take_output(&mut s), "*1\r\n$3\r\nSET\r\n");
     }
 
     /// A megabyte of RESP3 nulls nested in arrays (within `Limits::CLIENT`: 4096 arrays of 80)
