@@ -34,12 +34,13 @@ pub enum NodeFault {
     Tls(String),
     /// The server sent bytes that are not valid RESP.
     Protocol(ParseError),
-    /// The server sent a valid reply of the wrong kind.
+    /// The server sent a valid reply of the wrong kind, or refused the handshake's `HELLO 3`
+    /// other than for the credentials (it does not speak RESP3).
     Unexpected(String),
     /// The server answered with an error.
     Server(ErrorKind, String),
-    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, or an error answering `AUTH`
-    /// or `HELLO`).
+    /// The server refused our credentials (`NOAUTH`, `WRONGPASS`, `NOPERM` to `HELLO`, or any
+    /// error answering `AUTH`).
     Auth(String),
     /// Logged in, but the ACL user may not run a command the client needs (`NOPERM`).
     Permission {
@@ -162,11 +163,12 @@ impl fmt::Display for NodeFault {
 }
 
 impl NodeFault {
-    /// [`NodeFault::Unexpected`] of a reply, as [`clipped`] text: a reply can be as long as a
-    /// frame may be (a megabyte), and a fault is kept and copied into every error while its
-    /// node backs off.
+    /// [`NodeFault::Unexpected`] of a reply, as [`clipped_debug`] text: a reply can be as long
+    /// as a frame may be (a megabyte), and a fault is kept and copied into every error while
+    /// its node backs off. Give it the [`Frame`](crate::resp::Frame) itself, not an owned copy:
+    /// only what fits in the text is looked at.
     pub(crate) fn unexpected(reply: impl std::fmt::Debug) -> NodeFault {
-        NodeFault::Unexpected(clipped(&format!("{reply:?}")))
+        NodeFault::Unexpected(clipped_debug(&reply))
     }
 
     /// The underlying fault, looking through [`NodeFault::Backoff`].
@@ -757,6 +759,47 @@ pub(crate) fn clipped(text: &str) -> String {
     format!("{}… ({} bytes)", &text[..end], text.len())
 }
 
+/// A `fmt::Write` that keeps the first [`CLIP`] bytes (cut at a character boundary) and then
+/// refuses more, which stops the formatting that feeds it.
+struct Clip {
+    text: String,
+    full: bool,
+}
+
+impl std::fmt::Write for Clip {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = CLIP - self.text.len();
+        if s.len() <= room {
+            self.text.push_str(s);
+            return Ok(());
+        }
+        let mut end = room;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.text.push_str(&s[..end]);
+        self.full = true;
+        Err(std::fmt::Error)
+    }
+}
+
+/// The `Debug` text of `value`, cut to [`CLIP`] bytes as [`clipped`] cuts: formatted into a
+/// bounded buffer, which stops the formatting once full, so that a megabyte reply costs a few
+/// hundred bytes, not its whole text (nor, given a `Frame`, an owned copy of every element: a
+/// frame's aggregates are formatted element by element as they are decoded, and stop there).
+pub(crate) fn clipped_debug(value: &dyn std::fmt::Debug) -> String {
+    let mut clip = Clip {
+        text: String::new(),
+        full: false,
+    };
+    // An error is the buffer full (a `Debug` impl fails only when its writer does).
+    let _ = std::fmt::write(&mut clip, format_args!("{value:?}"));
+    if clip.full {
+        clip.text.push_str("… (longer)");
+    }
+    clip.text
+}
+
 #[cfg(test)]
 mod clip_tests {
     use super::*;
@@ -770,5 +813,11 @@ mod clip_tests {
         assert!(kept.ends_with(&format!("… ({} bytes)", 1 << 20)), "{kept}");
         let fault = NodeFault::unexpected(vec![7u8; 1 << 20]);
         assert!(fault.to_string().len() < CLIP + 64, "{fault}");
+        assert_eq!(clipped_debug(&"short"), "\"short\"");
+        let kept = clipped_debug(&long);
+        assert!(
+            kept.len() <= CLIP + 16 && kept.ends_with("… (longer)"),
+            "{kept}"
+        );
     }
 }

@@ -178,7 +178,7 @@ impl Repair {
                     generation,
                     window_left: window_left.filter(|_| !fence.seeded),
                 }),
-                None => Err(NodeFault::unexpected(frame.to_value())),
+                None => Err(NodeFault::unexpected(frame)),
             },
         };
         self.nodes[node].read = Some(read);
@@ -211,7 +211,7 @@ impl Repair {
                 Some(n) if n >= value => Ok(n),
                 _ => Err(NodeFault::unexpected(b.escape_ascii())),
             },
-            Ok(other) => Err(NodeFault::unexpected(other.to_value())),
+            Ok(other) => Err(NodeFault::unexpected(other)),
         });
     }
 

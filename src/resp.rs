@@ -48,6 +48,12 @@ const U64_DIGITS: usize = 20;
 const INT_TEXT_MAX: usize = 1 + U64_DIGITS;
 /// The longest `$<len>\r\n` or `*<n>\r\n` header.
 const HEADER_MAX: usize = 1 + U64_DIGITS + CRLF_LEN;
+/// The longest length or count a header line (`$`, `=`, `!`, `*`, `%`, `~`, `>`, `|`) may carry,
+/// CRLF excluded: a sign and the digits, whatever `max_line_len` allows. Every legitimate
+/// length (`-1`, any `i64` or `usize` in normal form) fits; a header padded with leading zeros
+/// does not. Without it, a bulk header padded to `max_line_len` was parsed again on every
+/// read while its payload trickled in (the header is where a partial bulk resumes).
+const HEADER_LINE_MAX: usize = INT_TEXT_MAX;
 
 /// Limits on what the decoder accepts. Every quantity read off the wire is checked against one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +68,7 @@ pub struct Limits {
     /// bytes buffered for a frame that is still incomplete.
     pub max_frame_len: usize,
     /// Longest line (simple string, error, integer, double, big number, header), CRLF excluded.
+    /// A length or count header is refused past a sign and 20 digits whatever this allows.
     pub max_line_len: usize,
 }
 
@@ -125,7 +132,8 @@ pub enum ParseError {
     /// The frame (or the incomplete frame buffered so far) exceeds [`Limits::max_frame_len`].
     #[error("frame larger than the limit")]
     FrameTooLarge,
-    /// A line has no CRLF within [`Limits::max_line_len`] bytes.
+    /// A line has no CRLF within [`Limits::max_line_len`] bytes, or a length or count header
+    /// within a sign and 20 digits.
     #[error("line longer than the limit")]
     LineTooLong,
     /// A bulk payload is not followed by CRLF: its length header lied.
@@ -284,9 +292,18 @@ impl<'a> Aggregate<'a> {
 }
 
 impl fmt::Debug for Aggregate<'_> {
+    /// `Array[Integer(1), Null]`. Each element is decoded as it is written, and a writer's
+    /// error ends the walk (`debug_list` would go on decoding every element of a megabyte
+    /// frame into a writer that refuses them: `error::clipped_debug`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.kind)?;
-        f.debug_list().entries(self.iter()).finish()
+        write!(f, "{:?}[", self.kind)?;
+        for (i, element) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            fmt::Debug::fmt(&element, f)?;
+        }
+        f.write_str("]")
     }
 }
 
@@ -592,16 +609,17 @@ impl Decoder {
     }
 }
 
-/// Reads the line starting at `start`; `scan` is where the CR search may resume. Returns the
-/// line's end (index of CR) or None when no CR has arrived yet.
+/// Reads the line starting at `start`, at most `max_line` bytes long; `scan` is where the CR
+/// search may resume. Returns the line's end (index of CR) or None when no CR has arrived yet.
 fn line(
     buf: &[u8],
     start: usize,
     scan: usize,
+    max_line: usize,
     limits: &Limits,
 ) -> Result<Result<usize, usize>, ParseError> {
     let from = scan.max(start);
-    let limit_end = start.saturating_add(limits.max_line_len);
+    let limit_end = start.saturating_add(max_line);
     let search_end = buf.len().min(limit_end.saturating_add(1));
     match buf[from.min(search_end)..search_end]
         .iter()
@@ -745,7 +763,13 @@ fn element<'a>(
     // split (and at once, not after its line arrives).
     check_type(ty)?;
     let start = at + 1;
-    let cr = match line(buf, start, scan, limits)? {
+    let max_line = match ty {
+        b'$' | b'=' | b'!' | b'*' | b'%' | b'~' | b'>' | b'|' => {
+            limits.max_line_len.min(HEADER_LINE_MAX)
+        }
+        _ => limits.max_line_len,
+    };
+    let cr = match line(buf, start, scan, max_line, limits)? {
         Ok(cr) => cr,
         Err(scanned) => return Ok(Elem::Partial { scanned }),
     };

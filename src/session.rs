@@ -351,7 +351,7 @@ pub(crate) enum Kind {
 /// Handshake steps, in the order they are pipelined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// `HELLO 3 [AUTH user pass]`: answered with a map.
+    /// `HELLO 3 [AUTH user pass]`: answered with a RESP3 map.
     Hello,
     /// `AUTH [user] pass`: answered `+OK`.
     Auth,
@@ -380,8 +380,12 @@ impl Step {
     /// protocol, and fails the handshake.
     fn accepts(self, frame: &Frame<'_>) -> bool {
         match self {
+            // A RESP3 map, the proof that the connection speaks RESP3 from here on (the engine
+            // subscribes on it for that). A RESP2 array is `HELLO 2`'s answer: a server (or a
+            // proxy) that answers `HELLO 3` so stays in RESP2, where a subscribed connection's
+            // messages are arrays that FIFO matching would take for replies (found by review).
             Step::Hello => {
-                matches!(frame, Frame::Aggregate(a) if matches!(a.kind(), AggregateKind::Map | AggregateKind::Array))
+                matches!(frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Map)
             }
             Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
             Step::Info => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
@@ -1164,8 +1168,21 @@ impl State {
         resp::encode_bulk(&mut self.out, &Arg::Bytes(script.body.as_bytes()));
         self.out.extend_from_slice(&tail);
         self.script_tails.extend_from_slice(&tail);
-        // Its first `sent` stays: the node's reply deadline is not pushed back.
-        self.pending.push_back(Pending { eval: true, ..p });
+        // A new request on the wire, at the back of `pending`: its `sent` is now, which keeps
+        // `pending` in the order of its reply deadlines — `next_deadline` and `on_timer` look
+        // at the front only. With its first `sent` kept, its deadline hid behind the later
+        // requests in front of it: not timed out when due, then at once when they were
+        // answered, however recent its `EVAL` (found by review). Its operation's own node
+        // deadline bounds the wait as before. The `NOSCRIPT` was a reply: its round trip is
+        // counted, as the `EVAL`'s will be.
+        self.counters
+            .latency
+            .record(now.saturating_duration_since(p.sent));
+        self.pending.push_back(Pending {
+            eval: true,
+            sent: now,
+            ..p
+        });
     }
 
     fn deliver(
@@ -1219,7 +1236,17 @@ impl State {
                 // not final: a caller that waits keeps waiting (found by review: it was read
                 // as bad credentials, or a bad database, and `lock` gave up).
                 (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
-                (Step::Hello | Step::Auth, _) => NodeFault::Auth(message),
+                // Any refusal of `AUTH` is of the credentials (Redis before 6 says
+                // `-ERR invalid password`).
+                (Step::Auth, _) => NodeFault::Auth(message),
+                (Step::Hello, kind) if kind.is_auth() => NodeFault::Auth(message),
+                // `HELLO` unknown (Redis before 6), `-NOPROTO`: the server does not speak
+                // RESP3, which no credentials mend (found by review: it was reported as
+                // credentials refused).
+                (Step::Hello, _) => NodeFault::Unexpected(format!(
+                    "-{message} in answer to HELLO 3 (protocol=3: the server does not speak \
+                     RESP3; use protocol 2)"
+                )),
                 // Logged in, but the ACL user may not run this step.
                 (_, ErrorKind::NoPerm) => NodeFault::Permission {
                     command: step.command(),
@@ -1236,9 +1263,18 @@ impl State {
             return;
         }
         if !tolerated && !step.accepts(&frame) {
+            // Described from the frame, a bounded prefix of it: a megabyte of `_` nested in
+            // arrays was made into ~350K owned values (~20 MB) and their whole text on every
+            // reconnect before it was cut to a line (found by review).
+            let why = match step {
+                Step::Hello => {
+                    " 3 (not a RESP3 map: the server does not speak RESP3; use protocol 2)"
+                }
+                _ => "",
+            };
             self.failure = Some(NodeFault::Unexpected(format!(
-                "{} in answer to {}",
-                crate::error::clipped(&format!("{:?}", frame.to_value())),
+                "{} in answer to {}{why}",
+                crate::error::clipped_debug(&frame),
                 step.command()
             )));
             return;
@@ -1642,6 +1678,55 @@ mod tests {
         assert!(s.closing());
     }
 
+    /// A script sent again with `EVAL` after a `NOSCRIPT` goes to the back of `pending`, behind
+    /// requests sent after it: its reply deadline counts from the `EVAL`, like theirs, so the
+    /// front entry still has the earliest deadline.
+    #[test]
+    fn a_script_sent_again_after_noscript_has_the_deadline_of_its_eval() {
+        let t0 = Instant::now();
+        let secs = Duration::from_secs;
+        let mut s = connected("redis://127.0.0.1:1", t0);
+        let tail = b"$1\r\n1\r\n$1\r\nk\r\n$1\r\nt\r\n";
+        let call = |tag| ScriptCall {
+            script: &scripts()[RELEASE_SCRIPT],
+            tag,
+            tail,
+            argc: 3,
+        };
+        // Loaded by a first call; A goes by hash at t0.
+        s.script(call(1), t0);
+        take_output(&mut s);
+        feed(&mut s, b":1\r\n", t0);
+        s.script(call(2), t0);
+        assert!(take_output(&mut s).contains("EVALSHA"));
+        // B at t0 + 4 s; A's NOSCRIPT comes then, and its EVAL goes out behind B.
+        let t4 = t0 + secs(4);
+        s.request(Kind::Set, 3, b"*1\r\n$3\r\nSET\r\n", t4);
+        take_output(&mut s);
+        assert_eq!(
+            feed(&mut s, b"-NOSCRIPT No matching script\r\n", t4),
+            vec![]
+        );
+        assert!(take_output(&mut s).starts_with("*5\r\n$4\r\nEVAL\r\n"));
+        let due = t4 + secs(5);
+        assert_eq!(s.next_deadline(), Some(due));
+        // B answered at t0 + 8 s: A's EVAL, 4 s old, is not timed out yet, and its deadline is
+        // the one the session announces.
+        let t8 = t0 + secs(8);
+        assert_eq!(
+            feed(&mut s, b"+OK\r\n", t8),
+            vec![Got::Reply(3, "Simple(\"OK\")".into())]
+        );
+        let mut got = Vec::new();
+        s.on_timer(t8, &mut |d| got.push((d.tag, d.reply.err().cloned())));
+        assert!(got.is_empty() && !s.closing(), "{got:?}");
+        assert_eq!(s.next_deadline(), Some(due));
+        // At its deadline it fails: never left without one.
+        s.on_timer(due, &mut |d| got.push((d.tag, d.reply.err().cloned())));
+        assert_eq!(got, vec![(2, Some(NodeFault::Timeout))]);
+        assert!(s.closing());
+    }
+
     #[test]
     fn max_pending_refuses_requests_and_keeps_the_connection() {
         let now = Instant::now();
@@ -1701,6 +1786,107 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_hello_refused_by_an_old_server_is_no_credentials_refused() {
+        let now = Instant::now();
+        for refusal in [
+            &b"-ERR unknown command 'HELLO', with args beginning with: '3' \r\n"[..],
+            b"-NOPROTO unsupported protocol version\r\n",
+        ] {
+            let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+            s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+            assert_eq!(take_output(&mut s), "*2\r\n$5\r\nHELLO\r\n$1\r\n3\r\n");
+            let mut faults = Vec::new();
+            s.read_begin();
+            s.on_bytes(refusal, now, &mut |d| faults.push(d.reply.err().cloned()));
+            let [Some(fault)] = &faults[..] else {
+                panic!("{faults:?}");
+            };
+            assert!(!matches!(fault, NodeFault::Auth(_)), "{fault:?}");
+            assert!(fault.is_permanent(), "{fault:?}");
+            let text = fault.to_string();
+            assert!(text.contains("HELLO 3") && text.contains("RESP3"), "{text}");
+            assert!(s.closing() && s.output().is_empty());
+        }
+        // Credentials refused in HELLO are still credentials refused.
+        for refusal in [
+            &b"-WRONGPASS invalid username-password pair or user is disabled.\r\n"[..],
+            b"-NOAUTH HELLO must be called with the client already authenticated\r\n",
+        ] {
+            let mut s = connected("redis://:secret@127.0.0.1:1?protocol=3", now);
+            s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+            take_output(&mut s);
+            let mut faults = Vec::new();
+            s.read_begin();
+            s.on_bytes(refusal, now, &mut |d| faults.push(d.reply.err().cloned()));
+            assert!(
+                matches!(&faults[..], [Some(NodeFault::Auth(_))]),
+                "{faults:?}"
+            );
+        }
+    }
+
+    /// `HELLO 3` answered with a RESP2 array (a proxy that does not speak RESP3): the connection
+    /// is not taken for a RESP3 one (the engine would subscribe on it); the handshake fails as
+    /// for a refused `HELLO`. A map is the answer that passes.
+    #[test]
+    fn a_hello_3_answered_in_resp2_fails_the_handshake() {
+        let now = Instant::now();
+        let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut faults = Vec::new();
+        s.read_begin();
+        s.on_bytes(
+            b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:2\r\n",
+            now,
+            &mut |d| faults.push(d.reply.err().cloned()),
+        );
+        let [Some(fault @ NodeFault::Unexpected(_))] = &faults[..] else {
+            panic!("{faults:?}");
+        };
+        let text = fault.to_string();
+        assert!(text.contains("HELLO 3") && text.contains("RESP3"), "{text}");
+        assert!(!s.is_ready() && s.closing() && s.output().is_empty());
+
+        let mut s = connected("redis://127.0.0.1:1?protocol=3", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        assert_eq!(feed(&mut s, b"%1\r\n$5\r\nproto\r\n:3\r\n", now), vec![]);
+        assert!(s.is_ready());
+        assert_eq!(take_output(&mut s), "*1\r\n$3\r\nSET\r\n");
+    }
+
+    /// A megabyte of RESP3 nulls nested in arrays (within `Limits::CLIENT`: 4096 arrays of 80)
+    /// in answer to `AUTH`: the fault says what came in a line, from a bounded prefix of it.
+    #[test]
+    fn a_huge_unexpected_handshake_reply_is_described_in_a_line() {
+        let now = Instant::now();
+        let mut s = connected("redis://:secret@127.0.0.1:1", now);
+        s.request(Kind::Set, 7, b"*1\r\n$3\r\nSET\r\n", now);
+        take_output(&mut s);
+        let mut reply = b"*4096\r\n".to_vec();
+        for _ in 0..4096 {
+            reply.extend_from_slice(b"*80\r\n");
+            reply.extend_from_slice(&b"_\r\n".repeat(80));
+        }
+        assert!(reply.len() <= resp::Limits::CLIENT.max_frame_len);
+        let mut faults = Vec::new();
+        s.read_begin();
+        s.on_bytes(&reply, now, &mut |d| faults.push(d.reply.err().cloned()));
+        let [Some(fault @ NodeFault::Unexpected(_))] = &faults[..] else {
+            panic!("{faults:?}");
+        };
+        let text = fault.to_string();
+        assert!(text.len() < 400, "{} bytes: {text}", text.len());
+        assert!(
+            text.starts_with("unexpected reply Aggregate(Array[Aggregate(Array[Null, Null")
+                && text.ends_with("… (longer) in answer to AUTH"),
+            "{text}"
+        );
+        assert!(s.closing());
     }
 
     #[test]

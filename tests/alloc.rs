@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use redis_local::CountingAlloc;
+use redis_local::{CountingAlloc, FakeServer};
 use redlock_mux::resp::{Decoder, Frame, Limits, Status};
 
 #[global_allocator]
@@ -202,5 +202,51 @@ fn a_lock_cycle_through_a_shared_handle_allocates_nothing_on_the_calling_thread(
         n,
         500,
         "lock (waiting) cycles through a Redlock handle (the caller's thread)",
+    );
+}
+
+/// A node that answers the handshake's `AUTH` with a megabyte of RESP3 nulls nested in arrays
+/// (within `Limits::CLIENT`: 4096 arrays of 80): the fault describes a bounded prefix of it,
+/// and costs about what a one-line unexpected answer costs — it was made into ~330K owned
+/// values and their whole text, tens of thousands of allocations, on every reconnect.
+#[test]
+fn a_huge_unexpected_handshake_reply_is_described_from_a_prefix() {
+    let attempt = |reply: Vec<u8>| -> (u64, String) {
+        let fake = FakeServer::start(move |p| {
+            while let Some(cmd) = p.command() {
+                if cmd[0].eq_ignore_ascii_case(b"AUTH") && !p.send(&reply) {
+                    return;
+                }
+            }
+        });
+        let mut c = redlock_mux::Builder::new(vec![format!("redis://:secret@{}", fake.node())])
+            .quarantine(None)
+            .node_timeout(Duration::from_secs(5))
+            .retry_count(0)
+            .build_client()
+            .unwrap();
+        let mut result = None;
+        let n = allocations_during(|| result = Some(c.try_lock("alloc:handshake")));
+        match result {
+            Some(Err(e)) => (n, e.to_string()),
+            other => panic!("{other:?}"),
+        }
+    };
+    let (small, small_text) = attempt(b":1\r\n".to_vec());
+    let mut huge = b"*4096\r\n".to_vec();
+    for _ in 0..4096 {
+        huge.extend_from_slice(b"*80\r\n");
+        huge.extend_from_slice(&b"_\r\n".repeat(80));
+    }
+    let (n, text) = attempt(huge);
+    assert!(
+        small_text.contains("unexpected reply") && text.contains("unexpected reply"),
+        "{small_text} / {text}"
+    );
+    assert!(text.len() < small_text.len() + 400, "{text}");
+    // The input buffer grows to the frame (doubling: a dozen allocations).
+    assert!(
+        n < small + 100,
+        "{n} allocations for the megabyte answer, {small} for a one-line one"
     );
 }

@@ -295,6 +295,80 @@ fn decoding_resumes_instead_of_rescanning() {
 }
 
 #[test]
+fn length_and_count_headers_are_a_sign_and_20_digits_at_most() {
+    // Padded with leading zeros, a bulk header was taken up to `max_line_len` (16 KiB under
+    // `Limits::CLIENT`) and parsed again on every read while its payload trickled in.
+    let zeros = "0".repeat(30);
+    for ty in ["$", "=", "!", "*", "%", "~", ">", "|"] {
+        let wire = format!("{ty}{zeros}5\r\n");
+        for limits in [Limits::CLIENT, Limits::DEFAULT] {
+            assert_eq!(
+                resp::decode(wire.as_bytes(), &limits),
+                Err(ParseError::LineTooLong),
+                "{wire:?}"
+            );
+            // Refused as soon as the header is too long, not when its CRLF arrives.
+            let mut decoder = Decoder::new(limits);
+            let cut = wire.len() - 4;
+            assert_eq!(
+                decoder.decode(&wire.as_bytes()[..cut]),
+                Err(ParseError::LineTooLong)
+            );
+        }
+    }
+    let mut big = format!("${zeros}1000000\r\n").into_bytes();
+    big.extend_from_slice(&[b'x'; 100]);
+    assert_eq!(
+        Decoder::new(Limits::CLIENT).decode(&big),
+        Err(ParseError::LineTooLong)
+    );
+    // Every length in normal form is still read as before.
+    let ok: &[(&[u8], Result<bool, ParseError>)] = &[
+        (b"$-1\r\n", Ok(true)),
+        (b"*-1\r\n", Ok(true)),
+        (b"$0\r\n\r\n", Ok(true)),
+        (b"$05\r\nhello\r\n", Ok(true)),
+        (b"*+1\r\n:1\r\n", Ok(true)),
+        (b"$9223372036854775807\r\n", Err(ParseError::BulkTooLong)),
+        (
+            b"*9223372036854775807\r\n",
+            Err(ParseError::TooManyElements),
+        ),
+        (
+            b"$-9223372036854775808\r\n",
+            Err(ParseError::NegativeLength),
+        ),
+        (
+            b"$18446744073709551615\r\n",
+            Err(ParseError::IntegerOverflow),
+        ),
+        (
+            b"$+18446744073709551615\r\n",
+            Err(ParseError::IntegerOverflow),
+        ),
+        (
+            b"$99999999999999999999\r\n",
+            Err(ParseError::IntegerOverflow),
+        ),
+        (b"$+000000000000000000005\r\n", Err(ParseError::LineTooLong)),
+    ];
+    for (wire, expected) in ok {
+        assert_eq!(
+            resp::decode(wire, &Limits::DEFAULT).map(|s| matches!(s, Status::Complete(_))),
+            *expected,
+            "{:?}",
+            String::from_utf8_lossy(wire)
+        );
+    }
+    // A plain integer is no header: its line may be padded up to `max_line_len`.
+    let padded = format!(":{zeros}7\r\n");
+    assert_eq!(
+        resp::decode(padded.as_bytes(), &Limits::CLIENT),
+        Ok(Status::Complete((Frame::Integer(7), padded.len())))
+    );
+}
+
+#[test]
 fn a_long_line_trickled_in_is_scanned_once() {
     let mut wire = b"+".to_vec();
     wire.extend(std::iter::repeat_n(b'a', 60_000));

@@ -83,7 +83,7 @@ impl Fencing {
     ) -> Result<Vote, NodeFault> {
         let run_id = d.info.as_ref().map(|i| &i.run_id);
         let Some((won, reading)) = crate::fence::parse_acquire(frame, run_id) else {
-            return Err(NodeFault::unexpected(frame.to_value()));
+            return Err(NodeFault::unexpected(frame));
         };
         let settled = watch
             .quarantine_left(seed_window, d.generation, d.info, start)

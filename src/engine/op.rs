@@ -16,7 +16,7 @@ use crate::net::Net;
 use crate::quarantine::NodeWatch;
 use crate::repair::Repair;
 use crate::request::{OpId, Outcome};
-use crate::resp::Frame;
+use crate::resp::{AggregateKind, Frame};
 use crate::round::Vote;
 use crate::session::{
     Delivery, EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
@@ -736,8 +736,16 @@ impl Core {
                 }
                 true
             }
-            (Kind::Upgrade, Ok(_)) => {
+            // Only a RESP3 map proves the switch. Anything else (a proxy answering `HELLO 3` in
+            // RESP2 with an array) is a node that does not do RESP3, as a refusal is: subscribed
+            // in RESP2, its messages would be arrays matched FIFO to our requests (found by
+            // review).
+            (Kind::Upgrade, Ok(Frame::Aggregate(a))) if a.kind() == AggregateKind::Map => {
                 self.resp3[node] = Some(d.generation);
+                true
+            }
+            (Kind::Upgrade, Ok(_)) => {
+                self.no_notices[node] = true;
                 true
             }
             (Kind::Notice | Kind::Subscribe | Kind::Upgrade, _) => true,
@@ -952,5 +960,40 @@ mod tests {
             b"-NOPROTO unsupported protocol version\r\n",
         );
         assert_eq!(core.no_notices, [false, true, true]);
+    }
+
+    #[test]
+    fn only_a_resp3_map_in_answer_to_hello_3_makes_a_connection_resp3() {
+        let now = Instant::now();
+        let (mut core, _) = slab_with_release(now);
+        let answer = |core: &mut Core, node: usize, bytes: &[u8]| {
+            let Ok(Status::Complete((reply, _))) = decode(bytes, &Limits::default()) else {
+                panic!("{bytes:?} decodes");
+            };
+            let d = Delivery {
+                tag: 0,
+                kind: Kind::Upgrade,
+                reply: Ok(reply),
+                generation: 1,
+                info: None,
+                withdrawn: false,
+            };
+            assert!(core.on_pubsub(node, &d, now));
+        };
+        // A proxy that answers in RESP2, as to `HELLO 2`; one that answers `+OK`.
+        answer(
+            &mut core,
+            0,
+            b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:2\r\n",
+        );
+        answer(&mut core, 1, b"+OK\r\n");
+        // Redis 6 and later.
+        answer(
+            &mut core,
+            2,
+            b"%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:3\r\n",
+        );
+        assert_eq!(core.resp3, [None, None, Some(1)]);
+        assert_eq!(core.no_notices, [true, true, false]);
     }
 }

@@ -68,7 +68,7 @@ impl StatusReplies {
         restart: (Option<Duration>, &mut NodeWatch),
         now: Instant,
     ) {
-        let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f.to_value());
+        let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f);
         if self.values[node].is_none() {
             if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
                 // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX

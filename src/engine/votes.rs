@@ -384,7 +384,7 @@ pub(super) fn vote_of(
         (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
         (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(clipped(e.message))),
         (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, clipped(e.message))),
-        (_, Ok(other)) => Err(NodeFault::unexpected(other.to_value())),
+        (_, Ok(other)) => Err(NodeFault::unexpected(other)),
     }
 }
 
