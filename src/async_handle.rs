@@ -346,7 +346,7 @@ impl AsyncRedlock {
         )
         .await;
         pending.armed = false;
-        apply_extend(&mut *pending.lock, outcome)
+        apply_extend(&mut *pending.lock, outcome, self.redlock.nodes())
     }
 
     /// What every node says about `resource`, waiting at most `timeout`; see

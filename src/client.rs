@@ -301,7 +301,7 @@ impl Client {
         let backing = lock.backing(&self.engine.shared.nodes);
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;
         let outcome = self.engine.run(kind, lock.resource(), lock.token());
-        apply_extend(lock, outcome)
+        apply_extend(lock, outcome, &self.engine.shared.nodes)
     }
 
     /// Asks every node for the resource's value and remaining TTL (`GET` and `PTTL`), its
@@ -371,12 +371,25 @@ pub(crate) fn released_of(expired: bool, outcome: Outcome) -> Result<usize, Erro
     }
 }
 
-/// Applies an extend's outcome to the lock: the validity after it (cut short if it was lost).
-pub(crate) fn apply_extend(lock: &mut Lock, outcome: Outcome) -> Result<(), Error> {
+/// Applies an extend's outcome, through an engine of `servers`, to the lock: the validity
+/// after it (cut short if it was lost) and the nodes that back it.
+pub(crate) fn apply_extend(
+    lock: &mut Lock,
+    outcome: Outcome,
+    servers: &[NodeAddr],
+) -> Result<(), Error> {
     match outcome {
         Outcome::Extended(valid_until, result) => {
             let extensions = lock.extensions() + u32::from(result.is_ok());
             lock.set_state(valid_until, extensions);
+            match &result {
+                Ok(yes) => lock.extended_on(servers, true, *yes, 0),
+                Err(e) => {
+                    if let Some(r) = e.report() {
+                        lock.extended_on(servers, false, r.said_yes, r.refused);
+                    }
+                }
+            }
             result.map(|_| ())
         }
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),

@@ -681,9 +681,9 @@ impl Error {
     /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`]),
     /// credentials or permissions refused, or no quorum because so many nodes failed with a
     /// [permanent](NodeFault::is_permanent) fault that the others cannot make one (for a lock
-    /// or a [fence repair](Error::FenceRepair)). `lock` and
-    /// `lock_until` stop waiting at such an error; `Held`, and a quorum that unreachable nodes
-    /// may still make once they are back, are worth waiting for.
+    /// or a [fence repair](Error::FenceRepair); `Held` too, then). `lock` and
+    /// `lock_until` stop waiting at such an error; `Held` otherwise, and a quorum that
+    /// unreachable nodes may still make once they are back, are worth waiting for.
     pub fn is_final(&self) -> bool {
         match self {
             Error::Config(_)
@@ -692,7 +692,7 @@ impl Error {
             | Error::AlreadyHeld { .. }
             | Error::Auth { .. }
             | Error::Permission { .. } => true,
-            Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => {
+            Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) | Error::Held(r) => {
                 let lost = r.failed.iter().filter(|(_, f)| f.is_permanent()).count();
                 r.nodes.len().saturating_sub(lost) < r.quorum
             }
@@ -741,6 +741,38 @@ mod tests {
         );
         let votes: Vec<String> = report.votes().map(|(_, v)| format!("{v:?}")).collect();
         assert_eq!(votes, ["Yes", "Failed(Timeout)", "Refused", "NotWaitedFor"]);
+    }
+
+    /// `Held` is worth waiting for — unless so many nodes fail for good that the others can
+    /// never make a quorum (since credentials refused by a minority no longer make a round's
+    /// error `Auth`, such a round can be `Held`).
+    #[test]
+    fn held_is_final_only_when_the_nodes_failing_for_good_leave_no_quorum() {
+        let nodes: Arc<[NodeAddr]> = (1..=5)
+            .map(|i| NodeAddr::parse(&format!("redis://n:{i}")).unwrap())
+            .collect();
+        let held = |failed: Vec<(usize, NodeFault)>| {
+            Error::Held(Report {
+                nodes: nodes.clone(),
+                quorum: 3,
+                yes: 0,
+                said_yes: 0,
+                refused: 0b00011,
+                failed,
+                refusal: Refusal::HeldElsewhere,
+            })
+        };
+        let auth = || NodeFault::Auth("WRONGPASS".into());
+        assert!(!held(vec![(2, auth())]).is_final());
+        assert!(!held(vec![(2, auth()), (3, NodeFault::Timeout)]).is_final());
+        assert!(
+            held(vec![
+                (2, auth()),
+                (3, auth()),
+                (4, NodeFault::Unexpected("x".into()))
+            ])
+            .is_final()
+        );
     }
 }
 

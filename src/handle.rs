@@ -404,7 +404,7 @@ impl Redlock {
         let backing = lock.backing(&self.handle.shared.nodes);
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;
         let outcome = self.handle.hub.call(kind, lock.resource(), lock.token());
-        apply_extend(lock, outcome)
+        apply_extend(lock, outcome, &self.handle.shared.nodes)
     }
     /// What every node says about `resource` (its value and remaining TTL, or why the node
     /// could not be asked), waiting at most `timeout`; see

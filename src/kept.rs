@@ -187,6 +187,7 @@ impl Kept {
     pub fn lock(&self) -> Lock {
         let mut lock = self.base.clone();
         lock.set_state(self.valid_until(), self.extensions());
+        lock.set_backed(self.backed());
         lock
     }
 

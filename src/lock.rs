@@ -54,6 +54,9 @@ pub struct Lock {
     /// (`None` for a lock rebuilt from its parts).
     votes: Votes,
     nodes: Option<Arc<[NodeAddr]>>,
+    /// The nodes of `nodes` whose keys back the validity (a bit set; 0: not known): the
+    /// acquire's yes set, then each extend's (see [`Lock::backing`]).
+    backed: u64,
 }
 
 /// What one node contributed to a lock that was acquired: see [`Lock::nodes`].
@@ -80,7 +83,7 @@ pub enum LockVote {
 /// that won: `Copy`, no allocation. See [`Lock::votes`] and [`Lock::nodes`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Votes {
-    yes: u64,
+    pub(crate) yes: u64,
     refused: u64,
     unreachable: u64,
     failed: u64,
@@ -181,6 +184,7 @@ impl Lock {
             fence: None,
             votes: Votes::default(),
             nodes: None,
+            backed: 0,
         })
     }
 
@@ -201,6 +205,7 @@ impl Lock {
             fence: None,
             votes: Votes::default(),
             nodes: None,
+            backed: 0,
         }
     }
 
@@ -208,6 +213,7 @@ impl Lock {
     pub(crate) fn granted(resource: &[u8], token: Token, grant: Grant) -> Lock {
         Lock {
             fence: grant.fence,
+            backed: grant.votes.yes,
             votes: grant.votes,
             nodes: grant.nodes,
             ..Lock::new(resource, token, grant.valid_until)
@@ -263,15 +269,29 @@ impl Lock {
     }
 
     /// The nodes of `servers` (a bit set) whose keys back this lock's validity — those that
-    /// said yes to its acquire — or 0 when that is not known: a lock rebuilt from its parts,
-    /// acquired on another server list (other nodes, or another order), or extended since (an
-    /// extend that won may have moved the validity past the expiry of nodes not in its own
-    /// quorum, and its yes set is not kept).
+    /// said yes to its acquire, then to the last extend that won (it moved the validity past
+    /// the expiry of the nodes not in its own yes set), joined by those that said yes to a lost
+    /// extend since and left by those that refused one — or 0 when that is not known: a lock
+    /// rebuilt from its parts, or acquired on another server list (other nodes, or another
+    /// order).
     pub(crate) fn backing(&self, servers: &[NodeAddr]) -> u64 {
         match &self.nodes {
-            Some(nodes) if self.extensions == 0 && **nodes == *servers => self.votes.yes,
+            Some(nodes) if **nodes == *servers => self.backed,
             _ => 0,
         }
+    }
+
+    /// After an extend through an engine of `servers` that said yes on the nodes in `yes` (a
+    /// bit set) and, if it was lost, refused on those in `refused`: see [`Lock::backing`].
+    pub(crate) fn extended_on(&mut self, servers: &[NodeAddr], won: bool, yes: u64, refused: u64) {
+        if self.backing(servers) != 0 {
+            self.backed = backing_after_extend(self.backed, won, yes, refused);
+        }
+    }
+
+    /// The backing as a kept lock's keep-alive tracks it (`Kept::backed`).
+    pub(crate) fn set_backed(&mut self, backed: u64) {
+        self.backed = backed;
     }
     /// Every node, in the order of the server list, with what it said when the lock was
     /// acquired (nothing for a lock rebuilt with [`Lock::from_parts`]). A node whose answer had
@@ -294,6 +314,17 @@ impl Lock {
     pub(crate) fn set_state(&mut self, valid_until: Instant, extensions: u32) {
         self.valid_until = valid_until;
         self.extensions = extensions;
+    }
+}
+
+/// The nodes that back a lock (a bit set, not 0) after an extend that said yes on `yes` and, if
+/// it was lost (`!won`), refused on `refused`: a won extend's yes set (it moved the validity
+/// past the others' expiry); after a lost one, the backing with its yeses (they now hold our
+/// token past the validity) and without its refusals.
+pub(crate) fn backing_after_extend(backed: u64, won: bool, yes: u64, refused: u64) -> u64 {
+    match won {
+        true => yes,
+        false => (backed | yes) & !refused,
     }
 }
 
@@ -612,7 +643,7 @@ mod tests {
     }
 
     #[test]
-    fn the_backing_is_known_only_for_a_fresh_lock_of_the_same_server_list() {
+    fn the_backing_follows_the_extends_of_a_lock_of_the_same_server_list() {
         let parse = |list: &[&str]| -> Arc<[NodeAddr]> {
             list.iter().map(|s| NodeAddr::parse(s).unwrap()).collect()
         };
@@ -620,6 +651,7 @@ mod tests {
         let lock = Lock {
             votes: Votes::new(3, 0b011, 0, 0, 0),
             nodes: Some(servers.clone()),
+            backed: 0b011,
             ..Lock::from_parts("job", [b'a'; 16], Duration::from_secs(1)).unwrap()
         };
         assert_eq!(lock.backing(&servers), 0b011);
@@ -627,10 +659,17 @@ mod tests {
         let reordered = parse(&["redis://c:3", "redis://a:1", "redis://b:2"]);
         assert_eq!(lock.backing(&reordered), 0);
         assert_eq!(lock.backing(&servers[..2]), 0);
-        // Extended since: the extend's own quorum backs it, and is not kept.
+        // Extended since: the extend's own yes set backs it.
         let mut extended = lock.clone();
-        extended.set_state(lock.valid_until(), 1);
-        assert_eq!(extended.backing(&servers), 0);
+        extended.extended_on(&servers, true, 0b110, 0);
+        assert_eq!(extended.backing(&servers), 0b110);
+        // A lost extend: its yeses join, its refusals leave.
+        extended.extended_on(&servers, false, 0b001, 0b010);
+        assert_eq!(extended.backing(&servers), 0b101);
+        // Through an engine of another list: not known, and left alone.
+        let mut other = lock.clone();
+        other.extended_on(&reordered, true, 0b111, 0);
+        assert_eq!(other.backing(&servers), 0b011);
         // Rebuilt from its parts.
         let parts = Lock::from_parts("job", [b'a'; 16], Duration::from_secs(1)).unwrap();
         assert_eq!(parts.backing(&servers), 0);

@@ -6,7 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
-use redlock_mux::{Builder, Error, LockVote, Redlock, WithLockError};
+use redlock_mux::{Builder, Error, Lock, LockVote, Redlock, WithLockError};
 
 fn redlock(servers: &Cluster, ttl: Duration) -> Redlock {
     Builder::new(servers.urls())
@@ -635,6 +635,27 @@ fn renewal_refused_by_one_node_while_another_is_silent(gone: usize, silent: usiz
     );
     assert!(r.stats().keep.retried >= 1);
     assert_eq!(kept.release().unwrap(), 2);
+}
+
+/// A kept lock whose backing is not known (rebuilt from its parts) is lost at a refusal, and
+/// its validity ends then: it kept the whole validity before, for a holder told it may work on
+/// within it while the nodes that did not refuse might never have had our token (review).
+#[test]
+fn a_kept_lock_of_unknown_backing_lost_to_a_refusal_is_no_longer_valid() {
+    let mut servers = Cluster::start(3);
+    let ttl = Duration::from_millis(12_000);
+    let r = retrier(servers.urls(), ttl, 0.5);
+    let lock = r.lock("job").unwrap();
+    let parts = Lock::from_parts("job", lock.token().as_bytes(), lock.validity()).unwrap();
+    let kept = r.keep(parts).unwrap();
+    let end = kept.lock().valid_until();
+    servers[0].cmd(&["DEL", "job"]);
+    servers[1].freeze();
+    let why = kept.wait_lost(Duration::from_secs(15)).expect("lost");
+    assert!(matches!(why, Error::Held(_) | Error::NoQuorum(_)), "{why}");
+    assert!(Instant::now() < end, "lost only at its end");
+    assert!(!kept.lock().is_valid(), "{:?} left", kept.lock().validity());
+    servers[1].resume();
 }
 
 /// One node of five refusing our credentials is a configuration to fix, not a reason to end a

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Client, Error};
+use redlock_mux::{Builder, Client, Error, Lock};
 
 /// Fresh test servers have a short uptime: quarantine is tested on its own, off elsewhere.
 fn builder(servers: &Cluster) -> Builder {
@@ -157,16 +157,26 @@ fn extend_of_a_lock_taken_over_fails() {
     assert_eq!(holders(&servers, "res"), vec![Some("thief".into()); 3]);
 }
 
-/// The nodes that back a lock are those that said yes to its acquire: an extend refused by one
-/// of them, with the others down, leaves fewer than a quorum of nodes that may hold our token
-/// — a rival can win on the refusing node and the two that never had it.
+/// The nodes that back a lock are those that said yes to its acquire (or to its last extend
+/// that won): an extend refused by one of them, with the others down, leaves fewer than a
+/// quorum of nodes that may hold our token — a rival can win on the refusing node and the two
+/// that never had it. Once extended, the lock counted every node as backing it (review).
 #[test]
 fn an_extend_refused_where_the_lock_needs_its_keys_ends_its_validity() {
+    for extended_first in [false, true] {
+        extend_refused_by_a_backing_node(extended_first);
+    }
+}
+
+fn extend_refused_by_a_backing_node(extended_first: bool) {
     let mut servers = Cluster::start(5);
     let mut c = client(&servers);
     servers[3].kill();
     servers[4].kill();
     let mut lock = c.try_lock("res").unwrap();
+    if extended_first {
+        c.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    }
     // Backed by nodes 0, 1 and 2; node 0 loses our key (evicted, a failover).
     servers[0].cmd(&["DEL", "res"]);
     match c.extend(&mut lock, Duration::from_secs(10)) {
@@ -176,7 +186,11 @@ fn an_extend_refused_where_the_lock_needs_its_keys_ends_its_validity() {
         other => panic!("{other:?}"),
     }
     // Four nodes did not refuse, but only two of them had our token.
-    assert!(!lock.is_valid(), "{:?} left", lock.validity());
+    assert!(
+        !lock.is_valid(),
+        "{:?} left ({extended_first})",
+        lock.validity()
+    );
     servers[3].restart();
     servers[4].restart();
     // A rival wins on nodes 0, 3 and 4.
@@ -184,6 +198,64 @@ fn an_extend_refused_where_the_lock_needs_its_keys_ends_its_validity() {
     let theirs = rival.try_lock("res").unwrap();
     assert!(theirs.votes().yes() >= 3);
     assert!(matches!(c.unlock(lock), Err(Error::Expired { .. })));
+}
+
+/// The backing follows the lock's extends: refusals from nodes outside it (restarted empty
+/// after the acquire) while a backing node is silent leave the validity as it was — the
+/// nodes that said yes to the last extend hold our token until then.
+#[test]
+fn an_extend_refused_only_outside_the_backing_keeps_the_validity() {
+    let mut servers = Cluster::start(5);
+    let mut c = client(&servers);
+    servers[3].kill();
+    servers[4].kill();
+    let mut lock = c.try_lock("res").unwrap();
+    c.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    servers[3].restart();
+    servers[4].restart();
+    // Connected again to all five (past the backoff of the failed connects).
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    while c.connect(Duration::from_secs(1)) < 5 {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "nodes 3 and 4 never connected"
+        );
+    }
+    servers[1].freeze();
+    servers[2].freeze();
+    match c.extend(&mut lock, Duration::from_secs(30)) {
+        Err(Error::NoQuorum(report) | Error::Held(report)) => {
+            assert_eq!(report.refused().count(), 2, "{report:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(lock.is_valid(), "cut though nodes 1 and 2 back it");
+    servers[1].resume();
+    servers[2].resume();
+    assert_eq!(c.unlock(lock).unwrap(), 3);
+}
+
+/// A lock whose backing is not known (rebuilt from its parts): any refusal of a lost extend
+/// ends its validity — counting every node that did not refuse, two that are silent here
+/// would stand for the one that lost our token.
+#[test]
+fn an_extend_of_a_lock_of_unknown_backing_refused_anywhere_ends_its_validity() {
+    let mut servers = Cluster::start(5);
+    let mut c = client(&servers);
+    let lock = c.try_lock("res").unwrap();
+    let mut parts = Lock::from_parts("res", lock.token().as_bytes(), lock.validity()).unwrap();
+    servers[0].cmd(&["DEL", "res"]);
+    servers[1].freeze();
+    servers[2].freeze();
+    match c.extend(&mut parts, Duration::from_secs(10)) {
+        Err(Error::NoQuorum(report) | Error::Held(report)) => {
+            assert_eq!(report.refused().count(), 1, "{report:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!parts.is_valid(), "{:?} left", parts.validity());
+    servers[1].resume();
+    servers[2].resume();
 }
 
 #[test]

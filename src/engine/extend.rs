@@ -78,18 +78,21 @@ impl<N: Net> Engine<N> {
     }
 }
 
-/// Whether a lock backed by the nodes in `backing` (0: not known, then by any node) still is
-/// after the nodes in `refused` said our token is gone from them: while the backing nodes that
-/// did not refuse make a quorum, every rival's quorum meets one of them, which holds our token
-/// until the validity ends. When they do not, a rival may hold the lock now — on the nodes
-/// that refused and others — and the lock's validity ends at the extend's start (the refusals
-/// came after it; when the keys went, nobody can say). Without this, a caller told `Held`
-/// by its extend still had `is_valid()` for the rest of the old validity while a rival held
-/// the lock (found by review).
+/// Whether a lock backed by the nodes in `backing` still is after the nodes in `refused` said
+/// our token is gone from them: while the backing nodes that did not refuse make a quorum,
+/// every rival's quorum meets one of them, which holds our token until the validity ends.
+/// When they do not, a rival may hold the lock now — on the nodes that refused and others —
+/// and the lock's validity ends at the extend's start (the refusals came after it; when the
+/// keys went, nobody can say). Without this, a caller told `Held` by its extend still had
+/// `is_valid()` for the rest of the old validity while a rival held the lock (found by
+/// review). With the backing not known (0: a lock rebuilt from its parts, or of another server
+/// list), any refusal ends it — counting every node that did not refuse, a node that never had
+/// our token (down at the acquire) would stand for one that lost it (as a kept lock's
+/// renewals judge: `Report::still_backed`).
 fn still_backed(backing: u64, refused: u64, round: &Round) -> bool {
-    let n = round.nodes();
-    let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
-    let backing = if backing == 0 { all } else { backing };
+    if backing == 0 {
+        return refused == 0;
+    }
     (backing & !refused).count_ones() as usize >= round.quorum()
 }
 

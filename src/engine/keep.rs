@@ -156,6 +156,10 @@ impl Keeps {
         // lost while the nodes that took the renewal hold our token (found by review).
         kept.backed_also_by(report.said_yes);
         if !report.still_backed(kept.backed()) {
+            // Lost for the refusals: its validity ends now, as the extend's own outcome cut
+            // it when its backing said so (`extend.rs`) — the backing it was sent with may have
+            // narrowed since, by a late refusal of an earlier round.
+            kept.set_valid_until(kept.valid_until().min(now));
             return None;
         }
         // Refusals add up over the retries: a node that said our token is gone backs nothing.
@@ -379,11 +383,15 @@ mod tests {
         let keeps = Keeps::new(&config);
         let now = Instant::now();
         let kept = kept(now + Duration::from_secs(10));
-        // The backing not known (a lock rebuilt from its parts): any refusal ends it.
+        // The backing not known (a lock rebuilt from its parts): any refusal ends it, and its
+        // validity with it.
         let a_gone = Error::Held(report(0b001, &[1, 2]));
         assert_eq!(keeps.retry_after(&kept, &a_gone, now), None);
+        assert!(kept.valid_until() < now + Duration::from_millis(1));
+        kept.set_valid_until(now + Duration::from_secs(10));
         let c_gone = Error::TooSlow(report(0b100, &[]));
         assert_eq!(keeps.retry_after(&kept, &c_gone, now), None);
+        kept.set_valid_until(now + Duration::from_secs(10));
         // No answers from two: tried again.
         let silent = Error::NoQuorum(report(0, &[1, 2]));
         assert!(keeps.retry_after(&kept, &silent, now).is_some());
@@ -391,6 +399,7 @@ mod tests {
         // and a rival may win on a and c — lost, though two nodes did not refuse.
         kept.extended(0b011);
         assert_eq!(keeps.retry_after(&kept, &a_gone, now), None);
+        kept.set_valid_until(now + Duration::from_secs(10));
         // Gone from c, which never backed it: a and b still do. Tried again.
         let c_gone_b_silent = Error::Held(report(0b100, &[0, 1]));
         assert!(keeps.retry_after(&kept, &c_gone_b_silent, now).is_some());
@@ -400,6 +409,7 @@ mod tests {
         // Gone from two of the three: lost.
         let two_gone = Error::Held(report(0b011, &[2]));
         assert_eq!(keeps.retry_after(&kept, &two_gone, now), None);
+        kept.set_valid_until(now + Duration::from_secs(10));
         // Refusals add up over the retries: gone from a, then from b (a silent then), leaves
         // c alone of the three.
         kept.extended(0b111);

@@ -326,19 +326,18 @@ impl Ballot {
     }
 
     /// The error for a lost round. Credentials or permissions refused take precedence when the
-    /// nodes that refused them leave too few for a quorum (nothing but a change of
-    /// configuration mends that: `Error::is_final`); with fewer, the round is reported by its
-    /// loss, those nodes' faults in its report — one misconfigured node of five made a lock
-    /// held elsewhere a final `Auth` (`lock` gave up at once) and a kept lock's renewal lost
-    /// to a frozen majority not tried again (found by review).
+    /// nodes that fail for good (those, and any other permanent fault) leave too few for a
+    /// quorum (nothing but a change of configuration mends that: `Error::is_final`); with
+    /// fewer, the round is reported by its loss, those nodes' faults in its report — one
+    /// misconfigured node of five made a lock held elsewhere a final `Auth` (`lock` gave up at
+    /// once) and a kept lock's renewal lost to a frozen majority not tried again (found by
+    /// review).
     pub fn loss_error(&self, nodes: &Arc<[NodeAddr]>, loss: Loss, refusal: Refusal) -> Error {
         let report = self.report(nodes, refusal);
-        let refused_access = report
-            .failed
-            .iter()
-            .filter(|(_, f)| matches!(f.root(), NodeFault::Auth(_) | NodeFault::Permission { .. }))
+        let for_good = (report.failed.iter())
+            .filter(|(_, f)| f.is_permanent())
             .count();
-        if nodes.len() - refused_access >= report.quorum {
+        if nodes.len().saturating_sub(for_good) >= report.quorum {
             return by_loss(loss, report);
         }
         for (node, fault) in report.failed.iter().map(|(i, f)| (*i, f.root())) {

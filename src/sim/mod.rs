@@ -463,6 +463,8 @@ enum Work {
 struct Hold {
     res: usize,
     token: Token,
+    /// The nodes that back its validity (`Lock::backing`).
+    backing: u64,
     valid: Instant,
     until: Instant,
     start_g: u64,
@@ -2276,6 +2278,7 @@ impl World {
                 match won {
                     Ok((token, grant)) => {
                         let valid = grant.valid_until;
+                        let backing = grant.votes.yes;
                         self.check_cover(c, res, token.as_bytes(), valid);
                         let fence = grant.fence.unwrap_or(0);
                         if let Some(f) = grant.fence {
@@ -2336,6 +2339,7 @@ impl World {
                         self.clients[c].callers[k].work = Work::Holding(Hold {
                             res,
                             token,
+                            backing,
                             valid,
                             until: now + hold,
                             start_g: g,
@@ -2360,7 +2364,7 @@ impl World {
                     let kind = ReqKind::Extend {
                         ttl: TTL,
                         valid_until: hold.valid,
-                        backing: 0,
+                        backing: hold.backing,
                     };
                     let id = self.submit(c, kind, hold.res, &hold.token, now);
                     hold.extensions += 1;
@@ -2389,6 +2393,14 @@ impl World {
                         if result.is_ok() {
                             self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
                         }
+                        let (won, yes, refused) = match &result {
+                            Ok(yes) => (true, *yes, 0),
+                            Err(e) => e
+                                .report()
+                                .map_or((false, 0, 0), |r| (false, r.said_yes, r.refused)),
+                        };
+                        hold.backing =
+                            crate::lock::backing_after_extend(hold.backing, won, yes, refused);
                         hold.valid = valid;
                         let left = valid.saturating_duration_since(now);
                         let frac = self.rng.range(0, 120) as f64 / 100.0;
