@@ -1047,7 +1047,8 @@ fn reserved_lock_names_give_64_and_name_the_prefix() {
 
 /// Issue 35, item 5: inside `redlock run R -- …` an acquire of R (nested `run` or `acquire`)
 /// could only wait for the command it runs in; it exits 64 at once with a message saying so
-/// (before: it waited, forever without `--wait`). Other resources lock as usual.
+/// (before: it waited, forever without `--wait`). So does an acquire of any lock R excludes
+/// (`Resource::excludes`). Other resources lock as usual.
 #[test]
 fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
     let servers = Cluster::start(3);
@@ -1094,6 +1095,52 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
         (
             &["run", "nest"][..],
             &["run", "--permits", "2", "nest", "--", "true"][..],
+            0,
+        ),
+        // Other names for a lock the enclosing run's excludes (found by review: only the same
+        // name was refused; these waited, here until their `-w 3s`, 75): a writer inside a
+        // reader of the name, a member inside a set, a reader inside the writer, a semaphore
+        // whose every permit the set holds. Two readers of one name are refused as before (a
+        // writer that waits meanwhile keeps the inner one out: the library's rule); readers of
+        // other names, and a set with no member in common, lock as usual.
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "cfg", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["acquire", "-w", "3s", "a"][..],
+            64,
+        ),
+        (
+            &["run", "cfg"][..],
+            &["acquire", "-w", "3s", "-r", "cfg"][..],
+            64,
+        ),
+        (
+            &["run", "sem#0", "sem#1"][..],
+            &["acquire", "-w", "3s", "--permits", "2", "sem"][..],
+            64,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["run", "-w", "3s", "b", "c", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "-r", "cfg", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "-r", "other", "--", "true"][..],
+            0,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["run", "-w", "3s", "c", "d", "--", "true"][..],
             0,
         ),
     ] {
