@@ -189,6 +189,29 @@ exit 7"#;
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }
 
+/// Started with SIGCHLD ignored (`trap '' CHLD` in a script: inherited through exec), redlock
+/// sets it back to its default before it starts COMMAND, so that COMMAND is not reaped by the
+/// kernel behind its back: it exits with COMMAND's code (found by review: waitid failed with
+/// ECHILD, and redlock exited 70).
+#[test]
+fn run_started_with_sigchld_ignored_still_gets_the_exit_code() {
+    use std::os::unix::process::CommandExt;
+    let servers = Cluster::start(1);
+    let mut cmd = redlock(&servers.urls());
+    cmd.args(["run", "job", "--", "sh", "-c", "exit 3"]);
+    // SAFETY: signal(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let o = output(&mut cmd);
+    assert_code(&o, 3);
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    assert_eq!(servers[0].get("job"), None, "released");
+}
+
 #[test]
 fn contention_gives_75_after_wait() {
     let servers = Cluster::start(3);

@@ -234,6 +234,7 @@ fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_
 }
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
+    default_sigchld();
     // A kept lock may run for days: no limit on the number of extensions.
     let tuned = a.opts.tuned(DEFAULT_TTL)?;
     let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
@@ -259,6 +260,18 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     }
     let running = start(a, kept, signals, tx)?;
     supervise_and_finish(a, running, &rx)
+}
+
+/// Sets SIGCHLD back to its default action. Ignored from the start (inherited through exec, as
+/// `trap '' CHLD` in a shell script leaves it), it makes the kernel reap every child as it exits:
+/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it exited 70,
+/// found by review), and a later signal to COMMAND's pid could hit another process that reused
+/// it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
+fn default_sigchld() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
 }
 
 /// Catches the signals redlock forwards to COMMAND's group.
