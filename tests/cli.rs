@@ -1299,6 +1299,29 @@ fn status_shows_the_holder_and_unreachable_nodes() {
         "{}",
         stdout(&o)
     );
+    // The same for a permit of a semaphore (its key: `sem#0`): the permit may be held, 69 (found
+    // by review: it counted as not held, exit 1, while `status sem#0` said 69).
+    servers[0].set("sem#0", "x");
+    let o = output(plain(&urls).args(["status", "--permits", "1", "sem"]));
+    assert_code(&o, 69);
+    assert!(
+        stdout(&o).contains("0 of 1 permits of \"sem\" held, 1 unknown (may be held)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = output(plain(&urls).args(["status", "--json", "--permits", "1", "sem"]));
+    assert_code(&o, 69);
+    let json = json_of(&o);
+    assert_eq!(json["unknown"], 1, "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 did not answer")),
+        "{json}"
+    );
+    // A permit that is surely free settles it: one at least is not held, 1.
+    let o = output(plain(&urls).args(["status", "--permits", "2", "sem"]));
+    assert_code(&o, 1);
     // Without a quorum of reachable nodes: 69.
     servers[1].kill();
     let o = output(plain(&urls).args(["status", "job"]));
