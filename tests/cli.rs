@@ -1393,6 +1393,45 @@ fn bench_prints_percentiles() {
     }
 }
 
+/// A bench client whose first attempt fails (here: its resource, `redlock-bench:PID:I`, is held
+/// by someone else) stops every client, and bench fails with that error, saying how many cycles
+/// ran (found by review: when the other clients had run some, it printed their figures and
+/// exited 0, fewer cycles than asked).
+#[test]
+fn bench_fails_when_a_client_is_stopped_by_its_first_attempt() {
+    use std::io::Write as _;
+    let servers = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // The shell says its pid and waits; `exec` keeps the pid for redlock, so the test can take
+    // the last client's resource before redlock starts.
+    let script = r#"echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && read go && shift && exec "$0" "$@""#;
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, BIN])
+        .arg(&pid_file)
+        .args(["--server", &servers.urls()[0], "--quarantine", "off"])
+        .args(["bench", "--cycles", "100000", "--clients", "16"])
+        .env_remove("REDLOCK_SERVERS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start sh");
+    wait_for_file(&pid_file);
+    let pid = fs::read_to_string(&pid_file).unwrap();
+    servers[0].set(&format!("redlock-bench:{}:15", pid.trim()), "someone");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    let o = finish(child, LIMIT);
+    assert_code(&o, 75);
+    let err = stderr(&o);
+    assert!(
+        err.contains("bench: stopped after") || err.contains("bench: no lock acquired"),
+        "{err}"
+    );
+    assert!(err.contains("held"), "{err}");
+}
+
 #[test]
 fn help_documents_exit_codes_and_environment() {
     let o = output(Command::new(BIN).arg("--help"));
