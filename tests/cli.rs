@@ -1327,6 +1327,16 @@ fn status_shows_the_holder_and_unreachable_nodes() {
     let o = output(plain(&urls).args(["status", "job"]));
     assert_code(&o, 69);
     assert_one_line_error(&o, "only 1 of 3 nodes reachable");
+    // With -q nothing at all, as its help says (found by review: the line above was printed).
+    for args in [
+        &["status", "-q", "job"][..],
+        &["status", "-q", "--permits", "1", "sem"],
+    ] {
+        let o = output(plain(&urls).args(args));
+        assert_code(&o, 69);
+        assert!(o.stdout.is_empty(), "{}", stdout(&o));
+        assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    }
 }
 
 #[test]

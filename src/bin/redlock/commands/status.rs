@@ -149,8 +149,11 @@ fn status_of(
             .write_all(text.as_bytes())
             .and_then(|()| stdout.flush());
     }
-    // The one JSON object is printed: the failure goes to stderr only.
-    if let Err(fail) = reachable {
+    // The one JSON object is printed: the failure goes to stderr only, and with -q nowhere (the
+    // exit code says it; found by review: -q still printed it).
+    if let Err(fail) = reachable
+        && !a.output.quiet
+    {
         say!("redlock: {}", fail.message);
     }
     Ok(code)
@@ -236,7 +239,9 @@ fn permits_status(
             .write_all(text.as_bytes())
             .and_then(|()| stdout.flush());
     }
-    if let Some(fail) = unreachable {
+    if let Some(fail) = unreachable
+        && !a.output.quiet
+    {
         say!("redlock: {}", fail.message);
     }
     Ok(code)
