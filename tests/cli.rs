@@ -2393,6 +2393,27 @@ fn permits_make_a_counting_semaphore_across_acquire_run_status_extend_and_releas
     assert_code(&o, 79);
 }
 
+/// An empty resource name is a usage error for status too, as for acquire (found by review:
+/// `status ''` said "free", exit 1), also as a set's member or a shared lock's name.
+#[test]
+fn an_empty_resource_name_gives_64() {
+    let servers = Cluster::start(1);
+    let urls = servers.urls();
+    for args in [
+        &["acquire", ""][..],
+        &["status", ""],
+        &["status", "a", ""],
+        &["status", "redlock:set:0:"],
+        &["status", "redlock:shared:"],
+        &["status", "--permits", "2", ""],
+    ] {
+        let o = output(plain(&urls).args(args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "empty resource name");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+    }
+}
+
 #[test]
 fn a_bad_permit_count_gives_64() {
     for bad in ["0", "65", "x"] {

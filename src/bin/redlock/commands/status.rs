@@ -97,6 +97,14 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
             },
         }
     }
+    // An empty name is no key (acquire refuses it too; found by review: status showed "free",
+    // exit 1). So is a set's empty member, or a shared lock's empty name.
+    if names.iter().any(String::is_empty) {
+        return Err(Fail::new(
+            exit::USAGE,
+            "status: empty resource name: give the name of the lock",
+        ));
+    }
     let mut worst = exit::OK;
     for name in &names {
         let code = status_of(a, &r, name, timeout)?;
