@@ -552,10 +552,19 @@ impl LockOptions {
         )
     }
 
-    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `-x` it must
+    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
+    /// there must be one (the semaphore's name); with `-x` it must
     /// be an exclusive one: a shared lock's name given back as RESOURCE (`REDLOCK_RESOURCE` of
     /// `run --shared`) would be a read lock, the opposite of what `-x` asks.
     pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
+        // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
+        // semaphore then refused as a reserved name (found by review: a misleading message).
+        if self.permits.is_some() && resources.len() > 1 {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--permits takes one RESOURCE (the semaphore's name)",
+            ));
+        }
         let name = lock_name(resources, self.shared)?;
         if self.exclusive && Resource::new(name.as_bytes()).shared_name().is_some() {
             return Err(Fail::new(
