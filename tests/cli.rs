@@ -273,6 +273,40 @@ while :; do sleep 0.05; done"#;
     assert!(err.contains("SIGKILL"), "{err}");
 }
 
+/// `--grace 0s`: a loss sends SIGKILL at once, and says why: the grace, not the validity, which
+/// is not over (found by review: it said "the lock's validity is over").
+#[test]
+fn lost_lock_with_no_grace_says_why_sigkill_goes_out_at_once() {
+    let mut servers = Cluster::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"touch "$1/started"
+while :; do sleep 0.05; done"#;
+    // The loss is told with a sixth of the TTL left, 1 s.
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "--ttl", "6s", "--grace", "0s", "job", "--"])
+            .args(["sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    wait_for_file(&dir.path().join("started"));
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    assert_code(&o, 79);
+    let err = stderr(&o);
+    assert!(err.contains("lost the lock on \"job\""), "{err}");
+    assert!(
+        err.contains("(--grace 0ms: SIGKILL at once, ")
+            && err.contains("before the lock's validity ends"),
+        "{err}"
+    );
+    assert!(!err.contains("validity is over"), "{err}");
+}
+
 #[test]
 fn processes_command_leaves_in_its_group_end_before_the_lock_is_released() {
     let servers = Cluster::start(3);

@@ -776,8 +776,21 @@ impl<'a> Supervisor<'a> {
         }
         let now = Instant::now();
         let kill_at = self.kill_deadline(now);
-        let when = if kill_at <= now {
+        let left = self
+            .kept
+            .lock()
+            .valid_until()
+            .saturating_duration_since(now);
+        // SIGKILL at once: the validity is over, or --grace 0s asks for it (found by review:
+        // that said "the lock's validity is over" with validity left).
+        let when = if kill_at <= now && left.is_zero() {
             "the lock's validity is over: SIGKILL at once".to_owned()
+        } else if kill_at <= now {
+            format!(
+                "--grace {}: SIGKILL at once, {} before the lock's validity ends",
+                fmt_duration(self.a.grace),
+                fmt_duration(left)
+            )
         } else if kill_at < now + self.a.grace {
             format!(
                 "SIGKILL in {}, before the lock's validity ends",
