@@ -1418,6 +1418,39 @@ fn demo_verifies_mutual_exclusion() {
     assert!(out.contains("ok: no two clients"), "{out}");
 }
 
+/// A phase of no time is refused (64); one too short for a lock cycle says that no cycle ran,
+/// never that mutual exclusion was violated (found by review: `--duration 0s` exited 70 with
+/// "mutual exclusion violated: phase 1: no client ever got the lock").
+#[test]
+fn demo_refuses_no_time_and_never_calls_no_cycle_a_violation() {
+    let demo = |duration: &str| {
+        output(Command::new(BIN).stdin(Stdio::null()).args([
+            "demo",
+            "--nodes",
+            "3",
+            "--clients",
+            "1",
+            "--duration",
+            duration,
+        ]))
+    };
+    let o = demo("0s");
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "must be longer than 0");
+    // 1 ns: as a rule no cycle runs (a client may still complete one; then the demo passes).
+    let o = demo("1ns");
+    let err = stderr(&o);
+    assert!(!err.contains("violated"), "{err}");
+    if o.status.code() != Some(0) {
+        assert_code(&o, 70);
+        assert!(err.contains("no client got the lock in phase"), "{err}");
+        assert!(
+            err.contains("mutual exclusion was not put to the test"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn bench_prints_percentiles() {
     let o = output(
