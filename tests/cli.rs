@@ -307,6 +307,136 @@ while :; do sleep 0.05; done"#;
     assert!(!err.contains("validity is over"), "{err}");
 }
 
+/// `redlock run --grace 300ms job -- sh -c SCRIPT sh DIR` as user nobody (setpriv), DIR open to
+/// it; then, once COMMAND has written its pid to DIR/pid, a root process (`sleep`) joins
+/// COMMAND's process group: one redlock may not signal (EPERM). Returns redlock, the intruder
+/// and a `Reap` for it. `None` when the test does not run as root (setpriv cannot change user).
+fn run_as_nobody_with_a_root_process_in_the_group(
+    urls: &[String],
+    dir: &Path,
+    run_args: &[&str],
+    script: &str,
+) -> Option<(Child, Child, Reap)> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run redlock as another user");
+        return None;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        BIN,
+    ])
+    .env_remove("REDLOCK_SERVERS")
+    .stdin(Stdio::null());
+    for var in OPTION_VARIABLES {
+        cmd.env_remove(var);
+    }
+    for url in urls {
+        cmd.arg("--server").arg(url);
+    }
+    cmd.args(["--quarantine", "off", "run"])
+        .args(run_args)
+        .args(["job", "--", "sh", "-c", script, "sh"])
+        .arg(dir);
+    let redlock = spawn(&mut cmd);
+    let command = read_pid(&dir.join("pid"));
+    let (group, _) = pgrp_and_tpgid(command);
+    let mut intruder = Command::new("sleep");
+    intruder.arg("60").stdin(Stdio::null());
+    // SAFETY: setpgid(2) only, between fork and exec: the group is in our session.
+    unsafe {
+        intruder.pre_exec(move || {
+            if libc::setpgid(0, group) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+    }
+    let intruder = intruder
+        .spawn()
+        .expect("start a root process in COMMAND's group");
+    let reap = Reap(vec![intruder.id() as i32]);
+    Some((redlock, intruder, reap))
+}
+
+/// A process of COMMAND's group that survives SIGKILL (root's, under a redlock run by nobody:
+/// EPERM) keeps the lock from being released — after COMMAND exits, and after a loss: its keys
+/// are left to expire, and redlock says so (found by review: the lock was released at once,
+/// and a rival could run beside that process).
+#[test]
+fn a_process_that_survives_sigkill_keeps_the_lock_from_being_released() {
+    use std::os::unix::fs::PermissionsExt;
+    // COMMAND exits (3) when told to, leaving the intruder in its group.
+    let servers = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("go");
+    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o666) }, 0);
+    // (Open to nobody whatever the umask.)
+    fs::set_permissions(&fifo, fs::Permissions::from_mode(0o666)).unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; read go < "$1/go"; exit 3"#;
+    let Some((redlock, mut intruder, _reap)) = run_as_nobody_with_a_root_process_in_the_group(
+        &servers.urls(),
+        dir.path(),
+        &["--grace", "300ms"],
+        script,
+    ) else {
+        return;
+    };
+    fs::write(&fifo, "go\n").unwrap();
+    let o = finish(redlock, LIMIT);
+    let _ = intruder.kill();
+    let _ = intruder.wait();
+    assert_code(&o, 3);
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("pid {} of COMMAND's process group", intruder.id())),
+        "{err}"
+    );
+    assert!(err.contains("survived SIGKILL"), "{err}");
+    assert!(err.contains("is not released"), "{err}");
+    for s in servers.iter() {
+        assert!(s.get("job").is_some(), "released on {}: {err}", s.addr());
+    }
+
+    // The lock is lost (3 of 5 servers frozen): COMMAND is killed, the intruder is not.
+    let mut servers = Cluster::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 60"#;
+    let Some((redlock, mut intruder, _reap)) = run_as_nobody_with_a_root_process_in_the_group(
+        &servers.urls(),
+        dir.path(),
+        &["--ttl", "1s", "--grace", "300ms"],
+        script,
+    ) else {
+        return;
+    };
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    let o = finish(redlock, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    let _ = intruder.kill();
+    let _ = intruder.wait();
+    assert_code(&o, 79);
+    let err = stderr(&o);
+    assert!(err.contains("lost the lock on \"job\""), "{err}");
+    assert!(err.contains("survived SIGKILL"), "{err}");
+    assert!(err.contains("is not released"), "{err}");
+}
+
 #[test]
 fn processes_command_leaves_in_its_group_end_before_the_lock_is_released() {
     let servers = Cluster::start(3);
