@@ -1477,6 +1477,9 @@ fn status_shows_the_holder_and_unreachable_nodes() {
     assert_code(&o, 69);
     let json = json_of(&o);
     assert_eq!(json["unknown"], 1, "{json}");
+    // As every --json object: `ok` and `command` (they were missing with --permits).
+    assert_eq!(json["ok"], false, "{json}");
+    assert_eq!(json["command"], "status", "{json}");
     assert!(
         json["message"]
             .as_str()

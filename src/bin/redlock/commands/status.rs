@@ -225,6 +225,8 @@ fn permits_status(
     };
     if a.output.json {
         print_json(&json!({
+            "ok": code == exit::OK,
+            "command": "status",
             "resource": name,
             "permits": permits,
             "held": held,
