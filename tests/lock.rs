@@ -150,7 +150,10 @@ fn extend_of_a_lock_taken_over_fails() {
     // validity before, while the thief held the lock).
     assert!(!lock.is_valid(), "{:?} left", lock.validity());
     // Unlock must not delete the thief's key, and says the lock had expired.
-    assert!(matches!(c.unlock(lock), Err(Error::Expired { released: 0 })));
+    assert!(matches!(
+        c.unlock(lock),
+        Err(Error::Expired { released: 0 })
+    ));
     assert_eq!(holders(&servers, "res"), vec![Some("thief".into()); 3]);
 }
 

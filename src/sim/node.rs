@@ -273,7 +273,9 @@ impl Node {
                         && cmd[3].eq_ignore_ascii_case(b"NX")
                         && cmd[4].eq_ignore_ascii_case(b"PX"),
                     "the client sent a SET this node does not model: {:?}",
-                    cmd.iter().map(|a| String::from_utf8_lossy(a)).collect::<Vec<_>>()
+                    cmd.iter()
+                        .map(|a| String::from_utf8_lossy(a))
+                        .collect::<Vec<_>>()
                 );
                 let set = self.set_nx(cmd[1], cmd[2], number(cmd[5]), now);
                 out.extend_from_slice(if set { b"+OK\r\n" } else { b"$-1\r\n" });
@@ -749,7 +751,10 @@ mod tests {
             .iter()
             .map(|s| String::from_utf8(s.sha().to_vec()).unwrap())
             .collect();
-        assert_eq!(sent, MODELLED, "a script changed: change its model in Node::execute");
+        assert_eq!(
+            sent, MODELLED,
+            "a script changed: change its model in Node::execute"
+        );
     }
 
     fn run(node: &mut Node, args: &[&[u8]], now: u64) -> String {
