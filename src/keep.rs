@@ -174,6 +174,26 @@ impl KeepAlive {
         }
     }
 
+    /// Stops keeping the lock without releasing it: its keys stay on the nodes until they
+    /// expire, at most a TTL after the last extension (a lost lock's too, which the engine left
+    /// for its holder). For a holder that cannot tell whether the work the lock protects has
+    /// stopped — `redlock run` when a process of COMMAND's group survived SIGKILL — and for
+    /// which a release would let a rival in beside that work. Returns the lock as it stood.
+    ///
+    /// ```no_run
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001"]).quarantine(None).build()?;
+    /// let kept = redlock.keep(redlock.lock("report:daily")?)?;
+    /// // ... the work may still be going on, and nothing can stop it ...
+    /// let lock = kept.abandon(); // no more extensions; the keys expire by themselves
+    /// # let _ = lock;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn abandon(mut self) -> Lock {
+        let lock = self.kept.lock();
+        let _ = self.end();
+        lock
+    }
+
     /// Stops keeping the lock: the lock to release on the nodes, and whether it had been lost
     /// (the engine leaves a lost lock's keys for its holder to release once it has stopped:
     /// see `Kept::leave_to_holder`); [`Error::Expired`] if there is nothing left to release.

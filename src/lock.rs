@@ -383,6 +383,31 @@ impl Resource {
     pub fn members(&self) -> Option<crate::keys::Members<'_>> {
         crate::keys::set_members(&self.0)
     }
+
+    /// True if a caller that holds this lock must not wait for `wanted`: waiting could only
+    /// end when the held lock is released. The rule `with_lock` refuses a nested acquire by
+    /// ([`Error::AlreadyHeld`](crate::Error::AlreadyHeld)): they name a resource in common —
+    /// a plain name, a [`Shared`] lock of it and every [`ResourceSet`] that has it as a member
+    /// all lock the one resource — and are not both shared locks of different names. A shared
+    /// lock of the very name held shared counts: readers share, but a writer that waits
+    /// meanwhile keeps new readers out while it waits for the held one. For a tool that runs a
+    /// command under a lock, as `redlock run` does.
+    ///
+    /// ```
+    /// use redlock_mux::{Resource, ResourceSet, Shared};
+    ///
+    /// let set = ResourceSet::new(["a", "b"])?;
+    /// assert!(set.as_resource().excludes(Resource::new(b"a")));
+    /// let read = Shared::new("cfg")?;
+    /// assert!(Resource::new(read.as_ref()).excludes(Resource::new(b"cfg")));
+    /// let other = Shared::new("other")?;
+    /// assert!(!Resource::new(read.as_ref()).excludes(Resource::new(other.as_ref())));
+    /// assert!(!Resource::new(b"a").excludes(Resource::new(b"b")));
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn excludes(&self, wanted: &Resource) -> bool {
+        crate::keys::excludes(&self.0, &wanted.0)
+    }
 }
 
 /// A shared (read) lock of a resource: many readers hold it at once, and none while a writer

@@ -189,6 +189,29 @@ exit 7"#;
     assert!(o.stderr.is_empty(), "{}", stderr(&o));
 }
 
+/// Started with SIGCHLD ignored (`trap '' CHLD` in a script: inherited through exec), redlock
+/// sets it back to its default before it starts COMMAND, so that COMMAND is not reaped by the
+/// kernel behind its back: it exits with COMMAND's code (found by review: waitid failed with
+/// ECHILD, and redlock exited 70).
+#[test]
+fn run_started_with_sigchld_ignored_still_gets_the_exit_code() {
+    use std::os::unix::process::CommandExt;
+    let servers = Cluster::start(1);
+    let mut cmd = redlock(&servers.urls());
+    cmd.args(["run", "job", "--", "sh", "-c", "exit 3"]);
+    // SAFETY: signal(2) only, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let o = output(&mut cmd);
+    assert_code(&o, 3);
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    assert_eq!(servers[0].get("job"), None, "released");
+}
+
 #[test]
 fn contention_gives_75_after_wait() {
     let servers = Cluster::start(3);
@@ -248,6 +271,170 @@ while :; do sleep 0.05; done"#;
     let err = stderr(&o);
     assert!(err.contains("lost the lock on \"job\""), "{err}");
     assert!(err.contains("SIGKILL"), "{err}");
+}
+
+/// `--grace 0s`: a loss sends SIGKILL at once, and says why: the grace, not the validity, which
+/// is not over (found by review: it said "the lock's validity is over").
+#[test]
+fn lost_lock_with_no_grace_says_why_sigkill_goes_out_at_once() {
+    let mut servers = Cluster::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"touch "$1/started"
+while :; do sleep 0.05; done"#;
+    // The loss is told with a sixth of the TTL left, 1 s.
+    let child = spawn(
+        redlock(&servers.urls())
+            .args(["run", "--ttl", "6s", "--grace", "0s", "job", "--"])
+            .args(["sh", "-c", script, "sh"])
+            .arg(dir.path()),
+    );
+    wait_for_file(&dir.path().join("started"));
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    assert_code(&o, 79);
+    let err = stderr(&o);
+    assert!(err.contains("lost the lock on \"job\""), "{err}");
+    assert!(
+        err.contains("(--grace 0ms: SIGKILL at once, ")
+            && err.contains("before the lock's validity ends"),
+        "{err}"
+    );
+    assert!(!err.contains("validity is over"), "{err}");
+}
+
+/// `redlock run --grace 300ms job -- sh -c SCRIPT sh DIR` as user nobody (setpriv), DIR open to
+/// it; then, once COMMAND has written its pid to DIR/pid, a root process (`sleep`) joins
+/// COMMAND's process group: one redlock may not signal (EPERM). Returns redlock, the intruder
+/// and a `Reap` for it. `None` when the test does not run as root (setpriv cannot change user).
+fn run_as_nobody_with_a_root_process_in_the_group(
+    urls: &[String],
+    dir: &Path,
+    run_args: &[&str],
+    script: &str,
+) -> Option<(Child, Child, Reap)> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid(2) has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root, to run redlock as another user");
+        return None;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        BIN,
+    ])
+    .env_remove("REDLOCK_SERVERS")
+    .stdin(Stdio::null());
+    for var in OPTION_VARIABLES {
+        cmd.env_remove(var);
+    }
+    for url in urls {
+        cmd.arg("--server").arg(url);
+    }
+    cmd.args(["--quarantine", "off", "run"])
+        .args(run_args)
+        .args(["job", "--", "sh", "-c", script, "sh"])
+        .arg(dir);
+    let redlock = spawn(&mut cmd);
+    let command = read_pid(&dir.join("pid"));
+    let (group, _) = pgrp_and_tpgid(command);
+    let mut intruder = Command::new("sleep");
+    intruder.arg("60").stdin(Stdio::null());
+    // SAFETY: setpgid(2) only, between fork and exec: the group is in our session.
+    unsafe {
+        intruder.pre_exec(move || {
+            if libc::setpgid(0, group) == 0 {
+                Ok(())
+            } else {
+                Err(io::Error::last_os_error())
+            }
+        });
+    }
+    let intruder = intruder
+        .spawn()
+        .expect("start a root process in COMMAND's group");
+    let reap = Reap(vec![intruder.id() as i32]);
+    Some((redlock, intruder, reap))
+}
+
+/// A process of COMMAND's group that survives SIGKILL (root's, under a redlock run by nobody:
+/// EPERM) keeps the lock from being released — after COMMAND exits, and after a loss: its keys
+/// are left to expire, and redlock says so (found by review: the lock was released at once,
+/// and a rival could run beside that process).
+#[test]
+fn a_process_that_survives_sigkill_keeps_the_lock_from_being_released() {
+    use std::os::unix::fs::PermissionsExt;
+    // COMMAND exits (3) when told to, leaving the intruder in its group.
+    let servers = Cluster::start(3);
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("go");
+    let fifo_c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo(3) with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o666) }, 0);
+    // (Open to nobody whatever the umask.)
+    fs::set_permissions(&fifo, fs::Permissions::from_mode(0o666)).unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; read go < "$1/go"; exit 3"#;
+    let Some((redlock, mut intruder, _reap)) = run_as_nobody_with_a_root_process_in_the_group(
+        &servers.urls(),
+        dir.path(),
+        &["--grace", "300ms"],
+        script,
+    ) else {
+        return;
+    };
+    fs::write(&fifo, "go\n").unwrap();
+    let o = finish(redlock, LIMIT);
+    let _ = intruder.kill();
+    let _ = intruder.wait();
+    assert_code(&o, 3);
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("pid {} of COMMAND's process group", intruder.id())),
+        "{err}"
+    );
+    assert!(err.contains("survived SIGKILL"), "{err}");
+    assert!(err.contains("is not released"), "{err}");
+    for s in servers.iter() {
+        assert!(s.get("job").is_some(), "released on {}: {err}", s.addr());
+    }
+
+    // The lock is lost (3 of 5 servers frozen): COMMAND is killed, the intruder is not.
+    let mut servers = Cluster::start(5);
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo $$ > "$1/pid.tmp" && mv "$1/pid.tmp" "$1/pid"; exec sleep 60"#;
+    let Some((redlock, mut intruder, _reap)) = run_as_nobody_with_a_root_process_in_the_group(
+        &servers.urls(),
+        dir.path(),
+        &["--ttl", "1s", "--grace", "300ms"],
+        script,
+    ) else {
+        return;
+    };
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    let o = finish(redlock, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    let _ = intruder.kill();
+    let _ = intruder.wait();
+    assert_code(&o, 79);
+    let err = stderr(&o);
+    assert!(err.contains("lost the lock on \"job\""), "{err}");
+    assert!(err.contains("survived SIGKILL"), "{err}");
+    assert!(err.contains("is not released"), "{err}");
 }
 
 #[test]
@@ -1047,7 +1234,8 @@ fn reserved_lock_names_give_64_and_name_the_prefix() {
 
 /// Issue 35, item 5: inside `redlock run R -- …` an acquire of R (nested `run` or `acquire`)
 /// could only wait for the command it runs in; it exits 64 at once with a message saying so
-/// (before: it waited, forever without `--wait`). Other resources lock as usual.
+/// (before: it waited, forever without `--wait`). So does an acquire of any lock R excludes
+/// (`Resource::excludes`). Other resources lock as usual.
 #[test]
 fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
     let servers = Cluster::start(3);
@@ -1094,6 +1282,52 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
         (
             &["run", "nest"][..],
             &["run", "--permits", "2", "nest", "--", "true"][..],
+            0,
+        ),
+        // Other names for a lock the enclosing run's excludes (found by review: only the same
+        // name was refused; these waited, here until their `-w 3s`, 75): a writer inside a
+        // reader of the name, a member inside a set, a reader inside the writer, a semaphore
+        // whose every permit the set holds. Two readers of one name are refused as before (a
+        // writer that waits meanwhile keeps the inner one out: the library's rule); readers of
+        // other names, and a set with no member in common, lock as usual.
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "cfg", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["acquire", "-w", "3s", "a"][..],
+            64,
+        ),
+        (
+            &["run", "cfg"][..],
+            &["acquire", "-w", "3s", "-r", "cfg"][..],
+            64,
+        ),
+        (
+            &["run", "sem#0", "sem#1"][..],
+            &["acquire", "-w", "3s", "--permits", "2", "sem"][..],
+            64,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["run", "-w", "3s", "b", "c", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "-r", "cfg", "--", "true"][..],
+            64,
+        ),
+        (
+            &["run", "-r", "cfg"][..],
+            &["run", "-w", "3s", "-r", "other", "--", "true"][..],
+            0,
+        ),
+        (
+            &["run", "a", "b"][..],
+            &["run", "-w", "3s", "c", "d", "--", "true"][..],
             0,
         ),
     ] {
@@ -1229,11 +1463,47 @@ fn status_shows_the_holder_and_unreachable_nodes() {
         "{}",
         stdout(&o)
     );
+    // The same for a permit of a semaphore (its key: `sem#0`): the permit may be held, 69 (found
+    // by review: it counted as not held, exit 1, while `status sem#0` said 69).
+    servers[0].set("sem#0", "x");
+    let o = output(plain(&urls).args(["status", "--permits", "1", "sem"]));
+    assert_code(&o, 69);
+    assert!(
+        stdout(&o).contains("0 of 1 permits of \"sem\" held, 1 unknown (may be held)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = output(plain(&urls).args(["status", "--json", "--permits", "1", "sem"]));
+    assert_code(&o, 69);
+    let json = json_of(&o);
+    assert_eq!(json["unknown"], 1, "{json}");
+    // As every --json object: `ok` and `command` (they were missing with --permits).
+    assert_eq!(json["ok"], false, "{json}");
+    assert_eq!(json["command"], "status", "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 did not answer")),
+        "{json}"
+    );
+    // A permit that is surely free settles it: one at least is not held, 1.
+    let o = output(plain(&urls).args(["status", "--permits", "2", "sem"]));
+    assert_code(&o, 1);
     // Without a quorum of reachable nodes: 69.
     servers[1].kill();
     let o = output(plain(&urls).args(["status", "job"]));
     assert_code(&o, 69);
     assert_one_line_error(&o, "only 1 of 3 nodes reachable");
+    // With -q nothing at all, as its help says (found by review: the line above was printed).
+    for args in [
+        &["status", "-q", "job"][..],
+        &["status", "-q", "--permits", "1", "sem"],
+    ] {
+        let o = output(plain(&urls).args(args));
+        assert_code(&o, 69);
+        assert!(o.stdout.is_empty(), "{}", stdout(&o));
+        assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    }
 }
 
 #[test]
@@ -1281,6 +1551,39 @@ fn demo_verifies_mutual_exclusion() {
     assert!(out.contains("ok: no two clients"), "{out}");
 }
 
+/// A phase of no time is refused (64); one too short for a lock cycle says that no cycle ran,
+/// never that mutual exclusion was violated (found by review: `--duration 0s` exited 70 with
+/// "mutual exclusion violated: phase 1: no client ever got the lock").
+#[test]
+fn demo_refuses_no_time_and_never_calls_no_cycle_a_violation() {
+    let demo = |duration: &str| {
+        output(Command::new(BIN).stdin(Stdio::null()).args([
+            "demo",
+            "--nodes",
+            "3",
+            "--clients",
+            "1",
+            "--duration",
+            duration,
+        ]))
+    };
+    let o = demo("0s");
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "must be longer than 0");
+    // 1 ns: as a rule no cycle runs (a client may still complete one; then the demo passes).
+    let o = demo("1ns");
+    let err = stderr(&o);
+    assert!(!err.contains("violated"), "{err}");
+    if o.status.code() != Some(0) {
+        assert_code(&o, 70);
+        assert!(err.contains("no client got the lock in phase"), "{err}");
+        assert!(
+            err.contains("mutual exclusion was not put to the test"),
+            "{err}"
+        );
+    }
+}
+
 #[test]
 fn bench_prints_percentiles() {
     let o = output(
@@ -1298,6 +1601,45 @@ fn bench_prints_percentiles() {
             "{out}"
         );
     }
+}
+
+/// A bench client whose first attempt fails (here: its resource, `redlock-bench:PID:I`, is held
+/// by someone else) stops every client, and bench fails with that error, saying how many cycles
+/// ran (found by review: when the other clients had run some, it printed their figures and
+/// exited 0, fewer cycles than asked).
+#[test]
+fn bench_fails_when_a_client_is_stopped_by_its_first_attempt() {
+    use std::io::Write as _;
+    let servers = Cluster::start(1);
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    // The shell says its pid and waits; `exec` keeps the pid for redlock, so the test can take
+    // the last client's resource before redlock starts.
+    let script = r#"echo $$ > "$1.tmp" && mv "$1.tmp" "$1" && read go && shift && exec "$0" "$@""#;
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", script, BIN])
+        .arg(&pid_file)
+        .args(["--server", &servers.urls()[0], "--quarantine", "off"])
+        .args(["bench", "--cycles", "100000", "--clients", "16"])
+        .env_remove("REDLOCK_SERVERS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start sh");
+    wait_for_file(&pid_file);
+    let pid = fs::read_to_string(&pid_file).unwrap();
+    servers[0].set(&format!("redlock-bench:{}:15", pid.trim()), "someone");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    drop(stdin);
+    let o = finish(child, LIMIT);
+    assert_code(&o, 75);
+    let err = stderr(&o);
+    assert!(
+        err.contains("bench: stopped after") || err.contains("bench: no lock acquired"),
+        "{err}"
+    );
+    assert!(err.contains("held"), "{err}");
 }
 
 #[test]
@@ -2251,12 +2593,44 @@ fn permits_make_a_counting_semaphore_across_acquire_run_status_extend_and_releas
     assert_code(&o, 79);
 }
 
+/// An empty resource name is a usage error for status too, as for acquire (found by review:
+/// `status ''` said "free", exit 1), also as a set's member or a shared lock's name.
+#[test]
+fn an_empty_resource_name_gives_64() {
+    let servers = Cluster::start(1);
+    let urls = servers.urls();
+    for args in [
+        &["acquire", ""][..],
+        &["status", ""],
+        &["status", "a", ""],
+        &["status", "redlock:set:0:"],
+        &["status", "redlock:shared:"],
+        &["status", "--permits", "2", ""],
+    ] {
+        let o = output(plain(&urls).args(args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "empty resource name");
+        assert!(o.stdout.is_empty(), "{args:?}: {}", stdout(&o));
+    }
+}
+
 #[test]
 fn a_bad_permit_count_gives_64() {
     for bad in ["0", "65", "x"] {
         let o =
             output(plain(&["redis://127.0.0.1:1".into()]).args(["acquire", "--permits", bad, "r"]));
         assert_code(&o, 64);
+    }
+    // A semaphore has one name: several are refused as such, by every subcommand (found by
+    // review: run and acquire blamed the reserved name of the set they made of them).
+    for args in [
+        &["acquire", "--permits", "2", "a", "b"][..],
+        &["run", "--permits", "2", "a", "b", "--", "true"],
+        &["status", "--permits", "2", "a", "b"],
+    ] {
+        let o = output(plain(&["redis://127.0.0.1:1".into()]).args(args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "--permits takes one RESOURCE");
     }
 }
 

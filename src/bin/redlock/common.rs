@@ -552,10 +552,19 @@ impl LockOptions {
         )
     }
 
-    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `-x` it must
+    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
+    /// there must be one (the semaphore's name); with `-x` it must
     /// be an exclusive one: a shared lock's name given back as RESOURCE (`REDLOCK_RESOURCE` of
     /// `run --shared`) would be a read lock, the opposite of what `-x` asks.
     pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
+        // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
+        // semaphore then refused as a reserved name (found by review: a misleading message).
+        if self.permits.is_some() && resources.len() > 1 {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--permits takes one RESOURCE (the semaphore's name)",
+            ));
+        }
         let name = lock_name(resources, self.shared)?;
         if self.exclusive && Resource::new(name.as_bytes()).shared_name().is_some() {
             return Err(Fail::new(
@@ -772,33 +781,48 @@ pub fn acquire(
         Some(s) => s.acquire_until(deadline),
         None => r.lock_until(resource, deadline),
     };
-    // Inside `redlock run RESOURCE -- …` on the same servers, which holds RESOURCE until the
-    // command ends: an acquire of it that waits could only wait for the command it runs in
-    // (issue 35: it waited forever). `-n` still answers "held" at once. With --permits, only
-    // when the enclosing run holds every key this acquire could take: the one permit of a
-    // semaphore of 1 (a plain lock of the name is another key, and a semaphore of more has
-    // other permits; found by review: the first hung, the second was refused).
-    let enclosing_holds_it = |held: &std::ffi::OsStr| match &semaphore {
-        Some(s) => {
-            s.permits() == 1
-                && s.permit_key(0)
-                    .is_some_and(|k| held.as_encoded_bytes() == k)
+    // Inside `redlock run HELD -- …` on the same servers, which holds HELD until the command
+    // ends: an acquire that HELD excludes could only wait for the command it runs in (issue
+    // 35: it waited forever), so it is refused at once. The rule is the library's
+    // (`Resource::excludes`, as `with_lock` refuses a nested acquire): the same name, a shared
+    // lock and a writer of one name, a set and a lock of one of its members, sets with a member
+    // in common, two shared locks of one name (a writer waiting meanwhile keeps the inner
+    // reader out; found by review: only the same name was refused, the others hung). With
+    // --permits, only when HELD excludes every permit this acquire could take: the one permit
+    // of a semaphore of 1, say (a plain lock of the name is another key, and a semaphore of
+    // more has other permits; found by review: the first hung, the second was refused). `-n`
+    // still answers "held" at once.
+    let excluded_by = |held: &std::ffi::OsStr| {
+        let held = Resource::new(held.as_encoded_bytes());
+        match &semaphore {
+            Some(s) => (0..s.permits()).all(|i| {
+                s.permit_key(i)
+                    .is_some_and(|k| held.excludes(Resource::new(k)))
+            }),
+            None => held.excludes(Resource::new(resource.as_bytes())),
         }
-        None => held == resource,
     };
     if !matches!(waiting.rule(), Wait::Once)
-        && std::env::var_os("REDLOCK_RESOURCE").is_some_and(|held| enclosing_holds_it(&held))
+        && let Some(held) = std::env::var_os("REDLOCK_RESOURCE").filter(|h| excluded_by(h))
         && std::env::var("REDLOCK_HELD_ON").is_ok_and(|on| on == held_on(r.nodes().iter()))
     {
-        return Err(Fail::new(
-            exit::USAGE,
+        let held = held.to_string_lossy();
+        let message = if held == resource {
             format!(
                 "{} is already held by the enclosing `redlock run` (REDLOCK_RESOURCE): waiting \
                  for it would never end; extend it with `redlock extend \"$REDLOCK_RESOURCE\" \
                  \"$REDLOCK_TOKEN\"`",
                 shorten(resource, NAME_SHOWN)
-            ),
-        ));
+            )
+        } else {
+            format!(
+                "{} conflicts with {}, which the enclosing `redlock run` holds \
+                 (REDLOCK_RESOURCE): waiting for it would never end",
+                shorten(resource, NAME_SHOWN),
+                shorten(&held, NAME_SHOWN)
+            )
+        };
+        return Err(Fail::new(exit::USAGE, message));
     }
     // Connect (and handshake) first, so the first attempt's per-node timeout is spent on the
     // SET alone: a one-shot command against distant masters must not fail on a cold start.

@@ -48,6 +48,11 @@ const INBOX_LEN: usize = 64;
 /// needs to read "done" and exit, and short enough not to hold up redlock's own exit.
 const REAP_WAIT_MS: libc::c_int = 1000;
 
+/// How long [`survivors`] gives SIGKILL to take effect on the members of COMMAND's group, in
+/// milliseconds: a killed process exits in microseconds, unless it is stuck in the kernel (an
+/// unreachable NFS server), and then it is not gone either.
+const KILL_WAIT_MS: u64 = 1000;
+
 /// How many ancestors [`Job::has_job_control`] follows up through redlock's own process group
 /// before it gives up (and answers as for an orphaned group): real chains are a process or two (a
 /// script that runs redlock); the bound only keeps the walk finite.
@@ -206,8 +211,9 @@ impl Watchdog {
     }
 
     /// COMMAND finished under the lock: lets the watchdog exit without killing anything, and
-    /// reaps it (waiting a little at most: not every init reaps orphans promptly).
-    pub fn done(mut self) {
+    /// reaps it (waiting a little at most: not every init reaps orphans promptly). Returns the
+    /// members of the group that survived the SIGKILL it sends them last ([`survivors`]).
+    pub fn done(mut self) -> Vec<libc::pid_t> {
         let _ = self.pipe.write(&[MSG_DONE]);
         drop(self.pipe);
         // SAFETY: pidfd_open(2) on our own unreaped child; the result is checked.
@@ -229,8 +235,12 @@ impl Watchdog {
         // behind the scan's position by a member that exited before the scan reached it: found
         // by review) — dies before the lock is released. The group's ID is still the unreaped
         // watchdog's, so it names no other group.
-        signal_group(self.child.id() as libc::pid_t, libc::SIGKILL);
+        let pgid = self.child.id() as libc::pid_t;
+        signal_group(pgid, libc::SIGKILL);
+        // Before the watchdog is reaped: its pid names the group until then.
+        let left = survivors(pgid, pgid);
         let _ = self.child.try_wait();
+        left
     }
 }
 
@@ -571,15 +581,80 @@ pub fn members_besides(pgid: libc::pid_t, except: libc::pid_t) -> Vec<libc::pid_
             .parse::<libc::pid_t>()
             .ok()
     })
-    .filter(|&pid| pid != except)
-    .filter(|&pid| {
-        // state, ppid, pgrp, ...: a process that has exited (Z, X) is no member any more.
-        stat_fields(pid).is_some_and(|f| {
-            f.first().is_some_and(|s| s != "Z" && s != "X")
-                && f.get(2).and_then(|g| g.parse().ok()) == Some(pgid)
-        })
-    })
+    .filter(|&pid| pid != except && is_member(pid, pgid))
     .collect()
+}
+
+/// True if `pid` is a process of group `pgid` that has not exited, as `/proc` says now.
+fn is_member(pid: libc::pid_t, pgid: libc::pid_t) -> bool {
+    // state, ppid, pgrp, ...: a process that has exited (Z, X) is no member any more.
+    stat_fields(pid).is_some_and(|f| {
+        f.first().is_some_and(|s| s != "Z" && s != "X")
+            && f.get(2).and_then(|g| g.parse().ok()) == Some(pgid)
+    })
+}
+
+/// The members of group `pgid` other than `except` that are still alive after a SIGKILL to the
+/// group: those redlock may not signal (`kill(-pgid, SIGKILL)` succeeds when it reached any
+/// member, and a process of another user — one under sudo — is left running: EPERM), and those
+/// that have not exited within [`KILL_WAIT_MS`] (each watched through a pidfd). Found by review:
+/// the lock was released beside such a process. Without pidfd_open (Linux before 5.3), a member
+/// redlock may signal is taken for gone, as SIGKILL cannot be caught or ignored.
+pub fn survivors(pgid: libc::pid_t, except: libc::pid_t) -> Vec<libc::pid_t> {
+    let deadline = Instant::now() + Duration::from_millis(KILL_WAIT_MS);
+    let mut left = Vec::new();
+    let mut watched: Vec<(libc::pid_t, std::os::fd::OwnedFd)> = Vec::new();
+    for pid in members_besides(pgid, except) {
+        // SAFETY: kill(2) with signal 0 only checks that the process exists and that we may
+        // signal it.
+        let may_signal = unsafe { libc::kill(pid, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() != Some(libc::EPERM);
+        if !may_signal {
+            left.push(pid);
+            continue;
+        }
+        // SAFETY: pidfd_open(2) with plain integers; the result is checked.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            continue; // gone (ESRCH), or no pidfd: SIGKILL is trusted
+        }
+        // SAFETY: the descriptor was just returned to us.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) };
+        // The pid may have been reused since the scan by a process of another group.
+        if is_member(pid, pgid) {
+            watched.push((pid, fd));
+        }
+    }
+    while !watched.is_empty() {
+        let mut fds: Vec<libc::pollfd> = watched
+            .iter()
+            .map(|(_, fd)| libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let wait = deadline.saturating_duration_since(Instant::now());
+        // SAFETY: `fds` is a live array of `fds.len()` pollfds. A pidfd turns readable when its
+        // process exits.
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                wait.as_millis() as libc::c_int,
+            )
+        };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break; // the wait is over (or poll failed): what is left survived
+        }
+        let mut exited = fds.iter().map(|p| p.revents != 0);
+        watched.retain(|_| !exited.next().unwrap_or(false));
+    }
+    left.extend(watched.into_iter().map(|(pid, _)| pid));
+    left
 }
 
 /// Sends `signal` to process group `pgid`.

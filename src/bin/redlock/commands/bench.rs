@@ -1,6 +1,7 @@
 //! `redlock bench`: latency percentiles of lock cycles (acquire + release), on given servers or
 //! on local ones it starts.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -39,13 +40,15 @@ fn parse_cycles(s: &str) -> Result<u64, String> {
     }
 }
 
-/// A bench client: `cycles` times try_lock + unlock of its own resource.
+/// A bench client: `cycles` times try_lock + unlock of its own resource. If its first attempt
+/// fails, it stops every client and leaves the error in `aborted`.
 fn bench_client(
     r: &Redlock,
     resource: &str,
     cycles: u64,
     done: &AtomicU64,
     stop: &AtomicBool,
+    aborted: &OnceLock<Error>,
 ) -> Tally {
     let mut t = Tally::new();
     for _ in 0..cycles {
@@ -57,13 +60,15 @@ fn bench_client(
             Ok(lock) => lock,
             Err(e) => {
                 t.failed += 1;
-                let first = t.cycles == 0 && t.failed == 1;
-                t.last_error = Some(e);
-                if first {
-                    // Misconfigured (quarantine, credentials, no quorum): no point going on.
+                if t.cycles == 0 && t.failed == 1 {
+                    // Misconfigured (quarantine, credentials, no quorum): no point going on, and
+                    // the bench fails with it.
+                    let _ = aborted.set(e.clone());
+                    t.last_error = Some(e);
                     stop.store(true, Ordering::Relaxed);
                     break;
                 }
+                t.last_error = Some(e);
                 done.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -96,15 +101,17 @@ fn bench_clients(a: &BenchArgs, urls: &[String], local: bool) -> Result<Vec<Redl
         .map_err(|e| Fail::new(code_of(&e), e.to_string()))
 }
 
-/// Runs the clients, `a.cycles` in all, with a progress bar; their tallies merged.
+/// Runs the clients, `a.cycles` in all, with a progress bar; their tallies merged, and the error
+/// that stopped them all if a client's first attempt failed.
 fn run_clients(
     a: &BenchArgs,
     handles: &[Redlock],
     interrupted: &AtomicBool,
-) -> Result<Tally, Fail> {
+) -> Result<(Tally, Option<Error>), Fail> {
     let clients = handles.len() as u64;
     let done = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
+    let aborted = OnceLock::new();
     let pid = std::process::id();
     std::thread::scope(|s| {
         let workers: Vec<_> = handles
@@ -113,8 +120,8 @@ fn run_clients(
             .map(|(i, r)| {
                 let share = a.cycles / clients + u64::from((i as u64) < a.cycles % clients);
                 let resource = format!("redlock-bench:{pid}:{i}");
-                let (done, stop) = (&done, &stop);
-                s.spawn(move || bench_client(r, &resource, share, done, stop))
+                let (done, stop, aborted) = (&done, &stop, &aborted);
+                s.spawn(move || bench_client(r, &resource, share, done, stop, aborted))
             })
             .collect();
         let bar = progress(a.cycles);
@@ -131,6 +138,7 @@ fn run_clients(
         bar.finish_and_clear();
         Tally::join(workers, "a bench client panicked")
     })
+    .map(|t| (t, aborted.into_inner()))
 }
 
 /// The throughput line and the latency table.
@@ -179,11 +187,23 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
         fmt_duration(a.opts.ttl_or(DEFAULT_TTL))
     );
     let started = Instant::now();
-    let t = run_clients(a, &handles, &interrupted)?;
+    let (t, aborted) = run_clients(a, &handles, &interrupted)?;
     let elapsed = started.elapsed();
     if interrupted.load(Ordering::Relaxed) {
         out!("interrupted after {} cycles", t.cycles);
         return Ok(exit::INTERRUPTED);
+    }
+    // A client's first attempt failed and stopped them all: fewer cycles ran than asked, and
+    // their figures are no bench (found by review: it printed them and exited 0).
+    if let Some(e) = &aborted {
+        let context = match t.cycles {
+            0 => "bench: no lock acquired".to_owned(),
+            n => format!(
+                "bench: stopped after {n} of {} cycles: a client's first attempt failed",
+                a.cycles
+            ),
+        };
+        return Err(Fail::lib(&context, e));
     }
     if t.cycles == 0 {
         return Err(match &t.last_error {

@@ -48,7 +48,8 @@ past the lock's validity once redlock can no longer keep the lock. A process tha
 (setsid, as daemons do) is not covered. Processes COMMAND leaves running in its group when it
 exits (`worker &` without a `wait`) get SIGTERM, then SIGKILL after --grace (or before the lock's
 validity ends); the lock is kept meanwhile and released once they are gone, and redlock exits
-with COMMAND's code.
+with COMMAND's code. A process that survives SIGKILL (another user's, under sudo) keeps the lock
+from being released: its keys are left to expire, and redlock says so.
 
 A renewal that fails is tried again after a backoff while one can be decided with a sixth of the
 TTL left. If the lock is lost (the servers stopped answering, or the key vanished), the group gets
@@ -234,6 +235,7 @@ fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_
 }
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
+    default_sigchld();
     // A kept lock may run for days: no limit on the number of extensions.
     let tuned = a.opts.tuned(DEFAULT_TTL)?;
     let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
@@ -259,6 +261,18 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     }
     let running = start(a, kept, signals, tx)?;
     supervise_and_finish(a, running, &rx)
+}
+
+/// Sets SIGCHLD back to its default action. Ignored from the start (inherited through exec, as
+/// `trap '' CHLD` in a shell script leaves it), it makes the kernel reap every child as it exits:
+/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it exited 70,
+/// found by review), and a later signal to COMMAND's pid could hit another process that reused
+/// it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
+fn default_sigchld() {
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
 }
 
 /// Catches the signals redlock forwards to COMMAND's group.
@@ -319,7 +333,8 @@ fn start(
         Ok(child) => child,
         Err(fail) => {
             drop(job);
-            watchdog.done();
+            // COMMAND did not start: its group holds nothing but the watchdog.
+            let _ = watchdog.done();
             let _ = kept.release();
             return Err(fail);
         }
@@ -477,9 +492,15 @@ fn supervise_and_finish(
         }
         // Whatever COMMAND left behind in its group runs without the lock: end it (and with it
         // the watchdog). Then the keys the engine left on the nodes for us (it does not release
-        // a lost lock while its holder may be at work) go: COMMAND is gone.
+        // a lost lock while its holder may be at work) go: COMMAND is gone — unless a process
+        // of its group survived SIGKILL: then they are left to expire.
         group::signal_group(watchdog.pgid(), libc::SIGKILL);
-        let _ = kept.release();
+        let survivors = group::survivors(watchdog.pgid(), watchdog.pgid());
+        if survivors.is_empty() {
+            let _ = kept.release();
+        } else {
+            leave_to_expire(a, kept, &survivors, watchdog.pgid());
+        }
         return Ok(a.lost_code());
     }
     Ok(finish_under_lock(a, kept, watchdog, status))
@@ -493,7 +514,8 @@ fn finish_under_lock(
     watchdog: Watchdog,
     status: io::Result<ExitStatus>,
 ) -> u8 {
-    watchdog.done();
+    let pgid = watchdog.pgid();
+    let survivors = watchdog.done();
     let code = match status {
         Ok(status) => exit_code(status),
         Err(e) => {
@@ -503,6 +525,10 @@ fn finish_under_lock(
             exit::INTERNAL
         }
     };
+    if !survivors.is_empty() {
+        leave_to_expire(a, kept, &survivors, pgid);
+        return code;
+    }
     match kept.release() {
         // Expired: it ran out at the very moment COMMAND exited; COMMAND did finish under it.
         Ok(_) | Err(Error::Expired { .. }) => {}
@@ -512,6 +538,24 @@ fn finish_under_lock(
         )),
     }
     code
+}
+
+/// Processes of COMMAND's group `pgid` survived SIGKILL (redlock may not signal them: another
+/// user's, one under sudo, say): releasing the lock would let a rival in beside them. Says so,
+/// and stops keeping the lock without releasing it: its keys expire by themselves, within a
+/// TTL. (Keeping it while they live instead could hold it for good: a daemon.)
+fn leave_to_expire(a: &RunArgs, kept: KeepAlive, survivors: &[libc::pid_t], pgid: libc::pid_t) {
+    let pids: Vec<String> = survivors.iter().take(8).map(ToString::to_string).collect();
+    note(format_args!(
+        "redlock: warning: pid {}{} of COMMAND's process group {pgid} survived SIGKILL (redlock \
+         may not signal it: another user's process?); the lock on {} is not released, its keys \
+         expire by themselves within {} (the TTL), and that process may outlive them",
+        pids.join(", "),
+        if survivors.len() > 8 { ", ..." } else { "" },
+        shorten(&a.resource, NAME_SHOWN),
+        fmt_duration(a.ttl())
+    ));
+    let _ = kept.abandon();
 }
 
 /// How often the watchdog hears of extensions: a small part of the TTL ([`BEAT_PER_TTL`]), within
@@ -763,8 +807,21 @@ impl<'a> Supervisor<'a> {
         }
         let now = Instant::now();
         let kill_at = self.kill_deadline(now);
-        let when = if kill_at <= now {
+        let left = self
+            .kept
+            .lock()
+            .valid_until()
+            .saturating_duration_since(now);
+        // SIGKILL at once: the validity is over, or --grace 0s asks for it (found by review:
+        // that said "the lock's validity is over" with validity left).
+        let when = if kill_at <= now && left.is_zero() {
             "the lock's validity is over: SIGKILL at once".to_owned()
+        } else if kill_at <= now {
+            format!(
+                "--grace {}: SIGKILL at once, {} before the lock's validity ends",
+                fmt_duration(self.a.grace),
+                fmt_duration(left)
+            )
         } else if kill_at < now + self.a.grace {
             format!(
                 "SIGKILL in {}, before the lock's validity ends",

@@ -18,7 +18,8 @@ else 30s), and ignores the others.
 
 With --permits P, RESOURCE is a counting semaphore: every permit RESOURCE#i is shown, then how
 many are held; 0 means every permit is held by a quorum (an acquire would wait), 1 that one at
-least is not.
+least is not, 69 that it is unknown: too few nodes answered, or, with no permit surely free, the
+nodes that did not answer could complete a quorum with those that hold a permit (as for one lock).
 
 Exit codes: 0 held by a quorum; 1 not held by a quorum (free, or split between tokens);
 69 fewer than a quorum of nodes answered (the state is unknown); 64 usage; 77 authentication
@@ -96,6 +97,14 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
             },
         }
     }
+    // An empty name is no key (acquire refuses it too; found by review: status showed "free",
+    // exit 1). So is a set's empty member, or a shared lock's empty name.
+    if names.iter().any(String::is_empty) {
+        return Err(Fail::new(
+            exit::USAGE,
+            "status: empty resource name: give the name of the lock",
+        ));
+    }
     let mut worst = exit::OK;
     for name in &names {
         let code = status_of(a, &r, name, timeout)?;
@@ -148,8 +157,11 @@ fn status_of(
             .write_all(text.as_bytes())
             .and_then(|()| stdout.flush());
     }
-    // The one JSON object is printed: the failure goes to stderr only.
-    if let Err(fail) = reachable {
+    // The one JSON object is printed: the failure goes to stderr only, and with -q nowhere (the
+    // exit code says it; found by review: -q still printed it).
+    if let Err(fail) = reachable
+        && !a.output.quiet
+    {
         say!("redlock: {}", fail.message);
     }
     Ok(code)
@@ -157,7 +169,10 @@ fn status_of(
 
 /// `status --permits P RESOURCE`: every permit's table and verdict, then how many are held.
 /// Exit 0 when every permit is held by a quorum (an acquire would have to wait), 1 when one at
-/// least is not, 69 when a permit's nodes could not make a quorum of answers.
+/// least is not, 69 when a permit's nodes could not make a quorum of answers, or when no permit
+/// is surely free but one may be held ([`Verdict::Maybe`]: nobody can say, as `status_of`
+/// answers for one lock; found by review: such a permit counted as not held, exit 1, which a
+/// script took for a free permit).
 fn permits_status(
     a: &StatusArgs,
     r: &redlock_mux::Redlock,
@@ -172,6 +187,9 @@ fn permits_status(
     let mut text = String::new();
     let mut held = 0;
     let mut unreachable = None;
+    // The permits that may be held (`Verdict::Maybe`), and what the first of them says.
+    let mut unknown = 0usize;
+    let mut maybe = None;
     for i in 0..permits {
         let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
         let statuses = r
@@ -179,6 +197,14 @@ fn permits_status(
             .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
         let verdict = verdict(&statuses);
         held += usize::from(matches!(verdict, Verdict::Held { .. }));
+        if let Verdict::Maybe {
+            nodes,
+            unreachable: silent,
+        } = verdict
+        {
+            unknown += 1;
+            maybe.get_or_insert_with(|| maybe_held(&key, nodes, silent, statuses.len()));
+        }
         if let Err(fail) = check_reachable(&statuses, "status") {
             unreachable.get_or_insert(fail);
         }
@@ -189,31 +215,43 @@ fn permits_status(
             text += &(table(&key, &statuses) + &summary(&key, &statuses, &verdict));
         }
     }
-    let code = match (&unreachable, held == permits as usize) {
-        (Some(fail), _) => fail.code,
-        (None, true) => exit::OK,
-        (None, false) => exit::NOT_HELD,
+    // A permit that is surely not held settles it (an acquire would get one), whatever the
+    // others are; without one, a permit that may be held leaves it unknown.
+    let code = match (&unreachable, held + unknown == permits as usize, unknown) {
+        (Some(fail), ..) => fail.code,
+        (None, false, _) => exit::NOT_HELD,
+        (None, true, 0) => exit::OK,
+        (None, true, _) => exit::UNAVAILABLE,
     };
     if a.output.json {
         print_json(&json!({
+            "ok": code == exit::OK,
+            "command": "status",
             "resource": name,
             "permits": permits,
             "held": held,
+            "unknown": unknown,
             "permit": objects,
             "exit_code": code,
-            "message": unreachable.as_ref().map(|f| f.message.clone()),
+            "message": unreachable.as_ref().map(|f| f.message.clone()).or(maybe),
         }));
     } else if !a.output.quiet {
         text += &format!(
-            "{held} of {permits} permits of {} held\n",
-            shorten(name, NAME_SHOWN)
+            "{held} of {permits} permits of {} held{}\n",
+            shorten(name, NAME_SHOWN),
+            match unknown {
+                0 => String::new(),
+                n => format!(", {n} unknown (may be held)"),
+            }
         );
         let mut stdout = std::io::stdout().lock();
         let _ = stdout
             .write_all(text.as_bytes())
             .and_then(|()| stdout.flush());
     }
-    if let Some(fail) = unreachable {
+    if let Some(fail) = unreachable
+        && !a.output.quiet
+    {
         say!("redlock: {}", fail.message);
     }
     Ok(code)
