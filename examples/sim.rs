@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--threads T]
+//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
@@ -28,7 +28,9 @@
 //! for the first time): uptime-at-its-word; which process a node is learnt from counted yeses
 //! only (nodes replaced by processes up for an hour, contention): run-id-on-yes-only. `--sets`: callers also lock
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
-//! them. `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
+//! them. `--cancel`: half the waiting acquires are an async caller's, whose future is dropped at a
+//! random instant before its deadline (a lock won for nobody is the engine's to release).
+//! `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
 //! expected. `--fence`: fenced acquires, and the fences checked too (fence violations: 0
 //! expected but for the fence-* kinds, whatever the lock does). Exits 1 on a violation where
@@ -52,6 +54,7 @@ fn main() {
     let mut shared = false;
     let mut crowd = false;
     let mut young = false;
+    let mut cancel = false;
     let mut trace: Option<u64> = None;
     let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut args = std::env::args().skip(1);
@@ -70,6 +73,7 @@ fn main() {
             "--shared" => shared = true,
             "--crowd" => crowd = true,
             "--young" => young = true,
+            "--cancel" => cancel = true,
             "--trace" => {
                 trace = Some(
                     args.next()
@@ -113,6 +117,7 @@ fn main() {
         shared,
         crowd,
         young,
+        cancel,
         ..Setup::default()
     };
     if let Some(seed) = trace {

@@ -31,6 +31,7 @@ use crate::config::{Builder, Config, Quarantine, Shared};
 use crate::engine::{Engine, Slab, Waiter};
 use crate::kept::Kept;
 use crate::lock::Lock;
+use crate::mailbox::Slot;
 use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
@@ -352,6 +353,8 @@ pub struct Report {
     /// Kept locks' renewals that won, and lost renewals tried again after a backoff (the
     /// engines' `KeepStats`): that the schedules take these paths.
     pub renewals: (u64, u64),
+    /// (`Setup::cancel`) async waits whose future was dropped before their outcome came.
+    pub dropped: u64,
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform and version.
@@ -445,6 +448,9 @@ enum Work {
         start_g: u64,
         /// A waiting acquire's deadline (the client's clock).
         deadline: Option<Instant>,
+        /// (`Setup::cancel`) an async caller's wait: its outcome comes in this slot, and its
+        /// future is dropped at the instant given unless the outcome came first.
+        slot: Option<(Arc<Slot>, Instant)>,
     },
     Holding(Hold),
     Extending {
@@ -670,6 +676,11 @@ pub struct Setup {
     /// each client's first contact: what issue 36's fourth report turned out to be (a run begun
     /// on servers 22 s old, every caller waiting ~8 s for the default 30 s window's end).
     pub young: bool,
+    /// Half the waiting acquires are an async caller's (their outcome in a slot, as
+    /// `AsyncRedlock`'s futures take it), and each of those drops its future at a random
+    /// instant before its deadline unless the outcome came first: a lock won for a caller
+    /// that is gone must be released, and the waiters behind it served.
+    pub cancel: bool,
 }
 
 impl Default for Setup {
@@ -684,6 +695,7 @@ impl Default for Setup {
             shared: false,
             crowd: false,
             young: false,
+            cancel: false,
         }
     }
 }
@@ -1918,6 +1930,10 @@ impl World {
                 Work::Idle { until } => Some(*until),
                 Work::Holding(h) => Some(h.until),
                 Work::Keeping(k) => Some(k.until),
+                Work::Acquiring {
+                    slot: Some((slot, drop_at)),
+                    ..
+                } if !slot.is_done() => Some(*drop_at),
                 _ => None,
             })
             .min();
@@ -2128,6 +2144,10 @@ impl World {
             Work::Idle { until } => now >= *until,
             Work::Holding(h) => now >= h.until,
             Work::Keeping(kp) => now >= kp.until,
+            Work::Acquiring {
+                slot: Some((slot, drop_at)),
+                ..
+            } => slot.is_done() || now >= *drop_at,
             Work::Acquiring { id, .. } | Work::Extending { id, .. } | Work::Releasing { id } => {
                 engine.is_done(*id)
             }
@@ -2243,7 +2263,22 @@ impl World {
                     },
                     None => ReqKind::Acquire { ttl: TTL },
                 };
-                let id = self.submit(c, kind, res, &token, now);
+                // An async caller's wait, whose future is dropped before its deadline.
+                let slot = match wait {
+                    Some(wait) if self.setup.cancel && self.rng.chance(50) => {
+                        let drop_in = self.rng.range(0, wait.as_nanos() as u64);
+                        let drop_at = now + Duration::from_nanos(drop_in);
+                        Some((Arc::new(Slot::for_tasks()), drop_at))
+                    }
+                    _ => None,
+                };
+                let id = match &slot {
+                    Some((slot, _)) => {
+                        let waiter = Waiter::Slot(slot.clone());
+                        self.submit_for(c, kind, res, &token, waiter, now)
+                    }
+                    None => self.submit(c, kind, res, &token, now),
+                };
                 self.log(|| match wait {
                     Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
                     None => format!("client {c} acquires {res}"),
@@ -2255,8 +2290,23 @@ impl World {
                     token,
                     start_g,
                     deadline: wait.map(|wait| now + wait),
+                    slot,
                 };
                 true
+            }
+            Work::Acquiring {
+                slot: Some((slot, drop_at)),
+                res,
+                ..
+            } if !slot.is_done() && now >= drop_at => {
+                // The async caller drops its future: nobody takes the outcome (a lock won for
+                // it is the engine's to release); the caller still wants the resource.
+                slot.cell().cancelled = true;
+                self.report.dropped += 1;
+                self.log(|| format!("client {c} drops its wait for {res}"));
+                let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+                self.clients[c].callers[k].work = Work::Idle { until: now + pause };
+                false
             }
             Work::Acquiring {
                 id,
@@ -2264,12 +2314,20 @@ impl World {
                 token,
                 start_g,
                 deadline,
-            } if client.engine.is_done(id) => {
+                slot,
+            } if slot
+                .as_ref()
+                .map_or(client.engine.is_done(id), |s| s.0.is_done()) =>
+            {
                 if let Some(deadline) = deadline {
                     self.ended_wait(c, start_g, deadline);
                 }
                 let client = &mut self.clients[c];
-                let won = match client.engine.take(id) {
+                let outcome = match slot {
+                    Some((slot, _)) => slot.cell().take_outcome().map(|(outcome, _)| outcome),
+                    None => client.engine.take(id),
+                };
+                let won = match outcome {
                     Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
                     // A waited-for acquire: the token is the winning attempt's.
                     Some(Outcome::Locked(Ok((token, grant)))) => Ok((token, grant)),
