@@ -383,11 +383,10 @@ pub(crate) fn apply_extend(
             let extensions = lock.extensions() + u32::from(result.is_ok());
             lock.set_state(valid_until, extensions);
             match &result {
-                Ok(yes) => lock.extended_on(servers, true, *yes, 0),
+                Ok(yes) => lock.extended_on(servers, true, Some((*yes, 0))),
                 Err(e) => {
-                    if let Some(r) = e.report() {
-                        lock.extended_on(servers, false, r.said_yes, r.refused);
-                    }
+                    let votes = e.report().map(|r| (r.said_yes, r.refused));
+                    lock.extended_on(servers, false, votes);
                 }
             }
             result.map(|_| ())

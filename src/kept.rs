@@ -158,6 +158,12 @@ impl Kept {
             });
     }
 
+    /// A lost renewal that says nothing of the nodes (a credentials error): the backing is no
+    /// longer known (any refusal ends the lock from now on).
+    pub fn forget_backing(&self) {
+        self.backed.store(0, Ordering::Relaxed);
+    }
+
     /// Nodes in `refused` (a bit set) said our token is gone: they back the validity no more.
     /// (A refusal cannot be undone: nothing puts our token back on a node.)
     pub fn refused_by(&self, refused: u64) {

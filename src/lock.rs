@@ -282,11 +282,22 @@ impl Lock {
     }
 
     /// After an extend through an engine of `servers` that said yes on the nodes in `yes` (a
-    /// bit set) and, if it was lost, refused on those in `refused`: see [`Lock::backing`].
-    pub(crate) fn extended_on(&mut self, servers: &[NodeAddr], won: bool, yes: u64, refused: u64) {
-        if self.backing(servers) != 0 {
-            self.backed = backing_after_extend(self.backed, won, yes, refused);
-        }
+    /// bit set) and, if it was lost, refused on those in `refused` (`None`: a loss that says
+    /// nothing of the nodes, a credentials error): see [`Lock::backing`]. Through an engine of
+    /// another server list, or with nothing said, the backing is no longer known — kept, it
+    /// would vouch for the old list's nodes until a validity that the extend moved (review).
+    pub(crate) fn extended_on(
+        &mut self,
+        servers: &[NodeAddr],
+        won: bool,
+        votes: Option<(u64, u64)>,
+    ) {
+        self.backed = match votes {
+            Some((yes, refused)) if self.backing(servers) != 0 => {
+                backing_after_extend(self.backed, won, yes, refused)
+            }
+            _ => 0,
+        };
     }
 
     /// The backing as a kept lock's keep-alive tracks it (`Kept::backed`).
@@ -686,15 +697,18 @@ mod tests {
         assert_eq!(lock.backing(&servers[..2]), 0);
         // Extended since: the extend's own yes set backs it.
         let mut extended = lock.clone();
-        extended.extended_on(&servers, true, 0b110, 0);
+        extended.extended_on(&servers, true, Some((0b110, 0)));
         assert_eq!(extended.backing(&servers), 0b110);
         // A lost extend: its yeses join, its refusals leave.
-        extended.extended_on(&servers, false, 0b001, 0b010);
+        extended.extended_on(&servers, false, Some((0b001, 0b010)));
         assert_eq!(extended.backing(&servers), 0b101);
-        // Through an engine of another list: not known, and left alone.
+        // A loss that says nothing of the nodes: no longer known.
+        extended.extended_on(&servers, false, None);
+        assert_eq!(extended.backing(&servers), 0);
+        // Through an engine of another list: no longer known (the validity moved).
         let mut other = lock.clone();
-        other.extended_on(&reordered, true, 0b111, 0);
-        assert_eq!(other.backing(&servers), 0b011);
+        other.extended_on(&reordered, true, Some((0b111, 0)));
+        assert_eq!(other.backing(&servers), 0);
         // Rebuilt from its parts.
         let parts = Lock::from_parts("job", [b'a'; 16], Duration::from_secs(1)).unwrap();
         assert_eq!(parts.backing(&servers), 0);

@@ -803,3 +803,39 @@ fn connect_on_a_handle_in_use_goes_on_renewing_kept_locks() {
     assert!(kept.lock().extensions() >= 2, "{:?}", kept.lock());
     assert_eq!(kept.release().unwrap(), 2);
 }
+
+/// `KeepAlive::abandon` stops the renewals and releases nothing — not at once, not when the
+/// handle shuts down: the keys stay on every node until they expire (for a holder whose work
+/// may outlive the lock, as `redlock run` with a process it could not kill).
+#[test]
+fn an_abandoned_lock_is_neither_renewed_nor_released() {
+    let servers = Cluster::start(3);
+    let ttl = Duration::from_millis(3_000);
+    let r = redlock(&servers, ttl);
+    let kept = r.keep(r.lock("job").unwrap()).unwrap();
+    let token = kept.lock().token().to_string();
+    let lock = kept.abandon();
+    assert_eq!(lock.token().to_string(), token);
+    let report = r.shutdown(Duration::from_secs(5));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    for s in servers.iter() {
+        assert_eq!(
+            s.get("job").as_deref(),
+            Some(token.as_str()),
+            "released on {}",
+            s.addr()
+        );
+        // Not renewed since: the key expires within the TTL it was last given.
+        assert!(s.pttl("job") <= 3_000, "{}", s.pttl("job"));
+    }
+    // Nothing renews it any more, though the handle lives on: it expires by itself.
+    let give_up = Instant::now() + ttl * 3;
+    while servers.iter().any(|s| s.get("job").is_some()) {
+        assert!(
+            Instant::now() < give_up,
+            "still held: renewed after abandon"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(r.lock("job").is_ok());
+}

@@ -138,10 +138,11 @@ impl Keeps {
     /// evidence that the lock is no longer held as believed, and the holder is told at once —
     /// counting every node that did not refuse instead, a node that never had our token (down
     /// at the acquire) would have kept a holder believing while a rival could win. With the
-    /// backing not known (`Lock::backing`: a lock extended before it was kept, of another
-    /// server list, or rebuilt from its parts), any refusal ends it. Not tried again either: a
-    /// credentials error (`Auth`, `Permission`: a configuration to fix) or a validity already
-    /// over (`Expired`).
+    /// backing not known (`Lock::backing`: a lock of another server list, extended through
+    /// one, or rebuilt from its parts), any refusal ends it. Not tried again either: a
+    /// credentials error (`Auth`, `Permission`: so many nodes failing for good that the others
+    /// make no quorum) or a validity already over (`Expired`). A lock lost for its refusals is
+    /// no longer valid from then on.
     ///
     /// Retrying after answers that did not come is as safe as the first try: an extend only
     /// moves our own token's expiry, and the lock is believed only until the validity that a
@@ -151,10 +152,10 @@ impl Keeps {
             Error::NoQuorum(report) | Error::Held(report) | Error::TooSlow(report) => report,
             _ => return None,
         };
-        // The nodes that said yes to this lost renewal back the validity too (their keys now
-        // outlive it): counted, a lock whose backing node was frozen at the renewal is not
-        // lost while the nodes that took the renewal hold our token (found by review).
-        kept.backed_also_by(report.said_yes);
+        // The backing counts the nodes that said yes to this lost renewal (their keys now
+        // outlive the validity: a lock whose backing node was frozen at the renewal is not
+        // lost while the nodes that took the renewal hold our token, found by review) and no
+        // longer the nodes that refused (`kept_decided`).
         if !report.still_backed(kept.backed()) {
             // Lost for the refusals: its validity ends now, as the extend's own outcome cut
             // it when its backing said so (`extend.rs`) — the backing it was sent with may have
@@ -162,8 +163,6 @@ impl Keeps {
             kept.set_valid_until(kept.valid_until().min(now));
             return None;
         }
-        // Refusals add up over the retries: a node that said our token is gone backs nothing.
-        kept.refused_by(report.refused);
         let failures = kept.renewal_lost();
         let backoff = (self.node_timeout)
             .saturating_mul(1 << (failures - 1).min(20))
@@ -196,11 +195,24 @@ impl<N: Net> Engine<N> {
                 continue;
             }
             if let Outcome::Extended(valid_until, result) = outcome {
-                // Also after a lost extend: its validity is cut to what the nodes still back.
+                // The backing first, then the validity (also after a lost extend: cut to what
+                // the nodes still back): a snapshot taken between the two (`Kept::lock`, on
+                // the holder's thread) pairs the old validity with the new backing, which
+                // backs it too — never a new validity with a backing that does not (review).
+                match &result {
+                    Ok(yes) => kept.extended(*yes),
+                    Err(why) => match why.report() {
+                        // Its yeses hold our token past the validity; its refusals do not.
+                        Some(report) => {
+                            kept.backed_also_by(report.said_yes);
+                            kept.refused_by(report.refused);
+                        }
+                        None => kept.forget_backing(),
+                    },
+                }
                 kept.set_valid_until(valid_until);
                 match result {
-                    Ok(yes) => {
-                        kept.extended(yes);
+                    Ok(_) => {
                         self.shared.keep_extended.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(why) => match self.keeps.retry_after(&kept, &why, now) {
@@ -410,10 +422,11 @@ mod tests {
         let two_gone = Error::Held(report(0b011, &[2]));
         assert_eq!(keeps.retry_after(&kept, &two_gone, now), None);
         kept.set_valid_until(now + Duration::from_secs(10));
-        // Refusals add up over the retries: gone from a, then from b (a silent then), leaves
-        // c alone of the three.
+        // Refusals add up over the retries (`kept_decided` narrows the backing): gone from a,
+        // then from b (a silent then), leaves c alone of the three.
         kept.extended(0b111);
         assert!(keeps.retry_after(&kept, &a_gone, now).is_some());
+        kept.refused_by(0b001);
         let b_gone = Error::Held(report(0b010, &[0, 2]));
         assert_eq!(keeps.retry_after(&kept, &b_gone, now), None);
         // The validity over, or a credentials error: lost.

@@ -215,7 +215,34 @@ impl Watchdog {
     /// members of the group that survived the SIGKILL it sends them last ([`survivors`]).
     pub fn done(mut self) -> Vec<libc::pid_t> {
         let _ = self.pipe.write(&[MSG_DONE]);
-        drop(self.pipe);
+        self.wait_exit(REAP_WAIT_MS);
+        // Whatever is still in the group — a process the scan of /proc missed (one forked
+        // behind the scan's position by a member that exited before the scan reached it: found
+        // by review) — dies before the lock is released. The group's ID is still the unreaped
+        // watchdog's, so it names no other group.
+        self.kill_group_and_reap()
+    }
+
+    /// Sends SIGKILL to the whole group (the watchdog with it) and returns its members that
+    /// survived it ([`survivors`], then [`hidden_members`] once the watchdog is reaped; a
+    /// watchdog not reaped within [`REAP_WAIT_MS`] counts as a survivor): the lock must not be
+    /// released while any of them runs.
+    pub fn kill_group_and_reap(&mut self) -> Vec<libc::pid_t> {
+        let pgid = self.pgid();
+        signal_group(pgid, libc::SIGKILL);
+        // Before the watchdog is reaped: its pid names the group until then.
+        let mut left = survivors(pgid, pgid);
+        // The watchdog was killed with the group: reaped, it no longer counts as a member.
+        self.wait_exit(REAP_WAIT_MS);
+        let reaped = matches!(self.child.try_wait(), Ok(Some(_)));
+        if left.is_empty() && (!reaped || hidden_members(pgid)) {
+            left.push(pgid);
+        }
+        left
+    }
+
+    /// Waits at most `ms` for the watchdog to exit (its pidfd turns readable).
+    fn wait_exit(&self, ms: libc::c_int) {
         // SAFETY: pidfd_open(2) on our own unreaped child; the result is checked.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.child.id(), 0) };
         if fd >= 0 {
@@ -228,20 +255,23 @@ impl Watchdog {
             };
             // SAFETY: one pollfd in this frame. The pidfd turns readable when the watchdog exits.
             unsafe {
-                libc::poll(&mut pfd, 1, REAP_WAIT_MS);
+                libc::poll(&mut pfd, 1, ms);
             }
         }
-        // Whatever is still in the group — a process the scan of /proc missed (one forked
-        // behind the scan's position by a member that exited before the scan reached it: found
-        // by review) — dies before the lock is released. The group's ID is still the unreaped
-        // watchdog's, so it names no other group.
-        let pgid = self.child.id() as libc::pid_t;
-        signal_group(pgid, libc::SIGKILL);
-        // Before the watchdog is reaped: its pid names the group until then.
-        let left = survivors(pgid, pgid);
-        let _ = self.child.try_wait();
-        left
     }
+}
+
+/// True if group `pgid` (its leader reaped) has members of which redlock may signal none
+/// (`kill(-pgid, 0)` says EPERM): another user's processes, which `/proc` may not show at all
+/// (mounted `hidepid=2`), so that `survivors`, which sees only what `/proc` shows, missed them
+/// (found by review). A success proves nothing either way — a zombie whose parent does not
+/// reap it (an orphan under a container's init) is a member that `kill` reaches — and what
+/// `/proc` shows of such a group `survivors` has judged. Not tested: it needs `/proc` mounted
+/// `hidepid=2`; the EPERM of a visible process is `survivors`' test's.
+fn hidden_members(pgid: libc::pid_t) -> bool {
+    // SAFETY: kill(2) with signal 0 only checks for members and permission.
+    let r = unsafe { libc::kill(-pgid, 0) };
+    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
 /// `redlock __run-watchdog`: the watchdog process itself. Returns only on "done" or on misuse.

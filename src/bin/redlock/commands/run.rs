@@ -471,7 +471,7 @@ fn supervise_and_finish(
     let Supervisor {
         lost,
         killed,
-        watchdog,
+        mut watchdog,
         ..
     } = sup;
     drop(job); // the terminal back to our group
@@ -494,12 +494,12 @@ fn supervise_and_finish(
         // the watchdog). Then the keys the engine left on the nodes for us (it does not release
         // a lost lock while its holder may be at work) go: COMMAND is gone — unless a process
         // of its group survived SIGKILL: then they are left to expire.
-        group::signal_group(watchdog.pgid(), libc::SIGKILL);
-        let survivors = group::survivors(watchdog.pgid(), watchdog.pgid());
+        let pgid = watchdog.pgid();
+        let survivors = watchdog.kill_group_and_reap();
         if survivors.is_empty() {
             let _ = kept.release();
         } else {
-            leave_to_expire(a, kept, &survivors, watchdog.pgid());
+            leave_to_expire(a, kept, &survivors, pgid);
         }
         return Ok(a.lost_code());
     }
