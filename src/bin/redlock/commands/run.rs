@@ -316,7 +316,7 @@ fn start(
 ) -> Result<Running, Fail> {
     // The watchdog first: COMMAND joins its process group, so no process of COMMAND's ever runs
     // unwatched.
-    let watchdog = match Watchdog::spawn(kept.lock().valid_until()) {
+    let mut watchdog = match Watchdog::spawn(kept.lock().valid_until()) {
         Ok(w) => w,
         Err(e) => {
             let _ = kept.release();
@@ -349,7 +349,15 @@ fn start(
         }),
         Err(fail) => {
             drop(job);
-            let _ = kept.release();
+            // COMMAND was killed with its group: released only if nothing of it survived (as
+            // when COMMAND ends; found by review).
+            let pgid = watchdog.pgid();
+            let survivors = watchdog.kill_group_and_reap();
+            if survivors.is_empty() {
+                let _ = kept.release();
+            } else {
+                leave_to_expire(a, kept, &survivors, pgid);
+            }
             Err(fail)
         }
     }
