@@ -295,13 +295,12 @@ impl TlsStream {
             }
             p.reads += 1;
             match self.tls.read_tls(&mut self.tcp) {
-                Ok(0) => {
-                    return Err(NodeFault::Tls(
-                        "the server closed the connection during the handshake (is the port a \
-                         plain-TCP one?)"
-                            .into(),
-                    ));
-                }
+                // A passing fault, as over plain TCP: a TLS Redis over its `maxclients` closes a
+                // new connection before any handshake (Redis's `acceptCommonHandler`), as does
+                // one shutting down or a TLS proxy whose backend is down. Taken for a TLS
+                // failure (permanent), it made `lock` give up at once (found by review); a
+                // server that wants a client certificate refuses with an alert, not this.
+                Ok(0) => return Err(NodeFault::Closed),
                 Ok(_) => {
                     p.flights += u64::from(std::mem::take(&mut self.awaiting));
                     if let Err(e) = self.tls.process_new_packets() {

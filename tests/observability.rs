@@ -132,6 +132,39 @@ fn a_frozen_node_shows_timeouts_and_is_not_waited_for_not_unreachable() {
     servers[2].resume();
 }
 
+/// A status read is no lock operation: its answers count as neither yeses nor errors (`ZCARD`
+/// of a held key answers WRONGTYPE by design). Each read added 4 yeses per node, and an error
+/// per node while the key was held (found by review). And a key of another type (a hash) is
+/// not reported free: it refuses every lock of the name.
+#[test]
+fn status_reads_are_not_counted_as_lock_replies_and_a_foreign_key_is_not_free() {
+    let servers = Cluster::start(3);
+    let mut c = client(&servers);
+    let lock = c.try_lock("held").unwrap();
+    // The acquire's last yes may come after its decision: let it in before counting.
+    let _ = c.status(b"held", Duration::from_secs(2));
+    let before = c.stats();
+    for resource in [&b"free"[..], b"held"] {
+        let status = c.status(resource, Duration::from_secs(2));
+        assert!(status.iter().all(|n| n.state.is_ok()), "{status:?}");
+    }
+    let after = c.stats();
+    assert_eq!(delta(&before, &after, |n| n.ok), [0, 0, 0]);
+    assert_eq!(delta(&before, &after, |n| n.errors), [0, 0, 0]);
+    c.unlock(lock).unwrap();
+    for s in servers.iter() {
+        s.cmd(&["HSET", "hash", "f", "v"]);
+    }
+    let status = c.status(b"hash", Duration::from_secs(2));
+    for n in &status {
+        assert!(
+            !matches!(n.state, Ok((None, _))),
+            "a hash reported free: {status:?}"
+        );
+    }
+    assert!(c.try_lock("hash").is_err());
+}
+
 #[test]
 fn a_killed_node_is_unreachable_counted_down_then_reconnected() {
     let mut servers = Cluster::start(3);

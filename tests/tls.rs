@@ -212,6 +212,38 @@ fn a_tls_address_on_a_plain_port_is_a_typed_failure() {
     );
 }
 
+/// A server that closes the connection before the handshake — a TLS Redis over its
+/// `maxclients` does, before any TLS byte — is a passing fault that a wait outlasts, as over
+/// plain TCP; it was a TLS failure, final (`lock` gave up at once, the CLI said "configuration").
+#[test]
+fn a_tls_server_closing_before_the_handshake_is_a_passing_fault() {
+    use std::io::Read;
+    let pki = Pki::generate();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = accepted.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            // Reads the ClientHello, then closes (a FIN, nothing written).
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
+            let _ = conn.read(&mut [0u8; 4096]);
+        }
+    });
+    let mut c = client(Builder::new([format!("rediss://127.0.0.1:{port}")]).tls_ca_file(pki.ca()));
+    let e = c.try_lock("res").expect_err("closed");
+    assert!(!e.is_final(), "{e}");
+    assert!(matches!(only_fault(&e), NodeFault::Closed), "{e}");
+    // A wait goes on trying (after the reconnect backoff) until its deadline.
+    let e = c
+        .lock_until("res", Instant::now() + Duration::from_millis(1_500))
+        .expect_err("still closed");
+    assert!(!e.is_final(), "{e}");
+    assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 3);
+}
+
 #[test]
 fn tls_options_without_a_tls_server_and_unreadable_files_are_configuration_errors() {
     let pki = Pki::generate();

@@ -99,6 +99,20 @@ impl StatusReplies {
         } else if self.readers[node].is_none() {
             self.readers[node] = Some(match &d.reply {
                 Ok(Frame::Integer(n)) if *n > 0 => Some(*n as usize),
+                // Neither a string (`GET` said WRONGTYPE) nor a sorted set: a key of another
+                // type holds the name (a hash, a list), which refuses every lock of it — not
+                // free, as it was reported (found by review); what holds it, status cannot say.
+                Ok(Frame::Error(e))
+                    if e.kind == crate::resp::ErrorKind::WrongType
+                        && matches!(self.values[node], Some(Ok(None))) =>
+                {
+                    self.values[node] = Some(Err(NodeFault::Unexpected(
+                        "the key is of another type (neither a lock nor read-locked): it \
+                         refuses every lock of the name"
+                            .into(),
+                    )));
+                    None
+                }
                 _ => None,
             });
         } else if self.fences[node].is_none() {
