@@ -852,8 +852,28 @@ impl Report {
                 }
             }
         }
+        // A rival that began after a kept lock was given up but before its holder noticed
+        // (the notice capped at the validity): since the engine leaves a lost lock's keys to
+        // its holder (16ec485), and a lock lost for refusals ends its validity at the loss, a
+        // rival can win there only if the keys went from a majority before the validity
+        // ended — a safety violation; it was reported apart and failed nothing (review).
+        if self.late_loss_notices > 0 {
+            v.push(format!(
+                "{} holds began after a kept lock was given up but before its holder noticed \
+                 (goal 0)",
+                self.late_loss_notices
+            ));
+        }
         if self.holds == 0 {
             v.push("no lock was ever held".into());
+        } else {
+            // "0 overlaps" says nothing of a kind that was never held (review: a seed of an
+            // earlier soak had no set hold at all, and met every goal).
+            for (kind, &n) in KINDS.iter().zip(&self.holds_by_kind) {
+                if n == 0 {
+                    v.push(format!("no {kind} lock was ever held"));
+                }
+            }
         }
         // A run that did not keep to its own rules (a fault not injected, a node that never
         // became usable again) proves nothing either way.
@@ -976,9 +996,9 @@ impl Report {
         if self.late_loss_notices > 0 {
             let _ = writeln!(
                 s,
-                "  not overlaps: {} holds that began after the engine gave a kept lock up \
-                 (lost_at, the hold's end: before its release is sent) but before its holder \
-                 noticed (counted as overlaps while the end was the holder's wake-up):",
+                "  {} holds that began after the engine gave a kept lock up (lost_at, the \
+                 hold's end) but before its holder noticed (within the validity: a violation, \
+                 goal 0):",
                 self.late_loss_notices,
             );
             for e in &self.late_loss_examples {
@@ -1382,6 +1402,18 @@ mod tests {
         lost[0].noticed = 30 * MS;
         let r = run(vec![lost.clone(), hold(PLAIN, 0b1, 20, 40, 6)], vec![]);
         assert_eq!((r.overlaps, r.late_loss_notices), (0, 1));
+        // A goal: since the engine leaves a lost lock's keys to its holder, such a rival won
+        // while the keys should have been there.
+        let v = r.violations();
+        assert!(
+            v.iter().any(|v| v.contains("before its holder noticed")),
+            "{v:?}"
+        );
+        // And a run without a kind's holds says so: its "0 overlaps" covers nothing there.
+        assert!(
+            v.iter().any(|v| v.contains("no set lock was ever held")),
+            "{v:?}"
+        );
         let r = run(vec![lost.clone(), hold(SHARED, 0b1, 20, 40, 0)], vec![]);
         assert_eq!((r.overlaps, r.late_loss_notices), (0, 1));
         let r = run(vec![lost, hold(PLAIN, 0b1, 5, 40, 6)], vec![]);

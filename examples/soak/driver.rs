@@ -248,13 +248,15 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
             f.open = true;
         }
     }
+    let mut problems = faults.problems;
+    problems.append(&mut REFUSED_SLEEPS.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(RunResult {
         config: cfg.clone(),
         workers: results,
         faults: faults.log,
         started,
         ended,
-        problems: faults.problems,
+        problems,
         most_faulty: faults.most_faulty,
     })
 }
@@ -338,7 +340,7 @@ impl Faults {
                 )
             })
             .map(drop),
-            DEBUG_SLEEP => debug_sleep(server),
+            DEBUG_SLEEP => debug_sleep(node, server),
             SCRIPT_FLUSH => admin(server, &["SCRIPT", "FLUSH"]).map(drop),
             _ => unreachable!("{} fault kinds", FAULT_KINDS.len()),
         };
@@ -568,15 +570,31 @@ fn run_id(server: &Server) -> Result<String, String> {
         .ok_or_else(|| "no run_id in INFO server".to_owned())
 }
 
-/// Sends `DEBUG SLEEP 0.5` without waiting for it: a thread reads the reply.
-fn debug_sleep(server: &Server) -> Result<(), String> {
+/// `DEBUG SLEEP`s that a server refused (an error reply): the run's problems at its end — a
+/// fault that did not happen must not pass for one that did (found by review).
+static REFUSED_SLEEPS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Sends `DEBUG SLEEP 0.5` to node `node` without waiting for it: a thread reads the reply,
+/// and an error reply (DEBUG not allowed) is noted in [`REFUSED_SLEEPS`]. (No reply at all
+/// is normal: the server may be frozen or killed by a later fault before it answers.)
+fn debug_sleep(node: usize, server: &Server) -> Result<(), String> {
     let mut s = TcpStream::connect(server.socket_addr()).map_err(|e| e.to_string())?;
     s.write_all(&redis_local::resp_encode(&["DEBUG", "SLEEP", "0.5"]))
         .map_err(|e| e.to_string())?;
     s.set_read_timeout(Some(DEBUG_SLEEP_REPLY))
         .map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
-        let _ = redis_local::read_line(&mut s);
+        if let Ok(line) = redis_local::read_line(&mut s)
+            && line.starts_with('-')
+        {
+            REFUSED_SLEEPS
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(format!(
+                    "node {node}: DEBUG SLEEP refused: {}",
+                    line.trim_end()
+                ));
+        }
     });
     Ok(())
 }
