@@ -534,17 +534,23 @@ fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
     servers[2].wait_uptime(3);
     servers[2].cmd(&["DEL", FENCE_KEY]);
     servers[2].cmd(&["ZADD", "x", "1", "a reader"]);
-    let lock = a.try_lock("x").unwrap();
-    a.unlock(lock).unwrap();
-    // The release waits for a slow node only a few round trips (its grace): on a loaded
-    // machine node 2's write-back may still be on its way (CI failed once so).
-    let give_up = std::time::Instant::now() + Duration::from_secs(5);
+    // Seeded by the write-back of an acquire whose counter read found node 2 blank. On a
+    // loaded machine node 2's read may come after the acquire was decided on the other two
+    // (then that acquire seeds nothing there), or its write-back after the release returned
+    // (a release waits for a slow node only its grace): CI failed once so. A few acquires,
+    // then a bounded wait for the write-back.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
     let (run, n) = loop {
+        let lock = a.try_lock("x").unwrap();
+        a.unlock(lock).unwrap();
+        let answered = std::time::Instant::now() + Duration::from_millis(200);
+        while std::time::Instant::now() < answered && raw_counter(&servers, 2).is_none() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
         if let Some(seeded) = raw_counter(&servers, 2) {
             break seeded;
         }
         assert!(std::time::Instant::now() < give_up, "node 2 never seeded");
-        std::thread::sleep(Duration::from_millis(5));
     };
     assert_eq!((run.len(), n), (40, counter(&servers, 0).to_string()));
 }
