@@ -242,6 +242,32 @@ fn contention_gives_75_after_wait() {
     );
 }
 
+/// `redlock run OPTS job -- sh -c SCRIPT sh DIR` (SCRIPT touches `$1/started`), then three of
+/// the five servers frozen until it ends: the lock is lost. Its output.
+fn run_until_lost(
+    servers: &mut Cluster,
+    dir: &std::path::Path,
+    opts: [&str; 4],
+    script: &str,
+) -> std::process::Output {
+    let child = spawn(
+        redlock(&servers.urls())
+            .arg("run")
+            .args(opts)
+            .args(["job", "--", "sh", "-c", script, "sh"])
+            .arg(dir),
+    );
+    wait_for_file(&dir.join("started"));
+    for s in servers.iter_mut().take(3) {
+        s.freeze();
+    }
+    let o = finish(child, Duration::from_secs(15));
+    for s in servers.iter_mut().take(3) {
+        s.resume();
+    }
+    o
+}
+
 #[test]
 fn lost_lock_gives_79_and_command_gets_sigterm_then_sigkill() {
     let mut servers = Cluster::start(5);
@@ -251,20 +277,12 @@ fn lost_lock_gives_79_and_command_gets_sigterm_then_sigkill() {
 touch "$1/started"
 while :; do sleep 0.05; done"#;
     // A TTL long enough that the lock's remaining validity does not cut the grace short.
-    let child = spawn(
-        redlock(&servers.urls())
-            .args(["run", "--ttl", "3s", "--grace", "300ms", "job", "--"])
-            .args(["sh", "-c", script, "sh"])
-            .arg(dir.path()),
+    let o = run_until_lost(
+        &mut servers,
+        dir.path(),
+        ["--ttl", "3s", "--grace", "300ms"],
+        script,
     );
-    wait_for_file(&dir.path().join("started"));
-    for s in servers.iter_mut().take(3) {
-        s.freeze();
-    }
-    let o = finish(child, Duration::from_secs(15));
-    for s in servers.iter_mut().take(3) {
-        s.resume();
-    }
     assert_code(&o, 79);
     let termed = fs::read_to_string(dir.path().join("termed")).unwrap_or_default();
     assert!(termed.contains("term"), "COMMAND got no SIGTERM");
@@ -282,20 +300,12 @@ fn lost_lock_with_no_grace_says_why_sigkill_goes_out_at_once() {
     let script = r#"touch "$1/started"
 while :; do sleep 0.05; done"#;
     // The loss is told with a sixth of the TTL left, 1 s.
-    let child = spawn(
-        redlock(&servers.urls())
-            .args(["run", "--ttl", "6s", "--grace", "0s", "job", "--"])
-            .args(["sh", "-c", script, "sh"])
-            .arg(dir.path()),
+    let o = run_until_lost(
+        &mut servers,
+        dir.path(),
+        ["--ttl", "6s", "--grace", "0s"],
+        script,
     );
-    wait_for_file(&dir.path().join("started"));
-    for s in servers.iter_mut().take(3) {
-        s.freeze();
-    }
-    let o = finish(child, Duration::from_secs(15));
-    for s in servers.iter_mut().take(3) {
-        s.resume();
-    }
     assert_code(&o, 79);
     let err = stderr(&o);
     assert!(err.contains("lost the lock on \"job\""), "{err}");

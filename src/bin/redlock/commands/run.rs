@@ -351,13 +351,7 @@ fn start(
             drop(job);
             // COMMAND was killed with its group: released only if nothing of it survived (as
             // when COMMAND ends; found by review).
-            let pgid = watchdog.pgid();
-            let survivors = watchdog.kill_group_and_reap();
-            if survivors.is_empty() {
-                let _ = kept.release();
-            } else {
-                leave_to_expire(a, kept, &survivors, pgid);
-            }
+            kill_group_then_release(a, kept, &mut watchdog);
             Err(fail)
         }
     }
@@ -502,13 +496,7 @@ fn supervise_and_finish(
         // the watchdog). Then the keys the engine left on the nodes for us (it does not release
         // a lost lock while its holder may be at work) go: COMMAND is gone — unless a process
         // of its group survived SIGKILL: then they are left to expire.
-        let pgid = watchdog.pgid();
-        let survivors = watchdog.kill_group_and_reap();
-        if survivors.is_empty() {
-            let _ = kept.release();
-        } else {
-            leave_to_expire(a, kept, &survivors, pgid);
-        }
+        kill_group_then_release(a, kept, &mut watchdog);
         return Ok(a.lost_code());
     }
     Ok(finish_under_lock(a, kept, watchdog, status))
@@ -546,6 +534,18 @@ fn finish_under_lock(
         )),
     }
     code
+}
+
+/// Kills COMMAND's whole group (the watchdog with it), then releases the lock — or, if a
+/// process of the group survived SIGKILL, leaves its keys to expire ([`leave_to_expire`]).
+fn kill_group_then_release(a: &RunArgs, kept: KeepAlive, watchdog: &mut Watchdog) {
+    let pgid = watchdog.pgid();
+    let survivors = watchdog.kill_group_and_reap();
+    if survivors.is_empty() {
+        let _ = kept.release();
+    } else {
+        leave_to_expire(a, kept, &survivors, pgid);
+    }
 }
 
 /// Processes of COMMAND's group `pgid` survived SIGKILL (redlock may not signal them: another
