@@ -382,13 +382,8 @@ pub(crate) fn apply_extend(
         Outcome::Extended(valid_until, result) => {
             let extensions = lock.extensions() + u32::from(result.is_ok());
             lock.set_state(valid_until, extensions);
-            match &result {
-                Ok(yes) => lock.extended_on(servers, true, Some((*yes, 0))),
-                Err(e) => {
-                    let votes = e.report().map(|r| (r.said_yes, r.refused));
-                    lock.extended_on(servers, false, votes);
-                }
-            }
+            let (won, votes) = crate::lock::extend_votes(&result);
+            lock.extended_on(servers, won, votes);
             result.map(|_| ())
         }
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),

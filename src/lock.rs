@@ -292,12 +292,7 @@ impl Lock {
         won: bool,
         votes: Option<(u64, u64)>,
     ) {
-        self.backed = match votes {
-            Some((yes, refused)) if self.backing(servers) != 0 => {
-                backing_after_extend(self.backed, won, yes, refused)
-            }
-            _ => 0,
-        };
+        self.backed = backing_after_extend(self.backing(servers), won, votes);
     }
 
     /// The backing as a kept lock's keep-alive tracks it (`Kept::backed`).
@@ -329,13 +324,24 @@ impl Lock {
 }
 
 /// The nodes that back a lock (a bit set, not 0) after an extend that said yes on `yes` and, if
-/// it was lost (`!won`), refused on `refused`: a won extend's yes set (it moved the validity
-/// past the others' expiry); after a lost one, the backing with its yeses (they now hold our
-/// token past the validity) and without its refusals.
-pub(crate) fn backing_after_extend(backed: u64, won: bool, yes: u64, refused: u64) -> u64 {
-    match won {
-        true => yes,
-        false => (backed | yes) & !refused,
+/// it was lost (`!won`), refused on `refused` (`votes`; `None`: a loss that says nothing of the
+/// nodes): a won extend's yes set (it moved the validity past the others' expiry); after a lost
+/// one, the backing with its yeses (they now hold our token past the validity) and without its
+/// refusals. A backing not known (0), or a loss that says nothing, gives 0: not known.
+pub(crate) fn backing_after_extend(backed: u64, won: bool, votes: Option<(u64, u64)>) -> u64 {
+    match votes {
+        Some((yes, _)) if backed != 0 && won => yes,
+        Some((yes, refused)) if backed != 0 => (backed | yes) & !refused,
+        _ => 0,
+    }
+}
+
+/// An extend's outcome as [`backing_after_extend`] reads it: whether it won, and the nodes
+/// that said yes and refused (`None` for a loss without a node-by-node report).
+pub(crate) fn extend_votes(result: &Result<u64, Error>) -> (bool, Option<(u64, u64)>) {
+    match result {
+        Ok(yes) => (true, Some((*yes, 0))),
+        Err(e) => (false, e.report().map(|r| (r.said_yes, r.refused))),
     }
 }
 

@@ -2452,16 +2452,8 @@ impl World {
                             self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
                         }
                         // As `Lock::extended_on` follows it (0: not known, and stays so).
-                        let after = |won, (yes, refused)| {
-                            crate::lock::backing_after_extend(hold.backing, won, yes, refused)
-                        };
-                        hold.backing = match &result {
-                            _ if hold.backing == 0 => 0,
-                            Ok(yes) => after(true, (*yes, 0)),
-                            Err(e) => {
-                                (e.report()).map_or(0, |r| after(false, (r.said_yes, r.refused)))
-                            }
-                        };
+                        let (won, votes) = crate::lock::extend_votes(&result);
+                        hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
                         hold.valid = valid;
                         let left = valid.saturating_duration_since(now);
                         let frac = self.rng.range(0, 120) as f64 / 100.0;
