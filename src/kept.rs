@@ -6,7 +6,6 @@
 //! The engine owns the renewal (its timers, its extends, batched with everything else queued in
 //! the same turn); the holder only reads, and ends the lock by [`Kept::end_by_holder`].
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -355,7 +354,7 @@ impl Kept {
 /// Runs a callback, catching a panic: it must not take its thread (and the callbacks after it)
 /// down.
 fn run_guarded(callback: Callback, why: &Error) {
-    let _ = catch_unwind(AssertUnwindSafe(|| callback(why)));
+    let _ = crate::mailbox::catch(|| callback(why));
 }
 
 /// The callback thread of one handle, started at the first callback to run; it ends when the

@@ -176,8 +176,8 @@ impl Lookup {
             .name("redlock-resolve".into())
             .spawn(move || {
                 // A panicking resolver must not leave the lookup marked running for good.
-                let found = std::panic::catch_unwind(|| resolve(&host, port))
-                    .unwrap_or_else(|_| Err("the resolver panicked".to_owned()));
+                let found = crate::mailbox::catch(|| resolve(&host, port))
+                    .unwrap_or_else(|| Err("the resolver panicked".to_owned()));
                 let (lock, changed) = &*state;
                 let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);
                 state.running = false;

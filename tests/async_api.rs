@@ -761,10 +761,34 @@ fn the_background_thread_waits_for_a_caller_holding_the_loop_rather_than_spin() 
 /// panics is caught where it is called: the engine's thread goes on.
 #[test]
 fn a_panicking_waker_takes_nothing_down() {
-    struct Panics(AtomicBool);
+    a_panicking_waker_case(false);
+}
+
+/// The same with a panic whose payload panics again when dropped: the payload was dropped
+/// outside the guard, and that second panic ended the engine's thread after all (found by
+/// review). Now it is dropped under a guard too.
+#[test]
+fn a_waker_panicking_with_a_payload_that_panics_when_dropped_takes_nothing_down() {
+    a_panicking_waker_case(true);
+}
+
+/// A payload whose `Drop` panics.
+pub struct Bomb;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        panic!("a panic payload that panics when dropped (expected by this test)");
+    }
+}
+
+fn a_panicking_waker_case(bomb: bool) {
+    struct Panics(AtomicBool, bool);
     impl Wake for Panics {
         fn wake(self: Arc<Self>) {
             self.0.store(true, Ordering::SeqCst);
+            if self.1 {
+                std::panic::panic_any(Bomb);
+            }
             panic!("a waker that panics");
         }
     }
@@ -773,7 +797,7 @@ fn a_panicking_waker_takes_nothing_down() {
     let other = builder(&servers).build().unwrap();
     let held = other.try_lock("c").unwrap();
     // Pending, with the panicking waker: the engine's thread decides it and wakes it.
-    let panics = Arc::new(Panics(AtomicBool::new(false)));
+    let panics = Arc::new(Panics(AtomicBool::new(false), bomb));
     let waker = Waker::from(panics.clone());
     let mut first = loop {
         let mut attempt = Box::pin(redlock.try_lock("a"));

@@ -365,6 +365,35 @@ fn a_panicking_callback_takes_nothing_down() {
     assert_eq!(steady.release().unwrap(), 3);
 }
 
+/// A callback that panics with a payload that panics again when dropped: the payload was
+/// dropped outside the guard and ended the callback thread, so the next callback ran on the
+/// engine's thread (or was lost in the dead thread's queue). Found by review.
+#[test]
+fn a_callback_panicking_with_a_payload_that_panics_when_dropped_keeps_the_callback_thread() {
+    struct Bomb;
+    impl Drop for Bomb {
+        fn drop(&mut self) {
+            panic!("a panic payload that panics when dropped (expected by this test)");
+        }
+    }
+    let servers = Cluster::start(3);
+    let r = redlock(&servers, Duration::from_millis(600));
+    let first = r.keep(r.lock("first").unwrap()).unwrap();
+    first.on_lost(|_| std::panic::panic_any(Bomb));
+    steal(&servers, "first");
+    assert!(first.wait_lost(Duration::from_secs(10)).is_some());
+    let second = r.keep(r.lock("second").unwrap()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    second.on_lost(move |_| {
+        let _ = tx.send(std::thread::current().name().map(str::to_string));
+    });
+    steal(&servers, "second");
+    let thread = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the next callback ran");
+    assert_eq!(thread.as_deref(), Some("redlock-callbacks"));
+}
+
 /// A callback set after the loss also runs on the callback thread (never on the caller's), and
 /// so does one set before.
 #[test]
