@@ -273,6 +273,10 @@ impl<N: Net> Engine<N> {
     ) -> Vec<Option<Outcome>> {
         let now = self.net.now();
         self.drain(now);
+        // As in `run`: what was queued before goes first (a semaphore's permits released
+        // without waiting, then acquired again, were refused by their own releases; found by
+        // review).
+        self.take_inbox(now);
         let ids: Vec<OpId> = requests
             .into_iter()
             .map(|(kind, resource, token)| self.submit(kind, resource, &token, Waiter::Local, now))
