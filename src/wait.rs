@@ -99,7 +99,18 @@ pub(crate) struct Queue {
     /// caller that comes back (the usual pattern: lock, work, unlock, lock again) finds it, and
     /// its attempt learns of a release that comes while it is in flight.
     pub idle_since: Option<Instant>,
+    /// When the waiters behind the head are next looked at for callers that are gone
+    /// ([`CANCEL_SWEEP`]).
+    pub cancel_sweep: Instant,
 }
+
+/// How often a queue's waiters behind its head are looked at for callers that are gone (an
+/// async caller that dropped its future): they leave then, rather than at their deadline.
+/// The head's caller is looked at every turn. Not every turn for the others: looking costs a
+/// lock per waiter. So a dropped wait holds its place (a slot and an entry) at most this long
+/// and a turn (found by review: a task that times its waits out in a loop behind a long head
+/// piled up an operation per drop — per permit, for a semaphore — until their deadlines).
+pub(crate) const CANCEL_SWEEP: Duration = Duration::from_millis(50);
 
 /// How long an empty queue is kept (and its subscriptions).
 pub(crate) const LINGER: Duration = Duration::from_secs(1);
@@ -149,6 +160,7 @@ impl Waits {
             last_error: error,
             earliest: now,
             idle_since: None,
+            cancel_sweep: now + CANCEL_SWEEP,
         })
     }
 

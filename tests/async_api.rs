@@ -889,3 +889,49 @@ fn dropped_waits_for_a_loss_leave_no_alarm_behind() {
     assert!(alarms < 10, "{alarms} alarms left by 1,000 dropped waits");
     block_on(kept.release()).unwrap();
 }
+
+/// Waits dropped behind a live head leave their queue within a bound (a sweep every 50 ms and a
+/// turn), not at their deadlines: a task that timed its waits out in a loop behind a long head
+/// piled up one waiting operation per drop — per permit, for a semaphore — for as long as their
+/// deadlines (found by review).
+#[test]
+fn waits_dropped_behind_a_waiting_head_leave_the_queue_soon() {
+    let servers = Cluster::start(3);
+    let redlock = handle(&servers);
+    let other = builder(&servers)
+        .ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let held = other.try_lock("x").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (_probe, waker) = probe();
+    let mut head = Box::pin(redlock.lock_until("x", deadline));
+    assert!(poll_once(&mut head, &waker), "x is held");
+    let waiters = || {
+        (redlock.blocking())
+            .with_client(|c| redlock_mux::testing::waiters(c, b"x"))
+            .unwrap()
+    };
+    wait_until("the head in its queue", Duration::from_secs(10), || {
+        waiters() == 1
+    });
+    let mut dropped = Vec::new();
+    for _ in 0..100 {
+        let mut wait = Box::pin(redlock.lock_until("x", deadline));
+        assert!(poll_once(&mut wait, &waker), "x is held");
+        dropped.push(wait);
+    }
+    // In the queue, behind the head, before they are dropped.
+    wait_until("the waits in the queue", Duration::from_secs(10), || {
+        waiters() == 101
+    });
+    drop(dropped);
+    wait_until(
+        "the dropped waits to leave",
+        Duration::from_secs(10),
+        || waiters() == 1,
+    );
+    other.unlock(held).unwrap();
+    let lock = block_on(head).unwrap();
+    block_on(redlock.unlock(lock)).unwrap();
+}

@@ -10,7 +10,7 @@ use crate::lock::Grant;
 use crate::net::Net;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
-use crate::wait::{Queue, Seen, crowd_pause, retry_pause, split_pause};
+use crate::wait::{CANCEL_SWEEP, Queue, Seen, crowd_pause, retry_pause, split_pause};
 
 use super::Engine;
 use super::observe::acquired_event;
@@ -361,6 +361,16 @@ impl<N: Net> Engine<N> {
         let ops = &core.ops;
         for (_, q) in waits.iter_mut() {
             let attempting = q.attempt;
+            if q.cancel_sweep <= now {
+                q.cancel_sweep = now + CANCEL_SWEEP;
+                q.waiters.retain(|&id| {
+                    let gone = attempting != Some(id) && is_cancelled(&ops[id.index as usize]);
+                    if gone {
+                        ended.push((id, None));
+                    }
+                    !gone
+                });
+            }
             if q.earliest <= now {
                 q.waiters.retain(|&id| {
                     let gone = attempting != Some(id) && ops[id.index as usize].until <= now;
