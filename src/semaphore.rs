@@ -36,7 +36,10 @@
 //! queued behind this handle's other callers waiting for that permit and woken by its release
 //! (release notices, then the fallback poll); the first to win is kept and the others are
 //! cancelled, which releases whatever they win meanwhile. So a waiter wakes on the release of
-//! any permit. [`Client::acquire_permit_until`] has no wait queues of its own to share: it
+//! any permit. Once the deadline has passed (a deadline of now, a zero
+//! [`Config::lock_wait`]), the second step is the non-waiting one of `try_acquire`: every
+//! other permit attempted once — an acquire answers [`Error::Held`] only when no permit was
+//! won, never for the one permit in turn. [`Client::acquire_permit_until`] has no wait queues of its own to share: it
 //! waits on one permit chosen at random for a slice of a retry pause, then tries them again.
 
 use std::fmt;
@@ -260,10 +263,22 @@ async fn race_in_two(
     first: usize,
     kind: ReqKind,
 ) -> Result<Lock, Vec<(usize, Error)>> {
-    let mut errors = match race(redlock, names, &[first], kind).await {
-        Ok(lock) => return Ok(lock),
-        Err(errors) => errors,
-    };
+    match race(redlock, names, &[first], kind).await {
+        Ok(lock) => Ok(lock),
+        Err(errors) => race_others(redlock, names, first, errors, kind).await,
+    }
+}
+
+/// The second step of an acquire of the async face whose permit `first` failed with `errors`:
+/// the others together, unless those errors would fail them too (see [`try_others`]); the
+/// errors of every permit attempted when none is won.
+async fn race_others(
+    redlock: &AsyncRedlock,
+    names: &[Vec<u8>],
+    first: usize,
+    mut errors: Vec<(usize, Error)>,
+    kind: ReqKind,
+) -> Result<Lock, Vec<(usize, Error)>> {
     if names.len() == 1 || !errors.iter().all(|(_, e)| try_others(e, names.len())) {
         return Err(errors);
     }
@@ -437,6 +452,17 @@ impl Semaphore {
             Err(e) if permits > 1 && try_others(&e, permits) => e,
             done => return done,
         };
+        self.attempt_others(first, refused)
+    }
+
+    /// The second step of an acquire whose permit `first` was refused with `refused` (one that
+    /// lets the others be tried): one attempt on each other permit, together, keeping the
+    /// lowest won and releasing the rest without waiting.
+    fn attempt_others(&self, first: usize, refused: Error) -> Result<Lock, Error> {
+        let permits = self.permits.names.len();
+        if permits == 1 {
+            return Err(refused);
+        }
         let mut outcomes = self.attempt(&others(permits, first))?;
         outcomes.push((first, Err(refused)));
         let mut extra = Vec::new();
@@ -509,14 +535,25 @@ impl Semaphore {
     /// together; the first to win is kept, the others are cancelled (and whatever they win
     /// meanwhile released). So the release of any permit wakes the waiter.
     ///
+    /// A deadline passed (already, or during the first attempt; and so with
+    /// [`Builder::retry_count`](crate::Builder::retry_count) 0 for [`Semaphore::acquire`],
+    /// [`Semaphore::guard`] and [`Semaphore::with_permit`]) skips the waiting only: the other
+    /// permits are still attempted once, together, as [`Semaphore::try_acquire`] does.
+    ///
     /// # Errors
     ///
     /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
     /// was still held at the deadline.
     pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        match self.attempt_one(self.permits.first()) {
-            Err(e) if try_others(&e, self.permits.names.len()) && Instant::now() < deadline => {}
+        let first = self.permits.first();
+        let refused = match self.attempt_one(first) {
+            Err(e) if try_others(&e, self.permits.names.len()) => e,
             done => return done,
+        };
+        if Instant::now() >= deadline {
+            // No time to wait, but the other permits are still attempted: the one in turn is
+            // not the semaphore's answer.
+            return self.attempt_others(first, refused);
         }
         let redlock = AsyncRedlock::from(self.redlock.clone());
         let kind = ReqKind::Wait {
@@ -650,7 +687,7 @@ impl AsyncSemaphore {
 
     /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`]:
     /// the next permit in turn first, then the waiting acquires of every permit, handed to the
-    /// engine together.
+    /// engine together (past the deadline, one attempt on each other permit instead).
     ///
     /// # Errors
     ///
@@ -660,16 +697,19 @@ impl AsyncSemaphore {
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        match race(&self.redlock, &self.permits.names, &[first], kind).await {
+        let names = &self.permits.names;
+        let errors = match race(&self.redlock, names, &[first], kind).await {
             Ok(lock) => return Ok(lock),
-            Err(errors) => {
-                let stop = errors
-                    .iter()
-                    .any(|(_, e)| !try_others(e, self.permits.names.len()));
-                if stop || Instant::now() >= deadline {
-                    return Err(report(errors));
-                }
-            }
+            Err(errors) => errors,
+        };
+        if errors.iter().any(|(_, e)| !try_others(e, names.len())) {
+            return Err(report(errors));
+        }
+        if Instant::now() >= deadline {
+            // No time to wait, but the other permits are still attempted (as `try_acquire`).
+            return race_others(&self.redlock, names, first, errors, kind)
+                .await
+                .map_err(report);
         }
         let kind = ReqKind::Wait {
             ttl: self.redlock.config().ttl,
