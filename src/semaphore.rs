@@ -95,6 +95,18 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
     (0..permits)
         .map(|i| {
             let key = crate::keys::permit_key(name, i);
+            // Said of the permit's key, with the name's length: the caller gave the name, and
+            // "a name of 1025 bytes" for a name of 1023 would not say which limit it meets.
+            if key.len() > config.max_resource_len {
+                return Err(Error::Config(format!(
+                    "semaphore name of {} bytes: its permit key `<name>{}{i}` would be {} bytes, \
+                     longer than the limit of {}",
+                    name.len(),
+                    crate::keys::PERMIT_SEPARATOR,
+                    key.len(),
+                    config.max_resource_len
+                )));
+            }
             config.check_name(&key)?;
             Ok(key)
         })
@@ -400,8 +412,8 @@ impl Redlock {
     ///
     /// [`Error::PermitCount`] for 0 permits or more than [`MAX_PERMITS`];
     /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::Config`] for an
-    /// empty name, or one whose permits' keys are longer than
-    /// [`Builder::max_resource_len`](crate::Builder::max_resource_len).
+    /// empty name, or one whose permits' keys (`<name>#<i>`) are longer than
+    /// [`Config::max_resource_len`] (the message names the permit key and the name's length).
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
         Ok(Semaphore {
             permits: Permits::new(self.config(), name.as_ref(), permits)?,
@@ -882,6 +894,26 @@ mod tests {
         let names = permit_names(&config, b"deploy", MAX_PERMITS).unwrap();
         assert_eq!(names.len(), MAX_PERMITS as usize);
         assert!(Error::PermitCount { permits: 0, max: 1 }.is_final());
+    }
+
+    /// A name that fits but whose permit keys do not: the message says so, with the name's
+    /// length (found by review: it said "resource name of 1025 bytes is longer than the limit
+    /// of 1024" of a name of 1023 bytes).
+    #[test]
+    fn a_permit_key_too_long_is_reported_as_the_permit_key() {
+        let config = Config::default();
+        let max = config.max_resource_len;
+        let long = vec![b'a'; max - 1];
+        let Err(Error::Config(message)) = permit_names(&config, &long, 3) else {
+            panic!("a permit key longer than the limit was taken");
+        };
+        let expected = format!(
+            "semaphore name of {} bytes: its permit key `<name>#0` would be {} bytes, longer \
+             than the limit of {max}",
+            max - 1,
+            max + 1
+        );
+        assert_eq!(message, expected);
     }
 
     #[test]
