@@ -817,7 +817,8 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::try_acquire_permit`]: [`Error::Held`] if every permit was still held at
-    /// the deadline.
+    /// the deadline. The error is that of the last attempt: when the deadline comes during the
+    /// wait on one permit, that wait's.
     pub fn acquire_permit_until(
         &mut self,
         name: impl AsRef<[u8]>,
@@ -827,10 +828,10 @@ impl Client {
         let names = permit_names(self.config(), name.as_ref(), permits)?;
         let mut rng = rand::rng();
         loop {
-            let err = match self.try_permits(&names) {
-                Err(e) if !e.is_final() && Instant::now() < deadline => e,
+            match self.try_permits(&names) {
+                Err(e) if !e.is_final() && Instant::now() < deadline => {}
                 done => return done,
-            };
+            }
             // One permit, for a pause like a retry's: long enough for its release notice or
             // its fallback poll, short enough that the release of another permit is not
             // missed for long.
@@ -840,10 +841,11 @@ impl Client {
             let slice = slice.max(config.node_timeout_for(config.ttl));
             let until = deadline.min(deadline_after(Instant::now(), slice));
             let i = rng.random_range(0..names.len());
+            // Past the deadline, what the wait saw last is the answer (newer than the attempt
+            // on every permit before it).
             match self.lock_until(&names[i], until) {
                 Ok(lock) => return Ok(lock),
-                Err(e) if e.is_final() => return Err(e),
-                Err(_) if Instant::now() >= deadline => return Err(err),
+                Err(e) if e.is_final() || Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }
         }

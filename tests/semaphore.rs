@@ -692,3 +692,45 @@ fn past_its_deadline_an_acquire_still_attempts_every_permit() {
         holder.unlock(lock).unwrap();
     }
 }
+
+/// Waits (bounded) until a client is subscribed to `channel` on `server`.
+fn until_subscribed(server: &Server, channel: &str) {
+    let deadline = deadline();
+    while !matches!(server.cmd(&["PUBSUB", "NUMSUB", channel]),
+        redis::Value::Array(ref v) if matches!(v.get(1), Some(&redis::Value::Int(n)) if n > 0))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "nobody subscribed to {channel} on {}",
+            server.addr()
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A client's wait for a permit that reaches its deadline while it waits on one permit
+/// answers with what that wait saw last, not with the attempt on every permit before it
+/// (found by review: the newer error was dropped). `last#0` is held elsewhere on all three
+/// nodes, then freed on node 2 while the client waits: `Held`, refused by two nodes, not three.
+#[test]
+fn a_client_wait_ending_at_its_deadline_reports_its_last_attempt() {
+    let servers = Cluster::start(3);
+    for s in servers.iter() {
+        s.cmd(&["SET", "last#0", "foreign", "NX", "PX", "60000"]);
+    }
+    // A retry pause longer than the wait: one attempt on every permit, then one wait.
+    let mut client = builder(&servers)
+        .retry_delay(Duration::from_secs(30), Duration::ZERO)
+        .build_client()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let waiter = std::thread::spawn(move || client.acquire_permit_until("last", 1, until));
+    until_marked(&servers, "last#0");
+    until_subscribed(&servers[2], "redlock:released:last#0");
+    servers[2].cmd(&["DEL", "last#0"]);
+    servers[2].cmd(&["PUBLISH", "redlock:released:last#0", "0"]);
+    match waiter.join().unwrap() {
+        Err(Error::Held(report)) => assert_eq!(report.refused().count(), 2, "{report}"),
+        other => panic!("expected Held, got {other:?}"),
+    }
+}
