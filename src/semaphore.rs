@@ -36,7 +36,10 @@
 //! queued behind this handle's other callers waiting for that permit and woken by its release
 //! (release notices, then the fallback poll); the first to win is kept and the others are
 //! cancelled, which releases whatever they win meanwhile. So a waiter wakes on the release of
-//! any permit. [`Client::acquire_permit_until`] has no wait queues of its own to share: it
+//! any permit. Once the deadline has passed (a deadline of now, a zero
+//! [`Config::lock_wait`]), the second step is the non-waiting one of `try_acquire`: every
+//! other permit attempted once — an acquire answers [`Error::Held`] only when no permit was
+//! won, never for the one permit in turn. [`Client::acquire_permit_until`] has no wait queues of its own to share: it
 //! waits on one permit chosen at random for a slice of a retry pause, then tries them again.
 
 use std::fmt;
@@ -92,6 +95,18 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
     (0..permits)
         .map(|i| {
             let key = crate::keys::permit_key(name, i);
+            // Said of the permit's key, with the name's length: the caller gave the name, and
+            // "a name of 1025 bytes" for a name of 1023 would not say which limit it meets.
+            if key.len() > config.max_resource_len {
+                return Err(Error::Config(format!(
+                    "semaphore name of {} bytes: its permit key `<name>{}{i}` would be {} bytes, \
+                     longer than the limit of {}",
+                    name.len(),
+                    crate::keys::PERMIT_SEPARATOR,
+                    key.len(),
+                    config.max_resource_len
+                )));
+            }
             config.check_name(&key)?;
             Ok(key)
         })
@@ -260,10 +275,22 @@ async fn race_in_two(
     first: usize,
     kind: ReqKind,
 ) -> Result<Lock, Vec<(usize, Error)>> {
-    let mut errors = match race(redlock, names, &[first], kind).await {
-        Ok(lock) => return Ok(lock),
-        Err(errors) => errors,
-    };
+    match race(redlock, names, &[first], kind).await {
+        Ok(lock) => Ok(lock),
+        Err(errors) => race_others(redlock, names, first, errors, kind).await,
+    }
+}
+
+/// The second step of an acquire of the async face whose permit `first` failed with `errors`:
+/// the others together, unless those errors would fail them too (see [`try_others`]); the
+/// errors of every permit attempted when none is won.
+async fn race_others(
+    redlock: &AsyncRedlock,
+    names: &[Vec<u8>],
+    first: usize,
+    mut errors: Vec<(usize, Error)>,
+    kind: ReqKind,
+) -> Result<Lock, Vec<(usize, Error)>> {
     if names.len() == 1 || !errors.iter().all(|(_, e)| try_others(e, names.len())) {
         return Err(errors);
     }
@@ -385,8 +412,8 @@ impl Redlock {
     ///
     /// [`Error::PermitCount`] for 0 permits or more than [`MAX_PERMITS`];
     /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::Config`] for an
-    /// empty name, or one whose permits' keys are longer than
-    /// [`Builder::max_resource_len`](crate::Builder::max_resource_len).
+    /// empty name, or one whose permits' keys (`<name>#<i>`) are longer than
+    /// [`Config::max_resource_len`] (the message names the permit key and the name's length).
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
         Ok(Semaphore {
             permits: Permits::new(self.config(), name.as_ref(), permits)?,
@@ -437,6 +464,17 @@ impl Semaphore {
             Err(e) if permits > 1 && try_others(&e, permits) => e,
             done => return done,
         };
+        self.attempt_others(first, refused)
+    }
+
+    /// The second step of an acquire whose permit `first` was refused with `refused` (one that
+    /// lets the others be tried): one attempt on each other permit, together, keeping the
+    /// lowest won and releasing the rest without waiting.
+    fn attempt_others(&self, first: usize, refused: Error) -> Result<Lock, Error> {
+        let permits = self.permits.names.len();
+        if permits == 1 {
+            return Err(refused);
+        }
         let mut outcomes = self.attempt(&others(permits, first))?;
         outcomes.push((first, Err(refused)));
         let mut extra = Vec::new();
@@ -509,14 +547,25 @@ impl Semaphore {
     /// together; the first to win is kept, the others are cancelled (and whatever they win
     /// meanwhile released). So the release of any permit wakes the waiter.
     ///
+    /// A deadline passed (already, or during the first attempt; and so with
+    /// [`Builder::retry_count`](crate::Builder::retry_count) 0 for [`Semaphore::acquire`],
+    /// [`Semaphore::guard`] and [`Semaphore::with_permit`]) skips the waiting only: the other
+    /// permits are still attempted once, together, as [`Semaphore::try_acquire`] does.
+    ///
     /// # Errors
     ///
     /// As [`Semaphore::try_acquire`], for the last attempts: [`Error::Held`] if every permit
     /// was still held at the deadline.
     pub fn acquire_until(&self, deadline: Instant) -> Result<Lock, Error> {
-        match self.attempt_one(self.permits.first()) {
-            Err(e) if try_others(&e, self.permits.names.len()) && Instant::now() < deadline => {}
+        let first = self.permits.first();
+        let refused = match self.attempt_one(first) {
+            Err(e) if try_others(&e, self.permits.names.len()) => e,
             done => return done,
+        };
+        if Instant::now() >= deadline {
+            // No time to wait, but the other permits are still attempted: the one in turn is
+            // not the semaphore's answer.
+            return self.attempt_others(first, refused);
         }
         let redlock = AsyncRedlock::from(self.redlock.clone());
         let kind = ReqKind::Wait {
@@ -650,7 +699,7 @@ impl AsyncSemaphore {
 
     /// Acquires a permit, waiting for one until `deadline`; see [`Semaphore::acquire_until`]:
     /// the next permit in turn first, then the waiting acquires of every permit, handed to the
-    /// engine together.
+    /// engine together (past the deadline, one attempt on each other permit instead).
     ///
     /// # Errors
     ///
@@ -660,16 +709,19 @@ impl AsyncSemaphore {
         let kind = ReqKind::Acquire {
             ttl: self.redlock.config().ttl,
         };
-        match race(&self.redlock, &self.permits.names, &[first], kind).await {
+        let names = &self.permits.names;
+        let errors = match race(&self.redlock, names, &[first], kind).await {
             Ok(lock) => return Ok(lock),
-            Err(errors) => {
-                let stop = errors
-                    .iter()
-                    .any(|(_, e)| !try_others(e, self.permits.names.len()));
-                if stop || Instant::now() >= deadline {
-                    return Err(report(errors));
-                }
-            }
+            Err(errors) => errors,
+        };
+        if errors.iter().any(|(_, e)| !try_others(e, names.len())) {
+            return Err(report(errors));
+        }
+        if Instant::now() >= deadline {
+            // No time to wait, but the other permits are still attempted (as `try_acquire`).
+            return race_others(&self.redlock, names, first, errors, kind)
+                .await
+                .map_err(report);
         }
         let kind = ReqKind::Wait {
             ttl: self.redlock.config().ttl,
@@ -765,7 +817,8 @@ impl Client {
     /// # Errors
     ///
     /// As [`Client::try_acquire_permit`]: [`Error::Held`] if every permit was still held at
-    /// the deadline.
+    /// the deadline. The error is that of the last attempt: when the deadline comes during the
+    /// wait on one permit, that wait's.
     pub fn acquire_permit_until(
         &mut self,
         name: impl AsRef<[u8]>,
@@ -775,10 +828,10 @@ impl Client {
         let names = permit_names(self.config(), name.as_ref(), permits)?;
         let mut rng = rand::rng();
         loop {
-            let err = match self.try_permits(&names) {
-                Err(e) if !e.is_final() && Instant::now() < deadline => e,
+            match self.try_permits(&names) {
+                Err(e) if !e.is_final() && Instant::now() < deadline => {}
                 done => return done,
-            };
+            }
             // One permit, for a pause like a retry's: long enough for its release notice or
             // its fallback poll, short enough that the release of another permit is not
             // missed for long.
@@ -788,10 +841,11 @@ impl Client {
             let slice = slice.max(config.node_timeout_for(config.ttl));
             let until = deadline.min(deadline_after(Instant::now(), slice));
             let i = rng.random_range(0..names.len());
+            // Past the deadline, what the wait saw last is the answer (newer than the attempt
+            // on every permit before it).
             match self.lock_until(&names[i], until) {
                 Ok(lock) => return Ok(lock),
-                Err(e) if e.is_final() => return Err(e),
-                Err(_) if Instant::now() >= deadline => return Err(err),
+                Err(e) if e.is_final() || Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }
         }
@@ -842,6 +896,26 @@ mod tests {
         let names = permit_names(&config, b"deploy", MAX_PERMITS).unwrap();
         assert_eq!(names.len(), MAX_PERMITS as usize);
         assert!(Error::PermitCount { permits: 0, max: 1 }.is_final());
+    }
+
+    /// A name that fits but whose permit keys do not: the message says so, with the name's
+    /// length (found by review: it said "resource name of 1025 bytes is longer than the limit
+    /// of 1024" of a name of 1023 bytes).
+    #[test]
+    fn a_permit_key_too_long_is_reported_as_the_permit_key() {
+        let config = Config::default();
+        let max = config.max_resource_len;
+        let long = vec![b'a'; max - 1];
+        let Err(Error::Config(message)) = permit_names(&config, &long, 3) else {
+            panic!("a permit key longer than the limit was taken");
+        };
+        let expected = format!(
+            "semaphore name of {} bytes: its permit key `<name>#0` would be {} bytes, longer \
+             than the limit of {max}",
+            max - 1,
+            max + 1
+        );
+        assert_eq!(message, expected);
     }
 
     #[test]

@@ -281,3 +281,39 @@ fn inside_with_permit_the_semaphore_does_not_wait_for_itself() {
     }));
     assert_eq!(got.unwrap(), 3);
 }
+
+/// Inside `with_permit` of a semaphore of two, an acquire whose turn is the permit held takes
+/// the other one even with its deadline passed (found by review: past the deadline only the
+/// permit in turn was attempted, and the answer was `AlreadyHeld`, which is for a caller that
+/// holds every permit). In both faces.
+#[test]
+fn inside_with_permit_an_acquire_past_its_deadline_takes_the_other_permit() {
+    let servers = Cluster::start(3);
+    let redlock: Redlock = build(&servers).build().unwrap();
+    let two = redlock.semaphore("two", 2).unwrap();
+    let value = two.with_permit(|held| {
+        assert_eq!(two.permit_of(&held.lock()), Some(0));
+        // Permit 1, in turn; then the turn is permit 0's, the one held.
+        let next = two.try_acquire().unwrap();
+        assert_eq!(two.permit_of(&next), Some(1));
+        redlock.unlock(next).unwrap();
+        let other = two.acquire_until(Instant::now()).unwrap();
+        assert_eq!(two.permit_of(&other), Some(1));
+        redlock.unlock(other).unwrap();
+        2
+    });
+    assert_eq!(value.unwrap(), 2);
+    let async_face = redlock_mux::AsyncRedlock::from(redlock.clone());
+    let async_two = async_face.semaphore("async-two", 2).unwrap();
+    let got = futures::executor::block_on(async_two.with_permit(async |held| {
+        assert_eq!(async_two.permit_of(&held.lock()), Some(0));
+        let next = async_two.try_acquire().await.unwrap();
+        assert_eq!(async_two.permit_of(&next), Some(1));
+        async_face.unlock(next).await.unwrap();
+        let other = async_two.acquire_until(Instant::now()).await.unwrap();
+        assert_eq!(async_two.permit_of(&other), Some(1));
+        async_face.unlock(other).await.unwrap();
+        3
+    }));
+    assert_eq!(got.unwrap(), 3);
+}

@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
-use redlock_mux::{Builder, Error, Lock, MAX_PERMITS, Redlock, Semaphore};
+use redlock_mux::{AsyncRedlock, Builder, Error, Lock, MAX_PERMITS, Redlock, Semaphore};
 
 /// A bound on every wait of these tests (never reached when things work).
 const BOUND: Duration = Duration::from_secs(20);
@@ -637,5 +637,100 @@ fn the_one_free_permit_is_found_whichever_is_tried_first() {
         let permit = client.try_acquire_permit("one", 3).unwrap();
         assert_eq!(&**permit.resource(), b"one#1");
         client.unlock(permit).unwrap();
+    }
+}
+
+/// A deadline already passed ends the waiting, not the acquire: the other permits are still
+/// attempted once, without waiting, as `try_acquire` does (found by review: past the deadline
+/// the one permit attempted first answered for the semaphore, so with `pool#0` held
+/// `acquire_until(now)` — and `acquire` with `retry_count(0)`, whose wait is zero — said `Held`
+/// though permits 1 and 2 were free). In both faces; `Held` still when every permit is held.
+#[test]
+fn past_its_deadline_an_acquire_still_attempts_every_permit() {
+    let servers = Cluster::start(3);
+    let holder = handle(&servers);
+    let taken = holder.lock("pool#0").unwrap();
+    let redlock = handle(&servers);
+    let no_wait = builder(&servers).retry_count(0).build().unwrap();
+    assert_eq!(no_wait.config().lock_wait(), Duration::ZERO);
+    // Each a fresh semaphore, whose first pick is permit 0.
+    let sem = redlock.semaphore("pool", 3).unwrap();
+    let permit = sem.acquire_until(Instant::now()).unwrap();
+    assert_eq!(sem.permit_of(&permit), Some(1));
+    redlock.unlock(permit).unwrap();
+    let sem = no_wait.semaphore("pool", 3).unwrap();
+    let permit = sem.acquire().unwrap();
+    assert_eq!(sem.permit_of(&permit), Some(1));
+    no_wait.unlock(permit).unwrap();
+    let sem = no_wait.semaphore("pool", 3).unwrap();
+    let got = sem.with_permit(|kept| sem.permit_of(&kept.lock())).unwrap();
+    assert_eq!(got, Some(1));
+    let async_face = AsyncRedlock::from(redlock.clone());
+    let async_no_wait = AsyncRedlock::from(no_wait.clone());
+    futures::executor::block_on(async {
+        let sem = async_face.semaphore("pool", 3).unwrap();
+        let permit = sem.acquire_until(Instant::now()).await.unwrap();
+        assert_eq!(sem.permit_of(&permit), Some(1));
+        async_face.unlock(permit).await.unwrap();
+        let sem = async_no_wait.semaphore("pool", 3).unwrap();
+        let permit = sem.acquire().await.unwrap();
+        assert_eq!(sem.permit_of(&permit), Some(1));
+        async_no_wait.unlock(permit).await.unwrap();
+    });
+    // Every permit held: `Held`, at once.
+    let more = [
+        holder.lock("pool#1").unwrap(),
+        holder.lock("pool#2").unwrap(),
+    ];
+    let sem = redlock.semaphore("pool", 3).unwrap();
+    let e = sem.acquire_until(Instant::now()).unwrap_err();
+    assert!(matches!(e, Error::Held(_)), "{e}");
+    let sem = async_face.semaphore("pool", 3).unwrap();
+    let e = futures::executor::block_on(sem.acquire_until(Instant::now())).unwrap_err();
+    assert!(matches!(e, Error::Held(_)), "{e}");
+    for lock in more.into_iter().chain([taken]) {
+        holder.unlock(lock).unwrap();
+    }
+}
+
+/// Waits (bounded) until a client is subscribed to `channel` on `server`.
+fn until_subscribed(server: &Server, channel: &str) {
+    let deadline = deadline();
+    while !matches!(server.cmd(&["PUBSUB", "NUMSUB", channel]),
+        redis::Value::Array(ref v) if matches!(v.get(1), Some(&redis::Value::Int(n)) if n > 0))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "nobody subscribed to {channel} on {}",
+            server.addr()
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A client's wait for a permit that reaches its deadline while it waits on one permit
+/// answers with what that wait saw last, not with the attempt on every permit before it
+/// (found by review: the newer error was dropped). `last#0` is held elsewhere on all three
+/// nodes, then freed on node 2 while the client waits: `Held`, refused by two nodes, not three.
+#[test]
+fn a_client_wait_ending_at_its_deadline_reports_its_last_attempt() {
+    let servers = Cluster::start(3);
+    for s in servers.iter() {
+        s.cmd(&["SET", "last#0", "foreign", "NX", "PX", "60000"]);
+    }
+    // A retry pause longer than the wait: one attempt on every permit, then one wait.
+    let mut client = builder(&servers)
+        .retry_delay(Duration::from_secs(30), Duration::ZERO)
+        .build_client()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(3);
+    let waiter = std::thread::spawn(move || client.acquire_permit_until("last", 1, until));
+    until_marked(&servers, "last#0");
+    until_subscribed(&servers[2], "redlock:released:last#0");
+    servers[2].cmd(&["DEL", "last#0"]);
+    servers[2].cmd(&["PUBLISH", "redlock:released:last#0", "0"]);
+    match waiter.join().unwrap() {
+        Err(Error::Held(report)) => assert_eq!(report.refused().count(), 2, "{report}"),
+        other => panic!("expected Held, got {other:?}"),
     }
 }
