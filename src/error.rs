@@ -561,6 +561,13 @@ pub enum Error {
     /// A bug in this crate: an operation's outcome was lost or of the wrong kind.
     #[error("internal error: {0}")]
     Internal(&'static str),
+
+    /// A call into a handle from the closure of its own
+    /// [`Redlock::with_client`](crate::Redlock::with_client): the engine is this thread's until
+    /// the closure returns, so the call could only wait for itself. Use the `Client` the closure
+    /// is given.
+    #[error("a call into the handle from its own with_client closure: use the Client it gives")]
+    Reentrant,
 }
 
 /// What [`Redlock::with_lock`](crate::Redlock::with_lock) and
@@ -678,7 +685,8 @@ impl Error {
 
 impl Error {
     /// True when trying the same call again, as it is, cannot succeed: a configuration or
-    /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`]),
+    /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`],
+    /// [`Error::Reentrant`]),
     /// credentials or permissions refused, or no quorum because so many nodes failed with a
     /// [permanent](NodeFault::is_permanent) fault that the others cannot make one (for a lock
     /// or a [fence repair](Error::FenceRepair); `Held` too, then). `lock` and
@@ -690,6 +698,7 @@ impl Error {
             | Error::ReservedName { .. }
             | Error::PermitCount { .. }
             | Error::AlreadyHeld { .. }
+            | Error::Reentrant
             | Error::Auth { .. }
             | Error::Permission { .. } => true,
             Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) | Error::Held(r) => {

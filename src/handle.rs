@@ -174,15 +174,17 @@ impl Redlock {
     /// meanwhile are served by whatever `f` does, or wait until it returns). For inspection and
     /// tests; not for the hot path.
     ///
+    /// `f` must not call into this handle (or its async face, or a clone): the engine is its
+    /// thread's until `f` returns. Such a call fails at once with [`Error::Reentrant`] (a
+    /// [`Redlock::status`] gives no node, a [`Redlock::shutdown`] flushes nothing) rather than
+    /// wait for itself; use the `Client` `f` is given. Releases not waited for (a guard's drop,
+    /// [`Redlock::unlock_nowait`]) are queued and go out once `f` returns.
+    ///
     /// # Errors
     ///
-    /// None today; kept fallible for compatibility.
+    /// [`Error::Reentrant`] when called from `with_client`'s closure of the same handle.
     pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
-        let hub = &self.handle.hub;
-        let mut guard = hub.engine();
-        let result = f(&mut guard);
-        hub.leave(guard);
-        Ok(result)
+        self.handle.hub.with_client(f)
     }
 
     /// What the shared engine has counted so far, per node and per operation kind: requests,
@@ -256,7 +258,7 @@ impl Redlock {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
         crate::reentry::check(self.engine_id(), resource)?;
-        let outcome = self.handle.hub.call(kind, resource, &token);
+        let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }
     /// Acquires `resource`, waiting for it at most [`Config::lock_wait`] (4 s by default); see
@@ -304,7 +306,7 @@ impl Redlock {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
         crate::reentry::check(self.engine_id(), resource)?;
-        let outcome = self.handle.hub.call(kind, resource, &token);
+        let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }
     /// One attempt at a shared (read) lock of `resource`: many readers at once, none with a
@@ -360,10 +362,16 @@ impl Redlock {
     /// had run out before the call (the release is still sent).
     pub fn unlock(&self, lock: Lock) -> Result<usize, Error> {
         let expired = !lock.is_valid();
-        let outcome = self
-            .handle
-            .hub
-            .call(ReqKind::Release, lock.resource(), lock.token());
+        let hub = &self.handle.hub;
+        let outcome = match hub.call(ReqKind::Release, lock.resource(), lock.token()) {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                // From `with_client`'s closure: the release is queued, as `unlock_nowait` does
+                // (it goes out once the closure returns), rather than lost with the lock.
+                hub.send(ReqKind::Release, lock.resource(), lock.token());
+                return Err(e);
+            }
+        };
         released_of(expired, outcome)
     }
     /// Releases the lock without waiting for the nodes' replies: the release is queued on the
@@ -403,7 +411,7 @@ impl Redlock {
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let backing = lock.backing(&self.handle.shared.nodes);
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;
-        let outcome = self.handle.hub.call(kind, lock.resource(), lock.token());
+        let outcome = self.handle.hub.call(kind, lock.resource(), lock.token())?;
         apply_extend(lock, outcome, &self.handle.shared.nodes)
     }
     /// What every node says about `resource` (its value and remaining TTL, or why the node
@@ -426,11 +434,10 @@ impl Redlock {
     /// # Ok::<(), redlock_mux::Error>(())
     /// ```
     pub fn status(&self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
-        status_of(
-            self.handle
-                .hub
-                .call(ReqKind::Status { timeout }, resource, &Token::EMPTY),
-        )
+        // From `with_client`'s closure (`Error::Reentrant`): no node could be asked.
+        (self.handle.hub)
+            .call(ReqKind::Status { timeout }, resource, &Token::EMPTY)
+            .map_or_else(|_| Vec::new(), status_of)
     }
     /// Repairs blank fence counters, so that fenced acquires work again after a majority of
     /// the servers lost their counters (restarted; or a new deployment whose first write-back
@@ -494,7 +501,7 @@ impl Redlock {
         timeout: Duration,
     ) -> Result<FenceRepair, Error> {
         let kind = ReqKind::repair(self.config(), floor, timeout)?;
-        repaired_of(self.handle.hub.call(kind, b"", &Token::EMPTY))
+        repaired_of(self.handle.hub.call(kind, b"", &Token::EMPTY)?)
     }
     /// Sends every release not confirmed yet (in flight, or waiting for its node to come back)
     /// and waits for their replies, at most `timeout`; says how many were confirmed. Dropping

@@ -72,6 +72,11 @@ pub(crate) struct Hub {
 }
 
 thread_local! {
+    /// The hub whose engine this thread holds for [`Redlock::with_client`]'s closure (its
+    /// address; 0: none): a call into that hub from the closure could only wait for itself.
+    ///
+    /// [`Redlock::with_client`]: crate::Redlock::with_client
+    static WITH_CLIENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
     static SLOT: Arc<Slot> = Arc::new(Slot::new());
     /// For releases not waited for: free again once the engine took the request in.
     static DETACHED: Arc<Slot> = {
@@ -114,6 +119,35 @@ impl Hub {
             .map_err(|e| Error::system("start the engine thread", e))?;
         let _ = hub.background.set(thread.thread().clone());
         Ok(hub)
+    }
+
+    /// True on the thread that runs `with_client`'s closure of this hub (looked at only off
+    /// the hot path: where the engine was found taken).
+    fn reentered(&self) -> bool {
+        WITH_CLIENT.with(|c| c.get()) == self as *const Hub as usize
+    }
+
+    /// Runs `f` with the engine, this thread marked as holding it: calls into this hub from
+    /// `f` fail with [`Error::Reentrant`] instead of waiting for themselves (found by review:
+    /// a `try_lock` from `with_client`'s closure hung that caller and every other of the
+    /// handle). Fails so at once when this thread already holds it.
+    pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
+        if self.reentered() {
+            return Err(Error::Reentrant);
+        }
+        /// Restores the mark, also when `f` panics.
+        struct Mark(usize);
+        impl Drop for Mark {
+            fn drop(&mut self) {
+                WITH_CLIENT.with(|c| c.set(self.0));
+            }
+        }
+        let mut guard = self.engine();
+        let _mark = Mark(WITH_CLIENT.with(|c| c.replace(self as *const Hub as usize)));
+        let result = f(&mut guard);
+        drop(_mark);
+        self.leave(guard);
+        Ok(result)
     }
 
     fn try_engine(&self) -> Option<MutexGuard<'_, Client>> {
@@ -195,7 +229,8 @@ impl Hub {
     }
 
     /// Runs one operation: on this thread if the engine is free, else through the mailbox.
-    pub fn call(&self, kind: ReqKind, resource: &[u8], token: &Token) -> Outcome {
+    /// [`Error::Reentrant`] from `with_client`'s closure.
+    pub fn call(&self, kind: ReqKind, resource: &[u8], token: &Token) -> Result<Outcome, Error> {
         // The thread's slot. The engine may still hold a reference from this thread's previous
         // operation for a moment after handing its outcome over; it never touches the slot
         // again (the waiter was taken out at completion), so reusing it is safe.
@@ -210,7 +245,7 @@ impl Hub {
                 let slot = match guard.engine().run_until_waiting(kind, resource, token) {
                     Ok(outcome) => {
                         self.leave(guard);
-                        return outcome;
+                        return Ok(outcome);
                     }
                     Err(id) => {
                         let slot = slot();
@@ -220,28 +255,37 @@ impl Hub {
                         slot
                     }
                 };
-                return self.park(&slot);
+                return Ok(self.park(&slot));
             }
             let outcome = guard.engine().run(kind, resource, token);
             self.leave(guard);
-            return outcome;
+            return Ok(outcome);
+        }
+        if self.reentered() {
+            return Err(Error::Reentrant);
         }
         let slot = slot();
         slot.fill(kind, resource, token, Caller::Waits, None);
         self.mailbox.push(slot.clone());
         fence(Ordering::SeqCst);
-        self.park(&slot)
+        Ok(self.park(&slot))
     }
 
     /// Runs several operations side by side (the permits of a semaphore): on this thread if
     /// the engine is free (`Engine::run_all`), else through the mailbox, queued together. Either
     /// way every node gets all their requests in one write. An outcome is `None` only if it was
     /// lost (a bug).
-    pub fn call_many(&self, requests: &[(ReqKind, &[u8], Token)]) -> Vec<Option<Outcome>> {
+    pub fn call_many(
+        &self,
+        requests: &[(ReqKind, &[u8], Token)],
+    ) -> Result<Vec<Option<Outcome>>, Error> {
         if let Some(mut guard) = self.try_engine() {
             let outcomes = guard.engine().run_all(requests.iter().copied());
             self.leave(guard);
-            return outcomes;
+            return Ok(outcomes);
+        }
+        if self.reentered() {
+            return Err(Error::Reentrant);
         }
         // Rare enough (the loop is busy) that a slot per request may allocate.
         let slots: Vec<Arc<Slot>> = requests
@@ -254,7 +298,7 @@ impl Hub {
             .collect();
         self.mailbox.push_many(&slots, false);
         fence(Ordering::SeqCst);
-        slots.iter().map(|slot| Some(self.park(slot))).collect()
+        Ok(slots.iter().map(|slot| Some(self.park(slot))).collect())
     }
 
     /// Waits for the outcome in `slot`, driving the loop whenever it is free.
@@ -470,6 +514,10 @@ impl Hub {
 
     /// Flushes unconfirmed releases until `timeout`.
     pub fn shutdown(&self, timeout: Duration) -> Shutdown {
+        if self.reentered() {
+            // From `with_client`'s closure: nothing can be flushed from here.
+            return Shutdown::default();
+        }
         let mut guard = self.engine();
         let deadline = crate::round::deadline_after(Instant::now(), timeout);
         let report = guard.engine().shutdown(deadline, false);

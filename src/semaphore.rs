@@ -488,7 +488,7 @@ impl Semaphore {
         let name = self.permits.names[i].as_slice();
         let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
         crate::reentry::check(self.redlock.engine_id(), name)?;
-        lock_of(name, token, self.redlock.hub().call(kind, name, &token))
+        lock_of(name, token, self.redlock.hub().call(kind, name, &token)?)
     }
 
     /// One attempt on each of the permits `which`, together (one write per node).
@@ -506,7 +506,7 @@ impl Semaphore {
             let (kind, token) = ReqKind::acquire(config, name)?;
             requests.push((kind, name, token));
         }
-        let outcomes = self.redlock.hub().call_many(&requests);
+        let outcomes = self.redlock.hub().call_many(&requests)?;
         attempts.extend(sent.into_iter().zip(requests.iter().zip(outcomes)).map(
             |(i, (&(_, name, token), o))| {
                 let result = match o {

@@ -317,3 +317,54 @@ fn inside_with_permit_an_acquire_past_its_deadline_takes_the_other_permit() {
     }));
     assert_eq!(got.unwrap(), 3);
 }
+
+/// Calls into a handle from its own `with_client` closure fail at once with `Reentrant`: the
+/// engine is the closure's thread's, and such a call (a `try_lock`, a nested `with_client`)
+/// waited for itself forever, and every other caller of the handle with it (found by review).
+/// The `Client` the closure is given works; an `unlock` from the closure is queued and goes out
+/// when it returns; the handle works after.
+#[test]
+fn calls_from_the_handles_own_with_client_closure_fail_at_once() {
+    let servers = Cluster::start(3);
+    let redlock = build(&servers).build().unwrap();
+    let held = redlock.try_lock("held").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let r = redlock.clone();
+    std::thread::spawn(move || {
+        let inner = r.clone();
+        let got = r.with_client(move |c| {
+            let r = inner;
+            let reentrant = |what: &str, e: Option<Error>| match e {
+                Some(Error::Reentrant) => String::new(),
+                other => format!("{what}: {other:?}; "),
+            };
+            let mut wrong = String::new();
+            wrong += &reentrant("try_lock", r.try_lock("x").err());
+            let until = Instant::now() + WAIT;
+            wrong += &reentrant("lock_until", r.lock_until("x", until).err());
+            wrong += &reentrant("with_client", r.with_client(|_| ()).err());
+            wrong += &reentrant("connect", r.connect(WAIT).err());
+            let semaphore = r.semaphore("s", 2).unwrap();
+            wrong += &reentrant("semaphore", semaphore.try_acquire().err());
+            wrong += &reentrant("unlock", r.unlock(held).err());
+            let status = r.status(b"x", WAIT).len();
+            let shutdown = r.shutdown(WAIT);
+            let direct = c.try_lock("direct").and_then(|l| c.unlock(l));
+            (
+                wrong,
+                status,
+                shutdown.confirmed,
+                direct.map_err(|e| e.to_string()),
+            )
+        });
+        let _ = tx.send(got);
+    });
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a call from the with_client closure waited for itself")
+        .unwrap();
+    assert_eq!(got, (String::new(), 0, 0, Ok(3)));
+    // The queued release went out once the closure returned.
+    let lock = redlock.lock_until("held", Instant::now() + WAIT).unwrap();
+    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+}
