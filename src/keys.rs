@@ -73,7 +73,7 @@ pub fn shared_name(resource: &[u8]) -> Option<&[u8]> {
 /// someone else's (or not readable: an ACL without `redlock:*`, another type).
 pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
-/// The prefix of a set of resources locked all or none ([`encode_set`]): this prefix, then
+/// The prefix of a set of resources locked all or none ([`ResourceSet`](crate::ResourceSet)): this prefix, then
 /// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
 /// key on a server: the engine sends a set's members as the keys of the set scripts
 /// (`session.rs`), and keys its local wait queue by the whole encoding.
