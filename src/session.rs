@@ -423,7 +423,9 @@ pub(crate) struct Delivery<'a> {
     pub reply: Result<Frame<'a>, &'a NodeFault>,
     /// The connection the reply came on, and what its node said in `INFO server` there.
     pub generation: u64,
-    pub info: Option<ServerInfo>,
+    /// (A reference: a `ServerInfo` inline made a `Delivery` too large to be moved without a
+    /// `memcpy` call, two per reply.)
+    pub info: Option<&'a ServerInfo>,
     /// This request was answered earlier (that answer was delivered), but the same read then
     /// turned out to carry surplus frames or garbage: the node does not speak the protocol, and
     /// its answer is taken back. `reply` holds the fault.
@@ -879,7 +881,7 @@ impl Session {
                     kind: p.kind,
                     reply: Err(&fault),
                     generation: st.generation,
-                    info: st.info,
+                    info: st.info.as_ref(),
                     withdrawn: false,
                 }),
             }
@@ -1066,7 +1068,7 @@ impl State {
                 kind,
                 reply: Err(fault),
                 generation: self.generation,
-                info: self.info,
+                info: self.info.as_ref(),
                 withdrawn: true,
             });
         }
@@ -1085,7 +1087,7 @@ impl State {
                     kind: Kind::Notice,
                     reply: Ok(frame),
                     generation: self.generation,
-                    info: self.info,
+                    info: self.info.as_ref(),
                     withdrawn: false,
                 }),
                 Some(Frame::Bulk(b"subscribe" | b"unsubscribe"))
@@ -1201,7 +1203,7 @@ impl State {
             kind: p.kind,
             reply,
             generation: self.generation,
-            info: self.info,
+            info: self.info.as_ref(),
             withdrawn: false,
         });
     }

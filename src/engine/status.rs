@@ -77,8 +77,9 @@ impl StatusReplies {
                     .uptime
                     .saturating_add(now.saturating_duration_since(info.seen));
                 let (window, watch) = restart;
-                let left = window
-                    .and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
+                let left = window.and_then(|window| {
+                    watch.quarantine_left(window, d.generation, d.info.copied(), now)
+                });
                 self.restart[node] = (Some(uptime), left);
             }
             self.values[node] = Some(match &d.reply {
@@ -211,7 +212,7 @@ mod tests {
     use super::*;
     use crate::session::ServerInfo;
 
-    fn delivery(reply: Frame<'_>, info: Option<ServerInfo>) -> Delivery<'_> {
+    fn delivery<'a>(reply: Frame<'a>, info: Option<&'a ServerInfo>) -> Delivery<'a> {
         Delivery {
             tag: 1,
             kind: Kind::Command,
@@ -253,7 +254,7 @@ mod tests {
             else {
                 panic!("{bytes:?} decodes");
             };
-            let d = delivery(reply, Some(info));
+            let d = delivery(reply, Some(&info));
             replies.on_reply(0, &d, (None, &mut watch), now + ms(at));
         }
         // Node 1 never answers: nothing until the deadline.
@@ -300,7 +301,7 @@ mod tests {
         assert_eq!(info.map(|i| i.uptime.as_secs()), Some(u64::MAX));
         let mut replies = StatusReplies::default();
         replies.reset(1);
-        let d = delivery(Frame::Null, info);
+        let d = delivery(Frame::Null, info.as_ref());
         let later = now + Duration::from_secs(1);
         replies.on_reply(0, &d, (None, &mut NodeWatch::default()), later);
         assert_eq!(replies.restart[0].0, Some(Duration::MAX));
