@@ -290,7 +290,9 @@ impl Client {
         released_of(expired, outcome)
     }
 
-    /// Extends the lock to `ttl` from now, on a quorum, within its current validity.
+    /// Extends the lock to `ttl` from now, on a quorum, within its current validity. `PEXPIRE`
+    /// takes whole milliseconds: a fraction of one is not sent, and not counted in the new
+    /// validity.
     ///
     /// # Errors
     ///

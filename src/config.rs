@@ -14,7 +14,7 @@ use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
 use crate::mutation::Mutation;
 use crate::resp::Limits;
-use crate::round::RoundConfig;
+use crate::round::{RoundConfig, whole_ms};
 use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
@@ -73,7 +73,8 @@ pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Lock time to live (`PX`). Default 30 s.
+    /// Lock time to live (`PX`), in whole milliseconds (a fraction of one is dropped, from the
+    /// validity too). Default 30 s.
     pub ttl: Duration,
     /// How many retry pauses [`Client::lock`](crate::Client::lock) waits at most: its budget is
     /// [`Config::lock_wait`]. Default 10.
@@ -364,9 +365,11 @@ impl Config {
             )));
         }
         let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
-        if ttl <= drift {
+        // The whole milliseconds `PX` carries, from which the validity is counted.
+        if whole_ms(ttl) <= drift {
             return Err(Error::Config(format!(
-                "ttl {} leaves no validity after the drift allowance of {}",
+                "ttl {} leaves no validity after the drift allowance of {} (the ttl counts in \
+                 whole milliseconds, as PX takes it)",
                 Human(ttl),
                 Human(drift)
             )));
@@ -425,8 +428,8 @@ impl Config {
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
-        let validity =
-            self.ttl - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let validity = whole_ms(self.ttl)
+            - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
         if self.min_validity >= validity {
             // Every acquire and extend at the TTL would end `TooSlow`, and `lock` wait its
             // whole budget for nothing.
@@ -549,7 +552,8 @@ impl Builder {
     }
     /// Lock time to live (`PX`): how long the nodes keep a lock, and the start of its validity.
     /// Default 30 s; from 1 ms to [`MAX_TTL`], and above the drift allowance
-    /// (`ttl × drift_factor + 2 ms`).
+    /// (`ttl × drift_factor + 2 ms`). `PX` takes whole milliseconds: a fraction of one is not
+    /// sent, and not counted in the validity either (10.999 ms is a TTL of 10 ms).
     pub fn ttl(mut self, ttl: Duration) -> Builder {
         self.config.ttl = ttl;
         self
@@ -860,6 +864,20 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("minimum validity 30 s"), "{e}");
         assert!(b().min_validity(Duration::from_secs(29)).build().is_ok());
+        // 2.5 ms is 2 ms on the wire (PX takes whole ms), no more than the 2 ms drift floor:
+        // every acquire would end TooSlow.
+        let e = b()
+            .drift_factor(0.0)
+            .ttl(Duration::from_micros(2_500))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("leaves no validity"), "{e}");
+        assert!(
+            b().drift_factor(0.0)
+                .ttl(Duration::from_millis(3))
+                .build()
+                .is_ok()
+        );
         // redis-server refuses these in CLIENT SETNAME, and so every handshake.
         for name in ["billing worker", "a\nb", "caf\u{e9}"] {
             let e = b().client_name(name).build().unwrap_err();

@@ -34,6 +34,13 @@ pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// Far enough to mean "no deadline" (about 34 years), near enough to add to any `Instant`.
 const FOREVER: Duration = Duration::from_secs(1 << 30);
 
+/// `d` truncated to whole milliseconds: what `PX` and `PEXPIRE` carry (an integer of ms; the
+/// engine writes `ttl.as_millis()`). A TTL's validity is counted from this, never from the
+/// fraction of a millisecond the nodes were not told.
+pub(crate) fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
 /// no deadline, instead of a panic.
 pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
@@ -43,7 +50,8 @@ pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
 /// Timing parameters of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundConfig {
-    /// The lock's time to live, as sent in `PX`.
+    /// The lock's time to live, as sent in `PX`: whole milliseconds, so a fraction of a
+    /// millisecond is dropped, from the validity too ([`Round::start`]).
     pub ttl: Duration,
     /// `ttl × drift_factor + 2 ms` is subtracted from the validity for clock drift.
     pub drift_factor: f64,
@@ -198,7 +206,9 @@ impl Round {
         self.quorum
     }
 
-    /// Starts an attempt at `now`, the instant taken *before* the first command is sent.
+    /// Starts an attempt at `now`, the instant taken *before* the first command is sent. The
+    /// validity runs until `now + ttl − drift`, with the TTL in whole milliseconds — what `PX`
+    /// and `PEXPIRE` carry: a TTL of 10.999 ms keeps the key 10 ms, and counts for 10.
     pub fn start(&mut self, now: Instant, config: &RoundConfig) {
         self.slots.fill(Slot::Pending);
         self.yes = 0;
@@ -211,7 +221,9 @@ impl Round {
         let far = |d: Duration| deadline_after(now, d);
         self.timing = Some(Timing {
             node_deadline: far(config.node_timeout),
-            valid_until: match config.ttl.checked_sub(config.drift()) {
+            // The TTL the nodes were sent, not the caller's `Duration`: counting the fraction
+            // of a millisecond `PX` drops would put the validity past the keys' expiry.
+            valid_until: match whole_ms(config.ttl).checked_sub(config.drift()) {
                 Some(left) => far(left),
                 None => now,
             },
@@ -577,6 +589,43 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// `PX` and `PEXPIRE` carry whole milliseconds (`ttl.as_millis()`, rounded down): a
+    /// validity counted from the exact `Duration` ran up to a millisecond past the keys'
+    /// expiry (a TTL of 10.999 ms: `PX 10`, valid for 8.999 ms after the 2 ms drift).
+    #[test]
+    fn the_validity_counts_only_the_whole_milliseconds_sent_to_the_nodes() {
+        let t0 = Instant::now();
+        for (ttl, factor) in [
+            (Duration::from_micros(10_999), 0.0),
+            (Duration::from_micros(10_001), 0.0),
+            (Duration::from_nanos(1_000_999_999), 0.01),
+            (Duration::from_micros(29_999_500), 0.01),
+        ] {
+            let cfg = RoundConfig::new(ttl, factor, 50 * MS);
+            let sent = Duration::from_millis(ttl.as_millis() as u64);
+            let bound = t0 + sent - cfg.drift();
+            let mut r = Round::new(1);
+            r.start(t0, &cfg);
+            assert!(r.valid_until().unwrap() <= bound, "{ttl:?}");
+            r.handle_vote(0, Vote::Yes, t0);
+            match r.poll_decision() {
+                Some(Decision::Won {
+                    valid_until,
+                    validity,
+                    ..
+                }) => {
+                    assert!(valid_until <= bound, "{ttl:?}");
+                    assert!(validity <= sent - cfg.drift(), "{ttl:?}");
+                }
+                other => panic!("{ttl:?}: {other:?}"),
+            }
+        }
+        // Whole milliseconds lose nothing.
+        let mut r = Round::new(1);
+        r.start(t0, &RoundConfig::new(10 * MS, 0.0, 50 * MS));
+        assert_eq!(r.valid_until(), Some(t0 + 8 * MS));
     }
 
     #[test]
