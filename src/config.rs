@@ -80,7 +80,8 @@ pub struct Config {
     /// [`Config::lock_wait`]. Default 10.
     pub retry_count: u32,
     /// Wait between attempts of a waiting caller that no release notice wakes (a lock held by a
-    /// client that does not publish, or one that expires): the fallback poll. Default 200 ms.
+    /// client that does not publish, or one that expires): the fallback poll. Default 200 ms;
+    /// at least [`MIN_RETRY_DELAY`] (1 ms).
     pub retry_delay: Duration,
     /// Up to this much random time is added to each wait. Default 200 ms.
     pub retry_jitter: Duration,
@@ -187,6 +188,10 @@ const MAX_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// Longest retry delay, jitter, connect, backoff or reply timeout accepted: longer ones are
 /// mistakes (a unit slip), and would stall a caller for longer than any lock is useful.
 const MAX_TIMEOUT_SETTING: Duration = Duration::from_secs(3600);
+/// Shortest retry delay accepted: no retry without backoff. With none, a waiting caller that
+/// no release notice wakes would send its `SET NX` to every node again at once after each
+/// attempt, a storm on the servers for as long as the lock is held.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
 /// Longest fixed quarantine window accepted: a month covers any TTL a client may set
 /// ([`MAX_TTL`] is about 24.8 days); longer ones are unit slips.
 const MAX_QUARANTINE: Duration = Duration::from_secs(86_400 * 30);
@@ -245,7 +250,7 @@ impl Config {
 
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
     /// `retry_count × (retry_delay + retry_jitter)` (4 s by default), at least `retry_count`
-    /// node timeouts (so a zero retry delay still waits for a few attempts). Zero retries: one
+    /// node timeouts (so a short retry delay still waits for a few attempts). Zero retries: one
     /// attempt, no wait.
     pub fn lock_wait(&self) -> Duration {
         let per_try = (self.retry_delay + self.retry_jitter).max(self.node_timeout_for(self.ttl));
@@ -393,6 +398,15 @@ impl Config {
             ));
         }
         self.check_renewals()?;
+        if self.retry_delay < MIN_RETRY_DELAY {
+            return bad(format!(
+                "retry delay {} is below {}: a waiting caller would resend its lock attempt to \
+                 every node in a tight loop; give at least {}",
+                Human(self.retry_delay),
+                Human(MIN_RETRY_DELAY),
+                Human(MIN_RETRY_DELAY)
+            ));
+        }
         let hour = MAX_TIMEOUT_SETTING;
         for (name, value) in [
             ("retry delay", self.retry_delay),
@@ -565,7 +579,9 @@ impl Builder {
         self
     }
     /// Wait between attempts of a waiting caller that no release notice wakes, and the most
-    /// random time added to it. Default 200 ms and 200 ms; each at most an hour.
+    /// random time added to it. Default 200 ms and 200 ms; each at most an hour, and the delay
+    /// at least [`MIN_RETRY_DELAY`] (1 ms): a zero delay would resend the attempt to every
+    /// node in a tight loop, and is refused with [`Error::Config`] when the handle is built.
     pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Builder {
         self.config.retry_delay = delay;
         self.config.retry_jitter = jitter;
@@ -886,6 +902,38 @@ mod tests {
         assert!(b().client_name("billing-worker:7").build().is_ok());
         // An empty name clears it: the server takes that.
         assert!(b().client_name("").build().is_ok());
+    }
+
+    /// No retry without backoff: a zero delay made a waiting acquire that no notice wakes send
+    /// `SET NX` to every node again as soon as each attempt was decided.
+    #[test]
+    fn a_retry_delay_below_a_millisecond_is_refused() {
+        let b = || Builder::new(["redis://127.0.0.1:1"]);
+        for (delay, jitter) in [
+            (Duration::ZERO, Duration::ZERO),
+            (Duration::ZERO, Duration::from_millis(200)),
+            (Duration::from_micros(999), Duration::ZERO),
+        ] {
+            let e = b().retry_delay(delay, jitter).build().unwrap_err();
+            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains("retry delay") && text.contains("at least 1 ms"),
+                "{text}"
+            );
+            // A hand-made Config is checked alike, by every face.
+            let config = Config {
+                retry_delay: delay,
+                ..Config::default()
+            };
+            assert!(b().config(config.clone()).build_client().is_err());
+            assert!(b().config(config).build_async().is_err());
+        }
+        assert!(
+            b().retry_delay(MIN_RETRY_DELAY, Duration::ZERO)
+                .build()
+                .is_ok()
+        );
     }
 
     #[test]
