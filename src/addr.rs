@@ -10,7 +10,8 @@
 //! unix:///path/to.sock[?...]
 //! ```
 //!
-//! IPv6 hosts go in brackets (`redis://[::1]:6379`); user name and password may be
+//! IPv6 hosts go in brackets (`redis://[::1]:6379`), and only they: a host with a `:` outside
+//! brackets, or brackets around anything but an IPv6 address, is refused; user name and password may be
 //! percent-encoded; the port defaults to 6379 and the database to 0.
 //!
 //! `rediss://` is TLS (it needs the crate's `tls` feature, checked when a client is built). Its
@@ -175,6 +176,15 @@ pub enum AddrError {
     /// Something other than `:port` after an IPv6 host's `]`.
     #[error("expected ':' after ']'")]
     AfterBracket,
+    /// A host with a `:` outside brackets (`redis://2001:db8::1`, `redis://::1`): which `:`
+    /// starts the port cannot be told.
+    #[error(
+        "an IPv6 host goes in brackets (redis://[2001:db8::1]:6379), and a host name has no ':'"
+    )]
+    UnbracketedIpv6,
+    /// Brackets around something that is not an IPv6 address (`redis://[example.com]:1`).
+    #[error("the host in brackets is not an IPv6 address (brackets are for IPv6 hosts only)")]
+    NotIpv6,
     /// The port is not a number from 1 to 65535.
     #[error("the port is not a number from 1 to 65535")]
     Port,
@@ -521,12 +531,20 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
             "" => None,
             p => Some(p.strip_prefix(':').ok_or(AddrError::AfterBracket)?),
         };
+        if !host.is_empty() && host.parse::<Ipv6Addr>().is_err() {
+            return Err(AddrError::NotIpv6);
+        }
         (host, port)
     } else {
-        match hostport.rsplit_once(':') {
+        let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) => (h, Some(p)),
             None => (hostport, None),
+        };
+        // `2001:db8::1` would split into host `2001:db8:` and port 1.
+        if host.contains(':') {
+            return Err(AddrError::UnbracketedIpv6);
         }
+        (host, port)
     };
     if host.is_empty() {
         return Err(AddrError::MissingHost);
@@ -589,6 +607,11 @@ mod tests {
 
         let a = NodeAddr::parse("redis://[::1]").unwrap();
         assert_eq!(a.endpoint, tcp("::1", 6379));
+        let a = NodeAddr::parse("redis://[2001:db8::1]:7000/1").unwrap();
+        assert_eq!((a.endpoint.clone(), a.db), (tcp("2001:db8::1", 7000), 1));
+        assert_eq!(a.to_string(), "[2001:db8::1]:7000");
+        let a = NodeAddr::parse("redis://[::ffff:10.0.0.1]").unwrap();
+        assert_eq!(a.endpoint, tcp("::ffff:10.0.0.1", 6379));
         let a = NodeAddr::parse("redis://pw@h").unwrap();
         assert_eq!(a.password(), Some("pw"));
     }
@@ -661,6 +684,26 @@ mod tests {
             ("redis://h/abc", E::Database, "h/abc\": the database"),
             ("redis://[::1", E::UnclosedBracket, "unclosed"),
             ("redis://[::1]x", E::AfterBracket, "after ']'"),
+            // IPv6 without brackets: the last ':' is not the port's.
+            (
+                "redis://2001:db8::1",
+                E::UnbracketedIpv6,
+                "goes in brackets",
+            ),
+            ("redis://::1", E::UnbracketedIpv6, "goes in brackets"),
+            (
+                "redis://u:topsecret@::1:6379",
+                E::UnbracketedIpv6,
+                "brackets",
+            ),
+            ("rediss://fe80::1:7000/2", E::UnbracketedIpv6, "brackets"),
+            ("redis://h:1:2", E::UnbracketedIpv6, "no ':'"),
+            // Brackets hold an IPv6 address, nothing else.
+            ("redis://[example.com]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[10.0.0.1]", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[::1::2]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[:]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[]:1", E::MissingHost, "missing host"),
             (
                 "redis://h?protocol=4",
                 E::Protocol,
