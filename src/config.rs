@@ -89,7 +89,8 @@ pub struct Config {
     pub node_timeout: Option<Duration>,
     /// Clock drift factor: `ttl × factor + 2 ms` is taken off the validity. Default 0.01.
     pub drift_factor: f64,
-    /// A lock with less validity than this left at acquisition counts as not acquired. Default 0.
+    /// A lock with less validity than this left at acquisition (or extend) counts as not
+    /// acquired; an extend TTL that cannot leave more is refused up front. Default 0.
     pub min_validity: Duration,
     /// Most extensions of one lock. Default 1000.
     pub max_extensions: u32,
@@ -280,8 +281,7 @@ impl Config {
         }
     }
 
-    /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
-    /// longer one would outlive the restart quarantine that protects it).
+    /// A resource (a name, or a set of names): each name as [`Config::check_name`] wants it.
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
         crate::keys::check_resource(resource, |r| self.check_name(r))
     }
@@ -344,8 +344,28 @@ impl Config {
         Ok(())
     }
 
+    /// A TTL for extending or keeping a lock: valid, leaving more validity than
+    /// [`Config::min_validity`] (else the extend could only lose), and not above
+    /// [`Config::longest_ttl`] (a longer one would outlive the restart quarantine that
+    /// protects it).
     pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
         self.check_ttl(ttl)?;
+        // The most validity an extend to `ttl` can give: it wins only with at least
+        // `min_validity` left, so a shorter one would be sent, lose `TooSlow` with its quorum
+        // of yeses, and cut the lock's validity to `ttl` less the drift.
+        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
+        let most = whole_ms(ttl).saturating_sub(drift);
+        if self.min_validity >= most {
+            return Err(Error::Config(format!(
+                "extend ttl {} can give at most {} of validity (the ttl less the drift \
+                 allowance of {}), not above the minimum validity of {}: such an extend \
+                 could never succeed; raise the ttl (or lower min_validity)",
+                Human(ttl),
+                Human(most),
+                Human(drift),
+                Human(self.min_validity)
+            )));
+        }
         let longest = self.longest_ttl();
         if ttl > longest {
             return Err(Error::Config(format!(
@@ -599,9 +619,11 @@ impl Builder {
         self.config.drift_factor = factor;
         self
     }
-    /// Least validity a successful acquisition must leave; an attempt that leaves less counts
-    /// as not acquired ([`Error::TooSlow`]). Default 0; at most an hour, and below the TTL
-    /// less its drift allowance (else no lock could be acquired).
+    /// Least validity a successful acquisition (or extend) must leave; an attempt that leaves
+    /// less counts as not acquired ([`Error::TooSlow`]). Default 0; at most an hour, and below
+    /// the TTL less its drift allowance (else no lock could be acquired). An extend whose TTL
+    /// less its drift allowance is not above it could never succeed: it is refused with
+    /// [`Error::Config`] before anything is sent, and the lock keeps its validity.
     pub fn min_validity(mut self, v: Duration) -> Builder {
         self.config.min_validity = v;
         self
