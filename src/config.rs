@@ -252,9 +252,12 @@ impl Config {
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
     /// `retry_count × (retry_delay + retry_jitter)` (4 s by default), at least `retry_count`
     /// node timeouts (so a short retry delay still waits for a few attempts). Zero retries: one
-    /// attempt, no wait.
+    /// attempt, no wait. Saturates at `Duration::MAX` (settings a handle would refuse, in a
+    /// `Config` made by hand, never panic here).
     pub fn lock_wait(&self) -> Duration {
-        let per_try = (self.retry_delay + self.retry_jitter).max(self.node_timeout_for(self.ttl));
+        // Saturating: a hand-made Config is not checked until a handle is built from it.
+        let per_try = (self.retry_delay.saturating_add(self.retry_jitter))
+            .max(self.node_timeout_for(self.ttl));
         per_try.saturating_mul(self.retry_count)
     }
 
@@ -877,6 +880,23 @@ mod tests {
         for (d, want) in cases {
             assert_eq!(Human(d).to_string(), want, "{d:?}");
         }
+    }
+
+    /// `Config`'s fields are public and checked only when a handle is built: `lock_wait` on
+    /// one made by hand added the delay and the jitter unchecked and panicked on overflow.
+    #[test]
+    fn lock_wait_saturates_instead_of_panicking() {
+        let mut c = Config::default();
+        assert_eq!(c.lock_wait(), Duration::from_secs(4));
+        c.retry_delay = Duration::MAX;
+        c.retry_jitter = Duration::from_millis(1);
+        assert_eq!(c.lock_wait(), Duration::MAX);
+        c.retry_count = 0;
+        assert_eq!(c.lock_wait(), Duration::ZERO);
+        c.retry_count = 1;
+        c.retry_delay = Duration::from_millis(1);
+        c.retry_jitter = Duration::MAX;
+        assert_eq!(c.lock_wait(), Duration::MAX);
     }
 
     #[test]
