@@ -239,6 +239,10 @@ impl Round {
     /// at once instead of both holding their keys for a whole node timeout (issue 36: a frozen
     /// node cut contention to 6 locks/s against 923 healthy). Deciding a loss early is always
     /// safe; a win still needs a quorum of real yeses.
+    ///
+    /// Bit `i` names node `i`, so only nodes 0 to 63 can be named: in a round of more nodes
+    /// (the engine uses at most [`MAX_NODES`](crate::MAX_NODES), 64) the others are always
+    /// waited for.
     pub fn expect_no_answer_from(&mut self, nodes: u64, now: Instant) {
         self.unexpected = nodes;
         self.evaluate(now);
@@ -408,7 +412,9 @@ impl Round {
         }
         let mut pending = self.slots.len() - self.yes - self.refused - self.failed;
         if self.unexpected != 0 {
-            let silent = (self.slots.iter().enumerate())
+            // Only the first 64 nodes can be named in the bit set (a round may have more:
+            // `1 << 64` would overflow, and wrap to node 0 in a release build).
+            let silent = (self.slots.iter().enumerate().take(u64::BITS as usize))
                 .filter(|&(i, s)| *s == Slot::Pending && self.unexpected & (1u64 << i) != 0)
                 .count();
             pending -= silent;
@@ -728,6 +734,33 @@ mod tests {
         assert!(matches!(
             r.poll_decision(),
             Some(Decision::Won { yes: 2, .. })
+        ));
+    }
+
+    /// `Round` is public and takes any number of nodes, but the silent-node mask names 64:
+    /// node 64's bit was `1 << 64` — an overflow panic in a debug build, node 0's bit in a
+    /// release build (node 64 then counted as silent with node 0, and a round that could still
+    /// win was lost).
+    #[test]
+    fn a_round_of_more_than_64_nodes_ignores_the_mask_beyond_them() {
+        let t0 = Instant::now();
+        let mut r = started(65, t0);
+        assert_eq!(r.quorum(), 33);
+        for node in 1..=32 {
+            r.handle_vote(node, Vote::Yes, t0);
+        }
+        for node in 33..=63 {
+            r.handle_vote(node, Vote::Refused, t0);
+        }
+        // Node 0 is silent; node 64 is still pending and can make the quorum.
+        r.expect_no_answer_from(1, t0);
+        assert_eq!(r.poll_decision(), None);
+        r.expect_no_answer_from(u64::MAX, t0);
+        assert_eq!(r.poll_decision(), None);
+        r.handle_vote(64, Vote::Yes, t0 + MS);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 33, .. })
         ));
     }
 
