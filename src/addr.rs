@@ -409,8 +409,10 @@ fn percent_decode(s: &str, what: AddrPart) -> Result<String, AddrError> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
+            // Two hex digits, not a sign: `from_str_radix` takes `%+f`.
             let hex = bytes
                 .get(i + 1..i + 3)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or(AddrError::PercentEncoding(what))?;
@@ -424,8 +426,16 @@ fn percent_decode(s: &str, what: AddrPart) -> Result<String, AddrError> {
     String::from_utf8(out).map_err(|_| AddrError::NotUtf8(what))
 }
 
+/// A decimal number: digits only (`str::parse` takes a leading `+`).
+fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 fn parse_db(s: &str) -> Result<u32, AddrError> {
-    s.parse().map_err(|_| AddrError::Database)
+    digits(s).ok_or(AddrError::Database)
 }
 
 fn parse(address: &str) -> Result<NodeAddr, AddrError> {
@@ -551,9 +561,7 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
     }
     let port = match port {
         None => DEFAULT_PORT,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
+        Some(p) => digits::<u16>(p)
             .filter(|&p| p != 0)
             .ok_or(AddrError::Port)?,
     };
@@ -682,6 +690,15 @@ mod tests {
             ("redis://h:0", E::Port, "port is not"),
             ("redis://h:70000", E::Port, "h:70000\": the port"),
             ("redis://h/abc", E::Database, "h/abc\": the database"),
+            // Digits only: no sign.
+            ("redis://h:+6379", E::Port, "the port"),
+            ("redis://h/+3", E::Database, "the database"),
+            ("redis://h?db=+3", E::Database, "the database"),
+            (
+                "redis://u:a%+fb@h",
+                E::PercentEncoding(AddrPart::Password),
+                "percent-encoding",
+            ),
             ("redis://[::1", E::UnclosedBracket, "unclosed"),
             ("redis://[::1]x", E::AfterBracket, "after ']'"),
             // IPv6 without brackets: the last ':' is not the port's.
