@@ -10,7 +10,8 @@
 //! unix:///path/to.sock[?...]
 //! ```
 //!
-//! IPv6 hosts go in brackets (`redis://[::1]:6379`); user name and password may be
+//! IPv6 hosts go in brackets (`redis://[::1]:6379`), and only they: a host with a `:` outside
+//! brackets, or brackets around anything but an IPv6 address, is refused; user name and password may be
 //! percent-encoded; the port defaults to 6379 and the database to 0.
 //!
 //! `rediss://` is TLS (it needs the crate's `tls` feature, checked when a client is built). Its
@@ -175,6 +176,15 @@ pub enum AddrError {
     /// Something other than `:port` after an IPv6 host's `]`.
     #[error("expected ':' after ']'")]
     AfterBracket,
+    /// A host with a `:` outside brackets (`redis://2001:db8::1`, `redis://::1`): which `:`
+    /// starts the port cannot be told.
+    #[error(
+        "an IPv6 host goes in brackets (redis://[2001:db8::1]:6379), and a host name has no ':'"
+    )]
+    UnbracketedIpv6,
+    /// Brackets around something that is not an IPv6 address (`redis://[example.com]:1`).
+    #[error("the host in brackets is not an IPv6 address (brackets are for IPv6 hosts only)")]
+    NotIpv6,
     /// The port is not a number from 1 to 65535.
     #[error("the port is not a number from 1 to 65535")]
     Port,
@@ -399,8 +409,10 @@ fn percent_decode(s: &str, what: AddrPart) -> Result<String, AddrError> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
+            // Two hex digits, not a sign: `from_str_radix` takes `%+f`.
             let hex = bytes
                 .get(i + 1..i + 3)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
                 .ok_or(AddrError::PercentEncoding(what))?;
@@ -414,8 +426,16 @@ fn percent_decode(s: &str, what: AddrPart) -> Result<String, AddrError> {
     String::from_utf8(out).map_err(|_| AddrError::NotUtf8(what))
 }
 
+/// A decimal number: digits only (`str::parse` takes a leading `+`).
+fn digits<T: std::str::FromStr>(s: &str) -> Option<T> {
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
 fn parse_db(s: &str) -> Result<u32, AddrError> {
-    s.parse().map_err(|_| AddrError::Database)
+    digits(s).ok_or(AddrError::Database)
 }
 
 fn parse(address: &str) -> Result<NodeAddr, AddrError> {
@@ -521,21 +541,27 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
             "" => None,
             p => Some(p.strip_prefix(':').ok_or(AddrError::AfterBracket)?),
         };
+        if !host.is_empty() && host.parse::<Ipv6Addr>().is_err() {
+            return Err(AddrError::NotIpv6);
+        }
         (host, port)
     } else {
-        match hostport.rsplit_once(':') {
+        let (host, port) = match hostport.rsplit_once(':') {
             Some((h, p)) => (h, Some(p)),
             None => (hostport, None),
+        };
+        // `2001:db8::1` would split into host `2001:db8:` and port 1.
+        if host.contains(':') {
+            return Err(AddrError::UnbracketedIpv6);
         }
+        (host, port)
     };
     if host.is_empty() {
         return Err(AddrError::MissingHost);
     }
     let port = match port {
         None => DEFAULT_PORT,
-        Some(p) => p
-            .parse::<u16>()
-            .ok()
+        Some(p) => digits::<u16>(p)
             .filter(|&p| p != 0)
             .ok_or(AddrError::Port)?,
     };
@@ -589,6 +615,11 @@ mod tests {
 
         let a = NodeAddr::parse("redis://[::1]").unwrap();
         assert_eq!(a.endpoint, tcp("::1", 6379));
+        let a = NodeAddr::parse("redis://[2001:db8::1]:7000/1").unwrap();
+        assert_eq!((a.endpoint.clone(), a.db), (tcp("2001:db8::1", 7000), 1));
+        assert_eq!(a.to_string(), "[2001:db8::1]:7000");
+        let a = NodeAddr::parse("redis://[::ffff:10.0.0.1]").unwrap();
+        assert_eq!(a.endpoint, tcp("::ffff:10.0.0.1", 6379));
         let a = NodeAddr::parse("redis://pw@h").unwrap();
         assert_eq!(a.password(), Some("pw"));
     }
@@ -659,8 +690,37 @@ mod tests {
             ("redis://h:0", E::Port, "port is not"),
             ("redis://h:70000", E::Port, "h:70000\": the port"),
             ("redis://h/abc", E::Database, "h/abc\": the database"),
+            // Digits only: no sign.
+            ("redis://h:+6379", E::Port, "the port"),
+            ("redis://h/+3", E::Database, "the database"),
+            ("redis://h?db=+3", E::Database, "the database"),
+            (
+                "redis://u:a%+fb@h",
+                E::PercentEncoding(AddrPart::Password),
+                "percent-encoding",
+            ),
             ("redis://[::1", E::UnclosedBracket, "unclosed"),
             ("redis://[::1]x", E::AfterBracket, "after ']'"),
+            // IPv6 without brackets: the last ':' is not the port's.
+            (
+                "redis://2001:db8::1",
+                E::UnbracketedIpv6,
+                "goes in brackets",
+            ),
+            ("redis://::1", E::UnbracketedIpv6, "goes in brackets"),
+            (
+                "redis://u:topsecret@::1:6379",
+                E::UnbracketedIpv6,
+                "brackets",
+            ),
+            ("rediss://fe80::1:7000/2", E::UnbracketedIpv6, "brackets"),
+            ("redis://h:1:2", E::UnbracketedIpv6, "no ':'"),
+            // Brackets hold an IPv6 address, nothing else.
+            ("redis://[example.com]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[10.0.0.1]", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[::1::2]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[:]:1", E::NotIpv6, "not an IPv6 address"),
+            ("redis://[]:1", E::MissingHost, "missing host"),
             (
                 "redis://h?protocol=4",
                 E::Protocol,

@@ -15,7 +15,7 @@ use crate::handle::Redlock;
 use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
-use crate::round::{RoundConfig, deadline_after};
+use crate::round::{RoundConfig, deadline_after, whole_ms};
 use crate::task::Call;
 use crate::token::Token;
 
@@ -332,7 +332,10 @@ impl AsyncRedlock {
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, now)?;
         let config = self.config();
         let drift = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).drift();
-        let worst = lock.valid_until().min(now + ttl.saturating_sub(drift));
+        // The whole milliseconds `PEXPIRE` carries, as the round counts them.
+        let worst = lock
+            .valid_until()
+            .min(now + whole_ms(ttl).saturating_sub(drift));
         let mut pending = ExtendInFlight {
             lock,
             worst,

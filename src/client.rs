@@ -290,13 +290,18 @@ impl Client {
         released_of(expired, outcome)
     }
 
-    /// Extends the lock to `ttl` from now, on a quorum, within its current validity.
+    /// Extends the lock to `ttl` from now, on a quorum, within its current validity. `PEXPIRE`
+    /// takes whole milliseconds: a fraction of one is not sent, and not counted in the new
+    /// validity.
     ///
     /// # Errors
     ///
     /// [`Error::Expired`] if its validity ran out first, [`Error::ExtensionLimit`] past the
     /// configured number of extensions, [`Error::Held`] when nodes no longer hold our token,
-    /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring.
+    /// [`Error::NoQuorum`] / [`Error::TooSlow`] as for acquiring. [`Error::Config`], with
+    /// nothing sent and the validity unchanged, for a `ttl` above [`Config::longest_ttl`] or
+    /// one that leaves no more validity than [`Config::min_validity`] after the drift
+    /// allowance.
     pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let backing = lock.backing(&self.engine.shared.nodes);
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;

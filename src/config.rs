@@ -14,7 +14,7 @@ use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
 use crate::mutation::Mutation;
 use crate::resp::Limits;
-use crate::round::RoundConfig;
+use crate::round::{RoundConfig, whole_ms};
 use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
@@ -73,13 +73,15 @@ pub const MAX_TTL: Duration = Duration::from_millis(i32::MAX as u64);
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Config {
-    /// Lock time to live (`PX`). Default 30 s.
+    /// Lock time to live (`PX`), in whole milliseconds (a fraction of one is dropped, from the
+    /// validity too). Default 30 s.
     pub ttl: Duration,
     /// How many retry pauses [`Client::lock`](crate::Client::lock) waits at most: its budget is
     /// [`Config::lock_wait`]. Default 10.
     pub retry_count: u32,
     /// Wait between attempts of a waiting caller that no release notice wakes (a lock held by a
-    /// client that does not publish, or one that expires): the fallback poll. Default 200 ms.
+    /// client that does not publish, or one that expires): the fallback poll. Default 200 ms;
+    /// at least [`MIN_RETRY_DELAY`] (1 ms).
     pub retry_delay: Duration,
     /// Up to this much random time is added to each wait. Default 200 ms.
     pub retry_jitter: Duration,
@@ -87,7 +89,8 @@ pub struct Config {
     pub node_timeout: Option<Duration>,
     /// Clock drift factor: `ttl × factor + 2 ms` is taken off the validity. Default 0.01.
     pub drift_factor: f64,
-    /// A lock with less validity than this left at acquisition counts as not acquired. Default 0.
+    /// A lock with less validity than this left at acquisition (or extend) counts as not
+    /// acquired; an extend TTL that cannot leave more is refused up front. Default 0.
     pub min_validity: Duration,
     /// Most extensions of one lock. Default 1000.
     pub max_extensions: u32,
@@ -186,6 +189,10 @@ const MAX_DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// Longest retry delay, jitter, connect, backoff or reply timeout accepted: longer ones are
 /// mistakes (a unit slip), and would stall a caller for longer than any lock is useful.
 const MAX_TIMEOUT_SETTING: Duration = Duration::from_secs(3600);
+/// Shortest retry delay accepted: no retry without backoff. With none, a waiting caller that
+/// no release notice wakes would send its `SET NX` to every node again at once after each
+/// attempt, a storm on the servers for as long as the lock is held.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
 /// Longest fixed quarantine window accepted: a month covers any TTL a client may set
 /// ([`MAX_TTL`] is about 24.8 days); longer ones are unit slips.
 const MAX_QUARANTINE: Duration = Duration::from_secs(86_400 * 30);
@@ -244,10 +251,13 @@ impl Config {
 
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
     /// `retry_count × (retry_delay + retry_jitter)` (4 s by default), at least `retry_count`
-    /// node timeouts (so a zero retry delay still waits for a few attempts). Zero retries: one
-    /// attempt, no wait.
+    /// node timeouts (so a short retry delay still waits for a few attempts). Zero retries: one
+    /// attempt, no wait. Saturates at `Duration::MAX` (settings a handle would refuse, in a
+    /// `Config` made by hand, never panic here).
     pub fn lock_wait(&self) -> Duration {
-        let per_try = (self.retry_delay + self.retry_jitter).max(self.node_timeout_for(self.ttl));
+        // Saturating: a hand-made Config is not checked until a handle is built from it.
+        let per_try = (self.retry_delay.saturating_add(self.retry_jitter))
+            .max(self.node_timeout_for(self.ttl));
         per_try.saturating_mul(self.retry_count)
     }
 
@@ -274,8 +284,7 @@ impl Config {
         }
     }
 
-    /// A TTL for extending or keeping a lock: valid, and not above [`Config::longest_ttl`] (a
-    /// longer one would outlive the restart quarantine that protects it).
+    /// A resource (a name, or a set of names): each name as [`Config::check_name`] wants it.
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
         crate::keys::check_resource(resource, |r| self.check_name(r))
     }
@@ -338,8 +347,28 @@ impl Config {
         Ok(())
     }
 
+    /// A TTL for extending or keeping a lock: valid, leaving more validity than
+    /// [`Config::min_validity`] (else the extend could only lose), and not above
+    /// [`Config::longest_ttl`] (a longer one would outlive the restart quarantine that
+    /// protects it).
     pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
         self.check_ttl(ttl)?;
+        // The most validity an extend to `ttl` can give: it wins only with at least
+        // `min_validity` left, so a shorter one would be sent, lose `TooSlow` with its quorum
+        // of yeses, and cut the lock's validity to `ttl` less the drift.
+        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
+        let most = whole_ms(ttl).saturating_sub(drift);
+        if self.min_validity >= most {
+            return Err(Error::Config(format!(
+                "extend ttl {} can give at most {} of validity (the ttl less the drift \
+                 allowance of {}), not above the minimum validity of {}: such an extend \
+                 could never succeed; raise the ttl (or lower min_validity)",
+                Human(ttl),
+                Human(most),
+                Human(drift),
+                Human(self.min_validity)
+            )));
+        }
         let longest = self.longest_ttl();
         if ttl > longest {
             return Err(Error::Config(format!(
@@ -364,9 +393,11 @@ impl Config {
             )));
         }
         let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
-        if ttl <= drift {
+        // The whole milliseconds `PX` carries, from which the validity is counted.
+        if whole_ms(ttl) <= drift {
             return Err(Error::Config(format!(
-                "ttl {} leaves no validity after the drift allowance of {}",
+                "ttl {} leaves no validity after the drift allowance of {} (the ttl counts in \
+                 whole milliseconds, as PX takes it)",
                 Human(ttl),
                 Human(drift)
             )));
@@ -390,6 +421,15 @@ impl Config {
             ));
         }
         self.check_renewals()?;
+        if self.retry_delay < MIN_RETRY_DELAY {
+            return bad(format!(
+                "retry delay {} is below {}: a waiting caller would resend its lock attempt to \
+                 every node in a tight loop; give at least {}",
+                Human(self.retry_delay),
+                Human(MIN_RETRY_DELAY),
+                Human(MIN_RETRY_DELAY)
+            ));
+        }
         let hour = MAX_TIMEOUT_SETTING;
         for (name, value) in [
             ("retry delay", self.retry_delay),
@@ -425,8 +465,8 @@ impl Config {
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
-        let validity =
-            self.ttl - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let validity = whole_ms(self.ttl)
+            - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
         if self.min_validity >= validity {
             // Every acquire and extend at the TTL would end `TooSlow`, and `lock` wait its
             // whole budget for nothing.
@@ -549,7 +589,8 @@ impl Builder {
     }
     /// Lock time to live (`PX`): how long the nodes keep a lock, and the start of its validity.
     /// Default 30 s; from 1 ms to [`MAX_TTL`], and above the drift allowance
-    /// (`ttl × drift_factor + 2 ms`).
+    /// (`ttl × drift_factor + 2 ms`). `PX` takes whole milliseconds: a fraction of one is not
+    /// sent, and not counted in the validity either (10.999 ms is a TTL of 10 ms).
     pub fn ttl(mut self, ttl: Duration) -> Builder {
         self.config.ttl = ttl;
         self
@@ -561,7 +602,9 @@ impl Builder {
         self
     }
     /// Wait between attempts of a waiting caller that no release notice wakes, and the most
-    /// random time added to it. Default 200 ms and 200 ms; each at most an hour.
+    /// random time added to it. Default 200 ms and 200 ms; each at most an hour, and the delay
+    /// at least [`MIN_RETRY_DELAY`] (1 ms): a zero delay would resend the attempt to every
+    /// node in a tight loop, and is refused with [`Error::Config`] when the handle is built.
     pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Builder {
         self.config.retry_delay = delay;
         self.config.retry_jitter = jitter;
@@ -579,9 +622,11 @@ impl Builder {
         self.config.drift_factor = factor;
         self
     }
-    /// Least validity a successful acquisition must leave; an attempt that leaves less counts
-    /// as not acquired ([`Error::TooSlow`]). Default 0; at most an hour, and below the TTL
-    /// less its drift allowance (else no lock could be acquired).
+    /// Least validity a successful acquisition (or extend) must leave; an attempt that leaves
+    /// less counts as not acquired ([`Error::TooSlow`]). Default 0; at most an hour, and below
+    /// the TTL less its drift allowance (else no lock could be acquired). An extend whose TTL
+    /// less its drift allowance is not above it could never succeed: it is refused with
+    /// [`Error::Config`] before anything is sent, and the lock keeps its validity.
     pub fn min_validity(mut self, v: Duration) -> Builder {
         self.config.min_validity = v;
         self
@@ -837,6 +882,23 @@ mod tests {
         }
     }
 
+    /// `Config`'s fields are public and checked only when a handle is built: `lock_wait` on
+    /// one made by hand added the delay and the jitter unchecked and panicked on overflow.
+    #[test]
+    fn lock_wait_saturates_instead_of_panicking() {
+        let mut c = Config::default();
+        assert_eq!(c.lock_wait(), Duration::from_secs(4));
+        c.retry_delay = Duration::MAX;
+        c.retry_jitter = Duration::from_millis(1);
+        assert_eq!(c.lock_wait(), Duration::MAX);
+        c.retry_count = 0;
+        assert_eq!(c.lock_wait(), Duration::ZERO);
+        c.retry_count = 1;
+        c.retry_delay = Duration::from_millis(1);
+        c.retry_jitter = Duration::MAX;
+        assert_eq!(c.lock_wait(), Duration::MAX);
+    }
+
     #[test]
     fn a_bad_ttl_is_reported_in_human_units() {
         let e = Builder::new(["redis://127.0.0.1:1"])
@@ -860,6 +922,20 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("minimum validity 30 s"), "{e}");
         assert!(b().min_validity(Duration::from_secs(29)).build().is_ok());
+        // 2.5 ms is 2 ms on the wire (PX takes whole ms), no more than the 2 ms drift floor:
+        // every acquire would end TooSlow.
+        let e = b()
+            .drift_factor(0.0)
+            .ttl(Duration::from_micros(2_500))
+            .build()
+            .unwrap_err();
+        assert!(e.to_string().contains("leaves no validity"), "{e}");
+        assert!(
+            b().drift_factor(0.0)
+                .ttl(Duration::from_millis(3))
+                .build()
+                .is_ok()
+        );
         // redis-server refuses these in CLIENT SETNAME, and so every handshake.
         for name in ["billing worker", "a\nb", "caf\u{e9}"] {
             let e = b().client_name(name).build().unwrap_err();
@@ -868,6 +944,38 @@ mod tests {
         assert!(b().client_name("billing-worker:7").build().is_ok());
         // An empty name clears it: the server takes that.
         assert!(b().client_name("").build().is_ok());
+    }
+
+    /// No retry without backoff: a zero delay made a waiting acquire that no notice wakes send
+    /// `SET NX` to every node again as soon as each attempt was decided.
+    #[test]
+    fn a_retry_delay_below_a_millisecond_is_refused() {
+        let b = || Builder::new(["redis://127.0.0.1:1"]);
+        for (delay, jitter) in [
+            (Duration::ZERO, Duration::ZERO),
+            (Duration::ZERO, Duration::from_millis(200)),
+            (Duration::from_micros(999), Duration::ZERO),
+        ] {
+            let e = b().retry_delay(delay, jitter).build().unwrap_err();
+            assert!(matches!(e, Error::Config(_)), "{e:?}");
+            let text = e.to_string();
+            assert!(
+                text.contains("retry delay") && text.contains("at least 1 ms"),
+                "{text}"
+            );
+            // A hand-made Config is checked alike, by every face.
+            let config = Config {
+                retry_delay: delay,
+                ..Config::default()
+            };
+            assert!(b().config(config.clone()).build_client().is_err());
+            assert!(b().config(config).build_async().is_err());
+        }
+        assert!(
+            b().retry_delay(MIN_RETRY_DELAY, Duration::ZERO)
+                .build()
+                .is_ok()
+        );
     }
 
     #[test]

@@ -686,12 +686,17 @@ impl Error {
 impl Error {
     /// True when trying the same call again, as it is, cannot succeed: a configuration or
     /// input mistake ([`Error::Config`], [`Error::ReservedName`], [`Error::AlreadyHeld`],
-    /// [`Error::Reentrant`]),
-    /// credentials or permissions refused, or no quorum because so many nodes failed with a
-    /// [permanent](NodeFault::is_permanent) fault that the others cannot make one (for a lock
-    /// or a [fence repair](Error::FenceRepair); `Held` too, then). `lock` and
+    /// [`Error::Reentrant`]), credentials or permissions refused, a lock whose validity ran out
+    /// ([`Error::Expired`]: an extend of it fails again, a release of it was sent already) or
+    /// that was extended as often as allowed ([`Error::ExtensionLimit`]), or no quorum because
+    /// so many nodes failed with a [permanent](NodeFault::is_permanent) fault that the others
+    /// cannot make one (for a lock or a [fence repair](Error::FenceRepair); `Held` too, then).
+    /// `lock` and
     /// `lock_until` stop waiting at such an error; `Held` otherwise, and a quorum that
     /// unreachable nodes may still make once they are back, are worth waiting for.
+    ///
+    /// A loop that retries an extend unless the error is final therefore ends: at
+    /// `ExtensionLimit`, or at `Expired` once the validity is gone.
     pub fn is_final(&self) -> bool {
         match self {
             Error::Config(_)
@@ -700,7 +705,9 @@ impl Error {
             | Error::AlreadyHeld { .. }
             | Error::Reentrant
             | Error::Auth { .. }
-            | Error::Permission { .. } => true,
+            | Error::Permission { .. }
+            | Error::Expired { .. }
+            | Error::ExtensionLimit(_) => true,
             Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) | Error::Held(r) => {
                 let lost = r.failed.iter().filter(|(_, f)| f.is_permanent()).count();
                 r.nodes.len().saturating_sub(lost) < r.quorum
@@ -750,6 +757,15 @@ mod tests {
         );
         let votes: Vec<String> = report.votes().map(|(_, v)| format!("{v:?}")).collect();
         assert_eq!(votes, ["Yes", "Failed(Timeout)", "Refused", "NotWaitedFor"]);
+    }
+
+    /// No retry cures a lock that ran out or was extended as often as allowed: the documented
+    /// pattern (retry unless `is_final`) looped on them.
+    #[test]
+    fn an_expired_lock_and_the_extension_limit_are_final() {
+        assert!(Error::Expired { released: 0 }.is_final());
+        assert!(Error::Expired { released: 2 }.is_final());
+        assert!(Error::ExtensionLimit(1000).is_final());
     }
 
     /// `Held` is worth waiting for — unless so many nodes fail for good that the others can

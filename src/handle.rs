@@ -407,7 +407,8 @@ impl Redlock {
     ///
     /// As [`Client::extend`](crate::Client::extend): [`Error::Expired`] if the validity ran
     /// out first, [`Error::Held`] when the nodes no longer hold our token,
-    /// [`Error::ExtensionLimit`], [`Error::Config`] for a `ttl` above the longest allowed.
+    /// [`Error::ExtensionLimit`], [`Error::Config`] for a `ttl` above the longest allowed or
+    /// one too short to leave [`Config::min_validity`] (nothing is sent then).
     pub fn extend(&self, lock: &mut Lock, ttl: Duration) -> Result<(), Error> {
         let backing = lock.backing(&self.handle.shared.nodes);
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, Instant::now())?;

@@ -330,7 +330,7 @@ pub use async_guard::AsyncLockGuard;
 pub use async_handle::AsyncRedlock;
 pub use async_keep::{AsyncKeepAlive, LockWatch};
 pub use client::Client;
-pub use config::{Builder, Config, MAX_NODES, MAX_TTL, Quarantine};
+pub use config::{Builder, Config, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine};
 pub use engine::Shutdown;
 pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;

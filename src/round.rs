@@ -34,6 +34,13 @@ pub const DRIFT_FLOOR: Duration = Duration::from_millis(2);
 /// Far enough to mean "no deadline" (about 34 years), near enough to add to any `Instant`.
 const FOREVER: Duration = Duration::from_secs(1 << 30);
 
+/// `d` truncated to whole milliseconds: what `PX` and `PEXPIRE` carry (an integer of ms; the
+/// engine writes `ttl.as_millis()`). A TTL's validity is counted from this, never from the
+/// fraction of a millisecond the nodes were not told.
+pub(crate) fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
 /// no deadline, instead of a panic.
 pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
@@ -43,7 +50,8 @@ pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {
 /// Timing parameters of one attempt.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RoundConfig {
-    /// The lock's time to live, as sent in `PX`.
+    /// The lock's time to live, as sent in `PX`: whole milliseconds, so a fraction of a
+    /// millisecond is dropped, from the validity too ([`Round::start`]).
     pub ttl: Duration,
     /// `ttl × drift_factor + 2 ms` is subtracted from the validity for clock drift.
     pub drift_factor: f64,
@@ -198,7 +206,9 @@ impl Round {
         self.quorum
     }
 
-    /// Starts an attempt at `now`, the instant taken *before* the first command is sent.
+    /// Starts an attempt at `now`, the instant taken *before* the first command is sent. The
+    /// validity runs until `now + ttl − drift`, with the TTL in whole milliseconds — what `PX`
+    /// and `PEXPIRE` carry: a TTL of 10.999 ms keeps the key 10 ms, and counts for 10.
     pub fn start(&mut self, now: Instant, config: &RoundConfig) {
         self.slots.fill(Slot::Pending);
         self.yes = 0;
@@ -211,7 +221,9 @@ impl Round {
         let far = |d: Duration| deadline_after(now, d);
         self.timing = Some(Timing {
             node_deadline: far(config.node_timeout),
-            valid_until: match config.ttl.checked_sub(config.drift()) {
+            // The TTL the nodes were sent, not the caller's `Duration`: counting the fraction
+            // of a millisecond `PX` drops would put the validity past the keys' expiry.
+            valid_until: match whole_ms(config.ttl).checked_sub(config.drift()) {
                 Some(left) => far(left),
                 None => now,
             },
@@ -227,6 +239,10 @@ impl Round {
     /// at once instead of both holding their keys for a whole node timeout (issue 36: a frozen
     /// node cut contention to 6 locks/s against 923 healthy). Deciding a loss early is always
     /// safe; a win still needs a quorum of real yeses.
+    ///
+    /// Bit `i` names node `i`, so only nodes 0 to 63 can be named: in a round of more nodes
+    /// (the engine uses at most [`MAX_NODES`](crate::MAX_NODES), 64) the others are always
+    /// waited for.
     pub fn expect_no_answer_from(&mut self, nodes: u64, now: Instant) {
         self.unexpected = nodes;
         self.evaluate(now);
@@ -396,7 +412,9 @@ impl Round {
         }
         let mut pending = self.slots.len() - self.yes - self.refused - self.failed;
         if self.unexpected != 0 {
-            let silent = (self.slots.iter().enumerate())
+            // Only the first 64 nodes can be named in the bit set (a round may have more:
+            // `1 << 64` would overflow, and wrap to node 0 in a release build).
+            let silent = (self.slots.iter().enumerate().take(u64::BITS as usize))
                 .filter(|&(i, s)| *s == Slot::Pending && self.unexpected & (1u64 << i) != 0)
                 .count();
             pending -= silent;
@@ -579,6 +597,43 @@ mod tests {
         ));
     }
 
+    /// `PX` and `PEXPIRE` carry whole milliseconds (`ttl.as_millis()`, rounded down): a
+    /// validity counted from the exact `Duration` ran up to a millisecond past the keys'
+    /// expiry (a TTL of 10.999 ms: `PX 10`, valid for 8.999 ms after the 2 ms drift).
+    #[test]
+    fn the_validity_counts_only_the_whole_milliseconds_sent_to_the_nodes() {
+        let t0 = Instant::now();
+        for (ttl, factor) in [
+            (Duration::from_micros(10_999), 0.0),
+            (Duration::from_micros(10_001), 0.0),
+            (Duration::from_nanos(1_000_999_999), 0.01),
+            (Duration::from_micros(29_999_500), 0.01),
+        ] {
+            let cfg = RoundConfig::new(ttl, factor, 50 * MS);
+            let sent = Duration::from_millis(ttl.as_millis() as u64);
+            let bound = t0 + sent - cfg.drift();
+            let mut r = Round::new(1);
+            r.start(t0, &cfg);
+            assert!(r.valid_until().unwrap() <= bound, "{ttl:?}");
+            r.handle_vote(0, Vote::Yes, t0);
+            match r.poll_decision() {
+                Some(Decision::Won {
+                    valid_until,
+                    validity,
+                    ..
+                }) => {
+                    assert!(valid_until <= bound, "{ttl:?}");
+                    assert!(validity <= sent - cfg.drift(), "{ttl:?}");
+                }
+                other => panic!("{ttl:?}: {other:?}"),
+            }
+        }
+        // Whole milliseconds lose nothing.
+        let mut r = Round::new(1);
+        r.start(t0, &RoundConfig::new(10 * MS, 0.0, 50 * MS));
+        assert_eq!(r.valid_until(), Some(t0 + 8 * MS));
+    }
+
     #[test]
     fn a_ttl_smaller_than_the_drift_can_never_win() {
         let t0 = Instant::now();
@@ -679,6 +734,33 @@ mod tests {
         assert!(matches!(
             r.poll_decision(),
             Some(Decision::Won { yes: 2, .. })
+        ));
+    }
+
+    /// `Round` is public and takes any number of nodes, but the silent-node mask names 64:
+    /// node 64's bit was `1 << 64` — an overflow panic in a debug build, node 0's bit in a
+    /// release build (node 64 then counted as silent with node 0, and a round that could still
+    /// win was lost).
+    #[test]
+    fn a_round_of_more_than_64_nodes_ignores_the_mask_beyond_them() {
+        let t0 = Instant::now();
+        let mut r = started(65, t0);
+        assert_eq!(r.quorum(), 33);
+        for node in 1..=32 {
+            r.handle_vote(node, Vote::Yes, t0);
+        }
+        for node in 33..=63 {
+            r.handle_vote(node, Vote::Refused, t0);
+        }
+        // Node 0 is silent; node 64 is still pending and can make the quorum.
+        r.expect_no_answer_from(1, t0);
+        assert_eq!(r.poll_decision(), None);
+        r.expect_no_answer_from(u64::MAX, t0);
+        assert_eq!(r.poll_decision(), None);
+        r.handle_vote(64, Vote::Yes, t0 + MS);
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 33, .. })
         ));
     }
 

@@ -134,6 +134,43 @@ fn extend_renews_on_all_nodes_and_counts() {
     assert_eq!(c.unlock(lock).unwrap(), 3);
 }
 
+/// An extend whose TTL leaves less validity than `min_validity` could only lose: it used to be
+/// sent, lose `TooSlow` (its quorum of yeses reported as "not acquired"), and cut the lock's
+/// validity (and its keys) to that TTL. It is refused up front now, nothing sent.
+#[test]
+fn an_extend_too_short_for_the_minimum_validity_is_refused_before_anything_is_sent() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(30))
+        .min_validity(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let mut lock = redlock.try_lock("res").unwrap();
+    let until = lock.valid_until();
+    for s in servers.iter() {
+        s.cmd(&["CONFIG", "RESETSTAT"]);
+    }
+    match redlock.extend(&mut lock, Duration::from_secs(1)) {
+        Err(Error::Config(m)) => assert!(m.contains("minimum validity of 5 s"), "{m}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert_eq!(lock.valid_until(), until, "the validity is untouched");
+    assert_eq!(lock.extensions(), 0);
+    for s in servers.iter() {
+        let stats = s.info("commandstats");
+        assert!(
+            !stats.contains("cmdstat_eval"),
+            "{}: an extend script ran:\n{stats}",
+            s.addr()
+        );
+        assert!(s.pttl("res") > 20_000, "{}: the key was cut", s.addr());
+    }
+    // A TTL that leaves more than the minimum goes through.
+    redlock.extend(&mut lock, Duration::from_secs(10)).unwrap();
+    assert_eq!(lock.extensions(), 1);
+    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+}
+
 #[test]
 fn extend_of_a_lock_taken_over_fails() {
     let servers = Cluster::start(3);
