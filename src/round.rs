@@ -38,7 +38,9 @@ const FOREVER: Duration = Duration::from_secs(1 << 30);
 /// engine writes `ttl.as_millis()`). A TTL's validity is counted from this, never from the
 /// fraction of a millisecond the nodes were not told.
 pub(crate) fn whole_ms(d: Duration) -> Duration {
-    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    // The seconds as they are, the nanoseconds cut to whole ms: `as_millis` goes through u128
+    // arithmetic, ~20 instructions more on every round.
+    Duration::new(d.as_secs(), d.subsec_nanos() / 1_000_000 * 1_000_000)
 }
 
 /// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
@@ -600,6 +602,21 @@ mod tests {
     /// `PX` and `PEXPIRE` carry whole milliseconds (`ttl.as_millis()`, rounded down): a
     /// validity counted from the exact `Duration` ran up to a millisecond past the keys'
     /// expiry (a TTL of 10.999 ms: `PX 10`, valid for 8.999 ms after the 2 ms drift).
+    #[test]
+    fn whole_ms_is_the_milliseconds_that_px_carries() {
+        for d in [
+            Duration::ZERO,
+            Duration::from_nanos(999_999),
+            Duration::from_micros(10_999),
+            Duration::new(1, 999_999_999),
+            Duration::from_secs(30),
+            Duration::MAX,
+        ] {
+            assert_eq!(whole_ms(d).as_millis(), d.as_millis(), "{d:?}");
+            assert_eq!(whole_ms(d).subsec_nanos() % 1_000_000, 0, "{d:?}");
+        }
+    }
+
     #[test]
     fn the_validity_counts_only_the_whole_milliseconds_sent_to_the_nodes() {
         let t0 = Instant::now();
