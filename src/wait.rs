@@ -215,11 +215,15 @@ impl Waits {
 }
 
 impl Queue {
-    /// When the head tries again after a refusal (no release seen meanwhile): at the end of
-    /// a local holder's lock, or after the fallback `poll`.
+    /// When the head tries again after a refusal (no release seen meanwhile): after the
+    /// fallback `poll`, or at the end of a local holder's lock if that comes first. Not at the
+    /// end of a local holder's lock when it comes later: the lock can be released where this
+    /// engine does not see it (`Lock::from_parts` in another handle, `redlock release` in
+    /// another process), and the waiters slept until its validity ended — past their
+    /// deadlines, the resource free for seconds (found by review; `tests/contention.rs`).
     pub fn after_refusal(&self, now: Instant, poll: Duration) -> Instant {
         match self.held_until {
-            Some(t) if t > now => t,
+            Some(t) if t > now => t.min(now + poll),
             _ => now + poll,
         }
     }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
-use redlock_mux::{Builder, Error, Redlock};
+use redlock_mux::{Builder, Error, Lock, Redlock};
 
 /// A retry pause no test waits for: anything that completes did so without polling.
 const NEVER: Duration = Duration::from_secs(30);
@@ -706,6 +706,90 @@ fn a_waiter_without_a_quorum_retries_at_the_pause_not_at_its_own_notices() {
             s.addr()
         );
     }
+}
+
+/// A waiter refused by the holder's quorum whose own `SET` won on a node where the holder's key
+/// had gone, that yes coming after the round was lost: the round's cleanup deleted its key there
+/// with a release notice, which the waiter's own subscription heard — the next attempt at once,
+/// again and again, one per round trip for as long as the holder held the lock (found by
+/// review). A lost round's cleanup is quiet now: the waiter retries at its pause.
+#[test]
+fn a_waiter_refused_with_a_late_yes_retries_at_the_pause_not_at_its_own_cleanup() {
+    let servers = Cluster::start(3);
+    let holder = Builder::new(servers.urls())
+        .quarantine(None)
+        .ttl(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let held = holder.try_lock("p").unwrap();
+    servers[2].cmd(&["DEL", "p"]);
+    // Node 2 a little farther: its yes comes after the two refusals decided the round.
+    let relay = redis_local::Relay::start(servers[2].socket_addr(), Duration::from_millis(1));
+    let urls = [servers[0].url(), servers[1].url(), relay.url()];
+    let waiter = Builder::new(urls)
+        .quarantine(None)
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_millis(500))
+        .retry_delay(Duration::from_millis(100), Duration::ZERO)
+        .build()
+        .unwrap();
+    reset_stats(&servers);
+    let started = Instant::now();
+    let e = waiter
+        .lock_until("p", started + Duration::from_secs(1))
+        .unwrap_err();
+    assert!(matches!(e, Error::Held(_)), "{e}");
+    // As in the test above: attempts at the pause (a mark and a `SET` each), room for a few more.
+    let elapsed = started.elapsed();
+    let paced = 2 * (elapsed.as_millis() as u64 / 100 + 5);
+    let sets = set_calls(&servers[0]);
+    assert!(
+        (1..=paced).contains(&sets),
+        "{sets} SETs on node 0 in {elapsed:?} (at most {paced} at the pause)"
+    );
+    assert_eq!(holder.unlock(held).unwrap(), 2);
+}
+
+/// A lock won through this engine's queue and released through another handle (its parts
+/// handed over, as `redlock release` in another process does): the next waiter here waited for
+/// the lock's whole validity (30 s), ignoring notices and not polling, past its own deadline with
+/// the resource free (found by review). It polls at its retry pause now.
+#[test]
+fn a_lock_released_elsewhere_is_found_by_the_next_waiter_within_a_poll() {
+    let servers = Cluster::start(3);
+    let build = || {
+        Builder::new(servers.urls())
+            .quarantine(None)
+            .ttl(Duration::from_secs(30))
+            .retry_delay(Duration::from_millis(100), Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let (a, b, c) = (build(), build(), build());
+    let held = b.try_lock("h").unwrap();
+    // A caller of `a` waits in a queue for `h` and wins it through the queue.
+    let first = std::thread::scope(|scope| {
+        let t = scope.spawn(|| a.lock_until("h", Instant::now() + Duration::from_secs(10)));
+        until_waiting(&a, "h", 1);
+        b.unlock(held).unwrap();
+        t.join().unwrap().unwrap()
+    });
+    // The next caller of `a` waits behind it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let _ = tx.send(a.lock_until("h", Instant::now() + Duration::from_secs(5)));
+        });
+        until_waiting(&a, "h", 1);
+        // Released through another handle.
+        let parts = Lock::from_parts("h", first.token().as_bytes(), first.validity()).unwrap();
+        assert_eq!(c.unlock(parts).unwrap(), 3);
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap()
+            .expect("the waiter found the free lock before its deadline");
+        assert_eq!(a.unlock(got).unwrap(), 3);
+    });
 }
 
 /// Issue 36, item 4, explained: the reported stall — 32 cycles in 8.4 s, every thread waiting

@@ -191,14 +191,28 @@ impl<N: Net> Engine<N> {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
             resources.extend_from_slice(&op.resource);
-            let quiet = (0..n)
-                .filter(|&i| {
-                    matches!(
-                        op.vote.faults[i].as_ref().map(NodeFault::root),
-                        Some(NodeFault::Quarantined(_))
-                    )
-                })
-                .fold(0, |m, i| m | node_bit(i));
+            // A round that did not win a quorum of yes votes (refused, split, no quorum) held
+            // the resource nowhere a waiter could win it: its cleanup goes without a notice on
+            // every node. Heard by our own subscription, such a notice brought our next attempt
+            // at once — with a yes that came after the round was lost (a node where the holder's
+            // key had gone), one attempt per round trip for as long as the holder held it, no
+            // backoff (found by review; `tests/contention.rs`). Other clients' waiters lose
+            // nothing they could have won; in a split, the contenders' own pauses bring their
+            // next attempts. A lock won for nobody (its caller gone, or won too late) is
+            // released with its notice: others wait for it. On nodes in their restart
+            // quarantine it is quiet too: their yes counted for nobody.
+            let won = op.vote.yes().count_ones() as usize >= op.vote.round.quorum();
+            let quiet = match won {
+                false => self.all_nodes(),
+                true => (0..n)
+                    .filter(|&i| {
+                        matches!(
+                            op.vote.faults[i].as_ref().map(NodeFault::root),
+                            Some(NodeFault::Quarantined(_))
+                        )
+                    })
+                    .fold(0, |m, i| m | node_bit(i)),
+            };
             releases.push((start, resources.len(), op.token, quiet));
         }
         let all = self.all_nodes();
