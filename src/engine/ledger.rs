@@ -145,7 +145,7 @@ impl<N: Net> Engine<N> {
     /// and that key would block the resource there for a TTL. The release goes out on a new
     /// connection, behind a handshake the node answers only once it runs again, so after the
     /// stale `SET`; it deletes only our own token. At most `max_pending` entries per node
-    /// (`Ledger::add` drops the oldest).
+    /// (`Ledger::add` keeps what it has and drops the new entry).
     ///
     /// Paced: at most half of `max_pending` requests outstanding on the connection at once
     /// (the replies bring the next turn), so the ledger's burst leaves a fresh connection room
