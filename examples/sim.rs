@@ -16,7 +16,8 @@
 //! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
 //! check (one of five nodes frozen, contention for one resource, grants per second against
 //! the same schedule with every node up): wait-for-silent, and in the same runs release
-//! notices' counts ignored (every woken client attempts at once): notice-herd; one caught by
+//! notices' counts ignored (every woken client attempts at once): notice-herd (no longer caught
+//! since a lost round's cleanup is quiet); one caught by
 //! the deadline check
 //! (a waiting acquire's outcome within a slack of its deadline): deadline-not-rearmed; a
 //! majority restarted with its fence counters lost, no fenced lock again (`--control`: an

@@ -210,17 +210,20 @@ fn a_replacement_taken_by_its_uptime_after_refusals_gives_two_holders() {
     // uptime and counts it at once (found by review; both the engine's answers and the
     // session's handshakes now tell it). Seed 5 gave way to seed 1 when kept locks began to
     // try a lost renewal again (415 of 3,000 seeds find two holders since, 383 before), and
-    // seed 1 to seed 9 when lost kept locks began to be left to their holders (412 of 3,000).
+    // seed 1 to seed 9 when lost kept locks began to be left to their holders (412 of 3,000);
+    // seed 8 to 17 when a lost round's cleanup went quiet (its notices no longer bring the next
+    // attempts: different schedules).
     let breaks = Break::RunIdOnYesOnly;
-    assumption_is_needed(breaks, &[8, 9, 15]);
+    assumption_is_needed(breaks, &[9, 15, 17]);
     control_is_safe_and_live(breaks, 0..200);
 }
 
 #[test]
 fn clocks_drifting_beyond_the_factor_give_two_holders() {
     // Seed 25 replaced by 11 when waiters began to leave at their deadline (seed 541,056's
-    // fix): a different schedule, not a weaker check.
-    assumption_is_needed(Break::ClockDrift, &[6, 8, 9]);
+    // fix): a different schedule, not a weaker check. Seeds 6 and 9 by 5 and 24 when a lost
+    // round's cleanup went quiet.
+    assumption_is_needed(Break::ClockDrift, &[5, 8, 24]);
 }
 
 /// The cover check: a holder is told a validity that a quorum of nodes' keys outlive. Clocks
@@ -485,8 +488,9 @@ fn wrong_fence_constructions_are_caught() {
         // them and when they stopped counting the releaser: earlier seeds no longer hit this
         // rare case; these do (8 of 4,000 seeds at the last change, and again when kept locks
         // began to try a lost renewal again, with 2914 for 2266; 9 of 5,000 with 1283 for 2914
-        // when lost kept locks began to be left to their holders).
-        (Break::FenceBlankAsZero, &[562, 1243, 1283][..]),
+        // when lost kept locks began to be left to their holders; 120, 1218, 1801 of 1,802 when
+        // a lost round's cleanup went quiet).
+        (Break::FenceBlankAsZero, &[120, 1218, 1801][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
@@ -568,7 +572,8 @@ fn liveness_defects_brought_back_are_caught() {
 /// the code as it is passes it on the same seeds.
 #[test]
 fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
-    for seed in [0, 17] {
+    // Seeds 0 and 17 gave way to 6 and 34 when a lost round's cleanup went quiet.
+    for seed in [6, 34] {
         let broken = setup(Break::WaitForSilent, false);
         let r = sim::run(seed, broken, None);
         let v = r.progress.as_ref().unwrap_or_else(|| {
@@ -597,24 +602,22 @@ fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
 /// Release notices once woke every waiting client at the same moment: all attempted at once,
 /// their votes split, all paused and tried again, and with one node frozen contention kept
 /// less than half its healthy rate (17 of seeds 0..300 of `Break::WaitForSilent`'s control
-/// below [`sim::PROGRESS_FLOOR`] before the fix; the worst of 1,000 at 0.38). Now a notice
-/// says how many clients heard it and each spreads its attempt over a span that grows with
-/// them (`wait::crowd_pause`). `Break::NoticeHerd` ignores the count in the same runs, all
-/// with notices: caught by the progress check on these seeds (0.41–0.44 of the healthy rate);
-/// the code as it is keeps more on them.
+/// below [`sim::PROGRESS_FLOOR`] before the fix; the worst of 1,000 at 0.38). Then a notice
+/// said how many clients heard it and each spread its attempt over a span that grows with
+/// them (`wait::crowd_pause`); `Break::NoticeHerd`, which ignores the count, was caught by the
+/// progress check on seeds 63, 82 and 91 (0.41–0.44 of the healthy rate).
+///
+/// Since a lost round's cleanup is quiet (a split's cleanups no longer publish notices that
+/// wake the herd into the next split), `Break::NoticeHerd` no longer falls below the floor: none
+/// of seeds 0..4,000 (over seeds 0..300 its rate is 0.58 of the healthy one at worst, mean 0.77,
+/// against 0.65 and 0.79 with the crowd pause). The pause stays, a margin; this test keeps the
+/// code as it is above the floor on the seeds that caught the herd.
 #[test]
-fn waiters_woken_by_one_notice_split_the_votes_unless_they_spread_out() {
+fn waiters_woken_by_one_notice_keep_the_rate() {
     for seed in [63, 82, 91] {
-        let broken = setup(Break::NoticeHerd, false);
-        let r = sim::run(seed, broken, None);
-        assert!(
-            r.progress.is_some(),
-            "seed {seed}: with every woken client attempting at once, contention should fall \
-             below the floor: {r:?}"
-        );
         let control = Setup {
             control: true,
-            ..broken
+            ..setup(Break::NoticeHerd, false)
         };
         let r = sim::run(seed, control, None);
         assert!(
@@ -635,7 +638,8 @@ fn waiters_woken_by_one_notice_split_the_votes_unless_they_spread_out() {
 /// 1,000. The code as it is: none, on the same seeds and in every batch above.
 #[test]
 fn a_wait_that_outlives_its_deadline_is_caught_by_the_deadline_check() {
-    for seed in [15, 53, 56] {
+    // Seeds 15, 53, 56 gave way to 19, 62, 76 when a lost round's cleanup went quiet.
+    for seed in [19, 62, 76] {
         let broken = setup(Break::DeadlineNotRearmed, false);
         let r = sim::run(seed, broken, None);
         let late = r.late.as_ref().unwrap_or_else(|| {
