@@ -40,7 +40,7 @@ const FOREVER: Duration = Duration::from_secs(1 << 30);
 pub(crate) fn whole_ms(d: Duration) -> Duration {
     // The seconds as they are, the nanoseconds cut to whole ms: `as_millis` goes through u128
     // arithmetic, ~20 instructions more on every round.
-    Duration::new(d.as_secs(), d.subsec_nanos() / 1_000_000 * 1_000_000)
+    Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000)
 }
 
 /// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
