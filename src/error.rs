@@ -211,6 +211,32 @@ pub struct Report {
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
     pub(crate) refusal: Refusal,
+    /// (A fenced acquire's) what stands in the way of a fence beyond the nodes' faults.
+    pub(crate) note: Option<FenceNote>,
+}
+
+/// Why a fenced acquire got no fence, where its nodes' faults alone do not say it (appended to
+/// its [`Report`]'s text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceNote {
+    /// Every counter is blank, but some still name the process that seeded them: seeded
+    /// before, so no new deployment (a snapshot restored after fences above it were handed
+    /// out). Only a repair with a floor mends it.
+    SeededBefore,
+}
+
+impl fmt::Display for FenceNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FenceNote::SeededBefore => f.write_str(
+                "every fence counter is blank, and some were seeded by an earlier server process \
+                 (restored from a snapshot?): not a new deployment, and fences above every value \
+                 read may have been handed out; no fence until a repair: run `redlock \
+                 repair-fences --at-least <a floor above every fence handed out>` (docs/fencing.md, \
+                 Repair)",
+            ),
+        }
+    }
 }
 
 /// What a node's refusal means in the round a [`Report`] is of.
@@ -240,6 +266,7 @@ impl Report {
             refused,
             failed: Vec::new(),
             refusal: Refusal::TokenGone,
+            note: None,
         }
     }
 
@@ -326,7 +353,11 @@ impl fmt::Display for Report {
             f,
             "; not waited for (decided without them): ",
             NodeVote::NotWaitedFor,
-        )
+        )?;
+        if let Some(note) = self.note {
+            write!(f, "; {note}")?;
+        }
+        Ok(())
     }
 }
 
@@ -749,6 +780,7 @@ mod tests {
             refused: 0b0100,
             failed: vec![(1, NodeFault::Timeout)],
             refusal: Refusal::HeldElsewhere,
+            note: None,
         };
         assert_eq!(
             report.to_string(),
@@ -785,6 +817,7 @@ mod tests {
                 refused: 0b00011,
                 failed,
                 refusal: Refusal::HeldElsewhere,
+                note: None,
             })
         };
         let auth = || NodeFault::Auth("WRONGPASS".into());

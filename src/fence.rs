@@ -62,8 +62,9 @@ pub(crate) enum Reading {
     Seeded(u64),
     /// Blank: the counter is not known to be complete (its value, if any, from an earlier
     /// process or a restored snapshot: never lower than the truth matters, so it is only ever
-    /// used to raise a fence).
-    Blank(u64),
+    /// used to raise a fence). `run`: the hash still names a process (an earlier one): it was
+    /// seeded before, so this node is no part of a new deployment.
+    Blank { value: u64, run: bool },
     /// The node's process is not known (no `INFO server`): it cannot take part.
     Unknown,
 }
@@ -92,7 +93,10 @@ pub(crate) fn parse_acquire(
     let reading = match run_id {
         None => Reading::Unknown,
         Some(id) if !run.is_empty() && run == id => Reading::Seeded(value),
-        Some(_) => Reading::Blank(value),
+        Some(_) => Reading::Blank {
+            value,
+            run: !run.is_empty(),
+        },
     };
     Some((ok, reading))
 }
@@ -132,6 +136,8 @@ pub(crate) struct Reads {
     seeded: u64,
     blank: u64,
     unknown: u64,
+    /// Blank nodes whose counter names an earlier process (`run` set): seeded before.
+    stale: u64,
     /// Blank nodes up for a whole restart window before the attempt started.
     seedable: u64,
     /// Nodes whose answer said our `SET NX` succeeded, with their counters (flawed variant).
@@ -146,6 +152,9 @@ pub(crate) struct Short {
     /// Nodes that answered blank, and those whose process was unknown.
     pub blank: u64,
     pub unknown: u64,
+    /// Blank nodes whose counter was seeded before (by an earlier process): with every node
+    /// blank, no new deployment (see [`Reads::genesis`]).
+    pub stale: u64,
 }
 
 impl Reads {
@@ -160,10 +169,10 @@ impl Reads {
     ) {
         let bit = 1u64 << node;
         let reading = match reading {
-            Reading::Blank(v) if mutation.fence_blank_as_zero() => {
+            Reading::Blank { value, .. } if mutation.fence_blank_as_zero() => {
                 // Counted as seeded, and seeded by the write-back at once.
                 self.seedable |= bit;
-                Reading::Seeded(v)
+                Reading::Seeded(value)
             }
             r => r,
         };
@@ -172,16 +181,19 @@ impl Reads {
                 self.seeded |= bit;
                 self.any_max = self.any_max.max(v);
             }
-            Reading::Blank(v) => {
+            Reading::Blank { value, run } => {
                 self.blank |= bit;
-                self.any_max = self.any_max.max(v);
+                self.any_max = self.any_max.max(value);
+                if run {
+                    self.stale |= bit;
+                }
                 if seedable {
                     self.seedable |= bit;
                 }
             }
             Reading::Unknown => self.unknown |= bit,
         }
-        if won && let Reading::Seeded(v) | Reading::Blank(v) = reading {
+        if won && let Reading::Seeded(v) | Reading::Blank { value: v, .. } = reading {
             self.winners_max = self.winners_max.max(v);
         }
     }
@@ -192,6 +204,7 @@ impl Reads {
             seeded: self.seeded,
             blank: self.blank,
             unknown: self.unknown,
+            stale: self.stale,
         }
     }
 
@@ -202,12 +215,14 @@ impl Reads {
         self.seeded &= keep;
         self.blank &= keep;
         self.unknown &= keep;
+        self.stale &= keep;
         self.seedable &= keep;
     }
 
     /// The fence, from the answers of `n` nodes with quorum `quorum`: the largest counter + 1
     /// once a quorum of seeded nodes answered; 1 + the largest (stale) value when every node
-    /// answered blank (a new deployment: every node is then seeded by the write-back).
+    /// answered blank and none was seeded before (a new deployment: every node is then seeded
+    /// by the write-back).
     pub fn fence(&self, n: usize, quorum: usize, mutation: Mutation) -> Result<u64, Short> {
         let short = self.short();
         if mutation.fence_no_write_back() {
@@ -221,10 +236,15 @@ impl Reads {
         max.checked_add(1).ok_or(short)
     }
 
-    /// True when every node answered blank: the write-back seeds them all.
+    /// True when every node answered blank and no counter names an earlier process: a new
+    /// deployment, which the write-back seeds everywhere. A blank counter whose hash still has
+    /// its `run` was seeded before: a snapshot restored after fences above its value were
+    /// handed out (assumption A2 broken: every node restarted, or N ≤ 2 and one did) must not
+    /// start the count again from its value. Then no fence until a repair
+    /// (`redlock repair-fences --at-least`) seeds the counters.
     pub fn genesis(&self, n: usize) -> bool {
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-        self.blank == all
+        self.blank == all && self.stale == 0
     }
 
     /// Blank nodes the write-back may seed.
@@ -257,14 +277,36 @@ mod tests {
         // Every node blank: a new deployment, fence 1.
         let mut r = Reads::default();
         for i in 0..3 {
-            r.add(i, (true, Reading::Blank(0)), false, Mutation::None);
+            r.add(
+                i,
+                (
+                    true,
+                    Reading::Blank {
+                        value: 0,
+                        run: false,
+                    },
+                ),
+                false,
+                Mutation::None,
+            );
         }
         assert_eq!(r.fence(n, q, Mutation::None), Ok(1));
         assert_eq!(r.seeds(n), 0b111);
         // The example: node 2 restarted empty, node 3 older, node 1 silent: no fence
         // rather than a smaller one.
         let mut r = Reads::default();
-        r.add(1, (true, Reading::Blank(0)), false, Mutation::None);
+        r.add(
+            1,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            false,
+            Mutation::None,
+        );
         r.add(2, (true, Reading::Seeded(4)), false, Mutation::None);
         assert!(r.fence(n, q, Mutation::None).is_err());
         assert_eq!(r.seeds(n), 0);
@@ -272,7 +314,13 @@ mod tests {
         let mut bad = Reads::default();
         bad.add(
             1,
-            (true, Reading::Blank(0)),
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
             false,
             Mutation::FenceBlankAsZero,
         );
@@ -287,7 +335,18 @@ mod tests {
         r.add(0, (false, Reading::Seeded(5)), false, Mutation::None);
         assert_eq!(r.fence(n, q, Mutation::None), Ok(6));
         // A stale snapshot's value only ever raises the fence.
-        r.add(1, (true, Reading::Blank(9)), true, Mutation::None);
+        r.add(
+            1,
+            (
+                true,
+                Reading::Blank {
+                    value: 9,
+                    run: true,
+                },
+            ),
+            true,
+            Mutation::None,
+        );
         assert_eq!(r.fence(n, q, Mutation::None), Ok(10));
         // The unknown never count; a counter at u64::MAX gives no fence.
         let mut r = Reads::default();
@@ -295,5 +354,83 @@ mod tests {
         r.add(1, (true, Reading::Seeded(u64::MAX)), false, Mutation::None);
         r.add(2, (true, Reading::Seeded(1)), false, Mutation::None);
         assert!(r.fence(n, q, Mutation::None).is_err());
+    }
+
+    /// Every node blank, one counter still naming the process that seeded it (a snapshot
+    /// restored, N = 1 restarted with persistence): seeded before, so no new deployment — its
+    /// value may be below fences handed out since. No fence, nothing seeded.
+    #[test]
+    fn every_node_blank_is_no_new_deployment_if_a_counter_was_seeded_before() {
+        let (n, q) = (3, 2);
+        let mut r = Reads::default();
+        r.add(
+            0,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            true,
+            Mutation::None,
+        );
+        r.add(
+            1,
+            (
+                true,
+                Reading::Blank {
+                    value: 50,
+                    run: true,
+                },
+            ),
+            true,
+            Mutation::None,
+        );
+        r.add(
+            2,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            true,
+            Mutation::None,
+        );
+        let short = r.fence(n, q, Mutation::None).unwrap_err();
+        assert_eq!((short.blank, short.stale), (0b111, 0b010));
+        assert!(!r.genesis(n));
+        // N = 1: the one counter restored from a snapshot.
+        let mut r = Reads::default();
+        r.add(
+            0,
+            (
+                true,
+                Reading::Blank {
+                    value: 50,
+                    run: true,
+                },
+            ),
+            true,
+            Mutation::None,
+        );
+        assert!(r.fence(1, 1, Mutation::None).is_err());
+        // Without a `run`, the hash was never seeded (or was lost entirely): a new deployment.
+        let mut r = Reads::default();
+        r.add(
+            0,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            false,
+            Mutation::None,
+        );
+        assert_eq!(r.fence(1, 1, Mutation::None), Ok(1));
     }
 }

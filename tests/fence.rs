@@ -182,6 +182,68 @@ fn one_restarted_node_is_carried_by_the_others() {
     a.unlock(lock).unwrap();
 }
 
+/// Outside assumption A2, but detectable: every counter blank while its hash still names the
+/// process that seeded it — a snapshot restored after fences above its value were handed out
+/// (N = 1, or every server, restarted from RDB/AOF). That is no new deployment: the client
+/// handed out 1 + the stale value (here 3, after fences up to 4 or more) and seeded every
+/// node with it (found by review). It refuses with `Error::Fence`, pointing at the repair with
+/// a floor, writes nothing, and fences go on above the floor once repaired.
+#[test]
+fn every_counter_blank_but_seeded_before_is_no_new_deployment() {
+    let servers = Cluster::start(3);
+    let ttl = Duration::from_secs(1);
+    let mut a = fenced(&servers, ttl);
+    let mut last = 0;
+    for i in 0..4 {
+        let lock = a.try_lock(format!("s{i}")).unwrap();
+        last = lock.fence().unwrap();
+        a.unlock(lock).unwrap();
+    }
+    assert!(last >= 4, "{last}");
+    // Each counter as an old snapshot left it: an earlier process's run_id, a value below
+    // fences handed out since.
+    let old_run = "0".repeat(40);
+    for i in 0..3 {
+        servers[i].cmd(&["HSET", FENCE_KEY, "run", &old_run, "n", "2"]);
+    }
+    match a.try_lock("s0") {
+        Err(Error::Fence(report)) => {
+            let blank = report
+                .failed()
+                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
+                .count();
+            assert_eq!(blank, 3, "{report}");
+            let text = report.to_string();
+            assert!(
+                text.contains("seeded by an earlier server process"),
+                "{text}"
+            );
+            assert!(text.contains("redlock repair-fences --at-least"), "{text}");
+        }
+        Ok(lock) => panic!("handed out fence {:?} after {last}", lock.fence()),
+        Err(other) => panic!("expected Error::Fence: {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(
+            raw_counter(&servers, i),
+            Some((old_run.clone(), "2".into())),
+            "node {i} written"
+        );
+    }
+    // The repair the message names: a floor above every fence handed out (the servers up for
+    // the 1 s seed window, read a second short).
+    for i in 0..3 {
+        servers[i].wait_uptime(3);
+    }
+    let floor = last + 100;
+    let done = repairer(&servers, ttl)
+        .repair_fences(FenceFloor::AtLeast(floor), Duration::from_secs(2))
+        .expect("repaired with a floor");
+    assert_eq!((done.seeded_read, done.repaired, done.value), (0, 3, floor));
+    let lock = a.try_lock("s0").expect("fenced again");
+    assert!(lock.fence().unwrap() > floor, "{:?}", lock.fence());
+}
+
 /// A client for repairs: fencing on (the repair learns the run_ids as fenced acquires do), a
 /// seed window of `window` (the fenced clients' longest TTL, or more).
 fn repairer(servers: &Cluster, window: Duration) -> Client {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::config::Config;
-use crate::error::{Error, NodeFault, Refusal, Report};
-use crate::fence::{FENCE_KEY, Reading, Reads};
+use crate::error::{Error, FenceNote, NodeFault, Refusal, Report};
+use crate::fence::{FENCE_KEY, Reading, Reads, Short};
 use crate::mutation::Mutation;
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
@@ -88,7 +88,7 @@ impl Fencing {
         let settled = watch
             .quarantine_left(seed_window, d.generation, d.info.copied(), start)
             .is_none();
-        let seedable = matches!(reading, Reading::Blank(_)) && settled;
+        let seedable = matches!(reading, Reading::Blank { .. }) && settled;
         self.reads.add(node, (won, reading), seedable, mutation);
         self.gens[node] = d.generation;
         Ok(if won { Vote::Yes } else { Vote::Refused })
@@ -132,10 +132,10 @@ impl<N: Net> Engine<N> {
             {
                 None
             }
-            Err(_) => {
+            Err(short) => {
                 self.last_round = now.saturating_duration_since(op.start);
                 self.lost.push(index as u32);
-                let report = fence_report(&self.shared.nodes, (&op.fence, &op.vote), quorum);
+                let report = fence_report(&self.shared.nodes, (short, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
             }
         }
@@ -271,14 +271,13 @@ impl<N: Net> Engine<N> {
     }
 }
 
-/// The report of a fenced acquire that won the lock but read too few seeded counters: the
-/// seeded nodes count as yes, the blank and silent ones as failed.
-fn fence_report(
-    nodes: &Arc<[NodeAddr]>,
-    (fence, vote): (&Fencing, &Ballot),
-    quorum: usize,
-) -> Report {
-    let short = fence.reads.short();
+/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`):
+/// the seeded nodes count as yes, the blank and silent ones as failed.
+fn fence_report(nodes: &Arc<[NodeAddr]>, (short, vote): (Short, &Ballot), quorum: usize) -> Report {
+    let n = nodes.len();
+    let all = if n == 64 { u64::MAX } else { node_bit(n) - 1 };
+    // Every counter blank, some seeded before: only a repair with a floor mends it.
+    let note = (short.blank == all && short.stale != 0).then_some(FenceNote::SeededBefore);
     let mut failed = Vec::new();
     for node in 0..nodes.len() {
         let bit = node_bit(node);
@@ -304,5 +303,6 @@ fn fence_report(
         refused: 0,
         failed,
         refusal: Refusal::HeldElsewhere,
+        note,
     }
 }

@@ -322,6 +322,7 @@ impl Ballot {
             refused,
             failed,
             refusal,
+            note: None,
         }
     }
 
