@@ -220,36 +220,51 @@ impl Reads {
     }
 
     /// The fence, from the answers of `n` nodes with quorum `quorum`: the largest counter + 1
-    /// once a quorum of seeded nodes answered; 1 + the largest (stale) value when every node
-    /// answered blank and none was seeded before (a new deployment: every node is then seeded
-    /// by the write-back).
-    pub fn fence(&self, n: usize, quorum: usize, mutation: Mutation) -> Result<u64, Short> {
+    /// once a quorum of seeded nodes answered; 1 + the largest (stale) value when every server
+    /// process answered blank and none was seeded before (a new deployment: every node is then
+    /// seeded by the write-back). `duplicates`: the entries that lead to the process of another
+    /// entry, whose answer stands for theirs.
+    pub fn fence(
+        &self,
+        n: usize,
+        quorum: usize,
+        duplicates: u64,
+        mutation: Mutation,
+    ) -> Result<u64, Short> {
         let short = self.short();
         if mutation.fence_no_write_back() {
             return Ok(self.winners_max);
         }
         // A quorum of seeded answers, or a new deployment (every node blank).
-        if (short.seeded.count_ones() as usize) < quorum && !self.genesis(n) {
+        if (short.seeded.count_ones() as usize) < quorum && !self.genesis(n, duplicates) {
             return Err(short);
         }
         let max = self.any_max;
         max.checked_add(1).ok_or(short)
     }
 
-    /// True when every node answered blank and no counter names an earlier process: a new
-    /// deployment, which the write-back seeds everywhere. A blank counter whose hash still has
+    /// True when every server process answered blank and no counter names an earlier process:
+    /// a new deployment, which the write-back seeds everywhere. Counted over processes: an
+    /// entry in `duplicates` leads to the process of another entry, whose reading stands for
+    /// its own (one server's TCP port and Unix socket; its reading was taken back, or it was
+    /// asked nothing). A blank counter whose hash still has
     /// its `run` was seeded before: a snapshot restored after fences above its value were
     /// handed out (assumption A2 broken: every node restarted, or N ≤ 2 and one did) must not
     /// start the count again from its value. Then no fence until a repair
     /// (`redlock repair-fences --at-least`) seeds the counters.
-    pub fn genesis(&self, n: usize) -> bool {
+    pub fn genesis(&self, n: usize, duplicates: u64) -> bool {
+        self.all_blank(n, duplicates) && self.stale == 0
+    }
+
+    /// True when every server process answered blank (`duplicates` as for [`Reads::genesis`]).
+    pub fn all_blank(&self, n: usize, duplicates: u64) -> bool {
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-        self.blank == all && self.stale == 0
+        self.blank != 0 && (self.blank | duplicates) == all
     }
 
     /// Blank nodes the write-back may seed.
-    pub fn seeds(&self, n: usize) -> u64 {
-        if self.genesis(n) {
+    pub fn seeds(&self, n: usize, duplicates: u64) -> u64 {
+        if self.genesis(n, duplicates) {
             self.blank
         } else {
             self.seedable
@@ -290,8 +305,8 @@ mod tests {
                 Mutation::None,
             );
         }
-        assert_eq!(r.fence(n, q, Mutation::None), Ok(1));
-        assert_eq!(r.seeds(n), 0b111);
+        assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(1));
+        assert_eq!(r.seeds(n, 0), 0b111);
         // The example: node 2 restarted empty, node 3 older, node 1 silent: no fence
         // rather than a smaller one.
         let mut r = Reads::default();
@@ -308,8 +323,8 @@ mod tests {
             Mutation::None,
         );
         r.add(2, (true, Reading::Seeded(4)), false, Mutation::None);
-        assert!(r.fence(n, q, Mutation::None).is_err());
-        assert_eq!(r.seeds(n), 0);
+        assert!(r.fence(n, q, 0, Mutation::None).is_err());
+        assert_eq!(r.seeds(n, 0), 0);
         // ... which the flawed variant would hand out (5, not above node 1's 5).
         let mut bad = Reads::default();
         bad.add(
@@ -330,10 +345,10 @@ mod tests {
             false,
             Mutation::FenceBlankAsZero,
         );
-        assert_eq!(bad.fence(n, q, Mutation::FenceBlankAsZero), Ok(5));
+        assert_eq!(bad.fence(n, q, 0, Mutation::FenceBlankAsZero), Ok(5));
         // Node 1 answers: 6.
         r.add(0, (false, Reading::Seeded(5)), false, Mutation::None);
-        assert_eq!(r.fence(n, q, Mutation::None), Ok(6));
+        assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(6));
         // A stale snapshot's value only ever raises the fence.
         r.add(
             1,
@@ -347,13 +362,62 @@ mod tests {
             true,
             Mutation::None,
         );
-        assert_eq!(r.fence(n, q, Mutation::None), Ok(10));
+        assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(10));
         // The unknown never count; a counter at u64::MAX gives no fence.
         let mut r = Reads::default();
         r.add(0, (true, Reading::Unknown), true, Mutation::None);
         r.add(1, (true, Reading::Seeded(u64::MAX)), false, Mutation::None);
         r.add(2, (true, Reading::Seeded(1)), false, Mutation::None);
-        assert!(r.fence(n, q, Mutation::None).is_err());
+        assert!(r.fence(n, q, 0, Mutation::None).is_err());
+    }
+
+    /// One server listed twice (its TCP port and its Unix socket): the second entry's reading
+    /// does not count, so a new deployment is every server *process* blank. A reading taken
+    /// back for garbage (not a duplicate) still stands in the way.
+    #[test]
+    fn a_new_deployment_is_counted_over_server_processes() {
+        let mut r = Reads::default();
+        r.add(
+            0,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            false,
+            Mutation::None,
+        );
+        r.add(
+            2,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            false,
+            Mutation::None,
+        );
+        assert!(r.fence(3, 2, 0, Mutation::None).is_err());
+        assert_eq!(r.fence(3, 2, 0b010, Mutation::None), Ok(1));
+        assert_eq!(r.seeds(3, 0b010), 0b101);
+        r.add(
+            1,
+            (
+                true,
+                Reading::Blank {
+                    value: 0,
+                    run: false,
+                },
+            ),
+            false,
+            Mutation::None,
+        );
+        r.forget(1);
+        assert!(r.fence(3, 2, 0, Mutation::None).is_err());
     }
 
     /// Every node blank, one counter still naming the process that seeded it (a snapshot
@@ -399,9 +463,9 @@ mod tests {
             true,
             Mutation::None,
         );
-        let short = r.fence(n, q, Mutation::None).unwrap_err();
+        let short = r.fence(n, q, 0, Mutation::None).unwrap_err();
         assert_eq!((short.blank, short.stale), (0b111, 0b010));
-        assert!(!r.genesis(n));
+        assert!(!r.genesis(n, 0));
         // N = 1: the one counter restored from a snapshot.
         let mut r = Reads::default();
         r.add(
@@ -416,7 +480,7 @@ mod tests {
             true,
             Mutation::None,
         );
-        assert!(r.fence(1, 1, Mutation::None).is_err());
+        assert!(r.fence(1, 1, 0, Mutation::None).is_err());
         // Without a `run`, the hash was never seeded (or was lost entirely): a new deployment.
         let mut r = Reads::default();
         r.add(
@@ -431,6 +495,6 @@ mod tests {
             false,
             Mutation::None,
         );
-        assert_eq!(r.fence(1, 1, Mutation::None), Ok(1));
+        assert_eq!(r.fence(1, 1, 0, Mutation::None), Ok(1));
     }
 }

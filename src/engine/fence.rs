@@ -109,7 +109,8 @@ impl<N: Net> Engine<N> {
         let mutation = self.core.mutation;
         let op = &mut self.core.ops[index];
         let quorum = op.vote.round.quorum();
-        match op.fence.reads.fence(n, quorum, mutation) {
+        let duplicates = op.vote.duplicates();
+        match op.fence.reads.fence(n, quorum, duplicates, mutation) {
             Ok(fence) if mutation.fence_no_write_back() => {
                 self.last_round = now.saturating_duration_since(op.start);
                 Some(
@@ -135,7 +136,8 @@ impl<N: Net> Engine<N> {
             Err(short) => {
                 self.last_round = now.saturating_duration_since(op.start);
                 self.lost.push(index as u32);
-                let report = fence_report(&self.shared.nodes, (short, &op.vote), quorum);
+                let all_blank = op.fence.reads.all_blank(n, duplicates);
+                let report = fence_report(&self.shared.nodes, (short, all_blank, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
             }
         }
@@ -185,16 +187,13 @@ impl<N: Net> Engine<N> {
         config: &Config,
         now: Instant,
     ) -> (u64, u64) {
-        let n = vote.round.nodes();
         let granted = vote.yes();
         let rc = RoundConfig {
             not_after: Some(until),
             ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
         fence.stage = Stage::Writing;
-        let duplicates: u64 = (0..n)
-            .filter(|&i| matches!(vote.faults[i], Some(NodeFault::Duplicate { .. })))
-            .fold(0, |m, i| m | node_bit(i));
+        let duplicates = vote.duplicates();
         for (node, fault) in vote.faults.iter_mut().enumerate() {
             if duplicates & node_bit(node) == 0 {
                 *fault = None;
@@ -225,7 +224,7 @@ impl<N: Net> Engine<N> {
         // Blank counters that may be seeded get the write-back too, whether or not they hold
         // our key (seeding is a write of a quorum's maximum; it counts only with the key):
         // fewer blank nodes, fewer acquires short of a seeded quorum.
-        let seeds = reads.seeds(n);
+        let seeds = reads.seeds(n, duplicates);
         for node in 0..n {
             let op = &mut core.ops[index as usize];
             if duplicates & node_bit(node) != 0 {
@@ -271,13 +270,16 @@ impl<N: Net> Engine<N> {
     }
 }
 
-/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`):
-/// the seeded nodes count as yes, the blank and silent ones as failed.
-fn fence_report(nodes: &Arc<[NodeAddr]>, (short, vote): (Short, &Ballot), quorum: usize) -> Report {
-    let n = nodes.len();
-    let all = if n == 64 { u64::MAX } else { node_bit(n) - 1 };
+/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`;
+/// `all_blank`: every server process answered blank): the seeded nodes count as yes, the blank
+/// and silent ones as failed.
+fn fence_report(
+    nodes: &Arc<[NodeAddr]>,
+    (short, all_blank, vote): (Short, bool, &Ballot),
+    quorum: usize,
+) -> Report {
     // Every counter blank, some seeded before: only a repair with a floor mends it.
-    let note = (short.blank == all && short.stale != 0).then_some(FenceNote::SeededBefore);
+    let note = (all_blank && short.stale != 0).then_some(FenceNote::SeededBefore);
     let mut failed = Vec::new();
     for node in 0..nodes.len() {
         let bit = node_bit(node);
