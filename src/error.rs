@@ -76,7 +76,10 @@ pub enum NodeFault {
     Quarantined(Duration),
     /// (Fenced acquire) the node's fence counter is not known to be complete: its server
     /// process restarted (or the counter was flushed or evicted) since it was last seeded. It
-    /// is seeded again by a fenced acquire once it has been up for a restart window.
+    /// is seeded again by a fenced acquire once it has been up for a restart window, if a
+    /// quorum of the counters is seeded; with fewer, only a repair
+    /// ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) seeds it, as the
+    /// [`Error::Fence`]'s text then says.
     FenceBlank,
     /// (Fence repair) the node's fence counter is blank and its server process has not been up
     /// for the whole seed window before the repair began: a fenced acquire that started before
@@ -143,7 +146,8 @@ impl fmt::Display for NodeFault {
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
             NodeFault::FenceBlank => f.write_str(
                 "its fence counter is blank (the server restarted, or the counter was flushed); \
-                 it is seeded again once up for a restart window",
+                 a fenced lock seeds it once the server is up for a restart window, if a quorum \
+                 of the counters is seeded",
             ),
             NodeFault::SeedWindow(left) => write!(
                 f,
@@ -223,6 +227,11 @@ pub(crate) enum FenceNote {
     /// before, so no new deployment (a snapshot restored after fences above it were handed
     /// out). Only a repair with a floor mends it.
     SeededBefore,
+    /// So many counters are blank that the others cannot make a quorum of seeded ones (a
+    /// majority of the servers restarted, or a new deployment's first write-back reached a
+    /// minority): no fenced acquire seeds them, only a repair. Not final: a new deployment's
+    /// first write-back may still be on its way.
+    MajorityBlank,
 }
 
 impl fmt::Display for FenceNote {
@@ -234,6 +243,12 @@ impl fmt::Display for FenceNote {
                  read may have been handed out; no fence until a repair: run `redlock \
                  repair-fences --at-least <a floor above every fence handed out>` (docs/fencing.md, \
                  Repair)",
+            ),
+            FenceNote::MajorityBlank => f.write_str(
+                "too many fence counters are blank for a quorum of seeded ones (a majority of \
+                 the servers restarted, or a new deployment's first fence reached a minority): \
+                 no fenced acquire seeds them, unless a new deployment's first fence is still \
+                 being written back; run `redlock repair-fences` (docs/fencing.md, Repair)",
             ),
         }
     }

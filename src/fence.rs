@@ -19,6 +19,7 @@
 //! Any quorum of seeded readers intersects the quorum that took any earlier fence, so fences
 //! grow; the one key per node is what bounds the counter keys (no key per resource).
 
+use crate::error::FenceNote;
 use crate::mutation::Mutation;
 use crate::resp::Frame;
 
@@ -262,6 +263,22 @@ impl Reads {
         self.blank != 0 && (self.blank | duplicates) == all
     }
 
+    /// Why no fence, where the nodes' faults do not say it: every server process blank with a
+    /// counter seeded before ([`FenceNote::SeededBefore`]); or so many blank that the other
+    /// entries cannot make a quorum of seeded counters ([`FenceNote::MajorityBlank`]): no
+    /// acquire seeds a blank counter without one, so only a repair does — unless a new
+    /// deployment's write-back is on its way, or (every process blank or unknown) `+info` for
+    /// the unknown ones would make it a new deployment. `duplicates` as for [`Reads::genesis`].
+    pub fn note(&self, n: usize, quorum: usize, duplicates: u64) -> Option<FenceNote> {
+        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        if self.all_blank(n, duplicates) && self.stale != 0 {
+            return Some(FenceNote::SeededBefore);
+        }
+        let out = (self.blank | duplicates).count_ones() as usize;
+        let unknown_only = self.stale == 0 && (self.blank | self.unknown | duplicates) == all;
+        (n - out < quorum && !unknown_only).then_some(FenceNote::MajorityBlank)
+    }
+
     /// Blank nodes the write-back may seed.
     pub fn seeds(&self, n: usize, duplicates: u64) -> u64 {
         if self.genesis(n, duplicates) {
@@ -418,6 +435,46 @@ mod tests {
         );
         r.forget(1);
         assert!(r.fence(3, 2, 0, Mutation::None).is_err());
+    }
+
+    /// The text of a fence refused says what mends it where the nodes' faults do not.
+    #[test]
+    fn a_blank_majority_is_noted_for_the_repair() {
+        let blank = |run| (true, Reading::Blank { value: 0, run });
+        let seeded = (true, Reading::Seeded(4));
+        // 5 nodes, 3 blank: the other two cannot make a quorum, whatever they say.
+        let mut r = Reads::default();
+        for i in 0..3 {
+            r.add(i, blank(false), true, Mutation::None);
+        }
+        r.add(3, seeded, false, Mutation::None);
+        assert_eq!(r.note(5, 3, 0), Some(FenceNote::MajorityBlank));
+        // 2 blank, 2 seeded, 1 silent: it may answer seeded; nothing to note.
+        let mut r = Reads::default();
+        r.add(0, blank(false), true, Mutation::None);
+        r.add(1, blank(true), true, Mutation::None);
+        r.add(2, seeded, false, Mutation::None);
+        r.add(3, seeded, false, Mutation::None);
+        assert_eq!(r.note(5, 3, 0), None);
+        // 3 entries, two of one server (entry 1 its duplicate), the server blank: a quorum of
+        // entries is out of reach.
+        let mut r = Reads::default();
+        r.add(0, blank(true), true, Mutation::None);
+        r.add(2, seeded, false, Mutation::None);
+        assert_eq!(r.note(3, 2, 0b010), Some(FenceNote::MajorityBlank));
+        // Every process blank or unknown, none seeded before: `+info` (the unknown node's
+        // fault) makes it a new deployment, no repair.
+        let mut r = Reads::default();
+        r.add(0, blank(false), true, Mutation::None);
+        r.add(1, blank(false), true, Mutation::None);
+        r.add(2, (true, Reading::Unknown), true, Mutation::None);
+        assert_eq!(r.note(3, 2, 0), None);
+        // Every process blank, one seeded before.
+        let mut r = Reads::default();
+        r.add(0, blank(false), true, Mutation::None);
+        r.add(1, blank(false), true, Mutation::None);
+        r.add(2, blank(true), true, Mutation::None);
+        assert_eq!(r.note(3, 2, 0), Some(FenceNote::SeededBefore));
     }
 
     /// Every node blank, one counter still naming the process that seeded it (a snapshot

@@ -136,8 +136,8 @@ impl<N: Net> Engine<N> {
             Err(short) => {
                 self.last_round = now.saturating_duration_since(op.start);
                 self.lost.push(index as u32);
-                let all_blank = op.fence.reads.all_blank(n, duplicates);
-                let report = fence_report(&self.shared.nodes, (short, all_blank, &op.vote), quorum);
+                let note = op.fence.reads.note(n, quorum, duplicates);
+                let report = fence_report(&self.shared.nodes, (short, note, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
             }
         }
@@ -270,16 +270,14 @@ impl<N: Net> Engine<N> {
     }
 }
 
-/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`;
-/// `all_blank`: every server process answered blank): the seeded nodes count as yes, the blank
-/// and silent ones as failed.
+/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`,
+/// and why, if the faults do not say it: `note`): the seeded nodes count as yes, the blank and
+/// silent ones as failed.
 fn fence_report(
     nodes: &Arc<[NodeAddr]>,
-    (short, all_blank, vote): (Short, bool, &Ballot),
+    (short, note, vote): (Short, Option<FenceNote>, &Ballot),
     quorum: usize,
 ) -> Report {
-    // Every counter blank, some seeded before: only a repair with a floor mends it.
-    let note = (all_blank && short.stale != 0).then_some(FenceNote::SeededBefore);
     let mut failed = Vec::new();
     for node in 0..nodes.len() {
         let bit = node_bit(node);
