@@ -1806,7 +1806,11 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     assert_code(&o, 69);
     assert_one_line_error(&o, "no fence");
     // ... and says what mends it.
-    assert!(stderr(&o).contains("run `redlock repair-fences`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("run `redlock repair-fences`"),
+        "{}",
+        stderr(&o)
+    );
 
     // Inside the window (30 s by default): 80, and when to retry.
     let o = output(plain(&urls).args(["repair-fences", "--at-least", "5000"]));

@@ -2,12 +2,13 @@
 //! and a node restarted empty between two holders never brings a fence down. The repair of
 //! blank counters (issue 36, item 2): a majority restarted empty refuses fences until it is
 //! repaired, the repair's refusals (no floor, inside the seed window, short of a quorum), and
-//! repairs racing fenced acquires.
+//! repairs racing fenced acquires. Every counter blank but seeded before is no new deployment;
+//! a fake server's negative uptime leaves its process known.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_local::Cluster;
+use redis_local::{Cluster, Event, FakeServer, Peer};
 use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault};
 
 fn fenced(servers: &Cluster, ttl: Duration) -> Client {
@@ -622,4 +623,62 @@ fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
         assert!(std::time::Instant::now() < give_up, "node 2 never seeded");
     };
     assert_eq!((run.len(), n), (40, counter(&servers, 0).to_string()));
+}
+
+/// The run_id a fake server's `INFO server` gives.
+const FAKE_RUN_ID: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// A server with no fence counter yet whose `INFO server` says `uptime_in_seconds:-3`, as Redis
+/// does (a signed `time_t`) once its clock stepped back. It answers a fenced acquire's script
+/// (7 arguments, the counter's key 5th) with a free lock and no counter, and any other script
+/// (the write-back, the release) with 1.
+fn negative_uptime(p: &mut Peer) {
+    while let Some(cmd) = p.command() {
+        let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:-3\r\n");
+        let verb = cmd.first().map_or(&[][..], Vec::as_slice);
+        let script = matches!(verb, b"EVAL" | b"EVALSHA");
+        let reply = match verb {
+            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+            _ if script && cmd.len() == 7 && cmd[4] == FENCE_KEY.as_bytes() => {
+                b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec()
+            }
+            _ if script => b":1\r\n".to_vec(),
+            _ => b"-ERR unknown command\r\n".to_vec(),
+        };
+        if !p.send(&reply) {
+            return;
+        }
+    }
+}
+
+/// A negative uptime in `INFO server` threw the run_id away with it: the node was unknown, and
+/// a fenced acquire failed with "no run_id from INFO server: fencing needs it (grant +info)" —
+/// wrong advice (found by review). The run_id counts; the uptime is taken as 0. Here N = 1 and
+/// the counter is blank with no `run`: a new deployment, fence 1, written back with that run_id.
+#[test]
+fn a_negative_uptime_leaves_the_process_known_to_fencing() {
+    let fake = FakeServer::start(negative_uptime);
+    let mut c = Builder::new([fake.url()])
+        .ttl(Duration::from_secs(1))
+        .fencing(true)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(500))
+        .retry_count(0)
+        .build_client()
+        .unwrap();
+    let lock = match c.try_lock("res") {
+        Ok(lock) => lock,
+        Err(e) => panic!("not fenced: {e}"),
+    };
+    assert_eq!(lock.fence(), Some(1));
+    let write_back = fake
+        .seen()
+        .into_iter()
+        .find_map(|ev| match ev {
+            Event::Command(_, cmd) if cmd.len() == 9 && cmd[4] == FENCE_KEY.as_bytes() => Some(cmd),
+            _ => None,
+        })
+        .expect("the fence written back");
+    assert_eq!(write_back[7], FAKE_RUN_ID.as_bytes());
+    assert_eq!(write_back[8], b"1", "seeded: a new deployment");
 }
