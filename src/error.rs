@@ -232,6 +232,8 @@ pub(crate) enum FenceNote {
     /// minority): no fenced acquire seeds them, only a repair. Not final: a new deployment's
     /// first write-back may still be on its way.
     MajorityBlank,
+    /// A counter read is at `u64::MAX`: no greater fence exists.
+    Exhausted,
 }
 
 impl fmt::Display for FenceNote {
@@ -249,6 +251,13 @@ impl fmt::Display for FenceNote {
                  the servers restarted, or a new deployment's first fence reached a minority): \
                  no fenced acquire seeds them, unless a new deployment's first fence is still \
                  being written back; run `redlock repair-fences` (docs/fencing.md, Repair)",
+            ),
+            FenceNote::Exhausted => write!(
+                f,
+                "the fence counter is exhausted: a counter read is at {}, the largest fence \
+                 there is, so no greater one can be handed out (fences go on only if the \
+                 counters, and the protected resources' highest fences, are reset)",
+                u64::MAX
             ),
         }
     }

@@ -263,7 +263,8 @@ impl Reads {
         self.blank != 0 && (self.blank | duplicates) == all
     }
 
-    /// Why no fence, where the nodes' faults do not say it: every server process blank with a
+    /// Why no fence, where the nodes' faults do not say it: a counter read at `u64::MAX`, with
+    /// enough answers for a fence ([`FenceNote::Exhausted`]); every server process blank with a
     /// counter seeded before ([`FenceNote::SeededBefore`]); or so many blank that the other
     /// entries cannot make a quorum of seeded counters ([`FenceNote::MajorityBlank`]): no
     /// acquire seeds a blank counter without one, so only a repair does — unless a new
@@ -271,6 +272,10 @@ impl Reads {
     /// the unknown ones would make it a new deployment. `duplicates` as for [`Reads::genesis`].
     pub fn note(&self, n: usize, quorum: usize, duplicates: u64) -> Option<FenceNote> {
         let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let enough = self.seeded.count_ones() as usize >= quorum || self.genesis(n, duplicates);
+        if enough && self.any_max == u64::MAX {
+            return Some(FenceNote::Exhausted);
+        }
         if self.all_blank(n, duplicates) && self.stale != 0 {
             return Some(FenceNote::SeededBefore);
         }
@@ -386,6 +391,12 @@ mod tests {
         r.add(1, (true, Reading::Seeded(u64::MAX)), false, Mutation::None);
         r.add(2, (true, Reading::Seeded(1)), false, Mutation::None);
         assert!(r.fence(n, q, 0, Mutation::None).is_err());
+        // ... and its text says why (a quorum of seeded yes, and no fault to show).
+        assert_eq!(r.note(n, q, 0), Some(FenceNote::Exhausted));
+        // Not when the quorum is missing anyway: that is what the faults say.
+        let mut r = Reads::default();
+        r.add(0, (true, Reading::Seeded(u64::MAX)), false, Mutation::None);
+        assert_eq!(r.note(n, q, 0), None);
     }
 
     /// One server listed twice (its TCP port and its Unix socket): the second entry's reading

@@ -247,6 +247,32 @@ fn every_counter_blank_but_seeded_before_is_no_new_deployment() {
     assert!(lock.fence().unwrap() > floor, "{:?}", lock.fence());
 }
 
+/// A counter at `u64::MAX` (raised by a repair's floor, or by hand): no greater fence exists.
+/// `Error::Fence` said only "3 of 3 nodes said yes, 2 needed", nothing about why (found by
+/// review); it says the counter is exhausted.
+#[test]
+fn an_exhausted_counter_says_so() {
+    let servers = Cluster::start(3);
+    let mut a = fenced(&servers, Duration::from_secs(1));
+    let lock = a.try_lock("e").unwrap();
+    a.unlock(lock).unwrap();
+    let max = u64::MAX.to_string();
+    for i in 0..3 {
+        servers[i].cmd(&["HSET", FENCE_KEY, "n", &max]);
+    }
+    match a.try_lock("e") {
+        Err(Error::Fence(report)) => {
+            assert!(
+                report
+                    .to_string()
+                    .contains("the fence counter is exhausted"),
+                "{report}"
+            );
+        }
+        other => panic!("expected Error::Fence: {other:?}"),
+    }
+}
+
 /// A client for repairs: fencing on (the repair learns the run_ids as fenced acquires do), a
 /// seed window of `window` (the fenced clients' longest TTL, or more).
 fn repairer(servers: &Cluster, window: Duration) -> Client {
