@@ -76,7 +76,10 @@ pub enum NodeFault {
     Quarantined(Duration),
     /// (Fenced acquire) the node's fence counter is not known to be complete: its server
     /// process restarted (or the counter was flushed or evicted) since it was last seeded. It
-    /// is seeded again by a fenced acquire once it has been up for a restart window.
+    /// is seeded again by a fenced acquire once it has been up for a restart window, if a
+    /// quorum of the counters is seeded; with fewer, only a repair
+    /// ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) seeds it, as the
+    /// [`Error::Fence`]'s text then says.
     FenceBlank,
     /// (Fence repair) the node's fence counter is blank and its server process has not been up
     /// for the whole seed window before the repair began: a fenced acquire that started before
@@ -143,7 +146,8 @@ impl fmt::Display for NodeFault {
             NodeFault::Overloaded => f.write_str("too many requests without a reply"),
             NodeFault::FenceBlank => f.write_str(
                 "its fence counter is blank (the server restarted, or the counter was flushed); \
-                 it is seeded again once up for a restart window",
+                 a fenced lock seeds it once the server is up for a restart window, if a quorum \
+                 of the counters is seeded",
             ),
             NodeFault::SeedWindow(left) => write!(
                 f,
@@ -211,6 +215,52 @@ pub struct Report {
     pub(crate) refused: u64,
     pub(crate) failed: Vec<(usize, NodeFault)>,
     pub(crate) refusal: Refusal,
+    /// (A fenced acquire's) what stands in the way of a fence beyond the nodes' faults.
+    pub(crate) note: Option<FenceNote>,
+}
+
+/// Why a fenced acquire got no fence, where its nodes' faults alone do not say it (appended to
+/// its [`Report`]'s text).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FenceNote {
+    /// Every counter is blank, but some still name the process that seeded them: seeded
+    /// before, so no new deployment (a snapshot restored after fences above it were handed
+    /// out). Only a repair with a floor mends it.
+    SeededBefore,
+    /// So many counters are blank that the others cannot make a quorum of seeded ones (a
+    /// majority of the servers restarted, or a new deployment's first write-back reached a
+    /// minority): no fenced acquire seeds them, only a repair. Not final: a new deployment's
+    /// first write-back may still be on its way.
+    MajorityBlank,
+    /// A counter read is at `u64::MAX`: no greater fence exists.
+    Exhausted,
+}
+
+impl fmt::Display for FenceNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FenceNote::SeededBefore => f.write_str(
+                "every fence counter is blank, and some were seeded by an earlier server process \
+                 (restored from a snapshot?): not a new deployment, and fences above every value \
+                 read may have been handed out; no fence until a repair: run `redlock \
+                 repair-fences --at-least <a floor above every fence handed out>` (docs/fencing.md, \
+                 Repair)",
+            ),
+            FenceNote::MajorityBlank => f.write_str(
+                "too many fence counters are blank for a quorum of seeded ones (a majority of \
+                 the servers restarted, or a new deployment's first fence reached a minority): \
+                 no fenced acquire seeds them, unless a new deployment's first fence is still \
+                 being written back; run `redlock repair-fences` (docs/fencing.md, Repair)",
+            ),
+            FenceNote::Exhausted => write!(
+                f,
+                "the fence counter is exhausted: a counter read is at {}, the largest fence \
+                 there is, so no greater one can be handed out (fences go on only if the \
+                 counters, and the protected resources' highest fences, are reset)",
+                u64::MAX
+            ),
+        }
+    }
 }
 
 /// What a node's refusal means in the round a [`Report`] is of.
@@ -240,6 +290,7 @@ impl Report {
             refused,
             failed: Vec::new(),
             refusal: Refusal::TokenGone,
+            note: None,
         }
     }
 
@@ -326,7 +377,11 @@ impl fmt::Display for Report {
             f,
             "; not waited for (decided without them): ",
             NodeVote::NotWaitedFor,
-        )
+        )?;
+        if let Some(note) = self.note {
+            write!(f, "; {note}")?;
+        }
+        Ok(())
     }
 }
 
@@ -749,6 +804,7 @@ mod tests {
             refused: 0b0100,
             failed: vec![(1, NodeFault::Timeout)],
             refusal: Refusal::HeldElsewhere,
+            note: None,
         };
         assert_eq!(
             report.to_string(),
@@ -785,6 +841,7 @@ mod tests {
                 refused: 0b00011,
                 failed,
                 refusal: Refusal::HeldElsewhere,
+                note: None,
             })
         };
         let auth = || NodeFault::Auth("WRONGPASS".into());

@@ -1326,10 +1326,15 @@ impl State {
     }
 }
 
-/// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply.
+/// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply: `None` without a
+/// `run_id`. An uptime that is missing or not a whole number of seconds (Redis prints a signed
+/// `time_t`: negative after the server's clock stepped back) counts as 0 — the process just
+/// started, a whole restart window ahead: the safe direction. It used to throw the `run_id`
+/// away with it, leaving the node unknown (fencing said "grant +info"; the quarantine counted
+/// a whole window as for a process it had never seen).
 pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
     let mut run_id = None;
-    let mut uptime = None;
+    let mut uptime = 0;
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(v) = line.strip_prefix(b"run_id:") {
@@ -1337,12 +1342,13 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
         } else if let Some(v) = line.strip_prefix(b"uptime_in_seconds:") {
             uptime = std::str::from_utf8(v)
                 .ok()
-                .and_then(|s| s.parse::<u64>().ok());
+                .and_then(|s| s.parse::<u64>().ok())
+                .unwrap_or(0);
         }
     }
     Some(ServerInfo {
         run_id: run_id?,
-        uptime: Duration::from_secs(uptime?),
+        uptime: Duration::from_secs(uptime),
         seen: now,
         changes: 0,
     })
@@ -1919,5 +1925,26 @@ mod tests {
         assert_eq!(info.uptime, Duration::from_secs(42));
         assert_eq!(&info.run_id, b"0123456789012345678901234567890123456789");
         assert_eq!(parse_info(b"garbage", now), None);
+    }
+
+    /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
+    /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
+    /// it counts as 0 (a whole restart window ahead). Before, any of these made the node
+    /// unknown (found by review).
+    #[test]
+    fn a_bad_uptime_counts_as_zero_and_keeps_the_run_id() {
+        let now = Instant::now();
+        let run_id = b"0123456789012345678901234567890123456789";
+        for uptime in ["uptime_in_seconds:-3\r\n", "uptime_in_seconds:soon\r\n", ""] {
+            let text = format!(
+                "# Server\r\nrun_id:{}\r\n{uptime}",
+                std::str::from_utf8(run_id).unwrap()
+            );
+            let info = parse_info(text.as_bytes(), now).expect(uptime);
+            assert_eq!(&info.run_id, run_id, "{uptime}");
+            assert_eq!(info.uptime, Duration::ZERO, "{uptime}");
+        }
+        // No run_id, whatever the uptime: unknown.
+        assert_eq!(parse_info(b"uptime_in_seconds:42\r\n", now), None);
     }
 }

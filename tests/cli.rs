@@ -1175,6 +1175,33 @@ fn bad_address_duration_or_flag_gives_64() {
     }
 }
 
+/// A zero window (`--quarantine 0s`, `0ms`, `REDLOCK_QUARANTINE=0ms`) is a usage error that
+/// says to write `off`: it silently meant "off", while the library refuses any fixed window
+/// shorter than the TTL (found by review). `off` still switches it off.
+#[test]
+fn a_zero_quarantine_window_is_a_usage_error_that_says_off() {
+    let servers = ["redis://127.0.0.1:1".to_owned()];
+    let status = ["status", "--node-timeout", "50ms", "job"];
+    for zero in ["0s", "0ms", " 0ns "] {
+        let o = output(plain(&servers).args(["--quarantine", zero]).args(status));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "is no window: write `off`");
+        let o = output(plain(&servers).args(["acquire", "-n", "--quarantine", zero, "job"]));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "write `off`");
+        let o = output(plain(&servers).env("REDLOCK_QUARANTINE", zero).args(status));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "write `off`");
+    }
+    // Off, and a window: not usage errors (the server is unreachable: 69).
+    for q in ["off", "30s"] {
+        let o = output(plain(&servers).args(["--quarantine", q]).args(status));
+        assert_code(&o, 69);
+        let o = output(plain(&servers).env("REDLOCK_QUARANTINE", q).args(status));
+        assert_code(&o, 69);
+    }
+}
+
 /// A server list written the wrong way, or an address that does not parse, is quoted back to
 /// help — without its password, whatever the password holds (found by review: the hints
 /// echoed the URLs whole, and a password with `/` was not masked).
@@ -1805,6 +1832,12 @@ fn repair_fences_refuses_without_a_floor_then_repairs_with_one() {
     let o = fenced_acquire(&urls);
     assert_code(&o, 69);
     assert_one_line_error(&o, "no fence");
+    // ... and says what mends it.
+    assert!(
+        stderr(&o).contains("run `redlock repair-fences`"),
+        "{}",
+        stderr(&o)
+    );
 
     // Inside the window (30 s by default): 80, and when to retry.
     let o = output(plain(&urls).args(["repair-fences", "--at-least", "5000"]));

@@ -1,6 +1,7 @@
 //! One server listed twice: refused when the builder can tell (two spellings of one endpoint),
 //! and at the handshake when only the server can (its `run_id`: TCP and a Unix socket of one
-//! server); a duplicate never counts towards a quorum.
+//! server); a duplicate never counts towards a quorum, and stands in no fencing new
+//! deployment's way.
 
 use std::time::Duration;
 
@@ -139,6 +140,49 @@ fn tcp_and_unix_socket_of_one_server_count_once() {
             "{report}"
         );
         assert!(report.to_string().contains(&message), "{report}");
+    }
+}
+
+/// A new deployment (every fence counter blank) over a server list with one server twice: its
+/// first fenced lock gets fence 1, and both servers are seeded. The duplicate entry's reading
+/// is not counted, so "every node blank" never held: every fenced acquire failed with
+/// `Error::Fence`, for ever (found by review). Both ways of knowing the duplicate: from the
+/// answers (the first acquire), and before sending (once both connections said their
+/// `run_id`, the second entry is asked nothing).
+#[test]
+fn a_new_deployment_with_one_server_listed_twice_gets_its_first_fence() {
+    for known in [false, true] {
+        let a = Server::builder().unix_socket(true).start();
+        let b = Server::start();
+        let unix = format!(
+            "redis+unix://{}",
+            a.unix_path().expect("unix socket").display()
+        );
+        let mut c = builder(&[a.url(), unix, b.url()])
+            .fencing(true)
+            .build_client()
+            .unwrap();
+        if known {
+            c.status(b"res", Duration::from_secs(5));
+            let status = c.status(b"res", Duration::from_secs(5));
+            assert!(
+                matches!(status[1].state, Err(NodeFault::Duplicate { .. })),
+                "{status:?}"
+            );
+        }
+        let lock = match c.try_lock("res") {
+            Ok(lock) => lock,
+            Err(e) => panic!("known before sending: {known}: {e}"),
+        };
+        assert_eq!(lock.fence(), Some(1), "known before sending: {known}");
+        c.unlock(lock).unwrap();
+        for server in [&a, &b] {
+            let n = server.cmd(&["HGET", redlock_mux::FENCE_KEY, "n"]);
+            assert_eq!(n, redis::Value::BulkString(b"1".to_vec()), "{known}");
+        }
+        // Seeded on both: the next fence from a quorum of seeded counters.
+        let lock = c.try_lock("res").unwrap();
+        assert_eq!(lock.fence(), Some(2), "known before sending: {known}");
     }
 }
 

@@ -2,12 +2,13 @@
 //! and a node restarted empty between two holders never brings a fence down. The repair of
 //! blank counters (issue 36, item 2): a majority restarted empty refuses fences until it is
 //! repaired, the repair's refusals (no floor, inside the seed window, short of a quorum), and
-//! repairs racing fenced acquires.
+//! repairs racing fenced acquires. Every counter blank but seeded before is no new deployment;
+//! a fake server's negative uptime leaves its process known.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis_local::Cluster;
+use redis_local::{Cluster, Event, FakeServer, Peer};
 use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault};
 
 fn fenced(servers: &Cluster, ttl: Duration) -> Client {
@@ -129,6 +130,8 @@ fn a_node_restarted_empty_between_holders_never_brings_the_fence_down() {
                 .collect();
             assert_eq!(blank.len(), 1, "{report}");
             assert_eq!(blank[0].0.to_string(), servers[1].addr(), "{report}");
+            // One blank of three, one silent: no repair needed, node 1 is seeded again.
+            assert!(!report.to_string().contains("repair-fences"), "{report}");
         }
         other => panic!("expected no fence rather than one ≤ {fence_a}: {other:?}"),
     }
@@ -180,6 +183,94 @@ fn one_restarted_node_is_carried_by_the_others() {
     let lock = a.try_lock("y").unwrap();
     assert!(lock.fence().unwrap() > before);
     a.unlock(lock).unwrap();
+}
+
+/// Outside assumption A2, but detectable: every counter blank while its hash still names the
+/// process that seeded it — a snapshot restored after fences above its value were handed out
+/// (N = 1, or every server, restarted from RDB/AOF). That is no new deployment: the client
+/// handed out 1 + the stale value (here 3, after fences up to 4 or more) and seeded every
+/// node with it (found by review). It refuses with `Error::Fence`, pointing at the repair with
+/// a floor, writes nothing, and fences go on above the floor once repaired.
+#[test]
+fn every_counter_blank_but_seeded_before_is_no_new_deployment() {
+    let servers = Cluster::start(3);
+    let ttl = Duration::from_secs(1);
+    let mut a = fenced(&servers, ttl);
+    let mut last = 0;
+    for i in 0..4 {
+        let lock = a.try_lock(format!("s{i}")).unwrap();
+        last = lock.fence().unwrap();
+        a.unlock(lock).unwrap();
+    }
+    assert!(last >= 4, "{last}");
+    // Each counter as an old snapshot left it: an earlier process's run_id, a value below
+    // fences handed out since.
+    let old_run = "0".repeat(40);
+    for i in 0..3 {
+        servers[i].cmd(&["HSET", FENCE_KEY, "run", &old_run, "n", "2"]);
+    }
+    match a.try_lock("s0") {
+        Err(Error::Fence(report)) => {
+            let blank = report
+                .failed()
+                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
+                .count();
+            assert_eq!(blank, 3, "{report}");
+            let text = report.to_string();
+            assert!(
+                text.contains("seeded by an earlier server process"),
+                "{text}"
+            );
+            assert!(text.contains("redlock repair-fences --at-least"), "{text}");
+        }
+        Ok(lock) => panic!("handed out fence {:?} after {last}", lock.fence()),
+        Err(other) => panic!("expected Error::Fence: {other:?}"),
+    }
+    for i in 0..3 {
+        assert_eq!(
+            raw_counter(&servers, i),
+            Some((old_run.clone(), "2".into())),
+            "node {i} written"
+        );
+    }
+    // The repair the message names: a floor above every fence handed out (the servers up for
+    // the 1 s seed window, read a second short).
+    for i in 0..3 {
+        servers[i].wait_uptime(3);
+    }
+    let floor = last + 100;
+    let done = repairer(&servers, ttl)
+        .repair_fences(FenceFloor::AtLeast(floor), Duration::from_secs(2))
+        .expect("repaired with a floor");
+    assert_eq!((done.seeded_read, done.repaired, done.value), (0, 3, floor));
+    let lock = a.try_lock("s0").expect("fenced again");
+    assert!(lock.fence().unwrap() > floor, "{:?}", lock.fence());
+}
+
+/// A counter at `u64::MAX` (raised by a repair's floor, or by hand): no greater fence exists.
+/// `Error::Fence` said only "3 of 3 nodes said yes, 2 needed", nothing about why (found by
+/// review); it says the counter is exhausted.
+#[test]
+fn an_exhausted_counter_says_so() {
+    let servers = Cluster::start(3);
+    let mut a = fenced(&servers, Duration::from_secs(1));
+    let lock = a.try_lock("e").unwrap();
+    a.unlock(lock).unwrap();
+    let max = u64::MAX.to_string();
+    for i in 0..3 {
+        servers[i].cmd(&["HSET", FENCE_KEY, "n", &max]);
+    }
+    match a.try_lock("e") {
+        Err(Error::Fence(report)) => {
+            assert!(
+                report
+                    .to_string()
+                    .contains("the fence counter is exhausted"),
+                "{report}"
+            );
+        }
+        other => panic!("expected Error::Fence: {other:?}"),
+    }
 }
 
 /// A client for repairs: fencing on (the repair learns the run_ids as fenced acquires do), a
@@ -241,6 +332,11 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
                 .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
                 .count();
             assert_eq!(blank, 3, "{report}");
+            // Nothing but a repair seeds them: the text says so (it said each would be seeded
+            // again once up for a restart window: found by review).
+            let text = report.to_string();
+            assert!(text.contains("too many fence counters are blank"), "{text}");
+            assert!(text.contains("run `redlock repair-fences`"), "{text}");
         }
         other => panic!("expected Error::Fence with 3 blank counters: {other:?}"),
     }
@@ -553,4 +649,62 @@ fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
         assert!(std::time::Instant::now() < give_up, "node 2 never seeded");
     };
     assert_eq!((run.len(), n), (40, counter(&servers, 0).to_string()));
+}
+
+/// The run_id a fake server's `INFO server` gives.
+const FAKE_RUN_ID: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+
+/// A server with no fence counter yet whose `INFO server` says `uptime_in_seconds:-3`, as Redis
+/// does (a signed `time_t`) once its clock stepped back. It answers a fenced acquire's script
+/// (7 arguments, the counter's key 5th) with a free lock and no counter, and any other script
+/// (the write-back, the release) with 1.
+fn negative_uptime(p: &mut Peer) {
+    while let Some(cmd) = p.command() {
+        let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:-3\r\n");
+        let verb = cmd.first().map_or(&[][..], Vec::as_slice);
+        let script = matches!(verb, b"EVAL" | b"EVALSHA");
+        let reply = match verb {
+            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+            _ if script && cmd.len() == 7 && cmd[4] == FENCE_KEY.as_bytes() => {
+                b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec()
+            }
+            _ if script => b":1\r\n".to_vec(),
+            _ => b"-ERR unknown command\r\n".to_vec(),
+        };
+        if !p.send(&reply) {
+            return;
+        }
+    }
+}
+
+/// A negative uptime in `INFO server` threw the run_id away with it: the node was unknown, and
+/// a fenced acquire failed with "no run_id from INFO server: fencing needs it (grant +info)" —
+/// wrong advice (found by review). The run_id counts; the uptime is taken as 0. Here N = 1 and
+/// the counter is blank with no `run`: a new deployment, fence 1, written back with that run_id.
+#[test]
+fn a_negative_uptime_leaves_the_process_known_to_fencing() {
+    let fake = FakeServer::start(negative_uptime);
+    let mut c = Builder::new([fake.url()])
+        .ttl(Duration::from_secs(1))
+        .fencing(true)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(500))
+        .retry_count(0)
+        .build_client()
+        .unwrap();
+    let lock = match c.try_lock("res") {
+        Ok(lock) => lock,
+        Err(e) => panic!("not fenced: {e}"),
+    };
+    assert_eq!(lock.fence(), Some(1));
+    let write_back = fake
+        .seen()
+        .into_iter()
+        .find_map(|ev| match ev {
+            Event::Command(_, cmd) if cmd.len() == 9 && cmd[4] == FENCE_KEY.as_bytes() => Some(cmd),
+            _ => None,
+        })
+        .expect("the fence written back");
+    assert_eq!(write_back[7], FAKE_RUN_ID.as_bytes());
+    assert_eq!(write_back[8], b"1", "seeded: a new deployment");
 }

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::config::Config;
-use crate::error::{Error, NodeFault, Refusal, Report};
-use crate::fence::{FENCE_KEY, Reading, Reads};
+use crate::error::{Error, FenceNote, NodeFault, Refusal, Report};
+use crate::fence::{FENCE_KEY, Reading, Reads, Short};
 use crate::mutation::Mutation;
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
@@ -88,7 +88,7 @@ impl Fencing {
         let settled = watch
             .quarantine_left(seed_window, d.generation, d.info.copied(), start)
             .is_none();
-        let seedable = matches!(reading, Reading::Blank(_)) && settled;
+        let seedable = matches!(reading, Reading::Blank { .. }) && settled;
         self.reads.add(node, (won, reading), seedable, mutation);
         self.gens[node] = d.generation;
         Ok(if won { Vote::Yes } else { Vote::Refused })
@@ -109,7 +109,8 @@ impl<N: Net> Engine<N> {
         let mutation = self.core.mutation;
         let op = &mut self.core.ops[index];
         let quorum = op.vote.round.quorum();
-        match op.fence.reads.fence(n, quorum, mutation) {
+        let duplicates = op.vote.duplicates();
+        match op.fence.reads.fence(n, quorum, duplicates, mutation) {
             Ok(fence) if mutation.fence_no_write_back() => {
                 self.last_round = now.saturating_duration_since(op.start);
                 Some(
@@ -132,10 +133,11 @@ impl<N: Net> Engine<N> {
             {
                 None
             }
-            Err(_) => {
+            Err(short) => {
                 self.last_round = now.saturating_duration_since(op.start);
                 self.lost.push(index as u32);
-                let report = fence_report(&self.shared.nodes, (&op.fence, &op.vote), quorum);
+                let note = op.fence.reads.note(n, quorum, duplicates);
+                let report = fence_report(&self.shared.nodes, (short, note, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
             }
         }
@@ -185,16 +187,13 @@ impl<N: Net> Engine<N> {
         config: &Config,
         now: Instant,
     ) -> (u64, u64) {
-        let n = vote.round.nodes();
         let granted = vote.yes();
         let rc = RoundConfig {
             not_after: Some(until),
             ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
         };
         fence.stage = Stage::Writing;
-        let duplicates: u64 = (0..n)
-            .filter(|&i| matches!(vote.faults[i], Some(NodeFault::Duplicate { .. })))
-            .fold(0, |m, i| m | node_bit(i));
+        let duplicates = vote.duplicates();
         for (node, fault) in vote.faults.iter_mut().enumerate() {
             if duplicates & node_bit(node) == 0 {
                 *fault = None;
@@ -225,7 +224,7 @@ impl<N: Net> Engine<N> {
         // Blank counters that may be seeded get the write-back too, whether or not they hold
         // our key (seeding is a write of a quorum's maximum; it counts only with the key):
         // fewer blank nodes, fewer acquires short of a seeded quorum.
-        let seeds = reads.seeds(n);
+        let seeds = reads.seeds(n, duplicates);
         for node in 0..n {
             let op = &mut core.ops[index as usize];
             if duplicates & node_bit(node) != 0 {
@@ -271,14 +270,14 @@ impl<N: Net> Engine<N> {
     }
 }
 
-/// The report of a fenced acquire that won the lock but read too few seeded counters: the
-/// seeded nodes count as yes, the blank and silent ones as failed.
+/// The report of a fenced acquire that won the lock but read too few seeded counters (`short`,
+/// and why, if the faults do not say it: `note`): the seeded nodes count as yes, the blank and
+/// silent ones as failed.
 fn fence_report(
     nodes: &Arc<[NodeAddr]>,
-    (fence, vote): (&Fencing, &Ballot),
+    (short, note, vote): (Short, Option<FenceNote>, &Ballot),
     quorum: usize,
 ) -> Report {
-    let short = fence.reads.short();
     let mut failed = Vec::new();
     for node in 0..nodes.len() {
         let bit = node_bit(node);
@@ -304,5 +303,6 @@ fn fence_report(
         refused: 0,
         failed,
         refusal: Refusal::HeldElsewhere,
+        note,
     }
 }

@@ -356,6 +356,7 @@ mod tests {
             refused,
             failed: failed.iter().map(|&i| (i, NodeFault::Timeout)).collect(),
             refusal: Refusal::TokenGone,
+            note: None,
         }
     }
 

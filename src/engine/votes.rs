@@ -117,6 +117,14 @@ impl Ballot {
         self.round.handle_withdraw(node, now);
     }
 
+    /// The entries that failed as duplicates: they lead to the server process of an entry
+    /// listed before them (known before sending, or from the answers), whose vote counts.
+    pub fn duplicates(&self) -> u64 {
+        (self.faults.iter().enumerate())
+            .filter(|(_, f)| matches!(f, Some(NodeFault::Duplicate { .. })))
+            .fold(0, |m, (i, _)| m | node_bit(i))
+    }
+
     /// The nodes that said yes.
     pub fn yes(&self) -> u64 {
         (0..self.round.nodes())
@@ -322,6 +330,7 @@ impl Ballot {
             refused,
             failed,
             refusal,
+            note: None,
         }
     }
 

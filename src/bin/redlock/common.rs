@@ -698,10 +698,19 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .and_then(bounded)
 }
 
+/// `--quarantine`: `off` (or `none`, `no`, `0`), or a window. A zero duration (`0s`, `0ms`) is
+/// refused, not taken for `off`: the library refuses any fixed window shorter than the TTL, and
+/// a window of nothing reads as a mistake (it silently switched the quarantine off).
 pub fn parse_quarantine(s: &str) -> Result<Quarantine, String> {
     match s.trim() {
         "off" | "none" | "no" | "0" => Ok(Quarantine(None)),
-        other => parse_duration(other).map(|d| Quarantine((!d.is_zero()).then_some(d))),
+        other => match parse_duration(other)? {
+            d if d.is_zero() => Err(format!(
+                "a window of {other} is no window: write `off` to switch the restart \
+                 quarantine off"
+            )),
+            d => Ok(Quarantine(Some(d))),
+        },
     }
 }
 
