@@ -646,7 +646,10 @@ impl Builder {
         self.config.renew_fraction = fraction;
         self
     }
-    /// TCP connect plus handshake timeout. Default 1 s; above 0, at most an hour.
+    /// TCP connect plus handshake timeout. Default 1 s; above 0, at most an hour. Counted while
+    /// something polls the connection: a deadline that passed while nothing did (an operation
+    /// returned at its quorum, leaving a slower node's connect or TLS handshake half done, and the
+    /// next came later), on a socket that answered meanwhile, is moved once by this much.
     pub fn connect_timeout(mut self, t: Duration) -> Builder {
         self.config.connect_timeout = t;
         self

@@ -492,7 +492,20 @@ impl Conn {
     }
 
     /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
-    pub fn on_timer(&mut self, now: Instant, registry: &Registry, sink: &mut Sink<'_>) {
+    /// `unwatched`: the turn's `poll` began at that instant and the socket made progress in it
+    /// (see [`Session::unwatched_grace`]).
+    pub fn on_timer(
+        &mut self,
+        now: Instant,
+        unwatched: Option<Instant>,
+        registry: &Registry,
+        sink: &mut Sink<'_>,
+    ) {
+        if let Some(watched_from) = unwatched
+            && self.session.unwatched_grace(now, watched_from)
+        {
+            return;
+        }
         self.session.on_timer(now, sink);
         self.sync(now, registry, sink);
     }

@@ -144,18 +144,23 @@ impl Net for Driver {
             }
             return;
         }
+        let began = now;
         let now = Instant::now();
         let registry = poll.registry();
+        // The connections that had an event in this turn (at most 64 nodes: a bit each).
+        let mut ready = 0u64;
         for event in events.iter() {
             let i = event.token().0;
             if let Some(conn) = conns.get_mut(i) {
+                ready |= 1u64 << (i % 64);
                 let closed = event.is_read_closed() || event.is_error();
                 conn.on_ready(now, registry, &mut |d| sink(i, now, d), closed);
             }
         }
         for (i, conn) in conns.iter_mut().enumerate() {
             if conn.next_deadline().is_some_and(|d| d <= now) {
-                conn.on_timer(now, registry, &mut |d| sink(i, now, d));
+                let unwatched = (ready & (1u64 << (i % 64)) != 0).then_some(began);
+                conn.on_timer(now, unwatched, registry, &mut |d| sink(i, now, d));
             }
         }
     }

@@ -477,6 +477,8 @@ struct State {
     script_tails: BytesMut,
     loaded: [bool; SCRIPT_COUNT],
     handshake_left: usize,
+    /// This connection's connect deadline was moved once already ([`Session::unwatched_grace`]).
+    graced: bool,
     backoff: Duration,
     last_fault: Option<NodeFault>,
     failure: Option<NodeFault>,
@@ -547,6 +549,7 @@ impl Session {
                 script_tails: BytesMut::with_capacity(SCRIPT_TAILS_CAPACITY),
                 loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
+                graced: false,
                 backoff,
                 last_fault: None,
                 failure: None,
@@ -674,6 +677,7 @@ impl Session {
         st.replied = false;
         st.generation += 1;
         st.counters.connects.bump();
+        st.graced = false;
         st.phase = Phase::Connecting {
             deadline: now + self.config.settings.connect_timeout,
         };
@@ -816,6 +820,31 @@ impl Session {
     }
 
     /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
+    /// The connect (or handshake) deadline passed while nobody watched the socket — the turn
+    /// that sees it began its `poll` after the deadline — and the socket made progress in that
+    /// turn: the deadline moves to `now + connect_timeout`, once per connection; true if it
+    /// moved. An operation returns at its quorum and leaves a slower node's connect or TLS
+    /// handshake half done; with nothing polling until the next operation (a `Client`; a
+    /// handle's idle engine thread), that node's answer was read only after the deadline, in a
+    /// turn whose timers then failed it: a healthy node behind TLS (several round trips) or a
+    /// farther network, whose idle connections the server closes (`timeout`), was found down at
+    /// every operation spaced more than the connect timeout apart (found by review). A node
+    /// that does not answer is still failed at its deadline: no progress, no grace; nor a second
+    /// time on one connection.
+    pub fn unwatched_grace(&mut self, now: Instant, watched_from: Instant) -> bool {
+        let st = &mut self.st;
+        match &mut st.phase {
+            Phase::Connecting { deadline } | Phase::Handshaking { deadline }
+                if !st.graced && *deadline < watched_from && now >= *deadline =>
+            {
+                *deadline = now + self.config.settings.connect_timeout;
+                st.graced = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn on_timer(&mut self, now: Instant, sink: &mut Sink<'_>) {
         match self.st.phase {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline } if now >= deadline => {
@@ -1931,6 +1960,28 @@ mod tests {
     /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
     /// it counts as 0 (a whole restart window ahead). Before, any of these made the node
     /// unknown (found by review).
+    #[test]
+    fn a_connect_deadline_that_passed_unwatched_moves_once() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = Session::new(NodeAddr::parse("redis://h:1").unwrap(), config(), now);
+        s.connecting(now);
+        let deadline = s.next_deadline().unwrap();
+        assert_eq!(deadline, now + ms(1_000));
+        // Watched at the deadline (the turn's poll began before it): no grace.
+        assert!(!s.unwatched_grace(deadline + ms(1), deadline - ms(1)));
+        // Unwatched (the poll began after it): the deadline moves, once.
+        let late = deadline + ms(500);
+        assert!(s.unwatched_grace(late, late));
+        assert_eq!(s.next_deadline(), Some(late + ms(1_000)));
+        let later = late + ms(2_000);
+        assert!(!s.unwatched_grace(later, later));
+        // A new connection may have its own.
+        s.connecting(later);
+        let deadline = s.next_deadline().unwrap();
+        assert!(s.unwatched_grace(deadline + ms(1), deadline + ms(1)));
+    }
+
     #[test]
     fn a_bad_uptime_counts_as_zero_and_keeps_the_run_id() {
         let now = Instant::now();

@@ -297,3 +297,44 @@ fn waiting_ends_at_once_when_no_certificate_verifies() {
         assert_eq!(s.dbsize(), 0, "nothing reached {}", s.addr());
     }
 }
+
+/// A node behind TLS and a slower link: an operation that connects it (the first, or one after
+/// the server closed the idle connection) returns at the quorum of the other two, the TLS
+/// handshake half done; nothing polls until the operation after (a `Client`), which read the
+/// server's answer only past the connect deadline — and its timers then failed the connection as timed out,
+/// the healthy node backing off and counted down at every operation spaced more than the
+/// connect timeout apart (found by review). A deadline that passed while nobody watched, on a
+/// socket that made progress since, is moved once.
+#[test]
+fn a_tls_handshake_nobody_polled_past_its_deadline_is_not_failed_for_it() {
+    let pki = Pki::generate();
+    let servers = tls_servers(&pki, 3, ClientAuth::No);
+    let far = std::net::SocketAddr::from(([127, 0, 0, 1], servers[2].tls_port()));
+    let relay = redis_local::Relay::start(far, Duration::from_millis(50));
+    let urls = [
+        servers[0].tls_url(),
+        servers[1].tls_url(),
+        format!("rediss://{}", relay.addr()),
+    ];
+    let connect_timeout = Duration::from_millis(300);
+    let mut c = Builder::new(urls)
+        .tls_ca_file(pki.ca())
+        .client_name("slow-node-test")
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(500))
+        .connect_timeout(connect_timeout)
+        .build_client()
+        .unwrap();
+    // The first operation connects: it returns at the quorum of the nearer two.
+    let a = c.try_lock("a").unwrap();
+    let downs = c.stats().nodes[2].downs;
+    // Not a synchronisation: the idle gap between two operations, longer than the connect
+    // timeout, in which nothing polls.
+    std::thread::sleep(2 * connect_timeout);
+    let b = c.try_lock("b").unwrap();
+    let vote = b.votes().vote(2);
+    assert_ne!(vote, Some(redlock_mux::LockVote::Unreachable), "{b:?}");
+    assert_eq!(c.stats().nodes[2].downs, downs, "{:?}", c.stats().nodes[2]);
+    c.unlock(a).unwrap();
+    c.unlock(b).unwrap();
+}
