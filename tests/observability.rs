@@ -297,9 +297,14 @@ fn a_flushed_script_is_counted_as_a_noscript_fallback() {
     servers[0].cmd(&["SCRIPT", "FLUSH"]);
     c.extend(&mut lock, Duration::from_secs(30)).unwrap();
     c.unlock(lock).unwrap();
+    // The extend and the release are decided at the quorum of nodes 1 and 2: node 0's NOSCRIPT
+    // may still be unread (it was once, under CI's load). A status read waits for every node,
+    // and node 0's replies come in order. The release's script was flushed too: if its EVALSHA
+    // went out before the extend's NOSCRIPT was read, it falls back as well.
+    c.status(b"noscript", PATIENCE);
     let stats = c.stats();
     let noscript: Vec<u64> = stats.nodes.iter().map(|n| n.noscript).collect();
-    assert_eq!(noscript, [1, 0, 0]);
+    assert!(matches!(noscript[..], [1 | 2, 0, 0]), "{noscript:?}");
     assert_eq!(stats.extend.ok, 2);
 }
 
