@@ -1956,10 +1956,8 @@ mod tests {
         assert_eq!(parse_info(b"garbage", now), None);
     }
 
-    /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
-    /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
-    /// it counts as 0 (a whole restart window ahead). Before, any of these made the node
-    /// unknown (found by review).
+    /// A connect deadline passed while nothing polled (the turn's `poll` began after it) moves
+    /// once per connection; one passed while a poll watched stands.
     #[test]
     fn a_connect_deadline_that_passed_unwatched_moves_once() {
         let now = Instant::now();
@@ -1982,6 +1980,10 @@ mod tests {
         assert!(s.unwatched_grace(deadline + ms(1), deadline + ms(1)));
     }
 
+    /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
+    /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
+    /// it counts as 0 (a whole restart window ahead). Before, any of these made the node
+    /// unknown (found by review).
     #[test]
     fn a_bad_uptime_counts_as_zero_and_keeps_the_run_id() {
         let now = Instant::now();
