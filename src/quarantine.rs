@@ -30,7 +30,7 @@ impl NodeWatch {
         &mut self,
         window: Duration,
         generation: u64,
-        info: Option<ServerInfo>,
+        info: Option<&ServerInfo>,
         now: Instant,
     ) -> Option<Duration> {
         if generation != self.generation {
@@ -101,22 +101,25 @@ mod tests {
         // Its uptime says 30 s: up for 29.x s at least, so still out for up to a second. (Read
         // as it stands it counted at once: a node restarted 29.1 s ago, inside the window.)
         let mut watch = NodeWatch::default();
-        let left = watch.quarantine_left(window, 1, info(30, now), now);
+        let left = watch.quarantine_left(window, 1, info(30, now).as_ref(), now);
         assert_eq!(left, Some(Duration::from_secs(1)));
         // 31 s: surely up for 30.
         let mut watch = NodeWatch::default();
-        assert_eq!(watch.quarantine_left(window, 1, info(31, now), now), None);
+        assert_eq!(
+            watch.quarantine_left(window, 1, info(31, now).as_ref(), now),
+            None
+        );
         // Just started (0 or 1 s): the whole window from now.
         for up in [0, 1] {
             let mut watch = NodeWatch::default();
             assert_eq!(
-                watch.quarantine_left(window, 1, info(up, now), now),
+                watch.quarantine_left(window, 1, info(up, now).as_ref(), now),
                 Some(window)
             );
         }
         // 10 s: 21 s more.
         let mut watch = NodeWatch::default();
-        let left = watch.quarantine_left(window, 1, info(10, now), now);
+        let left = watch.quarantine_left(window, 1, info(10, now).as_ref(), now);
         assert_eq!(left, Some(Duration::from_secs(21)));
     }
 
@@ -126,7 +129,7 @@ mod tests {
         let window = Duration::from_secs(30);
         let mut watch = NodeWatch::default();
         assert_eq!(
-            watch.quarantine_left(window, 1, info(3_600, now), now),
+            watch.quarantine_left(window, 1, info(3_600, now).as_ref(), now),
             None
         );
         let other = Some(ServerInfo {
@@ -135,7 +138,10 @@ mod tests {
             seen: now,
             changes: 0,
         });
-        assert_eq!(watch.quarantine_left(window, 2, other, now), Some(window));
+        assert_eq!(
+            watch.quarantine_left(window, 2, other.as_ref(), now),
+            Some(window)
+        );
     }
 
     #[test]
@@ -148,17 +154,20 @@ mod tests {
         // by its uptime before, it counted at once.)
         let mut watch = NodeWatch::default();
         assert_eq!(
-            watch.quarantine_left(window, 2, met(1, now), now),
+            watch.quarantine_left(window, 2, met(1, now).as_ref(), now),
             Some(window)
         );
         // The same process on a later connection (no new change) is not out again.
         let later = now + window;
-        assert_eq!(watch.quarantine_left(window, 3, met(1, later), later), None);
+        assert_eq!(
+            watch.quarantine_left(window, 3, met(1, later).as_ref(), later),
+            None
+        );
         // Away to another process and back (A, B, A) while no answer reached this tracking:
         // the run_id is the one it knew, but the count grew: out for a whole window.
         let back = later + window;
         assert_eq!(
-            watch.quarantine_left(window, 5, met(3, back), back),
+            watch.quarantine_left(window, 5, met(3, back).as_ref(), back),
             Some(window)
         );
     }

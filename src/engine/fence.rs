@@ -86,7 +86,7 @@ impl Fencing {
             return Err(NodeFault::unexpected(frame));
         };
         let settled = watch
-            .quarantine_left(seed_window, d.generation, d.info.copied(), start)
+            .quarantine_left(seed_window, d.generation, d.info, start)
             .is_none();
         let seedable = matches!(reading, Reading::Blank { .. }) && settled;
         self.reads.add(node, (won, reading), seedable, mutation);

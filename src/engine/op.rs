@@ -429,7 +429,7 @@ impl Core {
                 && !self.mutation.run_id_on_yes_only()
                 && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
             {
-                watch.quarantine_left(window, d.generation, d.info.copied(), now);
+                watch.quarantine_left(window, d.generation, d.info, now);
             }
         }
         if self.on_pubsub(node, &d, now) {
@@ -653,7 +653,7 @@ impl Core {
         let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node)) else {
             return Ok(Vote::Yes);
         };
-        let Some(left) = watch.quarantine_left(window, d.generation, d.info.copied(), now) else {
+        let Some(left) = watch.quarantine_left(window, d.generation, d.info, now) else {
             return Ok(Vote::Yes);
         };
         self.metrics.node(node).quarantined.bump();
@@ -687,12 +687,7 @@ impl Core {
                 // window before the repair began, as for seeding by an acquire (the same
                 // restart tracking).
                 let window_left = run_id.and_then(|_| {
-                    fence_watch[node].quarantine_left(
-                        *seed_window,
-                        d.generation,
-                        d.info.copied(),
-                        op.start,
-                    )
+                    fence_watch[node].quarantine_left(*seed_window, d.generation, d.info, op.start)
                 });
                 repair.on_read(node, reply, run_id.as_ref(), d.generation, window_left);
             }
@@ -714,7 +709,7 @@ impl Core {
                 // again. The holder's release also publishes on the other nodes.
                 if let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
                     && watch
-                        .quarantine_left(window, d.generation, d.info.copied(), now)
+                        .quarantine_left(window, d.generation, d.info, now)
                         .is_some()
                 {
                     return true;

@@ -77,9 +77,8 @@ impl StatusReplies {
                     .uptime
                     .saturating_add(now.saturating_duration_since(info.seen));
                 let (window, watch) = restart;
-                let left = window.and_then(|window| {
-                    watch.quarantine_left(window, d.generation, d.info.copied(), now)
-                });
+                let left = window
+                    .and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
                 self.restart[node] = (Some(uptime), left);
             }
             self.values[node] = Some(match &d.reply {
