@@ -15,7 +15,7 @@ use crate::handle::Redlock;
 use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
-use crate::round::{RoundConfig, deadline_after, whole_ms};
+use crate::round::{RoundConfig, deadline_after};
 use crate::task::Call;
 use crate::token::Token;
 
@@ -331,11 +331,9 @@ impl AsyncRedlock {
         let backing = lock.backing(self.redlock.nodes());
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, now)?;
         let config = self.config();
-        let drift = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).drift();
-        // The whole milliseconds `PEXPIRE` carries, as the round counts them.
-        let worst = lock
-            .valid_until()
-            .min(now + whole_ms(ttl).saturating_sub(drift));
+        // As the round counts it (`RoundConfig::validity`).
+        let most = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).validity();
+        let worst = lock.valid_until().min(now + most.unwrap_or_default());
         let mut pending = ExtendInFlight {
             lock,
             worst,

@@ -14,7 +14,7 @@ use crate::addr::{NodeAddr, ServerKey, redact};
 use crate::error::Error;
 use crate::mutation::Mutation;
 use crate::resp::Limits;
-use crate::round::{RoundConfig, whole_ms};
+use crate::round::RoundConfig;
 use crate::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
@@ -356,8 +356,8 @@ impl Config {
         // The most validity an extend to `ttl` can give: it wins only with at least
         // `min_validity` left, so a shorter one would be sent, lose `TooSlow` with its quorum
         // of yeses, and cut the lock's validity to `ttl` less the drift.
-        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
-        let most = whole_ms(ttl).saturating_sub(drift);
+        let rc = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO);
+        let (drift, most) = (rc.drift(), rc.validity().unwrap_or_default());
         if self.min_validity >= most {
             return Err(Error::Config(format!(
                 "extend ttl {} can give at most {} of validity (the ttl less the drift \
@@ -392,9 +392,10 @@ impl Config {
                 MAX_TTL.as_millis()
             )));
         }
-        let drift = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO).drift();
-        // The whole milliseconds `PX` carries, from which the validity is counted.
-        if whole_ms(ttl) <= drift {
+        let rc = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO);
+        let drift = rc.drift();
+        // Counted from the whole milliseconds `PX` carries (`RoundConfig::validity`).
+        if rc.validity().unwrap_or_default().is_zero() {
             return Err(Error::Config(format!(
                 "ttl {} leaves no validity after the drift allowance of {} (the ttl counts in \
                  whole milliseconds, as PX takes it)",
@@ -465,8 +466,9 @@ impl Config {
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
-        let validity = whole_ms(self.ttl)
-            - RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let validity = RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO)
+            .validity()
+            .unwrap_or_default();
         if self.min_validity >= validity {
             // Every acquire and extend at the TTL would end `TooSlow`, and `lock` wait its
             // whole budget for nothing.

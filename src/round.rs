@@ -37,7 +37,7 @@ const FOREVER: Duration = Duration::from_secs(1 << 30);
 /// `d` truncated to whole milliseconds: what `PX` and `PEXPIRE` carry (an integer of ms; the
 /// engine writes `ttl.as_millis()`). A TTL's validity is counted from this, never from the
 /// fraction of a millisecond the nodes were not told.
-pub(crate) fn whole_ms(d: Duration) -> Duration {
+fn whole_ms(d: Duration) -> Duration {
     // The seconds as they are, the nanoseconds cut to whole ms: `as_millis` goes through u128
     // arithmetic, ~20 instructions more on every round.
     Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000)
@@ -75,6 +75,15 @@ impl RoundConfig {
             min_validity: Duration::ZERO,
             not_after: None,
         }
+    }
+
+    /// The validity an attempt is given from its start: the TTL in the whole milliseconds `PX`
+    /// and `PEXPIRE` carry (a fraction of one the nodes are not told is not counted: it would
+    /// put the validity past the keys' expiry), less the drift allowance; `None` when the
+    /// allowance takes it all. [`Round::start`] counts it; the configuration's checks and a
+    /// dropped async extend's worst case count the same.
+    pub(crate) fn validity(&self) -> Option<Duration> {
+        whole_ms(self.ttl).checked_sub(self.drift())
     }
 
     /// The drift allowance `ttl × drift_factor + 2 ms` (saturating; a bad factor counts as 0).
@@ -223,9 +232,7 @@ impl Round {
         let far = |d: Duration| deadline_after(now, d);
         self.timing = Some(Timing {
             node_deadline: far(config.node_timeout),
-            // The TTL the nodes were sent, not the caller's `Duration`: counting the fraction
-            // of a millisecond `PX` drops would put the validity past the keys' expiry.
-            valid_until: match whole_ms(config.ttl).checked_sub(config.drift()) {
+            valid_until: match config.validity() {
                 Some(left) => far(left),
                 None => now,
             },
