@@ -259,7 +259,7 @@ impl Reads {
 
     /// True when every server process answered blank (`duplicates` as for [`Reads::genesis`]).
     pub fn all_blank(&self, n: usize, duplicates: u64) -> bool {
-        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let all = crate::round::all_nodes(n);
         self.blank != 0 && (self.blank | duplicates) == all
     }
 
@@ -271,7 +271,7 @@ impl Reads {
     /// deployment's write-back is on its way, or (every process blank or unknown) `+info` for
     /// the unknown ones would make it a new deployment. `duplicates` as for [`Reads::genesis`].
     pub fn note(&self, n: usize, quorum: usize, duplicates: u64) -> Option<FenceNote> {
-        let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let all = crate::round::all_nodes(n);
         let enough = self.seeded.count_ones() as usize >= quorum || self.genesis(n, duplicates);
         if enough && self.any_max == u64::MAX {
             return Some(FenceNote::Exhausted);

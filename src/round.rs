@@ -43,6 +43,11 @@ fn whole_ms(d: Duration) -> Duration {
     Duration::new(d.as_secs(), d.subsec_millis() * 1_000_000)
 }
 
+/// The bit set of nodes `0..n` (bit `i` for node `i`; `n` at most 64).
+pub(crate) fn all_nodes(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
+}
+
 /// `now + timeout`, saturating: a timeout too large to add to the clock (`Duration::MAX`) means
 /// no deadline, instead of a panic.
 pub(crate) fn deadline_after(now: Instant, timeout: Duration) -> Instant {

@@ -384,8 +384,7 @@ impl<N: Net> Engine<N> {
     }
 
     fn all_nodes(&self) -> u64 {
-        let n = self.shared.nodes.len();
-        if n == 64 { u64::MAX } else { node_bit(n) - 1 }
+        crate::round::all_nodes(self.shared.nodes.len())
     }
 
     /// Starts an operation of `kind` on the nodes in `targets`: a slot, then its kind's start
