@@ -298,6 +298,12 @@ impl Reads {
 mod tests {
     use super::*;
 
+    /// A blank answer of a node whose `SET NX` succeeded: its counter's `value`, and whether
+    /// its hash still names an earlier process (`run`).
+    fn blank(value: u64, run: bool) -> (bool, Reading) {
+        (true, Reading::Blank { value, run })
+    }
+
     #[test]
     fn numbers_are_canonical_u64() {
         assert_eq!(parse_u64(b"0"), Some(0));
@@ -314,53 +320,20 @@ mod tests {
         // Every node blank: a new deployment, fence 1.
         let mut r = Reads::default();
         for i in 0..3 {
-            r.add(
-                i,
-                (
-                    true,
-                    Reading::Blank {
-                        value: 0,
-                        run: false,
-                    },
-                ),
-                false,
-                Mutation::None,
-            );
+            r.add(i, blank(0, false), false, Mutation::None);
         }
         assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(1));
         assert_eq!(r.seeds(n, 0), 0b111);
         // The example: node 2 restarted empty, node 3 older, node 1 silent: no fence
         // rather than a smaller one.
         let mut r = Reads::default();
-        r.add(
-            1,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::None,
-        );
+        r.add(1, blank(0, false), false, Mutation::None);
         r.add(2, (true, Reading::Seeded(4)), false, Mutation::None);
         assert!(r.fence(n, q, 0, Mutation::None).is_err());
         assert_eq!(r.seeds(n, 0), 0);
         // ... which the flawed variant would hand out (5, not above node 1's 5).
         let mut bad = Reads::default();
-        bad.add(
-            1,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::FenceBlankAsZero,
-        );
+        bad.add(1, blank(0, false), false, Mutation::FenceBlankAsZero);
         bad.add(
             2,
             (true, Reading::Seeded(4)),
@@ -372,18 +345,7 @@ mod tests {
         r.add(0, (false, Reading::Seeded(5)), false, Mutation::None);
         assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(6));
         // A stale snapshot's value only ever raises the fence.
-        r.add(
-            1,
-            (
-                true,
-                Reading::Blank {
-                    value: 9,
-                    run: true,
-                },
-            ),
-            true,
-            Mutation::None,
-        );
+        r.add(1, blank(9, true), true, Mutation::None);
         assert_eq!(r.fence(n, q, 0, Mutation::None), Ok(10));
         // The unknown never count; a counter at u64::MAX gives no fence.
         let mut r = Reads::default();
@@ -405,45 +367,12 @@ mod tests {
     #[test]
     fn a_new_deployment_is_counted_over_server_processes() {
         let mut r = Reads::default();
-        r.add(
-            0,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::None,
-        );
-        r.add(
-            2,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::None,
-        );
+        r.add(0, blank(0, false), false, Mutation::None);
+        r.add(2, blank(0, false), false, Mutation::None);
         assert!(r.fence(3, 2, 0, Mutation::None).is_err());
         assert_eq!(r.fence(3, 2, 0b010, Mutation::None), Ok(1));
         assert_eq!(r.seeds(3, 0b010), 0b101);
-        r.add(
-            1,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::None,
-        );
+        r.add(1, blank(0, false), false, Mutation::None);
         r.forget(1);
         assert!(r.fence(3, 2, 0, Mutation::None).is_err());
     }
@@ -451,40 +380,39 @@ mod tests {
     /// The text of a fence refused says what mends it where the nodes' faults do not.
     #[test]
     fn a_blank_majority_is_noted_for_the_repair() {
-        let blank = |run| (true, Reading::Blank { value: 0, run });
         let seeded = (true, Reading::Seeded(4));
         // 5 nodes, 3 blank: the other two cannot make a quorum, whatever they say.
         let mut r = Reads::default();
         for i in 0..3 {
-            r.add(i, blank(false), true, Mutation::None);
+            r.add(i, blank(0, false), true, Mutation::None);
         }
         r.add(3, seeded, false, Mutation::None);
         assert_eq!(r.note(5, 3, 0), Some(FenceNote::MajorityBlank));
         // 2 blank, 2 seeded, 1 silent: it may answer seeded; nothing to note.
         let mut r = Reads::default();
-        r.add(0, blank(false), true, Mutation::None);
-        r.add(1, blank(true), true, Mutation::None);
+        r.add(0, blank(0, false), true, Mutation::None);
+        r.add(1, blank(0, true), true, Mutation::None);
         r.add(2, seeded, false, Mutation::None);
         r.add(3, seeded, false, Mutation::None);
         assert_eq!(r.note(5, 3, 0), None);
         // 3 entries, two of one server (entry 1 its duplicate), the server blank: a quorum of
         // entries is out of reach.
         let mut r = Reads::default();
-        r.add(0, blank(true), true, Mutation::None);
+        r.add(0, blank(0, true), true, Mutation::None);
         r.add(2, seeded, false, Mutation::None);
         assert_eq!(r.note(3, 2, 0b010), Some(FenceNote::MajorityBlank));
         // Every process blank or unknown, none seeded before: `+info` (the unknown node's
         // fault) makes it a new deployment, no repair.
         let mut r = Reads::default();
-        r.add(0, blank(false), true, Mutation::None);
-        r.add(1, blank(false), true, Mutation::None);
+        r.add(0, blank(0, false), true, Mutation::None);
+        r.add(1, blank(0, false), true, Mutation::None);
         r.add(2, (true, Reading::Unknown), true, Mutation::None);
         assert_eq!(r.note(3, 2, 0), None);
         // Every process blank, one seeded before.
         let mut r = Reads::default();
-        r.add(0, blank(false), true, Mutation::None);
-        r.add(1, blank(false), true, Mutation::None);
-        r.add(2, blank(true), true, Mutation::None);
+        r.add(0, blank(0, false), true, Mutation::None);
+        r.add(1, blank(0, false), true, Mutation::None);
+        r.add(2, blank(0, true), true, Mutation::None);
         assert_eq!(r.note(3, 2, 0), Some(FenceNote::SeededBefore));
     }
 
@@ -495,74 +423,19 @@ mod tests {
     fn every_node_blank_is_no_new_deployment_if_a_counter_was_seeded_before() {
         let (n, q) = (3, 2);
         let mut r = Reads::default();
-        r.add(
-            0,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            true,
-            Mutation::None,
-        );
-        r.add(
-            1,
-            (
-                true,
-                Reading::Blank {
-                    value: 50,
-                    run: true,
-                },
-            ),
-            true,
-            Mutation::None,
-        );
-        r.add(
-            2,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            true,
-            Mutation::None,
-        );
+        r.add(0, blank(0, false), true, Mutation::None);
+        r.add(1, blank(50, true), true, Mutation::None);
+        r.add(2, blank(0, false), true, Mutation::None);
         let short = r.fence(n, q, 0, Mutation::None).unwrap_err();
         assert_eq!((short.blank, short.stale), (0b111, 0b010));
         assert!(!r.genesis(n, 0));
         // N = 1: the one counter restored from a snapshot.
         let mut r = Reads::default();
-        r.add(
-            0,
-            (
-                true,
-                Reading::Blank {
-                    value: 50,
-                    run: true,
-                },
-            ),
-            true,
-            Mutation::None,
-        );
+        r.add(0, blank(50, true), true, Mutation::None);
         assert!(r.fence(1, 1, 0, Mutation::None).is_err());
         // Without a `run`, the hash was never seeded (or was lost entirely): a new deployment.
         let mut r = Reads::default();
-        r.add(
-            0,
-            (
-                true,
-                Reading::Blank {
-                    value: 0,
-                    run: false,
-                },
-            ),
-            false,
-            Mutation::None,
-        );
+        r.add(0, blank(0, false), false, Mutation::None);
         assert_eq!(r.fence(1, 1, 0, Mutation::None), Ok(1));
     }
 }
