@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Event, FakeServer, Peer};
-use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault};
+use redlock_mux::{Builder, Client, Error, FENCE_KEY, FenceFloor, NodeFault, Report};
 
 fn fenced(servers: &Cluster, ttl: Duration) -> Client {
     let mut client = Builder::new(servers.urls())
@@ -27,6 +27,14 @@ fn fenced(servers: &Cluster, ttl: Duration) -> Client {
 }
 
 /// The counter a node holds (0 when absent).
+/// The nodes a refused fence's report names blank (`NodeFault::FenceBlank`), as `host:port`.
+fn blank_nodes(report: &Report) -> Vec<String> {
+    (report.failed())
+        .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
+        .map(|(node, _)| node.to_string())
+        .collect()
+}
+
 fn counter(servers: &Cluster, i: usize) -> u64 {
     match servers[i].cmd(&["HGET", FENCE_KEY, "n"]) {
         redis::Value::BulkString(b) => String::from_utf8(b).unwrap().parse().unwrap(),
@@ -124,12 +132,7 @@ fn a_node_restarted_empty_between_holders_never_brings_the_fence_down() {
     servers[0].freeze();
     match b.try_lock("x") {
         Err(Error::Fence(report)) => {
-            let blank: Vec<_> = report
-                .failed()
-                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
-                .collect();
-            assert_eq!(blank.len(), 1, "{report}");
-            assert_eq!(blank[0].0.to_string(), servers[1].addr(), "{report}");
+            assert_eq!(blank_nodes(&report), [servers[1].addr()], "{report}");
             // One blank of three, one silent: no repair needed, node 1 is seeded again.
             assert!(!report.to_string().contains("repair-fences"), "{report}");
         }
@@ -211,11 +214,7 @@ fn every_counter_blank_but_seeded_before_is_no_new_deployment() {
     }
     match a.try_lock("s0") {
         Err(Error::Fence(report)) => {
-            let blank = report
-                .failed()
-                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
-                .count();
-            assert_eq!(blank, 3, "{report}");
+            assert_eq!(blank_nodes(&report).len(), 3, "{report}");
             let text = report.to_string();
             assert!(
                 text.contains("seeded by an earlier server process"),
@@ -327,11 +326,7 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
     let mut b = fenced(&servers, ttl);
     match b.try_lock("r0") {
         Err(Error::Fence(report)) => {
-            let blank = report
-                .failed()
-                .filter(|(_, f)| matches!(f, NodeFault::FenceBlank))
-                .count();
-            assert_eq!(blank, 3, "{report}");
+            assert_eq!(blank_nodes(&report).len(), 3, "{report}");
             // Nothing but a repair seeds them: the text says so (it said each would be seeded
             // again once up for a restart window: found by review).
             let text = report.to_string();
