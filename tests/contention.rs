@@ -280,9 +280,7 @@ const SOON: Duration = Duration::from_secs(10);
 /// Waits (bounded) until `channel` has `n` subscribers on `server`.
 fn until_subscribed(server: &Server, channel: &str, n: i64) {
     let deadline = Instant::now() + SOON;
-    while !matches!(server.cmd(&["PUBSUB", "NUMSUB", channel]),
-        redis::Value::Array(ref v) if v.get(1) == Some(&redis::Value::Int(n)))
-    {
+    while server.subscribers(channel) != n {
         assert!(
             Instant::now() < deadline,
             "{n} not subscribed on {}",

@@ -422,13 +422,9 @@ fn a_sets_release_notice_does_not_count_the_releaser() {
     let mut listener = raw.as_pubsub();
     listener.subscribe(channel).unwrap();
     listener.set_read_timeout(Some(soon)).unwrap();
-    let numsub = |s: &redis_local::Server| match s.cmd(&["PUBSUB", "NUMSUB", channel]) {
-        redis::Value::Array(v) => v.get(1).cloned(),
-        _ => None,
-    };
     until("subscribed", &|| {
         (servers.iter().enumerate())
-            .all(|(i, s)| numsub(s) == Some(redis::Value::Int(if i == 0 { 3 } else { 2 })))
+            .all(|(i, s)| s.subscribers(channel) == if i == 0 { 3 } else { 2 })
     });
     releaser.unlock(lock).unwrap();
     let message = listener

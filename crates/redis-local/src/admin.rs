@@ -145,6 +145,21 @@ impl Server {
         self.int(&["PTTL", key])
     }
 
+    /// Clients subscribed to `channel` (`PUBSUB NUMSUB channel`).
+    ///
+    /// # Panics
+    ///
+    /// On any error, or a reply of another shape.
+    pub fn subscribers(&self, channel: &str) -> i64 {
+        match self.cmd(&["PUBSUB", "NUMSUB", channel]) {
+            Value::Array(v) => match v.get(1) {
+                Some(&Value::Int(n)) => n,
+                other => panic!("PUBSUB NUMSUB {channel} counted {other:?}"),
+            },
+            other => panic!("PUBSUB NUMSUB {channel} answered {other:?}"),
+        }
+    }
+
     /// `DBSIZE`.
     ///
     /// # Panics
