@@ -640,6 +640,23 @@ fn the_one_free_permit_is_found_whichever_is_tried_first() {
     }
 }
 
+/// Waits (bounded) until no node holds `key`: an unlock returns at a quorum of releases, and a
+/// permit still held on the third node can make the next acquire's attempt on it lose its
+/// quorum (it did, under CI's load: permit 2 instead of 1).
+fn until_free(servers: &Cluster, key: &str) {
+    for s in servers.iter() {
+        let deadline = deadline();
+        while s.get(key).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{key} never released on {}",
+                s.addr()
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
 /// A deadline already passed ends the waiting, not the acquire: the other permits are still
 /// attempted once, without waiting, as `try_acquire` does (found by review: past the deadline
 /// the one permit attempted first answered for the semaphore, so with `pool#0` held
@@ -658,13 +675,16 @@ fn past_its_deadline_an_acquire_still_attempts_every_permit() {
     let permit = sem.acquire_until(Instant::now()).unwrap();
     assert_eq!(sem.permit_of(&permit), Some(1));
     redlock.unlock(permit).unwrap();
+    until_free(&servers, "pool#1");
     let sem = no_wait.semaphore("pool", 3).unwrap();
     let permit = sem.acquire().unwrap();
     assert_eq!(sem.permit_of(&permit), Some(1));
     no_wait.unlock(permit).unwrap();
+    until_free(&servers, "pool#1");
     let sem = no_wait.semaphore("pool", 3).unwrap();
     let got = sem.with_permit(|kept| sem.permit_of(&kept.lock())).unwrap();
     assert_eq!(got, Some(1));
+    until_free(&servers, "pool#1");
     let async_face = AsyncRedlock::from(redlock.clone());
     let async_no_wait = AsyncRedlock::from(no_wait.clone());
     futures::executor::block_on(async {
@@ -672,6 +692,7 @@ fn past_its_deadline_an_acquire_still_attempts_every_permit() {
         let permit = sem.acquire_until(Instant::now()).await.unwrap();
         assert_eq!(sem.permit_of(&permit), Some(1));
         async_face.unlock(permit).await.unwrap();
+        until_free(&servers, "pool#1");
         let sem = async_no_wait.semaphore("pool", 3).unwrap();
         let permit = sem.acquire().await.unwrap();
         assert_eq!(sem.permit_of(&permit), Some(1));
