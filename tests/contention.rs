@@ -779,14 +779,16 @@ fn a_lock_released_elsewhere_is_found_by_the_next_waiter_within_a_poll() {
             let _ = tx.send(a.lock_until("h", Instant::now() + Duration::from_secs(5)));
         });
         until_waiting(&a, "h", 1);
-        // Released through another handle.
+        // Released through another handle. A quorum, not every node: an unlock returns at a
+        // quorum, so the attempt that won `first` may have reached the third node before `b`'s
+        // release did there, and was refused on it (and likewise `got` after `c`'s release).
         let parts = Lock::from_parts("h", first.token().as_bytes(), first.validity()).unwrap();
-        assert_eq!(c.unlock(parts).unwrap(), 3);
+        assert!(c.unlock(parts).unwrap() >= 2);
         let got = rx
             .recv_timeout(Duration::from_secs(10))
             .unwrap()
             .expect("the waiter found the free lock before its deadline");
-        assert_eq!(a.unlock(got).unwrap(), 3);
+        assert!(a.unlock(got).unwrap() >= 2);
     });
 }
 
