@@ -341,7 +341,9 @@ pub(crate) fn lock_of(resource: &[u8], token: Token, outcome: Outcome) -> Result
     match outcome {
         Outcome::Acquired(Ok(grant)) => Ok(Lock::granted(resource, token, grant)),
         Outcome::Acquired(Err(e)) => Err(e),
-        Outcome::Locked(Ok((token, grant))) => Ok(Lock::granted(resource, token, grant)),
+        Outcome::Locked(Ok((variant, grant))) => {
+            Ok(Lock::granted(resource, token.variant(variant), grant))
+        }
         Outcome::Locked(Err(e)) => Err(e),
         _ => unreachable_outcome(Err(Error::Internal("unexpected outcome"))),
     }

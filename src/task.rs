@@ -198,9 +198,11 @@ impl Drop for Call<'_> {
         // Decided, but the caller went away before it looked: a lock is released at once.
         match outcome {
             Outcome::Acquired(Ok(_)) => self.hub.send(ReqKind::Release, self.resource, &self.token),
-            Outcome::Locked(Ok((token, _))) => {
-                self.hub.send(ReqKind::Release, self.resource, &token)
-            }
+            Outcome::Locked(Ok((variant, _))) => self.hub.send(
+                ReqKind::Release,
+                self.resource,
+                &self.token.variant(variant),
+            ),
             _ => {}
         }
         give_back(slot);

@@ -130,9 +130,9 @@ pub(crate) struct Engine<N: Net = Driver> {
     pub callbacks: Arc<Callbacks>,
     /// Queues of callers waiting for contended resources.
     waits: Waits,
-    /// Attempts decided in this turn: the waiting operation, the attempt's token, its outcome,
-    /// and whether it was a split vote (reused list).
-    attempts: Vec<(OpId, Token, Outcome, bool)>,
+    /// Attempts decided in this turn: the waiting operation, the attempt's token variant
+    /// ([`Token::variant`]), its outcome, and whether it was a split vote (reused list).
+    attempts: Vec<(OpId, u32, Outcome, bool)>,
     /// Waiting operations whose attempt is due, with their resource's queue (reused).
     due: Vec<OpId>,
     /// A waiting operation's resource, copied out (reused).
@@ -552,7 +552,7 @@ impl<N: Net> Engine<N> {
                 // attempt took the others.
                 let split =
                     matches!(outcome, Outcome::Acquired(Err(Error::Held(_)))) && op.vote.yes() != 0;
-                self.attempts.push((w, op.token, outcome, split));
+                self.attempts.push((w, op.tries, outcome, split));
             }
         }
     }

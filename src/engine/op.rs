@@ -52,6 +52,8 @@ pub(super) struct Op {
     /// Extend: the nodes whose keys back the lock's validity (`Lock::backing`, a kept lock's
     /// `Kept::backed`), 0 when not known (then every node may).
     pub backing: u64,
+    /// A waiting acquire: the attempts it made. One of its attempts: which variant of the
+    /// waiter's token it carries ([`Token::variant`](crate::token::Token::variant)).
     pub tries: u32,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,

@@ -64,7 +64,8 @@ impl<N: Net> Engine<N> {
     pub(super) fn attempt(&mut self, w: OpId, now: Instant, mark: bool) {
         let mut resource = std::mem::take(&mut self.wait_resource);
         let op = &mut self.core.ops[w.index as usize];
-        let token = op.token.variant(op.tries);
+        let variant = op.tries;
+        let token = op.token.variant(variant);
         op.tries = op.tries.wrapping_add(1);
         let ttl = op.ttl;
         resource.clear();
@@ -85,7 +86,9 @@ impl<N: Net> Engine<N> {
             self.mark_waiting(&resource, all, now);
         }
         let kind = ReqKind::Acquire { ttl };
-        self.submit_to(kind, &resource, &token, Waiter::Attempt(w), all, now);
+        let id = self.submit_to(kind, &resource, &token, Waiter::Attempt(w), all, now);
+        // The attempt's variant, for the outcome (`Outcome::Locked`).
+        self.core.ops[id.index as usize].tries = variant;
         self.wait_resource = resource;
     }
 
@@ -136,9 +139,9 @@ impl<N: Net> Engine<N> {
         let mut kept = true;
         let op = &mut self.core.ops[w.index as usize];
         op.done = true;
-        if let Some(Outcome::Locked(Ok((token, _)))) = &outcome {
+        if let Some(Outcome::Locked(Ok((variant, _)))) = &outcome {
             // What a release of a lock won for nobody must delete.
-            op.token = *token;
+            op.token = op.token.variant(*variant);
         }
         match std::mem::replace(&mut op.waiter, Waiter::None) {
             Waiter::Local => op.outcome = outcome,
@@ -165,7 +168,7 @@ impl<N: Net> Engine<N> {
     pub(super) fn attempts_decided(&mut self, now: Instant) {
         let mut decided = std::mem::take(&mut self.attempts);
         let mut resource = std::mem::take(&mut self.wait_resource);
-        for (w, token, outcome, split) in decided.drain(..) {
+        for (w, variant, outcome, split) in decided.drain(..) {
             let op = &self.core.ops[w.index as usize];
             if op.seq != w.seq || op.done || !self.core.is_live(w.index as usize) {
                 continue;
@@ -174,7 +177,7 @@ impl<N: Net> Engine<N> {
             resource.extend_from_slice(&op.resource);
             let deadline = op.until;
             match outcome {
-                Outcome::Acquired(Ok(grant)) => self.attempt_won(w, token, grant, &resource, now),
+                Outcome::Acquired(Ok(grant)) => self.attempt_won(w, variant, grant, &resource, now),
                 // No retry mends it (a wrong CA, a port that speaks another protocol,
                 // credentials refused on too many nodes): the caller learns at once.
                 Outcome::Acquired(Err(error)) if error.is_final() || deadline <= now => {
@@ -197,7 +200,7 @@ impl<N: Net> Engine<N> {
     /// waited for the lock's whole validity — past its deadline, with the resource free — for
     /// a release that does not come through `submit` and a notice ignored while the queue
     /// believed a caller of ours held it (found by two reviews).
-    fn attempt_won(&mut self, w: OpId, token: Token, grant: Grant, resource: &[u8], now: Instant) {
+    fn attempt_won(&mut self, w: OpId, variant: u32, grant: Grant, resource: &[u8], now: Instant) {
         let op = &self.core.ops[w.index as usize];
         let since = now.saturating_duration_since(op.start);
         acquired_event(
@@ -208,7 +211,7 @@ impl<N: Net> Engine<N> {
             grant.votes,
         );
         let valid_until = grant.valid_until;
-        let kept = self.finish_wait(w, Some(Outcome::Locked(Ok((token, grant)))));
+        let kept = self.finish_wait(w, Some(Outcome::Locked(Ok((variant, grant)))));
         if !kept || crate::keys::shared_name(resource).is_some() {
             // A reader: the next reader in line does not wait for this one, it attempts now;
             // nor for a lock won for a caller gone, released in this turn (the attempt goes

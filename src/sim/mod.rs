@@ -2333,7 +2333,9 @@ impl World {
                 let won = match outcome {
                     Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
                     // A waited-for acquire: the token is the winning attempt's.
-                    Some(Outcome::Locked(Ok((token, grant)))) => Ok((token, grant)),
+                    Some(Outcome::Locked(Ok((variant, grant)))) => {
+                        Ok((token.variant(variant), grant))
+                    }
                     other => Err(other),
                 };
                 match won {
