@@ -618,9 +618,9 @@ pub enum Error {
     Internal(&'static str),
 
     /// A call into a handle from the closure of its own
-    /// [`Redlock::with_client`](crate::Redlock::with_client): the engine is this thread's until
-    /// the closure returns, so the call could only wait for itself. Use the `Client` the closure
-    /// is given.
+    /// [`Redlock::with_client`](crate::Redlock::with_client), or from a closure nested in it
+    /// (another handle's `with_client`): the engine is this thread's until the closure returns,
+    /// so the call could only wait for itself. Use the `Client` the closure is given.
     #[error("a call into the handle from its own with_client closure: use the Client it gives")]
     Reentrant,
 }

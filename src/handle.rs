@@ -174,15 +174,17 @@ impl Redlock {
     /// meanwhile are served by whatever `f` does, or wait until it returns). For inspection and
     /// tests; not for the hot path.
     ///
-    /// `f` must not call into this handle (or its async face, or a clone): the engine is its
-    /// thread's until `f` returns. Such a call fails at once with [`Error::Reentrant`] (a
+    /// `f` must not call into this handle (or its async face, or a clone), nor may a
+    /// `with_client` closure of another handle nested in `f`: the engine is its thread's until
+    /// `f` returns. Such a call fails at once with [`Error::Reentrant`] (a
     /// [`Redlock::status`] gives no node, a [`Redlock::shutdown`] flushes nothing) rather than
     /// wait for itself; use the `Client` `f` is given. Releases not waited for (a guard's drop,
     /// [`Redlock::unlock_nowait`]) are queued and go out once `f` returns.
     ///
     /// # Errors
     ///
-    /// [`Error::Reentrant`] when called from `with_client`'s closure of the same handle.
+    /// [`Error::Reentrant`] when called from `with_client`'s closure of the same handle, or
+    /// from a closure nested in one.
     pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
         self.handle.hub.with_client(f)
     }

@@ -22,6 +22,7 @@
 //! tries the mutex, a leaving driver unlocks then looks at the queue; and a caller queues then
 //! looks at the driver's `sleeping` flag, a driver sets it then looks at the queue.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
@@ -72,11 +73,15 @@ pub(crate) struct Hub {
 }
 
 thread_local! {
-    /// The hub whose engine this thread holds for [`Redlock::with_client`]'s closure (its
-    /// address; 0: none): a call into that hub from the closure could only wait for itself.
+    /// The hubs whose engines this thread holds for [`Redlock::with_client`]'s closures (their
+    /// addresses, outermost first): a call into any of them from the innermost closure could
+    /// only wait for itself. All of them, not the innermost alone: `a.with_client(|_|
+    /// b.with_client(|_| a.try_lock(..)))` queued into `a`'s mailbox and parked for ever, and
+    /// every other caller of `a` with it (found by review). Pushed and looked at only off the
+    /// hot path (`with_client`, and where the engine was found taken).
     ///
     /// [`Redlock::with_client`]: crate::Redlock::with_client
-    static WITH_CLIENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    static WITH_CLIENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
     static SLOT: Arc<Slot> = Arc::new(Slot::new());
     /// For releases not waited for: free again once the engine took the request in.
     static DETACHED: Arc<Slot> = {
@@ -121,10 +126,11 @@ impl Hub {
         Ok(hub)
     }
 
-    /// True on the thread that runs `with_client`'s closure of this hub (looked at only off
-    /// the hot path: where the engine was found taken).
+    /// True on a thread that runs `with_client`'s closure of this hub, or a closure nested in
+    /// one (looked at only off the hot path: where the engine was found taken).
     fn reentered(&self) -> bool {
-        WITH_CLIENT.with(|c| c.get()) == self as *const Hub as usize
+        let me = self as *const Hub as usize;
+        (WITH_CLIENT.try_with(|held| held.borrow().contains(&me))).unwrap_or(false)
     }
 
     /// Runs `f` with the engine, this thread marked as holding it: calls into this hub from
@@ -135,15 +141,23 @@ impl Hub {
         if self.reentered() {
             return Err(Error::Reentrant);
         }
-        /// Restores the mark, also when `f` panics.
-        struct Mark(usize);
+        /// Takes this hub's mark off again, also when `f` panics: the last on the list, as
+        /// the closures nest (`false`: never put on, the thread's list being gone).
+        struct Mark(bool);
         impl Drop for Mark {
             fn drop(&mut self) {
-                WITH_CLIENT.with(|c| c.set(self.0));
+                if self.0 {
+                    let _ = WITH_CLIENT.try_with(|held| held.borrow_mut().pop());
+                }
             }
         }
         let mut guard = self.engine();
-        let _mark = Mark(WITH_CLIENT.with(|c| c.replace(self as *const Hub as usize)));
+        let me = self as *const Hub as usize;
+        let _mark = Mark(
+            WITH_CLIENT
+                .try_with(|held| held.borrow_mut().push(me))
+                .is_ok(),
+        );
         let result = f(&mut guard);
         drop(_mark);
         self.leave(guard);

@@ -51,18 +51,30 @@ impl NodeWatch {
                         Some(id) => id != info.run_id || info.changes > self.changes,
                         None => info.changes > 0,
                     };
+                    let known = self.run_id.is_some() && !restarted;
                     self.changes = info.changes;
                     self.run_id = Some(info.run_id);
-                    if restarted {
-                        Some(deadline_after(info.seen, window))
-                    } else {
+                    match info.uptime {
+                        _ if restarted => Some(deadline_after(info.seen, window)),
                         // Counted a second short: `uptime_in_seconds` is the whole seconds of
                         // the clock now less those at the start (Redis: `server.unixtime -
                         // server.stat_starttime`), up to a second more than the process has
                         // been up — a server started at x.95 s says 1 at x + 1.02 s. Read as
                         // it stands, a node restarted 29.1 s ago would count in a 30 s window.
-                        let up = info.uptime.saturating_sub(UPTIME_ROUNDING);
-                        window.checked_sub(up).map(|left| info.seen + left)
+                        Some(uptime) => {
+                            let up = uptime.saturating_sub(UPTIME_ROUNDING);
+                            window.checked_sub(up).map(|left| info.seen + left)
+                        }
+                        // No uptime (missing, or negative after the server's clock stepped
+                        // back) from the process this tracking knows: no news, the quarantine
+                        // it has stands. Counted as 0 here, it was quarantined for a whole
+                        // window again at every reconnect (a server's idle `timeout`, `CLIENT
+                        // KILL`): out for good behind servers that close idle connections.
+                        None if known => None,
+                        // No uptime from a process met for the first time: as if it had just
+                        // started, a whole window from now (its age is unknown: a blank fence
+                        // counter on it is not seeded before it has been known that long).
+                        None => Some(deadline_after(info.seen, window)),
                     }
                 }
                 // Restart state unknown: out of quorums until a whole window has passed since
@@ -88,7 +100,7 @@ mod tests {
     fn info(uptime_secs: u64, seen: Instant) -> Option<ServerInfo> {
         Some(ServerInfo {
             run_id: [b'a'; 40],
-            uptime: Duration::from_secs(uptime_secs),
+            uptime: Some(Duration::from_secs(uptime_secs)),
             seen,
             changes: 0,
         })
@@ -134,7 +146,7 @@ mod tests {
         );
         let other = Some(ServerInfo {
             run_id: [b'b'; 40],
-            uptime: Duration::from_secs(3_600),
+            uptime: Some(Duration::from_secs(3_600)),
             seen: now,
             changes: 0,
         });
@@ -168,6 +180,61 @@ mod tests {
         let back = later + window;
         assert_eq!(
             watch.quarantine_left(window, 5, met(3, back).as_ref(), back),
+            Some(window)
+        );
+    }
+
+    #[test]
+    fn a_known_process_without_an_uptime_is_not_quarantined_again_at_each_reconnect() {
+        let now = Instant::now();
+        let window = Duration::from_secs(30);
+        let unknown_age = |seen| info(0, seen).map(|i| ServerInfo { uptime: None, ..i });
+        // Met for the first time without an uptime (missing, or negative after the server's
+        // clock stepped back): its age is unknown, a whole window from now.
+        let mut watch = NodeWatch::default();
+        assert_eq!(
+            watch.quarantine_left(window, 1, unknown_age(now).as_ref(), now),
+            Some(window)
+        );
+        // The same process on a later connection, still without an uptime: the quarantine it
+        // had stands, no more. (Counted as 0, it was out for a whole window again at every
+        // reconnect; found by review.)
+        let half = now + window / 2;
+        assert_eq!(
+            watch.quarantine_left(window, 2, unknown_age(half).as_ref(), half),
+            Some(window / 2)
+        );
+        let later = now + window;
+        assert_eq!(
+            watch.quarantine_left(window, 3, unknown_age(later).as_ref(), later),
+            None
+        );
+        // A process up for an hour whose clock then stepped back (its uptime negative): no
+        // news, it counts.
+        let mut watch = NodeWatch::default();
+        assert_eq!(
+            watch.quarantine_left(window, 1, info(3_600, now).as_ref(), now),
+            None
+        );
+        assert_eq!(
+            watch.quarantine_left(window, 2, unknown_age(half).as_ref(), half),
+            None
+        );
+        // A new process without an uptime is out for a whole window.
+        let other = unknown_age(later).map(|i| ServerInfo {
+            run_id: [b'b'; 40],
+            ..i
+        });
+        assert_eq!(
+            watch.quarantine_left(window, 3, other.as_ref(), later),
+            Some(window)
+        );
+        // And the same process after the session met another one in between (A, B, A): out
+        // for a whole window, uptime or none.
+        let back = later + window;
+        let returned = unknown_age(back).map(|i| ServerInfo { changes: 2, ..i });
+        assert_eq!(
+            watch.quarantine_left(window, 5, returned.as_ref(), back),
             Some(window)
         );
     }

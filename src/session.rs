@@ -436,7 +436,10 @@ pub(crate) struct Delivery<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ServerInfo {
     pub run_id: [u8; 40],
-    pub uptime: Duration,
+    /// `uptime_in_seconds`; `None` when missing or not a whole number of seconds (Redis prints
+    /// a signed `time_t`: negative after the server's clock stepped back). The restart tracking
+    /// counts `None` as 0 the first time it meets the `run_id`, and as no news after that.
+    pub uptime: Option<Duration>,
     /// When the reply arrived: the node started at about `seen - uptime`.
     pub seen: Instant,
     /// How many times this session's handshakes have met another process at this address
@@ -1329,7 +1332,7 @@ impl State {
                     // The defect brought back: the second the quarantine takes off, put back.
                     info.uptime = info
                         .uptime
-                        .saturating_add(crate::quarantine::UPTIME_ROUNDING);
+                        .map(|up| up.saturating_add(crate::quarantine::UPTIME_ROUNDING));
                 }
             }
             if self.info_need == InfoNeed::Wanted {
@@ -1357,13 +1360,14 @@ impl State {
 
 /// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply: `None` without a
 /// `run_id`. An uptime that is missing or not a whole number of seconds (Redis prints a signed
-/// `time_t`: negative after the server's clock stepped back) counts as 0 — the process just
-/// started, a whole restart window ahead: the safe direction. It used to throw the `run_id`
-/// away with it, leaving the node unknown (fencing said "grant +info"; the quarantine counted
-/// a whole window as for a process it had never seen).
+/// `time_t`: negative after the server's clock stepped back) is `None` and the `run_id` stands:
+/// the restart tracking takes a process first met so as just started (a whole restart window
+/// ahead: the safe direction), and one it knows by its `run_id` as no news. It used to throw
+/// the `run_id` away with it, leaving the node unknown (fencing said "grant +info"); then it
+/// counted as 0, which quarantined a known process again at every reconnect.
 pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
     let mut run_id = None;
-    let mut uptime = 0;
+    let mut uptime = None;
     for line in text.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if let Some(v) = line.strip_prefix(b"run_id:") {
@@ -1372,12 +1376,12 @@ pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
             uptime = std::str::from_utf8(v)
                 .ok()
                 .and_then(|s| s.parse::<u64>().ok())
-                .unwrap_or(0);
+                .map(Duration::from_secs);
         }
     }
     Some(ServerInfo {
         run_id: run_id?,
-        uptime: Duration::from_secs(uptime),
+        uptime,
         seen: now,
         changes: 0,
     })
@@ -1951,7 +1955,7 @@ mod tests {
         let now = Instant::now();
         let text = b"# Server\r\nredis_version:7.0.15\r\nrun_id:0123456789012345678901234567890123456789\r\nuptime_in_seconds:42\r\n";
         let info = parse_info(text, now).unwrap();
-        assert_eq!(info.uptime, Duration::from_secs(42));
+        assert_eq!(info.uptime, Some(Duration::from_secs(42)));
         assert_eq!(&info.run_id, b"0123456789012345678901234567890123456789");
         assert_eq!(parse_info(b"garbage", now), None);
     }
@@ -1982,10 +1986,10 @@ mod tests {
 
     /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
     /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
-    /// it counts as 0 (a whole restart window ahead). Before, any of these made the node
-    /// unknown (found by review).
+    /// the uptime is unknown (`None`: the restart tracking decides what it means). Before, any
+    /// of these made the node unknown (found by review).
     #[test]
-    fn a_bad_uptime_counts_as_zero_and_keeps_the_run_id() {
+    fn a_bad_uptime_is_unknown_and_keeps_the_run_id() {
         let now = Instant::now();
         let run_id = b"0123456789012345678901234567890123456789";
         for uptime in ["uptime_in_seconds:-3\r\n", "uptime_in_seconds:soon\r\n", ""] {
@@ -1995,7 +1999,7 @@ mod tests {
             );
             let info = parse_info(text.as_bytes(), now).expect(uptime);
             assert_eq!(&info.run_id, run_id, "{uptime}");
-            assert_eq!(info.uptime, Duration::ZERO, "{uptime}");
+            assert_eq!(info.uptime, None, "{uptime}");
         }
         // No run_id, whatever the uptime: unknown.
         assert_eq!(parse_info(b"uptime_in_seconds:42\r\n", now), None);

@@ -273,6 +273,66 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
     );
 }
 
+/// A waiting acquire whose caller dropped its future while its attempt was in flight, and the
+/// attempt won: the lock, held on a quorum for nobody, is released with its notice (waiters of
+/// other clients refused by it wait for one). The cleanup judged the wait by the votes of its
+/// own slot — it never runs a round, so they were whatever the slot's last occupant left, here
+/// none — and went quiet: such a waiter slept until its fallback poll (found by review). A fake
+/// node (N = 1) holds the attempt's answer until the future is dropped; the release is the
+/// script that publishes (its first use on the connection: `EVAL` with its body).
+#[test]
+fn a_lock_won_for_a_dropped_waiter_is_released_with_its_notice() {
+    use redis_local::{Event, FakeServer, Peer};
+    use std::future::Future;
+    use std::task::{Context, Waker};
+
+    let (open, gate) = std::sync::mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let fake = FakeServer::start(move |p: &mut Peer| {
+        while let Some(cmd) = p.command() {
+            let verb = cmd[0].as_slice();
+            let reply: &[u8] = match verb {
+                b"SET" if cmd[1] == b"w" => {
+                    // The attempt: answered once the test dropped its caller.
+                    p.note("attempt");
+                    let _ = gate.lock().unwrap().recv_timeout(SOON);
+                    b"+OK\r\n"
+                }
+                b"EVAL" | b"EVALSHA" => b":1\r\n",
+                _ => b"-ERR unknown command\r\n",
+            };
+            if !p.send(reply) {
+                return;
+            }
+        }
+    });
+    let redlock = Builder::new([fake.url()])
+        .quarantine(None)
+        .node_timeout(SOON)
+        .retry_delay(NEVER, Duration::ZERO)
+        .build()
+        .unwrap();
+    let r = redlock_mux::AsyncRedlock::from(redlock.clone());
+    let mut waiting = Box::pin(r.lock_until("w", Instant::now() + NEVER));
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    fake.wait_for("the attempt", |e| matches!(e, Event::Note(_, "attempt")));
+    drop(waiting);
+    open.send(()).unwrap();
+    let release = fake.wait_for(
+        "the lock's release",
+        |e| matches!(e, Event::Command(_, cmd) if cmd[0] == b"EVAL" && cmd[3] == b"w"),
+    );
+    let Event::Command(_, cmd) = release else {
+        unreachable!()
+    };
+    let body = String::from_utf8_lossy(&cmd[1]);
+    assert!(
+        body.contains("publish"),
+        "released without its notice: {body}"
+    );
+}
+
 /// How long a test waits for something that a notice brings in a round trip: far below the
 /// retry pause (`NEVER`), so getting it in time proves the notice, not a poll, brought it.
 const SOON: Duration = Duration::from_secs(10);

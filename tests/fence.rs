@@ -703,3 +703,60 @@ fn a_negative_uptime_leaves_the_process_known_to_fencing() {
     assert_eq!(write_back[7], FAKE_RUN_ID.as_bytes());
     assert_eq!(write_back[8], b"1", "seeded: a new deployment");
 }
+
+/// A fake server (N = 1, no fence counter yet: a new deployment) that grants a fenced acquire
+/// and refuses its write-back (`0`: our key gone there, as after a failover between the two
+/// round trips); a release answers 1.
+fn write_back_refused(p: &mut Peer) {
+    let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:3600\r\n");
+    while let Some(cmd) = p.command() {
+        let verb = cmd.first().map_or(&[][..], Vec::as_slice);
+        let script = matches!(verb, b"EVAL" | b"EVALSHA");
+        let fence = cmd.get(4).is_some_and(|k| k == FENCE_KEY.as_bytes());
+        let reply = match verb {
+            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+            _ if script && fence && cmd.len() == 7 => b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec(),
+            _ if script && fence && cmd.len() == 9 => b":0\r\n".to_vec(),
+            _ if script => b":1\r\n".to_vec(),
+            _ => b"-ERR unknown command\r\n".to_vec(),
+        };
+        if !p.send(&reply) {
+            return;
+        }
+    }
+}
+
+/// A fenced acquire that won its quorum and whose fence write-back then lost holds the lock on
+/// that quorum until its cleanup, a release of a lock won for nobody: with its notice, as
+/// waiters of other clients refused by it wait for one. The cleanup judged the round by the
+/// votes in the ballot — the write-back's by then (its round restarts the ballot's), lost — and
+/// went quiet: such a waiter slept until its fallback poll (found by review). The release is
+/// the script that publishes (its first use on the connection: `EVAL` with its body).
+#[test]
+fn a_fenced_lock_whose_write_back_lost_is_released_with_its_notice() {
+    let fake = FakeServer::start(write_back_refused);
+    let redlock = Builder::new([fake.url()])
+        .ttl(Duration::from_secs(10))
+        .fencing(true)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(500))
+        .retry_count(0)
+        .build()
+        .unwrap();
+    match redlock.try_lock("res") {
+        Err(Error::Fence(_)) => {}
+        other => panic!("the write-back was refused: {other:?}"),
+    }
+    let release = fake.wait_for("the lock's release", |ev| {
+        matches!(ev, Event::Command(_, cmd)
+            if cmd[0] == b"EVAL" && cmd.len() <= 6 && cmd[3] == b"res")
+    });
+    let Event::Command(_, cmd) = release else {
+        unreachable!()
+    };
+    let body = String::from_utf8_lossy(&cmd[1]);
+    assert!(
+        body.contains("publish"),
+        "released without its notice: {body}"
+    );
+}

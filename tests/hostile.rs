@@ -902,6 +902,70 @@ fn a_node_whose_restart_state_is_unknown_waits_a_window_counted_across_reconnect
     });
 }
 
+/// A server up for an hour (its first connection's `INFO server` says so) whose clock then
+/// stepped back: every later connection says `uptime_in_seconds:-3`, with the same `run_id`. It
+/// closes each connection after answering a release, as a server closing idle connections
+/// would between two locks.
+fn clock_stepped_back(p: &mut Peer) {
+    let uptime = if p.id == 0 { "3600" } else { "-3" };
+    let info = format!(
+        "# Server\r\nrun_id:{}\r\nuptime_in_seconds:{uptime}\r\n",
+        "7".repeat(40)
+    );
+    while let Some(cmd) = p.command() {
+        let reply = match verb(&cmd) {
+            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+            b"SET" => b"+OK\r\n".to_vec(),
+            _ if is_script(&cmd) => {
+                p.send(b":1\r\n");
+                return;
+            }
+            _ => b"-ERR unknown command\r\n".to_vec(),
+        };
+        if !p.send(&reply) {
+            return;
+        }
+    }
+}
+
+/// A process the client knows (same `run_id`, no other met in between) whose uptime is not a
+/// number any more (negative: its clock stepped back) was quarantined for a whole window again
+/// at each reconnect: the bad uptime counted as 0, "just started" (found by review). It is no
+/// news: the process counts on every connection.
+#[test]
+fn a_known_process_whose_uptime_turns_negative_is_not_quarantined_at_each_reconnect() {
+    bounded(|| {
+        let fake = FakeServer::start(clock_stepped_back);
+        // The quarantine on (its window the TTL, 10 s): far longer than this test takes.
+        let mut c = Builder::new([fake.url()])
+            .ttl(Duration::from_secs(10))
+            .node_timeout(Duration::from_millis(500))
+            .retry_count(0)
+            .build_client()
+            .unwrap();
+        for round in 0..3 {
+            // Each release closes its connection: the next acquire reconnects. An attempt may
+            // meet that close; none may meet the quarantine.
+            let mut closes = 0;
+            let lock = loop {
+                match c.try_lock("res") {
+                    Ok(lock) => break lock,
+                    Err(Error::NoQuorum(report)) => {
+                        let closed = report
+                            .failed()
+                            .all(|(_, f)| matches!(f.root(), NodeFault::Closed | NodeFault::Io(_)));
+                        assert!(closed && closes < 3, "round {round}: {report}");
+                        closes += 1;
+                    }
+                    Err(other) => panic!("round {round}: {other:?}"),
+                }
+            };
+            assert_eq!(c.unlock(lock).unwrap(), 1, "round {round}");
+        }
+        assert_eq!(fake.accepted(), 3, "a connection per lock");
+    });
+}
+
 #[test]
 fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
     bounded(|| {

@@ -368,3 +368,55 @@ fn calls_from_the_handles_own_with_client_closure_fail_at_once() {
     let lock = redlock.lock_until("held", Instant::now() + WAIT).unwrap();
     assert_eq!(redlock.unlock(lock).unwrap(), 3);
 }
+
+/// A call into a handle from a `with_client` closure of another handle nested in its own
+/// (`a.with_client(|_| b.with_client(|_| a.try_lock(..)))`) fails at once with `Reentrant` too:
+/// only the innermost handle was marked as this thread's, so the call queued for `a`'s engine —
+/// held by this very thread — and parked for ever, and every other caller of `a` with it (found
+/// by review). The calls run on a thread of their own, waited for with a bound. The marks are
+/// taken off again when the closures return, and when they panic.
+#[test]
+fn calls_into_an_outer_handle_from_a_nested_with_client_fail_at_once() {
+    let servers = Cluster::start(3);
+    let a = build(&servers).build().unwrap();
+    let b = build(&servers).build().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let (a2, b2) = (a.clone(), b.clone());
+    std::thread::spawn(move || {
+        let (a, b) = (a2, b2);
+        let reentrant = |what: &str, e: Option<Error>| match e {
+            Some(Error::Reentrant) => String::new(),
+            other => format!("{what}: {other:?}; "),
+        };
+        let nested = a.with_client(|_| {
+            b.with_client(|_| {
+                let mut wrong = String::new();
+                wrong += &reentrant("outer try_lock", a.try_lock("x").err());
+                let until = Instant::now() + WAIT;
+                wrong += &reentrant("outer lock_until", a.lock_until("x", until).err());
+                wrong += &reentrant("outer with_client", a.with_client(|_| ()).err());
+                wrong += &reentrant("inner try_lock", b.try_lock("x").err());
+                wrong
+            })
+        });
+        // A panic in the nested closures takes both marks off on its way out.
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            a.with_client(|_| b.with_client(|_| panic!("inside both closures")))
+        }));
+        // (`with_client` looks at the marks first; a mark left behind refuses it.)
+        let marks_gone = (a.with_client(|_| ()), b.with_client(|_| ()));
+        let after = (a.try_lock("y"), b.try_lock("z"));
+        let _ = tx.send((nested, panicked.is_err(), marks_gone, after));
+    });
+    let (nested, panicked, marks_gone, (after_a, after_b)) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a call into the outer handle from the nested closure waited for itself");
+    assert_eq!(nested.unwrap().unwrap(), "");
+    assert!(panicked);
+    assert!(matches!(marks_gone, (Ok(()), Ok(()))), "{marks_gone:?}");
+    // Both handles work on that thread after, and here.
+    assert_eq!(a.unlock(after_a.unwrap()).unwrap(), 3);
+    assert_eq!(b.unlock(after_b.unwrap()).unwrap(), 3);
+    let lock = a.try_lock("x").unwrap();
+    assert_eq!(a.unlock(lock).unwrap(), 3);
+}

@@ -130,11 +130,14 @@ impl<N: Net> Engine<N> {
                         .grant(&self.net, &self.shared.nodes, valid_until, None),
                 )
             }
-            (_, Decision::Lost { loss, .. }) => {
+            (_, Decision::Lost { loss, yes }) => {
                 // The live nodes' round trip, not the node timeout a frozen node made this
                 // round wait (the split pause is measured in it: issue 36, item 3).
                 self.last_round = op.vote.round_trip(op.start);
-                self.lost.push(index as u32);
+                // Won, for nobody, if a quorum said yes too late (`TooSlow`): its release
+                // goes with the notice; a round short of a quorum is cleaned up quietly.
+                let won = yes >= op.vote.round.quorum();
+                self.lost.push((index as u32, won));
                 let error = op
                     .vote
                     .loss_error(&self.shared.nodes, loss, Refusal::HeldElsewhere);

@@ -135,7 +135,8 @@ impl<N: Net> Engine<N> {
             }
             Err(short) => {
                 self.last_round = now.saturating_duration_since(op.start);
-                self.lost.push(index as u32);
+                // The round won the lock on a quorum; only the fence failed.
+                self.lost.push((index as u32, true));
                 let note = op.fence.reads.note(n, quorum, duplicates);
                 let report = fence_report(&self.shared.nodes, (short, note, &op.vote), quorum);
                 Some(Outcome::Acquired(Err(Error::Fence(report))))
@@ -163,11 +164,13 @@ impl<N: Net> Engine<N> {
                 if !left.is_zero() && left >= self.shared.config.min_validity {
                     return ballot.grant(&self.net, nodes, op.until, Some(op.fence.fence));
                 }
-                self.lost.push(index as u32);
+                self.lost.push((index as u32, true));
                 Outcome::Acquired(Err(Error::TooSlow(ballot.report(nodes, refusal))))
             }
             Decision::Lost { loss, .. } => {
-                self.lost.push(index as u32);
+                // Won all the same: the first round trip set our key on a quorum, and the
+                // ballot now holds the write-back's votes (its release goes with the notice).
+                self.lost.push((index as u32, true));
                 // Credentials and permissions as for any round; anything else is a fence not
                 // taken by a quorum.
                 Outcome::Acquired(Err(match ballot.loss_error(nodes, loss, refusal) {

@@ -109,8 +109,11 @@ pub(crate) struct Engine<N: Net = Driver> {
     /// The count of unclaimed outcomes when the last hold ran out (see `Engine::held`).
     hold_spent: Option<usize>,
     taken: Vec<Arc<Slot>>,
-    /// Lost acquires whose release is to be sent (reused list).
-    lost: Vec<u32>,
+    /// Acquires whose release is to be sent (reused list), each with whether it had won the
+    /// lock — a round won for nobody (its caller gone, a fence not written back) rather than
+    /// a round lost: decided where the outcome is, not read back from the ballot afterwards
+    /// (`Engine::release_lost`).
+    lost: Vec<(u32, bool)>,
     /// Resource names copied out of slots (reused).
     resource: Vec<u8>,
     /// The releases of lost acquires: each one's span of `resource`, its token, and the nodes
@@ -535,7 +538,7 @@ impl<N: Net> Engine<N> {
                 // like a lost one (every node, late OKs included).
                 let unclaimed = self.mailbox.as_deref().map(|m| &m.unclaimed);
                 if let Some(Outcome::Acquired(Ok(_))) = slot.deliver(outcome, unclaimed) {
-                    self.lost.push(index as u32);
+                    self.lost.push((index as u32, true));
                 }
             }
             Waiter::Keep(kept) => {

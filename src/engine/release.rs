@@ -172,7 +172,8 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// Releases everywhere at once the acquires lost in this turn (`lost`) — refused and
+    /// Releases everywhere at once the acquires lost in this turn (`lost`: each with whether
+    /// it had won the lock, for nobody, or lost its round) — refused and
     /// silent nodes too, since a late yes may still come — without anybody waiting for the
     /// replies; quietly (no notice) on the nodes in their restart quarantine
     /// (see `Engine::quiet_release`).
@@ -187,7 +188,7 @@ impl<N: Net> Engine<N> {
         resources.clear();
         releases.clear();
         let n = self.shared.nodes.len();
-        for &index in &self.lost {
+        for &(index, won) in &self.lost {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
             resources.extend_from_slice(&op.resource);
@@ -200,8 +201,13 @@ impl<N: Net> Engine<N> {
             // nothing they could have won; in a split, the contenders' own pauses bring their
             // next attempts. A lock won for nobody (its caller gone, or won too late) is
             // released with its notice: others wait for it. On nodes in their restart
-            // quarantine it is quiet too: their yes counted for nobody.
-            let won = op.vote.yes().count_ones() as usize >= op.vote.round.quorum();
+            // quarantine it is quiet too: their yes counted for nobody. Which of the two it is
+            // was decided with the outcome (`won`): the ballot's votes do not tell it — a
+            // waiting operation runs no round of its own (its slot holds what its last
+            // occupant left), and a fenced acquire's write-back restarts the round (a lost
+            // write-back counted its own votes) — either way a lock held on a quorum was
+            // released quietly, and another client's waiter slept until its poll (found by
+            // review).
             let quiet = match won {
                 false => self.all_nodes(),
                 true => (0..n)

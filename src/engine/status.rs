@@ -72,9 +72,11 @@ impl StatusReplies {
         if self.values[node].is_none() {
             if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
                 // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX
-                // included), and `Duration + Duration` panics on overflow.
+                // included), and `Duration + Duration` panics on overflow. Missing or not a
+                // whole number of seconds: counted from the handshake.
                 let uptime = info
                     .uptime
+                    .unwrap_or_default()
                     .saturating_add(now.saturating_duration_since(info.seen));
                 let (window, watch) = restart;
                 let left = window
@@ -232,7 +234,7 @@ mod tests {
             .collect();
         let info = ServerInfo {
             run_id: [b'r'; 40],
-            uptime: Duration::from_secs(100),
+            uptime: Some(Duration::from_secs(100)),
             seen: now,
             changes: 0,
         };
@@ -297,7 +299,10 @@ mod tests {
             u64::MAX
         );
         let info = crate::session::parse_info(text.as_bytes(), now);
-        assert_eq!(info.map(|i| i.uptime.as_secs()), Some(u64::MAX));
+        assert_eq!(
+            info.and_then(|i| i.uptime),
+            Some(Duration::from_secs(u64::MAX))
+        );
         let mut replies = StatusReplies::default();
         replies.reset(1);
         let d = delivery(Frame::Null, info.as_ref());

@@ -151,8 +151,9 @@ impl<N: Net> Engine<N> {
                     && let Some(Outcome::Locked(Ok(_))) =
                         slot.deliver(outcome, self.mailbox.as_deref().map(|m| &m.unclaimed))
                 {
-                    // Its caller dropped the future: released like a lost attempt.
-                    self.lost.push(w.index);
+                    // Its caller dropped the future: released like a lost attempt — but won
+                    // (its notice goes out): this op ran no round whose votes could say so.
+                    self.lost.push((w.index, true));
                     kept = false;
                 }
             }
