@@ -288,6 +288,13 @@ impl AsyncRedlock {
             let mut unsent = unsent;
             let lock = unsent.lock.take().expect("taken at the first poll only");
             let expired = !lock.is_valid();
+            if self.hub().reentered() {
+                // From a `with_client` closure of this handle: queued, it goes out once the
+                // closure returns (as the blocking face's `unlock`).
+                self.hub()
+                    .send(ReqKind::Release, lock.resource(), lock.token());
+                return Err(Error::Reentrant);
+            }
             // No await from the take to the first poll of the call, which hands the release to
             // the engine: from there on the engine owns it (a cancelled release still goes out).
             let outcome =

@@ -67,6 +67,9 @@ pub(crate) struct Hub {
     pub active: AtomicUsize,
     /// Times the background thread, woken for work, found the loop driven by a caller.
     pub found_taken: AtomicU64,
+    /// `with_client` closures of this hub running now, on any thread: while there are none,
+    /// [`Hub::reentered`] answers with one relaxed load (the async face asks at every call).
+    in_with_client: AtomicUsize,
     /// A parked caller re-checks after this long (a bound, not the mechanism: it is unparked
     /// when its outcome is in).
     recheck: Duration,
@@ -115,6 +118,7 @@ impl Hub {
             planned: AtomicU64::new(0),
             active: AtomicUsize::new(0),
             found_taken: AtomicU64::new(0),
+            in_with_client: AtomicUsize::new(0),
             recheck,
         });
         let runner = hub.clone();
@@ -127,8 +131,14 @@ impl Hub {
     }
 
     /// True on a thread that runs `with_client`'s closure of this hub, or a closure nested in
-    /// one (looked at only off the hot path: where the engine was found taken).
-    fn reentered(&self) -> bool {
+    /// one. The blocking face looks only where the engine was found taken; the async face at
+    /// every call's first poll (`task::Call`), where the count of closures running answers
+    /// without the thread-local while there are none. Relaxed is enough: a thread that runs
+    /// such a closure counted it itself, before.
+    pub(crate) fn reentered(&self) -> bool {
+        if self.in_with_client.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
         let me = self as *const Hub as usize;
         (WITH_CLIENT.try_with(|held| held.borrow().contains(&me))).unwrap_or(false)
     }
@@ -143,17 +153,20 @@ impl Hub {
         }
         /// Takes this hub's mark off again, also when `f` panics: the last on the list, as
         /// the closures nest (`false`: never put on, the thread's list being gone).
-        struct Mark(bool);
-        impl Drop for Mark {
+        struct Mark<'h>(&'h Hub, bool);
+        impl Drop for Mark<'_> {
             fn drop(&mut self) {
-                if self.0 {
+                if self.1 {
                     let _ = WITH_CLIENT.try_with(|held| held.borrow_mut().pop());
                 }
+                self.0.in_with_client.fetch_sub(1, Ordering::Relaxed);
             }
         }
         let mut guard = self.engine();
         let me = self as *const Hub as usize;
+        self.in_with_client.fetch_add(1, Ordering::Relaxed);
         let _mark = Mark(
+            self,
             WITH_CLIENT
                 .try_with(|held| held.borrow_mut().push(me))
                 .is_ok(),

@@ -91,6 +91,13 @@ impl Future for Call<'_> {
             "a redlock-mux future polled after it completed"
         );
         if this.slot.is_none() {
+            if this.hub.reentered() {
+                // From a `with_client` closure of this handle (through `block_on`, say): the
+                // engine is this thread's until the closure returns, so the request would wait
+                // for itself, and every other caller of the handle with it (found by review).
+                this.finished = true;
+                return Poll::Ready(this.refused());
+            }
             let slot = take_slot();
             let waker = Some(cx.waker().clone());
             slot.fill(this.kind, this.resource, &this.token, Caller::Waits, waker);
@@ -120,6 +127,10 @@ impl<'a> Call<'a> {
         let Some(hub) = calls.first().map(|c| c.hub) else {
             return;
         };
+        if hub.reentered() {
+            // Each is refused at its first poll (`Call::poll`).
+            return;
+        }
         let mut slots = Vec::with_capacity(calls.len());
         let mut counted = 0;
         for call in calls.iter_mut().filter(|c| c.slot.is_none() && !c.finished) {
@@ -141,6 +152,24 @@ impl<'a> Call<'a> {
 }
 
 impl Call<'_> {
+    /// The outcome of a call refused with [`Error::Reentrant`](crate::Error::Reentrant), as
+    /// its kind gives it: a release is queued (it goes out once the closure returns, as the
+    /// blocking face's), a status read hears no node.
+    fn refused(&self) -> Outcome {
+        let error = crate::Error::Reentrant;
+        match self.kind {
+            ReqKind::Acquire { .. } => Outcome::Acquired(Err(error)),
+            ReqKind::Wait { .. } => Outcome::Locked(Err(error)),
+            ReqKind::Extend { valid_until, .. } => Outcome::Extended(valid_until, Err(error)),
+            ReqKind::Release => {
+                self.hub.send(ReqKind::Release, self.resource, &self.token);
+                Outcome::Released(0)
+            }
+            ReqKind::Status { .. } => Outcome::Status(Vec::new()),
+            ReqKind::Repair { .. } => Outcome::Repaired(Err(error)),
+        }
+    }
+
     /// Counted in [`Hub::active`] while submitted and not finished.
     fn counted(&self) -> bool {
         !matches!(self.kind, ReqKind::Wait { .. })

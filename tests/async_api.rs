@@ -568,19 +568,29 @@ fn requests_dropped_while_queued_for_a_busy_engine() {
     let redlock = handle(&servers);
     let lock = futures::executor::block_on(redlock.try_lock("queued")).unwrap();
     let (_, waker) = probe();
-    // While this thread holds the engine, requests wait in its mailbox: dropped there, an
-    // acquire is never sent, a release still is.
-    redlock
-        .blocking()
-        .with_client(|_| {
-            let mut acquire = Box::pin(redlock.try_lock("queued:new"));
-            assert!(poll_once(&mut acquire, &waker));
-            drop(acquire);
-            let mut unlock = Box::pin(redlock.unlock(lock));
-            assert!(poll_once(&mut unlock, &waker));
-            drop(unlock);
-        })
-        .unwrap();
+    // While another thread holds the engine, requests wait in its mailbox: dropped there, an
+    // acquire is never sent, a release still is. (Another thread: from this thread's own
+    // `with_client` closure they are refused with `Reentrant`, `tests/reentry.rs`.)
+    let (held, hold) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+    std::thread::scope(|scope| {
+        let blocking = redlock.blocking();
+        scope.spawn(move || {
+            blocking
+                .with_client(|_| {
+                    held.0.send(()).unwrap();
+                    let _ = hold.1.recv_timeout(Duration::from_secs(30));
+                })
+                .unwrap()
+        });
+        held.1.recv_timeout(Duration::from_secs(30)).unwrap();
+        let mut acquire = Box::pin(redlock.try_lock("queued:new"));
+        assert!(poll_once(&mut acquire, &waker));
+        drop(acquire);
+        let mut unlock = Box::pin(redlock.unlock(lock));
+        assert!(poll_once(&mut unlock, &waker));
+        drop(unlock);
+        hold.0.send(()).unwrap();
+    });
     assert_released(&redlock, &servers, "queued");
     assert_released(&redlock, &servers, "queued:new");
     // One SET per node: the first acquire's. The dropped one never went out.

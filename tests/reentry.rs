@@ -420,3 +420,51 @@ fn calls_into_an_outer_handle_from_a_nested_with_client_fail_at_once() {
     let lock = a.try_lock("x").unwrap();
     assert_eq!(a.unlock(lock).unwrap(), 3);
 }
+
+/// The async face from a `with_client` closure of its own handle (a `block_on` inside the
+/// closure, say) is refused at the call's first poll as the blocking face is: the request went
+/// to the mailbox of an engine held by this very thread and the future stayed pending for ever
+/// — with it every other caller of the handle (found by review). Each future here is polled
+/// once: `Ready` with `Reentrant` (a status read with no node), not `Pending`. The release is
+/// queued and goes out once the closure returns.
+#[test]
+fn the_async_face_from_its_handles_with_client_closure_is_refused_at_once() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    fn once<F: Future>(f: F) -> Option<F::Output> {
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(out) => Some(out),
+            Poll::Pending => None,
+        }
+    }
+    let servers = Cluster::start(3);
+    let redlock = build(&servers).build().unwrap();
+    let mut held = redlock.try_lock("held").unwrap();
+    let r = redlock_mux::AsyncRedlock::from(redlock.clone());
+    let got = redlock
+        .with_client(|_| {
+            let reentrant = |what: &str, e: Option<Result<(), Error>>| match e {
+                Some(Err(Error::Reentrant)) => String::new(),
+                other => format!("{what}: {other:?}; "),
+            };
+            let mut wrong = String::new();
+            let drop_lock = |r: Option<Result<redlock_mux::Lock, Error>>| r.map(|r| r.map(drop));
+            wrong += &reentrant("try_lock", drop_lock(once(r.try_lock("x"))));
+            let until = Instant::now() + WAIT;
+            wrong += &reentrant("lock_until", drop_lock(once(r.lock_until("x", until))));
+            let ttl = Duration::from_secs(5);
+            wrong += &reentrant("extend", once(r.extend(&mut held, ttl)));
+            let semaphore = r.semaphore("s", 2).unwrap();
+            wrong += &reentrant("semaphore", drop_lock(once(semaphore.try_acquire())));
+            wrong += &reentrant("unlock", once(r.unlock(held)).map(|r| r.map(drop)));
+            let status = once(r.status(b"x", WAIT)).map(|s| s.len());
+            (wrong, status)
+        })
+        .unwrap();
+    assert_eq!(got, (String::new(), Some(0)));
+    // The queued release went out once the closure returned.
+    let lock = redlock.lock_until("held", Instant::now() + WAIT).unwrap();
+    assert_eq!(redlock.unlock(lock).unwrap(), 3);
+}
