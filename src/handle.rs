@@ -179,7 +179,9 @@ impl Redlock {
     /// `f` returns. Such a call fails at once with [`Error::Reentrant`] (a
     /// [`Redlock::status`] gives no node, a [`Redlock::shutdown`] flushes nothing) rather than
     /// wait for itself; use the `Client` `f` is given. Releases not waited for (a guard's drop,
-    /// [`Redlock::unlock_nowait`]) are queued and go out once `f` returns.
+    /// [`Redlock::unlock_nowait`]) are queued and go out once `f` returns. Two threads that
+    /// nest `with_client` closures of two handles in opposite orders wait for each other, as
+    /// two mutexes taken in opposite orders do: nest them in one order.
     ///
     /// # Errors
     ///
