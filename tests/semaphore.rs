@@ -687,15 +687,18 @@ fn past_its_deadline_an_acquire_still_attempts_every_permit() {
     until_free(&servers, "pool#1");
     let async_face = AsyncRedlock::from(redlock.clone());
     let async_no_wait = AsyncRedlock::from(no_wait.clone());
+    // The async face's race of the other permits resolves to the first won, which may be
+    // permit 2 (its outcome can come first: 4 runs in 12 here under load).
     futures::executor::block_on(async {
         let sem = async_face.semaphore("pool", 3).unwrap();
         let permit = sem.acquire_until(Instant::now()).await.unwrap();
-        assert_eq!(sem.permit_of(&permit), Some(1));
+        let key = String::from_utf8(permit.resource().to_vec()).unwrap();
+        assert!(matches!(sem.permit_of(&permit), Some(1 | 2)), "{key}");
         async_face.unlock(permit).await.unwrap();
-        until_free(&servers, "pool#1");
+        until_free(&servers, &key);
         let sem = async_no_wait.semaphore("pool", 3).unwrap();
         let permit = sem.acquire().await.unwrap();
-        assert_eq!(sem.permit_of(&permit), Some(1));
+        assert!(matches!(sem.permit_of(&permit), Some(1 | 2)));
         async_no_wait.unlock(permit).await.unwrap();
     });
     // Every permit held: `Held`, at once.
