@@ -822,7 +822,6 @@ impl Session {
         }
     }
 
-    /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
     /// The connect (or handshake) deadline passed while nobody watched the socket — the turn
     /// that sees it began its `poll` after the deadline — and the socket made progress in that
     /// turn: the deadline moves to `now + connect_timeout`, once per connection; true if it
@@ -848,6 +847,7 @@ impl Session {
         }
     }
 
+    /// Deadlines: connect/handshake timeout, and requests unanswered for `reply_timeout`.
     pub fn on_timer(&mut self, now: Instant, sink: &mut Sink<'_>) {
         match self.st.phase {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline } if now >= deadline => {
