@@ -51,7 +51,8 @@ impl NodeWatch {
                         Some(id) => id != info.run_id || info.changes > self.changes,
                         None => info.changes > 0,
                     };
-                    let known = self.run_id.is_some() && !restarted;
+                    // Known before this answer (a restart is decided first, below).
+                    let known = self.run_id.is_some();
                     self.changes = info.changes;
                     self.run_id = Some(info.run_id);
                     match info.uptime {
