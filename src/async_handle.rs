@@ -15,7 +15,7 @@ use crate::handle::Redlock;
 use crate::hub::Hub;
 use crate::lock::Lock;
 use crate::request::{NodeStatus, ReqKind};
-use crate::round::{RoundConfig, deadline_after};
+use crate::round::deadline_after;
 use crate::task::Call;
 use crate::token::Token;
 
@@ -337,9 +337,8 @@ impl AsyncRedlock {
         let now = Instant::now();
         let backing = lock.backing(self.redlock.nodes());
         let kind = ReqKind::extend(self.config(), (lock, backing), ttl, now)?;
-        let config = self.config();
         // As the round counts it (`RoundConfig::validity`).
-        let most = RoundConfig::new(ttl, config.drift_factor, Duration::ZERO).validity();
+        let most = self.config().ttl_round(ttl).validity();
         let worst = lock.valid_until().min(now + most.unwrap_or_default());
         let mut pending = ExtendInFlight {
             lock,

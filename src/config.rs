@@ -249,6 +249,14 @@ impl Config {
             .unwrap_or_else(|| (ttl / NODE_TIMEOUT_SHARE).min(MAX_DEFAULT_NODE_TIMEOUT))
     }
 
+    /// What a round of `ttl` is given, for its drift allowance and validity
+    /// ([`RoundConfig::drift`], [`RoundConfig::validity`]) where no round runs: the checks of
+    /// the configuration and a dropped async extend's worst case (no node timeout: not for a
+    /// round that is sent).
+    pub(crate) fn ttl_round(&self, ttl: Duration) -> RoundConfig {
+        RoundConfig::new(ttl, self.drift_factor, Duration::ZERO)
+    }
+
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
     /// `retry_count × (retry_delay + retry_jitter)` (4 s by default), at least `retry_count`
     /// node timeouts (so a short retry delay still waits for a few attempts). Zero retries: one
@@ -330,7 +338,7 @@ impl Config {
     /// point behind its validity: renewed back to back). Checked by `keep`, not at build: a
     /// handle with such a TTL that never keeps a lock is fine.
     pub(crate) fn check_keep(&self) -> Result<(), Error> {
-        let drift = RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO).drift();
+        let drift = self.ttl_round(self.ttl).drift();
         let renew_left = self.ttl.mul_f64(self.renew_fraction);
         let between = self.ttl.saturating_sub(drift).saturating_sub(renew_left);
         if between < self.ttl / RENEWALS_PER_TTL_MAX {
@@ -356,7 +364,7 @@ impl Config {
         // The most validity an extend to `ttl` can give: it wins only with at least
         // `min_validity` left, so a shorter one would be sent, lose `TooSlow` with its quorum
         // of yeses, and cut the lock's validity to `ttl` less the drift.
-        let rc = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO);
+        let rc = self.ttl_round(ttl);
         let (drift, most) = (rc.drift(), rc.validity().unwrap_or_default());
         if self.min_validity >= most {
             return Err(Error::Config(format!(
@@ -392,7 +400,7 @@ impl Config {
                 MAX_TTL.as_millis()
             )));
         }
-        let rc = RoundConfig::new(ttl, self.drift_factor, Duration::ZERO);
+        let rc = self.ttl_round(ttl);
         let drift = rc.drift();
         // Counted from the whole milliseconds `PX` carries (`RoundConfig::validity`).
         if rc.validity().unwrap_or_default().is_zero() {
@@ -466,9 +474,7 @@ impl Config {
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
-        let validity = RoundConfig::new(self.ttl, self.drift_factor, Duration::ZERO)
-            .validity()
-            .unwrap_or_default();
+        let validity = self.ttl_round(self.ttl).validity().unwrap_or_default();
         if self.min_validity >= validity {
             // Every acquire and extend at the TTL would end `TooSlow`, and `lock` wait its
             // whole budget for nothing.
