@@ -80,8 +80,9 @@ thread_local! {
     /// addresses, outermost first): a call into any of them from the innermost closure could
     /// only wait for itself. All of them, not the innermost alone: `a.with_client(|_|
     /// b.with_client(|_| a.try_lock(..)))` queued into `a`'s mailbox and parked for ever, and
-    /// every other caller of `a` with it (found by review). Pushed and looked at only off the
-    /// hot path (`with_client`, and where the engine was found taken).
+    /// every other caller of `a` with it (found by review). Pushed by `with_client`; looked at
+    /// only while a `with_client` closure of the hub asked about runs somewhere
+    /// ([`Hub::reentered`]'s count first).
     ///
     /// [`Redlock::with_client`]: crate::Redlock::with_client
     static WITH_CLIENT: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
