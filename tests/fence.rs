@@ -649,25 +649,32 @@ fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
 /// The run_id a fake server's `INFO server` gives.
 const FAKE_RUN_ID: &str = "5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 
-/// A server with no fence counter yet whose `INFO server` says `uptime_in_seconds:-3`, as Redis
-/// does (a signed `time_t`) once its clock stepped back. It answers a fenced acquire's script
-/// (7 arguments, the counter's key 5th) with a free lock and no counter, and any other script
-/// (the write-back, the release) with 1.
-fn negative_uptime(p: &mut Peer) {
-    while let Some(cmd) = p.command() {
-        let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:-3\r\n");
-        let verb = cmd.first().map_or(&[][..], Vec::as_slice);
-        let script = matches!(verb, b"EVAL" | b"EVALSHA");
-        let reply = match verb {
-            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
-            _ if script && cmd.len() == 7 && cmd[4] == FENCE_KEY.as_bytes() => {
-                b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec()
+/// A fake server (N = 1) with no fence counter yet: a new deployment. Its `INFO server` says
+/// `uptime_in_seconds:<uptime>`; it answers a fenced acquire's script (7 arguments, the
+/// counter's key 5th) with a free lock and no counter, the fence's write-back (9 arguments)
+/// with `write_back`, and any other script (the release) with 1.
+fn new_deployment(
+    uptime: &'static str,
+    write_back: &'static [u8],
+) -> impl Fn(&mut Peer) + Send + Sync + 'static {
+    move |p: &mut Peer| {
+        let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:{uptime}\r\n");
+        while let Some(cmd) = p.command() {
+            let verb = cmd.first().map_or(&[][..], Vec::as_slice);
+            let script = matches!(verb, b"EVAL" | b"EVALSHA");
+            let fence = cmd.get(4).is_some_and(|k| k == FENCE_KEY.as_bytes());
+            let reply = match verb {
+                b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
+                _ if script && fence && cmd.len() == 7 => {
+                    b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec()
+                }
+                _ if script && fence && cmd.len() == 9 => write_back.to_vec(),
+                _ if script => b":1\r\n".to_vec(),
+                _ => b"-ERR unknown command\r\n".to_vec(),
+            };
+            if !p.send(&reply) {
+                return;
             }
-            _ if script => b":1\r\n".to_vec(),
-            _ => b"-ERR unknown command\r\n".to_vec(),
-        };
-        if !p.send(&reply) {
-            return;
         }
     }
 }
@@ -678,7 +685,8 @@ fn negative_uptime(p: &mut Peer) {
 /// the counter is blank with no `run`: a new deployment, fence 1, written back with that run_id.
 #[test]
 fn a_negative_uptime_leaves_the_process_known_to_fencing() {
-    let fake = FakeServer::start(negative_uptime);
+    // `-3`, as Redis says (a signed `time_t`) once the server's clock stepped back.
+    let fake = FakeServer::start(new_deployment("-3", b":1\r\n"));
     let mut c = Builder::new([fake.url()])
         .ttl(Duration::from_secs(1))
         .fencing(true)
@@ -704,28 +712,6 @@ fn a_negative_uptime_leaves_the_process_known_to_fencing() {
     assert_eq!(write_back[8], b"1", "seeded: a new deployment");
 }
 
-/// A fake server (N = 1, no fence counter yet: a new deployment) that grants a fenced acquire
-/// and refuses its write-back (`0`: our key gone there, as after a failover between the two
-/// round trips); a release answers 1.
-fn write_back_refused(p: &mut Peer) {
-    let info = format!("# Server\r\nrun_id:{FAKE_RUN_ID}\r\nuptime_in_seconds:3600\r\n");
-    while let Some(cmd) = p.command() {
-        let verb = cmd.first().map_or(&[][..], Vec::as_slice);
-        let script = matches!(verb, b"EVAL" | b"EVALSHA");
-        let fence = cmd.get(4).is_some_and(|k| k == FENCE_KEY.as_bytes());
-        let reply = match verb {
-            b"INFO" => format!("${}\r\n{info}\r\n", info.len()).into_bytes(),
-            _ if script && fence && cmd.len() == 7 => b"*3\r\n:1\r\n$0\r\n\r\n$0\r\n\r\n".to_vec(),
-            _ if script && fence && cmd.len() == 9 => b":0\r\n".to_vec(),
-            _ if script => b":1\r\n".to_vec(),
-            _ => b"-ERR unknown command\r\n".to_vec(),
-        };
-        if !p.send(&reply) {
-            return;
-        }
-    }
-}
-
 /// A fenced acquire that won its quorum and whose fence write-back then lost holds the lock on
 /// that quorum until its cleanup, a release of a lock won for nobody: with its notice, as
 /// waiters of other clients refused by it wait for one. The cleanup judged the round by the
@@ -734,7 +720,9 @@ fn write_back_refused(p: &mut Peer) {
 /// the script that publishes (its first use on the connection: `EVAL` with its body).
 #[test]
 fn a_fenced_lock_whose_write_back_lost_is_released_with_its_notice() {
-    let fake = FakeServer::start(write_back_refused);
+    // Up for an hour; the write-back refused (`0`: our key gone there, as after a failover
+    // between the two round trips).
+    let fake = FakeServer::start(new_deployment("3600", b":0\r\n"));
     let redlock = Builder::new([fake.url()])
         .ttl(Duration::from_secs(10))
         .fencing(true)
