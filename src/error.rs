@@ -125,6 +125,11 @@ impl fmt::Display for NodeFault {
                         "; the restart quarantine needs it: grant +info (ACL SETUSER <user> \
                          +info), or switch the quarantine off",
                     )?;
+                } else if command.ends_with(')') {
+                    f.write_str(
+                        "; the user needs every command the script calls (docs/production.md \
+                         gives an ACL rule that grants them all)",
+                    )?;
                 }
                 Ok(())
             }

@@ -8,25 +8,34 @@
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | how many clients were subscribed to it, the releaser not counted (decimal, `PUBSUB NUMSUB`) |
-//! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | each reader's token, scored by its expiry (ms, the node's clock); the key lives as long as the longest |
+//! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | [`READERS_MARKER`] scored `+inf`, and each reader's token scored by its expiry (ms, the node's clock); the key lives as long as the longest |
 //! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark, or a waiting set's on each member | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!
 //! **The namespace rule.** Lock names must not start with [`RESERVED_PREFIX`]: every entry
 //! point refuses them ([`Error::ReservedName`]), so no lock of this crate can be one of its
-//! internal keys. Other Redlock clients on the same servers (node-redlock, redsync, …) know
-//! nothing of this rule, so every internal write is also safe against a key it did not write:
-//! - a mark is created only where no key exists and refreshed only where the key holds
-//!   [`MARK_VALUE`] (the script `MARK_BODY`); a lock's token is random and never equals it;
+//! internal keys.
+//!
+//! **Foreign keys are never changed.** Other clients on the same servers (node-redlock,
+//! redsync, an application's own data) know nothing of this crate, so every write is safe
+//! against a key it did not write — no script modifies, deletes or changes the TTL of a key
+//! unless the key is recognisably ours, and the refusal leaves it as it was
+//! (tests/namespace.rs tries every kind against every key type):
+//! - a lock key (plain, a semaphore's permit, a set's member) is taken only where no key
+//!   exists (`SET NX`, `EXISTS`), and released or extended only where it holds our token;
+//! - a read lock is a sorted set that holds [`READERS_MARKER`]: a reader joins only such a set
+//!   (or makes a new one), and a reader's release removes its own token, expired members shaped
+//!   as this crate's tokens, and the key once only the marker is left;
+//! - a mark is created only where no key exists and refreshed only where the key holds a mark
+//!   value ([`MARK_VALUE`], [`READER_MARK_VALUE`]: a lock's token is random and never equals
+//!   one) (the script `MARK_BODY`);
 //! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
 //!   `session.rs`) or [`READER_MARK_VALUE`]; a reader's release deletes only the latter (a
 //!   waiting writer's mark outlives the readers it waits for: `SHARED_RELEASE_BODY`);
-//! - both also take `1` for a mark: the previous version of this crate marked with it, and its
-//!   waiters still do during a rolling upgrade (no lock token is `1`);
-//! - the fence counter is a hash written with `HSET`: a foreign string lock named
-//!   `redlock:fence` makes the fencing scripts fail with `WRONGTYPE` on that node, and is
-//!   never changed (the acquire's `SET NX` before it in the same script may stay: our token,
-//!   released with the lock that node failed).
+//! - the fence counter is a hash with the fields `run` and `n` and no other: a hash named
+//!   `redlock:fence` with any other field is another application's, and the fencing scripts
+//!   answer an error on that node before writing anything (`fence.rs`); a key of another type
+//!   there makes them fail with `WRONGTYPE`, unchanged.
 
 use crate::error::Error;
 
@@ -51,9 +60,25 @@ pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 
 /// The value of a waiting mark set by a *reader* (a waiting shared lock, [`SHARED_PREFIX`]):
 /// like [`MARK_VALUE`] it makes a release publish its notice, but it does not stop new
-/// readers — a mark of [`MARK_VALUE`] (or `1`) is set only by waiters for the exclusive lock,
+/// readers — a mark of [`MARK_VALUE`] is set only by waiters for the exclusive lock,
 /// and stops them: a waiting writer is not starved by readers that keep coming.
 pub const READER_MARK_VALUE: &str = "redlock-mux reader waiting";
+
+/// The text of [`READERS_MARKER`], as a macro so that the scripts can `concat!` it in.
+macro_rules! readers_marker {
+    () => {
+        "redlock-mux read lock: every other member is a reader's token, scored by its expiry in ms"
+    };
+}
+pub(crate) use readers_marker;
+
+/// The member that makes a sorted set a read lock of this crate's: every read-locked key holds
+/// it, scored `+inf` (so no sweep of expired readers reaches it), beside the readers' tokens.
+/// A sorted set without it is someone else's data — an application's leaderboard, rate limiter
+/// or queue under the same name — and a reader is refused there as if a writer held it,
+/// leaving the key as it was. Longer than [`MAX_TOKEN_LEN`](crate::MAX_TOKEN_LEN), so no
+/// reader's token can be it.
+pub const READERS_MARKER: &str = readers_marker!();
 
 /// The prefix of a shared (read) lock of a resource: this prefix, then the resource's name.
 /// Never a key on a server: on each node the readers of `<name>` are the sorted set `<name>`
@@ -68,10 +93,10 @@ pub fn shared_name(resource: &[u8]) -> Option<&[u8]> {
 }
 
 /// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
-/// where no key exists or the key already is a mark (ours, or `1`: the previous version's, see
-/// `RELEASE_BODY`). Answers 1 if marked, 0 if the key is
-/// someone else's (or not readable: an ACL without `redlock:*`, another type).
-pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"1\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+/// where no key exists or the key already is a mark of ours ([`MARK_VALUE`] or
+/// [`READER_MARK_VALUE`]). Answers 1 if marked, 0 if the key is someone else's (or not
+/// readable: an ACL without `redlock:*`, another type).
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
 /// The prefix of a set of resources locked all or none ([`ResourceSet`](crate::ResourceSet)): this prefix, then
 /// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
@@ -250,7 +275,7 @@ pub(crate) fn permit_key(name: &[u8], i: u32) -> Vec<u8> {
 /// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
 /// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
 /// else's.
-pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" or v == \"1\" then return 1 end return 0";
+pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" then return 1 end return 0";
 
 /// Checks a shared resource: `None` if `resource` is not one; else whether its name is
 /// accepted by `check`.
@@ -384,6 +409,27 @@ mod tests {
         assert!(MARK_VALUE.contains(' '));
         let token = crate::token::Token::generate().unwrap();
         assert!(!token.as_bytes().contains(&b' '));
+    }
+
+    #[test]
+    fn the_readers_marker_is_no_token_and_the_shared_scripts_name_it() {
+        // Longer than any token a lock may carry: no reader can be the marker.
+        assert!(READERS_MARKER.len() > crate::token::MAX_TOKEN_LEN);
+        let literal = format!("\"{READERS_MARKER}\"");
+        assert_eq!(
+            crate::session::SHARED_ACQUIRE_BODY
+                .matches(&literal)
+                .count(),
+            2
+        );
+        assert_eq!(
+            crate::session::SHARED_RELEASE_BODY
+                .matches(&literal)
+                .count(),
+            1
+        );
+        // Not shaped as a token either (the release's sweep removes only those).
+        assert!(READERS_MARKER.contains(' '));
     }
 
     #[test]

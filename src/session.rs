@@ -21,6 +21,7 @@ use crate::addr::NodeAddr;
 use crate::config::{ConnConfig, InfoNeed};
 use crate::error::NodeFault;
 use crate::event::event;
+use crate::keys::readers_marker;
 use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
 use crate::stats::NodeCounters;
 
@@ -90,19 +91,19 @@ pub(crate) struct ScriptCall<'a> {
 /// Redlock client that knows nothing of this crate's namespace may lock
 /// `redlock:waiting:x`); only a key that holds the mark value is ours to delete.
 ///
-/// The value `1` counts as a mark too: the previous version of this crate marked with it, and
-/// its waiters keep doing so during a rolling upgrade (a lock's token is never `1`).
-///
-/// The `GET` is a `pcall`: a user whose ACL does not reach `redlock:*` keys (or a foreign key
-/// of another type) gets an error, and then a notice every time, as before the mark; so is the
-/// mark's `DEL` (an ACL that may read `redlock:*` but not write it: the lock is released all
-/// the same). The
-/// publish is in a `pcall` too: a user who may not publish still releases (waiters then notice
-/// by polling).
-pub(crate) const RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"1\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 else return 0 end";
+/// The lock's `GET` is a `pcall`: a key of another type (a read lock's sorted set, another
+/// application's data) answers `WRONGTYPE` and is not ours (0); any other refusal (`NOPERM`:
+/// the ACL user may not read its own lock keys) is the answer, so that the caller reads which
+/// command the server refused instead of "not held". The mark's `GET` is a `pcall` too: a user
+/// whose ACL does not reach `redlock:*` keys (or a foreign key of another type) gets an error,
+/// and then a notice every time, as before the mark; so is the mark's `DEL` (an ACL that may
+/// read `redlock:*` but not write it: the lock is released all the same). The publish is in a
+/// `pcall` too: a user who may not publish still releases (waiters then notice by polling).
+pub(crate) const RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
-/// off): answers 0 (not ours) or 1.
-pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then redis.call(\"del\",KEYS[1]) return 1 else return 0 end";
+/// off): answers 0 (not ours) or 1; a refusal other than `WRONGTYPE` is the answer, as in
+/// [`RELEASE_BODY`].
+pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
 /// Compare-and-pexpire: extend the lock only if it still holds our token, and never shorten
 /// it: the key's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 (ours: it lives at least
 /// `ARGV[2]` ms more) or 0.
@@ -118,7 +119,8 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == 
 /// written for the plain `PEXPIRE` keeps working. Before Redis 7 (`GT` is a syntax error
 /// there) `PTTL` and a `PEXPIRE` if it is shorter; a Redis 6 user without `+pttl` gets the
 /// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
-pub(crate) const EXTEND_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 else return 0 end";
+/// A refusal of the `GET` other than `WRONGTYPE` is the answer, as in [`RELEASE_BODY`].
+pub(crate) const EXTEND_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
 
 /// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
@@ -127,8 +129,13 @@ pub(crate) const EXTEND_BODY: &str = "if redis.pcall(\"get\",KEYS[1]) == ARGV[1]
 /// while any member is held (by a plain lock, a reader, another set).
 pub(crate) const SET_ACQUIRE_BODY: &str = "if redis.call(\"exists\", unpack(KEYS)) > 0 then return 0 end for i = 1, #KEYS do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end return 1";
 /// [`SET_ACQUIRE_BODY`] with the fence counter's read, as the fenced acquire of one resource
-/// (`fence.rs`): the last key is the counter. Answers `{1 or 0, run, n}`.
-pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") return {ok, h[1] or \"\", h[2] or \"\"}";
+/// (`fence.rs`): the last key is the counter, read first (a foreign hash there: an error,
+/// nothing set). Answers `{1 or 0, run, n}`.
+pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
+    "local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") ",
+    crate::fence::foreign_fence!("KEYS[#KEYS]"),
+    "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end return {ok, h[1] or \"\", h[2] or \"\"}"
+);
 /// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
 /// deleted, and with `ARGV[2]` = `1` (or `2`: the releaser is subscribed too, and not
 /// counted) its waiters are told as a single lock's are. Answers 0 (no member was ours) or
@@ -138,40 +145,87 @@ pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = "local n = #KEYS - 1 local ok =
 /// their time is the cycle's). A member of another type reads as not ours (`MGET` answers
 /// nil for it); an ACL that refuses the waiting keys gets the notices every time, as
 /// [`RELEASE_BODY`]'s users do.
-pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"1\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
+pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
 /// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
 pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
 
 /// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::keys::SHARED_PREFIX)):
 /// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
-/// expiry (ms on this node's clock, `TIME`). The reader `ARGV[1]` is added with a TTL of
-/// `ARGV[2]` ms unless the key is of another type (a writer's string: the first sorted-set
-/// command fails with `WRONGTYPE`, refused) or a writer waits (the waiting mark holds
-/// [`MARK_VALUE`](crate::keys::MARK_VALUE) or `1`: refused, so that readers that keep coming do
-/// not starve it). A key without a TTL is nobody's lock (an application's sorted set, say):
-/// refused, untouched — a reader joined it before, and its release's sweep of expired scores
-/// emptied it. The key lives at least `ARGV[2]` ms more, set from the argument's text: Redis
-/// 7.2.0–7.2.4 turn a Lua number such as 100000000 into `1e+08`, which `PEXPIRE` refuses
-/// (after the `ZADD`: a reader left without a TTL). Answers 1 or 0. Four or five calls: the
-/// fewest that keep these rules (no `TYPE`: the `ZADD`'s `WRONGTYPE` says it; the `PTTL`
-/// before the `ZADD` serves both the refusal and the TTL; expired readers are dropped by
-/// releases, not here), since the servers' time is the cycle's on a small machine.
-pub(crate) const SHARED_ACQUIRE_BODY: &str = "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) if m == \"redlock-mux waiting mark\" or m == \"1\" then return 0 end local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ttl = tonumber(ARGV[2]) if type(redis.pcall(\"zadd\", KEYS[1], now + ttl, ARGV[1])) == \"table\" then return 0 end if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
-/// A reader's release: its token leaves the set (an empty sorted set is deleted by the
-/// server), and if others remain, the expired ones with it (crashed readers); if no reader is
-/// left, with `ARGV[2]` = `1` (or `2`, the releaser not counted) the waiters are told as
-/// [`RELEASE_BODY`] tells them — but a waiting writer's mark is left in place (a reader's mark
-/// goes): the writer's own release deletes it. Deleted here, it let the readers queued behind
-/// it in while the woken writer's attempt was on its way, and a writer could wait for ever
-/// behind readers that kept coming (found by review). Answers 0 (not a reader), or 1 + 2 × the clients told. The
-/// key's TTL is left as it is: readers that remain and crash block writers until the longest
-/// TTL any reader set (at most one TTL after the last acquire), as a crashed plain holder does.
-pub(crate) const SHARED_RELEASE_BODY: &str = "if redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ~= 1 then return 0 end if redis.call(\"exists\", KEYS[1]) == 1 then local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", KEYS[1], \"-inf\", now) if redis.call(\"exists\", KEYS[1]) == 1 then return 1 end end if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif m ~= \"redlock-mux waiting mark\" and m ~= \"1\" and type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1";
+/// expiry (ms on this node's clock, `TIME`), beside the member
+/// [`READERS_MARKER`](crate::keys::READERS_MARKER) scored `+inf`, which makes the set ours.
+/// The reader `ARGV[1]` is added with a TTL of `ARGV[2]` ms where no key exists (the set is
+/// made, marker and reader in one `ZADD`) or where the key is our read lock: a sorted set that
+/// holds the marker and has a TTL. It is refused, the key untouched, where the key is anything
+/// else — a writer's string (the marker's `ZSCORE` answers `WRONGTYPE`), a key of another type,
+/// a sorted set without the marker (another application's leaderboard, rate limiter or queue
+/// under the same name, with or without a TTL: joined, its TTL was raised, and the release's
+/// sweep of expired scores deleted its members), a key without a TTL — and where a writer waits
+/// (the waiting mark holds [`MARK_VALUE`](crate::keys::MARK_VALUE): so that readers that keep
+/// coming do not starve it). A refusal of the `ZSCORE` other than `WRONGTYPE` (`NOPERM`) is the
+/// answer, so that the caller reads which command was refused. The key lives at least `ARGV[2]`
+/// ms more, set from the argument's text: Redis 7.2.0–7.2.4 turn a Lua number such as 100000000
+/// into `1e+08`, which `PEXPIRE` refuses (after the `ZADD`: a reader left without a TTL).
+/// Answers 1 or 0. Five calls for the first reader (`GET` of the mark, `PTTL`, `TIME`, `ZADD`,
+/// `PEXPIRE`), six for one that joins (the marker's `ZSCORE`): expired readers are dropped by
+/// releases, not here, since the servers' time is the cycle's on a small machine.
+pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
+    "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ",
+    "if m == \"redlock-mux waiting mark\" then return 0 end ",
+    "local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end ",
+    "if p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\") if type(s) == \"table\" then if string.find(s.err, \"WRONGTYPE\", 1, true) then return 0 end return s end ",
+    "if not s then return 0 end end ",
+    "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) ",
+    "local ttl = tonumber(ARGV[2]) ",
+    "if p == -2 then redis.call(\"zadd\", KEYS[1], \"+inf\", \"",
+    readers_marker!(),
+    "\", now + ttl, ARGV[1]) else redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end ",
+    "if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1"
+);
+/// A reader's release: its token leaves the set. Then, on our read lock only (the marker is
+/// there; see [`SHARED_ACQUIRE_BODY`]): if other readers remain, the expired ones among them
+/// (crashed readers) go too — only members shaped as this crate's tokens (27 characters of
+/// base64url), at most 1,000 a release, so that nothing another client put into the key is
+/// removed; if no reader is left, the key is deleted and, with `ARGV[2]` = `1` (or `2`, the
+/// releaser not counted), the waiters are told as [`RELEASE_BODY`] tells them — but a waiting
+/// writer's mark is left in place (a reader's mark goes): the writer's own release deletes it.
+/// Deleted here, it let the readers queued behind it in while the woken writer's attempt was on
+/// its way, and a writer could wait for ever behind readers that kept coming (found by review).
+/// Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as it is:
+/// readers that remain and crash block writers until the longest TTL any reader set (at most
+/// one TTL after the last acquire), as a crashed plain holder does. A refusal of the `ZREM`
+/// other than `WRONGTYPE` is the answer.
+pub(crate) const SHARED_RELEASE_BODY: &str = concat!(
+    "local r = redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ",
+    "if type(r) == \"table\" and not string.find(r.err, \"WRONGTYPE\", 1, true) then return r end ",
+    "if r ~= 1 then return 0 end ",
+    "if not redis.call(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\") then return 1 end ",
+    "if redis.call(\"zcard\", KEYS[1]) > 1 then ",
+    "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) ",
+    "local old = redis.call(\"zrangebyscore\", KEYS[1], \"-inf\", now, \"LIMIT\", \"0\", \"1000\") ",
+    "local gone = {} for i = 1, #old do ",
+    "if #old[i] == 27 and not string.find(old[i], \"[^%w_%-]\") then gone[#gone + 1] = old[i] end end ",
+    "if #gone > 0 then redis.call(\"zrem\", KEYS[1], unpack(gone)) end ",
+    "if redis.call(\"zcard\", KEYS[1]) > 1 then return 1 end end ",
+    "redis.call(\"del\", KEYS[1]) ",
+    "if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end ",
+    "local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) ",
+    "if m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) ",
+    "elseif m ~= \"redlock-mux waiting mark\" and type(m) ~= \"table\" then return 1 end ",
+    "local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) ",
+    "local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) ",
+    "local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) ",
+    "if ok and type(n) == \"number\" then return 1 + 2 * n end return 1"
+);
 /// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
 /// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more (set from
-/// the argument's text, as in [`SHARED_ACQUIRE_BODY`]). Answers 1 or 0.
-pub(crate) const SHARED_EXTEND_BODY: &str = "local s = redis.pcall(\"zscore\", KEYS[1], ARGV[1]) if type(s) ~= \"string\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
+/// the argument's text, as in [`SHARED_ACQUIRE_BODY`]). Answers 1 or 0; a refusal of the
+/// `ZSCORE` other than `WRONGTYPE` is the answer.
+pub(crate) const SHARED_EXTEND_BODY: &str = "local s = redis.pcall(\"zscore\", KEYS[1], ARGV[1]) if type(s) == \"table\" and not string.find(s.err, \"WRONGTYPE\", 1, true) then return s end if type(s) ~= \"string\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
 
 fn sha_hex(body: &str) -> [u8; 40] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -248,6 +302,28 @@ pub(crate) const SHARED_EXTEND_SCRIPT: usize = 14;
 
 /// The index of a waiting reader's mark (`keys.rs`).
 pub(crate) const READER_MARK_SCRIPT: usize = 15;
+
+/// What each script is and the commands it calls, by index, as an ACL refusal of one of them
+/// names it ([`NodeFault::Permission`]): the user needs every one (docs/production.md gives a
+/// rule that grants them). A unit test holds each against its body.
+pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
+    "the release script (GET, DEL, PUBSUB NUMSUB, PUBLISH)",
+    "the extend script (GET, PEXPIRE, PTTL)",
+    "the fenced acquire script (HMGET, HLEN, SET)",
+    "the fence write-back script (HMGET, HLEN, GET, HSET)",
+    "the simulator's flawed fenced acquire (SET, HINCRBY)",
+    "the release script (GET, DEL)",
+    "the waiting mark's script (GET, SET)",
+    "the fence repair script (HMGET, HLEN, HSET)",
+    "a set's acquire script (EXISTS, SET)",
+    "a set's fenced acquire script (HMGET, HLEN, EXISTS, SET)",
+    "a set's release script (MGET, DEL, PUBSUB NUMSUB, PUBLISH)",
+    "a set's extend script (MGET, PEXPIRE, PTTL)",
+    "a read lock's acquire script (GET, PTTL, ZSCORE, TIME, ZADD, PEXPIRE)",
+    "a read lock's release script (ZREM, ZSCORE, ZCARD, TIME, ZRANGEBYSCORE, DEL, GET, PUBSUB NUMSUB, PUBLISH)",
+    "a read lock's extend script (ZSCORE, TIME, ZADD, PTTL, PEXPIRE)",
+    "a waiting reader's mark script (GET, SET)",
+];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
@@ -1418,6 +1494,51 @@ mod tests {
         assert!(seen >= 8, "only {seen} TTLs found: the scan misses them");
     }
     use crate::config::Config;
+
+    /// The commands a script's body calls, upper case, in the order first called.
+    fn calls(body: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut found: Vec<(usize, String)> = Vec::new();
+        for head in ["redis.call(\"", "redis.pcall(\"", "pcall(redis.call, \""] {
+            for (at, _) in body.match_indices(head) {
+                let rest = &body[at + head.len()..];
+                let name = rest[..rest.find('"').unwrap()].to_uppercase();
+                found.push((
+                    at,
+                    if name == "PUBSUB" {
+                        "PUBSUB NUMSUB".into()
+                    } else {
+                        name
+                    },
+                ));
+            }
+        }
+        found.sort();
+        for (_, name) in found {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_script_names_the_commands_it_calls() {
+        for script in scripts() {
+            if script.index == FLAWED_ACQUIRE_SCRIPT && !cfg!(any(test, feature = "sim")) {
+                continue;
+            }
+            let named = SCRIPT_CALLS[script.index];
+            let list = &named[named.find('(').unwrap() + 1..named.len() - 1];
+            let listed: Vec<&str> = list.split(", ").collect();
+            assert_eq!(
+                listed,
+                calls(script.body),
+                "script {}: {named}",
+                script.index
+            );
+        }
+    }
 
     #[test]
     fn script_hashes_match_redis() {

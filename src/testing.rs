@@ -45,3 +45,13 @@ pub fn unconfirmed(client: &Client) -> (usize, usize) {
 pub fn settle_releases(client: &mut Client, deadline: std::time::Instant) -> bool {
     client.settle_releases(deadline)
 }
+
+/// The body of every Lua script the client may send (the simulator's deliberately wrong one
+/// excepted): for tests that hold them against an ACL rule.
+pub fn script_bodies() -> Vec<&'static str> {
+    crate::session::scripts()
+        .iter()
+        .filter(|s| s.index != crate::session::FLAWED_ACQUIRE_SCRIPT)
+        .map(|s| s.body)
+        .collect()
+}

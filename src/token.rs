@@ -12,7 +12,7 @@ pub const TOKEN_LEN: usize = 27;
 pub const MAX_TOKEN_LEN: usize = 64;
 /// Random bytes in a generated token: 160 bits, unguessable and unique in practice; they
 /// encode to [`TOKEN_LEN`] characters.
-const RANDOM_BYTES: usize = 20;
+pub(crate) const RANDOM_BYTES: usize = 20;
 
 /// A lock token: unique per acquisition, the lock's signature on every node.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -38,6 +38,12 @@ impl Token {
         rand::rngs::SysRng
             .try_fill_bytes(&mut raw)
             .map_err(|e| Error::system("read the OS random source", e))?;
+        Ok(Token::encode(&raw))
+    }
+
+    /// The token of 20 random bytes, as [`Token::generate`] makes it (the simulator draws the
+    /// bytes from its seeded generator).
+    pub(crate) fn encode(raw: &[u8; RANDOM_BYTES]) -> Token {
         const ALPHABET: &[u8; 64] =
             b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
         let mut bytes = [0u8; MAX_TOKEN_LEN];
@@ -52,10 +58,19 @@ impl Token {
                 o += 1;
             }
         }
-        Ok(Token {
+        Token {
             len: o as u8,
             bytes,
-        })
+        }
+    }
+
+    /// True if `member` is shaped as a token this crate makes ([`TOKEN_LEN`] characters of
+    /// base64url): what a reader's release may sweep from a read lock as an expired reader
+    /// (`SHARED_RELEASE_BODY` checks the same).
+    #[cfg(any(test, feature = "sim"))]
+    pub(crate) fn is_shaped(member: &[u8]) -> bool {
+        member.len() == TOKEN_LEN
+            && (member.iter()).all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
     }
 
     /// A token given by someone else (e.g. printed by `redlock acquire`).
@@ -137,6 +152,7 @@ mod tests {
             assert_eq!(v.as_bytes().len(), TOKEN_LEN);
             assert_eq!(v.as_bytes()[..TOKEN_LEN - 4], t.as_bytes()[..TOKEN_LEN - 4]);
             assert!(seen.insert(v), "variant {n} repeats an earlier one");
+            assert!(Token::is_shaped(v.as_bytes()), "{v}");
         }
         // A short token from elsewhere, bytes outside the alphabet included.
         let odd = Token::from_bytes(b"\x01\xff").unwrap();

@@ -11,7 +11,9 @@
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
-use redlock_mux::{Builder, Error, Lock, RESERVED_PREFIX, Redlock};
+use redlock_mux::{
+    Builder, Error, FenceFloor, Lock, RESERVED_PREFIX, Redlock, ResourceSet, Shared,
+};
 
 /// Bound on waiting for something the engine does by itself.
 const SOON: Duration = Duration::from_secs(10);
@@ -235,39 +237,98 @@ fn a_foreign_lock_named_like_the_fence_counter_is_never_changed() {
     }
 }
 
-/// The ACL rule docs/production.md gives (the README's "Running in production" until it moved
-/// there), read from that file itself, and
-/// the rule the previous version's README gave (no `+pttl`): enough for every script this
-/// crate runs, the new reads included (`GET` of the waiting key in the mark and the release;
-/// the extend's `PEXPIRE … GT`, which needs nothing beyond `+pexpire`), fencing and the
-/// quarantine on, a waiter marking and woken by a notice, and an extend that never shortens.
-#[test]
-fn the_readme_acl_rule_and_the_previous_one_grant_everything_the_scripts_run() {
-    let readme = include_str!("../docs/production.md");
-    let rule = readme
+/// The ACL rule docs/production.md gives, read from that file itself.
+fn documented_acl_rule() -> String {
+    include_str!("../docs/production.md")
         .lines()
         .find_map(|l| l.strip_prefix("ACL SETUSER "))
         .expect("docs/production.md gives an ACL rule")
-        .replace(">PASSWORD", ">pw");
-    assert!(rule.contains(" +pttl"), "{rule}");
-    let previous = rule.replace(" +pttl", "");
-    for rule in [rule, previous] {
-        acl_rule_runs_everything(&rule);
-    }
+        .replace(">PASSWORD", ">pw")
 }
 
-fn acl_rule_runs_everything(rule: &str) {
+/// The commands a Lua body calls (`redis.call("x"`, `redis.pcall("x"`, `pcall(redis.call, "x"`),
+/// as an ACL rule names them (`pubsub|numsub`).
+fn commands_called(body: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for head in ["redis.call(\"", "redis.pcall(\"", "pcall(redis.call, \""] {
+        for (at, _) in body.match_indices(head) {
+            let rest = &body[at + head.len()..];
+            let name = &rest[..rest.find('"').unwrap()];
+            let name = match name {
+                "pubsub" => "pubsub|numsub".to_string(),
+                other => other.to_lowercase(),
+            };
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+/// Every command any script of any kind calls is granted by the documented rule: the rule and
+/// the scripts cannot drift apart without this failing (a read lock's and a set's scripts
+/// once needed seven commands the rule did not give, and failed with "no quorum").
+#[test]
+fn the_documented_acl_rule_grants_every_command_every_script_calls() {
+    let rule = documented_acl_rule();
+    let granted: Vec<&str> = rule
+        .split(' ')
+        .filter_map(|w| w.strip_prefix('+'))
+        .collect();
+    let mut seen = 0;
+    for body in redlock_mux::testing::script_bodies() {
+        for command in commands_called(body) {
+            assert!(
+                granted.contains(&command.as_str()),
+                "the documented rule does not grant +{command}, which this script calls: {body}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 40, "only {seen} calls found: the scan misses them");
+}
+
+/// The documented rule: every script of every kind runs under it — plain, fenced, shared,
+/// all-or-none sets (fenced too), semaphores; acquire, extend, release with and without
+/// notices, waiters' marks of writers, readers and sets woken by a notice, status reads of
+/// each kind, the fence repair — fencing and the quarantine on, and no node answers an error.
+#[test]
+fn the_documented_acl_rule_runs_every_script_of_every_kind() {
+    acl_rule_runs(&documented_acl_rule(), Coverage::EveryKind);
+}
+
+/// A rule without `+pttl` (as an earlier one was): plain and fenced locks, their waiters and
+/// the extend, which then never shortens a key all the same (`PEXPIRE … GT`).
+#[test]
+fn a_rule_without_pttl_runs_plain_locks() {
+    let rule = documented_acl_rule();
+    assert!(rule.contains(" +pttl"), "{rule}");
+    acl_rule_runs(&rule.replace(" +pttl", ""), Coverage::Plain);
+}
+
+/// What [`acl_rule_runs`] tries.
+#[derive(PartialEq)]
+enum Coverage {
+    /// Plain and fenced locks, extends, a waiting writer.
+    Plain,
+    /// Every kind and every script.
+    EveryKind,
+}
+
+fn acl_rule_runs(rule: &str, coverage: Coverage) {
     let servers = Cluster::start_with(3, Server::builder().acl_user(rule));
     let urls: Vec<String> = servers
         .ports()
         .into_iter()
         .map(|p| format!("redis://locker:pw@127.0.0.1:{p}"))
         .collect();
-    let build = || {
+    let build = |notices: bool| {
         Builder::new(urls.clone())
             .ttl(Duration::from_secs(2))
             .max_ttl(Duration::from_secs(4))
             .fencing(true)
+            .release_notices(notices)
             .node_timeout(Duration::from_millis(200))
             .build()
             .unwrap()
@@ -277,7 +338,7 @@ fn acl_rule_runs_everything(rule: &str) {
     for s in servers.iter() {
         s.wait_uptime(5);
     }
-    let (holder, waiter) = (build(), build());
+    let (holder, waiter, quiet) = (build(true), build(true), build(false));
     let mut lock = holder.lock("acl").unwrap();
     assert!(lock.fence().is_some());
     holder.extend(&mut lock, Duration::from_secs(4)).unwrap();
@@ -286,40 +347,117 @@ fn acl_rule_runs_everything(rule: &str) {
     for s in servers.iter() {
         assert!(s.pttl("acl") > 2_500, "{rule}: {}", s.pttl("acl"));
     }
+    // A writer, a reader and a set that has it as a member wait for it, marked, and are woken
+    // by the notice of its release, in turn.
+    let shared = Shared::new("acl").unwrap();
+    let set = ResourceSet::new(["acl", "acl-2"]).unwrap();
+    let waiters = match coverage {
+        Coverage::Plain => vec![b"acl".to_vec()],
+        Coverage::EveryKind => vec![
+            b"acl".to_vec(),
+            shared.as_ref().to_vec(),
+            set.as_ref().to_vec(),
+        ],
+    };
+    for waits in waiters {
+        let t = {
+            let waiter = waiter.clone();
+            std::thread::spawn(move || waiter.lock_until(&waits, Instant::now() + SOON))
+        };
+        until_marked_by(&servers, "acl");
+        assert_eq!(holder.unlock(lock).unwrap(), 3);
+        let mut got = t.join().unwrap().unwrap();
+        waiter.extend(&mut got, Duration::from_secs(3)).unwrap();
+        if coverage == Coverage::EveryKind {
+            let status = waiter.status(got.resource(), SOON);
+            assert!(status.iter().all(|n| n.state.is_ok()), "{rule}: {status:?}");
+        }
+        waiter.unlock(got).unwrap();
+        lock = holder.lock("acl").unwrap();
+    }
+    holder.unlock(lock).unwrap();
+    if coverage == Coverage::Plain {
+        return no_errors(rule, [&holder, &waiter]);
+    }
+    // Readers hold it while a writer waits (a writer's mark: the readers' releases keep it and
+    // tell); the last reader's release wakes the writer.
+    let readers = [
+        holder.lock_shared("acl").unwrap(),
+        quiet.lock_shared("acl").unwrap(),
+    ];
     let t = {
         let waiter = waiter.clone();
         std::thread::spawn(move || waiter.lock_until("acl", Instant::now() + SOON))
     };
     until_marked(&servers, "acl");
-    assert_eq!(holder.unlock(lock).unwrap(), 3);
-    let got = t.join().unwrap().unwrap();
-    assert!(got.fence().is_some());
-    waiter.unlock(got).unwrap();
-    assert_eq!(
-        waiter.stats().nodes.iter().map(|n| n.errors).sum::<u64>(),
-        0,
-        "{rule}"
-    );
+    for reader in readers {
+        holder.unlock(reader).unwrap();
+    }
+    let writer = t.join().unwrap().unwrap();
+    waiter.unlock(writer).unwrap();
+    // A fenced set, released without notices; a semaphore's permit.
+    let mut both = quiet.lock(&set).unwrap();
+    assert!(both.fence().is_some());
+    quiet.extend(&mut both, Duration::from_secs(3)).unwrap();
+    assert_eq!(quiet.unlock(both).unwrap(), 3);
+    let permits = quiet.semaphore("acl-deploys", 2).unwrap();
+    let permit = permits.acquire().unwrap();
+    quiet.unlock(permit).unwrap();
+    holder
+        .repair_fences(FenceFloor::SeededQuorum, SOON)
+        .unwrap();
+    no_errors(rule, [&holder, &waiter, &quiet]);
 }
 
-/// The previous version of this crate marked with the value `1`; during a rolling upgrade its
-/// waiters still do. Such a mark is refreshed and taken like ours, and the release publishes.
+/// No node answered an error to any of `handles`.
+fn no_errors<'a>(rule: &str, handles: impl IntoIterator<Item = &'a Redlock>) {
+    for handle in handles {
+        assert_eq!(
+            handle.stats().nodes.iter().map(|n| n.errors).sum::<u64>(),
+            0,
+            "{rule}"
+        );
+    }
+}
+
+/// Waits (bounded) until every server holds a mark of any waiter for `resource`.
+fn until_marked_by(servers: &Cluster, resource: &str) {
+    let key = format!("redlock:waiting:{resource}");
+    for s in servers.iter() {
+        let deadline = Instant::now() + SOON;
+        while s.get(&key).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "{key} never marked on {}",
+                s.addr()
+            );
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A rule that lacks a command a script calls: the refusal says which command the server
+/// refused (its `NOPERM` text, node by node), not only that no quorum was reached.
 #[test]
-fn a_mark_of_the_previous_version_is_taken_and_announced() {
-    let servers = Cluster::start(3);
-    for s in servers.iter() {
-        s.cmd(&["SET", "redlock:waiting:legacy", "1", "PX", "60000"]);
-        s.cmd(&["CONFIG", "RESETSTAT"]);
-    }
-    let redlock = builder(&servers).build().unwrap();
-    let lock = redlock.lock("legacy").unwrap();
-    assert_eq!(redlock.unlock(lock).unwrap(), 3);
-    for s in servers.iter() {
-        assert_eq!(s.get("redlock:waiting:legacy"), None, "{}", s.addr());
-        let published = s
-            .info("commandstats")
-            .lines()
-            .any(|l| l.starts_with("cmdstat_publish:calls=1,"));
-        assert!(published, "no notice from {}", s.addr());
-    }
+fn a_refused_command_is_named_in_the_refusal() {
+    let rule = documented_acl_rule().replace(" +zadd", "");
+    let servers = Cluster::start_with(3, Server::builder().acl_user(&rule));
+    let urls: Vec<String> = servers
+        .ports()
+        .into_iter()
+        .map(|p| format!("redis://locker:pw@127.0.0.1:{p}"))
+        .collect();
+    let redlock = Builder::new(urls)
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let err = redlock.try_lock_shared("acl").unwrap_err();
+    let message = err.to_string();
+    // The server's own words (7.0's name no command), then what the script calls.
+    assert!(message.contains("ACL user may not run"), "{message}");
+    assert!(message.contains("ZADD"), "{message}");
+    assert!(message.contains("docs/production.md"), "{message}");
+    // A configuration mistake that waiting does not mend.
+    assert!(err.is_final(), "{err:?}");
 }

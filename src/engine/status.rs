@@ -1,5 +1,5 @@
-//! A status read: `GET`, `PTTL`, `ZCARD` (the readers of a read-locked resource) and
-//! `HMGET redlock:fence run n` of a resource on every node, each node's answers gathered until
+//! A status read: `GET`, `PTTL`, `ZSCORE` of the read lock's marker and `ZCARD` (the readers of
+//! a read-locked resource) and `HMGET redlock:fence run n` of a resource on every node, each node's answers gathered until
 //! all came or the deadline passed.
 
 use std::time::{Duration, Instant};
@@ -23,6 +23,9 @@ pub(super) struct StatusReplies {
     restart: Vec<(Option<Duration>, Option<Duration>)>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
+    /// `ZSCORE` of [`READERS_MARKER`](crate::keys::READERS_MARKER): whether a sorted set
+    /// under the name is our read lock.
+    marked: Vec<Option<bool>>,
     /// `ZCARD`: the readers of a read-locked key (`None`: not read-locked).
     readers: Vec<Option<Option<usize>>>,
     fences: Vec<Option<Option<NodeFence>>>,
@@ -34,6 +37,8 @@ impl StatusReplies {
         self.values.resize(n, None);
         self.ttls.clear();
         self.ttls.resize(n, None);
+        self.marked.clear();
+        self.marked.resize(n, None);
         self.readers.clear();
         self.readers.resize(n, None);
         self.fences.clear();
@@ -46,6 +51,7 @@ impl StatusReplies {
     pub fn fail(&mut self, node: usize, fault: NodeFault, now: Instant) {
         self.values[node].get_or_insert(Err(fault.clone()));
         self.ttls[node].get_or_insert((Err(fault), now));
+        self.marked[node].get_or_insert(false);
         self.readers[node].get_or_insert(None);
         self.fences[node].get_or_insert(None);
     }
@@ -54,6 +60,7 @@ impl StatusReplies {
     pub fn withdraw(&mut self, node: usize, fault: &NodeFault, now: Instant) {
         self.values[node] = Some(Err(fault.clone()));
         self.ttls[node] = Some((Err(fault.clone()), now));
+        self.marked[node] = Some(false);
         self.readers[node] = Some(None);
         self.fences[node] = Some(None);
     }
@@ -98,9 +105,23 @@ impl StatusReplies {
                 Err(f) => Err((*f).clone()),
             };
             self.ttls[node] = Some((pttl, now));
+        } else if self.marked[node].is_none() {
+            self.marked[node] = Some(matches!(d.reply, Ok(Frame::Bulk(_) | Frame::Double(_))));
         } else if self.readers[node].is_none() {
+            let marked = self.marked[node] == Some(true);
             self.readers[node] = Some(match &d.reply {
-                Ok(Frame::Integer(n)) if *n > 0 => Some(*n as usize),
+                // Our read lock: its readers, the marker not counted.
+                Ok(Frame::Integer(n)) if *n > 1 && marked => Some(*n as usize - 1),
+                Ok(Frame::Integer(n)) if *n > 0 && !marked => {
+                    // A sorted set without the marker: another application's data under the
+                    // name, which refuses every lock of it (readers too) and is never changed.
+                    self.values[node] = Some(Err(NodeFault::Unexpected(
+                        "the key is another application's sorted set (not a read lock): it \
+                         refuses every lock of the name"
+                            .into(),
+                    )));
+                    None
+                }
                 // Neither a string (`GET` said WRONGTYPE) nor a sorted set: a key of another
                 // type holds the name (a hash, a list), which refuses every lock of it — not
                 // free, as it was reported (found by review); what holds it, status cannot say.
@@ -196,8 +217,13 @@ impl<N: Net> Engine<N> {
         ];
         let get = [Arg::Bytes(b"GET"), Arg::Bytes(resource)];
         let pttl = [Arg::Bytes(b"PTTL"), Arg::Bytes(resource)];
+        let marker = [
+            Arg::Bytes(b"ZSCORE"),
+            Arg::Bytes(resource),
+            Arg::Bytes(crate::keys::READERS_MARKER.as_bytes()),
+        ];
         let zcard = [Arg::Bytes(b"ZCARD"), Arg::Bytes(resource)];
-        let commands = [&get[..], &pttl[..], &zcard[..], &fence[..]].map(|args| {
+        let commands = [&get[..], &pttl[..], &marker[..], &zcard[..], &fence[..]].map(|args| {
             let mut cmd = bytes::BytesMut::new();
             crate::resp::encode_command(&mut cmd, args);
             cmd
@@ -247,6 +273,7 @@ mod tests {
             ("$5\r\ntoken\r\n", 1),
             (":900\r\n", 2),
             (wrongtype, 2),
+            (wrongtype, 2),
             (fence.as_str(), 3),
         ] {
             let limits = crate::resp::Limits::default();
@@ -286,6 +313,49 @@ mod tests {
             status[1]
         );
         assert_eq!(status[1].rtt, ms(10));
+    }
+
+    /// A sorted set under the name: readers of ours when it holds the marker (the marker not
+    /// counted), another application's data when it does not.
+    #[test]
+    fn a_sorted_set_is_read_locked_only_with_the_marker() {
+        let now = Instant::now();
+        let nodes: Vec<NodeAddr> = ["redis://a:1", "redis://b:1"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let mut replies = StatusReplies::default();
+        replies.reset(2);
+        let mut watch = NodeWatch::default();
+        let wrongtype = "-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+        for (node, marker) in [(0, "$3\r\ninf\r\n"), (1, "$-1\r\n")] {
+            for bytes in [
+                wrongtype,
+                ":900\r\n",
+                marker,
+                ":3\r\n",
+                "*2\r\n$-1\r\n$-1\r\n",
+            ] {
+                let limits = crate::resp::Limits::default();
+                let Ok(crate::resp::Status::Complete((reply, _))) =
+                    crate::resp::decode(bytes.as_bytes(), &limits)
+                else {
+                    panic!("{bytes:?} decodes");
+                };
+                replies.on_reply(node, &delivery(reply, None), (None, &mut watch), now);
+            }
+        }
+        let Some(Outcome::Status(status)) = replies.outcome(&nodes, (now, now), now) else {
+            panic!("every node answered");
+        };
+        assert_eq!(status[0].readers, Some(2));
+        assert_eq!(status[0].state, Ok((None, 900)));
+        assert_eq!(status[1].readers, None);
+        assert!(
+            matches!(&status[1].state, Err(NodeFault::Unexpected(m)) if m.contains("sorted set")),
+            "{:?}",
+            status[1].state
+        );
     }
 
     #[test]

@@ -390,10 +390,28 @@ pub(super) fn vote_of(
         (Kind::Set, Ok(Frame::Null)) => Ok(Vote::Refused),
         (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
         (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
+        // A command of the script refused by the user's ACL: named by what the script calls
+        // (Redis 7.0's refusal names none: "The user executing the script can't run this
+        // command or subcommand").
+        (Kind::Script(index), Ok(Frame::Error(e))) if is_acl_refusal(e) => {
+            Err(NodeFault::Permission {
+                command: crate::session::SCRIPT_CALLS[index],
+                message: clipped(e.message),
+            })
+        }
         (_, Ok(Frame::Error(e))) if e.kind.is_auth() => Err(NodeFault::Auth(clipped(e.message))),
         (_, Ok(Frame::Error(e))) => Err(NodeFault::Server(e.kind, clipped(e.message))),
         (_, Ok(other)) => Err(NodeFault::unexpected(other)),
     }
+}
+
+/// True for a server's refusal of a command by the user's ACL, as each version words it inside
+/// a script: `NOPERM …` (6.2, 7.2 and later), `ERR The user executing the script can't run this
+/// command or subcommand` (7.0).
+fn is_acl_refusal(e: &crate::resp::ServerError<'_>) -> bool {
+    e.kind == crate::resp::ErrorKind::NoPerm
+        || e.message.contains("NOPERM")
+        || e.message.contains("can't run this command")
 }
 
 /// What an answer is, given the other entries of its round (see [`one_vote_per_server`]).

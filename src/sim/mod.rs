@@ -2249,10 +2249,14 @@ impl World {
                         res
                     }
                 };
-                let token = Token::from_bytes(
-                    format!("{:016x}{:016x}", self.rng.next(), self.rng.next()).as_bytes(),
-                )
-                .expect("a valid token");
+                // 20 bytes, encoded as the client's own tokens are (a reader's release sweeps
+                // only members of that shape).
+                let mut raw = [0u8; crate::token::RANDOM_BYTES];
+                for chunk in raw.chunks_mut(8) {
+                    let n = self.rng.next().to_le_bytes();
+                    chunk.copy_from_slice(&n[..chunk.len()]);
+                }
+                let token = Token::encode(&raw);
                 // A third wait for the resource (lock_until): attempts with tokens of their own,
                 // brought by releases, the poll or a split vote's pause, until a deadline.
                 let wait = self
