@@ -8,7 +8,7 @@
 //! ```
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
-//! clock-drift, work-past-validity, lying-node, majority-down, the validity computed without
+//! clock-drift, work-past-validity, lying-node, eviction-counted, majority-down, the validity computed without
 //! the drift allowance (no-drift-allowance: the cover check's), two wrong fencing
 //! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
 //! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
@@ -89,6 +89,7 @@ fn main() {
                     Some("clock-drift") => Break::ClockDrift,
                     Some("work-past-validity") => Break::WorkPastValidity,
                     Some("lying-node") => Break::LyingNode,
+                    Some("eviction-counted") => Break::EvictionCounted,
                     Some("majority-down") => Break::MajorityDown,
                     Some("fence-no-write-back") => Break::FenceNoWriteBack,
                     Some("fence-blank-as-zero") => Break::FenceBlankAsZero,

@@ -140,6 +140,32 @@ pub struct Config {
     /// themselves as readers do (a writer's mark would outlive their quiet releases and keep
     /// readers out of a free resource): they get no preference over readers. Default on.
     pub release_notices: bool,
+    /// Whether a server that may evict keys under memory pressure counts towards a quorum.
+    /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
+    /// server's does not during its quarantine.
+    pub evicting_servers: EvictingServers,
+}
+
+/// What to do with a server that may evict lock keys: one with a `maxmemory` limit and a
+/// `maxmemory-policy` other than `noeviction`, as its `INFO memory` says at each connection.
+///
+/// Every lock key has a TTL, so every `volatile-*` policy may evict it (`volatile-ttl` first of
+/// all: the shortest TTL goes first), and every `allkeys-*` policy may too. A key evicted while
+/// its lock is held lets another client take the lock there: on a majority of the servers, two
+/// holders. An evicting server is as unsafe as one that restarted without its keys, and is
+/// treated like one in its restart quarantine — but for good, since the configuration does not
+/// pass. `maxmemory 0` (no limit) is safe whatever the policy; so is `noeviction` (a full
+/// server refuses writes instead: a `SET` answered `-OOM` is a refusal, not a yes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EvictingServers {
+    /// Its yes does not count towards a quorum ([`NodeFault::Evicting`](crate::NodeFault::Evicting)
+    /// in the refusal report, `status` and the `evicting` event); nor does a server that does
+    /// not say whether it evicts (`INFO` refused).
+    #[default]
+    Refuse,
+    /// Count it as any other: a lock key evicted under memory pressure can give a second
+    /// holder. For servers whose memory you watch yourself, knowing the risk.
+    CountUnsafely,
 }
 
 /// The restart-quarantine setting: a node that may have restarted (and lost its keys) less than
@@ -237,6 +263,7 @@ impl Default for Config {
             quarantine: Quarantine::Ttl,
             fencing: false,
             release_notices: true,
+            evicting_servers: EvictingServers::Refuse,
         }
     }
 }
@@ -713,6 +740,24 @@ impl Builder {
         self
     }
 
+    /// Whether a server that may evict keys under memory pressure counts; see
+    /// [`EvictingServers`]. Default [`EvictingServers::Refuse`].
+    ///
+    /// ```no_run
+    /// use redlock_mux::{Builder, EvictingServers};
+    ///
+    /// // Servers configured `maxmemory-policy allkeys-lru`, whose memory is watched elsewhere:
+    /// // an evicted lock key can give a second holder.
+    /// let redlock = Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .evicting_servers(EvictingServers::CountUnsafely)
+    ///     .build()?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn evicting_servers(mut self, evicting: EvictingServers) -> Builder {
+        self.config.evicting_servers = evicting;
+        self
+    }
+
     /// Release notices on or off; see [`Config::release_notices`]. Off spares the servers the
     /// waiting mark's lookup in every release, and waiters in other processes poll instead.
     /// Default on.
@@ -803,11 +848,12 @@ impl Builder {
             // cannot tell apart, would count twice).
             info: if c.quarantine_window().is_some() || c.fencing {
                 InfoNeed::Needed
-            } else if nodes.len() > 1 {
+            } else if nodes.len() > 1 || c.evicting_servers == EvictingServers::Refuse {
                 InfoNeed::Wanted
             } else {
                 InfoNeed::Off
             },
+            memory: c.evicting_servers == EvictingServers::Refuse,
             tls: tls.into(),
             mutation: Mutation::None,
         };
@@ -831,8 +877,12 @@ pub(crate) struct ConnConfig {
     /// `backoff_max`, `reply_timeout`, `max_pending`, `limits` (`max_frame_len` also bounds the
     /// input buffer) and `client_name` (`CLIENT SETNAME` in the handshake).
     pub settings: Config,
-    /// Whether the handshake asks `INFO server`, and whether it must be answered.
+    /// Whether the handshake asks `INFO server` (and `INFO memory`), and whether it must be
+    /// answered.
     pub info: InfoNeed,
+    /// Whether the handshake asks `INFO memory` (the eviction policy), as it asks `INFO
+    /// server` (`info`): when servers that may evict are refused.
+    pub memory: bool,
     /// Each node's TLS connector, by node index (`None`, or no entry: plain TCP).
     pub tls: Arc<[Option<tls::Connector>]>,
     /// A defect brought back for the simulator (see `mutation.rs`; never set otherwise).

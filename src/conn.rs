@@ -542,6 +542,7 @@ mod tests {
         let config = ConnConfig {
             settings: Config::default(),
             info: InfoNeed::Off,
+            memory: false,
             tls: Arc::from([]),
             mutation: crate::mutation::Mutation::None,
         };

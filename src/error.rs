@@ -74,6 +74,11 @@ pub enum NodeFault {
     /// The node restarted recently and may have lost keys; it does not count towards a quorum
     /// until the quarantine ends.
     Quarantined(Duration),
+    /// The server may evict keys under memory pressure — a lock key among them — by its
+    /// `maxmemory` and `maxmemory-policy` (`None`: it did not say, its `INFO memory` refused or
+    /// without them): its yes does not count towards a quorum
+    /// ([`EvictingServers`](crate::EvictingServers)).
+    Evicting(Option<crate::EvictionPolicy>),
     /// (Fenced acquire) the node's fence counter is not known to be complete: its server
     /// process restarted (or the counter was flushed or evicted) since it was last seeded. It
     /// is seeded again by a fenced acquire once it has been up for a restart window, if a
@@ -125,6 +130,11 @@ impl fmt::Display for NodeFault {
                         "; the restart quarantine needs it: grant +info (ACL SETUSER <user> \
                          +info), or switch the quarantine off",
                     )?;
+                } else if *command == "INFO memory" {
+                    f.write_str(
+                        "; the eviction check needs it: grant +info (ACL SETUSER <user> +info), \
+                         or count servers that may evict keys (EvictingServers::CountUnsafely)",
+                    )?;
                 } else if command.ends_with(')') {
                     f.write_str(
                         "; the user needs every command the script calls (docs/production.md \
@@ -167,6 +177,20 @@ impl fmt::Display for NodeFault {
                     left.as_millis()
                 )
             }
+            NodeFault::Evicting(Some(policy)) => write!(
+                f,
+                "may evict lock keys under memory pressure (maxmemory-policy {policy} with a \
+                 maxmemory limit), so its yes does not count: configure `maxmemory-policy \
+                 noeviction` (or `maxmemory 0`) on it, or count it knowing that an evicted \
+                 lock key gives a second holder (EvictingServers::CountUnsafely, \
+                 --count-evicting-servers-unsafely)"
+            ),
+            NodeFault::Evicting(None) => f.write_str(
+                "did not say whether it evicts keys (its INFO memory was refused, or named no \
+                 maxmemory and maxmemory_policy), so its yes does not count: grant +info, or \
+                 count it knowing that an evicted lock key gives a second holder \
+                 (EvictingServers::CountUnsafely, --count-evicting-servers-unsafely)",
+            ),
         }
     }
 }
@@ -191,7 +215,7 @@ impl NodeFault {
     /// True for a fault that waiting does not mend — the node's configuration or ours is wrong:
     /// TLS (an untrusted certificate, another name, a plain-TCP port), a port that does not
     /// speak RESP, an unexpected answer, credentials or permissions refused, a database that
-    /// does not exist, the same server listed twice. A refused or dropped connection, a
+    /// does not exist, the same server listed twice, a server that may evict keys. A refused or dropped connection, a
     /// timeout, a name that does not resolve (yet), an overloaded or quarantined node may all
     /// mend by themselves.
     pub fn is_permanent(&self) -> bool {
@@ -204,6 +228,7 @@ impl NodeFault {
                 | NodeFault::Permission { .. }
                 | NodeFault::Database { .. }
                 | NodeFault::Duplicate { .. }
+                | NodeFault::Evicting(_)
         )
     }
 }

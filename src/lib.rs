@@ -255,6 +255,7 @@ mod driver;
 mod engine;
 pub mod error;
 mod event;
+mod eviction;
 mod fence;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -330,10 +331,13 @@ pub use async_guard::AsyncLockGuard;
 pub use async_handle::AsyncRedlock;
 pub use async_keep::{AsyncKeepAlive, LockWatch};
 pub use client::Client;
-pub use config::{Builder, Config, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine};
+pub use config::{
+    Builder, Config, EvictingServers, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine,
+};
 pub use engine::Shutdown;
 pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
 pub use event::TARGET as LOG_TARGET;
+pub use eviction::{Eviction, EvictionPolicy};
 pub use guard::LockGuard;
 pub use handle::Redlock;
 pub use keep::KeepAlive;

@@ -164,6 +164,11 @@ pub struct NodeStatus {
     /// ([`Config::quarantine`](crate::Config::quarantine)); `None` when it counts (or the
     /// quarantine is off).
     pub quarantine: Option<Duration>,
+    /// Whether the server may evict keys, as its handshake's `INFO memory` said
+    /// ([`EvictingServers`](crate::EvictingServers)): an evicting server's yes does not count
+    /// unless the client counts them. [`Eviction::Unknown`](crate::Eviction::Unknown) when not
+    /// asked or not answered.
+    pub eviction: crate::Eviction,
 }
 
 /// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.

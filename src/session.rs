@@ -21,6 +21,7 @@ use crate::addr::NodeAddr;
 use crate::config::{ConnConfig, InfoNeed};
 use crate::error::NodeFault;
 use crate::event::event;
+use crate::eviction::Eviction;
 use crate::keys::readers_marker;
 use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
 use crate::stats::NodeCounters;
@@ -437,6 +438,8 @@ pub(crate) enum Step {
     SetName,
     /// `INFO server`: answered with a bulk (or verbatim) string.
     Info,
+    /// `INFO memory` (the eviction policy): the same, asked and needed as `INFO server` is.
+    Memory,
 }
 
 impl Step {
@@ -448,6 +451,7 @@ impl Step {
             Step::Select => "SELECT",
             Step::SetName => "CLIENT SETNAME",
             Step::Info => "INFO server",
+            Step::Memory => "INFO memory",
         }
     }
 
@@ -464,7 +468,7 @@ impl Step {
                 matches!(frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Map)
             }
             Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
-            Step::Info => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
+            Step::Info | Step::Memory => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
         }
     }
 }
@@ -499,6 +503,8 @@ pub(crate) struct Delivery<'a> {
     pub reply: Result<Frame<'a>, &'a NodeFault>,
     /// The connection the reply came on, and what its node said in `INFO server` there.
     pub generation: u64,
+    /// What the node's `INFO memory` said on that connection about evicting keys.
+    pub eviction: Eviction,
     /// (A reference: a `ServerInfo` inline made a `Delivery` too large to be moved without a
     /// `memcpy` call, two per reply.)
     pub info: Option<&'a ServerInfo>,
@@ -562,6 +568,8 @@ struct State {
     last_fault: Option<NodeFault>,
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
+    /// This connection's `INFO memory`, read.
+    eviction: Eviction,
     generation: u64,
     /// The address's database (named when `SELECT` is refused).
     db: u32,
@@ -633,6 +641,7 @@ impl Session {
                 last_fault: None,
                 failure: None,
                 info: None,
+                eviction: Eviction::Unknown,
                 generation: 0,
                 db,
                 info_need,
@@ -752,6 +761,7 @@ impl Session {
         st.script_tails.clear();
         st.loaded = [false; SCRIPT_COUNT];
         st.info = None;
+        st.eviction = Eviction::Unknown;
         st.failure = None;
         st.replied = false;
         st.generation += 1;
@@ -779,6 +789,7 @@ impl Session {
                 kind: p.kind,
                 reply: Err(&fault),
                 generation: self.st.generation,
+                eviction: self.st.eviction,
                 info: None,
                 withdrawn: false,
             });
@@ -989,6 +1000,7 @@ impl Session {
                     kind: p.kind,
                     reply: Err(&fault),
                     generation: st.generation,
+                    eviction: st.eviction,
                     info: st.info.as_ref(),
                     withdrawn: false,
                 }),
@@ -1086,10 +1098,13 @@ impl Session {
         }
         if self.config.info != InfoNeed::Off {
             push(st, Step::Info, &["INFO".into(), "server".into()]);
+            if self.config.memory {
+                push(st, Step::Memory, &["INFO".into(), "memory".into()]);
+            }
             if self.config.info == InfoNeed::Wanted {
-                // Not a gate: the requests follow it in the same write, without waiting for its
-                // answer, which comes before theirs.
-                steps -= 1;
+                // Not a gate: the requests follow them in the same write, without waiting for
+                // their answers, which come before theirs.
+                steps -= 1 + usize::from(self.config.memory);
             }
         }
         st.handshake_left = steps;
@@ -1176,6 +1191,7 @@ impl State {
                 kind,
                 reply: Err(fault),
                 generation: self.generation,
+                eviction: self.eviction,
                 info: self.info.as_ref(),
                 withdrawn: true,
             });
@@ -1195,6 +1211,7 @@ impl State {
                     kind: Kind::Notice,
                     reply: Ok(frame),
                     generation: self.generation,
+                    eviction: self.eviction,
                     info: self.info.as_ref(),
                     withdrawn: false,
                 }),
@@ -1311,6 +1328,7 @@ impl State {
             kind: p.kind,
             reply,
             generation: self.generation,
+            eviction: self.eviction,
             info: self.info.as_ref(),
             withdrawn: false,
         });
@@ -1331,8 +1349,9 @@ impl State {
     }
 
     fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
-        // `INFO server` refused while only the duplicate check wanted it: carry on without.
-        let tolerated = step == Step::Info
+        // `INFO server` or `INFO memory` refused while not needed: carry on without (the node's
+        // process, or its eviction policy, unknown).
+        let tolerated = matches!(step, Step::Info | Step::Memory)
             && self.info_need == InfoNeed::Wanted
             && matches!(frame, Frame::Error(_));
         if let Frame::Error(e) = frame
@@ -1413,6 +1432,16 @@ impl State {
             }
             if self.info_need == InfoNeed::Wanted {
                 // Not one of the steps the requests wait for.
+                return;
+            }
+        }
+        if step == Step::Memory {
+            // A tolerated error: unknown.
+            self.eviction = match frame {
+                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => Eviction::parse(b),
+                _ => Eviction::Unknown,
+            };
+            if self.info_need == InfoNeed::Wanted {
                 return;
             }
         }
@@ -1566,6 +1595,7 @@ mod tests {
                 ..Config::default()
             },
             info: InfoNeed::Off,
+            memory: false,
             tls: std::sync::Arc::from([]),
             mutation: crate::mutation::Mutation::None,
         }
@@ -1917,6 +1947,7 @@ mod tests {
         for need in [InfoNeed::Wanted, InfoNeed::Needed] {
             let config = ConnConfig {
                 info: need,
+                memory: false,
                 ..config()
             };
             let mut s = Session::new(NodeAddr::parse("redis://127.0.0.1:1").unwrap(), config, now);
@@ -1946,6 +1977,68 @@ mod tests {
                     );
                     assert!(s.closing() && s.output().is_empty());
                 }
+            }
+        }
+    }
+
+    /// `INFO memory` follows `INFO server` in the handshake when evicting servers are refused:
+    /// each reply carries what it said about the connection's node, from its first on; a
+    /// refusal of it fails the handshake only when `INFO` is needed, and else leaves it unknown.
+    #[test]
+    fn the_handshake_reads_the_eviction_policy() {
+        let now = Instant::now();
+        let asked = "*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n*2\r\n$4\r\nINFO\r\n$6\r\nmemory\r\n";
+        let set = "*1\r\n$3\r\nSET\r\n";
+        let server = format!("run_id:{}\r\nuptime_in_seconds:100\r\n", "r".repeat(40));
+        let server = format!("${}\r\n{server}\r\n", server.len());
+        let memory = "maxmemory:4194304\r\nmaxmemory_policy:allkeys-lru\r\n";
+        let memory = format!("${}\r\n{memory}\r\n", memory.len());
+        let refused = "-NOPERM no permissions to run 'info'\r\n";
+        for need in [InfoNeed::Wanted, InfoNeed::Needed] {
+            for memory_answer in [memory.as_str(), refused] {
+                let config = ConnConfig {
+                    info: need,
+                    memory: true,
+                    ..config()
+                };
+                let addr = NodeAddr::parse("redis://127.0.0.1:1").unwrap();
+                let mut s = Session::new(addr, config, now);
+                s.connecting(now);
+                s.connected();
+                s.request(Kind::Set, 7, set.as_bytes(), now);
+                let wanted = need == InfoNeed::Wanted;
+                let sent = take_output(&mut s);
+                assert_eq!(
+                    sent,
+                    if wanted {
+                        format!("{asked}{set}")
+                    } else {
+                        asked.into()
+                    }
+                );
+                let mut got = Vec::new();
+                let mut sink = |d: Delivery<'_>| got.push((d.tag, d.reply.is_ok(), d.eviction));
+                s.read_begin();
+                s.on_bytes(
+                    format!("{server}{memory_answer}").as_bytes(),
+                    now,
+                    &mut sink,
+                );
+                if !wanted && memory_answer == refused {
+                    // Needed, and refused: the request never goes out.
+                    assert_eq!(got, vec![(7, false, Eviction::Unknown)]);
+                    assert!(s.closing());
+                    continue;
+                }
+                if !wanted {
+                    assert_eq!(take_output(&mut s), set);
+                }
+                s.on_bytes(b"+OK\r\n", now, &mut sink);
+                let eviction = match memory_answer == refused {
+                    true => Eviction::Unknown,
+                    false => Eviction::May(crate::EvictionPolicy::AllkeysLru),
+                };
+                assert_eq!(got, vec![(7, true, eviction)], "{need:?}");
             }
         }
     }

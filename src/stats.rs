@@ -243,6 +243,7 @@ pub(crate) struct NodeCounters {
     pub idle_closes: Counter,
     pub noscript: Counter,
     pub quarantined: Counter,
+    pub evicting: Counter,
     pub latency: LiveHistogram,
 }
 
@@ -263,6 +264,7 @@ impl NodeCounters {
             idle_closes: self.idle_closes.get(),
             noscript: self.noscript.get(),
             quarantined: self.quarantined.get(),
+            evicting: self.evicting.get(),
             latency: self.latency.snapshot(),
         }
     }
@@ -500,6 +502,8 @@ pub struct NodeStats {
     pub noscript: u64,
     /// `SET NX` yeses not counted because the node was in its restart quarantine.
     pub quarantined: u64,
+    /// Yeses not counted because the server may evict keys ([`EvictingServers`](crate::EvictingServers)).
+    pub evicting: u64,
     /// Request latency: from queuing a request to its reply, per reply.
     pub latency: Histogram,
 }

@@ -307,6 +307,8 @@ fn a_lock_won_for_a_dropped_waiter_is_released_with_its_notice() {
         }
     });
     let redlock = Builder::new([fake.url()])
+        // No INFO memory asked, as before the eviction check: the fake answers none.
+        .evicting_servers(redlock_mux::EvictingServers::CountUnsafely)
         .quarantine(None)
         .node_timeout(SOON)
         .retry_delay(NEVER, Duration::ZERO)

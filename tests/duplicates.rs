@@ -189,7 +189,8 @@ fn a_new_deployment_with_one_server_listed_twice_gets_its_first_fence() {
 #[test]
 fn an_acl_user_without_info_is_not_checked_but_still_served() {
     // Neither the quarantine nor fencing needs INFO: its refusal leaves the nodes unchecked,
-    // and locks work.
+    // and locks work — where servers that may evict are counted, since without `INFO memory`
+    // whether a server evicts is not known (and by default such a server does not count).
     let servers: Vec<Server> = (0..3)
         .map(|_| {
             Server::builder()
@@ -201,7 +202,24 @@ fn an_acl_user_without_info_is_not_checked_but_still_served() {
         .iter()
         .map(|s| format!("redis://locker:pw@127.0.0.1:{}", s.port()))
         .collect();
-    let mut c = builder(&urls).build_client().unwrap();
+    let mut refusing = builder(&urls).build_client().unwrap();
+    let err = refusing.try_lock("res").unwrap_err();
+    let faults: Vec<_> = err
+        .report()
+        .unwrap()
+        .failed()
+        .map(|(_, f)| f.clone())
+        .collect();
+    assert!(faults.len() >= 2, "{err}");
+    assert!(
+        faults.iter().all(|f| *f == NodeFault::Evicting(None)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("+info"), "{err}");
+    let mut c = builder(&urls)
+        .evicting_servers(redlock_mux::EvictingServers::CountUnsafely)
+        .build_client()
+        .unwrap();
     let lock = c.try_lock("res").unwrap();
     assert_eq!(c.unlock(lock).unwrap(), 3);
 }

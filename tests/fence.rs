@@ -688,6 +688,8 @@ fn a_negative_uptime_leaves_the_process_known_to_fencing() {
     // `-3`, as Redis says (a signed `time_t`) once the server's clock stepped back.
     let fake = FakeServer::start(new_deployment("-3", b":1\r\n"));
     let mut c = Builder::new([fake.url()])
+        // No INFO memory asked, as before the eviction check: the fake answers none.
+        .evicting_servers(redlock_mux::EvictingServers::CountUnsafely)
         .ttl(Duration::from_secs(1))
         .fencing(true)
         .quarantine(None)
@@ -724,6 +726,8 @@ fn a_fenced_lock_whose_write_back_lost_is_released_with_its_notice() {
     // between the two round trips).
     let fake = FakeServer::start(new_deployment("3600", b":0\r\n"));
     let redlock = Builder::new([fake.url()])
+        // No INFO memory asked, as before the eviction check: the fake answers none.
+        .evicting_servers(redlock_mux::EvictingServers::CountUnsafely)
         .ttl(Duration::from_secs(10))
         .fencing(true)
         .quarantine(None)

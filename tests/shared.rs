@@ -34,7 +34,12 @@ fn readers_share_a_resource_and_exclude_writers_and_other_clients() {
             s.cmd(&["TYPE", "config"]),
             redis::Value::SimpleString("zset".into())
         );
-        assert_eq!(s.cmd(&["ZCARD", "config"]), redis::Value::Int(2));
+        // Two readers and the marker that makes the set a read lock of ours.
+        assert_eq!(s.cmd(&["ZCARD", "config"]), redis::Value::Int(3));
+        assert_eq!(
+            s.cmd(&["ZSCORE", "config", redlock_mux::keys::READERS_MARKER]),
+            redis::Value::BulkString(b"inf".to_vec())
+        );
         // Another Redlock client's SET NX fails while readers hold it.
         assert_eq!(
             s.cmd(&["SET", "config", "other", "NX", "PX", "10000"]),
@@ -82,11 +87,11 @@ fn a_sorted_set_without_a_ttl_is_nobodys_lock_and_is_left_alone() {
         assert_eq!(s.cmd(&["ZCARD", "board"]), redis::Value::Int(2));
         assert_eq!(s.pttl("board"), -1, "no TTL set on it");
     }
-    // A reader's own set (with its TTL) is joined as before.
+    // A reader's own set (with its TTL and the marker) is joined as before.
     let r1 = redlock.try_lock_shared("config").unwrap();
     let r2 = redlock.try_lock_shared("config").unwrap();
     for s in servers.iter() {
-        assert_eq!(s.cmd(&["ZCARD", "config"]), redis::Value::Int(2));
+        assert_eq!(s.cmd(&["ZCARD", "config"]), redis::Value::Int(3));
     }
     redlock.unlock(r1).unwrap();
     redlock.unlock(r2).unwrap();
@@ -113,9 +118,10 @@ fn each_reader_expires_on_its_own_and_extends_on_its_own() {
         // The set counts an expired reader until an acquire or a release prunes it.
         let probe = short.try_lock_shared("doc").unwrap();
         short.unlock(probe).unwrap();
+        // The lasting reader and the marker.
         if servers
             .iter()
-            .all(|s| s.cmd(&["ZCARD", "doc"]) == redis::Value::Int(1))
+            .all(|s| s.cmd(&["ZCARD", "doc"]) == redis::Value::Int(2))
         {
             break;
         }

@@ -182,7 +182,8 @@ fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
     // Seeds re-found whenever the schedules change (last: waiters leave at their deadline,
     // seed 541,056's fix; before, several callers per client and persistent wants, release
     // notices by pub/sub, issue 36): other schedules, not a weaker check.
-    assumption_is_needed(Break::Quarantine, &[1, 7, 9]);
+    // Seeds 7 and 9 gave way to 10 and 15, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(Break::Quarantine, &[1, 10, 15]);
 }
 
 #[test]
@@ -196,7 +197,8 @@ fn a_new_client_that_reads_a_young_nodes_uptime_at_its_word_gives_two_holders() 
     // validity: there the holder's extend was refused by the three restarted nodes, and it
     // believed on until its old validity, into the rival's hold; it stops at the refusal now.
     let breaks = Break::UptimeAtItsWord;
-    assumption_is_needed(breaks, &[39, 206, 450]);
+    // Seeds 206 and 450 gave way to 10 and 35, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(breaks, &[10, 35, 39]);
     // With the uptime read a second short, the family's schedules find no violation, and
     // every caller is granted within the liveness bound.
     control_is_safe_and_live(breaks, 0..200);
@@ -223,7 +225,8 @@ fn clocks_drifting_beyond_the_factor_give_two_holders() {
     // Seed 25 replaced by 11 when waiters began to leave at their deadline (seed 541,056's
     // fix): a different schedule, not a weaker check. Seeds 6 and 9 by 5 and 24 when a lost
     // round's cleanup went quiet.
-    assumption_is_needed(Break::ClockDrift, &[5, 8, 24]);
+    // Seeds 5 and 24 gave way to 1 and 15, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(Break::ClockDrift, &[1, 8, 15]);
 }
 
 /// The cover check: a holder is told a validity that a quorum of nodes' keys outlive. Clocks
@@ -256,7 +259,19 @@ fn a_validity_that_the_nodes_keys_do_not_back_is_caught_by_the_cover_check() {
 
 #[test]
 fn work_past_the_validity_gives_two_holders() {
-    assumption_is_needed(Break::WorkPastValidity, &[0, 1, 2]);
+    // Seed 2 gave way to 3, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(Break::WorkPastValidity, &[0, 1, 3]);
+}
+
+/// Servers that evict keys under memory pressure counted as any other: three of five nodes
+/// drop the key closest to expiring now and then, a held lock's among them, and a second
+/// client takes it there (0, 1, 2: nearly every seed). With the client's default, their yeses
+/// refused (two of them evicting: the others make a quorum), none; every caller granted within
+/// the liveness bound.
+#[test]
+fn servers_that_evict_counted_give_two_holders() {
+    assumption_is_needed(Break::EvictionCounted, &[0, 1, 2]);
+    control_is_safe_and_live(Break::EvictionCounted, 0..200);
 }
 
 #[test]
@@ -264,7 +279,8 @@ fn a_lying_node_gives_two_holders() {
     // Seeds re-found after the ledger change (issue 35), again for issue 36, and when waiters
     // began to leave at their deadline (seed 2 replaced by 6): different schedules, not a
     // weaker check.
-    assumption_is_needed(Break::LyingNode, &[1, 4, 6]);
+    // Seed 4 gave way to 7, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(Break::LyingNode, &[1, 6, 7]);
 }
 
 /// Sets locked all or none (issue 38) beside plain locks of their members: a set's holder
@@ -365,7 +381,8 @@ fn a_waiting_set_does_not_keep_readers_of_a_free_member_out() {
 #[test]
 fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
     // Every node adds the reader over the writer's key (164 of seeds 0..200 find it).
-    assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 2]);
+    // Seed 2 gave way to 3, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 3]);
 }
 
 /// The semaphore this crate does not build (issue 38): a set of holders per node admitted while
@@ -374,7 +391,8 @@ fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
 /// plain lock per permit, which every plain schedule checks.
 #[test]
 fn a_semaphore_of_per_node_counters_admits_p_plus_one_holders() {
-    for seed in [1, 6, 10] {
+    // Seeds 1, 6 and 10 gave way to 2, 5 and 9, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    for seed in [2, 5, 9] {
         let r = sim::run(seed, setup(Break::CounterSemaphore, false), None);
         let v = r.violation.expect("P + 1 holders");
         assert!(v.first.0 != v.second.0 || v.first.1 != v.second.1, "{v:?}");
@@ -482,15 +500,17 @@ fn fences_stay_in_order_when_the_lock_does_not() {
 #[test]
 fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
-        (Break::FenceNoWriteBack, &[0u64, 1, 4][..]),
+        // Seed 0 gave way to 2, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+        (Break::FenceNoWriteBack, &[1u64, 2, 4][..]),
         // The schedules changed with the ledger (issue 35), twice for issue 36, when waiters
         // began to leave at their deadline, when release notices began to say how many heard
         // them and when they stopped counting the releaser: earlier seeds no longer hit this
         // rare case; these do (8 of 4,000 seeds at the last change, and again when kept locks
         // began to try a lost renewal again, with 2914 for 2266; 9 of 5,000 with 1283 for 2914
         // when lost kept locks began to be left to their holders; 120, 1218, 1801 of 1,802 when
-        // a lost round's cleanup went quiet).
-        (Break::FenceBlankAsZero, &[120, 1218, 1801][..]),
+        // a lost round's cleanup went quiet; 148, 305, 399 of 400 when the handshake began to
+        // ask `INFO memory` and the simulated tokens took the client's shape).
+        (Break::FenceBlankAsZero, &[148, 305, 399][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);
@@ -522,9 +542,10 @@ fn wrong_fence_constructions_are_caught() {
 #[test]
 fn liveness_defects_brought_back_are_caught() {
     let cases: [(Break, bool, &[u64]); 3] = [
-        (Break::LedgerUnpaced, false, &[10, 47, 55]),
-        (Break::LedgerUnpaced, true, &[10, 47, 55]),
-        (Break::FailWhenFull, false, &[1, 3, 4]),
+        // Seeds re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+        (Break::LedgerUnpaced, false, &[10, 22, 47]),
+        (Break::LedgerUnpaced, true, &[10, 24, 47]),
+        (Break::FailWhenFull, false, &[1, 3, 5]),
     ];
     for (breaks, fencing, seeds) in cases {
         for &seed in seeds {
@@ -572,8 +593,10 @@ fn liveness_defects_brought_back_are_caught() {
 /// the code as it is passes it on the same seeds.
 #[test]
 fn waiting_for_a_silent_node_brought_back_is_caught_by_the_progress_check() {
-    // Seeds 0 and 17 gave way to 6 and 34 when a lost round's cleanup went quiet.
-    for seed in [6, 34] {
+    // Seeds 0 and 17 gave way to 6 and 34 when a lost round's cleanup went quiet, and those to
+    // 53 and 63 when the handshake began to ask `INFO memory` and the simulated tokens took the
+    // client's shape.
+    for seed in [53, 63] {
         let broken = setup(Break::WaitForSilent, false);
         let r = sim::run(seed, broken, None);
         let v = r.progress.as_ref().unwrap_or_else(|| {
@@ -638,8 +661,10 @@ fn waiters_woken_by_one_notice_keep_the_rate() {
 /// 1,000. The code as it is: none, on the same seeds and in every batch above.
 #[test]
 fn a_wait_that_outlives_its_deadline_is_caught_by_the_deadline_check() {
-    // Seeds 15, 53, 56 gave way to 19, 62, 76 when a lost round's cleanup went quiet.
-    for seed in [19, 62, 76] {
+    // Seeds 15, 53, 56 gave way to 19, 62, 76 when a lost round's cleanup went quiet, and those
+    // to 8, 27, 53 when the handshake began to ask `INFO memory` and the simulated tokens took
+    // the client's shape.
+    for seed in [8, 27, 53] {
         let broken = setup(Break::DeadlineNotRearmed, false);
         let r = sim::run(seed, broken, None);
         let late = r.late.as_ref().unwrap_or_else(|| {

@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
-use crate::config::Shared;
+use crate::config::{EvictingServers, Shared};
 use crate::error::NodeFault;
 use crate::event::event;
+use crate::eviction::Eviction;
 use crate::kept::Kept;
 use crate::keys::RELEASE_CHANNEL_PREFIX;
 use crate::mutation::Mutation;
@@ -218,6 +219,10 @@ pub(super) struct Core {
     /// Per node: the connection on which a quarantined yes was last reported (`warn` once per
     /// connection, not once per acquire).
     pub quarantine_told: Vec<u64>,
+    /// Whether a yes from a server that may evict keys is refused ([`EvictingServers`]), and
+    /// per node the connection on which that was last reported (as `quarantine_told`).
+    pub refuse_evicting: bool,
+    pub evicting_told: Vec<u64>,
     /// Refusals (our token gone) that came after a lost renewal of a kept lock was decided,
     /// with the nodes (a bit set): its backing narrows, and it may be lost (`kept_decided`).
     pub late_refusals: Vec<(Arc<Kept>, u64)>,
@@ -273,6 +278,8 @@ impl Core {
             mutation: shared.mutation,
             metrics: Arc::new(Metrics::new(counters)),
             quarantine_told: vec![0; n],
+            refuse_evicting: config.evicting_servers == EvictingServers::Refuse,
+            evicting_told: vec![0; n],
             late_refusals: Vec::new(),
         }
     }
@@ -598,6 +605,12 @@ impl Core {
                 Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT)
             );
         let vote = match vote {
+            // Any yes of a server that may evict keys: a key it holds now may be gone the next
+            // moment, the same as a key lost in a restart (an extend's and a fence write-back's
+            // too: they back the lock's validity from here on).
+            Ok(Vote::Yes) if self.refuse_evicting && d.eviction != Eviction::Never => {
+                Err(self.evicting(node, d))
+            }
             Ok(Vote::Yes) if doubtful => self.doubt_restarted(node, d, now),
             vote => vote,
         };
@@ -667,6 +680,23 @@ impl Core {
                 self.nodes[node], left.as_millis());
         }
         Err(NodeFault::Quarantined(left))
+    }
+
+    /// A yes from `node`, whose server may evict keys (or did not say): refused, warned once
+    /// per connection.
+    fn evicting(&mut self, node: usize, d: &Delivery<'_>) -> NodeFault {
+        let policy = match d.eviction {
+            Eviction::May(policy) => Some(policy),
+            _ => None,
+        };
+        self.metrics.node(node).evicting.bump();
+        if self.evicting_told[node] != d.generation {
+            self.evicting_told[node] = d.generation;
+            event!(Warn, event = "evicting", node:% = self.nodes[node],
+                policy = policy.map_or("unknown", |p| p.name());
+                "{}: {}", self.nodes[node], NodeFault::Evicting(policy));
+        }
+        NodeFault::Evicting(policy)
     }
 
     /// Node `node` answered repair `index`: a counter read (round trip 1) or a write (2).
@@ -829,6 +859,7 @@ mod tests {
             kind: Kind::Script(crate::session::RELEASE_SCRIPT),
             reply: Ok(reply),
             generation: 1,
+            eviction: crate::eviction::Eviction::Never,
             info: None,
             withdrawn,
         };
@@ -937,6 +968,7 @@ mod tests {
                 kind,
                 reply: Ok(reply),
                 generation: 1,
+                eviction: crate::eviction::Eviction::Never,
                 info: None,
                 withdrawn: false,
             };
@@ -983,6 +1015,7 @@ mod tests {
                 kind: Kind::Upgrade,
                 reply: Ok(reply),
                 generation: 1,
+                eviction: crate::eviction::Eviction::Never,
                 info: None,
                 withdrawn: false,
             };

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::addr::NodeAddr;
 use crate::error::NodeFault;
+use crate::eviction::Eviction;
 use crate::fence::FENCE_KEY;
 use crate::net::Net;
 use crate::quarantine::NodeWatch;
@@ -21,6 +22,8 @@ use super::{Engine, OpKind};
 pub(super) struct StatusReplies {
     /// Per node: its uptime and restart quarantine left, as of its first reply.
     restart: Vec<(Option<Duration>, Option<Duration>)>,
+    /// Per node: its `INFO memory` on the connection of its first reply.
+    eviction: Vec<Eviction>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
     /// `ZSCORE` of [`READERS_MARKER`](crate::keys::READERS_MARKER): whether a sorted set
@@ -45,6 +48,8 @@ impl StatusReplies {
         self.fences.resize(n, None);
         self.restart.clear();
         self.restart.resize(n, (None, None));
+        self.eviction.clear();
+        self.eviction.resize(n, Eviction::Unknown);
     }
 
     /// Every answer still missing from `node` is `fault`.
@@ -77,6 +82,9 @@ impl StatusReplies {
     ) {
         let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f);
         if self.values[node].is_none() {
+            if d.reply.is_ok() {
+                self.eviction[node] = d.eviction;
+            }
             if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
                 // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX
                 // included), and `Duration + Duration` panics on overflow. Missing or not a
@@ -169,6 +177,7 @@ impl StatusReplies {
                     readers: self.readers[node].take().flatten(),
                     uptime,
                     quarantine,
+                    eviction: self.eviction[node],
                 }
             })
             .collect();
@@ -245,6 +254,7 @@ mod tests {
             kind: Kind::Command,
             reply: Ok(reply),
             generation: 1,
+            eviction: crate::eviction::Eviction::Never,
             info,
             withdrawn: false,
         }

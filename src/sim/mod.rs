@@ -123,6 +123,12 @@ pub enum Break {
     /// refusals from a node before it is replaced, take the new process by its uptime and
     /// count it at once.
     RunIdOnYesOnly,
+    /// (Eviction) servers that evict keys under memory pressure counted as any other
+    /// ([`EvictingServers::CountUnsafely`](crate::EvictingServers::CountUnsafely)): three of
+    /// the five nodes say `maxmemory-policy volatile-ttl` and drop the key closest to expiring
+    /// now and then — a held lock's. With `--control` two of them do, and the client refuses
+    /// their yeses (the default): a quorum of three comes from the others.
+    EvictionCounted,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -630,6 +636,8 @@ enum EvKind {
     ClientResume(usize),
     ScriptFlush(usize),
     SlowLink(usize, usize, u64),
+    /// An evicting node drops the key closest to expiring.
+    Evict(usize),
     /// The operator's fence repair (`Break::FenceMajorityBlank`'s control), through client 0.
     Operator,
 }
@@ -958,6 +966,9 @@ impl World {
             if setup.breaks == Break::NoDriftAllowance {
                 shared.config.drift_factor = 0.0;
             }
+            if setup.breaks == Break::EvictionCounted {
+                shared.config.evicting_servers = crate::EvictingServers::CountUnsafely;
+            }
         }
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
@@ -1025,6 +1036,8 @@ impl World {
             node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
             node.reader_cap = broken(Break::CounterSemaphore).then_some(COUNTER_PERMITS);
             node.pubsub = pubsub;
+            node.evicting =
+                setup.breaks == Break::EvictionCounted && i < if setup.control { 2 } else { 3 };
             nodes.push(NodeState {
                 node,
                 clock,
@@ -1205,6 +1218,19 @@ impl World {
         }
         if self.setup.breaks == Break::UptimeAtItsWord {
             self.rolling_restart();
+            return;
+        }
+        if self.setup.breaks == Break::EvictionCounted {
+            // Memory pressure now and then on each evicting node, and nothing else.
+            for node in 0..NODES {
+                if !self.nodes[node].node.evicting {
+                    continue;
+                }
+                for _ in 0..self.rng.range(5, 30) {
+                    let t = self.rng.range(0, 4_000 * MS);
+                    self.at(t, EvKind::Evict(node));
+                }
+            }
             return;
         }
         let count = match self.setup.breaks {
@@ -1733,6 +1759,13 @@ impl World {
                 self.changes.push(self.g);
                 self.log(|| format!("node {node}: SCRIPT FLUSH"));
                 self.nodes[node].node.flush_scripts();
+            }
+            EvKind::Evict(node) => {
+                let state = &mut self.nodes[node];
+                let now = state.clock.local_ns(self.g);
+                if !state.down && state.node.evict(now) {
+                    self.log(|| format!("node {node}: evicted a key"));
+                }
             }
             EvKind::Operator => self.operate(),
         }
@@ -2793,10 +2826,11 @@ mod tests {
             })
             .collect();
         engine.step(now);
-        // Connects; then the handshake (`INFO server`, for the quarantine) in one write per
-        // node, the 64 SETs held back until it succeeded; then all 64 in one write per node.
+        // Connects; then the handshake (`INFO server` for the quarantine, `INFO memory` for the
+        // eviction check) in one write per node, the 64 SETs held back until it succeeded; then
+        // all 64 in one write per node.
         assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(0, 0); NODES]);
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 1); NODES]);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 2); NODES]);
         assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
         assert!(ids.iter().all(|&id| engine.is_done(id)));
         for id in ids {

@@ -62,6 +62,9 @@ pub(crate) struct Node {
     /// Pub/sub: `SUBSCRIBE`, `UNSUBSCRIBE` and the release script's notice (else those
     /// commands are unknown, and the release publishes nothing: clients fall back to polling).
     pub pubsub: bool,
+    /// Configured to evict keys under memory pressure (`maxmemory` with `volatile-ttl`, as
+    /// its `INFO memory` says): [`Node::evict`] drops the key closest to expiring.
+    pub evicting: bool,
     /// The connection whose commands run now (set by the world before `execute`).
     pub conn: u64,
     /// (connection, channel) subscriptions.
@@ -142,6 +145,7 @@ impl Node {
             reader_ignores_writer: false,
             reader_cap: None,
             pubsub: false,
+            evicting: false,
             conn: 0,
             subs: Vec::new(),
             outbox: Vec::new(),
@@ -225,6 +229,29 @@ impl Node {
     }
 
     /// `SCRIPT FLUSH`.
+    /// Memory pressure on an evicting node (`volatile-ttl`): the live key closest to expiring
+    /// goes — a lock, a read lock, a mark — as if it had never been set. Answers whether one
+    /// went.
+    pub fn evict(&mut self, now: u64) -> bool {
+        let key = (self
+            .keys
+            .iter()
+            .filter(|e| now < e.2)
+            .map(|e| (e.2, 0, e.0.clone())))
+        .chain(
+            (self.readers.iter())
+                .filter(|e| now < e.2)
+                .map(|e| (e.2, 1, e.0.clone())),
+        )
+        .min();
+        match key {
+            Some((_, 0, key)) => self.remove(&key),
+            Some((_, _, key)) => self.readers.retain(|e| e.0 != key),
+            None => return false,
+        }
+        true
+    }
+
     pub fn flush_scripts(&mut self) {
         self.loaded = [false; SCRIPT_COUNT];
     }
@@ -287,6 +314,17 @@ impl Node {
         let name = &upper[..len];
         match name {
             b"HELLO" => out.extend_from_slice(b"%1\r\n+server\r\n+redis\r\n"),
+            b"INFO"
+                if cmd
+                    .get(1)
+                    .is_some_and(|s| s.eq_ignore_ascii_case(b"memory")) =>
+            {
+                let text = match self.evicting {
+                    true => "# Memory\r\nmaxmemory:4194304\r\nmaxmemory_policy:volatile-ttl\r\n",
+                    false => "# Memory\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\n",
+                };
+                out.extend_from_slice(format!("${}\r\n{text}\r\n", text.len()).as_bytes());
+            }
             b"INFO" => {
                 let second = |t: u64| (t + self.wall) / 1_000_000_000;
                 let uptime = second(now).saturating_sub(second(self.started));

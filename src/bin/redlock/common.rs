@@ -431,12 +431,20 @@ pub struct Tuning {
         env = "REDLOCK_NODE_TIMEOUT"
     )]
     pub node_timeout: Option<Duration>,
+    /// Count servers that may evict keys under memory pressure (a `maxmemory` limit with a
+    /// policy other than noeviction) as any other. Unsafe: a lock key evicted while held gives
+    /// a second holder. Without it such a server's yes does not count
+    #[arg(long, env = "REDLOCK_COUNT_EVICTING_SERVERS_UNSAFELY")]
+    pub count_evicting_servers_unsafely: bool,
 }
 
 impl Tuning {
     /// `base` (the servers' builder) with this TTL and these options.
     pub fn builder(&self, base: Builder, ttl: Duration) -> Builder {
         let mut b = base.ttl(ttl);
+        if self.count_evicting_servers_unsafely {
+            b = b.evicting_servers(redlock_mux::EvictingServers::CountUnsafely);
+        }
         if let Some(Quarantine(q)) = self.quarantine {
             b = b.quarantine(q);
         }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
-use redlock_mux::NodeStatus;
+use redlock_mux::{Eviction, NodeStatus};
 use serde_json::{Value, json};
 
 use crate::common::{
@@ -327,7 +327,7 @@ fn maybe_held(resource: &str, nodes: usize, unreachable: usize, n: usize) -> Str
 const TOKEN_SHOWN: usize = 10;
 
 /// The table's columns.
-const HEADER: [&str; 8] = [
+const HEADER: [&str; 9] = [
     "NODE",
     "REACHABLE",
     "KEY",
@@ -336,7 +336,19 @@ const HEADER: [&str; 8] = [
     "RTT",
     "FENCE",
     "QUARANTINE",
+    "EVICTS",
 ];
+
+/// What a node's `INFO memory` said about evicting keys, as the table and `--json` show it:
+/// `no`, the policy (its yes does not count unless the client counts evicting servers), or
+/// `unknown`.
+fn eviction(e: Eviction) -> &'static str {
+    match e {
+        Eviction::Never => "no",
+        Eviction::May(policy) => policy.name(),
+        _ => "unknown",
+    }
+}
 
 /// The first characters of a token, for display.
 fn token_prefix(value: &[u8]) -> String {
@@ -400,6 +412,7 @@ fn row(s: &NodeStatus) -> Vec<String> {
                     Some(left) => format!("{:.1} s left", left.as_secs_f64()),
                     None => "-".into(),
                 },
+                eviction(s.eviction).into(),
             ]
         }
         Err(f) => vec![s.node.clone(), format!("no: {f}")],
@@ -523,6 +536,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
                 "uptime_s": s.uptime.map(|u| u.as_secs()),
                 "quarantine_ms": s.quarantine.map(|q| q.as_millis() as u64),
+                "evicts": eviction(s.eviction),
                 "error": error,
             })
         })
