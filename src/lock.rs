@@ -150,8 +150,11 @@ impl Lock {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] for an empty resource or a bad token; [`Error::ReservedName`] for a
-    /// name in the namespace this crate keeps for its own keys ([`crate::RESERVED_PREFIX`]).
+    /// [`Error::Config`] for an empty resource or a bad token, and for a token of an all-or-none
+    /// lock ([`ResourceSet`]) given with other names than the set's — a part of it, say: that
+    /// part's release would leave the others held while the holder believes the set released;
+    /// [`Error::ReservedName`] for a name in the namespace this crate keeps for its own keys
+    /// ([`crate::RESERVED_PREFIX`]).
     ///
     /// # Examples
     ///
@@ -176,9 +179,11 @@ impl Lock {
     ) -> Result<Lock, Error> {
         let (resource, token) = (resource.as_ref(), token.as_ref());
         crate::keys::check_resource(resource, crate::keys::check_lock_name)?;
+        let token = Token::from_bytes(token)?;
+        token.check_for(resource)?;
         Ok(Lock {
             resource: Bytes::new(resource),
-            token: Token::from_bytes(token)?,
+            token,
             valid_until: Instant::now() + validity.min(MAX_TTL),
             extensions: 0,
             fence: None,

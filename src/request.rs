@@ -67,7 +67,10 @@ impl ReqKind {
     /// An acquire of `resource` with the configured TTL and a fresh token.
     pub(crate) fn acquire(config: &Config, resource: &[u8]) -> Result<(ReqKind, Token), Error> {
         config.check_resource(resource)?;
-        Ok((ReqKind::Acquire { ttl: config.ttl }, Token::generate()?))
+        Ok((
+            ReqKind::Acquire { ttl: config.ttl },
+            Token::for_resource(resource)?,
+        ))
     }
 
     /// An acquire of `resource` that waits until `deadline`, with a fresh token (each attempt
@@ -83,7 +86,7 @@ impl ReqKind {
                 ttl: config.ttl,
                 deadline,
             },
-            Token::generate()?,
+            Token::for_resource(resource)?,
         ))
     }
 

@@ -14,6 +14,28 @@ pub const MAX_TOKEN_LEN: usize = 64;
 /// encode to [`TOKEN_LEN`] characters.
 pub(crate) const RANDOM_BYTES: usize = 20;
 
+/// The first character of an all-or-none lock's token ([`Token::for_resource`]): not in the
+/// base64url alphabet of the others, so no other token this crate makes starts with it.
+const SET_MARK: u8 = b'.';
+/// Characters of the set's digest in its token: 48 bits, which tells sets apart by accident
+/// one time in 2⁴⁸.
+const SET_DIGEST_LEN: usize = 8;
+
+/// The first 6 bytes of the SHA-1 of a set's encoding, in base64url.
+fn set_digest(resource: &[u8]) -> [u8; SET_DIGEST_LEN] {
+    use sha1::{Digest, Sha1};
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let digest = Sha1::digest(resource);
+    let mut out = [0u8; SET_DIGEST_LEN];
+    for (i, chunk) in digest[..6].chunks(3).enumerate() {
+        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
+        for k in 0..4 {
+            out[4 * i + k] = ALPHABET[((n >> (18 - 6 * k)) & 63) as usize];
+        }
+    }
+    out
+}
+
 /// A lock token: unique per acquisition, the lock's signature on every node.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token {
@@ -39,6 +61,54 @@ impl Token {
             .try_fill_bytes(&mut raw)
             .map_err(|e| Error::system("read the OS random source", e))?;
         Ok(Token::encode(&raw))
+    }
+
+    /// A fresh token for a lock of `resource` ([`Token::generate`]); an all-or-none lock's
+    /// ([`ResourceSet`](crate::ResourceSet)) carries the digest of its names: `.`, 8
+    /// characters of the names' SHA-1, then 18 random ones (108 bits), [`TOKEN_LEN`] in all.
+    /// So a token handed around (`redlock acquire a b` prints it) says it holds a set, and
+    /// which: [`Lock::from_parts`](crate::Lock::from_parts) refuses it with a part of the set,
+    /// or with other names, whose release or extend would leave the set's other members held
+    /// while its holder believes them released — or extended while they run out.
+    pub(crate) fn for_resource(resource: &[u8]) -> Result<Token, Error> {
+        let mut token = Token::generate()?;
+        if crate::keys::set_members(resource).is_some() {
+            token.bytes[0] = SET_MARK;
+            token.bytes[1..1 + SET_DIGEST_LEN].copy_from_slice(&set_digest(resource));
+        }
+        Ok(token)
+    }
+
+    /// `Ok` if this token may be a lock of `resource`: a set's token ([`Token::for_resource`])
+    /// with that set, any other token with anything but a set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] saying what does not match.
+    pub(crate) fn check_for(&self, resource: &[u8]) -> Result<(), Error> {
+        let b = self.as_bytes();
+        let of_set = b.len() == TOKEN_LEN && b[0] == SET_MARK;
+        match (crate::keys::set_members(resource).is_some(), of_set) {
+            (false, false) => Ok(()),
+            (true, true) if b[1..1 + SET_DIGEST_LEN] == set_digest(resource) => Ok(()),
+            (true, true) => Err(Error::Config(
+                "this token holds an all-or-none lock of other names: release or extend it \
+                 as it was taken, with every name it was taken with"
+                    .into(),
+            )),
+            (true, false) => Err(Error::Config(
+                "this token is not an all-or-none lock's: release or extend the lock it holds \
+                 as it was taken, with its one name"
+                    .into(),
+            )),
+            (false, true) => Err(Error::Config(
+                "this token holds an all-or-none lock of several names: release or extend it \
+                 as it was taken, with every name (a part of it released alone leaves the \
+                 others held, and another client takes the part while the holder believes it \
+                 holds them all)"
+                    .into(),
+            )),
+        }
     }
 
     /// The token of 20 random bytes, as [`Token::generate`] makes it (the simulator draws the
@@ -141,6 +211,31 @@ impl fmt::Debug for Token {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sets_token_goes_with_that_set_only() {
+        let ok = |_: &[u8]| Ok(());
+        let ab = crate::keys::encode_set(&["a", "b"], ok).unwrap();
+        let ac = crate::keys::encode_set(&["a", "c"], ok).unwrap();
+        let set = Token::for_resource(&ab).unwrap();
+        assert_eq!(set.as_bytes().len(), TOKEN_LEN);
+        assert_eq!(set.as_bytes()[0], SET_MARK);
+        assert!(set.check_for(&ab).is_ok());
+        // Its waiting attempts' variants too.
+        assert!(set.variant(77).check_for(&ab).is_ok());
+        for other in [&b"a"[..], b"b", &ac, b"redlock:shared:a"] {
+            let err = set.check_for(other).unwrap_err();
+            assert!(matches!(err, Error::Config(_)), "{err:?}");
+        }
+        // A plain token: anything but a set.
+        let plain = Token::for_resource(b"a").unwrap();
+        assert_ne!(plain.as_bytes()[0], SET_MARK);
+        assert!(plain.check_for(b"a").is_ok() && plain.check_for(b"z").is_ok());
+        assert!(plain.check_for(&ab).is_err());
+        // Two sets' digests differ; the same set's are the same.
+        assert_eq!(set_digest(&ab), set_digest(&ab));
+        assert_ne!(set_digest(&ab), set_digest(&ac));
+    }
 
     #[test]
     fn variants_of_a_token_all_differ() {

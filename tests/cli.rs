@@ -2728,21 +2728,60 @@ fn shared_locks_are_read_locks_beside_the_exclusive_one() {
     assert_code(&o, 64);
     let o = output(redlock(&urls).args(["acquire", "-r", "--permits", "2", "a"]));
     assert_code(&o, 64);
-    // A shared lock's name given back (REDLOCK_RESOURCE above) is a read lock: not with -x,
-    // and not as a semaphore's name, whose permits would then be read locks that any number
-    // of callers hold (before, `--permits 1 redlock:shared:cfg` admitted every caller).
+    // A shared lock's name given back (REDLOCK_RESOURCE above) takes no lock: a name is the
+    // user's, never an encoding. `acquire redlock:shared:cfg` run twice took two read locks —
+    // two holders of what the user believed an exclusive lock — and as a semaphore's name its
+    // permits were read locks that any number of callers held. A read lock is --shared.
     for args in [
+        &["acquire", "-n", "redlock:shared:cfg"][..],
+        &["acquire", "-n", "redlock:shared:cfg"][..],
         &["acquire", "-x", "-n", "redlock:shared:cfg"][..],
-        &["run", "-x", "-n", "redlock:shared:cfg", "--", "true"][..],
+        &["run", "-n", "redlock:shared:cfg", "--", "true"][..],
+        &["acquire", "-n", "redlock:set:1:a1:b"][..],
+        &["acquire", "--permits", "1", "-n", "redlock:shared:cfg"][..],
+        &["acquire", "-n", "a", "redlock:fence"][..],
     ] {
         let o = output(redlock(&urls).args(args));
         assert_code(&o, 64);
-        assert_one_line_error(&o, "shared lock's name");
+        assert_one_line_error(&o, "--shared");
     }
-    for _ in 0..2 {
-        let o =
-            output(redlock(&urls).args(["acquire", "--permits", "1", "-n", "redlock:shared:cfg"]));
-        assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
-        assert_one_line_error(&o, "reserved");
+    assert!(servers.iter().all(|s| s.dbsize() == 0));
+}
+
+/// A set's token with a part of the set (or other names) is refused, exit 64, saying to release
+/// it as it was taken: `release a "$TOKEN"` of a held set {a, b} freed `a` alone, and another
+/// client took `a` while the set's holder believed it held both. The same for `extend`, which
+/// kept `a` and let `b` run out. A plain lock's token with a set is refused too.
+#[test]
+fn a_part_of_a_set_is_neither_released_nor_extended() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args(["acquire", "--ttl", "20s", "a", "b"]));
+    assert_code(&o, 0);
+    let token = stdout(&o).trim_end().to_owned();
+    for args in [
+        vec!["release", "a", &token],
+        vec!["release", "b", &token],
+        vec!["release", "a", "c", &token],
+        vec!["extend", "--ttl", "30s", "a", &token],
+    ] {
+        let o = output(redlock(&urls).args(&args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "as it was taken");
+        for s in servers.iter() {
+            assert_eq!(s.get("a").as_deref(), Some(token.as_str()), "{args:?}");
+            assert_eq!(s.get("b").as_deref(), Some(token.as_str()), "{args:?}");
+            assert!(s.pttl("a") <= 20_000, "{args:?}");
+        }
     }
+    let o = output(redlock(&urls).args(["acquire", "--ttl", "20s", "p"]));
+    let plain = stdout(&o).trim_end().to_owned();
+    let o = output(redlock(&urls).args(["release", "p", "q", &plain]));
+    assert_code(&o, 64);
+    // As it was taken: released.
+    let o = output(redlock(&urls).args(["release", "b", "a", &token]));
+    assert_code(&o, 0);
+    let o = output(redlock(&urls).args(["release", "p", &plain]));
+    assert_code(&o, 0);
+    assert!(servers.iter().all(|s| s.dbsize() == 0));
 }

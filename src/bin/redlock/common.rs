@@ -170,11 +170,14 @@ fn classify(e: &Error) -> (u8, Kind) {
 
 /// A node fault that no retry mends: the servers do not match the configuration (a database
 /// they do not have, one server listed twice under two names, a certificate the TLS options
-/// do not accept).
+/// do not accept, a server that may evict keys).
 pub fn is_config_fault(f: &NodeFault) -> bool {
     matches!(
         f.root(),
-        NodeFault::Database { .. } | NodeFault::Duplicate { .. } | NodeFault::Tls(_)
+        NodeFault::Database { .. }
+            | NodeFault::Duplicate { .. }
+            | NodeFault::Tls(_)
+            | NodeFault::Evicting(_)
     )
 }
 
@@ -561,9 +564,9 @@ impl LockOptions {
     }
 
     /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
-    /// there must be one (the semaphore's name); with `-x` it must
-    /// be an exclusive one: a shared lock's name given back as RESOURCE (`REDLOCK_RESOURCE` of
-    /// `run --shared`) would be a read lock, the opposite of what `-x` asks.
+    /// there must be one (the semaphore's name); none may be in the reserved namespace (an
+    /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
+    /// `release` and `status`, not for taking a lock).
     pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
         // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
         // semaphore then refused as a reserved name (found by review: a misleading message).
@@ -573,17 +576,24 @@ impl LockOptions {
                 "--permits takes one RESOURCE (the semaphore's name)",
             ));
         }
-        let name = lock_name(resources, self.shared)?;
-        if self.exclusive && Resource::new(name.as_bytes()).shared_name().is_some() {
+        // A name is the user's name, never an encoding: `acquire redlock:shared:job` run twice
+        // took two read locks — two holders of what the user believed exclusive. A read lock
+        // is `--shared`; several names are one all-or-none lock.
+        if let Some(reserved) = resources
+            .iter()
+            .find(|r| r.starts_with(redlock_mux::RESERVED_PREFIX))
+        {
             return Err(Fail::new(
                 exit::USAGE,
                 format!(
-                    "-x/--exclusive with {}, a shared lock's name: give the resource itself",
-                    shorten(&name, NAME_SHOWN)
+                    "{}: names starting with {:?} are this tool's own keys, not a lock's; a read \
+                     lock is --shared (-r) NAME, and several names are one all-or-none lock",
+                    shorten(reserved, NAME_SHOWN),
+                    redlock_mux::RESERVED_PREFIX
                 ),
             ));
         }
-        Ok(name)
+        lock_name(resources, self.shared)
     }
 
     /// `--ttl`, or the subcommand's default.
