@@ -244,87 +244,33 @@
 //     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
 //     checks (resp). `testing` (hidden): hooks for the crate's tests (handle, hub).
 
-pub mod addr;
-mod async_guard;
-mod async_handle;
-mod async_keep;
-mod client;
-mod config;
-mod conn;
-mod driver;
+mod api;
 mod engine;
-pub mod error;
-mod event;
-mod eviction;
-mod fence;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
-mod guard;
-mod handle;
-mod hub;
-mod keep;
-mod kept;
-pub mod keys;
-mod lock;
-mod mailbox;
-mod mutation;
-mod net;
-mod quarantine;
-mod reentry;
-mod repair;
-
-mod request;
-mod resolve;
-pub mod resp;
-pub mod round;
-mod semaphore;
-mod session;
+mod model;
+mod proto;
+mod runtime;
 #[cfg(feature = "sim")]
 #[doc(hidden)]
 pub mod sim;
-mod stats;
-mod task;
 #[doc(hidden)]
 pub mod testing;
-#[cfg(feature = "tls")]
-mod tls;
-/// Without the `tls` feature no TLS connector can be made, and `rediss://` is refused when a
-/// client is built.
-#[cfg(not(feature = "tls"))]
-mod tls {
-    use crate::addr::{NodeAddr, TlsParams};
-    use crate::error::Error;
 
-    /// Never made in this build.
-    #[derive(Debug, Clone)]
-    pub(crate) enum Connector {}
+// The public modules.
+pub use model::{addr, error, keys, round};
+pub use proto::resp;
 
-    #[derive(Debug, Clone, Default)]
-    pub(crate) struct TlsDefaults {
-        pub params: TlsParams,
-    }
-
-    impl TlsDefaults {
-        pub fn is_set(&self) -> bool {
-            self.params != TlsParams::default()
-        }
-    }
-
-    pub(crate) fn connectors(
-        nodes: &[NodeAddr],
-        _: &TlsDefaults,
-    ) -> Result<Vec<Option<Connector>>, Error> {
-        match nodes.iter().find(|n| n.tls.is_some()) {
-            Some(n) => Err(Error::Config(format!(
-                "{n}: rediss:// (TLS) needs redlock-mux built with its `tls` feature"
-            ))),
-            None => Ok(nodes.iter().map(|_| None).collect()),
-        }
-    }
-}
-mod token;
-mod wait;
+// Transitional paths (the modules' old places at the crate root).
+use api::{
+    async_guard, async_keep, async_redlock as async_handle, guard, keep_alive as keep,
+    redlock as handle, reentry, semaphore,
+};
+use engine::{kept, mailbox, net, queue as wait, request};
+use model::{config, event, eviction, lock, mutation, stats, token};
+use proto::{fencing as fence, quarantine, repair_tally as repair, session};
+use runtime::{call as task, client, conn, driver, hub, resolve, tls};
 
 pub use addr::{NodeAddr, TlsParams};
 pub use async_guard::AsyncLockGuard;

@@ -73,7 +73,7 @@ impl Builder {
 /// # Ok(()) }
 /// ```
 ///
-#[doc = include_str!("../docs/cancellation.md")]
+#[doc = include_str!("../../docs/cancellation.md")]
 #[derive(Clone)]
 pub struct AsyncRedlock {
     redlock: Redlock,

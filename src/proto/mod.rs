@@ -1,0 +1,7 @@
+//! The wire contract.
+
+pub(crate) mod fencing;
+pub(crate) mod quarantine;
+pub(crate) mod repair_tally;
+pub mod resp;
+pub(crate) mod session;
