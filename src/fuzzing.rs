@@ -26,7 +26,7 @@
 //!   limit was exceeded.
 #![allow(missing_docs)]
 
-use crate::resp::{self, Decoder, Frame, Limits, MAX_DEPTH_CAP, ParseError, Status};
+use crate::proto::resp::{self, Decoder, Frame, Limits, MAX_DEPTH_CAP, ParseError, Status};
 
 /// Small limits, so that every limit check is reachable with fuzzer-sized inputs.
 pub const SMALL: Limits = Limits {

@@ -262,38 +262,44 @@ pub mod testing;
 pub use model::{addr, error, keys, round};
 pub use proto::resp;
 
-// Transitional paths (the modules' old places at the crate root).
-use api::{
-    async_guard, async_keep, async_redlock as async_handle, guard, keep_alive as keep,
-    redlock as handle, reentry, semaphore,
+// Transitional paths for the simulator (the modules' old places at the crate root).
+#[cfg(feature = "sim")]
+#[allow(unused_imports)]
+use {
+    api::{
+        async_guard, async_keep, async_redlock as async_handle, guard, keep_alive as keep,
+        redlock as handle, reentry, semaphore,
+    },
+    engine::{kept, mailbox, net, queue as wait, request},
+    model::{config, event, eviction, lock, mutation, stats, token},
+    proto::{fencing as fence, quarantine, repair_tally as repair, session},
+    runtime::{call as task, client, conn, driver, hub, resolve, tls},
 };
-use engine::{kept, mailbox, net, queue as wait, request};
-use model::{config, event, eviction, lock, mutation, stats, token};
-use proto::{fencing as fence, quarantine, repair_tally as repair, session};
-use runtime::{call as task, client, conn, driver, hub, resolve, tls};
 
-pub use addr::{NodeAddr, TlsParams};
-pub use async_guard::AsyncLockGuard;
-pub use async_handle::AsyncRedlock;
-pub use async_keep::{AsyncKeepAlive, LockWatch};
-pub use client::Client;
-pub use config::{
+pub use api::async_guard::AsyncLockGuard;
+pub use api::async_keep::{AsyncKeepAlive, LockWatch};
+pub use api::async_redlock::AsyncRedlock;
+pub use api::guard::LockGuard;
+pub use api::keep_alive::KeepAlive;
+pub use api::redlock::Redlock;
+pub use api::semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};
+pub use engine::Shutdown;
+pub use engine::request::{NodeFence, NodeStatus};
+pub use model::addr::{NodeAddr, TlsParams};
+pub use model::config::{
     Builder, Config, EvictingServers, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine,
 };
-pub use engine::Shutdown;
-pub use error::{Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError};
-pub use event::TARGET as LOG_TARGET;
-pub use eviction::{Eviction, EvictionPolicy};
-pub use guard::LockGuard;
-pub use handle::Redlock;
-pub use keep::KeepAlive;
-pub use keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
-pub use lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
-pub use repair::FenceFloor;
-pub use request::{NodeFence, NodeStatus};
-pub use semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};
-pub use stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
-pub use token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
+pub use model::error::{
+    Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError,
+};
+pub use model::event::TARGET as LOG_TARGET;
+pub use model::eviction::{Eviction, EvictionPolicy};
+pub use model::keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
+pub use model::lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
+pub use model::stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
+pub use model::token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
+pub use proto::repair_tally::FenceFloor;
+pub use runtime::client::Client;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

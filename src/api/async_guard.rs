@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use crate::async_handle::AsyncRedlock;
-use crate::error::Error;
-use crate::guard::{Held, ReleaseNowait};
-use crate::lock::Lock;
+use crate::api::async_redlock::AsyncRedlock;
+use crate::api::guard::{Held, ReleaseNowait};
+use crate::model::error::Error;
+use crate::model::lock::Lock;
 
 /// Releases its lock when dropped. Derefs to the [`Lock`].
 ///

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use crate::async_handle::AsyncRedlock;
-use crate::error::{Error, WithLockError};
-use crate::keep::KeepAlive;
-use crate::kept::{Kept, LossWaker};
-use crate::lock::Lock;
-use crate::round::deadline_after;
-use crate::task::Sleep;
+use crate::api::async_redlock::AsyncRedlock;
+use crate::api::keep_alive::KeepAlive;
+use crate::engine::kept::{Kept, LossWaker};
+use crate::model::error::{Error, WithLockError};
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
+use crate::runtime::call::Sleep;
 
 /// A lock kept alive in the background until released (or dropped, which releases it without
 /// waiting); the async counterpart of [`KeepAlive`].
@@ -316,7 +316,7 @@ impl AsyncRedlock {
         // at once (`reentry.rs`).
         let engine = self.blocking().engine_id();
         let value =
-            crate::reentry::Scoped::new(work(kept.watch()), engine, kept.inner.kept()).await;
+            crate::api::reentry::Scoped::new(work(kept.watch()), engine, kept.inner.kept()).await;
         let lost = kept.lost();
         let _ = kept.release().await;
         match lost {

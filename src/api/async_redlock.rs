@@ -6,18 +6,18 @@ use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::client::{apply_extend, lock_of, released_of, status_of};
-use crate::config::{Builder, Config};
+use crate::api::redlock::Redlock;
 use crate::engine::Shutdown;
-use crate::error::Error;
-use crate::handle::Redlock;
-use crate::hub::Hub;
-use crate::lock::Lock;
-use crate::request::{NodeStatus, ReqKind};
-use crate::round::deadline_after;
-use crate::task::Call;
-use crate::token::Token;
+use crate::engine::request::{NodeStatus, ReqKind};
+use crate::model::addr::NodeAddr;
+use crate::model::config::{Builder, Config};
+use crate::model::error::Error;
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
+use crate::model::token::Token;
+use crate::runtime::call::Call;
+use crate::runtime::client::{apply_extend, lock_of, released_of, status_of};
+use crate::runtime::hub::Hub;
 
 impl Builder {
     /// A handle for async code; see [`AsyncRedlock`]. Like [`Builder::build`], it does not
@@ -166,7 +166,7 @@ impl AsyncRedlock {
     async fn attempt(&self, resource: &[u8]) -> Result<Lock, Error> {
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
         // Checked at the first poll: inside the `with_lock` whose work polls this, if any.
-        crate::reentry::check(self.blocking().engine_id(), resource)?;
+        crate::api::reentry::check(self.blocking().engine_id(), resource)?;
         let outcome = Call::new(self.hub(), kind, resource, token).await;
         lock_of(resource, token, outcome)
     }
@@ -217,7 +217,7 @@ impl AsyncRedlock {
     ) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
-        crate::reentry::check(self.blocking().engine_id(), resource)?;
+        crate::api::reentry::check(self.blocking().engine_id(), resource)?;
         let outcome = Call::new(self.hub(), kind, resource, token).await;
         lock_of(resource, token, outcome)
     }
@@ -397,7 +397,7 @@ impl AsyncRedlock {
                 cell.0 = Some(report);
                 if let Some(waker) = cell.1.take() {
                     drop(cell);
-                    crate::mailbox::wake(waker);
+                    crate::engine::mailbox::wake(waker);
                 }
             });
         if spawned.is_err() {

@@ -2,9 +2,9 @@
 
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::handle::Redlock;
-use crate::lock::Lock;
+use crate::api::redlock::Redlock;
+use crate::model::error::Error;
+use crate::model::lock::Lock;
 
 /// Releases its lock when dropped. Derefs to the [`Lock`](crate::Lock).
 ///

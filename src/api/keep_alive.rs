@@ -26,11 +26,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, WithLockError};
-use crate::handle::Redlock;
-use crate::kept::{Ended, Kept};
-use crate::lock::Lock;
-use crate::round::deadline_after;
+use crate::api::redlock::Redlock;
+use crate::engine::kept::{Ended, Kept};
+use crate::model::error::{Error, WithLockError};
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
 
 /// A lock kept alive in the background until released (or dropped, which releases it too).
 /// Made by [`Redlock::keep`]; [`Redlock::with_lock`] uses one for the length of a closure.
@@ -330,7 +330,7 @@ impl Redlock {
         let kept = self.keep(lock).map_err(WithLockError::NotAcquired)?;
         let value = {
             // An acquire of the same resource from inside the work fails at once (`reentry.rs`).
-            let _inside = crate::reentry::Scope::enter(self.engine_id(), kept.kept());
+            let _inside = crate::api::reentry::Scope::enter(self.engine_id(), kept.kept());
             work(&kept)
         };
         let lost = kept.lost();

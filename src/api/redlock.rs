@@ -5,18 +5,18 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
-use crate::config::{Builder, Config, Shared};
 use crate::engine::Shutdown;
-use crate::error::{Error, FenceRepair};
-use crate::hub::Hub;
-use crate::lock::Lock;
-use crate::repair::FenceFloor;
-use crate::request::{NodeStatus, ReqKind};
-use crate::round::deadline_after;
-use crate::stats::{IoCounters, KeepStats, Metrics, Stats};
-use crate::token::Token;
+use crate::engine::request::{NodeStatus, ReqKind};
+use crate::model::addr::NodeAddr;
+use crate::model::config::{Builder, Config, Shared};
+use crate::model::error::{Error, FenceRepair};
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
+use crate::model::stats::{IoCounters, KeepStats, Metrics, Stats};
+use crate::model::token::Token;
+use crate::proto::repair_tally::FenceFloor;
+use crate::runtime::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
+use crate::runtime::hub::Hub;
 
 impl Builder {
     /// A handle for many threads ([`Redlock`]). Checks the settings and addresses and starts
@@ -261,7 +261,7 @@ impl Redlock {
     pub fn try_lock(&self, resource: impl AsRef<[u8]>) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::acquire(self.config(), resource)?;
-        crate::reentry::check(self.engine_id(), resource)?;
+        crate::api::reentry::check(self.engine_id(), resource)?;
         let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }
@@ -309,7 +309,7 @@ impl Redlock {
     pub fn lock_until(&self, resource: impl AsRef<[u8]>, deadline: Instant) -> Result<Lock, Error> {
         let resource = resource.as_ref();
         let (kind, token) = ReqKind::wait(self.config(), resource, deadline)?;
-        crate::reentry::check(self.engine_id(), resource)?;
+        crate::api::reentry::check(self.engine_id(), resource)?;
         let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }

@@ -32,8 +32,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::error::Error;
-use crate::kept::Kept;
+use crate::engine::kept::Kept;
+use crate::model::error::Error;
 
 /// One `with_lock` whose work runs on this thread now.
 struct Inside {
@@ -49,7 +49,7 @@ thread_local! {
 }
 
 /// Refuses an acquire of `resource` through `engine` from inside the work of a `with_lock`
-/// through the same engine whose lock excludes it ([`crate::keys::excludes`]: the same name, a
+/// through the same engine whose lock excludes it ([`crate::model::keys::excludes`]: the same name, a
 /// shared lock and a writer of it, sets with a member in common, a reader of the name held for
 /// reading). Costs a thread-local look when no work runs.
 pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
@@ -59,7 +59,7 @@ pub(crate) fn check(engine: usize, resource: &[u8]) -> Result<(), Error> {
             !held.is_empty()
                 && held.iter().any(|i| {
                     i.engine == engine
-                        && crate::keys::excludes(i.kept.base().resource(), resource)
+                        && crate::model::keys::excludes(i.kept.base().resource(), resource)
                         && i.kept.is_held()
                 })
         })

@@ -53,20 +53,20 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 
-use crate::async_guard::AsyncLockGuard;
-use crate::async_handle::AsyncRedlock;
-use crate::async_keep::LockWatch;
-use crate::client::{Client, lock_of};
-use crate::config::Config;
-use crate::error::{Error, WithLockError};
-use crate::guard::LockGuard;
-use crate::handle::Redlock;
-use crate::keep::KeepAlive;
-use crate::lock::Lock;
-use crate::request::ReqKind;
-use crate::round::deadline_after;
-use crate::task::Call;
-use crate::token::Token;
+use crate::api::async_guard::AsyncLockGuard;
+use crate::api::async_keep::LockWatch;
+use crate::api::async_redlock::AsyncRedlock;
+use crate::api::guard::LockGuard;
+use crate::api::keep_alive::KeepAlive;
+use crate::api::redlock::Redlock;
+use crate::engine::request::ReqKind;
+use crate::model::config::Config;
+use crate::model::error::{Error, WithLockError};
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
+use crate::model::token::Token;
+use crate::runtime::call::Call;
+use crate::runtime::client::{Client, lock_of};
 
 /// The most permits a semaphore may have. An acquire that finds its first permit taken attempts
 /// all the others (P `SET`s per node), and a waiting acquire queues on all of them: beyond a
@@ -94,7 +94,7 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
     config.check_name(name)?;
     (0..permits)
         .map(|i| {
-            let key = crate::keys::permit_key(name, i);
+            let key = crate::model::keys::permit_key(name, i);
             // Said of the permit's key, with the name's length: the caller gave the name, and
             // "a name of 1025 bytes" for a name of 1023 would not say which limit it meets.
             if key.len() > config.max_resource_len {
@@ -102,7 +102,7 @@ fn permit_names(config: &Config, name: &[u8], permits: u32) -> Result<Arc<[Vec<u
                     "semaphore name of {} bytes: its permit key `<name>{}{i}` would be {} bytes, \
                      longer than the limit of {}",
                     name.len(),
-                    crate::keys::PERMIT_SEPARATOR,
+                    crate::model::keys::PERMIT_SEPARATOR,
                     key.len(),
                     config.max_resource_len
                 )));
@@ -196,7 +196,7 @@ fn not_held(
 ) -> (Vec<usize>, Vec<(usize, Error)>) {
     let mut held = Vec::new();
     let free = (which.iter().copied())
-        .filter(|&i| match crate::reentry::check(engine, &names[i]) {
+        .filter(|&i| match crate::api::reentry::check(engine, &names[i]) {
             Ok(()) => true,
             Err(e) => {
                 held.push((i, e));
@@ -487,7 +487,7 @@ impl Semaphore {
     fn attempt_one(&self, i: usize) -> Result<Lock, Error> {
         let name = self.permits.names[i].as_slice();
         let (kind, token) = ReqKind::acquire(self.redlock.config(), name)?;
-        crate::reentry::check(self.redlock.engine_id(), name)?;
+        crate::api::reentry::check(self.redlock.engine_id(), name)?;
         lock_of(name, token, self.redlock.hub().call(kind, name, &token)?)
     }
 

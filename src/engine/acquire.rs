@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::{NodeFault, Refusal};
-use crate::fence::{FENCE_KEY, Reads};
-use crate::net::Net;
-use crate::request::{OpId, Outcome};
-use crate::resp::{Arg, SetNxPx};
-use crate::round::{Decision, RoundConfig};
-use crate::session::{
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome};
+use crate::model::error::{NodeFault, Refusal};
+use crate::model::round::{Decision, RoundConfig};
+use crate::proto::fencing::{FENCE_KEY, Reads};
+use crate::proto::resp::{Arg, SetNxPx};
+use crate::proto::session::{
     FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, SET_ACQUIRE_SCRIPT,
     SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT, scripts,
 };
@@ -31,7 +31,7 @@ impl<N: Net> Engine<N> {
         op.kind = OpKind::Acquire;
         op.ttl = ttl;
         // A reader gets no fence: a fence orders writers, and a reader writes nothing.
-        if config.fencing && crate::keys::shared_name(&op.resource).is_none() {
+        if config.fencing && crate::model::keys::shared_name(&op.resource).is_none() {
             op.fence.stage = Stage::Reading;
             op.fence.reads = Reads::default();
         }
@@ -60,14 +60,14 @@ impl<N: Net> Engine<N> {
         } = self;
         let op = &core.ops[id.index as usize];
         let (resource, token, ttl) = (&op.resource[..], op.token.as_bytes(), op.ttl);
-        if let Some(name) = crate::keys::shared_name(resource) {
+        if let Some(name) = crate::model::keys::shared_name(resource) {
             // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key.
             let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
             let script = &scripts()[SHARED_ACQUIRE_SCRIPT];
             let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
-        if crate::keys::set_members(resource).is_some() {
+        if crate::model::keys::set_members(resource).is_some() {
             // A set, all or none: one script per node (`SET_ACQUIRE_BODY`), with fencing the
             // one that also reads the counter, its last key.
             let (script, counter) = match shared.config.fencing {
@@ -85,7 +85,7 @@ impl<N: Net> Engine<N> {
             return core.send_script(net, (id, call), targets, now);
         }
         if shared.config.fencing {
-            // SET NX and the counter's read in one script (see `crate::fence`).
+            // SET NX and the counter's read in one script (see `crate::proto::fencing`).
             let script = match core.mutation.fence_no_write_back() {
                 true => &scripts()[FLAWED_ACQUIRE_SCRIPT],
                 false => &scripts()[FENCED_ACQUIRE_SCRIPT],

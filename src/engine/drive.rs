@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::mailbox::{Caller, Slot};
-use crate::net::Net;
-use crate::request::{OpId, Outcome, ReqKind};
-use crate::round::deadline_after;
-use crate::token::Token;
+use crate::engine::mailbox::{Caller, Slot};
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome, ReqKind};
+use crate::model::round::deadline_after;
+use crate::model::token::Token;
 
 use super::{Engine, HOLD, Shutdown, Waiter};
 

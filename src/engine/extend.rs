@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::Refusal;
-use crate::net::Net;
-use crate::request::{OpId, Outcome};
-use crate::resp::Arg;
-use crate::round::{Decision, Round, RoundConfig};
-use crate::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome};
+use crate::model::error::Refusal;
+use crate::model::round::{Decision, Round, RoundConfig};
+use crate::proto::resp::Arg;
+use crate::proto::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
 
 use super::{Engine, OpKind, shaped_call};
 
@@ -112,7 +112,7 @@ pub(super) fn validity_after_lost_extend(old: Instant, round: &Round) -> Instant
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::Vote;
+    use crate::model::round::Vote;
 
     #[test]
     fn a_lost_extend_keeps_the_smaller_of_the_old_validity_and_what_its_round_backs() {

@@ -1,4 +1,4 @@
-//! A fenced acquire (see `crate::fence` for the construction): its first round trip takes the
+//! A fenced acquire (see `crate::proto::fencing` for the construction): its first round trip takes the
 //! lock and reads every node's counter in one script; a won lock's fence is then written back
 //! to the nodes that granted it, and handed out once a quorum took it, within the validity the
 //! first round trip won.
@@ -6,17 +6,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::config::Config;
-use crate::error::{Error, FenceNote, NodeFault, Refusal, Report};
-use crate::fence::{FENCE_KEY, Reading, Reads, Short};
-use crate::mutation::Mutation;
-use crate::net::Net;
-use crate::quarantine::NodeWatch;
-use crate::request::{OpId, Outcome};
-use crate::resp::{Arg, Frame};
-use crate::round::{Decision, RoundConfig, Vote};
-use crate::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome};
+use crate::model::addr::NodeAddr;
+use crate::model::config::Config;
+use crate::model::error::{Error, FenceNote, NodeFault, Refusal, Report};
+use crate::model::mutation::Mutation;
+use crate::model::round::{Decision, RoundConfig, Vote};
+use crate::proto::fencing::{FENCE_KEY, Reading, Reads, Short};
+use crate::proto::quarantine::NodeWatch;
+use crate::proto::resp::{Arg, Frame};
+use crate::proto::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
 
 use super::votes::Ballot;
 use super::{Engine, Parts, node_bit, script_call};
@@ -82,7 +82,7 @@ impl Fencing {
         mutation: Mutation,
     ) -> Result<Vote, NodeFault> {
         let run_id = d.info.as_ref().map(|i| &i.run_id);
-        let Some((won, reading)) = crate::fence::parse_acquire(frame, run_id) else {
+        let Some((won, reading)) = crate::proto::fencing::parse_acquire(frame, run_id) else {
             return Err(NodeFault::unexpected(frame));
         };
         let settled = watch
@@ -259,7 +259,7 @@ impl<N: Net> Engine<N> {
                 &[
                     Arg::Int(2),
                     // A set's write-back looks at its first member: all were set together.
-                    Arg::Bytes(crate::keys::first_key(&op.resource)),
+                    Arg::Bytes(crate::model::keys::first_key(&op.resource)),
                     Arg::Bytes(FENCE_KEY.as_bytes()),
                     Arg::Bytes(op.token.as_bytes()),
                     Arg::UInt(fence),

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
-use crate::error::{Error, Report};
-use crate::kept::Kept;
-use crate::net::Net;
-use crate::request::{Outcome, ReqKind};
+use crate::engine::kept::Kept;
+use crate::engine::net::Net;
+use crate::engine::request::{Outcome, ReqKind};
+use crate::model::config::Config;
+use crate::model::error::{Error, Report};
 
 use super::{Engine, Waiter};
 
@@ -223,7 +223,7 @@ impl<N: Net> Engine<N> {
                             {
                                 let resource = kept.base().resource().escape_ascii();
                                 let after = at - now;
-                                crate::event::event!(Warn, event = "renewal_lost",
+                                crate::model::event::event!(Warn, event = "renewal_lost",
                                     resource:% = resource, why:% = why, retry_in:? = after;
                                     "{resource}: renewal lost ({why}); trying again in {after:?}");
                             }
@@ -277,7 +277,7 @@ impl<N: Net> Engine<N> {
             #[cfg(feature = "log")]
             {
                 let resource = kept.base().resource().escape_ascii();
-                crate::event::event!(Warn, event = "lost", resource:% = resource, why:% = why;
+                crate::model::event::event!(Warn, event = "lost", resource:% = resource, why:% = why;
                     "{resource}: kept lock lost: {why}");
             }
             #[cfg(not(feature = "log"))]
@@ -330,11 +330,11 @@ impl<N: Net> Engine<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::addr::NodeAddr;
-    use crate::error::{NodeFault, Refusal, Report};
-    use crate::kept::Callbacks;
-    use crate::lock::Lock;
-    use crate::token::Token;
+    use crate::engine::kept::Callbacks;
+    use crate::model::addr::NodeAddr;
+    use crate::model::error::{NodeFault, Refusal, Report};
+    use crate::model::lock::Lock;
+    use crate::model::token::Token;
 
     /// A kept lock of a fresh engine, valid until `until` (its backing not known).
     fn kept(until: Instant) -> Arc<Kept> {

@@ -12,9 +12,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::error::Error;
-use crate::lock::Lock;
+use crate::model::addr::NodeAddr;
+use crate::model::error::Error;
+use crate::model::lock::Lock;
 
 pub(crate) type Callback = Box<dyn FnOnce(&Error) + Send>;
 
@@ -250,7 +250,7 @@ impl Kept {
         self.changed.notify_all();
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, waker) in wakers {
-            crate::mailbox::wake(waker);
+            crate::engine::mailbox::wake(waker);
         }
         true
     }
@@ -354,7 +354,7 @@ impl Kept {
 /// Runs a callback, catching a panic: it must not take its thread (and the callbacks after it)
 /// down.
 fn run_guarded(callback: Callback, why: &Error) {
-    let _ = crate::mailbox::catch(|| callback(why));
+    let _ = crate::engine::mailbox::catch(|| callback(why));
 }
 
 /// The callback thread of one handle, started at the first callback to run; it ends when the
@@ -442,8 +442,8 @@ impl Drop for LossWaker<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::Lock;
-    use crate::token::Token;
+    use crate::model::lock::Lock;
+    use crate::model::token::Token;
     use std::sync::atomic::AtomicUsize;
     use std::task::Wake;
 

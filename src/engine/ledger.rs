@@ -5,9 +5,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::net::Net;
-use crate::request::ReqKind;
-use crate::token::Token;
+use crate::engine::net::Net;
+use crate::engine::request::ReqKind;
+use crate::model::token::Token;
 
 use super::{Engine, OpKind, Waiter, node_bit};
 

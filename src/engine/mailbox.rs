@@ -10,7 +10,7 @@ use std::task::Waker;
 use std::thread::Thread;
 use std::time::Instant;
 
-use crate::kept::Kept;
+use crate::engine::kept::Kept;
 
 /// Wakes a caller's task. A waker is the executor's code, and one that panics would unwind
 /// through whatever called it — the engine in the middle of a turn, and its thread with it,
@@ -18,7 +18,7 @@ use crate::kept::Kept;
 /// only that task's wake is lost.
 pub(crate) fn wake(waker: Waker) {
     if catch(|| waker.wake()).is_none() {
-        crate::event::event!(Warn, event = "waker_panicked"; "a task's waker panicked; its wake-up is lost");
+        crate::model::event::event!(Warn, event = "waker_panicked"; "a task's waker panicked; its wake-up is lost");
     }
 }
 
@@ -38,8 +38,8 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Option<R> {
         }
     }
 }
-use crate::request::{Outcome, ReqKind};
-use crate::token::Token;
+use crate::engine::request::{Outcome, ReqKind};
+use crate::model::token::Token;
 
 /// A request handed over through the [`Mailbox`]: kept in the caller's reusable [`Slot`].
 #[derive(Debug)]

@@ -70,18 +70,18 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::config::Shared;
-use crate::driver::Driver;
-use crate::error::Error;
-use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Alarm, Mailbox, Slot};
-use crate::net::Net;
-use crate::request::{OpId, Outcome, ReqKind};
-use crate::resp::{Arg, SetNxPx};
-use crate::session::{Script, ScriptCall};
-use crate::stats::Metrics;
-use crate::token::Token;
-use crate::wait::{Seen, Waits};
+use crate::engine::kept::{Callbacks, Kept};
+use crate::engine::mailbox::{Alarm, Mailbox, Slot};
+use crate::engine::net::Net;
+use crate::engine::queue::{Seen, Waits};
+use crate::engine::request::{OpId, Outcome, ReqKind};
+use crate::model::config::Shared;
+use crate::model::error::Error;
+use crate::model::stats::Metrics;
+use crate::model::token::Token;
+use crate::proto::resp::{Arg, SetNxPx};
+use crate::proto::session::{Script, ScriptCall};
+use crate::runtime::driver::Driver;
 
 use keep::Keeps;
 use observe::observe;
@@ -392,7 +392,7 @@ impl<N: Net> Engine<N> {
     }
 
     fn all_nodes(&self) -> u64 {
-        crate::round::all_nodes(self.shared.nodes.len())
+        crate::model::round::all_nodes(self.shared.nodes.len())
     }
 
     /// Starts an operation of `kind` on the nodes in `targets`: a slot, then its kind's start
@@ -619,7 +619,7 @@ fn script_call<'a>(
     args: &[Arg<'_>],
 ) -> ScriptCall<'a> {
     buf.clear();
-    buf.reserve(args.iter().map(crate::resp::bulk_len).sum());
+    buf.reserve(args.iter().map(crate::proto::resp::bulk_len).sum());
     encode_args(buf, (script, tag), 0, args)
 }
 
@@ -631,7 +631,7 @@ fn encode_args<'a>(
     args: &[Arg<'_>],
 ) -> ScriptCall<'a> {
     for arg in args {
-        crate::resp::encode_bulk(buf, arg);
+        crate::proto::resp::encode_bulk(buf, arg);
     }
     ScriptCall {
         script,
@@ -650,10 +650,10 @@ fn shaped_call<'a>(
     [plain, set, shared]: [usize; 3],
     args: &[Arg<'_>],
 ) -> ScriptCall<'a> {
-    let all = crate::session::scripts();
-    let (script, keys) = match crate::keys::shared_name(resource) {
+    let all = crate::proto::session::scripts();
+    let (script, keys) = match crate::model::keys::shared_name(resource) {
         Some(name) => (shared, name),
-        None if crate::keys::set_members(resource).is_some() => (set, resource),
+        None if crate::model::keys::set_members(resource).is_some() => (set, resource),
         None => (plain, resource),
     };
     keyed_call(buf, (&all[script], tag), keys, None, args)
@@ -671,23 +671,23 @@ fn keyed_call<'a>(
 ) -> ScriptCall<'a> {
     buf.clear();
     let extra_keys = usize::from(extra.is_some());
-    let keys = match crate::keys::set_members(resource) {
+    let keys = match crate::model::keys::set_members(resource) {
         Some(members) => {
             let count = members.clone().count();
-            crate::resp::encode_bulk(buf, &Arg::UInt((count + extra_keys) as u64));
+            crate::proto::resp::encode_bulk(buf, &Arg::UInt((count + extra_keys) as u64));
             for member in members {
-                crate::resp::encode_bulk(buf, &Arg::Bytes(member));
+                crate::proto::resp::encode_bulk(buf, &Arg::Bytes(member));
             }
             count
         }
         None => {
-            crate::resp::encode_bulk(buf, &Arg::UInt(1 + extra_keys as u64));
-            crate::resp::encode_bulk(buf, &Arg::Bytes(resource));
+            crate::proto::resp::encode_bulk(buf, &Arg::UInt(1 + extra_keys as u64));
+            crate::proto::resp::encode_bulk(buf, &Arg::Bytes(resource));
             1
         }
     };
     if let Some(key) = extra {
-        crate::resp::encode_bulk(buf, &Arg::Bytes(key));
+        crate::proto::resp::encode_bulk(buf, &Arg::Bytes(key));
     }
     encode_args(buf, (script, tag), 1 + keys + extra_keys, args)
 }

@@ -1,7 +1,7 @@
 //! The line between the engine and the outside world: whatever moves bytes between the
 //! engine's sessions and the nodes, and tells the time.
 //!
-//! The engine (`engine/`) decides; a [`Net`] carries out. [`Driver`](crate::driver::Driver)
+//! The engine (`engine/`) decides; a [`Net`] carries out. [`Driver`](crate::runtime::driver::Driver)
 //! is the real one (`mio` sockets, the monotonic clock); the simulator (`sim`, issue 16) is
 //! another, with in-memory links and virtual time, so the same decision code runs against a
 //! simulated world and a seed replays a run exactly. This is the split of `quinn-proto`'s
@@ -10,8 +10,8 @@
 
 use std::time::Instant;
 
-use crate::error::NodeFault;
-use crate::session::{Delivery, Kind, ScriptCall, Session};
+use crate::model::error::NodeFault;
+use crate::proto::session::{Delivery, Kind, ScriptCall, Session};
 
 /// Receives every reply (or fault): the node's index, when it arrived (the `Net`'s clock) and
 /// the delivery.

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 
-use crate::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members, shared_name};
-use crate::net::Net;
-use crate::resp::Arg;
-use crate::session::{Kind, MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
-use crate::wait::{Seen, Waits};
+use crate::engine::net::Net;
+use crate::engine::queue::{Seen, Waits};
+use crate::model::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members, shared_name};
+use crate::proto::resp::Arg;
+use crate::proto::session::{Kind, MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
 
 use super::{Engine, node_bit, nodes_in};
 
@@ -116,7 +116,7 @@ impl<N: Net> Engine<N> {
             return;
         }
         let mut hello = BytesMut::new();
-        crate::resp::encode_command(&mut hello, &[Arg::Bytes(b"HELLO"), Arg::Bytes(b"3")]);
+        crate::proto::resp::encode_command(&mut hello, &[Arg::Bytes(b"HELLO"), Arg::Bytes(b"3")]);
         let Engine { net, core, .. } = self;
         if net
             .request(node, Kind::Upgrade, 0, &hello, now, &mut core.sink())
@@ -167,8 +167,8 @@ impl<N: Net> Engine<N> {
         } = self;
         scratch.clear();
         let prefix = RELEASE_CHANNEL_PREFIX.as_bytes();
-        crate::resp::encode_array_header(scratch, 2);
-        crate::resp::encode_bulk(scratch, &Arg::Bytes(verb));
+        crate::proto::resp::encode_array_header(scratch, 2);
+        crate::proto::resp::encode_bulk(scratch, &Arg::Bytes(verb));
         // The channel, `prefix + resource`, as one bulk string without a copy.
         let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
         scratch.extend_from_slice(prefix);
@@ -222,12 +222,12 @@ impl<N: Net> Engine<N> {
         let prefix = WAITING_KEY_PREFIX.as_bytes();
         // The script's tail: numkeys 1, the key `prefix + resource` as one bulk string
         // without a copy, the TTL.
-        crate::resp::encode_bulk(scratch, &Arg::Int(1));
+        crate::proto::resp::encode_bulk(scratch, &Arg::Int(1));
         let _ = write!(scratch, "${}\r\n", prefix.len() + resource.len());
         scratch.extend_from_slice(prefix);
         scratch.extend_from_slice(resource);
         scratch.extend_from_slice(b"\r\n");
-        crate::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
+        crate::proto::resp::encode_bulk(scratch, &Arg::UInt(ttl.as_millis() as u64));
         let call = ScriptCall {
             script: &scripts()[script],
             tag: 0,
@@ -280,9 +280,9 @@ impl<N: Net> Engine<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::Error;
-    use crate::lock::{ResourceSet, Shared};
-    use crate::request::OpId;
+    use crate::engine::request::OpId;
+    use crate::model::error::Error;
+    use crate::model::lock::{ResourceSet, Shared};
 
     /// A release counts the engine out wherever a queue of it listens on the release's
     /// channel: its own, its readers' (for the writer), the writer's (for a reader), a set's;

@@ -3,12 +3,12 @@
 
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::error::Error;
-use crate::event::event;
-use crate::lock::Votes;
-use crate::request::Outcome;
-use crate::stats::{self, Ending, Metrics};
+use crate::engine::request::Outcome;
+use crate::model::addr::NodeAddr;
+use crate::model::error::Error;
+use crate::model::event::event;
+use crate::model::lock::Votes;
+use crate::model::stats::{self, Ending, Metrics};
 
 use super::op::Op;
 use super::{OpKind, Waiter};
@@ -79,8 +79,8 @@ pub(super) fn acquired_event(
         latency_us = latency.as_micros() as u64, yes = votes.yes(), nodes = votes.nodes(),
         unreachable = votes.unreachable();
         "{}: acquired after {attempts} attempt(s) in {latency:?}; yes from {}{}",
-        resource.escape_ascii(), crate::event::NodeList(nodes, votes, crate::LockVote::Yes),
-        crate::event::Unreachable(nodes, votes));
+        resource.escape_ascii(), crate::model::event::NodeList(nodes, votes, crate::LockVote::Yes),
+        crate::model::event::Unreachable(nodes, votes));
 }
 
 /// The event of an acquire or extend that failed: held elsewhere (`debug`: routine under

@@ -5,27 +5,27 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::config::{EvictingServers, Shared};
-use crate::error::NodeFault;
-use crate::event::event;
-use crate::eviction::Eviction;
-use crate::kept::Kept;
-use crate::keys::RELEASE_CHANNEL_PREFIX;
-use crate::mutation::Mutation;
-use crate::net::Net;
-use crate::quarantine::NodeWatch;
-use crate::repair::Repair;
-use crate::request::{OpId, Outcome};
-use crate::resp::{AggregateKind, Frame};
-use crate::round::Vote;
-use crate::session::{
+use crate::engine::kept::Kept;
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome};
+use crate::model::addr::NodeAddr;
+use crate::model::config::{EvictingServers, Shared};
+use crate::model::error::NodeFault;
+use crate::model::event::event;
+use crate::model::eviction::Eviction;
+use crate::model::keys::RELEASE_CHANNEL_PREFIX;
+use crate::model::mutation::Mutation;
+use crate::model::round::Vote;
+use crate::model::stats::{Metrics, NodeCounters};
+use crate::model::token::Token;
+use crate::proto::quarantine::NodeWatch;
+use crate::proto::repair_tally::Repair;
+use crate::proto::resp::{AggregateKind, Frame};
+use crate::proto::session::{
     Delivery, EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
     Kind, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
     SHARED_ACQUIRE_SCRIPT, SHARED_EXTEND_SCRIPT, ScriptCall,
 };
-use crate::stats::{Metrics, NodeCounters};
-use crate::token::Token;
 
 use super::fence::{Fencing, Stage};
 use super::ledger::Ledger;
@@ -54,7 +54,7 @@ pub(super) struct Op {
     /// `Kept::backed`), 0 when not known (then every node may).
     pub backing: u64,
     /// A waiting acquire: the attempts it made. One of its attempts: which variant of the
-    /// waiter's token it carries ([`Token::variant`](crate::token::Token::variant)).
+    /// waiter's token it carries ([`Token::variant`](crate::model::token::Token::variant)).
     pub tries: u32,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,
@@ -523,7 +523,7 @@ impl Core {
         now: Instant,
     ) {
         let frame = match &d.reply {
-            Ok(Frame::Error(e)) if crate::session::is_transient(e.kind, e.message) => {
+            Ok(Frame::Error(e)) if crate::proto::session::is_transient(e.kind, e.message) => {
                 // Not an answer: the server runs another client's script (BUSY), loads its
                 // data (LOADING: the key may come back from its AOF) or lost its master. Kept
                 // in the ledger and sent again, as a failed request is; it was counted as
@@ -763,7 +763,7 @@ impl Core {
                 // client's script runs, LOADING) costs only this connection's subscription —
                 // the polls cover it, and the next connection subscribes again (found by
                 // review: one BUSY turned the node's notices off for the engine's life).
-                if !crate::session::is_transient(e.kind, e.message) {
+                if !crate::proto::session::is_transient(e.kind, e.message) {
                     self.no_notices[node] = true;
                 }
                 true
@@ -830,8 +830,8 @@ fn notice_listeners(payload: Option<Frame<'_>>) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Builder;
-    use crate::resp::{Limits, Status, decode};
+    use crate::model::config::Builder;
+    use crate::proto::resp::{Limits, Status, decode};
 
     /// A slab for three nodes, with a release `id` of `x` sent to every node (three requests
     /// outstanding), no socket anywhere.
@@ -856,10 +856,10 @@ mod tests {
         };
         let d = Delivery {
             tag,
-            kind: Kind::Script(crate::session::RELEASE_SCRIPT),
+            kind: Kind::Script(crate::proto::session::RELEASE_SCRIPT),
             reply: Ok(reply),
             generation: 1,
-            eviction: crate::eviction::Eviction::Never,
+            eviction: crate::model::eviction::Eviction::Never,
             info: None,
             withdrawn,
         };
@@ -874,7 +874,8 @@ mod tests {
         let (mut core, id) = slab_with_release(now);
         let later = now + Duration::from_secs(1);
         let op = &mut core.ops[id.index as usize];
-        let config = crate::round::RoundConfig::new(Duration::from_secs(1), 0.01, later - now);
+        let config =
+            crate::model::round::RoundConfig::new(Duration::from_secs(1), 0.01, later - now);
         op.vote.round.start(now, &config);
         op.vote.fail(1, NodeFault::Timeout, later);
         op.vote.runs[0] = Some([1; 40]);
@@ -968,7 +969,7 @@ mod tests {
                 kind,
                 reply: Ok(reply),
                 generation: 1,
-                eviction: crate::eviction::Eviction::Never,
+                eviction: crate::model::eviction::Eviction::Never,
                 info: None,
                 withdrawn: false,
             };
@@ -1015,7 +1016,7 @@ mod tests {
                 kind: Kind::Upgrade,
                 reply: Ok(reply),
                 generation: 1,
-                eviction: crate::eviction::Eviction::Never,
+                eviction: crate::model::eviction::Eviction::Never,
                 info: None,
                 withdrawn: false,
             };

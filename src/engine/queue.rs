@@ -1,7 +1,7 @@
 //! Callers of one engine waiting for the same resource: a FIFO queue per contended resource, of
 //! which only the head competes on the wire.
 //!
-//! A waiting acquire ([`ReqKind::Wait`](crate::request::ReqKind::Wait)) is an operation of the
+//! A waiting acquire ([`ReqKind::Wait`](crate::engine::request::ReqKind::Wait)) is an operation of the
 //! engine's slab that sends nothing itself: it makes attempts (ordinary acquires, each with a
 //! token of its own) until one wins or its deadline passes. While nobody else of this engine
 //! waits for the resource, the first attempt goes out at once and no queue exists (the
@@ -36,9 +36,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 use std::time::Instant;
 
-use crate::config::Config;
-use crate::error::Error;
-use crate::request::OpId;
+use crate::engine::request::OpId;
+use crate::model::config::Config;
+use crate::model::error::Error;
 
 /// Local hand-offs in a row after which the next local head yields to known remote waiters.
 pub(crate) const MAX_STREAK: u32 = 8;

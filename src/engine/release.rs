@@ -6,15 +6,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::error::NodeFault;
-use crate::net::Net;
-use crate::request::{OpId, Outcome, ReqKind};
-use crate::resp::{Arg, Frame};
-use crate::round::deadline_after;
-use crate::session::{
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome, ReqKind};
+use crate::model::error::NodeFault;
+use crate::model::round::deadline_after;
+use crate::model::token::Token;
+use crate::proto::resp::{Arg, Frame};
+use crate::proto::session::{
     QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT, ScriptCall,
 };
-use crate::token::Token;
 use bytes::BytesMut;
 
 use super::{Engine, OpKind, Waiter, node_bit, nodes_in, shaped_call};
@@ -272,7 +272,7 @@ fn release_call<'a>(
     };
     let scripts = [plain, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT];
     let token = Arg::Bytes(token.as_bytes());
-    if crate::keys::is_one_key(resource) {
+    if crate::model::keys::is_one_key(resource) {
         if me && !quiet {
             return shaped_call(scratch, tag, resource, scripts, &[token, Arg::Bytes(b"1")]);
         }
@@ -320,7 +320,7 @@ mod tests {
     fn a_release_call_carries_the_notice_and_says_when_the_releaser_listens() {
         let token = Token::from_bytes(&[7; 20]).unwrap();
         let mut buf = BytesMut::new();
-        let all = crate::session::scripts();
+        let all = crate::proto::session::scripts();
         // (script, the call's last argument) for a resource, quiet or not, subscribed or not.
         let mut call = |resource: &[u8], quiet: bool, me: bool| {
             let call = release_call(&mut buf, 1, resource, &token, quiet, me);
@@ -347,8 +347,8 @@ mod tests {
         assert_eq!(call(b"r", false, true), (RELEASE_SCRIPT, "1".into()));
         // A set and a reader: their own scripts, the notice switch last: 0 quiet, 1 with the
         // notice, 2 with it and the releaser counted out.
-        let set = crate::keys::encode_set(&["a", "b"], |_| Ok(())).unwrap();
-        let reader = format!("{}r", crate::keys::SHARED_PREFIX).into_bytes();
+        let set = crate::model::keys::encode_set(&["a", "b"], |_| Ok(())).unwrap();
+        let reader = format!("{}r", crate::model::keys::SHARED_PREFIX).into_bytes();
         for (resource, script) in [(&set, SET_RELEASE_SCRIPT), (&reader, SHARED_RELEASE_SCRIPT)] {
             assert_eq!(call(resource, true, true), (script, "0".into()));
             assert_eq!(call(resource, false, false), (script, "1".into()));

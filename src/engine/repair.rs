@@ -1,18 +1,18 @@
-//! A fence repair (`crate::repair` holds its tally and plan; docs/fencing.md, "Repair"): it
+//! A fence repair (`crate::proto::repair_tally` holds its tally and plan; docs/fencing.md, "Repair"): it
 //! reads every node's fence counter, then writes the planned value to the nodes that need it,
 //! each on the connection its counter was read on; each round trip well within the seed
 //! window.
 
 use std::time::{Duration, Instant};
 
-use crate::error::NodeFault;
-use crate::fence::FENCE_KEY;
-use crate::net::Net;
-use crate::repair::{FenceFloor, Repair};
-use crate::request::{OpId, Outcome};
-use crate::resp::Arg;
-use crate::round::deadline_after;
-use crate::session::{Kind, REPAIR_SCRIPT, scripts};
+use crate::engine::net::Net;
+use crate::engine::request::{OpId, Outcome};
+use crate::model::error::NodeFault;
+use crate::model::round::deadline_after;
+use crate::proto::fencing::FENCE_KEY;
+use crate::proto::repair_tally::{FenceFloor, Repair};
+use crate::proto::resp::Arg;
+use crate::proto::session::{Kind, REPAIR_SCRIPT, scripts};
 
 use super::{Engine, OpKind, script_call};
 
@@ -50,7 +50,7 @@ impl<N: Net> Engine<N> {
             net, core, scratch, ..
         } = self;
         scratch.clear();
-        crate::resp::encode_command(scratch, &read);
+        crate::proto::resp::encode_command(scratch, &read);
         core.send_command(net, (id, Kind::Command, scratch), targets, now);
     }
 

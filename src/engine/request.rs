@@ -4,11 +4,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
-use crate::error::{Error, FenceRepair, NodeFault};
-use crate::lock::{Grant, Lock};
-use crate::repair::FenceFloor;
-use crate::token::Token;
+use crate::model::config::Config;
+use crate::model::error::{Error, FenceRepair, NodeFault};
+use crate::model::lock::{Grant, Lock};
+use crate::model::token::Token;
+use crate::proto::repair_tally::FenceFloor;
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
 /// never confused with its previous occupant).

@@ -4,16 +4,16 @@
 
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::error::NodeFault;
-use crate::eviction::Eviction;
-use crate::fence::FENCE_KEY;
-use crate::net::Net;
-use crate::quarantine::NodeWatch;
-use crate::request::{NodeFence, NodeStatus, OpId, Outcome};
-use crate::resp::{Arg, Frame};
-use crate::round::deadline_after;
-use crate::session::{Delivery, Kind};
+use crate::engine::net::Net;
+use crate::engine::request::{NodeFence, NodeStatus, OpId, Outcome};
+use crate::model::addr::NodeAddr;
+use crate::model::error::NodeFault;
+use crate::model::eviction::Eviction;
+use crate::model::round::deadline_after;
+use crate::proto::fencing::FENCE_KEY;
+use crate::proto::quarantine::NodeWatch;
+use crate::proto::resp::{Arg, Frame};
+use crate::proto::session::{Delivery, Kind};
 
 use super::{Engine, OpKind};
 
@@ -26,7 +26,7 @@ pub(super) struct StatusReplies {
     eviction: Vec<Eviction>,
     values: Vec<Option<Result<Option<Vec<u8>>, NodeFault>>>,
     ttls: Vec<Option<(Result<i64, NodeFault>, Instant)>>,
-    /// `ZSCORE` of [`READERS_MARKER`](crate::keys::READERS_MARKER): whether a sorted set
+    /// `ZSCORE` of [`READERS_MARKER`](crate::model::keys::READERS_MARKER): whether a sorted set
     /// under the name is our read lock.
     marked: Vec<Option<bool>>,
     /// `ZCARD`: the readers of a read-locked key (`None`: not read-locked).
@@ -102,7 +102,9 @@ impl StatusReplies {
                 Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
                 Ok(Frame::Null) => Ok(None),
                 // Read-locked (a sorted set): no writer's value; its readers come next.
-                Ok(Frame::Error(e)) if e.kind == crate::resp::ErrorKind::WrongType => Ok(None),
+                Ok(Frame::Error(e)) if e.kind == crate::proto::resp::ErrorKind::WrongType => {
+                    Ok(None)
+                }
                 Ok(other) => Err(unexpected(other)),
                 Err(f) => Err((*f).clone()),
             });
@@ -134,7 +136,7 @@ impl StatusReplies {
                 // type holds the name (a hash, a list), which refuses every lock of it — not
                 // free, as it was reported (found by review); what holds it, status cannot say.
                 Ok(Frame::Error(e))
-                    if e.kind == crate::resp::ErrorKind::WrongType
+                    if e.kind == crate::proto::resp::ErrorKind::WrongType
                         && matches!(self.values[node], Some(Ok(None))) =>
                 {
                     self.values[node] = Some(Err(NodeFault::Unexpected(
@@ -194,7 +196,7 @@ fn fence_of(d: &Delivery<'_>) -> Option<NodeFence> {
     let mut it = a.iter();
     let run = it.next();
     let counter = match it.next() {
-        Some(Frame::Bulk(b)) => crate::fence::parse_u64(b),
+        Some(Frame::Bulk(b)) => crate::proto::fencing::parse_u64(b),
         Some(Frame::Null) => Some(0),
         _ => None,
     };
@@ -217,7 +219,7 @@ impl<N: Net> Engine<N> {
         op.until = deadline_after(now, timeout);
         op.status.get_or_insert_with(Default::default).reset(n);
         // A shared lock's name is asked as its resource's (where its readers are).
-        let resource = crate::keys::shared_name(&op.resource).unwrap_or(&op.resource);
+        let resource = crate::model::keys::shared_name(&op.resource).unwrap_or(&op.resource);
         let fence = [
             Arg::Bytes(b"HMGET"),
             Arg::Bytes(FENCE_KEY.as_bytes()),
@@ -229,12 +231,12 @@ impl<N: Net> Engine<N> {
         let marker = [
             Arg::Bytes(b"ZSCORE"),
             Arg::Bytes(resource),
-            Arg::Bytes(crate::keys::READERS_MARKER.as_bytes()),
+            Arg::Bytes(crate::model::keys::READERS_MARKER.as_bytes()),
         ];
         let zcard = [Arg::Bytes(b"ZCARD"), Arg::Bytes(resource)];
         let commands = [&get[..], &pttl[..], &marker[..], &zcard[..], &fence[..]].map(|args| {
             let mut cmd = bytes::BytesMut::new();
-            crate::resp::encode_command(&mut cmd, args);
+            crate::proto::resp::encode_command(&mut cmd, args);
             cmd
         });
         for cmd in &commands {
@@ -246,7 +248,7 @@ impl<N: Net> Engine<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::ServerInfo;
+    use crate::proto::session::ServerInfo;
 
     fn delivery<'a>(reply: Frame<'a>, info: Option<&'a ServerInfo>) -> Delivery<'a> {
         Delivery {
@@ -254,7 +256,7 @@ mod tests {
             kind: Kind::Command,
             reply: Ok(reply),
             generation: 1,
-            eviction: crate::eviction::Eviction::Never,
+            eviction: crate::model::eviction::Eviction::Never,
             info,
             withdrawn: false,
         }
@@ -286,9 +288,9 @@ mod tests {
             (wrongtype, 2),
             (fence.as_str(), 3),
         ] {
-            let limits = crate::resp::Limits::default();
-            let Ok(crate::resp::Status::Complete((reply, _))) =
-                crate::resp::decode(bytes.as_bytes(), &limits)
+            let limits = crate::proto::resp::Limits::default();
+            let Ok(crate::proto::resp::Status::Complete((reply, _))) =
+                crate::proto::resp::decode(bytes.as_bytes(), &limits)
             else {
                 panic!("{bytes:?} decodes");
             };
@@ -346,9 +348,9 @@ mod tests {
                 ":3\r\n",
                 "*2\r\n$-1\r\n$-1\r\n",
             ] {
-                let limits = crate::resp::Limits::default();
-                let Ok(crate::resp::Status::Complete((reply, _))) =
-                    crate::resp::decode(bytes.as_bytes(), &limits)
+                let limits = crate::proto::resp::Limits::default();
+                let Ok(crate::proto::resp::Status::Complete((reply, _))) =
+                    crate::proto::resp::decode(bytes.as_bytes(), &limits)
                 else {
                     panic!("{bytes:?} decodes");
                 };
@@ -378,7 +380,7 @@ mod tests {
             "r".repeat(40),
             u64::MAX
         );
-        let info = crate::session::parse_info(text.as_bytes(), now);
+        let info = crate::proto::session::parse_info(text.as_bytes(), now);
         assert_eq!(
             info.and_then(|i| i.uptime),
             Some(Duration::from_secs(u64::MAX))

@@ -9,15 +9,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::addr::NodeAddr;
-use crate::error::{Error, NodeFault, Refusal, Report, clipped};
-use crate::lock::{Grant, Votes};
-use crate::net::Net;
-use crate::request::Outcome;
-use crate::resp::Frame;
-use crate::round::{Loss, Round, Vote};
-use crate::session::Kind;
-use crate::stats::Metrics;
+use crate::engine::net::Net;
+use crate::engine::request::Outcome;
+use crate::model::addr::NodeAddr;
+use crate::model::error::{Error, NodeFault, Refusal, Report, clipped};
+use crate::model::lock::{Grant, Votes};
+use crate::model::round::{Loss, Round, Vote};
+use crate::model::stats::Metrics;
+use crate::proto::resp::Frame;
+use crate::proto::session::Kind;
 
 use super::{Engine, OpKind, node_bit};
 
@@ -395,7 +395,7 @@ pub(super) fn vote_of(
         // command or subcommand").
         (Kind::Script(index), Ok(Frame::Error(e))) if is_acl_refusal(e) => {
             Err(NodeFault::Permission {
-                command: crate::session::SCRIPT_CALLS[index],
+                command: crate::proto::session::SCRIPT_CALLS[index],
                 message: clipped(e.message),
             })
         }
@@ -408,8 +408,8 @@ pub(super) fn vote_of(
 /// True for a server's refusal of a command by the user's ACL, as each version words it inside
 /// a script: `NOPERM …` (6.2, 7.2 and later), `ERR The user executing the script can't run this
 /// command or subcommand` (7.0).
-fn is_acl_refusal(e: &crate::resp::ServerError<'_>) -> bool {
-    e.kind == crate::resp::ErrorKind::NoPerm
+fn is_acl_refusal(e: &crate::proto::resp::ServerError<'_>) -> bool {
+    e.kind == crate::proto::resp::ErrorKind::NoPerm
         || e.message.contains("NOPERM")
         || e.message.contains("can't run this command")
 }
@@ -548,7 +548,7 @@ pub(super) fn duplicate(nodes: &[NodeAddr], of: usize, run_id: &[u8; 40]) -> Nod
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::round::{Decision, RoundConfig};
+    use crate::model::round::{Decision, RoundConfig};
     use std::time::Duration;
 
     const A: &[u8; 40] = b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";

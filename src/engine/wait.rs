@@ -1,16 +1,16 @@
-//! A waiting acquire (`ReqKind::Wait`): a queue per contended resource (`crate::wait`), whose
+//! A waiting acquire (`ReqKind::Wait`): a queue per contended resource (`crate::engine::queue`), whose
 //! head makes attempts — acquires of their own, each with a token of its own — when a release
 //! is seen (ours, or another client's notice: `notice.rs`), after a refusal's pause, or at the
 //! fallback poll; waiters leave at their deadline or when their caller is gone.
 
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
-use crate::lock::Grant;
-use crate::net::Net;
-use crate::request::{OpId, Outcome, ReqKind};
-use crate::token::Token;
-use crate::wait::{CANCEL_SWEEP, Queue, Seen, crowd_pause, retry_pause, split_pause};
+use crate::engine::net::Net;
+use crate::engine::queue::{CANCEL_SWEEP, Queue, Seen, crowd_pause, retry_pause, split_pause};
+use crate::engine::request::{OpId, Outcome, ReqKind};
+use crate::model::error::Error;
+use crate::model::lock::Grant;
+use crate::model::token::Token;
 
 use super::Engine;
 use super::observe::acquired_event;
@@ -104,7 +104,7 @@ impl<N: Net> Engine<N> {
         // spread. Nor with the herd brought back (the simulator's `Mutation::NoticeHerd`).
         let seen = match seen {
             Seen::Notice(_)
-                if crate::keys::shared_name(resource).is_some()
+                if crate::model::keys::shared_name(resource).is_some()
                     || self.core.mutation.notice_herd() =>
             {
                 Seen::Notice(0)
@@ -213,7 +213,7 @@ impl<N: Net> Engine<N> {
         );
         let valid_until = grant.valid_until;
         let kept = self.finish_wait(w, Some(Outcome::Locked(Ok((variant, grant)))));
-        if !kept || crate::keys::shared_name(resource).is_some() {
+        if !kept || crate::model::keys::shared_name(resource).is_some() {
             // A reader: the next reader in line does not wait for this one, it attempts now;
             // nor for a lock won for a caller gone, released in this turn (the attempt goes
             // out behind that release, in the same write).
@@ -456,8 +456,8 @@ fn next_try(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::OpId;
-    use crate::wait::Waits;
+    use crate::engine::queue::Waits;
+    use crate::engine::request::OpId;
 
     fn queue(now: Instant) -> Waits {
         let mut waits = Waits::new(1);

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use crate::addr::{NodeAddr, ServerKey, redact};
-use crate::error::Error;
-use crate::mutation::Mutation;
-use crate::resp::Limits;
-use crate::round::RoundConfig;
-use crate::tls::{self, TlsDefaults};
+use crate::model::addr::{NodeAddr, ServerKey, redact};
+use crate::model::error::Error;
+use crate::model::mutation::Mutation;
+use crate::model::round::RoundConfig;
+use crate::proto::resp::Limits;
+use crate::runtime::tls::{self, TlsDefaults};
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
 /// `3 h 20 min`, `24 days 20 h` (not `Debug`'s `0ns` or `2147483.647s`).
@@ -321,7 +321,7 @@ impl Config {
 
     /// A resource (a name, or a set of names): each name as [`Config::check_name`] wants it.
     pub(crate) fn check_resource(&self, resource: &[u8]) -> Result<(), Error> {
-        crate::keys::check_resource(resource, |r| self.check_name(r))
+        crate::model::keys::check_resource(resource, |r| self.check_name(r))
     }
 
     /// One resource name: not empty, not too long, not in the reserved namespace.
@@ -336,7 +336,7 @@ impl Config {
                 resource.len()
             )));
         }
-        crate::keys::check_name(resource)
+        crate::model::keys::check_name(resource)
     }
 
     /// Whether kept locks can be renewed: the renew fraction and the drift factor together

@@ -36,7 +36,7 @@ macro_rules! event {
     ($level:ident, $($rest:tt)+) => {
         #[cfg(feature = "log")]
         {
-            ::log::log!(target: $crate::event::TARGET, ::log::Level::$level, $($rest)+);
+            ::log::log!(target: $crate::model::event::TARGET, ::log::Level::$level, $($rest)+);
         }
     };
 }
@@ -47,9 +47,9 @@ pub(crate) use event;
 /// is logged: no allocation).
 #[cfg(feature = "log")]
 pub(crate) struct NodeList<'a>(
-    pub &'a [crate::addr::NodeAddr],
-    pub crate::lock::Votes,
-    pub crate::lock::LockVote,
+    pub &'a [crate::model::addr::NodeAddr],
+    pub crate::model::lock::Votes,
+    pub crate::model::lock::LockVote,
 );
 
 #[cfg(feature = "log")]
@@ -72,7 +72,10 @@ impl std::fmt::Display for NodeList<'_> {
 
 /// "; unreachable: a, b" when some nodes were unreachable, nothing otherwise.
 #[cfg(feature = "log")]
-pub(crate) struct Unreachable<'a>(pub &'a [crate::addr::NodeAddr], pub crate::lock::Votes);
+pub(crate) struct Unreachable<'a>(
+    pub &'a [crate::model::addr::NodeAddr],
+    pub crate::model::lock::Votes,
+);
 
 #[cfg(feature = "log")]
 impl std::fmt::Display for Unreachable<'_> {
@@ -80,7 +83,7 @@ impl std::fmt::Display for Unreachable<'_> {
         if self.1.unreachable() == 0 {
             return Ok(());
         }
-        let list = NodeList(self.0, self.1, crate::lock::LockVote::Unreachable);
+        let list = NodeList(self.0, self.1, crate::model::lock::LockVote::Unreachable);
         write!(f, "; unreachable: {list}")
     }
 }

@@ -37,7 +37,7 @@
 //!   answer an error on that node before writing anything (`fence.rs`); a key of another type
 //!   there makes them fail with `WRONGTYPE`, unchanged.
 
-use crate::error::Error;
+use crate::model::error::Error;
 
 /// The prefix of every key and channel this crate uses for itself; lock names must not start
 /// with it.
@@ -190,7 +190,7 @@ pub(crate) fn first_key(resource: &[u8]) -> &[u8] {
     }
 }
 
-/// True if a caller holding `held` must not wait for `wanted` (re-entry, `crate::reentry`):
+/// True if a caller holding `held` must not wait for `wanted` (re-entry, `crate::api::reentry`):
 /// they name a resource in common and are not read locks of different names. A plain name, a
 /// shared lock of it and every set that has it as a member all lock the one resource; readers
 /// exclude writers. A reader of the very name held for reading counts too: readers share, but a
@@ -404,26 +404,31 @@ mod tests {
     fn the_mark_value_is_the_one_the_scripts_compare() {
         let literal = format!("\"{MARK_VALUE}\"");
         assert_eq!(MARK_BODY.matches(&literal).count(), 2);
-        assert_eq!(crate::session::RELEASE_BODY.matches(&literal).count(), 1);
+        assert_eq!(
+            crate::proto::session::RELEASE_BODY
+                .matches(&literal)
+                .count(),
+            1
+        );
         // Not a token this crate could make: tokens are base64-like, without spaces.
         assert!(MARK_VALUE.contains(' '));
-        let token = crate::token::Token::generate().unwrap();
+        let token = crate::model::token::Token::generate().unwrap();
         assert!(!token.as_bytes().contains(&b' '));
     }
 
     #[test]
     fn the_readers_marker_is_no_token_and_the_shared_scripts_name_it() {
         // Longer than any token a lock may carry: no reader can be the marker.
-        assert!(READERS_MARKER.len() > crate::token::MAX_TOKEN_LEN);
+        assert!(READERS_MARKER.len() > crate::model::token::MAX_TOKEN_LEN);
         let literal = format!("\"{READERS_MARKER}\"");
         assert_eq!(
-            crate::session::SHARED_ACQUIRE_BODY
+            crate::proto::session::SHARED_ACQUIRE_BODY
                 .matches(&literal)
                 .count(),
             2
         );
         assert_eq!(
-            crate::session::SHARED_RELEASE_BODY
+            crate::proto::session::SHARED_RELEASE_BODY
                 .matches(&literal)
                 .count(),
             1

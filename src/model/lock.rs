@@ -5,10 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::config::MAX_TTL;
-use crate::error::Error;
-use crate::token::Token;
+use crate::model::addr::NodeAddr;
+use crate::model::config::MAX_TTL;
+use crate::model::error::Error;
+use crate::model::token::Token;
 
 /// Names up to this long are stored inline: with the length byte and the enum's tag the
 /// inline form is 48 bytes, and the usual names fit (no allocation per lock).
@@ -178,7 +178,7 @@ impl Lock {
         validity: Duration,
     ) -> Result<Lock, Error> {
         let (resource, token) = (resource.as_ref(), token.as_ref());
-        crate::keys::check_resource(resource, crate::keys::check_lock_name)?;
+        crate::model::keys::check_resource(resource, crate::model::keys::check_lock_name)?;
         let token = Token::from_bytes(token)?;
         token.check_for(resource)?;
         Ok(Lock {
@@ -397,13 +397,13 @@ impl Resource {
 
     /// The resource a shared (read) lock is of ([`Shared`]); `None` for another lock.
     pub fn shared_name(&self) -> Option<&Resource> {
-        crate::keys::shared_name(&self.0).map(Resource::new)
+        crate::model::keys::shared_name(&self.0).map(Resource::new)
     }
 
     /// The resources of an all-or-none lock ([`ResourceSet`]), in order; `None` for a
     /// single resource.
-    pub fn members(&self) -> Option<crate::keys::Members<'_>> {
-        crate::keys::set_members(&self.0)
+    pub fn members(&self) -> Option<crate::model::keys::Members<'_>> {
+        crate::model::keys::set_members(&self.0)
     }
 
     /// True if a caller that holds this lock must not wait for `wanted`: waiting could only
@@ -428,7 +428,7 @@ impl Resource {
     /// # Ok::<(), redlock_mux::Error>(())
     /// ```
     pub fn excludes(&self, wanted: &Resource) -> bool {
-        crate::keys::excludes(&self.0, &wanted.0)
+        crate::model::keys::excludes(&self.0, &wanted.0)
     }
 }
 
@@ -477,15 +477,15 @@ impl Shared {
     /// `redlock:`.
     pub fn new(name: impl AsRef<[u8]>) -> Result<Shared, Error> {
         let name = name.as_ref();
-        crate::keys::check_lock_name(name)?;
-        let mut encoded = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+        crate::model::keys::check_lock_name(name)?;
+        let mut encoded = crate::model::keys::SHARED_PREFIX.as_bytes().to_vec();
         encoded.extend_from_slice(name);
         Ok(Shared { encoded })
     }
 
     /// The resource it is a shared lock of.
     pub fn name(&self) -> &Resource {
-        Resource::new(&self.encoded[crate::keys::SHARED_PREFIX.len()..])
+        Resource::new(&self.encoded[crate::model::keys::SHARED_PREFIX.len()..])
     }
 }
 
@@ -547,16 +547,16 @@ impl ResourceSet {
         R: AsRef<[u8]>,
     {
         let names: Vec<R> = names.into_iter().collect();
-        let encoded = crate::keys::encode_set(&names, |name| match name.is_empty() {
+        let encoded = crate::model::keys::encode_set(&names, |name| match name.is_empty() {
             true => Err(Error::Config("empty resource name in a set".into())),
-            false => crate::keys::check_name(name),
+            false => crate::model::keys::check_name(name),
         })?;
         Ok(ResourceSet { encoded })
     }
 
     /// The members, sorted, without duplicates.
-    pub fn members(&self) -> crate::keys::Members<'_> {
-        crate::keys::set_members(&self.encoded).expect("a set's encoding")
+    pub fn members(&self) -> crate::model::keys::Members<'_> {
+        crate::model::keys::set_members(&self.encoded).expect("a set's encoding")
     }
 
     /// How many members.

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
+use crate::model::addr::NodeAddr;
 
 /// Sub-buckets per power of two: the histogram's resolution (a bucket's upper bound is at most
 /// 5/4 of its lower bound).

@@ -4,7 +4,7 @@ use std::fmt;
 
 use rand::TryRng;
 
-use crate::error::Error;
+use crate::model::error::Error;
 
 /// Length of a token made by this crate: 20 random bytes in unpadded base64url.
 pub const TOKEN_LEN: usize = 27;
@@ -72,7 +72,7 @@ impl Token {
     /// while its holder believes them released — or extended while they run out.
     pub(crate) fn for_resource(resource: &[u8]) -> Result<Token, Error> {
         let mut token = Token::generate()?;
-        if crate::keys::set_members(resource).is_some() {
+        if crate::model::keys::set_members(resource).is_some() {
             token.bytes[0] = SET_MARK;
             token.bytes[1..1 + SET_DIGEST_LEN].copy_from_slice(&set_digest(resource));
         }
@@ -88,7 +88,7 @@ impl Token {
     pub(crate) fn check_for(&self, resource: &[u8]) -> Result<(), Error> {
         let b = self.as_bytes();
         let of_set = b.len() == TOKEN_LEN && b[0] == SET_MARK;
-        match (crate::keys::set_members(resource).is_some(), of_set) {
+        match (crate::model::keys::set_members(resource).is_some(), of_set) {
             (false, false) => Ok(()),
             (true, true) if b[1..1 + SET_DIGEST_LEN] == set_digest(resource) => Ok(()),
             (true, true) => Err(Error::Config(
@@ -215,8 +215,8 @@ mod tests {
     #[test]
     fn a_sets_token_goes_with_that_set_only() {
         let ok = |_: &[u8]| Ok(());
-        let ab = crate::keys::encode_set(&["a", "b"], ok).unwrap();
-        let ac = crate::keys::encode_set(&["a", "c"], ok).unwrap();
+        let ab = crate::model::keys::encode_set(&["a", "b"], ok).unwrap();
+        let ac = crate::model::keys::encode_set(&["a", "c"], ok).unwrap();
         let set = Token::for_resource(&ab).unwrap();
         assert_eq!(set.as_bytes().len(), TOKEN_LEN);
         assert_eq!(set.as_bytes()[0], SET_MARK);

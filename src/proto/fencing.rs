@@ -19,11 +19,11 @@
 //! Any quorum of seeded readers intersects the quorum that took any earlier fence, so fences
 //! grow; the one key per node is what bounds the counter keys (no key per resource).
 
-use crate::error::FenceNote;
-use crate::mutation::Mutation;
-use crate::resp::Frame;
+use crate::model::error::FenceNote;
+use crate::model::mutation::Mutation;
+use crate::proto::resp::Frame;
 
-pub use crate::keys::FENCE_KEY;
+pub use crate::model::keys::FENCE_KEY;
 
 /// The error a fencing script answers where `redlock:fence` is a hash with fields other than
 /// `run` and `n`: another application's, never written here. Checked before anything is
@@ -291,7 +291,7 @@ impl Reads {
 
     /// True when every server process answered blank (`duplicates` as for [`Reads::genesis`]).
     pub fn all_blank(&self, n: usize, duplicates: u64) -> bool {
-        let all = crate::round::all_nodes(n);
+        let all = crate::model::round::all_nodes(n);
         self.blank != 0 && (self.blank | duplicates) == all
     }
 
@@ -303,7 +303,7 @@ impl Reads {
     /// deployment's write-back is on its way, or (every process blank or unknown) `+info` for
     /// the unknown ones would make it a new deployment. `duplicates` as for [`Reads::genesis`].
     pub fn note(&self, n: usize, quorum: usize, duplicates: u64) -> Option<FenceNote> {
-        let all = crate::round::all_nodes(n);
+        let all = crate::model::round::all_nodes(n);
         let enough = self.seeded.count_ones() as usize >= quorum || self.genesis(n, duplicates);
         if enough && self.any_max == u64::MAX {
             return Some(FenceNote::Exhausted);

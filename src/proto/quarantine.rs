@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::round::deadline_after;
-use crate::session::ServerInfo;
+use crate::model::round::deadline_after;
+use crate::proto::session::ServerInfo;
 
 /// How much more than the time a server has been up its `uptime_in_seconds` may say (see
 /// [`NodeWatch::quarantine_left`]).

@@ -14,7 +14,7 @@
 //!    the process answering (`run` equals the `run_id` that process gave in the connection's
 //!    handshake).
 //! 2. With `V` the larger of the caller's floor and every counter read (seeded or blank),
-//!    [`REPAIR_BODY`](crate::fence::REPAIR_BODY) on the same connection — `n = max(n, V)`,
+//!    [`REPAIR_BODY`](crate::proto::fencing::REPAIR_BODY) on the same connection — `n = max(n, V)`,
 //!    `run` = that connection's `run_id` — to every node that was seeded, or blank and up for
 //!    the whole seed window before round trip 1 was sent (inside its window, an acquire that
 //!    began before its restart may still be handing out a fence the reads cannot see).
@@ -27,10 +27,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::addr::NodeAddr;
-use crate::error::{Error, FenceRepair, NodeFault, NodeRepair};
-use crate::fence::parse_u64;
-use crate::resp::{ErrorKind, Frame};
+use crate::model::addr::NodeAddr;
+use crate::model::error::{Error, FenceRepair, NodeFault, NodeRepair};
+use crate::proto::fencing::parse_u64;
+use crate::proto::resp::{ErrorKind, Frame};
 
 /// What the caller of a fence repair vouches for about the fences handed out before it
 /// ([`Redlock::repair_fences`](crate::Redlock::repair_fences)). The counters are raised to the
@@ -415,7 +415,7 @@ fn parse_read(frame: &Frame<'_>, run_id: &[u8; 40]) -> Option<Counter> {
 
 /// A server's error answer as a node fault (`command`: what it answered).
 fn server_fault(kind: ErrorKind, message: &str, command: &'static str) -> NodeFault {
-    let message = &crate::error::clipped(message);
+    let message = &crate::model::error::clipped(message);
     match kind {
         ErrorKind::NoPerm => NodeFault::Permission {
             command,
@@ -429,7 +429,7 @@ fn server_fault(kind: ErrorKind, message: &str, command: &'static str) -> NodeFa
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resp::{Limits, Status, decode};
+    use crate::proto::resp::{Limits, Status, decode};
 
     const A: [u8; 40] = [b'a'; 40];
     const B: [u8; 40] = [b'b'; 40];

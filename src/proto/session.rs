@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 use sha1::{Digest, Sha1};
 
-use crate::addr::NodeAddr;
-use crate::config::{ConnConfig, InfoNeed};
-use crate::error::NodeFault;
-use crate::event::event;
-use crate::eviction::Eviction;
-use crate::keys::readers_marker;
-use crate::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
-use crate::stats::NodeCounters;
+use crate::model::addr::NodeAddr;
+use crate::model::config::{ConnConfig, InfoNeed};
+use crate::model::error::NodeFault;
+use crate::model::event::event;
+use crate::model::eviction::Eviction;
+use crate::model::keys::readers_marker;
+use crate::model::stats::NodeCounters;
+use crate::proto::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
 
 /// A Lua script sent by hash.
 #[derive(Debug)]
@@ -67,8 +67,8 @@ pub(crate) struct ScriptCall<'a> {
 }
 
 /// Compare-and-delete: release the lock only if it still holds our token; then, if the
-/// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::keys::WAITING_KEY_PREFIX)) holds a mark
-/// ([`MARK_VALUE`](crate::keys::MARK_VALUE)), delete the mark and publish a notice on
+/// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::model::keys::WAITING_KEY_PREFIX)) holds a mark
+/// ([`MARK_VALUE`](crate::model::keys::MARK_VALUE)), delete the mark and publish a notice on
 /// `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not ours), or
 /// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
 ///
@@ -123,7 +123,7 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS
 /// A refusal of the `GET` other than `WRONGTYPE` is the answer, as in [`RELEASE_BODY`].
 pub(crate) const EXTEND_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
 
-/// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::keys::SET_PREFIX)):
+/// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
 /// exists, else none is. Answers 1 (all set) or 0. Each member is a plain string lock, so a
 /// `SET NX` of any member by any client fails while the set is held, and the set is refused
@@ -134,7 +134,7 @@ pub(crate) const SET_ACQUIRE_BODY: &str = "if redis.call(\"exists\", unpack(KEYS
 /// nothing set). Answers `{1 or 0, run, n}`.
 pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
     "local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") ",
-    crate::fence::foreign_fence!("KEYS[#KEYS]"),
+    crate::proto::fencing::foreign_fence!("KEYS[#KEYS]"),
     "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end return {ok, h[1] or \"\", h[2] or \"\"}"
 );
 /// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
@@ -151,10 +151,10 @@ pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
 pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
 
-/// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::keys::SHARED_PREFIX)):
+/// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
 /// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
 /// expiry (ms on this node's clock, `TIME`), beside the member
-/// [`READERS_MARKER`](crate::keys::READERS_MARKER) scored `+inf`, which makes the set ours.
+/// [`READERS_MARKER`](crate::model::keys::READERS_MARKER) scored `+inf`, which makes the set ours.
 /// The reader `ARGV[1]` is added with a TTL of `ARGV[2]` ms where no key exists (the set is
 /// made, marker and reader in one `ZADD`) or where the key is our read lock: a sorted set that
 /// holds the marker and has a TTL. It is refused, the key untouched, where the key is anything
@@ -162,7 +162,7 @@ pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(
 /// a sorted set without the marker (another application's leaderboard, rate limiter or queue
 /// under the same name, with or without a TTL: joined, its TTL was raised, and the release's
 /// sweep of expired scores deleted its members), a key without a TTL — and where a writer waits
-/// (the waiting mark holds [`MARK_VALUE`](crate::keys::MARK_VALUE): so that readers that keep
+/// (the waiting mark holds [`MARK_VALUE`](crate::model::keys::MARK_VALUE): so that readers that keep
 /// coming do not starve it). A refusal of the `ZSCORE` other than `WRONGTYPE` (`NOPERM`) is the
 /// answer, so that the caller reads which command was refused. The key lives at least `ARGV[2]`
 /// ms more, set from the argument's text: Redis 7.2.0–7.2.4 turn a Lua number such as 100000000
@@ -337,12 +337,12 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
         let bodies = [
             RELEASE_BODY,
             EXTEND_BODY,
-            crate::fence::ACQUIRE_BODY,
-            crate::fence::WRITE_BODY,
-            crate::fence::INCR_BODY,
+            crate::proto::fencing::ACQUIRE_BODY,
+            crate::proto::fencing::WRITE_BODY,
+            crate::proto::fencing::INCR_BODY,
             QUIET_RELEASE_BODY,
-            crate::keys::MARK_BODY,
-            crate::fence::REPAIR_BODY,
+            crate::model::keys::MARK_BODY,
+            crate::proto::fencing::REPAIR_BODY,
             SET_ACQUIRE_BODY,
             SET_FENCED_ACQUIRE_BODY,
             SET_RELEASE_BODY,
@@ -350,7 +350,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             SHARED_ACQUIRE_BODY,
             SHARED_RELEASE_BODY,
             SHARED_EXTEND_BODY,
-            crate::keys::READER_MARK_BODY,
+            crate::model::keys::READER_MARK_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -576,7 +576,7 @@ struct State {
     /// Whether an error answer to `INFO server` fails the handshake.
     info_need: InfoNeed,
     /// The simulator's defect, if any (`ConnConfig::mutation`).
-    mutation: crate::mutation::Mutation,
+    mutation: crate::model::mutation::Mutation,
     /// The `run_id` its last handshake met, and how often it changed (`ServerInfo::changes`).
     last_run_id: Option<[u8; 40]>,
     run_id_changes: u32,
@@ -606,7 +606,7 @@ pub(crate) struct Session {
     /// The session failed the connection: the socket must be closed.
     close: bool,
     /// The last connection failed before it proved itself (its address refused, say): the
-    /// next connect tries the name's next address (`crate::resolve`).
+    /// next connect tries the name's next address (`crate::runtime::resolve`).
     last_unproven: bool,
 }
 
@@ -700,7 +700,7 @@ impl Session {
         self.st.info
     }
 
-    /// The last connection failed before it proved itself (see [`crate::resolve`]).
+    /// The last connection failed before it proved itself (see [`crate::runtime::resolve`]).
     pub fn last_unproven(&self) -> bool {
         self.last_unproven
     }
@@ -1238,7 +1238,7 @@ impl State {
             Kind::Handshake(step) => self.on_handshake(step, frame, now),
             Kind::Script(index) => {
                 if let Frame::Error(e) = frame
-                    && e.kind == crate::resp::ErrorKind::NoScript
+                    && e.kind == crate::proto::resp::ErrorKind::NoScript
                     && !p.eval
                 {
                     return self.on_noscript(index, p, frame, now, sink);
@@ -1357,7 +1357,7 @@ impl State {
         if let Frame::Error(e) = frame
             && !tolerated
         {
-            let message = crate::error::clipped(e.message);
+            let message = crate::model::error::clipped(e.message);
             self.failure = Some(match (step, e.kind) {
                 // A server too busy to take us yet, whatever the step: its first answer (a
                 // connection over `maxclients` gets this one line, then is closed), or a
@@ -1403,7 +1403,7 @@ impl State {
             };
             self.failure = Some(NodeFault::Unexpected(format!(
                 "{} in answer to {}{why}",
-                crate::error::clipped_debug(&frame),
+                crate::model::error::clipped_debug(&frame),
                 step.command()
             )));
             return;
@@ -1427,7 +1427,7 @@ impl State {
                     // The defect brought back: the second the quarantine takes off, put back.
                     info.uptime = info
                         .uptime
-                        .map(|up| up.saturating_add(crate::quarantine::UPTIME_ROUNDING));
+                        .map(|up| up.saturating_add(crate::proto::quarantine::UPTIME_ROUNDING));
                 }
             }
             if self.info_need == InfoNeed::Wanted {
@@ -1522,7 +1522,7 @@ mod tests {
         }
         assert!(seen >= 8, "only {seen} TTLs found: the scan misses them");
     }
-    use crate::config::Config;
+    use crate::model::config::Config;
 
     /// The commands a script's body calls, upper case, in the order first called.
     fn calls(body: &str) -> Vec<String> {
@@ -1597,7 +1597,7 @@ mod tests {
             info: InfoNeed::Off,
             memory: false,
             tls: std::sync::Arc::from([]),
-            mutation: crate::mutation::Mutation::None,
+            mutation: crate::model::mutation::Mutation::None,
         }
     }
 

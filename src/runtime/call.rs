@@ -25,10 +25,10 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use crate::hub::Hub;
-use crate::mailbox::{Alarm, Caller, Slot};
-use crate::request::{Outcome, ReqKind};
-use crate::token::Token;
+use crate::engine::mailbox::{Alarm, Caller, Slot};
+use crate::engine::request::{Outcome, ReqKind};
+use crate::model::token::Token;
+use crate::runtime::hub::Hub;
 
 /// Free async slots kept per thread.
 const POOL: usize = 64;

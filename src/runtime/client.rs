@@ -5,17 +5,17 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::addr::NodeAddr;
-use crate::config::{Builder, Config, Shared};
-use crate::driver::Driver;
 use crate::engine::Engine;
-use crate::error::{Error, FenceRepair};
-use crate::lock::Lock;
-use crate::repair::FenceFloor;
-use crate::request::{NodeStatus, Outcome, ReqKind};
-use crate::round::deadline_after;
-use crate::stats::KeepStats;
-use crate::token::Token;
+use crate::engine::request::{NodeStatus, Outcome, ReqKind};
+use crate::model::addr::NodeAddr;
+use crate::model::config::{Builder, Config, Shared};
+use crate::model::error::{Error, FenceRepair};
+use crate::model::lock::Lock;
+use crate::model::round::deadline_after;
+use crate::model::stats::KeepStats;
+use crate::model::token::Token;
+use crate::proto::repair_tally::FenceFloor;
+use crate::runtime::driver::Driver;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling
 /// thread (`&mut self`), one operation at a time. `Send`, not shareable: see [`Redlock`](crate::Redlock) for a
@@ -389,7 +389,7 @@ pub(crate) fn apply_extend(
         Outcome::Extended(valid_until, result) => {
             let extensions = lock.extensions() + u32::from(result.is_ok());
             lock.set_state(valid_until, extensions);
-            let (won, votes) = crate::lock::extend_votes(&result);
+            let (won, votes) = crate::model::lock::extend_votes(&result);
             lock.extended_on(servers, won, votes);
             result.map(|_| ())
         }

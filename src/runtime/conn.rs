@@ -16,14 +16,14 @@ use std::time::Instant;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
 
-use crate::addr::{Endpoint, NodeAddr};
-use crate::config::ConnConfig;
-use crate::error::NodeFault;
-use crate::resolve::Lookup;
-use crate::session::{Kind, ScriptCall, Session, Sink};
-use crate::stats::{Counter, IoCounters};
+use crate::model::addr::{Endpoint, NodeAddr};
+use crate::model::config::ConnConfig;
+use crate::model::error::NodeFault;
+use crate::model::stats::{Counter, IoCounters};
+use crate::proto::session::{Kind, ScriptCall, Session, Sink};
+use crate::runtime::resolve::Lookup;
 #[cfg(feature = "tls")]
-use crate::tls::TlsStream;
+use crate::runtime::tls::TlsStream;
 
 enum Stream {
     Tcp(TcpStream),
@@ -95,7 +95,7 @@ impl Stream {
 /// The fault an I/O error stands for: a TLS error keeps its message.
 fn fault_of(e: &io::Error) -> NodeFault {
     #[cfg(feature = "tls")]
-    if let Some(fault) = crate::tls::fault(e) {
+    if let Some(fault) = crate::runtime::tls::fault(e) {
         return fault;
     }
     NodeFault::Io(e.kind())
@@ -111,7 +111,7 @@ pub(crate) struct Conn {
     /// The engine's syscall counters, shared by its driver and every connection.
     io: Arc<IoCounters>,
     /// How to start TLS on this node's sockets (`rediss://`), else `None`.
-    tls: Option<crate::tls::Connector>,
+    tls: Option<crate::runtime::tls::Connector>,
     /// The last write stopped short (`WouldBlock`): the rest goes out on writable readiness.
     write_blocked: bool,
     /// The node's host name and its address, looked up off the loop (`None`: a Unix socket).
@@ -132,7 +132,9 @@ impl Conn {
         now: Instant,
     ) -> Conn {
         let lookup = match &addr.endpoint {
-            Endpoint::Tcp { host, port } => Some(Lookup::new(host, *port, crate::resolve::system)),
+            Endpoint::Tcp { host, port } => {
+                Some(Lookup::new(host, *port, crate::runtime::resolve::system))
+            }
             Endpoint::Unix(_) => None,
         };
         Conn {
@@ -219,11 +221,11 @@ impl Conn {
         self.io.connects.bump();
         let mut stream = match &self.addr.endpoint {
             Endpoint::Tcp { .. } => {
-                // Looked up off the loop (`crate::resolve`): a slow resolver holds the loop
+                // Looked up off the loop (`crate::runtime::resolve`): a slow resolver holds the loop
                 // 100 ms at most, once per node; looked up again behind each (re)connect, so a
                 // moved node is found again.
                 let lookup = self.lookup.as_mut().expect("a TCP node has a lookup");
-                let wait = crate::resolve::FIRST_WAIT.min(self.session.connect_timeout());
+                let wait = crate::runtime::resolve::FIRST_WAIT.min(self.session.connect_timeout());
                 // A connection that failed before it proved itself: the name's next address
                 // after the one it used (one of `localhost`'s may refuse).
                 let failed = self
@@ -514,7 +516,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, InfoNeed};
+    use crate::model::config::{Config, InfoNeed};
     use std::net::{SocketAddr, TcpListener};
     use std::sync::atomic::{AtomicU16, Ordering};
     use std::time::Duration;
@@ -544,7 +546,7 @@ mod tests {
             info: InfoNeed::Off,
             memory: false,
             tls: Arc::from([]),
-            mutation: crate::mutation::Mutation::None,
+            mutation: crate::model::mutation::Mutation::None,
         };
         let now = Instant::now();
         let addr = NodeAddr::parse("redis://two.test:1").unwrap();

@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use mio::{Events, Poll, Token};
 
-use crate::addr::NodeAddr;
-use crate::config::ConnConfig;
-use crate::conn::Conn;
-use crate::error::NodeFault;
-use crate::net::{Net, NodeSink};
-use crate::session::{Kind, ScriptCall, Session};
-use crate::stats::IoCounters;
+use crate::engine::net::{Net, NodeSink};
+use crate::model::addr::NodeAddr;
+use crate::model::config::ConnConfig;
+use crate::model::error::NodeFault;
+use crate::model::stats::IoCounters;
+use crate::proto::session::{Kind, ScriptCall, Session};
+use crate::runtime::conn::Conn;
 
 /// The token of the [`Driver::waker`]: beyond any node index.
 const WAKER: Token = Token(usize::MAX - 1);

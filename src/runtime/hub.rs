@@ -28,13 +28,13 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::client::Client;
+use crate::engine::kept::{Callbacks, Kept};
+use crate::engine::mailbox::{Alarm, Caller, Mailbox, Slot};
+use crate::engine::request::{Outcome, ReqKind};
 use crate::engine::{Shutdown, Waiter};
-use crate::error::Error;
-use crate::kept::{Callbacks, Kept};
-use crate::mailbox::{Alarm, Caller, Mailbox, Slot};
-use crate::request::{Outcome, ReqKind};
-use crate::token::Token;
+use crate::model::error::Error;
+use crate::model::token::Token;
+use crate::runtime::client::Client;
 
 /// A parked caller re-checks its slot at least this seldom (it is unparked when its outcome is
 /// in; the re-check only bounds a lost wake-up): more often would only burn CPU.
@@ -547,7 +547,7 @@ impl Hub {
             return Shutdown::default();
         }
         let mut guard = self.engine();
-        let deadline = crate::round::deadline_after(Instant::now(), timeout);
+        let deadline = crate::model::round::deadline_after(Instant::now(), timeout);
         let report = guard.engine().shutdown(deadline, false);
         self.leave(guard);
         report

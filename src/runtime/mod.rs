@@ -12,8 +12,8 @@ pub(crate) mod tls;
 /// client is built.
 #[cfg(not(feature = "tls"))]
 pub(crate) mod tls {
-    use crate::addr::{NodeAddr, TlsParams};
-    use crate::error::Error;
+    use crate::model::addr::{NodeAddr, TlsParams};
+    use crate::model::error::Error;
 
     /// Never made in this build.
     #[derive(Debug, Clone)]

@@ -23,7 +23,7 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::error::NodeFault;
+use crate::model::error::NodeFault;
 
 /// How long the first connect of a host name waits for its lookup on the engine's thread.
 pub(crate) const FIRST_WAIT: Duration = Duration::from_millis(100);
@@ -176,7 +176,7 @@ impl Lookup {
             .name("redlock-resolve".into())
             .spawn(move || {
                 // A panicking resolver must not leave the lookup marked running for good.
-                let found = crate::mailbox::catch(|| resolve(&host, port))
+                let found = crate::engine::mailbox::catch(|| resolve(&host, port))
                     .unwrap_or_else(|| Err("the resolver panicked".to_owned()));
                 let (lock, changed) = &*state;
                 let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);

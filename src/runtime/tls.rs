@@ -26,9 +26,9 @@ use rustls::{ClientConfig, ClientConnection, HandshakeKind, RootCertStore};
 /// each good for one resumption).
 const SESSIONS_PER_NODE: usize = 8;
 
-use crate::addr::{Endpoint, NodeAddr, TlsParams};
-use crate::error::{Error, NodeFault};
-use crate::stats::Counter;
+use crate::model::addr::{Endpoint, NodeAddr, TlsParams};
+use crate::model::error::{Error, NodeFault};
+use crate::model::stats::Counter;
 
 /// What one TLS node connects with: the shared configuration and the name its certificate must
 /// carry.
