@@ -22,7 +22,7 @@
 //!
 //! Prints a summary (and with `--json`, one JSON line last on stdout); exits 1 if a goal was
 //! missed, 2 if the run could not be made. `scripts/soak` runs many seeds; `tests/soak.rs` a
-//! short one. See docs/reliability.md, "Soak against real servers".
+//! short one. See docs/guarantees.md, "Soak against real servers".
 
 #[path = "soak/mod.rs"]
 mod soak;

@@ -311,6 +311,21 @@ struct ReadmeDoctests;
 #[doc = include_str!("../docs/library.md")]
 struct LibraryDoctests;
 
+/// The examples of `docs/keeping.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/keeping.md")]
+struct KeepingDoctests;
+
+/// The examples of `docs/async.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/async.md")]
+struct AsyncDoctests;
+
+/// The examples of `docs/observability.md`, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/observability.md")]
+struct ObservabilityDoctests;
+
 /// The examples of `docs/production.md`, compiled as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/production.md")]

@@ -82,7 +82,8 @@ pub struct Report {
     /// but before its holder noticed: not overlaps — the engine releases a lost lock only after
     /// marking it lost, and a rival can win only after that release — but they would have been
     /// counted as overlaps while a lost kept hold's end was the holder's wake-up (seed 8's 5
-    /// overlaps at a load average of 16 may have been such: docs/reliability.md, finding 3).
+    /// overlaps at a load average of 16 may have been such: docs/guarantees.md, "One open
+    /// finding").
     pub late_loss_notices: usize,
     pub late_loss_examples: Vec<String>,
     /// The most requests a process sent to a node within one second: (requests, process,
