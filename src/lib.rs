@@ -271,9 +271,10 @@ use {
         redlock as handle, reentry, semaphore,
     },
     engine::{kept, mailbox, net, queue as wait, request},
+    model::tls,
     model::{config, event, eviction, lock, mutation, stats, token},
     proto::{fencing as fence, quarantine, repair_tally as repair, session},
-    runtime::{call as task, client, conn, driver, hub, resolve, tls},
+    runtime::{call as task, client, conn, driver, hub, resolve},
 };
 
 pub use api::async_guard::AsyncLockGuard;

@@ -36,7 +36,7 @@
 //! The decisions (which bytes go to which node, which operation a reply belongs to, round
 //! outcomes, deadlines) take `now` as an argument; the only clock is the [`Net`]'s, and tokens
 //! come in with the request. The engine reaches the nodes only through its [`Net`]: the `mio`
-//! [`Driver`] and `conn.rs` in production, the simulator's in-memory network in `sim`.
+//! `Driver` (`runtime/`) in production, the simulator's in-memory network in `sim`.
 //!
 //! An operation's slot lives until every node has answered or failed each of its requests, even
 //! after its caller got the outcome: so a late reply always finds its operation (a late yes to
@@ -81,7 +81,6 @@ use crate::model::stats::Metrics;
 use crate::model::token::Token;
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::session::{Script, ScriptCall};
-use crate::runtime::driver::Driver;
 
 use keep::Keeps;
 use observe::observe;
@@ -100,7 +99,7 @@ pub struct Shutdown {
 }
 
 /// The engine of one [`Client`](crate::Client) or one [`Redlock`](crate::Redlock) handle.
-pub(crate) struct Engine<N: Net = Driver> {
+pub(crate) struct Engine<N: Net> {
     pub shared: Arc<Shared>,
     pub net: N,
     core: Core,

@@ -14,8 +14,8 @@ use crate::model::addr::{NodeAddr, ServerKey, redact};
 use crate::model::error::Error;
 use crate::model::mutation::Mutation;
 use crate::model::round::RoundConfig;
-use crate::proto::resp::Limits;
-use crate::runtime::tls::{self, TlsDefaults};
+use crate::model::tls::{self, TlsDefaults};
+use crate::model::wire::Limits;
 
 /// A duration as a person writes it, for messages: `0 ms`, `250 ms`, `1.5 s`, `2 min 5 s`,
 /// `3 h 20 min`, `24 days 20 h` (not `Debug`'s `0ns` or `2147483.647s`).

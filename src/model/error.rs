@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::addr::NodeAddr;
-use crate::proto::resp::{ErrorKind, ParseError};
+use crate::model::wire::{ErrorKind, ParseError};
 
 /// Why one node could not take part in an operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,7 +198,7 @@ impl fmt::Display for NodeFault {
 impl NodeFault {
     /// [`NodeFault::Unexpected`] of a reply, as [`clipped_debug`] text: a reply can be as long
     /// as a frame may be (a megabyte), and a fault is kept and copied into every error while
-    /// its node backs off. Give it the [`Frame`](crate::proto::resp::Frame) itself, not an owned copy:
+    /// its node backs off. Give it the reply `Frame` itself, not an owned copy:
     /// only what fits in the text is looked at.
     pub(crate) fn unexpected(reply: impl std::fmt::Debug) -> NodeFault {
         NodeFault::Unexpected(clipped_debug(&reply))

@@ -1,5 +1,6 @@
 //! The wire contract.
 
+pub(crate) mod encode;
 pub(crate) mod fencing;
 pub(crate) mod quarantine;
 pub(crate) mod repair_tally;

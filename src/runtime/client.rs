@@ -36,7 +36,7 @@ use crate::runtime::driver::Driver;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
 pub struct Client {
-    engine: Engine,
+    engine: Engine<Driver>,
     /// Counts this client's semaphore acquires: the permit an acquire attempts first is the
     /// count modulo P (`semaphore.rs`), so consecutive acquires rotate over the permits.
     permit_turn: u32,
@@ -80,7 +80,7 @@ impl Client {
         turn
     }
 
-    pub(crate) fn engine(&mut self) -> &mut Engine {
+    pub(crate) fn engine(&mut self) -> &mut Engine<Driver> {
         &mut self.engine
     }
 

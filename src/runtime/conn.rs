@@ -23,7 +23,7 @@ use crate::model::stats::{Counter, IoCounters};
 use crate::proto::session::{Kind, ScriptCall, Session, Sink};
 use crate::runtime::resolve::Lookup;
 #[cfg(feature = "tls")]
-use crate::runtime::tls::TlsStream;
+use crate::runtime::tls_stream::TlsStream;
 
 enum Stream {
     Tcp(TcpStream),
@@ -95,7 +95,7 @@ impl Stream {
 /// The fault an I/O error stands for: a TLS error keeps its message.
 fn fault_of(e: &io::Error) -> NodeFault {
     #[cfg(feature = "tls")]
-    if let Some(fault) = crate::runtime::tls::fault(e) {
+    if let Some(fault) = crate::runtime::tls_stream::fault(e) {
         return fault;
     }
     NodeFault::Io(e.kind())
@@ -111,7 +111,7 @@ pub(crate) struct Conn {
     /// The engine's syscall counters, shared by its driver and every connection.
     io: Arc<IoCounters>,
     /// How to start TLS on this node's sockets (`rediss://`), else `None`.
-    tls: Option<crate::runtime::tls::Connector>,
+    tls: Option<crate::model::tls::Connector>,
     /// The last write stopped short (`WouldBlock`): the rest goes out on writable readiness.
     write_blocked: bool,
     /// The node's host name and its address, looked up off the loop (`None`: a Unix socket).

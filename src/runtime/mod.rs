@@ -7,38 +7,4 @@ pub(crate) mod driver;
 pub(crate) mod hub;
 pub(crate) mod resolve;
 #[cfg(feature = "tls")]
-pub(crate) mod tls;
-/// Without the `tls` feature no TLS connector can be made, and `rediss://` is refused when a
-/// client is built.
-#[cfg(not(feature = "tls"))]
-pub(crate) mod tls {
-    use crate::model::addr::{NodeAddr, TlsParams};
-    use crate::model::error::Error;
-
-    /// Never made in this build.
-    #[derive(Debug, Clone)]
-    pub(crate) enum Connector {}
-
-    #[derive(Debug, Clone, Default)]
-    pub(crate) struct TlsDefaults {
-        pub params: TlsParams,
-    }
-
-    impl TlsDefaults {
-        pub fn is_set(&self) -> bool {
-            self.params != TlsParams::default()
-        }
-    }
-
-    pub(crate) fn connectors(
-        nodes: &[NodeAddr],
-        _: &TlsDefaults,
-    ) -> Result<Vec<Option<Connector>>, Error> {
-        match nodes.iter().find(|n| n.tls.is_some()) {
-            Some(n) => Err(Error::Config(format!(
-                "{n}: rediss:// (TLS) needs redlock-mux built with its `tls` feature"
-            ))),
-            None => Ok(nodes.iter().map(|_| None).collect()),
-        }
-    }
-}
+pub(crate) mod tls_stream;
