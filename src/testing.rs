@@ -49,9 +49,9 @@ pub fn settle_releases(client: &mut Client, deadline: std::time::Instant) -> boo
 /// The body of every Lua script the client may send (the simulator's deliberately wrong one
 /// excepted): for tests that hold them against an ACL rule.
 pub fn script_bodies() -> Vec<&'static str> {
-    crate::proto::session::scripts()
+    crate::proto::scripts::scripts()
         .iter()
-        .filter(|s| s.index != crate::proto::session::FLAWED_ACQUIRE_SCRIPT)
+        .filter(|s| s.index != crate::proto::scripts::FLAWED_ACQUIRE_SCRIPT)
         .map(|s| s.body)
         .collect()
 }

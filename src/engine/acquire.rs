@@ -10,10 +10,11 @@ use crate::model::error::{NodeFault, Refusal};
 use crate::model::round::{Decision, RoundConfig};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
-use crate::proto::session::{
-    FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, Kind, SET_ACQUIRE_SCRIPT,
-    SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT, scripts,
+use crate::proto::scripts::{
+    FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, scripts,
 };
+use crate::proto::session::Kind;
 
 use super::fence::Stage;
 use super::{Engine, OpKind, keyed_call, nodes_in, script_call};

@@ -11,7 +11,7 @@ use crate::engine::request::{OpId, Outcome};
 use crate::model::error::Refusal;
 use crate::model::round::{Decision, Round, RoundConfig};
 use crate::proto::resp::Arg;
-use crate::proto::session::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
+use crate::proto::scripts::{EXTEND_SCRIPT, SET_EXTEND_SCRIPT, SHARED_EXTEND_SCRIPT};
 
 use super::{Engine, OpKind, shaped_call};
 

@@ -16,7 +16,8 @@ use crate::model::round::{Decision, RoundConfig, Vote};
 use crate::proto::fencing::{FENCE_KEY, Reading, Reads, Short};
 use crate::proto::quarantine::NodeWatch;
 use crate::proto::resp::{Arg, Frame};
-use crate::proto::session::{Delivery, FENCE_WRITE_SCRIPT, scripts};
+use crate::proto::scripts::{FENCE_WRITE_SCRIPT, scripts};
+use crate::proto::session::Delivery;
 
 use super::votes::Ballot;
 use super::{Engine, Parts, node_bit, script_call};

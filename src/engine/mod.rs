@@ -80,7 +80,7 @@ use crate::model::error::Error;
 use crate::model::stats::Metrics;
 use crate::model::token::Token;
 use crate::proto::resp::{Arg, SetNxPx};
-use crate::proto::session::{Script, ScriptCall};
+use crate::proto::scripts::{Script, ScriptCall};
 
 use keep::Keeps;
 use observe::observe;
@@ -649,7 +649,7 @@ fn shaped_call<'a>(
     [plain, set, shared]: [usize; 3],
     args: &[Arg<'_>],
 ) -> ScriptCall<'a> {
-    let all = crate::proto::session::scripts();
+    let all = crate::proto::scripts::scripts();
     let (script, keys) = match crate::model::keys::shared_name(resource) {
         Some(name) => (shared, name),
         None if crate::model::keys::set_members(resource).is_some() => (set, resource),

@@ -11,7 +11,8 @@
 use std::time::Instant;
 
 use crate::model::error::NodeFault;
-use crate::proto::session::{Delivery, Kind, ScriptCall, Session};
+use crate::proto::scripts::ScriptCall;
+use crate::proto::session::{Delivery, Kind, Session};
 
 /// Receives every reply (or fault): the node's index, when it arrived (the `Net`'s clock) and
 /// the delivery.

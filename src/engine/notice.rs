@@ -12,7 +12,8 @@ use crate::engine::net::Net;
 use crate::engine::queue::{Seen, Waits};
 use crate::model::keys::{RELEASE_CHANNEL_PREFIX, WAITING_KEY_PREFIX, set_members, shared_name};
 use crate::proto::resp::Arg;
-use crate::proto::session::{Kind, MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
+use crate::proto::scripts::{MARK_SCRIPT, READER_MARK_SCRIPT, ScriptCall, scripts};
+use crate::proto::session::Kind;
 
 use super::{Engine, node_bit, nodes_in};
 

@@ -21,11 +21,12 @@ use crate::model::token::Token;
 use crate::proto::quarantine::NodeWatch;
 use crate::proto::repair_tally::Repair;
 use crate::proto::resp::{AggregateKind, Frame};
-use crate::proto::session::{
-    Delivery, EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
-    Kind, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, SHARED_EXTEND_SCRIPT, ScriptCall,
+use crate::proto::scripts::{
+    EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, REPAIR_SCRIPT,
+    SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT,
+    SHARED_EXTEND_SCRIPT, ScriptCall,
 };
+use crate::proto::session::{Delivery, Kind};
 
 use super::fence::{Fencing, Stage};
 use super::ledger::Ledger;
@@ -856,7 +857,7 @@ mod tests {
         };
         let d = Delivery {
             tag,
-            kind: Kind::Script(crate::proto::session::RELEASE_SCRIPT),
+            kind: Kind::Script(crate::proto::scripts::RELEASE_SCRIPT),
             reply: Ok(reply),
             generation: 1,
             eviction: crate::model::eviction::Eviction::Never,

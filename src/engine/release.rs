@@ -12,7 +12,7 @@ use crate::model::error::NodeFault;
 use crate::model::round::deadline_after;
 use crate::model::token::Token;
 use crate::proto::resp::{Arg, Frame};
-use crate::proto::session::{
+use crate::proto::scripts::{
     QUIET_RELEASE_SCRIPT, RELEASE_SCRIPT, SET_RELEASE_SCRIPT, SHARED_RELEASE_SCRIPT, ScriptCall,
 };
 use bytes::BytesMut;
@@ -320,7 +320,7 @@ mod tests {
     fn a_release_call_carries_the_notice_and_says_when_the_releaser_listens() {
         let token = Token::from_bytes(&[7; 20]).unwrap();
         let mut buf = BytesMut::new();
-        let all = crate::proto::session::scripts();
+        let all = crate::proto::scripts::scripts();
         // (script, the call's last argument) for a resource, quiet or not, subscribed or not.
         let mut call = |resource: &[u8], quiet: bool, me: bool| {
             let call = release_call(&mut buf, 1, resource, &token, quiet, me);

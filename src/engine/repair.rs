@@ -12,7 +12,8 @@ use crate::model::round::deadline_after;
 use crate::proto::fencing::FENCE_KEY;
 use crate::proto::repair_tally::{FenceFloor, Repair};
 use crate::proto::resp::Arg;
-use crate::proto::session::{Kind, REPAIR_SCRIPT, scripts};
+use crate::proto::scripts::{REPAIR_SCRIPT, scripts};
+use crate::proto::session::Kind;
 
 use super::{Engine, OpKind, script_call};
 

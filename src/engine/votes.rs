@@ -395,7 +395,7 @@ pub(super) fn vote_of(
         // command or subcommand").
         (Kind::Script(index), Ok(Frame::Error(e))) if is_acl_refusal(e) => {
             Err(NodeFault::Permission {
-                command: crate::proto::session::SCRIPT_CALLS[index],
+                command: crate::proto::scripts::SCRIPT_CALLS[index],
                 message: clipped(e.message),
             })
         }

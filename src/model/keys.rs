@@ -92,12 +92,6 @@ pub fn shared_name(resource: &[u8]) -> Option<&[u8]> {
     resource.strip_prefix(SHARED_PREFIX.as_bytes())
 }
 
-/// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
-/// where no key exists or the key already is a mark of ours ([`MARK_VALUE`] or
-/// [`READER_MARK_VALUE`]). Answers 1 if marked, 0 if the key is someone else's (or not
-/// readable: an ACL without `redlock:*`, another type).
-pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
-
 /// The prefix of a set of resources locked all or none ([`ResourceSet`](crate::ResourceSet)): this prefix, then
 /// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
 /// key on a server: the engine sends a set's members as the keys of the set scripts
@@ -271,12 +265,6 @@ pub(crate) fn permit_key(name: &[u8], i: u32) -> Vec<u8> {
     key
 }
 
-/// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`] where
-/// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
-/// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
-/// else's.
-pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" then return 1 end return 0";
-
 /// Checks a shared resource: `None` if `resource` is not one; else whether its name is
 /// accepted by `check`.
 pub(crate) fn check_shared(
@@ -398,43 +386,6 @@ mod tests {
     fn permit_keys_are_the_name_a_hash_and_the_index() {
         assert_eq!(permit_key(b"deploy", 0), b"deploy#0");
         assert_eq!(permit_key(b"deploy", 63), b"deploy#63");
-    }
-
-    #[test]
-    fn the_mark_value_is_the_one_the_scripts_compare() {
-        let literal = format!("\"{MARK_VALUE}\"");
-        assert_eq!(MARK_BODY.matches(&literal).count(), 2);
-        assert_eq!(
-            crate::proto::session::RELEASE_BODY
-                .matches(&literal)
-                .count(),
-            1
-        );
-        // Not a token this crate could make: tokens are base64-like, without spaces.
-        assert!(MARK_VALUE.contains(' '));
-        let token = crate::model::token::Token::generate().unwrap();
-        assert!(!token.as_bytes().contains(&b' '));
-    }
-
-    #[test]
-    fn the_readers_marker_is_no_token_and_the_shared_scripts_name_it() {
-        // Longer than any token a lock may carry: no reader can be the marker.
-        assert!(READERS_MARKER.len() > crate::model::token::MAX_TOKEN_LEN);
-        let literal = format!("\"{READERS_MARKER}\"");
-        assert_eq!(
-            crate::proto::session::SHARED_ACQUIRE_BODY
-                .matches(&literal)
-                .count(),
-            2
-        );
-        assert_eq!(
-            crate::proto::session::SHARED_RELEASE_BODY
-                .matches(&literal)
-                .count(),
-            1
-        );
-        // Not shaped as a token either (the release's sweep removes only those).
-        assert!(READERS_MARKER.contains(' '));
     }
 
     #[test]

@@ -25,69 +25,6 @@ use crate::proto::resp::Frame;
 
 pub use crate::model::keys::FENCE_KEY;
 
-/// The error a fencing script answers where `redlock:fence` is a hash with fields other than
-/// `run` and `n`: another application's, never written here. Checked before anything is
-/// written (the acquire's `SET NX` included), so that node takes no part in the fenced lock.
-macro_rules! foreign_fence {
-    ($key:literal) => {
-        concat!(
-            "if redis.call(\"hlen\", ",
-            $key,
-            ") > (h[1] and 1 or 0) + (h[2] and 1 or 0) then return redis.error_reply(\"ERR ",
-            "redlock:fence holds fields other than run and n: another application's hash, ",
-            "left as it is; fencing cannot use this node\") end "
-        )
-    };
-}
-pub(crate) use foreign_fence;
-
-/// Acquire and read: the counter `KEYS[2]`'s `run` and `n` (a foreign hash there: an error,
-/// see [`foreign_fence`]), then `SET KEYS[1] ARGV[1] NX PX ARGV[2]`. Answers `{1 or 0, run,
-/// n}` (empty strings for missing fields).
-pub(crate) const ACQUIRE_BODY: &str = concat!(
-    "local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
-    foreign_fence!("KEYS[2]"),
-    "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) ",
-    "return {ok and 1 or 0, h[1] or \"\", h[2] or \"\"}"
-);
-
-/// Write back: raise the counter `KEYS[2]` to the fence `ARGV[2]` if it is seeded for this
-/// process (`run` = `ARGV[3]`) and the lock `KEYS[1]` still holds our token `ARGV[1]`; seed it
-/// (set `run`, and `n` to at least the fence) if it is blank and `ARGV[4]` is `1`. Answers 1
-/// when the node is seeded, holds at least the fence, and still holds our key; else 0. Numbers
-/// compare as canonical decimal strings: exact over all of `u64` (Lua's numbers are doubles).
-/// A foreign hash there: an error, see [`foreign_fence`].
-pub(crate) const WRITE_BODY: &str = concat!(
-    "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
-    foreign_fence!("KEYS[2]"),
-    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.pcall(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0"
-);
-
-/// Repair (`repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
-/// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process
-/// answering on the connection it is sent on (the client learnt it from `INFO server` there).
-/// Answers the counter after the repair. Only ever raises `n`: a counter above `ARGV[1]`
-/// keeps its value. Numbers compare as canonical decimal strings, as in [`WRITE_BODY`]. Needs
-/// no ACL permission beyond the other fencing scripts' (`+hmget +hset +hlen`). A foreign hash
-/// there: an error, see [`foreign_fence`].
-pub(crate) const REPAIR_BODY: &str = concat!(
-    "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[1], \"run\", \"n\") ",
-    foreign_fence!("KEYS[1]"),
-    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n"
-);
-
-/// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
-/// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
-/// winners' counters, nothing is written back. Counters drift apart, and a later quorum that
-/// misses the node with the highest one hands out a smaller fence. Never sent unless the
-/// simulator asks for [`Mutation::FenceNoWriteBack`].
-#[cfg(any(test, feature = "sim"))]
-pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) if not ok then return {0, \"\", \"\"} end return {1, \"\", tostring(redis.call(\"hincrby\", KEYS[2], \"n\", 1))}";
-/// In the default build the wrong construction is not carried: its slot in the scripts' table
-/// holds this, which is never sent.
-#[cfg(not(any(test, feature = "sim")))]
-pub(crate) const INCR_BODY: &str = "return 0";
-
 /// What one node's answer to [`ACQUIRE_BODY`] said about its counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reading {

@@ -5,4 +5,5 @@ pub(crate) mod fencing;
 pub(crate) mod quarantine;
 pub(crate) mod repair_tally;
 pub mod resp;
+pub(crate) mod scripts;
 pub(crate) mod session;

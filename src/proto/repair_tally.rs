@@ -14,7 +14,7 @@
 //!    the process answering (`run` equals the `run_id` that process gave in the connection's
 //!    handshake).
 //! 2. With `V` the larger of the caller's floor and every counter read (seeded or blank),
-//!    [`REPAIR_BODY`](crate::proto::fencing::REPAIR_BODY) on the same connection — `n = max(n, V)`,
+//!    [`REPAIR_BODY`](crate::proto::scripts::REPAIR_BODY) on the same connection — `n = max(n, V)`,
 //!    `run` = that connection's `run_id` — to every node that was seeded, or blank and up for
 //!    the whole seed window before round trip 1 was sent (inside its window, an acquire that
 //!    began before its restart may still be handing out a fence the reads cannot see).

@@ -20,7 +20,8 @@ use crate::model::addr::{Endpoint, NodeAddr};
 use crate::model::config::ConnConfig;
 use crate::model::error::NodeFault;
 use crate::model::stats::{Counter, IoCounters};
-use crate::proto::session::{Kind, ScriptCall, Session, Sink};
+use crate::proto::scripts::ScriptCall;
+use crate::proto::session::{Kind, Session, Sink};
 use crate::runtime::resolve::Lookup;
 #[cfg(feature = "tls")]
 use crate::runtime::tls_stream::TlsStream;

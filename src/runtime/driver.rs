@@ -14,7 +14,8 @@ use crate::model::addr::NodeAddr;
 use crate::model::config::ConnConfig;
 use crate::model::error::NodeFault;
 use crate::model::stats::IoCounters;
-use crate::proto::session::{Kind, ScriptCall, Session};
+use crate::proto::scripts::ScriptCall;
+use crate::proto::session::{Kind, Session};
 use crate::runtime::conn::Conn;
 
 /// The token of the [`Driver::waker`]: beyond any node index.

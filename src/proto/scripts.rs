@@ -1,0 +1,550 @@
+//! Every Lua script the client sends, beside the keys it touches (`model/keys.rs`): the release,
+//! extend and acquire scripts of each kind of lock, the waiting marks, the fencing scripts, and
+//! their table — each sent by hash (`EVALSHA`), its SHA-1 computed once per process, with what
+//! it calls named for ACL refusals. No I/O.
+
+use std::sync::OnceLock;
+
+use sha1::{Digest, Sha1};
+
+use crate::model::keys::readers_marker;
+
+/// A Lua script sent by hash.
+#[derive(Debug)]
+pub(crate) struct Script {
+    pub index: usize,
+    pub body: &'static str,
+    /// `EVALSHA <sha>` as two RESP bulk strings: what every call after the first on a
+    /// connection starts with, encoded once (callgrind: a third of a release's encoding was
+    /// these two bulk strings, every time, for every node).
+    pub evalsha: [u8; EVALSHA_HEAD_LEN],
+}
+
+impl Script {
+    /// The script's SHA1 in hex: taken from its `EVALSHA` head (kept once).
+    #[cfg(any(test, feature = "sim"))]
+    pub fn sha(&self) -> &[u8] {
+        &self.evalsha[18..58]
+    }
+}
+
+/// `$7\r\nEVALSHA\r\n$40\r\n` + 40 hex digits + `\r\n`.
+pub(crate) const EVALSHA_HEAD_LEN: usize = 18 + 40 + 2;
+
+fn evalsha_head(sha: &[u8; 40]) -> [u8; EVALSHA_HEAD_LEN] {
+    let mut head = [0u8; EVALSHA_HEAD_LEN];
+    head[..18].copy_from_slice(b"$7\r\nEVALSHA\r\n$40\r\n");
+    head[18..58].copy_from_slice(sha);
+    head[58..].copy_from_slice(b"\r\n");
+    head
+}
+
+/// One script call: the script, the request's tag, and its arguments after the script's hash
+/// (`numkeys`, the keys, the values): `argc` RESP bulk strings, encoded in `tail`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScriptCall<'a> {
+    pub script: &'a Script,
+    pub tag: u64,
+    pub tail: &'a [u8],
+    pub argc: usize,
+}
+
+/// Compare-and-delete: release the lock only if it still holds our token; then, if the
+/// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::model::keys::WAITING_KEY_PREFIX)) holds a mark
+/// ([`MARK_VALUE`](crate::model::keys::MARK_VALUE)), delete the mark and publish a notice on
+/// `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not ours), or
+/// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
+///
+/// The notice's payload is how many clients listen (`PUBSUB NUMSUB`, read just before the
+/// `PUBLISH`, in a `pcall`: `0` for a user who may not run it), less the releaser itself when
+/// `ARGV[2]` is `1` (it is subscribed too: a queue of its own for the resource lingers, and it
+/// is no waiter — counted, it made a lone waiter pause as if in a crowd of two): each waiter
+/// that hears it spreads its attempt over a span that grows with the others
+/// (`wait::crowd_pause`) instead of all of them attempting at once and splitting the votes.
+/// Only releases that publish pay the lookup (a hash lookup on the server).
+///
+/// Why the mark: a `PUBLISH` from a script costs the server about as much as the rest of the
+/// release (one `redis-benchmark` run, a `SET` and this script per call, 3 rounds: plain
+/// check-and-delete 3.16 µs, publishing every time 3.73 µs, reading the mark with a `GET`
+/// 3.45 µs). Every waiter marks before every attempt it makes, behind its `SUBSCRIBE` on the
+/// same connection, so a release that comes after a refused attempt finds the mark and
+/// publishes: taking the mark away loses no waiter.
+///
+/// Why the mark is read before it is deleted (an earlier version deleted lock and mark in one
+/// two-key `DEL`, 0.16 µs cheaper): the waiting key of `x` may be another client's lock (a
+/// Redlock client that knows nothing of this crate's namespace may lock
+/// `redlock:waiting:x`); only a key that holds the mark value is ours to delete.
+///
+/// The lock's `GET` is a `pcall`: a key of another type (a read lock's sorted set, another
+/// application's data) answers `WRONGTYPE` and is not ours (0); any other refusal (`NOPERM`:
+/// the ACL user may not read its own lock keys) is the answer, so that the caller reads which
+/// command the server refused instead of "not held". The mark's `GET` is a `pcall` too: a user
+/// whose ACL does not reach `redlock:*` keys (or a foreign key of another type) gets an error,
+/// and then a notice every time, as before the mark; so is the mark's `DEL` (an ACL that may
+/// read `redlock:*` but not write it: the lock is released all the same). The publish is in a
+/// `pcall` too: a user who may not publish still releases (waiters then notice by polling).
+pub(crate) const RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+/// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
+/// off): answers 0 (not ours) or 1; a refusal other than `WRONGTYPE` is the answer, as in
+/// [`RELEASE_BODY`].
+pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+/// Compare-and-pexpire: extend the lock only if it still holds our token, and never shorten
+/// it: the key's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 (ours: it lives at least
+/// `ARGV[2]` ms more) or 0.
+///
+/// Why never shorten: one lock can be extended through two handles (a `Lock` is `Clone`, or
+/// rebuilt with `Lock::from_parts`), each with its own connection per node. A short extend
+/// delayed on its way can then run on a node after a long one that was sent later: a plain
+/// `PEXPIRE` would cut the key to `t_late + short` while the long extend's caller relies on
+/// `start + long − drift`. With the maximum, every extend that answered 1 is backed by the key
+/// for its whole TTL, in whatever order the extends run (tests/safety.rs).
+///
+/// How: `PEXPIRE … GT` (Redis 7), which needs no permission beyond `PEXPIRE` — an ACL rule
+/// written for the plain `PEXPIRE` keeps working. Before Redis 7 (`GT` is a syntax error
+/// there) `PTTL` and a `PEXPIRE` if it is shorter; a Redis 6 user without `+pttl` gets the
+/// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
+/// A refusal of the `GET` other than `WRONGTYPE` is the answer, as in [`RELEASE_BODY`].
+pub(crate) const EXTEND_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+
+/// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
+/// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
+/// exists, else none is. Answers 1 (all set) or 0. Each member is a plain string lock, so a
+/// `SET NX` of any member by any client fails while the set is held, and the set is refused
+/// while any member is held (by a plain lock, a reader, another set).
+pub(crate) const SET_ACQUIRE_BODY: &str = "if redis.call(\"exists\", unpack(KEYS)) > 0 then return 0 end for i = 1, #KEYS do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end return 1";
+/// [`SET_ACQUIRE_BODY`] with the fence counter's read, as the fenced acquire of one resource
+/// (`fence.rs`): the last key is the counter, read first (a foreign hash there: an error,
+/// nothing set). Answers `{1 or 0, run, n}`.
+pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
+    "local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") ",
+    crate::proto::scripts::foreign_fence!("KEYS[#KEYS]"),
+    "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end return {ok, h[1] or \"\", h[2] or \"\"}"
+);
+/// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
+/// deleted, and with `ARGV[2]` = `1` (or `2`: the releaser is subscribed too, and not
+/// counted) its waiters are told as a single lock's are. Answers 0 (no member was ours) or
+/// 1 + 2 × the clients the notices reached. One `MGET` of the members
+/// and one of their waiting keys rather than a `GET` each: a set of 8 is one call per
+/// purpose, not 8 (the servers share the CPU with the client on a small machine, and
+/// their time is the cycle's). A member of another type reads as not ours (`MGET` answers
+/// nil for it); an ACL that refuses the waiting keys gets the notices every time, as
+/// [`RELEASE_BODY`]'s users do.
+pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
+/// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
+/// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
+pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
+
+/// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
+/// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
+/// expiry (ms on this node's clock, `TIME`), beside the member
+/// [`READERS_MARKER`](crate::model::keys::READERS_MARKER) scored `+inf`, which makes the set ours.
+/// The reader `ARGV[1]` is added with a TTL of `ARGV[2]` ms where no key exists (the set is
+/// made, marker and reader in one `ZADD`) or where the key is our read lock: a sorted set that
+/// holds the marker and has a TTL. It is refused, the key untouched, where the key is anything
+/// else — a writer's string (the marker's `ZSCORE` answers `WRONGTYPE`), a key of another type,
+/// a sorted set without the marker (another application's leaderboard, rate limiter or queue
+/// under the same name, with or without a TTL: joined, its TTL was raised, and the release's
+/// sweep of expired scores deleted its members), a key without a TTL — and where a writer waits
+/// (the waiting mark holds [`MARK_VALUE`](crate::model::keys::MARK_VALUE): so that readers that keep
+/// coming do not starve it). A refusal of the `ZSCORE` other than `WRONGTYPE` (`NOPERM`) is the
+/// answer, so that the caller reads which command was refused. The key lives at least `ARGV[2]`
+/// ms more, set from the argument's text: Redis 7.2.0–7.2.4 turn a Lua number such as 100000000
+/// into `1e+08`, which `PEXPIRE` refuses (after the `ZADD`: a reader left without a TTL).
+/// Answers 1 or 0. Five calls for the first reader (`GET` of the mark, `PTTL`, `TIME`, `ZADD`,
+/// `PEXPIRE`), six for one that joins (the marker's `ZSCORE`): expired readers are dropped by
+/// releases, not here, since the servers' time is the cycle's on a small machine.
+pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
+    "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ",
+    "if m == \"redlock-mux waiting mark\" then return 0 end ",
+    "local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end ",
+    "if p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\") if type(s) == \"table\" then if string.find(s.err, \"WRONGTYPE\", 1, true) then return 0 end return s end ",
+    "if not s then return 0 end end ",
+    "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) ",
+    "local ttl = tonumber(ARGV[2]) ",
+    "if p == -2 then redis.call(\"zadd\", KEYS[1], \"+inf\", \"",
+    readers_marker!(),
+    "\", now + ttl, ARGV[1]) else redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end ",
+    "if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1"
+);
+/// A reader's release: its token leaves the set. Then, on our read lock only (the marker is
+/// there; see [`SHARED_ACQUIRE_BODY`]): if other readers remain, the expired ones among them
+/// (crashed readers) go too — only members shaped as this crate's tokens (27 characters of
+/// base64url), at most 1,000 a release, so that nothing another client put into the key is
+/// removed; if no reader is left, the key is deleted and, with `ARGV[2]` = `1` (or `2`, the
+/// releaser not counted), the waiters are told as [`RELEASE_BODY`] tells them — but a waiting
+/// writer's mark is left in place (a reader's mark goes): the writer's own release deletes it.
+/// Deleted here, it let the readers queued behind it in while the woken writer's attempt was on
+/// its way, and a writer could wait for ever behind readers that kept coming (found by review).
+/// Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as it is:
+/// readers that remain and crash block writers until the longest TTL any reader set (at most
+/// one TTL after the last acquire), as a crashed plain holder does. A refusal of the `ZREM`
+/// other than `WRONGTYPE` is the answer.
+pub(crate) const SHARED_RELEASE_BODY: &str = concat!(
+    "local r = redis.pcall(\"zrem\", KEYS[1], ARGV[1]) ",
+    "if type(r) == \"table\" and not string.find(r.err, \"WRONGTYPE\", 1, true) then return r end ",
+    "if r ~= 1 then return 0 end ",
+    "if not redis.call(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\") then return 1 end ",
+    "if redis.call(\"zcard\", KEYS[1]) > 1 then ",
+    "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) ",
+    "local old = redis.call(\"zrangebyscore\", KEYS[1], \"-inf\", now, \"LIMIT\", \"0\", \"1000\") ",
+    "local gone = {} for i = 1, #old do ",
+    "if #old[i] == 27 and not string.find(old[i], \"[^%w_%-]\") then gone[#gone + 1] = old[i] end end ",
+    "if #gone > 0 then redis.call(\"zrem\", KEYS[1], unpack(gone)) end ",
+    "if redis.call(\"zcard\", KEYS[1]) > 1 then return 1 end end ",
+    "redis.call(\"del\", KEYS[1]) ",
+    "if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end ",
+    "local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) ",
+    "if m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) ",
+    "elseif m ~= \"redlock-mux waiting mark\" and type(m) ~= \"table\" then return 1 end ",
+    "local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) ",
+    "local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) ",
+    "local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) ",
+    "if ok and type(n) == \"number\" then return 1 + 2 * n end return 1"
+);
+/// A reader's extend: only a reader whose expiry has not passed; its expiry becomes
+/// `max(its expiry, now + ARGV[2])`, and the key lives at least `ARGV[2]` ms more (set from
+/// the argument's text, as in [`SHARED_ACQUIRE_BODY`]). Answers 1 or 0; a refusal of the
+/// `ZSCORE` other than `WRONGTYPE` is the answer.
+pub(crate) const SHARED_EXTEND_BODY: &str = "local s = redis.pcall(\"zscore\", KEYS[1], ARGV[1]) if type(s) == \"table\" and not string.find(s.err, \"WRONGTYPE\", 1, true) then return s end if type(s) ~= \"string\" then return 0 end local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) if tonumber(s) <= now then return 0 end local ttl = tonumber(ARGV[2]) if now + ttl > tonumber(s) then redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end if redis.call(\"pttl\", KEYS[1]) < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1";
+
+fn sha_hex(body: &str) -> [u8; 40] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digest = Sha1::digest(body.as_bytes());
+    let mut out = [0u8; 40];
+    for (i, byte) in digest.iter().enumerate() {
+        out[2 * i] = HEX[usize::from(byte >> 4)];
+        out[2 * i + 1] = HEX[usize::from(byte & 15)];
+    }
+    out
+}
+
+/// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
+/// where no key exists or the key already is a mark of ours ([`MARK_VALUE`] or
+/// [`READER_MARK_VALUE`]). Answers 1 if marked, 0 if the key is someone else's (or not
+/// readable: an ACL without `redlock:*`, another type).
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+
+/// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`] where
+/// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
+/// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
+/// else's.
+pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" then return 1 end return 0";
+
+/// The error a fencing script answers where `redlock:fence` is a hash with fields other than
+/// `run` and `n`: another application's, never written here. Checked before anything is
+/// written (the acquire's `SET NX` included), so that node takes no part in the fenced lock.
+macro_rules! foreign_fence {
+    ($key:literal) => {
+        concat!(
+            "if redis.call(\"hlen\", ",
+            $key,
+            ") > (h[1] and 1 or 0) + (h[2] and 1 or 0) then return redis.error_reply(\"ERR ",
+            "redlock:fence holds fields other than run and n: another application's hash, ",
+            "left as it is; fencing cannot use this node\") end "
+        )
+    };
+}
+pub(crate) use foreign_fence;
+
+/// Acquire and read: the counter `KEYS[2]`'s `run` and `n` (a foreign hash there: an error,
+/// see [`foreign_fence`]), then `SET KEYS[1] ARGV[1] NX PX ARGV[2]`. Answers `{1 or 0, run,
+/// n}` (empty strings for missing fields).
+pub(crate) const ACQUIRE_BODY: &str = concat!(
+    "local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
+    foreign_fence!("KEYS[2]"),
+    "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) ",
+    "return {ok and 1 or 0, h[1] or \"\", h[2] or \"\"}"
+);
+
+/// Write back: raise the counter `KEYS[2]` to the fence `ARGV[2]` if it is seeded for this
+/// process (`run` = `ARGV[3]`) and the lock `KEYS[1]` still holds our token `ARGV[1]`; seed it
+/// (set `run`, and `n` to at least the fence) if it is blank and `ARGV[4]` is `1`. Answers 1
+/// when the node is seeded, holds at least the fence, and still holds our key; else 0. Numbers
+/// compare as canonical decimal strings: exact over all of `u64` (Lua's numbers are doubles).
+/// A foreign hash there: an error, see [`foreign_fence`].
+pub(crate) const WRITE_BODY: &str = concat!(
+    "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
+    foreign_fence!("KEYS[2]"),
+    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.pcall(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0"
+);
+
+/// Repair (`repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
+/// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process
+/// answering on the connection it is sent on (the client learnt it from `INFO server` there).
+/// Answers the counter after the repair. Only ever raises `n`: a counter above `ARGV[1]`
+/// keeps its value. Numbers compare as canonical decimal strings, as in [`WRITE_BODY`]. Needs
+/// no ACL permission beyond the other fencing scripts' (`+hmget +hset +hlen`). A foreign hash
+/// there: an error, see [`foreign_fence`].
+pub(crate) const REPAIR_BODY: &str = concat!(
+    "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[1], \"run\", \"n\") ",
+    foreign_fence!("KEYS[1]"),
+    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n"
+);
+
+/// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
+/// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
+/// winners' counters, nothing is written back. Counters drift apart, and a later quorum that
+/// misses the node with the highest one hands out a smaller fence. Never sent unless the
+/// simulator asks for [`Mutation::FenceNoWriteBack`].
+#[cfg(any(test, feature = "sim"))]
+pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) if not ok then return {0, \"\", \"\"} end return {1, \"\", tostring(redis.call(\"hincrby\", KEYS[2], \"n\", 1))}";
+/// In the default build the wrong construction is not carried: its slot in the scripts' table
+/// holds this, which is never sent.
+#[cfg(not(any(test, feature = "sim")))]
+pub(crate) const INCR_BODY: &str = "return 0";
+
+/// How many scripts there are (see [`scripts`]).
+pub(crate) const SCRIPT_COUNT: usize = 16;
+
+/// The index of the release (compare-and-delete, then the notice) in [`scripts`].
+pub(crate) const RELEASE_SCRIPT: usize = 0;
+
+/// The index of the extend (compare-and-pexpire) in [`scripts`].
+pub(crate) const EXTEND_SCRIPT: usize = 1;
+
+/// The index of the fenced acquire (`SET NX` and the counter's read) in [`scripts`].
+pub(crate) const FENCED_ACQUIRE_SCRIPT: usize = 2;
+
+/// The index of the fence write-back in [`scripts`].
+pub(crate) const FENCE_WRITE_SCRIPT: usize = 3;
+
+/// The index of the simulator's flawed fenced acquire (no write-back) in [`scripts`].
+pub(crate) const FLAWED_ACQUIRE_SCRIPT: usize = 4;
+
+/// The index of the release without the notice in [`scripts`].
+pub(crate) const QUIET_RELEASE_SCRIPT: usize = 5;
+
+/// The index of the waiting mark's script in [`scripts`].
+pub(crate) const MARK_SCRIPT: usize = 6;
+
+/// The index of the fence repair's script in [`scripts`].
+pub(crate) const REPAIR_SCRIPT: usize = 7;
+
+/// The index of the all-or-none acquire of a set in [`scripts`].
+pub(crate) const SET_ACQUIRE_SCRIPT: usize = 8;
+
+/// The index of the fenced all-or-none acquire of a set in [`scripts`].
+pub(crate) const SET_FENCED_ACQUIRE_SCRIPT: usize = 9;
+
+/// The index of a set's release (with or without notices: its last argument) in [`scripts`].
+pub(crate) const SET_RELEASE_SCRIPT: usize = 10;
+
+/// The index of a set's extend in [`scripts`].
+pub(crate) const SET_EXTEND_SCRIPT: usize = 11;
+
+/// The index of a shared (read) lock's acquire in [`scripts`].
+pub(crate) const SHARED_ACQUIRE_SCRIPT: usize = 12;
+
+/// The index of a shared lock's release (notices on or off by its last argument).
+pub(crate) const SHARED_RELEASE_SCRIPT: usize = 13;
+
+/// The index of a shared lock's extend.
+pub(crate) const SHARED_EXTEND_SCRIPT: usize = 14;
+
+/// The index of a waiting reader's mark (`keys.rs`).
+pub(crate) const READER_MARK_SCRIPT: usize = 15;
+
+/// What each script is and the commands it calls, by index, as an ACL refusal of one of them
+/// names it ([`NodeFault::Permission`]): the user needs every one (docs/production.md gives a
+/// rule that grants them). A unit test holds each against its body.
+pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
+    "the release script (GET, DEL, PUBSUB NUMSUB, PUBLISH)",
+    "the extend script (GET, PEXPIRE, PTTL)",
+    "the fenced acquire script (HMGET, HLEN, SET)",
+    "the fence write-back script (HMGET, HLEN, GET, HSET)",
+    "the simulator's flawed fenced acquire (SET, HINCRBY)",
+    "the release script (GET, DEL)",
+    "the waiting mark's script (GET, SET)",
+    "the fence repair script (HMGET, HLEN, HSET)",
+    "a set's acquire script (EXISTS, SET)",
+    "a set's fenced acquire script (HMGET, HLEN, EXISTS, SET)",
+    "a set's release script (MGET, DEL, PUBSUB NUMSUB, PUBLISH)",
+    "a set's extend script (MGET, PEXPIRE, PTTL)",
+    "a read lock's acquire script (GET, PTTL, ZSCORE, TIME, ZADD, PEXPIRE)",
+    "a read lock's release script (ZREM, ZSCORE, ZCARD, TIME, ZRANGEBYSCORE, DEL, GET, PUBSUB NUMSUB, PUBLISH)",
+    "a read lock's extend script (ZSCORE, TIME, ZADD, PTTL, PEXPIRE)",
+    "a waiting reader's mark script (GET, SET)",
+];
+
+/// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
+/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
+/// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`), 8–11
+/// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
+/// and extend, and a waiting reader's mark.
+pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
+    static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
+    SCRIPTS.get_or_init(|| {
+        let bodies = [
+            RELEASE_BODY,
+            EXTEND_BODY,
+            crate::proto::scripts::ACQUIRE_BODY,
+            crate::proto::scripts::WRITE_BODY,
+            crate::proto::scripts::INCR_BODY,
+            QUIET_RELEASE_BODY,
+            crate::proto::scripts::MARK_BODY,
+            crate::proto::scripts::REPAIR_BODY,
+            SET_ACQUIRE_BODY,
+            SET_FENCED_ACQUIRE_BODY,
+            SET_RELEASE_BODY,
+            SET_EXTEND_BODY,
+            SHARED_ACQUIRE_BODY,
+            SHARED_RELEASE_BODY,
+            SHARED_EXTEND_BODY,
+            crate::proto::scripts::READER_MARK_BODY,
+        ];
+        let mut index = 0;
+        bodies.map(|body| {
+            index += 1;
+            let sha = sha_hex(body);
+            Script {
+                index: index - 1,
+                body,
+                evalsha: evalsha_head(&sha),
+            }
+        })
+    })
+}
+
+/// Scripts that write a new hold (an acquire's): not sent again after a `NOSCRIPT` once other
+/// requests are behind them on the connection (`State::on_frame`).
+pub(crate) fn writes_a_hold(index: usize) -> bool {
+    matches!(
+        index,
+        FENCED_ACQUIRE_SCRIPT
+            | FLAWED_ACQUIRE_SCRIPT
+            | SET_ACQUIRE_SCRIPT
+            | SET_FENCED_ACQUIRE_SCRIPT
+            | SHARED_ACQUIRE_SCRIPT
+    )
+}
+
+/// Scripts that may be sent again on a fresh connection: releases and extend (compare-and-
+/// delete, compare-and-pexpire). Not the fenced ones: the acquire holds a `SET NX`, and a
+/// write-back or a repair carries the `run_id` of the connection it was meant for.
+pub(crate) fn replayable(index: usize) -> bool {
+    matches!(
+        index,
+        RELEASE_SCRIPT
+            | EXTEND_SCRIPT
+            | QUIET_RELEASE_SCRIPT
+            | SET_RELEASE_SCRIPT
+            | SET_EXTEND_SCRIPT
+            | SHARED_RELEASE_SCRIPT
+            | SHARED_EXTEND_SCRIPT
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::keys::{MARK_VALUE, READERS_MARKER};
+
+    #[test]
+    fn every_ttl_a_script_sets_is_an_argument_as_the_client_wrote_it() {
+        // Redis 7.2.0–7.2.4 turn Lua numbers such as 100000000 into `1e+08`, which `PEXPIRE`
+        // and `SET … PX` refuse: a script that computed a TTL and passed the number failed
+        // half-way (the shared acquire left a reader without a TTL). Every TTL argument is
+        // `ARGV[…]`, the decimal text the client sent.
+        let mut seen = 0;
+        for script in scripts() {
+            let body = script.body;
+            for (at, _) in body
+                .match_indices("\"pexpire\", ")
+                .chain(body.match_indices("\"PX\", "))
+            {
+                let rest = &body[at..];
+                let args = &rest[rest.find(", ").unwrap() + 2..rest.find(')').unwrap()];
+                let ttl = if rest.starts_with("\"PX\"") {
+                    args
+                } else {
+                    args.split(", ").nth(1).unwrap_or("")
+                };
+                assert!(ttl.starts_with("ARGV["), "{ttl:?} in {body}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 8, "only {seen} TTLs found: the scan misses them");
+    }
+
+    /// The commands a script's body calls, upper case, in the order first called.
+    fn calls(body: &str) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut found: Vec<(usize, String)> = Vec::new();
+        for head in ["redis.call(\"", "redis.pcall(\"", "pcall(redis.call, \""] {
+            for (at, _) in body.match_indices(head) {
+                let rest = &body[at + head.len()..];
+                let name = rest[..rest.find('"').unwrap()].to_uppercase();
+                found.push((
+                    at,
+                    if name == "PUBSUB" {
+                        "PUBSUB NUMSUB".into()
+                    } else {
+                        name
+                    },
+                ));
+            }
+        }
+        found.sort();
+        for (_, name) in found {
+            if !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_script_names_the_commands_it_calls() {
+        for script in scripts() {
+            if script.index == FLAWED_ACQUIRE_SCRIPT && !cfg!(any(test, feature = "sim")) {
+                continue;
+            }
+            let named = SCRIPT_CALLS[script.index];
+            let list = &named[named.find('(').unwrap() + 1..named.len() - 1];
+            let listed: Vec<&str> = list.split(", ").collect();
+            assert_eq!(
+                listed,
+                calls(script.body),
+                "script {}: {named}",
+                script.index
+            );
+        }
+    }
+
+    #[test]
+    fn script_hashes_match_redis() {
+        // SHA-1 of the bodies, as `SCRIPT LOAD` would answer.
+        let s = scripts();
+        assert_eq!(s[0].sha(), &sha_hex(RELEASE_BODY)[..]);
+        assert_eq!(
+            std::str::from_utf8(&sha_hex("return 1")).unwrap(),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
+    }
+
+    #[test]
+    fn the_mark_value_is_the_one_the_scripts_compare() {
+        let literal = format!("\"{MARK_VALUE}\"");
+        assert_eq!(MARK_BODY.matches(&literal).count(), 2);
+        assert_eq!(RELEASE_BODY.matches(&literal).count(), 1);
+        // Not a token this crate could make: tokens are base64-like, without spaces.
+        assert!(MARK_VALUE.contains(' '));
+        let token = crate::model::token::Token::generate().unwrap();
+        assert!(!token.as_bytes().contains(&b' '));
+    }
+
+    #[test]
+    fn the_readers_marker_is_no_token_and_the_shared_scripts_name_it() {
+        // Longer than any token a lock may carry: no reader can be the marker.
+        assert!(READERS_MARKER.len() > crate::model::token::MAX_TOKEN_LEN);
+        let literal = format!("\"{READERS_MARKER}\"");
+        assert_eq!(SHARED_ACQUIRE_BODY.matches(&literal).count(), 2);
+        assert_eq!(SHARED_RELEASE_BODY.matches(&literal).count(), 1);
+        // Not shaped as a token either (the release's sweep removes only those).
+        assert!(READERS_MARKER.contains(' '));
+    }
+}
