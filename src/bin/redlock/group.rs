@@ -279,7 +279,7 @@ pub fn watchdog_main() -> u8 {
     if !set_up_by_run() {
         // Run by hand, it could kill a process group it does not own.
         say!("redlock: {WATCHDOG_ARG} is internal to `redlock run`");
-        return super::exit::USAGE;
+        return crate::fail::exit::USAGE;
     }
     ignore_signals();
     // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
@@ -297,7 +297,7 @@ pub fn watchdog_main() -> u8 {
         }
         while let Some(msg) = inbox.next_message() {
             match msg {
-                Message::Done => return super::exit::OK,
+                Message::Done => return crate::fail::exit::OK,
                 Message::Deadline(ns) => deadline = Some(ns),
             }
         }

@@ -1,12 +1,16 @@
 //! `redlock`: a distributed `flock(1)` over N independent Redis masters, built on `redlock_mux`.
 //!
 //! This file parses the arguments and dispatches; each subcommand has a file of its own under
-//! `commands/` (the way mini-redis keeps one file per command), and `common.rs` holds what they
-//! share. Built only with the `cli` feature: `cargo build --release --features cli`. User
+//! `commands/` (the way mini-redis keeps one file per command), and the files beside this one
+//! hold what they share, each one thing: the option groups (`options.rs`) and their value
+//! parsers (`parse.rs`), the server list (`server_list.rs`), failures and exit codes
+//! (`fail.rs`), acquiring under the waiting rule (`waiting.rs`), what RESOURCE arguments name
+//! (`names.rs`), the JSON shapes (`json.rs`), text for people (`text.rs`), and COMMAND's
+//! process group with its watchdog (`group.rs`). Built only with the `cli` feature: `cargo build --release --features cli`. User
 //! documentation: `docs/cli.md`.
 //!
 //! Every failure is one line on stderr, `redlock: what happened (and on which node)`, and a stable
-//! exit code (see [`common::exit`]). No panic reaches the user: one is reported as an internal
+//! exit code (see [`fail::exit`]). No panic reaches the user: one is reported as an internal
 //! error (70).
 
 use std::ffi::OsString;
@@ -41,13 +45,20 @@ macro_rules! say {
 }
 
 mod commands;
-mod common;
+mod fail;
 mod group;
+mod json;
+mod names;
+mod options;
+mod parse;
+mod server_list;
+mod text;
+mod waiting;
 
 use commands::{
     acquire, bench, completions, demo, extend, man, release, repair_fences, run, status,
 };
-use common::exit;
+use fail::exit;
 
 const MAIN_HELP: &str = "\
 Servers:
@@ -122,10 +133,10 @@ enum Command {
     Acquire(acquire::AcquireArgs),
     /// Release RESOURCE held with TOKEN
     #[command(after_help = release::HELP)]
-    Release(release::ReleaseArgs),
+    Release(options::HeldLock),
     /// Extend RESOURCE held with TOKEN to a full TTL from now
     #[command(after_help = extend::HELP)]
-    Extend(extend::ExtendArgs),
+    Extend(options::HeldLock),
     /// Show what each node holds for RESOURCE; exit 0 if a quorum holds it, 1 if not
     #[command(after_help = status::HELP)]
     Status(status::StatusArgs),
@@ -153,17 +164,17 @@ impl Command {
             Command::Run(a) => ("run", false, Some(&a.resource)),
             Command::Acquire(a) => (
                 "acquire",
-                a.output.json,
+                a.call.output.json,
                 a.resources.first().map(String::as_str),
             ),
-            Command::Release(a) => ("release", a.output.json, Some(a.resource.as_str())),
-            Command::Extend(a) => ("extend", a.output.json, Some(a.resource.as_str())),
+            Command::Release(a) => ("release", a.call.output.json, Some(a.resource.as_str())),
+            Command::Extend(a) => ("extend", a.call.output.json, Some(a.resource.as_str())),
             Command::Status(a) => (
                 "status",
-                a.output.json,
+                a.call.output.json,
                 a.resources.first().map(String::as_str),
             ),
-            Command::RepairFences(a) => ("repair-fences", a.output.json, None),
+            Command::RepairFences(a) => ("repair-fences", a.call.output.json, None),
             Command::Demo(_) => ("demo", false, None),
             Command::Bench(_) => ("bench", false, None),
             Command::Completions(_) => ("completions", false, None),
@@ -172,15 +183,14 @@ impl Command {
     }
 
     /// The lock options, for the subcommands that talk to servers.
-    fn lock_options_mut(&mut self) -> Option<&mut common::LockOptions> {
+    fn lock_options_mut(&mut self) -> Option<&mut options::LockOptions> {
         match self {
             Command::Run(a) => Some(&mut a.opts),
-            Command::Acquire(a) => Some(&mut a.opts),
-            Command::Release(a) => Some(&mut a.opts),
-            Command::Extend(a) => Some(&mut a.opts),
-            Command::Status(a) => Some(&mut a.opts),
+            Command::Acquire(a) => Some(&mut a.call.opts),
+            Command::Release(a) | Command::Extend(a) => Some(&mut a.call.opts),
+            Command::Status(a) => Some(&mut a.call.opts),
             Command::Bench(a) => Some(&mut a.opts),
-            Command::RepairFences(a) => Some(&mut a.opts),
+            Command::RepairFences(a) => Some(&mut a.call.opts),
             Command::Demo(_) | Command::Completions(_) | Command::Man(_) => None,
         }
     }
@@ -189,11 +199,10 @@ impl Command {
     fn quiet(&self) -> bool {
         match self {
             Command::Run(a) => a.quiet,
-            Command::Acquire(a) => a.output.quiet,
-            Command::Release(a) => a.output.quiet,
-            Command::Extend(a) => a.output.quiet,
-            Command::Status(a) => a.output.quiet,
-            Command::RepairFences(a) => a.output.quiet,
+            Command::Acquire(a) => a.call.output.quiet,
+            Command::Release(a) | Command::Extend(a) => a.call.output.quiet,
+            Command::Status(a) => a.call.output.quiet,
+            Command::RepairFences(a) => a.call.output.quiet,
             Command::Demo(_) | Command::Bench(_) | Command::Completions(_) | Command::Man(_) => {
                 false
             }
@@ -203,7 +212,7 @@ impl Command {
 
 /// The options that came before the subcommand in versions where they were global
 /// (`redlock --server URL --quarantine off run …`) are moved behind it, so that those command
-/// lines keep working; so are the other lock options ([`common::LockOptions`]), which every
+/// lines keep working; so are the other lock options ([`options::LockOptions`]), which every
 /// subcommand that talks to servers takes.
 fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
     const WITH_VALUE: [&str; 14] = [
@@ -346,7 +355,7 @@ fn real_main() -> u8 {
         Err(fail) => {
             let (name, json, resource) = cli.command.describe();
             if json {
-                common::print_json(&fail.to_json(name, resource));
+                json::print_json(&fail.to_json(name, resource));
             }
             if !(cli.command.quiet() && fail.is_held()) {
                 say!("redlock: {}", fail.message);

@@ -9,7 +9,10 @@ use clap::Args;
 use redlock_mux::{Error, Redlock};
 
 use super::demo::{Tally, interrupt_flag, latency_table, local_servers, progress, version};
-use crate::common::{Fail, LockOptions, code_of, count, exit, fmt_duration};
+use crate::fail::{Fail, code_of, exit};
+use crate::options::LockOptions;
+use crate::parse::count;
+use crate::text::fmt_duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {

@@ -1,5 +1,5 @@
 //! One file per subcommand: its options (a clap `Args` struct), its `--help` text, and the
-//! function that carries it out and returns the exit code (or a [`Fail`](crate::common::Fail)).
+//! function that carries it out and returns the exit code (or a [`Fail`](crate::fail::Fail)).
 
 pub mod acquire;
 pub mod bench;

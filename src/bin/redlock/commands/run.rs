@@ -17,11 +17,12 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
-use crate::common::{
-    self, Fail, LockOptions, NAME_SHOWN, exit, fmt_duration, parse_duration, parse_exit_code,
-    shorten,
-};
+use crate::fail::{Fail, exit};
 use crate::group::{self, Job, Watchdog};
+use crate::options::{LockOptions, build};
+use crate::parse::{parse_duration, parse_exit_code};
+use crate::text::{NAME_SHOWN, fmt_duration, shorten};
+use crate::waiting::{self, held_on, warn_unreachable};
 
 pub const HELP: &str = "\
 Waiting: like flock, run waits until the lock is free (a lock held elsewhere is waited for in
@@ -118,7 +119,7 @@ const DEFAULT_TTL: Duration = Duration::from_secs(10);
 impl RunArgs {
     /// Several resources (`redlock run a b c -- COMMAND`): clap gives the first as RESOURCE
     /// and keeps the rest, `--` and COMMAND as COMMAND; they become one set locked all or none
-    /// (`common::lock_name`), and COMMAND what follows the `--`. With one resource, a `--`
+    /// (`names::lock_name`), and COMMAND what follows the `--`. With one resource, a `--`
     /// right after it is clap's (it is not in COMMAND: `raw`, the command line, has one more)
     /// and COMMAND keeps any later `--` of its own.
     pub fn resolve(&mut self, raw: &[OsString]) -> Result<(), Fail> {
@@ -238,10 +239,10 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     default_sigchld();
     // A kept lock may run for days: no limit on the number of extensions.
     let tuned = a.opts.tuned(DEFAULT_TTL)?;
-    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
-    let lock = common::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
+    let r = build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
+    let lock = waiting::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
     if !a.quiet {
-        common::warn_unreachable(&lock);
+        warn_unreachable(&lock);
     }
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
     let signals = match catch_signals() {
@@ -387,7 +388,7 @@ fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail
         )
         .env(
             "REDLOCK_HELD_ON",
-            common::held_on(kept.lock().nodes().map(|(node, _)| node)),
+            held_on(kept.lock().nodes().map(|(node, _)| node)),
         )
         .env("REDLOCK_TOKEN", kept.lock().token().to_string())
         .env(
