@@ -4,7 +4,7 @@
 use redlock_mux::{Error, NodeFault, NodeStatus, Report};
 use serde_json::{Value, json};
 
-use crate::json::votes_json;
+use crate::json::failure_nodes;
 
 /// The exit codes: stable, documented in `--help`, the README and `docs/cli.md`. They follow
 /// `sysexits.h` where it has a meaning for the case.
@@ -105,10 +105,20 @@ impl Fail {
 
     /// A library error, with what was being done.
     pub fn lib(context: &str, e: &Error) -> Fail {
+        Fail {
+            message: format!("{context}: {e}"),
+            ..Fail::of(e)
+        }
+    }
+
+    /// A library error that says what it is itself: a configuration error ("invalid
+    /// configuration: …", found before anything was sent) found in the options or the names
+    /// given, with no prefix of ours, so that one prefix says it wherever it comes from.
+    pub fn of(e: &Error) -> Fail {
         let (code, kind) = classify(e);
         Fail {
             code,
-            message: format!("{context}: {e}"),
+            message: e.to_string(),
             kind,
             report: e.report().cloned().map(Box::new),
         }
@@ -128,7 +138,7 @@ impl Fail {
             "exit_code": self.code,
             "error": self.kind.name(),
             "message": self.message,
-            "nodes": self.report.as_deref().map(votes_json),
+            "nodes": failure_nodes(self.report.as_deref()),
         })
     }
 }

@@ -14,8 +14,7 @@ use crate::options::{HeldLock, LockOptions};
 pub fn lock_name(resources: &[String], shared: bool) -> Result<String, Fail> {
     match resources {
         [one] if shared => {
-            let lock = redlock_mux::Shared::new(one)
-                .map_err(|e| Fail::new(exit::USAGE, format!("bad resource: {e}")))?;
+            let lock = redlock_mux::Shared::new(one).map_err(|e| Fail::of(&e))?;
             Ok(String::from_utf8_lossy(lock.as_ref()).into_owned())
         }
         _ if shared => Err(Fail::new(
@@ -24,8 +23,7 @@ pub fn lock_name(resources: &[String], shared: bool) -> Result<String, Fail> {
         )),
         [one] => Ok(one.clone()),
         _ => {
-            let set = redlock_mux::ResourceSet::new(resources)
-                .map_err(|e| Fail::new(exit::USAGE, format!("bad resources: {e}")))?;
+            let set = redlock_mux::ResourceSet::new(resources).map_err(|e| Fail::of(&e))?;
             Ok(String::from_utf8_lossy(set.as_ref()).into_owned())
         }
     }
@@ -61,9 +59,7 @@ fn permit_held_by(
     let Some(permits) = permits else {
         return Ok(resource.to_owned());
     };
-    let semaphore = r
-        .semaphore(resource, permits)
-        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let semaphore = r.semaphore(resource, permits).map_err(|e| Fail::of(&e))?;
     let mut best: Option<(usize, String)> = None;
     for i in 0..permits {
         let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
@@ -96,7 +92,7 @@ impl HeldLock {
         let r = handle(opts)?;
         let resource = permit_held_by(&r, &resource, opts.permits, token, timeout)?;
         let lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), validity)
-            .map_err(|e| Fail::lib("bad arguments", &e))?;
+            .map_err(|e| Fail::of(&e))?;
         Ok((r, resource, lock))
     }
 }

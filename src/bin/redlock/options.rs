@@ -25,12 +25,18 @@ pub const HANDLE_TTL: Duration = Duration::from_secs(30);
 /// The servers to use: `-s` / `--server`, or `$REDLOCK_SERVERS`.
 #[derive(Args, Debug, Clone)]
 pub struct Servers {
-    /// A Redis master; repeat the option for each (default: $REDLOCK_SERVERS, comma separated)
+    /// A Redis master (once for each; default: $REDLOCK_SERVERS)
+    ///
+    /// Repeat the option for each master; without it, $REDLOCK_SERVERS, comma separated
     #[arg(long = "server", short = 's', value_name = "URL")]
     pub servers: Vec<String>,
+    /// rediss://: the CA certificates to trust (PEM)
+    ///
     /// rediss:// servers: trust the CA certificates of this PEM file instead of the system's
     #[arg(long, value_name = "FILE", env = "REDLOCK_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
+    /// rediss://: the client certificate chain (PEM)
+    ///
     /// rediss:// servers that ask for a client certificate (mutual TLS): this PEM chain
     #[arg(
         long,
@@ -39,7 +45,7 @@ pub struct Servers {
         env = "REDLOCK_TLS_CERT"
     )]
     pub tls_cert: Option<PathBuf>,
-    /// The private key (PEM) of --tls-cert
+    /// rediss://: the private key of --tls-cert (PEM)
     #[arg(
         long,
         value_name = "FILE",
@@ -47,22 +53,42 @@ pub struct Servers {
         env = "REDLOCK_TLS_KEY"
     )]
     pub tls_key: Option<PathBuf>,
+    /// rediss://: the name the certificates carry
+    ///
     /// rediss:// servers: the name their certificates carry, when the URL's host is not it
     #[arg(long, value_name = "NAME", env = "REDLOCK_TLS_SERVER_NAME")]
     pub tls_server_name: Option<String>,
 }
 
-/// The handle `b` describes; a mistake in it is a usage error (or a configuration one).
+/// The handle `b` describes; a mistake in it is a usage error, said as the library says it.
 pub fn build(b: Builder) -> Result<Redlock, Fail> {
-    b.build().map_err(|e| Fail::lib("bad configuration", &e))
+    b.build().map_err(|e| Fail::of(&e))
 }
+
+/// The restart quarantine of every subcommand without `--quarantine` (or the TTL, if longer:
+/// [`Tuning::window`]). The window keeps a restarted node, which may have lost the keys of
+/// locks still valid, from counting until they have expired: the locks of every holder of the
+/// name, not only this one's, so it must outlast the longest TTL any of them uses. With the
+/// defaults that is `acquire`'s and `extend`'s 30 s (a script's step between two extends);
+/// `run`'s and `bench`'s 10 s locks are covered too. One window for all, so that `status`
+/// shows the quarantine `run` and `acquire` apply.
+pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(30);
+
+// The default window outlasts every subcommand's default TTL.
+const _: () = assert!(
+    DEFAULT_QUARANTINE.as_nanos() >= crate::commands::acquire::DEFAULT_TTL.as_nanos()
+        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::run::DEFAULT_TTL.as_nanos()
+        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::bench::DEFAULT_TTL.as_nanos()
+);
 
 /// `--quarantine` and `--node-timeout`.
 #[derive(Args, Debug, Clone)]
 pub struct Tuning {
+    /// Restart quarantine window (default: 30s, or --ttl if longer)
+    ///
     /// Restart quarantine: a node up for less than this does not count towards a quorum
-    /// (default: one TTL; `off` for servers started just now that never held a lock). status:
-    /// the window the lock holders use (default: --ttl, else 30s)
+    /// (default: 30s, or --ttl if longer; `off` for servers started just now that never held a
+    /// lock). status and repair-fences: the window the lock holders use, the same default
     #[arg(
         long,
         value_name = "DURATION|off",
@@ -70,6 +96,8 @@ pub struct Tuning {
         env = "REDLOCK_QUARANTINE"
     )]
     pub quarantine: Option<Quarantine>,
+    /// How long each attempt waits for each node
+    ///
     /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms;
     /// release: 50ms; status: how long it waits for the answers, default 1s)
     #[arg(
@@ -79,6 +107,8 @@ pub struct Tuning {
         env = "REDLOCK_NODE_TIMEOUT"
     )]
     pub node_timeout: Option<Duration>,
+    /// Count servers that may evict keys (unsafe)
+    ///
     /// Count servers that may evict keys under memory pressure (a `maxmemory` limit with a
     /// policy other than noeviction) as any other. Unsafe: a lock key evicted while held gives
     /// a second holder. Without it such a server's yes does not count
@@ -87,15 +117,23 @@ pub struct Tuning {
 }
 
 impl Tuning {
+    /// The restart quarantine of locks with this TTL: `--quarantine` (`None`: off), else
+    /// [`DEFAULT_QUARANTINE`], or the TTL if it is longer (a window shorter than the TTL would
+    /// not cover the lock's own keys, and the library refuses it).
+    pub fn window(&self, ttl: Duration) -> Option<Duration> {
+        match self.quarantine {
+            Some(Quarantine(q)) => q,
+            None => Some(DEFAULT_QUARANTINE.max(ttl)),
+        }
+    }
+
     /// `base` (the servers' builder) with this TTL and these options.
     pub fn builder(&self, base: Builder, ttl: Duration) -> Builder {
         let mut b = base.ttl(ttl);
         if self.count_evicting_servers_unsafely {
             b = b.evicting_servers(redlock_mux::EvictingServers::CountUnsafely);
         }
-        if let Some(Quarantine(q)) = self.quarantine {
-            b = b.quarantine(q);
-        }
+        b = b.quarantine(self.window(ttl));
         if let Some(t) = self.node_timeout {
             b = b.node_timeout(t);
         }
@@ -106,6 +144,8 @@ impl Tuning {
 /// How `run` and `acquire` wait for a lock held elsewhere: flock(1)'s `-w`, `-n` and `-E`.
 #[derive(Args, Debug, Clone)]
 pub struct Waiting {
+    /// Wait at most this long for a lock held elsewhere
+    ///
     /// Wait at most this long while the lock is held elsewhere: SECONDS as flock takes them
     /// (0.5, 10), a DURATION (250ms, 2m) or `inf` (default: wait until acquired, as flock does)
     #[arg(
@@ -117,6 +157,8 @@ pub struct Waiting {
         env = "REDLOCK_WAIT"
     )]
     pub wait: Option<Wait>,
+    /// Do not wait: one attempt
+    ///
     /// Do not wait: one attempt, and if the lock is held elsewhere exit with 75 (or -E's code)
     #[arg(
         short = 'n',
@@ -126,6 +168,8 @@ pub struct Waiting {
         value_parser = BoolishValueParser::new()
     )]
     pub nonblock: bool,
+    /// The exit code when the lock stays held elsewhere (default: 75)
+    ///
     /// The exit code when the lock stays held elsewhere (default: 75); for run, one that
     /// COMMAND's own exit codes do not use
     #[arg(
@@ -148,8 +192,10 @@ pub struct Waiting {
 pub struct LockOptions {
     #[command(flatten)]
     pub servers: Servers,
-    /// The lock's time to live: without extend or release it expires after this (default: 10s
-    /// for run and bench, which keep it alive, 30s for acquire and extend)
+    /// The lock's time to live
+    ///
+    /// Without extend or release the lock expires after this (default: 10s for run and bench,
+    /// which keep it alive, 30s for acquire and extend)
     #[arg(
         long,
         value_name = "DURATION",
@@ -157,17 +203,23 @@ pub struct LockOptions {
         env = "REDLOCK_TTL"
     )]
     pub ttl: Option<Duration>,
-    /// Fencing tokens: each acquisition also gets a fence, a number greater than that of every
+    /// Fencing tokens: a fence number with each lock
+    ///
+    /// Each acquisition also gets a fence, a number greater than that of every
     /// acquisition completed before it (one more round trip); run passes it to COMMAND as
     /// REDLOCK_FENCE, acquire prints it after the token
     #[arg(long, env = "REDLOCK_FENCING", value_parser = BoolishValueParser::new())]
     pub fence: bool,
+    /// RESOURCE is a semaphore of P permits (1 to 64)
+    ///
     /// RESOURCE is a counting semaphore of P permits (1 to 64): at most P holders at once,
     /// permit i being the lock RESOURCE#i. run and acquire take a free permit; release and
     /// extend find the permit TOKEN holds; status shows every permit. Every caller of RESOURCE
     /// must give the same P (the servers do not record it)
     #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_mux::MAX_PERMITS)))]
     pub permits: Option<u32>,
+    /// A shared (read) lock; flock's -s is --server here
+    ///
     /// A shared (read) lock of RESOURCE: many readers at once, never with a writer (the
     /// default, exclusive lock), and none while a writer waits. flock's -s is --server here:
     /// the short form is -r (read)
@@ -309,10 +361,14 @@ impl Waiting {
 /// `--json` and `--quiet`.
 #[derive(Args, Debug, Clone, Copy)]
 pub struct Output {
+    /// Print one JSON object on stdout
+    ///
     /// Print one JSON object on stdout (on failure too: `"ok": false` with the exit code and
     /// each node's vote)
     #[arg(long)]
     pub json: bool,
+    /// Print nothing on success, nor "held elsewhere"
+    ///
     /// Print nothing on success (the exit code says it), nor when an acquire finds the lock held
     /// elsewhere; other failures are still reported on stderr
     #[arg(short = 'q', long)]
@@ -364,6 +420,8 @@ pub struct HeldLock {
     /// The token `redlock acquire` printed (it may start with '-')
     #[arg(allow_hyphen_values = true)]
     pub token: String,
+    /// The other resources of a set, then its TOKEN
+    ///
     /// Several resources, the lock that `acquire` or `run` took of all of them:
     /// `RESOURCE RESOURCE... TOKEN` (or the one `redlock:set:…` name they exported)
     #[arg(allow_hyphen_values = true, value_name = "RESOURCE... TOKEN")]

@@ -77,7 +77,7 @@ pub fn acquire(
     let semaphore = permits
         .map(|p| r.semaphore(resource, p))
         .transpose()
-        .map_err(|e| Fail::lib("bad arguments", &e))?;
+        .map_err(|e| Fail::of(&e))?;
     let target = Target {
         r,
         resource,

@@ -32,7 +32,7 @@ pub struct BenchArgs {
 }
 
 /// bench's TTL when --ttl is not given.
-const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// `--cycles`: a whole number, at least 1.
 fn parse_cycles(s: &str) -> Result<u64, String> {

@@ -6,6 +6,7 @@ use redlock_mux::Error;
 use serde_json::json;
 
 use crate::fail::{Fail, Kind, exit};
+use crate::json::unreported_votes_json;
 use crate::options::{HeldLock, build};
 use crate::text::{NAME_SHOWN, shorten};
 
@@ -38,6 +39,7 @@ pub fn extend(a: &HeldLock) -> Result<u8, Fail> {
                         "resource": resource,
                         "validity_ms": validity_ms,
                         "ttl_ms": ttl.as_millis() as u64,
+                        "nodes": unreported_votes_json(r.nodes().iter()),
                     })
                 },
                 || format!("extended {name}, valid for {validity_ms} ms"),

@@ -10,4 +10,5 @@ pub mod man;
 pub mod release;
 pub mod repair_fences;
 pub mod run;
+pub mod servers;
 pub mod status;

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::fail::{Fail, check_reachable, exit};
+use crate::json::unreported_votes_json;
 use crate::options::{HANDLE_TTL, HeldLock, build};
 use crate::text::{NAME_SHOWN, shorten};
 
@@ -54,7 +55,7 @@ pub fn release(a: &HeldLock) -> Result<u8, Fail> {
                     "command": "release",
                     "resource": resource,
                     "released": released,
-                    "nodes": n,
+                    "nodes": unreported_votes_json(r.nodes().iter()),
                 })
             },
             || format!("released {name} on {released} of {n} nodes"),

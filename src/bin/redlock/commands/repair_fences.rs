@@ -9,7 +9,7 @@ use redlock_mux::{Error, FenceFloor, FenceRepair, NodeFault, NodeRepair};
 use serde_json::{Value, json};
 
 use crate::fail::{Fail, Kind, exit, is_config_fault};
-use crate::options::{CallOptions, LockOptions, Quarantine};
+use crate::options::{CallOptions, LockOptions};
 use crate::text::{columns, fmt_duration};
 
 pub const HELP: &str = "\
@@ -55,16 +55,15 @@ pub struct RepairFencesArgs {
 }
 
 /// The fenced clients' TTL when `--ttl` is not given: `acquire`'s default.
-const DEFAULT_TTL: Duration = Duration::from_secs(30);
+const DEFAULT_TTL: Duration = super::acquire::DEFAULT_TTL;
 
 /// The seed window the fenced clients use with these options (`Config::seed_window`): their
 /// quarantine window, and at least their TTL; with the quarantine off, their TTL.
 fn seed_window(opts: &LockOptions) -> Duration {
     let ttl = opts.ttl_or(DEFAULT_TTL);
-    match opts.tuning.quarantine {
-        Some(Quarantine(Some(window))) => window.max(ttl),
-        _ => ttl,
-    }
+    opts.tuning
+        .window(ttl)
+        .map_or(ttl, |window| window.max(ttl))
 }
 
 pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {

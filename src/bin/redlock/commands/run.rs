@@ -75,9 +75,13 @@ found. A COMMAND that exits with 75 or 79 itself cannot be told from these witho
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The name of the lock (several: one lock of them all)
+    ///
     /// The name of the lock (the Redis key); several names before `--`
     /// (`redlock run a b c -- COMMAND`): all of them or none, as one lock
     pub resource: String,
+    /// Between SIGTERM and SIGKILL to COMMAND's group
+    ///
     /// After the lock is lost, or after COMMAND exits leaving processes in its group, how long
     /// they get between SIGTERM and SIGKILL
     // (cut short so that SIGKILL goes out before the lock's validity ends)
@@ -86,10 +90,14 @@ pub struct RunArgs {
     /// The exit code when the lock is lost while COMMAND runs (default: 79)
     #[arg(long, value_name = "N", value_parser = parse_exit_code)]
     pub lost_exit_code: Option<u8>,
+    /// Print nothing when the lock is held elsewhere
+    ///
     /// Print nothing when the lock is held elsewhere, nor notes while waiting (the exit code
     /// says it); other failures are still reported
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Run this command line through `sh -c`
+    ///
     /// Run this command line through `sh -c`, as flock -c does (instead of COMMAND...)
     #[arg(
         short = 'c',
@@ -114,7 +122,7 @@ pub struct RunArgs {
 
 /// run's TTL when --ttl is not given: how long the lock outlives a redlock killed with SIGKILL
 /// (while redlock runs, the lock is kept alive).
-const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 impl RunArgs {
     /// Several resources (`redlock run a b c -- COMMAND`): clap gives the first as RESOURCE

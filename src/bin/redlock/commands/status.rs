@@ -7,13 +7,14 @@ use redlock_mux::{Eviction, NodeStatus, Redlock};
 use serde_json::{Value, json};
 
 use crate::fail::{Fail, check_reachable, exit};
-use crate::options::{CallOptions, Quarantine};
+use crate::json::round_ms;
+use crate::options::CallOptions;
 use crate::text::{NAME_SHOWN, columns, shorten};
 
 pub const HELP: &str = "\
 Of the lock options, status uses the servers, the TLS options, --node-timeout (how long it waits
-for the answers, default 1s) and --quarantine (the window the lock holders use: default --ttl,
-else 30s), and ignores the others.
+for the answers, default 1s) and --quarantine (the window the lock holders use: by default the one
+run and acquire use, 30s, or --ttl if longer), and ignores the others.
 
 With --permits P, RESOURCE is a counting semaphore: every permit RESOURCE#i is shown, then how
 many are held; 0 means every permit is held by a quorum (an acquire would wait), 1 that one at
@@ -31,15 +32,11 @@ pub struct StatusArgs {
     #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
     pub resources: Vec<String>,
     // (status uses the servers, the TLS options, --node-timeout as how long it waits for the
-    // answers, default 1s, and --quarantine, the window the lock holders use, default --ttl,
-    // else 30s; it ignores the others)
+    // answers, default 1s, and --quarantine, the window the lock holders use; it ignores the
+    // others)
     #[command(flatten)]
     pub call: CallOptions,
 }
-
-/// The quarantine window status shows without --quarantine or --ttl: the library's default TTL,
-/// which is its default window.
-const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
 /// What a quorum of the nodes says.
 enum Verdict {
@@ -65,10 +62,9 @@ enum Verdict {
 pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // The quarantine window only says which nodes are in it (status takes no lock).
     let opts = &a.call.opts;
-    let Quarantine(window) = opts
-        .tuning
-        .quarantine
-        .unwrap_or(Quarantine(Some(opts.ttl_or(DEFAULT_WINDOW))));
+    // The holders' window: theirs is the default one, or their --ttl if longer (as `run` and
+    // `acquire` compute it), and the TTL they use is --ttl's if given.
+    let window = opts.tuning.window(opts.ttl.unwrap_or(Duration::ZERO));
     let timeout = opts.answer_timeout();
     let r = opts.probe(window)?;
     if let Some(permits) = opts.permits {
@@ -170,9 +166,7 @@ fn permits_status(
     permits: u32,
     timeout: Duration,
 ) -> Result<u8, Fail> {
-    let semaphore = r
-        .semaphore(name, permits)
-        .map_err(|e| Fail::lib("bad arguments", &e))?;
+    let semaphore = r.semaphore(name, permits).map_err(|e| Fail::of(&e))?;
     let mut seen = Permits::default();
     for i in 0..permits {
         let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
@@ -533,7 +527,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "token": token,
                 "pttl_ms": pttl_ms,
                 "readers": s.readers,
-                "rtt_ms": s.state.is_ok().then_some(s.rtt.as_secs_f64() * 1000.0),
+                "rtt_ms": s.state.is_ok().then_some(round_ms(s.rtt.as_secs_f64() * 1000.0)),
                 "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
                 "uptime_s": s.uptime.map(|u| u.as_secs()),
                 "quarantine_ms": s.quarantine.map(|q| q.as_millis() as u64),
