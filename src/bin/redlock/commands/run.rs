@@ -12,6 +12,10 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, raise};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::{Pid, getpgid};
 use redlock_mux::{Error, KeepAlive, Lock, Redlock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::SignalsInfo;
@@ -201,46 +205,27 @@ fn note(msg: std::fmt::Arguments<'_>) {
 
 /// Blocks until COMMAND exits (without reaping it), reporting its stops on the way.
 fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
+    let pid = Pid::from_raw(pid);
     loop {
-        let info = match wait_child(pid, libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT) {
-            Ok(info) => info,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if matches!(
-            info.si_code,
-            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
-        ) {
-            break;
+        // WNOWAIT: `Child::wait` reaps COMMAND, so its pid stays ours until then.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WSTOPPED | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(pid), flags) {
+            Err(Errno::EINTR) => continue,
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => break,
+            // A stop (or a tracer's): looked at below.
+            Ok(_) => {}
         }
         // A stop: consume its report (WNOWAIT left it), so that the next wait blocks until
         // something new happens. If COMMAND was continued meanwhile there is nothing to report.
-        let Ok(again) = wait_child(pid, libc::WSTOPPED | libc::WNOHANG) else {
-            continue;
-        };
-        // SAFETY: si_pid and si_status are valid for SIGCHLD-style reports, which waitid fills.
-        let (who, sig) = unsafe { (again.si_pid(), again.si_status()) };
-        if who == pid && again.si_code == libc::CLD_STOPPED && tx.send(Event::Stopped(sig)).is_err()
+        let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG;
+        if let Ok(WaitStatus::Stopped(who, signal)) = waitid(Id::Pid(pid), flags)
+            && who == pid
+            && tx.send(Event::Stopped(signal as i32)).is_err()
         {
             return;
         }
     }
     let _ = tx.send(Event::Exited);
-}
-
-/// waitid(2) on COMMAND for the changes of state in `flags`. It never reaps COMMAND (`flags`
-/// has WNOWAIT, or no WEXITED): `Child::wait` does, so its pid stays ours until then.
-fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_t> {
-    debug_assert!(flags & libc::WNOWAIT != 0 || flags & libc::WEXITED == 0);
-    // SAFETY: siginfo_t is plain data; waitid only writes into it.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: waitid on our own child, reaping nothing (see above).
-    let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
-    if rc == 0 {
-        Ok(info)
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
@@ -278,7 +263,8 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
 /// found by review), and a later signal to COMMAND's pid could hit another process that reused
 /// it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
 fn default_sigchld() {
-    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD.
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD. No safe
+    // form exists: nix's signal is unsafe for every disposition.
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     }
@@ -802,12 +788,13 @@ impl<'a> Supervisor<'a> {
     /// Sends `signal` to COMMAND's process group, and to COMMAND itself if it left the group.
     fn signal(&self, signal: i32) {
         group::signal_group(self.job.pgid, signal);
-        // SAFETY: getpgid and kill on our own child, which is not reaped before this loop ends,
-        // so its pid cannot have been reused.
-        unsafe {
-            if libc::getpgid(self.pid) != self.job.pgid {
-                libc::kill(self.pid, signal);
-            }
+        // Our own child, which is not reaped before this loop ends, so its pid cannot have
+        // been reused.
+        let pid = Pid::from_raw(self.pid);
+        if getpgid(Some(pid)).is_ok_and(|pg| pg.as_raw() != self.job.pgid)
+            && let Ok(signal) = Signal::try_from(signal)
+        {
+            let _ = kill(pid, signal);
         }
     }
 
@@ -899,11 +886,10 @@ impl<'a> Supervisor<'a> {
         } else {
             libc::SIGSTOP
         };
-        // SAFETY: kill(2) on our own process group, and raise(3) of a stop signal on this thread,
-        // which returns once the process is continued.
-        unsafe {
-            libc::kill(0, libc::SIGTSTP);
-            libc::raise(own);
+        // Our own process group; raise(3) of a stop signal returns once we are continued.
+        let _ = kill(Pid::from_raw(0), Signal::SIGTSTP);
+        if let Ok(own) = Signal::try_from(own) {
+            let _ = raise(own);
         }
         // Continued (`fg` or `bg`). The lock was not extended meanwhile.
         if let Some(e) = self.kept.lost() {
