@@ -254,8 +254,8 @@ impl Watchdog {
 
 /// True if group `pgid` (its leader reaped) has members of which redlock may signal none
 /// (`kill(-pgid, 0)` says EPERM): another user's processes, which `/proc` may not show at all
-/// (mounted `hidepid=2`), so that `survivors`, which sees only what `/proc` shows, missed them
-/// (found by review). A success proves nothing either way — a zombie whose parent does not
+/// (mounted `hidepid=2`), so that `survivors`, which sees only what `/proc` shows, misses them.
+/// A success proves nothing either way — a zombie whose parent does not
 /// reap it (an orphan under a container's init) is a member that `kill` reaches — and what
 /// `/proc` shows of such a group `survivors` has judged. Not tested: it needs `/proc` mounted
 /// `hidepid=2`; the EPERM of a visible process is `survivors`' test's.

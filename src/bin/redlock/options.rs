@@ -266,7 +266,7 @@ impl LockOptions {
     /// `release` and `status`, not for taking a lock).
     pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
         // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
-        // semaphore then refused as a reserved name (found by review: a misleading message).
+        // semaphore then refused as a reserved name (a misleading message).
         if self.permits.is_some() && resources.len() > 1 {
             return Err(Fail::new(
                 exit::USAGE,

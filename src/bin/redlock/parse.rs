@@ -22,7 +22,7 @@ pub fn parse_wait(s: &str) -> Result<Wait, String> {
 }
 
 /// The longest duration an option takes: longer ones overflowed the clock when added to now
-/// (`--grace 300000000000y` panicked at a loss; found by review). `--wait inf` waits forever.
+/// (`--grace 300000000000y` panicked at a loss). `--wait inf` waits forever.
 const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 fn bounded(d: Duration) -> Result<Duration, String> {

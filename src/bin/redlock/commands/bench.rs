@@ -197,7 +197,7 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
         return Ok(exit::INTERRUPTED);
     }
     // A client's first attempt failed and stopped them all: fewer cycles ran than asked, and
-    // their figures are no bench (found by review: it printed them and exited 0).
+    // their figures are no bench (not printed, and no exit 0).
     if let Some(e) = &aborted {
         let context = match t.cycles {
             0 => "bench: no lock acquired".to_owned(),

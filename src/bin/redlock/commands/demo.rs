@@ -34,8 +34,8 @@ pub struct DemoArgs {
     node_timeout: Option<Duration>,
 }
 
-/// `--duration`: a phase of no time runs no lock cycle, and checks nothing (found by review: it
-/// ended with "mutual exclusion violated").
+/// `--duration`: a phase of no time runs no lock cycle, and checks nothing (it would end with
+/// "mutual exclusion violated").
 fn parse_phase(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => {

@@ -1,4 +1,4 @@
-//! `redlock repair-fences`: raise and re-seed blank fence counters (issue 36, item 2), so that
+//! `redlock repair-fences`: raise and re-seed blank fence counters, so that
 //! fenced locks work again after a majority of the servers lost their counters. The argument
 //! and its assumptions: docs/fencing.md, "Repair".
 

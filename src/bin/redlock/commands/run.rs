@@ -259,9 +259,8 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
 
 /// Sets SIGCHLD back to its default action. Ignored from the start (inherited through exec, as
 /// `trap '' CHLD` in a shell script leaves it), it makes the kernel reap every child as it exits:
-/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it exited 70,
-/// found by review), and a later signal to COMMAND's pid could hit another process that reused
-/// it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
+/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it would exit
+/// 70), and a later signal to COMMAND's pid could hit another process that reused it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
 fn default_sigchld() {
     // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD. No safe
     // form exists: nix's signal is unsafe for every disposition.
@@ -345,7 +344,7 @@ fn start(
         Err(fail) => {
             drop(job);
             // COMMAND was killed with its group: released only if nothing of it survived (as
-            // when COMMAND ends; found by review).
+            // when COMMAND ends).
             kill_group_then_release(a, kept, &mut watchdog);
             Err(fail)
         }

@@ -90,8 +90,8 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
             },
         }
     }
-    // An empty name is no key (acquire refuses it too; found by review: status showed "free",
-    // exit 1). So is a set's empty member, or a shared lock's empty name.
+    // An empty name is no key (acquire refuses it too), not a free lock (exit 1). So is a
+    // set's empty member, or a shared lock's empty name.
     if names.iter().any(String::is_empty) {
         return Err(Fail::new(
             exit::USAGE,
@@ -144,7 +144,7 @@ fn status_of(a: &StatusArgs, r: &Redlock, resource: &str, timeout: Duration) -> 
         || table(resource, &statuses) + &summary(resource, &statuses, &verdict),
     );
     // The one JSON object is printed: the failure goes to stderr only, and with -q nowhere (the
-    // exit code says it; found by review: -q still printed it).
+    // exit code says it).
     if let Err(fail) = reachable
         && !output.quiet
     {
@@ -157,8 +157,8 @@ fn status_of(a: &StatusArgs, r: &Redlock, resource: &str, timeout: Duration) -> 
 /// Exit 0 when every permit is held by a quorum (an acquire would have to wait), 1 when one at
 /// least is not, 69 when a permit's nodes could not make a quorum of answers, or when no permit
 /// is surely free but one may be held ([`Verdict::Maybe`]: nobody can say, as `status_of`
-/// answers for one lock; found by review: such a permit counted as not held, exit 1, which a
-/// script took for a free permit).
+/// answers for one lock; counted as not held, exit 1, a script would take it for a free
+/// permit).
 fn permits_status(
     a: &StatusArgs,
     r: &Redlock,
