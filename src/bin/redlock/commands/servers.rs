@@ -37,7 +37,7 @@ them exited; 70 internal.";
 #[derive(Args, Debug)]
 pub struct ServersArgs {
     /// How many redis-servers to start (1 to 15)
-    #[arg(default_value_t = 3, value_parser = |s: &str| count(s, 1, 15))]
+    #[arg(value_name = "N", default_value_t = 3, value_parser = |s: &str| count(s, 1, 15))]
     count: u16,
 }
 
