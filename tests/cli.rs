@@ -2785,3 +2785,221 @@ fn a_part_of_a_set_is_neither_released_nor_extended() {
     assert_code(&o, 0);
     assert!(servers.iter().all(|s| s.dbsize() == 0));
 }
+
+/// `-h` is the short help (each option's first sentence), `--help` the long one (every option
+/// in full, the waiting rules, the environment, the exit codes), as clap's convention has it.
+#[test]
+fn dash_h_is_the_short_help_and_dash_dash_help_the_long_one() {
+    /// How many lines `run -h` may take: its options, one line or two each, and no more.
+    const SHORT_HELP_LINES: usize = 60;
+    let subcommands = [
+        "run",
+        "acquire",
+        "release",
+        "extend",
+        "status",
+        "repair-fences",
+        "servers",
+    ];
+    for sub in subcommands {
+        let short = output(Command::new(BIN).args([sub, "-h"]));
+        let long = output(Command::new(BIN).args([sub, "--help"]));
+        assert_code(&short, 0);
+        assert_code(&long, 0);
+        let (short, long) = (stdout(&short), stdout(&long));
+        assert!(
+            short.lines().count() < long.lines().count(),
+            "{sub}: -h is not shorter than --help"
+        );
+        assert!(!short.contains("Exit codes"), "{sub} -h: {short}");
+        assert!(long.contains("Exit codes"), "{sub} --help: {long}");
+        assert!(
+            short.contains("--help"),
+            "{sub} -h does not point to --help"
+        );
+    }
+    let run = stdout(&output(Command::new(BIN).args(["run", "-h"])));
+    assert!(run.lines().count() <= SHORT_HELP_LINES, "{run}");
+    assert!(run.contains("-w, --wait"), "{run}");
+}
+
+/// flock's `-s` (a shared lock) is `--server` here: a `-s` whose value is no server address is
+/// answered in those terms (64), whether clap found an argument missing or parsed it all. A
+/// `-s` of COMMAND's stays COMMAND's, and `-s URL` a server.
+#[test]
+fn flock_s_is_answered_with_server_and_shared() {
+    const HINT: &str = "-s is --server here; a shared lock is --shared (-r)";
+    for args in [
+        &["run", "-s", "job", "--", "true"][..],
+        &["run", "-sjob", "--", "true"][..],
+        &["acquire", "-s", "job"][..],
+        &["run", "-s", "job", "make", "all"][..],
+        &["-s", "job", "run", "x", "--", "true"][..],
+    ] {
+        let o = output(plain(&[]).args(args));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, HINT);
+    }
+    let servers = Cluster::start(1);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args(["run", "-n", "job", "echo", "-s", "x"]));
+    assert_code(&o, 0);
+    assert_eq!(stdout(&o), "-s x\n");
+    let o = output(redlock(&[]).args(["run", "-n", "-s", &urls[0], "job", "--", "true"]));
+    assert_code(&o, 0);
+    // A server address that does not parse says so, not flock's habit.
+    let o = output(plain(&[]).args(["run", "-s", "redis://127.0.0.1:99999", "j", "--", "true"]));
+    assert_code(&o, 64);
+    assert!(!stderr(&o).contains(HINT), "{}", stderr(&o));
+}
+
+/// A configuration error reaches the user with one prefix, the library's "invalid
+/// configuration", whichever subcommand it comes from.
+#[test]
+fn a_configuration_error_has_one_prefix() {
+    for sub in [
+        &["status", "job"][..],
+        &["acquire", "job"],
+        &["release", "job", "t"],
+    ] {
+        let o = output(plain(&["redis://127.0.0.1:99999".to_owned()]).args(sub));
+        assert_code(&o, 64);
+        assert_one_line_error(&o, "invalid address");
+        let err = stderr(&o);
+        assert_eq!(err.matches("configuration").count(), 1, "{err}");
+        assert!(err.starts_with("redlock: invalid configuration: "), "{err}");
+    }
+}
+
+/// `nodes` has one shape in every `--json` object: an array of objects, one per server, each
+/// naming it; empty only when no server was asked. `rtt_ms` has two decimals.
+#[test]
+fn json_nodes_is_an_array_of_named_servers_in_every_subcommand() {
+    #[track_caller]
+    fn nodes_of(v: &serde_json::Value, n: usize) {
+        let nodes = v["nodes"].as_array().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(nodes.len(), n, "{v}");
+        assert!(nodes.iter().all(|x| x["node"].is_string()), "{v}");
+    }
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args(["acquire", "--json", "job"]));
+    assert_code(&o, 0);
+    let acquired = json_of(&o);
+    nodes_of(&acquired, 3);
+    let token = acquired["token"].as_str().unwrap().to_owned();
+    let failed = output(redlock(&urls).args(["acquire", "--json", "-n", "job"]));
+    assert_code(&failed, 75);
+    nodes_of(&json_of(&failed), 3);
+    let status = output(plain(&urls).args(["status", "--json", "job"]));
+    assert_code(&status, 0);
+    let status = json_of(&status);
+    nodes_of(&status, 3);
+    for node in status["nodes"].as_array().unwrap() {
+        let rtt = node["rtt_ms"].as_f64().unwrap();
+        assert!(((rtt * 100.0).round() - rtt * 100.0).abs() < 1e-6, "{rtt}");
+    }
+    let extended = output(redlock(&urls).args(["extend", "--json", "job", &token]));
+    assert_code(&extended, 0);
+    nodes_of(&json_of(&extended), 3);
+    let released = output(plain(&urls).args(["release", "--json", "job", &token]));
+    assert_code(&released, 0);
+    nodes_of(&json_of(&released), 3);
+    assert_eq!(json_of(&released)["released"], 3);
+    let again = output(plain(&urls).args(["release", "--json", "job", &token]));
+    assert_code(&again, 79);
+    assert!(json_of(&again)["nodes"].is_array());
+    let repaired = output(plain(&urls).args(["repair-fences", "--json", "--quarantine", "off"]));
+    nodes_of(&json_of(&repaired), 3);
+    // No server asked: a usage error's nodes are an empty array, not null.
+    let usage =
+        output(plain(&["redis://127.0.0.1:99999".to_owned()]).args(["acquire", "--json", "job"]));
+    assert_code(&usage, 64);
+    nodes_of(&json_of(&usage), 0);
+}
+
+/// `redlock servers N` starts N servers, prints the export line to paste, and on SIGINT stops
+/// them (their ports closed) and removes their directories, exiting 0.
+#[test]
+fn servers_start_print_the_export_line_and_stop_on_sigint() {
+    use std::io::BufRead;
+    let mut child = spawn(plain(&[]).args(["servers", "2"]));
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr_pipe = child.stderr.take().unwrap();
+    let stderr_text = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr_pipe.read_to_string(&mut text);
+        text
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(LIMIT).expect("the export line");
+    let list = line
+        .trim_end()
+        .strip_prefix("export REDLOCK_SERVERS=")
+        .unwrap_or_else(|| panic!("{line:?}"));
+    let urls: Vec<String> = list.split(',').map(str::to_owned).collect();
+    assert_eq!(urls.len(), 2, "{line}");
+    let o = output(plain(&[]).env("REDLOCK_SERVERS", list).args([
+        "acquire",
+        "--quarantine",
+        "off",
+        "job",
+    ]));
+    assert_code(&o, 0);
+    signal(&child, libc::SIGINT);
+    let status = wait_exit(child, LIMIT);
+    let err = stderr_text.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{status:?}: {err}");
+    let dirs: Vec<&str> = err.lines().filter_map(|l| l.split(" in ").nth(1)).collect();
+    assert_eq!(dirs.len(), 2, "{err}");
+    for dir in dirs {
+        assert!(!Path::new(dir).exists(), "{dir} is left: {err}");
+    }
+    for url in &urls {
+        let addr = url.strip_prefix("redis://").unwrap();
+        assert!(
+            std::net::TcpStream::connect(addr).is_err(),
+            "{addr} still open"
+        );
+    }
+}
+
+/// `status` shows the restart quarantine `run` and `acquire` apply: one default window (30s, or
+/// the TTL if longer), so that on fresh servers the time `run` says a lock is refused for is
+/// the time `status` shows left.
+#[test]
+fn status_shows_the_quarantine_run_applies() {
+    /// How far apart the two may be: uptimes count whole seconds, and the calls are moments
+    /// apart.
+    const SLACK_S: f64 = 2.0;
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let o = output(plain(&urls).args(["run", "-n", "job", "--", "true"]));
+    assert_code(&o, 80);
+    let err = stderr(&o);
+    let refused: f64 = err
+        .split("refused for ")
+        .nth(1)
+        .and_then(|rest| rest.split('s').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{err}"));
+    let status = json_of(&output(plain(&urls).args(["status", "--json", "job"])));
+    let left = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n["quarantine_ms"].as_u64())
+        .max()
+        .unwrap_or_else(|| panic!("{status}")) as f64
+        / 1000.0;
+    assert!(
+        (refused - left).abs() <= SLACK_S,
+        "run: refused for {refused}s, status: {left}s left"
+    );
+    assert!(left > 20.0, "{status}");
+}

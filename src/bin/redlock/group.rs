@@ -24,11 +24,20 @@
 use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll, ppoll};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, killpg, pthread_sigmask};
+use nix::sys::stat::{SFlag, fstat};
+use nix::sys::time::TimeSpec;
+use nix::time::{ClockId, clock_gettime};
+use nix::unistd::{Pid, getpgid, getpgrp, getpid, getsid, isatty, read, tcgetpgrp, tcsetpgrp};
 
 /// The hidden first argument that turns `redlock` into the watchdog.
 pub const WATCHDOG_ARG: &str = "__run-watchdog";
@@ -46,7 +55,7 @@ const INBOX_LEN: usize = 64;
 
 /// How long [`Watchdog::done`] waits for the watchdog to exit, in milliseconds: far more than it
 /// needs to read "done" and exit, and short enough not to hold up redlock's own exit.
-const REAP_WAIT_MS: libc::c_int = 1000;
+const REAP_WAIT_MS: u16 = 1000;
 
 /// How long [`survivors`] gives SIGKILL to take effect on the members of COMMAND's group, in
 /// milliseconds: a killed process exits in microseconds, unless it is stuck in the kernel (an
@@ -62,17 +71,11 @@ const MAX_ANCESTORS: usize = 64;
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec, which lives in this frame.
-    unsafe {
-        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
-    }
-    (ts.tv_sec as u64)
+    // CLOCK_MONOTONIC is always there: the zero of a failure would only be an early deadline.
+    let ts = clock_gettime(ClockId::CLOCK_MONOTONIC).unwrap_or_else(|_| TimeSpec::new(0, 0));
+    (ts.tv_sec() as u64)
         .saturating_mul(NANOS_PER_SEC)
-        .saturating_add(ts.tv_nsec as u64)
+        .saturating_add(ts.tv_nsec() as u64)
 }
 
 /// `t` on the system-wide CLOCK_MONOTONIC (which `Instant` reads on Linux), in nanoseconds.
@@ -105,18 +108,15 @@ fn ignore_signals() {
     for sig in 1..=libc::SIGRTMAX() {
         if !KEEP.contains(&sig) {
             // SAFETY: signal(2) with SIG_IGN installs no handler; failures (the C library's
-            // reserved real-time signals) are harmless.
+            // reserved real-time signals) are harmless. No safe form exists: nix's signal is
+            // unsafe for every disposition, and names no real-time signal.
             unsafe {
                 libc::signal(sig, libc::SIG_IGN);
             }
         }
     }
-    // SAFETY: an empty set, then the mask of this thread (the only one between fork and exec).
-    unsafe {
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-    }
+    // The mask of this thread, the only one between fork and exec: nothing blocked.
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
 }
 
 /// The watchdog as seen from redlock.
@@ -144,7 +144,8 @@ impl Watchdog {
             .current_dir("/")
             .process_group(0);
         // SAFETY: only async-signal-safe calls between fork and exec (signal, sigemptyset,
-        // pthread_sigmask, syscall).
+        // pthread_sigmask, syscall). No safe form exists: a closure that runs in the forked
+        // child is unsafe by nature.
         unsafe {
             cmd.pre_exec(|| {
                 ignore_signals();
@@ -162,14 +163,12 @@ impl Watchdog {
         }
         let child = cmd.spawn()?;
         drop(cmd); // our copy of the read end: only the watchdog may hold it
-        let pipe = File::from(std::os::fd::OwnedFd::from(writer));
+        let pipe = File::from(OwnedFd::from(writer));
         // Never block on the watchdog: should it stop reading, it keeps an older (earlier)
         // deadline, which errs on the safe side.
-        // SAFETY: fcntl on a descriptor we own.
-        unsafe {
-            let fd = pipe.as_raw_fd();
-            let flags = libc::fcntl(fd, libc::F_GETFL);
-            libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK);
+        if let Ok(flags) = fcntl(&pipe, FcntlArg::F_GETFL) {
+            let flags = OFlag::from_bits_truncate(flags) | OFlag::O_NONBLOCK;
+            let _ = fcntl(&pipe, FcntlArg::F_SETFL(flags));
         }
         let mut w = Watchdog {
             child,
@@ -242,36 +241,34 @@ impl Watchdog {
     }
 
     /// Waits at most `ms` for the watchdog to exit (its pidfd turns readable).
-    fn wait_exit(&self, ms: libc::c_int) {
-        // SAFETY: pidfd_open(2) on our own unreaped child; the result is checked.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.child.id(), 0) };
-        if fd >= 0 {
-            // SAFETY: the descriptor was just returned to us.
-            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) };
-            let mut pfd = libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd in this frame. The pidfd turns readable when the watchdog exits.
-            unsafe {
-                libc::poll(&mut pfd, 1, ms);
-            }
+    fn wait_exit(&self, ms: u16) {
+        // Our own unreaped child: its pid names it until it is reaped.
+        if let Some(fd) = pidfd(self.child.id() as libc::pid_t) {
+            let _ = poll(
+                &mut [PollFd::new(fd.as_fd(), PollFlags::POLLIN)],
+                PollTimeout::from(ms),
+            );
         }
     }
 }
 
 /// True if group `pgid` (its leader reaped) has members of which redlock may signal none
 /// (`kill(-pgid, 0)` says EPERM): another user's processes, which `/proc` may not show at all
-/// (mounted `hidepid=2`), so that `survivors`, which sees only what `/proc` shows, missed them
-/// (found by review). A success proves nothing either way — a zombie whose parent does not
+/// (mounted `hidepid=2`), so that `survivors`, which sees only what `/proc` shows, misses them.
+/// A success proves nothing either way — a zombie whose parent does not
 /// reap it (an orphan under a container's init) is a member that `kill` reaches — and what
 /// `/proc` shows of such a group `survivors` has judged. Not tested: it needs `/proc` mounted
 /// `hidepid=2`; the EPERM of a visible process is `survivors`' test's.
 fn hidden_members(pgid: libc::pid_t) -> bool {
-    // SAFETY: kill(2) with signal 0 only checks for members and permission.
-    let r = unsafe { libc::kill(-pgid, 0) };
-    r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    // Signal 0 only checks for members and permission.
+    killpg(Pid::from_raw(pgid), None) == Err(Errno::EPERM)
+}
+
+/// A pidfd of process `pid` (Linux 5.3 on), which turns readable when the process exits;
+/// `None` if it is gone or the kernel has none.
+fn pidfd(pid: libc::pid_t) -> Option<OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 /// `redlock __run-watchdog`: the watchdog process itself. Returns only on "done" or on misuse.
@@ -279,13 +276,10 @@ pub fn watchdog_main() -> u8 {
     if !set_up_by_run() {
         // Run by hand, it could kill a process group it does not own.
         say!("redlock: {WATCHDOG_ARG} is internal to `redlock run`");
-        return super::exit::USAGE;
+        return crate::fail::exit::USAGE;
     }
     ignore_signals();
-    // SAFETY: PR_SET_NAME reads a NUL-terminated name of at most 16 bytes.
-    unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"redlock-watch".as_ptr());
-    }
+    let _ = nix::sys::prctl::set_name(c"redlock-watch");
     let mut deadline: Option<u64> = None;
     let mut inbox = Inbox {
         buf: [0; INBOX_LEN],
@@ -297,7 +291,7 @@ pub fn watchdog_main() -> u8 {
         }
         while let Some(msg) = inbox.next_message() {
             match msg {
-                Message::Done => return super::exit::OK,
+                Message::Done => return crate::fail::exit::OK,
                 Message::Deadline(ns) => deadline = Some(ns),
             }
         }
@@ -307,13 +301,10 @@ pub fn watchdog_main() -> u8 {
 /// Whether this process was started the way `redlock run` starts the watchdog: the leader of
 /// its own process group, reading a pipe.
 fn set_up_by_run() -> bool {
-    // SAFETY: getpgrp, getpid and fstat have no preconditions; fstat writes into `st`.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::getpgrp() == libc::getpid()
-            && libc::fstat(0, &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-    }
+    getpgrp() == getpid()
+        && fstat(io::stdin()).is_ok_and(|st| {
+            SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFIFO
+        })
 }
 
 /// Waits until the pipe (stdin) is readable or `deadline` (CLOCK_MONOTONIC nanoseconds) comes;
@@ -326,51 +317,31 @@ fn wait_for_input(deadline: Option<u64>) -> bool {
         if now >= d {
             // Stopped together with COMMAND's group (`kill -STOP`) for longer than the pipe's
             // few messages a read takes cover, the watchdog may hold an old deadline while
-            // newer ones wait in the pipe: it read them first (it killed a group whose lock was
-            // still held: found by review).
-            if poll_input(Some(libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 0,
-            })) > 0
-            {
+            // newer ones wait in the pipe: it reads them first, rather than kill a group whose
+            // lock is still held.
+            if poll_input(Some(Duration::ZERO)).is_ok_and(|n| n > 0) {
                 return true;
             }
             kill_group();
         }
         timeout = Some(Duration::from_nanos(d - now));
     }
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    match poll_input(ts) {
-        0 => false, // the deadline: checked on the next call
-        n if n < 0 => {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                return false;
-            }
-            kill_group();
-        }
-        _ => true,
+    match poll_input(timeout) {
+        Ok(0) => false, // the deadline: checked on the next call
+        Ok(_) => true,
+        Err(Errno::EINTR) => false,
+        Err(_) => kill_group(),
     }
 }
 
 /// `ppoll` of the pipe (stdin) for input, at most `timeout` (`None`: no limit).
-fn poll_input(timeout: Option<libc::timespec>) -> libc::c_int {
-    let mut pfd = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd and an optional timespec, both in this frame.
-    unsafe {
-        libc::ppoll(
-            &mut pfd,
-            1,
-            timeout.as_ref().map_or(std::ptr::null(), |t| t as *const _),
-            std::ptr::null(),
-        )
-    }
+fn poll_input(timeout: Option<Duration>) -> nix::Result<libc::c_int> {
+    let stdin = io::stdin();
+    ppoll(
+        &mut [PollFd::new(stdin.as_fd(), PollFlags::POLLIN)],
+        timeout.map(TimeSpec::from_duration),
+        None,
+    )
 }
 
 /// A message from redlock on the pipe.
@@ -393,14 +364,11 @@ impl Inbox {
     /// at end of file (redlock is gone) or if the read fails.
     fn fill(&mut self) -> bool {
         // A plain read(2): a buffered reader could keep a message poll(2) no longer sees.
-        let free = &mut self.buf[self.have..];
-        // SAFETY: read(2) into the free part of `buf`, at most its length.
-        let n = unsafe { libc::read(0, free.as_mut_ptr().cast(), free.len()) };
-        match n {
-            0 => kill_group(), // redlock is gone
-            n if n > 0 => self.have += n as usize,
-            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => return false,
-            _ => kill_group(),
+        match read(io::stdin(), &mut self.buf[self.have..]) {
+            Ok(0) => kill_group(), // redlock is gone
+            Ok(n) => self.have += n,
+            Err(Errno::EINTR) => return false,
+            Err(_) => kill_group(),
         }
         true
     }
@@ -425,30 +393,26 @@ impl Inbox {
 
 /// SIGKILL to the watchdog's own process group: COMMAND, everything it started, and the watchdog.
 fn kill_group() -> ! {
-    // SAFETY: kill(2) and _exit(2) with plain integers. The group is ours: we are its leader, so
-    // its id cannot have been reused.
-    unsafe {
-        libc::kill(0, libc::SIGKILL);
-        libc::_exit(1)
-    }
+    // The group is ours: we are its leader, so its id cannot have been reused. The SIGKILL ends
+    // this process too; the exit is for a kill that failed.
+    let _ = kill(Pid::from_raw(0), Signal::SIGKILL);
+    std::process::exit(1)
 }
 
 /// Runs `f` with SIGTTOU blocked in this thread: a process outside the terminal's foreground
 /// group may then change the foreground group (tcsetpgrp) or write to the terminal (with `stty
 /// tostop`) instead of being stopped.
 pub fn without_sigttou<R>(f: impl FnOnce() -> R) -> R {
-    // SAFETY: sigset operations on a set in this frame; pthread_sigmask changes only this
-    // thread's mask, restored below.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGTTOU);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-        let r = f();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        r
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTTOU);
+    // This thread's mask only, restored below.
+    let mut old = SigSet::empty();
+    let blocked = pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old)).is_ok();
+    let r = f();
+    if blocked {
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     }
+    r
 }
 
 /// COMMAND's process group and redlock's controlling terminal.
@@ -476,19 +440,19 @@ impl Job {
             .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
             .open("/dev/tty")
             .ok();
-        // SAFETY: getpgrp, isatty and tcgetpgrp take plain integers; fstat writes into `st`.
-        let (ours, interactive) = unsafe {
-            let ours = libc::getpgrp();
-            let rdev = |fd| {
-                let mut st: libc::stat = std::mem::zeroed();
-                (libc::isatty(fd) == 1 && libc::fstat(fd, &mut st) == 0).then_some(st.st_rdev)
-            };
-            let stdin = rdev(0);
-            (
-                ours,
-                stdin.is_some() && stdin == rdev(1) && libc::tcgetpgrp(0) == ours,
-            )
+        let ours = getpgrp().as_raw();
+        // The terminal a descriptor is, if it is one.
+        let rdev = |fd: std::os::fd::BorrowedFd<'_>| {
+            isatty(fd)
+                .unwrap_or(false)
+                .then(|| fstat(fd).ok().map(|st| st.st_rdev))
+                .flatten()
         };
+        let (stdin, stdout) = (io::stdin(), io::stdout());
+        let terminal = rdev(stdin.as_fd());
+        let interactive = terminal.is_some()
+            && terminal == rdev(stdout.as_fd())
+            && tcgetpgrp(stdin.as_fd()).is_ok_and(|pg| pg.as_raw() == ours);
         Job {
             wants_terminal: Cell::new(tty.is_some() && interactive),
             tty,
@@ -498,9 +462,7 @@ impl Job {
     }
 
     fn foreground(&self) -> Option<libc::pid_t> {
-        let tty = self.tty.as_ref()?;
-        // SAFETY: tcgetpgrp on a descriptor we own.
-        let pg = unsafe { libc::tcgetpgrp(tty.as_raw_fd()) };
+        let pg = tcgetpgrp(self.tty.as_ref()?).ok()?.as_raw();
         (pg > 0).then_some(pg)
     }
 
@@ -516,9 +478,9 @@ impl Job {
 
     fn set_foreground(&self, pgid: libc::pid_t) {
         if let Some(tty) = &self.tty {
-            // SAFETY: tcsetpgrp on a descriptor we own; SIGTTOU is blocked so that it cannot stop
-            // us when our group is not (any more) in the foreground.
-            without_sigttou(|| unsafe { libc::tcsetpgrp(tty.as_raw_fd(), pgid) });
+            // SIGTTOU is blocked so that it cannot stop us when our group is not (any more) in
+            // the foreground.
+            let _ = without_sigttou(|| tcsetpgrp(tty, Pid::from_raw(pgid)));
         }
     }
 
@@ -544,8 +506,9 @@ impl Job {
         if self.tty.is_none() {
             return false;
         }
-        // SAFETY: getsid, getpgid and getpid take plain integers.
-        let (sid, mut pid) = unsafe { (libc::getsid(0), libc::getpid()) };
+        let (Ok(sid), mut pid) = (getsid(None), getpid().as_raw()) else {
+            return false;
+        };
         for _ in 0..MAX_ANCESTORS {
             let Some(parent) = parent_of(pid) else {
                 return false;
@@ -553,10 +516,12 @@ impl Job {
             if parent <= 1 {
                 return false;
             }
-            // SAFETY: as above.
-            let (pg, psid) = unsafe { (libc::getpgid(parent), libc::getsid(parent)) };
-            if pg != self.ours {
-                return psid == sid;
+            let parent_pid = Some(Pid::from_raw(parent));
+            let (Ok(pg), psid) = (getpgid(parent_pid), getsid(parent_pid)) else {
+                return false;
+            };
+            if pg.as_raw() != self.ours {
+                return psid == Ok(sid);
             }
             pid = parent;
         }
@@ -573,7 +538,8 @@ impl Drop for Job {
 
 /// True if `signal` has its default action in redlock (for a stop signal: it stops us).
 pub fn stops_us(signal: libc::c_int) -> bool {
-    // SAFETY: sigaction(2) with no new action only reads the current one into `old`.
+    // SAFETY: sigaction(2) with no new action only reads the current one into `old`. No safe
+    // form exists: nix's sigaction always installs one.
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         libc::sigaction(signal, std::ptr::null(), &mut old) == 0
@@ -633,54 +599,42 @@ fn is_member(pid: libc::pid_t, pgid: libc::pid_t) -> bool {
 pub fn survivors(pgid: libc::pid_t, except: libc::pid_t) -> Vec<libc::pid_t> {
     let deadline = Instant::now() + Duration::from_millis(KILL_WAIT_MS);
     let mut left = Vec::new();
-    let mut watched: Vec<(libc::pid_t, std::os::fd::OwnedFd)> = Vec::new();
+    let mut watched: Vec<(libc::pid_t, OwnedFd)> = Vec::new();
     for pid in members_besides(pgid, except) {
-        // SAFETY: kill(2) with signal 0 only checks that the process exists and that we may
-        // signal it.
-        let may_signal = unsafe { libc::kill(pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() != Some(libc::EPERM);
-        if !may_signal {
+        // Signal 0 only checks that the process exists and that we may signal it.
+        if kill(Pid::from_raw(pid), None) == Err(Errno::EPERM) {
             left.push(pid);
             continue;
         }
-        // SAFETY: pidfd_open(2) with plain integers; the result is checked.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
+        let Some(fd) = pidfd(pid) else {
             continue; // gone (ESRCH), or no pidfd: SIGKILL is trusted
-        }
-        // SAFETY: the descriptor was just returned to us.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as std::os::fd::RawFd) };
+        };
         // The pid may have been reused since the scan by a process of another group.
         if is_member(pid, pgid) {
             watched.push((pid, fd));
         }
     }
     while !watched.is_empty() {
-        let mut fds: Vec<libc::pollfd> = watched
+        // A pidfd turns readable when its process exits.
+        let mut fds: Vec<PollFd<'_>> = watched
             .iter()
-            .map(|(_, fd)| libc::pollfd {
-                fd: fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            })
+            .map(|(_, fd)| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
             .collect();
         let wait = deadline.saturating_duration_since(Instant::now());
-        // SAFETY: `fds` is a live array of `fds.len()` pollfds. A pidfd turns readable when its
-        // process exits.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis() as libc::c_int,
-            )
-        };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        let n = poll(
+            &mut fds,
+            PollTimeout::try_from(wait).unwrap_or(PollTimeout::MAX),
+        );
+        match n {
+            Err(Errno::EINTR) => continue,
+            Ok(0) | Err(_) => break, // the wait is over (or poll failed): what is left survived
+            Ok(_) => {}
         }
-        if n <= 0 {
-            break; // the wait is over (or poll failed): what is left survived
-        }
-        let mut exited = fds.iter().map(|p| p.revents != 0);
+        let exited: Vec<bool> = fds
+            .iter()
+            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        let mut exited = exited.into_iter();
         watched.retain(|_| !exited.next().unwrap_or(false));
     }
     left.extend(watched.into_iter().map(|(pid, _)| pid));
@@ -689,9 +643,9 @@ pub fn survivors(pgid: libc::pid_t, except: libc::pid_t) -> Vec<libc::pid_t> {
 
 /// Sends `signal` to process group `pgid`.
 pub fn signal_group(pgid: libc::pid_t, signal: libc::c_int) {
-    // SAFETY: kill(2) with plain integers. The group's id cannot have been reused: its leader,
-    // the watchdog, is our child and is not reaped before redlock stops signalling the group.
-    unsafe {
-        libc::kill(-pgid, signal);
+    // The group's id cannot have been reused: its leader, the watchdog, is our child and is not
+    // reaped before redlock stops signalling the group.
+    if let Ok(signal) = Signal::try_from(signal) {
+        let _ = killpg(Pid::from_raw(pgid), signal);
     }
 }

@@ -6,7 +6,11 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
-use crate::common::{self, Fail, LockOptions, NAME_SHOWN, Output, exit, shorten};
+use crate::fail::{Fail, exit};
+use crate::json::lock_votes_json;
+use crate::options::{CallOptions, build};
+use crate::text::{NAME_SHOWN, shorten};
+use crate::waiting::{self, unreachable_warning, warn_unreachable};
 
 pub const HELP: &str = "\
 Waits until the lock is free, as flock does: -n for one attempt, -w for a limit. The token goes
@@ -27,31 +31,24 @@ pub struct AcquireArgs {
     #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
     pub resources: Vec<String>,
     #[command(flatten)]
-    pub output: Output,
-    #[command(flatten)]
-    pub opts: LockOptions,
+    pub call: CallOptions,
 }
 
 /// acquire's TTL when --ttl is not given: nothing keeps the lock alive, so long enough for a
 /// script's step between two `extend`s.
-const DEFAULT_TTL: Duration = Duration::from_secs(30);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
-    let ttl = a.opts.ttl_or(DEFAULT_TTL);
-    let r = common::build(a.opts.tuned(DEFAULT_TTL)?.fencing(a.opts.fence))?;
-    let resource = a.opts.lock_name(&a.resources)?;
-    let lock = common::acquire(
-        &r,
-        &resource,
-        a.opts.permits,
-        &a.opts.waiting,
-        a.output.quiet,
-    )?;
+    let CallOptions { output, opts } = &a.call;
+    let ttl = opts.ttl_or(DEFAULT_TTL);
+    let r = build(opts.tuned(DEFAULT_TTL)?.fencing(opts.fence))?;
+    let resource = opts.lock_name(&a.resources)?;
+    let lock = waiting::acquire(&r, &resource, opts.permits, &opts.waiting, output.quiet)?;
     // RESOURCE, or with --permits the permit's key, RESOURCE#i.
     let held = String::from_utf8_lossy(lock.resource()).into_owned();
     let token = lock.token().to_string();
     let validity_ms = lock.validity().as_millis() as u64;
-    let line = if a.output.json {
+    let line = if output.json {
         json!({
             "ok": true,
             "command": "acquire",
@@ -61,8 +58,8 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "fence": lock.fence(),
             "validity_ms": validity_ms,
             "ttl_ms": ttl.as_millis() as u64,
-            "nodes": common::lock_votes_json(&lock),
-            "warning": common::unreachable_warning(&lock),
+            "nodes": lock_votes_json(&lock),
+            "warning": unreachable_warning(&lock),
         })
         .to_string()
     } else {
@@ -80,7 +77,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "cannot write the token to stdout; released the lock",
         ));
     }
-    if !a.output.quiet {
+    if !output.quiet {
         let fence = lock
             .fence()
             .map_or(String::new(), |f| format!(", fence {f}"));
@@ -88,7 +85,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "redlock: acquired {}{fence}, valid for {validity_ms} ms",
             shorten(&held, NAME_SHOWN)
         );
-        common::warn_unreachable(&lock);
+        warn_unreachable(&lock);
     }
     Ok(exit::OK)
 }

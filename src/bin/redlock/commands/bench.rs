@@ -9,7 +9,10 @@ use clap::Args;
 use redlock_mux::{Error, Redlock};
 
 use super::demo::{Tally, interrupt_flag, latency_table, local_servers, progress, version};
-use crate::common::{Fail, LockOptions, code_of, count, exit, fmt_duration};
+use crate::fail::{Fail, code_of, exit};
+use crate::options::LockOptions;
+use crate::parse::count;
+use crate::text::fmt_duration;
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -29,7 +32,7 @@ pub struct BenchArgs {
 }
 
 /// bench's TTL when --ttl is not given.
-const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// `--cycles`: a whole number, at least 1.
 fn parse_cycles(s: &str) -> Result<u64, String> {
@@ -194,7 +197,7 @@ pub fn bench(a: &BenchArgs) -> Result<u8, Fail> {
         return Ok(exit::INTERRUPTED);
     }
     // A client's first attempt failed and stopped them all: fewer cycles ran than asked, and
-    // their figures are no bench (found by review: it printed them and exited 0).
+    // their figures are no bench (not printed, and no exit 0).
     if let Some(e) = &aborted {
         let context = match t.cycles {
             0 => "bench: no lock acquired".to_owned(),

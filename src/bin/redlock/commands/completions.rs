@@ -4,7 +4,7 @@
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 
-use crate::common::{Fail, exit};
+use crate::fail::{Fail, exit};
 
 pub const HELP: &str = "\
 Install, for example:

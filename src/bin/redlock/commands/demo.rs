@@ -13,7 +13,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use redis_local::{Cluster, Server};
 use redlock_mux::{Builder, Error, Redlock};
 
-use crate::common::{Fail, code_of, count, exit, fmt_duration, parse_duration};
+use crate::fail::{Fail, code_of, exit};
+use crate::parse::{count, parse_duration};
+use crate::text::fmt_duration;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -32,8 +34,8 @@ pub struct DemoArgs {
     node_timeout: Option<Duration>,
 }
 
-/// `--duration`: a phase of no time runs no lock cycle, and checks nothing (found by review: it
-/// ended with "mutual exclusion violated").
+/// `--duration`: a phase of no time runs no lock cycle, and checks nothing (it would end with
+/// "mutual exclusion violated").
 fn parse_phase(s: &str) -> Result<Duration, String> {
     match parse_duration(s)? {
         d if d.is_zero() => {
@@ -522,33 +524,39 @@ pub fn demo(a: &DemoArgs) -> Result<u8, Fail> {
     out!("stopping the {nodes} servers");
     drop(handles);
     drop(local);
-    if totals.problems.is_empty() && !totals.idle.is_empty() {
-        // Nothing was violated, and nothing was checked either.
-        return Err(Fail::new(
-            exit::INTERNAL,
-            format!(
-                "demo: no client got the lock in {} (--duration {}): mutual exclusion was not \
-                 put to the test (a phase too short for a lock cycle?)",
-                totals.idle.join(", "),
-                fmt_duration(a.duration)
-            ),
-        ));
-    }
-    if totals.problems.is_empty() {
-        out!(
-            "ok: no two clients were ever inside the critical section at once, and no update \
-             was lost"
-        );
-        Ok(exit::OK)
-    } else {
+    totals.verdict(a.duration)
+}
+
+impl Totals {
+    /// What both phases come to: success, nothing put to the test, or the violations.
+    fn verdict(&self, duration: Duration) -> Result<u8, Fail> {
+        if self.problems.is_empty() && !self.idle.is_empty() {
+            // Nothing was violated, and nothing was checked either.
+            return Err(Fail::new(
+                exit::INTERNAL,
+                format!(
+                    "demo: no client got the lock in {} (--duration {}): mutual exclusion was \
+                     not put to the test (a phase too short for a lock cycle?)",
+                    self.idle.join(", "),
+                    fmt_duration(duration)
+                ),
+            ));
+        }
+        if self.problems.is_empty() {
+            out!(
+                "ok: no two clients were ever inside the critical section at once, and no \
+                 update was lost"
+            );
+            return Ok(exit::OK);
+        }
         Err(Fail::new(
             exit::INTERNAL,
             format!(
                 "demo: mutual exclusion violated: {}{}",
-                totals.problems.join("; "),
-                match totals.idle.is_empty() {
+                self.problems.join("; "),
+                match self.idle.is_empty() {
                     true => String::new(),
-                    false => format!("; no client got the lock in {}", totals.idle.join(", ")),
+                    false => format!("; no client got the lock in {}", self.idle.join(", ")),
                 }
             ),
         ))

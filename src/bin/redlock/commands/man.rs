@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory};
 
-use crate::common::{Fail, exit};
+use crate::fail::{Fail, exit};
 
 pub const HELP: &str = "\
 Read it at once:     redlock man | man -l -

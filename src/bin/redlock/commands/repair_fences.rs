@@ -1,17 +1,16 @@
-//! `redlock repair-fences`: raise and re-seed blank fence counters (issue 36, item 2), so that
+//! `redlock repair-fences`: raise and re-seed blank fence counters, so that
 //! fenced locks work again after a majority of the servers lost their counters. The argument
 //! and its assumptions: docs/fencing.md, "Repair".
 
-use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
 use redlock_mux::{Error, FenceFloor, FenceRepair, NodeFault, NodeRepair};
 use serde_json::{Value, json};
 
-use crate::common::{
-    Fail, Kind, LockOptions, Output, Quarantine, exit, fmt_duration, is_config_fault, print_json,
-};
+use crate::fail::{Fail, Kind, exit, is_config_fault};
+use crate::options::{CallOptions, LockOptions};
+use crate::text::{columns, fmt_duration};
 
 pub const HELP: &str = "\
 Fenced locks need a quorum of seeded fence counters. A restarted server's counter is blank until a
@@ -47,27 +46,24 @@ pub struct RepairFencesArgs {
     /// it after the repair (fences after it may be lower than earlier ones)
     #[arg(long)]
     pub no_floor: bool,
-    #[command(flatten)]
-    pub output: Output,
     // (repair-fences uses the servers, the TLS options, --node-timeout as how long each of its
     // two round trips waits for the answers, default 1s, and --quarantine and --ttl for the
     // seed window the fenced clients use: the larger of the two, as theirs is; it ignores the
     // others)
     #[command(flatten)]
-    pub opts: LockOptions,
+    pub call: CallOptions,
 }
 
 /// The fenced clients' TTL when `--ttl` is not given: `acquire`'s default.
-const DEFAULT_TTL: Duration = Duration::from_secs(30);
+const DEFAULT_TTL: Duration = super::acquire::DEFAULT_TTL;
 
 /// The seed window the fenced clients use with these options (`Config::seed_window`): their
 /// quarantine window, and at least their TTL; with the quarantine off, their TTL.
 fn seed_window(opts: &LockOptions) -> Duration {
     let ttl = opts.ttl_or(DEFAULT_TTL);
-    match opts.tuning.quarantine {
-        Some(Quarantine(Some(window))) => window.max(ttl),
-        _ => ttl,
-    }
+    opts.tuning
+        .window(ttl)
+        .map_or(ttl, |window| window.max(ttl))
 }
 
 pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
@@ -77,8 +73,9 @@ pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
         (None, false) => FenceFloor::SeededQuorum,
     };
     // The window is the seed window, as the handle's quarantine.
-    let r = a.opts.probe(Some(seed_window(&a.opts)))?;
-    let timeout = a.opts.answer_timeout();
+    let opts = &a.call.opts;
+    let r = opts.probe(Some(seed_window(opts)))?;
+    let timeout = opts.answer_timeout();
     let (repair, error) = match r.repair_fences(floor, timeout) {
         Ok(repair) => (repair, None),
         Err(Error::FenceRepair(repair)) => {
@@ -89,19 +86,16 @@ pub fn repair_fences(a: &RepairFencesArgs) -> Result<u8, Fail> {
         Err(e) => return Err(Fail::lib("cannot repair the fence counters", &e)),
     };
     let code = error.as_ref().map_or(exit::OK, |f| f.code);
-    if a.output.json {
-        let mut object = to_json(&repair, floor);
-        object["exit_code"] = code.into();
-        object["message"] = error.as_ref().map(|f| f.message.clone()).into();
-        object["error"] = error.as_ref().map(|f| f.kind.name()).into();
-        print_json(&object);
-    } else if !a.output.quiet {
-        let text = table(&repair, floor) + &summary(&repair);
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush());
-    }
+    a.call.output.report(
+        || {
+            let mut object = to_json(&repair, floor);
+            object["exit_code"] = code.into();
+            object["message"] = error.as_ref().map(|f| f.message.clone()).into();
+            object["error"] = error.as_ref().map(|f| f.kind.name()).into();
+            object
+        },
+        || table(&repair, floor) + &summary(&repair),
+    );
     if let Some(fail) = error {
         say!("redlock: {}", fail.message);
     }
@@ -191,34 +185,15 @@ fn row(n: &NodeRepair) -> [String; 4] {
 /// The heading and one aligned row per node.
 fn table(repair: &FenceRepair, floor: FenceFloor) -> String {
     let n = repair.nodes.len();
-    let mut rows = vec![["NODE", "BEFORE", "AFTER", ""].map(str::to_owned)];
-    rows.extend(repair.nodes.iter().map(row));
-    let mut widths = [0usize; 4];
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = format!(
-        "fence counters on {n} node{} (quorum {}), floor {}:\n",
+    let mut rows = vec![["NODE", "BEFORE", "AFTER", ""].map(str::to_owned).to_vec()];
+    rows.extend(repair.nodes.iter().map(|node| row(node).to_vec()));
+    format!(
+        "fence counters on {n} node{} (quorum {}), floor {}:\n{}",
         if n == 1 { "" } else { "s" },
         repair.quorum,
-        floor
-    );
-    for r in &rows {
-        let mut line = String::new();
-        for (cell, w) in r.iter().zip(widths) {
-            line.push_str("  ");
-            line.push_str(cell);
-            line.extend(std::iter::repeat_n(
-                ' ',
-                w.saturating_sub(cell.chars().count()),
-            ));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+        floor,
+        columns(&rows)
+    )
 }
 
 /// What the repair came to, on one line.

@@ -12,16 +12,21 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, raise};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+use nix::unistd::{Pid, getpgid};
 use redlock_mux::{Error, KeepAlive, Lock, Redlock};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP};
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 
-use crate::common::{
-    self, Fail, LockOptions, NAME_SHOWN, exit, fmt_duration, parse_duration, parse_exit_code,
-    shorten,
-};
+use crate::fail::{Fail, exit};
 use crate::group::{self, Job, Watchdog};
+use crate::options::{LockOptions, build};
+use crate::parse::{parse_duration, parse_exit_code};
+use crate::text::{NAME_SHOWN, fmt_duration, shorten};
+use crate::waiting::{self, held_on, warn_unreachable};
 
 pub const HELP: &str = "\
 Waiting: like flock, run waits until the lock is free (a lock held elsewhere is waited for in
@@ -74,9 +79,13 @@ found. A COMMAND that exits with 75 or 79 itself cannot be told from these witho
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
+    /// The name of the lock (several: one lock of them all)
+    ///
     /// The name of the lock (the Redis key); several names before `--`
     /// (`redlock run a b c -- COMMAND`): all of them or none, as one lock
     pub resource: String,
+    /// Between SIGTERM and SIGKILL to COMMAND's group
+    ///
     /// After the lock is lost, or after COMMAND exits leaving processes in its group, how long
     /// they get between SIGTERM and SIGKILL
     // (cut short so that SIGKILL goes out before the lock's validity ends)
@@ -85,10 +94,14 @@ pub struct RunArgs {
     /// The exit code when the lock is lost while COMMAND runs (default: 79)
     #[arg(long, value_name = "N", value_parser = parse_exit_code)]
     pub lost_exit_code: Option<u8>,
+    /// Print nothing when the lock is held elsewhere
+    ///
     /// Print nothing when the lock is held elsewhere, nor notes while waiting (the exit code
     /// says it); other failures are still reported
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Run this command line through `sh -c`
+    ///
     /// Run this command line through `sh -c`, as flock -c does (instead of COMMAND...)
     #[arg(
         short = 'c',
@@ -113,12 +126,12 @@ pub struct RunArgs {
 
 /// run's TTL when --ttl is not given: how long the lock outlives a redlock killed with SIGKILL
 /// (while redlock runs, the lock is kept alive).
-const DEFAULT_TTL: Duration = Duration::from_secs(10);
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 impl RunArgs {
     /// Several resources (`redlock run a b c -- COMMAND`): clap gives the first as RESOURCE
     /// and keeps the rest, `--` and COMMAND as COMMAND; they become one set locked all or none
-    /// (`common::lock_name`), and COMMAND what follows the `--`. With one resource, a `--`
+    /// (`names::lock_name`), and COMMAND what follows the `--`. With one resource, a `--`
     /// right after it is clap's (it is not in COMMAND: `raw`, the command line, has one more)
     /// and COMMAND keeps any later `--` of its own.
     pub fn resolve(&mut self, raw: &[OsString]) -> Result<(), Fail> {
@@ -192,26 +205,22 @@ fn note(msg: std::fmt::Arguments<'_>) {
 
 /// Blocks until COMMAND exits (without reaping it), reporting its stops on the way.
 fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
+    let pid = Pid::from_raw(pid);
     loop {
-        let info = match wait_child(pid, libc::WEXITED | libc::WSTOPPED | libc::WNOWAIT) {
-            Ok(info) => info,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if matches!(
-            info.si_code,
-            libc::CLD_EXITED | libc::CLD_KILLED | libc::CLD_DUMPED
-        ) {
-            break;
+        // WNOWAIT: `Child::wait` reaps COMMAND, so its pid stays ours until then.
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WSTOPPED | WaitPidFlag::WNOWAIT;
+        match waitid(Id::Pid(pid), flags) {
+            Err(Errno::EINTR) => continue,
+            Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) | Err(_) => break,
+            // A stop (or a tracer's): looked at below.
+            Ok(_) => {}
         }
         // A stop: consume its report (WNOWAIT left it), so that the next wait blocks until
         // something new happens. If COMMAND was continued meanwhile there is nothing to report.
-        let Ok(again) = wait_child(pid, libc::WSTOPPED | libc::WNOHANG) else {
-            continue;
-        };
-        // SAFETY: si_pid and si_status are valid for SIGCHLD-style reports, which waitid fills.
-        let (who, sig) = unsafe { (again.si_pid(), again.si_status()) };
-        if who == pid && again.si_code == libc::CLD_STOPPED && tx.send(Event::Stopped(sig)).is_err()
+        let flags = WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG;
+        if let Ok(WaitStatus::Stopped(who, signal)) = waitid(Id::Pid(pid), flags)
+            && who == pid
+            && tx.send(Event::Stopped(signal as i32)).is_err()
         {
             return;
         }
@@ -219,29 +228,14 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
     let _ = tx.send(Event::Exited);
 }
 
-/// waitid(2) on COMMAND for the changes of state in `flags`. It never reaps COMMAND (`flags`
-/// has WNOWAIT, or no WEXITED): `Child::wait` does, so its pid stays ours until then.
-fn wait_child(pid: libc::pid_t, flags: libc::c_int) -> io::Result<libc::siginfo_t> {
-    debug_assert!(flags & libc::WNOWAIT != 0 || flags & libc::WEXITED == 0);
-    // SAFETY: siginfo_t is plain data; waitid only writes into it.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: waitid on our own child, reaping nothing (see above).
-    let rc = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) };
-    if rc == 0 {
-        Ok(info)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     default_sigchld();
     // A kept lock may run for days: no limit on the number of extensions.
     let tuned = a.opts.tuned(DEFAULT_TTL)?;
-    let r = common::build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
-    let lock = common::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
+    let r = build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
+    let lock = waiting::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
     if !a.quiet {
-        common::warn_unreachable(&lock);
+        warn_unreachable(&lock);
     }
     // From here on a signal must not kill us while we hold the lock: catch and forward them.
     let signals = match catch_signals() {
@@ -265,11 +259,11 @@ pub fn run(a: &RunArgs) -> Result<u8, Fail> {
 
 /// Sets SIGCHLD back to its default action. Ignored from the start (inherited through exec, as
 /// `trap '' CHLD` in a shell script leaves it), it makes the kernel reap every child as it exits:
-/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it exited 70,
-/// found by review), and a later signal to COMMAND's pid could hit another process that reused
-/// it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
+/// `waitid` on COMMAND then fails (ECHILD), redlock could not tell its exit code (it would exit
+/// 70), and a later signal to COMMAND's pid could hit another process that reused it. Before any child is started, so that the watchdog and COMMAND inherit the default too.
 fn default_sigchld() {
-    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD.
+    // SAFETY: signal(2) with SIG_DFL installs no handler; it cannot fail for SIGCHLD. No safe
+    // form exists: nix's signal is unsafe for every disposition.
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     }
@@ -350,7 +344,7 @@ fn start(
         Err(fail) => {
             drop(job);
             // COMMAND was killed with its group: released only if nothing of it survived (as
-            // when COMMAND ends; found by review).
+            // when COMMAND ends).
             kill_group_then_release(a, kept, &mut watchdog);
             Err(fail)
         }
@@ -387,7 +381,7 @@ fn spawn_command(a: &RunArgs, kept: &KeepAlive, job: &Job) -> Result<Child, Fail
         )
         .env(
             "REDLOCK_HELD_ON",
-            common::held_on(kept.lock().nodes().map(|(node, _)| node)),
+            held_on(kept.lock().nodes().map(|(node, _)| node)),
         )
         .env("REDLOCK_TOKEN", kept.lock().token().to_string())
         .env(
@@ -793,12 +787,13 @@ impl<'a> Supervisor<'a> {
     /// Sends `signal` to COMMAND's process group, and to COMMAND itself if it left the group.
     fn signal(&self, signal: i32) {
         group::signal_group(self.job.pgid, signal);
-        // SAFETY: getpgid and kill on our own child, which is not reaped before this loop ends,
-        // so its pid cannot have been reused.
-        unsafe {
-            if libc::getpgid(self.pid) != self.job.pgid {
-                libc::kill(self.pid, signal);
-            }
+        // Our own child, which is not reaped before this loop ends, so its pid cannot have
+        // been reused.
+        let pid = Pid::from_raw(self.pid);
+        if getpgid(Some(pid)).is_ok_and(|pg| pg.as_raw() != self.job.pgid)
+            && let Ok(signal) = Signal::try_from(signal)
+        {
+            let _ = kill(pid, signal);
         }
     }
 
@@ -890,11 +885,10 @@ impl<'a> Supervisor<'a> {
         } else {
             libc::SIGSTOP
         };
-        // SAFETY: kill(2) on our own process group, and raise(3) of a stop signal on this thread,
-        // which returns once the process is continued.
-        unsafe {
-            libc::kill(0, libc::SIGTSTP);
-            libc::raise(own);
+        // Our own process group; raise(3) of a stop signal returns once we are continued.
+        let _ = kill(Pid::from_raw(0), Signal::SIGTSTP);
+        if let Ok(own) = Signal::try_from(own) {
+            let _ = raise(own);
         }
         // Continued (`fg` or `bg`). The lock was not extended meanwhile.
         if let Some(e) = self.kept.lost() {

@@ -1,20 +1,20 @@
 //! `redlock status`: what each node holds for a resource, and whether a quorum holds it.
 
-use std::io::Write;
 use std::time::Duration;
 
 use clap::Args;
-use redlock_mux::{Eviction, NodeStatus};
+use redlock_mux::{Eviction, NodeStatus, Redlock};
 use serde_json::{Value, json};
 
-use crate::common::{
-    Fail, LockOptions, NAME_SHOWN, Output, Quarantine, check_reachable, exit, print_json, shorten,
-};
+use crate::fail::{Fail, check_reachable, exit};
+use crate::json::round_ms;
+use crate::options::CallOptions;
+use crate::text::{NAME_SHOWN, columns, shorten};
 
 pub const HELP: &str = "\
 Of the lock options, status uses the servers, the TLS options, --node-timeout (how long it waits
-for the answers, default 1s) and --quarantine (the window the lock holders use: default --ttl,
-else 30s), and ignores the others.
+for the answers, default 1s) and --quarantine (the window the lock holders use: by default the one
+run and acquire use, 30s, or --ttl if longer), and ignores the others.
 
 With --permits P, RESOURCE is a counting semaphore: every permit RESOURCE#i is shown, then how
 many are held; 0 means every permit is held by a quorum (an acquire would wait), 1 that one at
@@ -31,18 +31,12 @@ pub struct StatusArgs {
     /// exit 0 only if a quorum holds every one (a JSON object per line with --json)
     #[arg(required = true, num_args = 1.., value_name = "RESOURCE")]
     pub resources: Vec<String>,
-    #[command(flatten)]
-    pub output: Output,
     // (status uses the servers, the TLS options, --node-timeout as how long it waits for the
-    // answers, default 1s, and --quarantine, the window the lock holders use, default --ttl,
-    // else 30s; it ignores the others)
+    // answers, default 1s, and --quarantine, the window the lock holders use; it ignores the
+    // others)
     #[command(flatten)]
-    pub opts: LockOptions,
+    pub call: CallOptions,
 }
-
-/// The quarantine window status shows without --quarantine or --ttl: the library's default TTL,
-/// which is its default window.
-const DEFAULT_WINDOW: Duration = Duration::from_secs(30);
 
 /// What a quorum of the nodes says.
 enum Verdict {
@@ -67,14 +61,13 @@ enum Verdict {
 
 pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
     // The quarantine window only says which nodes are in it (status takes no lock).
-    let Quarantine(window) = a
-        .opts
-        .tuning
-        .quarantine
-        .unwrap_or(Quarantine(Some(a.opts.ttl_or(DEFAULT_WINDOW))));
-    let timeout = a.opts.answer_timeout();
-    let r = a.opts.probe(window)?;
-    if let Some(permits) = a.opts.permits {
+    let opts = &a.call.opts;
+    // The holders' window: theirs is the default one, or their --ttl if longer (as `run` and
+    // `acquire` compute it), and the TTL they use is --ttl's if given.
+    let window = opts.tuning.window(opts.ttl.unwrap_or(Duration::ZERO));
+    let timeout = opts.answer_timeout();
+    let r = opts.probe(window)?;
+    if let Some(permits) = opts.permits {
         let [name] = a.resources.as_slice() else {
             return Err(Fail::new(
                 exit::USAGE,
@@ -97,8 +90,8 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
             },
         }
     }
-    // An empty name is no key (acquire refuses it too; found by review: status showed "free",
-    // exit 1). So is a set's empty member, or a shared lock's empty name.
+    // An empty name is no key (acquire refuses it too), not a free lock (exit 1). So is a
+    // set's empty member, or a shared lock's empty name.
     if names.iter().any(String::is_empty) {
         return Err(Fail::new(
             exit::USAGE,
@@ -116,12 +109,7 @@ pub fn status(a: &StatusArgs) -> Result<u8, Fail> {
 }
 
 /// The status of one resource: prints it, answers its exit code.
-fn status_of(
-    a: &StatusArgs,
-    r: &redlock_mux::Redlock,
-    resource: &str,
-    timeout: Duration,
-) -> Result<u8, Fail> {
+fn status_of(a: &StatusArgs, r: &Redlock, resource: &str, timeout: Duration) -> Result<u8, Fail> {
     let statuses = r
         .with_client(|c| c.status(resource.as_bytes(), timeout))
         .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
@@ -134,33 +122,31 @@ fn status_of(
         (Ok(()), Verdict::Maybe { .. }) => exit::UNAVAILABLE,
         (Ok(()), _) => exit::NOT_HELD,
     };
-    if a.output.json {
-        let mut object = to_json(resource, &statuses, &verdict);
-        object["exit_code"] = code.into();
-        let maybe = match &verdict {
-            Verdict::Maybe { nodes, unreachable } => {
-                Some(maybe_held(resource, *nodes, *unreachable, statuses.len()))
-            }
-            _ => None,
-        };
-        object["message"] = reachable
-            .as_ref()
-            .err()
-            .map(|f| f.message.clone())
-            .or(maybe)
-            .into();
-        print_json(&object);
-    } else if !a.output.quiet {
-        let text = table(resource, &statuses) + &summary(resource, &statuses, &verdict);
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush());
-    }
+    let output = &a.call.output;
+    output.report(
+        || {
+            let mut object = to_json(resource, &statuses, &verdict);
+            object["exit_code"] = code.into();
+            let maybe = match &verdict {
+                Verdict::Maybe { nodes, unreachable } => {
+                    Some(maybe_held(resource, *nodes, *unreachable, statuses.len()))
+                }
+                _ => None,
+            };
+            object["message"] = reachable
+                .as_ref()
+                .err()
+                .map(|f| f.message.clone())
+                .or(maybe)
+                .into();
+            object
+        },
+        || table(resource, &statuses) + &summary(resource, &statuses, &verdict),
+    );
     // The one JSON object is printed: the failure goes to stderr only, and with -q nowhere (the
-    // exit code says it; found by review: -q still printed it).
+    // exit code says it).
     if let Err(fail) = reachable
-        && !a.output.quiet
+        && !output.quiet
     {
         say!("redlock: {}", fail.message);
     }
@@ -171,90 +157,118 @@ fn status_of(
 /// Exit 0 when every permit is held by a quorum (an acquire would have to wait), 1 when one at
 /// least is not, 69 when a permit's nodes could not make a quorum of answers, or when no permit
 /// is surely free but one may be held ([`Verdict::Maybe`]: nobody can say, as `status_of`
-/// answers for one lock; found by review: such a permit counted as not held, exit 1, which a
-/// script took for a free permit).
+/// answers for one lock; counted as not held, exit 1, a script would take it for a free
+/// permit).
 fn permits_status(
     a: &StatusArgs,
-    r: &redlock_mux::Redlock,
+    r: &Redlock,
     name: &str,
     permits: u32,
     timeout: Duration,
 ) -> Result<u8, Fail> {
-    let semaphore = r
-        .semaphore(name, permits)
-        .map_err(|e| Fail::lib("bad arguments", &e))?;
-    let mut objects = Vec::new();
-    let mut text = String::new();
-    let mut held = 0;
-    let mut unreachable = None;
-    // The permits that may be held (`Verdict::Maybe`), and what the first of them says.
-    let mut unknown = 0usize;
-    let mut maybe = None;
+    let semaphore = r.semaphore(name, permits).map_err(|e| Fail::of(&e))?;
+    let mut seen = Permits::default();
     for i in 0..permits {
         let key = String::from_utf8_lossy(semaphore.permit_key(i).unwrap_or_default()).into_owned();
         let statuses = r
             .with_client(|c| c.status(key.as_bytes(), timeout))
             .map_err(|e| Fail::lib("cannot ask the servers", &e))?;
-        let verdict = verdict(&statuses);
-        held += usize::from(matches!(verdict, Verdict::Held { .. }));
-        if let Verdict::Maybe {
-            nodes,
-            unreachable: silent,
-        } = verdict
-        {
-            unknown += 1;
-            maybe.get_or_insert_with(|| maybe_held(&key, nodes, silent, statuses.len()));
-        }
-        if let Err(fail) = check_reachable(&statuses, "status") {
-            unreachable.get_or_insert(fail);
-        }
-        if a.output.json {
-            objects.push(to_json(&key, &statuses, &verdict));
-        } else {
-            text += &format!("permit {i} ({}):\n", shorten(&key, NAME_SHOWN));
-            text += &(table(&key, &statuses) + &summary(&key, &statuses, &verdict));
-        }
+        seen.add(i, &key, &statuses, a.call.output.json);
     }
-    // A permit that is surely not held settles it (an acquire would get one), whatever the
-    // others are; without one, a permit that may be held leaves it unknown.
-    let code = match (&unreachable, held + unknown == permits as usize, unknown) {
-        (Some(fail), ..) => fail.code,
-        (None, false, _) => exit::NOT_HELD,
-        (None, true, 0) => exit::OK,
-        (None, true, _) => exit::UNAVAILABLE,
-    };
-    if a.output.json {
-        print_json(&json!({
-            "ok": code == exit::OK,
-            "command": "status",
-            "resource": name,
-            "permits": permits,
-            "held": held,
-            "unknown": unknown,
-            "permit": objects,
-            "exit_code": code,
-            "message": unreachable.as_ref().map(|f| f.message.clone()).or(maybe),
-        }));
-    } else if !a.output.quiet {
-        text += &format!(
-            "{held} of {permits} permits of {} held{}\n",
-            shorten(name, NAME_SHOWN),
-            match unknown {
-                0 => String::new(),
-                n => format!(", {n} unknown (may be held)"),
-            }
-        );
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush());
-    }
+    let code = seen.code(permits);
+    let Permits {
+        objects,
+        text,
+        held,
+        unknown,
+        maybe,
+        unreachable,
+    } = seen;
+    let output = &a.call.output;
+    output.report(
+        || {
+            json!({
+                "ok": code == exit::OK,
+                "command": "status",
+                "resource": name,
+                "permits": permits,
+                "held": held,
+                "unknown": unknown,
+                "permit": objects,
+                "exit_code": code,
+                "message": unreachable.as_ref().map(|f| f.message.clone()).or(maybe),
+            })
+        },
+        || {
+            text + &format!(
+                "{held} of {permits} permits of {} held{}\n",
+                shorten(name, NAME_SHOWN),
+                match unknown {
+                    0 => String::new(),
+                    n => format!(", {n} unknown (may be held)"),
+                }
+            )
+        },
+    );
     if let Some(fail) = unreachable
-        && !a.output.quiet
+        && !output.quiet
     {
         say!("redlock: {}", fail.message);
     }
     Ok(code)
+}
+
+/// What the permits of a semaphore said, gathered one permit after the other.
+#[derive(Default)]
+struct Permits {
+    /// Each permit's `--json` object.
+    objects: Vec<Value>,
+    /// Each permit's table and verdict.
+    text: String,
+    /// Permits held by a quorum.
+    held: usize,
+    /// Permits that may be held (`Verdict::Maybe`), and what the first of them says.
+    unknown: usize,
+    maybe: Option<String>,
+    /// The first permit whose nodes could not make a quorum of answers.
+    unreachable: Option<Fail>,
+}
+
+impl Permits {
+    /// Permit `i`, the lock `key`, as its nodes answered.
+    fn add(&mut self, i: u32, key: &str, statuses: &[NodeStatus], json: bool) {
+        let verdict = verdict(statuses);
+        self.held += usize::from(matches!(verdict, Verdict::Held { .. }));
+        if let Verdict::Maybe { nodes, unreachable } = verdict {
+            self.unknown += 1;
+            self.maybe
+                .get_or_insert_with(|| maybe_held(key, nodes, unreachable, statuses.len()));
+        }
+        if let Err(fail) = check_reachable(statuses, "status") {
+            self.unreachable.get_or_insert(fail);
+        }
+        if json {
+            self.objects.push(to_json(key, statuses, &verdict));
+        } else {
+            self.text += &format!("permit {i} ({}):\n", shorten(key, NAME_SHOWN));
+            self.text += &(table(key, statuses) + &summary(key, statuses, &verdict));
+        }
+    }
+
+    /// A permit that is surely not held settles it (an acquire would get one), whatever the
+    /// others are; without one, a permit that may be held leaves it unknown.
+    fn code(&self, permits: u32) -> u8 {
+        match (
+            &self.unreachable,
+            self.held + self.unknown == permits as usize,
+            self.unknown,
+        ) {
+            (Some(fail), ..) => fail.code,
+            (None, false, _) => exit::NOT_HELD,
+            (None, true, 0) => exit::OK,
+            (None, true, _) => exit::UNAVAILABLE,
+        }
+    }
 }
 
 fn verdict(statuses: &[NodeStatus]) -> Verdict {
@@ -424,32 +438,13 @@ fn table(resource: &str, statuses: &[NodeStatus]) -> String {
     let n = statuses.len();
     let mut rows = vec![HEADER.map(str::to_owned).to_vec()];
     rows.extend(statuses.iter().map(row));
-    let mut widths = [0usize; HEADER.len()];
-    for r in rows.iter().filter(|r| r.len() == HEADER.len()) {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut out = format!(
-        "{} on {n} node{} (quorum {}):\n",
+    format!(
+        "{} on {n} node{} (quorum {}):\n{}",
         shorten(resource, NAME_SHOWN),
         if n == 1 { "" } else { "s" },
-        n / 2 + 1
-    );
-    for r in &rows {
-        let mut line = String::new();
-        for (cell, w) in r.iter().zip(widths) {
-            line.push_str("  ");
-            line.push_str(cell);
-            line.extend(std::iter::repeat_n(
-                ' ',
-                w.saturating_sub(cell.chars().count()),
-            ));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
+        n / 2 + 1,
+        columns(&rows)
+    )
 }
 
 /// The verdict line, and the fence counters' line when there are any.
@@ -532,7 +527,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "token": token,
                 "pttl_ms": pttl_ms,
                 "readers": s.readers,
-                "rtt_ms": s.state.is_ok().then_some(s.rtt.as_secs_f64() * 1000.0),
+                "rtt_ms": s.state.is_ok().then_some(round_ms(s.rtt.as_secs_f64() * 1000.0)),
                 "fence": s.fence.map(|f| json!({"counter": f.counter, "seeded": f.seeded})),
                 "uptime_s": s.uptime.map(|u| u.as_secs()),
                 "quarantine_ms": s.quarantine.map(|q| q.as_millis() as u64),

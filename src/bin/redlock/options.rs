@@ -1,0 +1,435 @@
+//! The option groups the subcommands flatten into their own: the servers and TLS, the tuning
+//! (`--quarantine`, `--node-timeout`), the waiting rule (flock's `-w`, `-n`, `-E`), the lock
+//! options that hold them all, and `--json` / `--quiet`.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+// A flag's variable takes 1/0, yes/no, true/false, on/off.
+use clap::builder::BoolishValueParser;
+use redlock_mux::{Builder, Redlock};
+use serde_json::Value;
+
+use crate::fail::{Fail, exit};
+use crate::json::print_json;
+use crate::names;
+use crate::parse::{parse_conflict_code, parse_duration, parse_quarantine, parse_wait};
+use crate::text::{NAME_SHOWN, shorten};
+
+/// The TTL given to the handles of `release` and `status`, which set none: it only bounds the
+/// configuration checks.
+pub const HANDLE_TTL: Duration = Duration::from_secs(30);
+
+/// The servers to use: `-s` / `--server`, or `$REDLOCK_SERVERS`.
+#[derive(Args, Debug, Clone)]
+pub struct Servers {
+    /// A Redis master (once for each; default: $REDLOCK_SERVERS)
+    ///
+    /// Repeat the option for each master; without it, $REDLOCK_SERVERS, comma separated
+    #[arg(long = "server", short = 's', value_name = "URL")]
+    pub servers: Vec<String>,
+    /// rediss://: the CA certificates to trust (PEM)
+    ///
+    /// rediss:// servers: trust the CA certificates of this PEM file instead of the system's
+    #[arg(long, value_name = "FILE", env = "REDLOCK_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// rediss://: the client certificate chain (PEM)
+    ///
+    /// rediss:// servers that ask for a client certificate (mutual TLS): this PEM chain
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_key",
+        env = "REDLOCK_TLS_CERT"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// rediss://: the private key of --tls-cert (PEM)
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "tls_cert",
+        env = "REDLOCK_TLS_KEY"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// rediss://: the name the certificates carry
+    ///
+    /// rediss:// servers: the name their certificates carry, when the URL's host is not it
+    #[arg(long, value_name = "NAME", env = "REDLOCK_TLS_SERVER_NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+/// The handle `b` describes; a mistake in it is a usage error, said as the library says it.
+pub fn build(b: Builder) -> Result<Redlock, Fail> {
+    b.build().map_err(|e| Fail::of(&e))
+}
+
+/// The restart quarantine of every subcommand without `--quarantine` (or the TTL, if longer:
+/// [`Tuning::window`]). The window keeps a restarted node, which may have lost the keys of
+/// locks still valid, from counting until they have expired: the locks of every holder of the
+/// name, not only this one's, so it must outlast the longest TTL any of them uses. With the
+/// defaults that is `acquire`'s and `extend`'s 30 s (a script's step between two extends);
+/// `run`'s and `bench`'s 10 s locks are covered too. One window for all, so that `status`
+/// shows the quarantine `run` and `acquire` apply.
+pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(30);
+
+// The default window outlasts every subcommand's default TTL.
+const _: () = assert!(
+    DEFAULT_QUARANTINE.as_nanos() >= crate::commands::acquire::DEFAULT_TTL.as_nanos()
+        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::run::DEFAULT_TTL.as_nanos()
+        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::bench::DEFAULT_TTL.as_nanos()
+);
+
+/// `--quarantine` and `--node-timeout`.
+#[derive(Args, Debug, Clone)]
+pub struct Tuning {
+    /// Restart quarantine window (default: 30s, or --ttl if longer)
+    ///
+    /// Restart quarantine: a node up for less than this does not count towards a quorum
+    /// (default: 30s, or --ttl if longer; `off` for servers started just now that never held a
+    /// lock). status and repair-fences: the window the lock holders use, the same default
+    #[arg(
+        long,
+        value_name = "DURATION|off",
+        value_parser = parse_quarantine,
+        env = "REDLOCK_QUARANTINE"
+    )]
+    pub quarantine: Option<Quarantine>,
+    /// How long each attempt waits for each node
+    ///
+    /// How long each attempt waits for each node (default: 5% of the TTL, at most 50ms;
+    /// release: 50ms; status: how long it waits for the answers, default 1s)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "REDLOCK_NODE_TIMEOUT"
+    )]
+    pub node_timeout: Option<Duration>,
+    /// Count servers that may evict keys (unsafe)
+    ///
+    /// Count servers that may evict keys under memory pressure (a `maxmemory` limit with a
+    /// policy other than noeviction) as any other. Unsafe: a lock key evicted while held gives
+    /// a second holder. Without it such a server's yes does not count
+    #[arg(long, env = "REDLOCK_COUNT_EVICTING_SERVERS_UNSAFELY")]
+    pub count_evicting_servers_unsafely: bool,
+}
+
+impl Tuning {
+    /// The restart quarantine of locks with this TTL: `--quarantine` (`None`: off), else
+    /// [`DEFAULT_QUARANTINE`], or the TTL if it is longer (a window shorter than the TTL would
+    /// not cover the lock's own keys, and the library refuses it).
+    pub fn window(&self, ttl: Duration) -> Option<Duration> {
+        match self.quarantine {
+            Some(Quarantine(q)) => q,
+            None => Some(DEFAULT_QUARANTINE.max(ttl)),
+        }
+    }
+
+    /// `base` (the servers' builder) with this TTL and these options.
+    pub fn builder(&self, base: Builder, ttl: Duration) -> Builder {
+        let mut b = base.ttl(ttl);
+        if self.count_evicting_servers_unsafely {
+            b = b.evicting_servers(redlock_mux::EvictingServers::CountUnsafely);
+        }
+        b = b.quarantine(self.window(ttl));
+        if let Some(t) = self.node_timeout {
+            b = b.node_timeout(t);
+        }
+        b
+    }
+}
+
+/// How `run` and `acquire` wait for a lock held elsewhere: flock(1)'s `-w`, `-n` and `-E`.
+#[derive(Args, Debug, Clone)]
+pub struct Waiting {
+    /// Wait at most this long for a lock held elsewhere
+    ///
+    /// Wait at most this long while the lock is held elsewhere: SECONDS as flock takes them
+    /// (0.5, 10), a DURATION (250ms, 2m) or `inf` (default: wait until acquired, as flock does)
+    #[arg(
+        short = 'w',
+        long = "wait",
+        alias = "timeout",
+        value_name = "SECONDS|DURATION|inf",
+        value_parser = parse_wait,
+        env = "REDLOCK_WAIT"
+    )]
+    pub wait: Option<Wait>,
+    /// Do not wait: one attempt
+    ///
+    /// Do not wait: one attempt, and if the lock is held elsewhere exit with 75 (or -E's code)
+    #[arg(
+        short = 'n',
+        long = "nonblock",
+        alias = "nb",
+        env = "REDLOCK_NONBLOCK",
+        value_parser = BoolishValueParser::new()
+    )]
+    pub nonblock: bool,
+    /// The exit code when the lock stays held elsewhere (default: 75)
+    ///
+    /// The exit code when the lock stays held elsewhere (default: 75); for run, one that
+    /// COMMAND's own exit codes do not use
+    #[arg(
+        short = 'E',
+        long = "conflict-exit-code",
+        value_name = "N",
+        value_parser = parse_conflict_code,
+        env = "REDLOCK_CONFLICT_EXIT_CODE"
+    )]
+    pub conflict_exit_code: Option<u8>,
+}
+
+/// The options that shape a lock, one set for every subcommand that talks to servers (`run`,
+/// `acquire`, `extend`, `release`, `status`, `bench`): each takes them all and ignores those it
+/// has no use for, so that a script can pass the same options to `acquire`, `extend` and
+/// `release`. Each is also read from an environment variable (`--server` from
+/// `REDLOCK_SERVERS`, [`Servers::list`]); an option on the command line wins.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Lock options (taken by every subcommand that talks to servers)")]
+pub struct LockOptions {
+    #[command(flatten)]
+    pub servers: Servers,
+    /// The lock's time to live
+    ///
+    /// Without extend or release the lock expires after this (default: 10s for run and bench,
+    /// which keep it alive, 30s for acquire and extend)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "REDLOCK_TTL"
+    )]
+    pub ttl: Option<Duration>,
+    /// Fencing tokens: a fence number with each lock
+    ///
+    /// Each acquisition also gets a fence, a number greater than that of every
+    /// acquisition completed before it (one more round trip); run passes it to COMMAND as
+    /// REDLOCK_FENCE, acquire prints it after the token
+    #[arg(long, env = "REDLOCK_FENCING", value_parser = BoolishValueParser::new())]
+    pub fence: bool,
+    /// RESOURCE is a semaphore of P permits (1 to 64)
+    ///
+    /// RESOURCE is a counting semaphore of P permits (1 to 64): at most P holders at once,
+    /// permit i being the lock RESOURCE#i. run and acquire take a free permit; release and
+    /// extend find the permit TOKEN holds; status shows every permit. Every caller of RESOURCE
+    /// must give the same P (the servers do not record it)
+    #[arg(long, value_name = "P", value_parser = clap::value_parser!(u32).range(1..=i64::from(redlock_mux::MAX_PERMITS)))]
+    pub permits: Option<u32>,
+    /// A shared (read) lock; flock's -s is --server here
+    ///
+    /// A shared (read) lock of RESOURCE: many readers at once, never with a writer (the
+    /// default, exclusive lock), and none while a writer waits. flock's -s is --server here:
+    /// the short form is -r (read)
+    #[arg(short = 'r', long, conflicts_with = "permits")]
+    pub shared: bool,
+    /// The exclusive (write) lock, the default; accepted for flock's -x
+    #[arg(short = 'x', long, conflicts_with = "shared")]
+    pub exclusive: bool,
+    #[command(flatten)]
+    pub tuning: Tuning,
+    #[command(flatten)]
+    pub waiting: Waiting,
+}
+
+/// How long `status` and `repair-fences` wait for the nodes' answers without
+/// `--node-timeout`: a probe, not a lock attempt, so longer than an attempt's node timeout.
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl LockOptions {
+    /// How long a probe that takes no lock (`status`, `repair-fences`) waits for the answers:
+    /// `--node-timeout`, or [`ANSWER_TIMEOUT`].
+    pub fn answer_timeout(&self) -> Duration {
+        self.tuning.node_timeout.unwrap_or(ANSWER_TIMEOUT)
+    }
+
+    /// A handle for a probe that takes no lock (`status`, `repair-fences`): fencing on, so
+    /// that the handshake asks each node's run_id (a seeded counter from a blank one), and
+    /// `window` as its restart quarantine. Its TTL only bounds the configuration checks (a
+    /// window shorter than it would be refused).
+    pub fn probe(&self, window: Option<Duration>) -> Result<Redlock, Fail> {
+        let servers = self.servers.list()?;
+        build(
+            self.servers
+                .builder(&servers)
+                .ttl(window.map_or(HANDLE_TTL, |w| w.min(HANDLE_TTL)))
+                .quarantine(window)
+                .fencing(true),
+        )
+    }
+
+    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
+    /// there must be one (the semaphore's name); none may be in the reserved namespace (an
+    /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
+    /// `release` and `status`, not for taking a lock).
+    pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
+        // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
+        // semaphore then refused as a reserved name (a misleading message).
+        if self.permits.is_some() && resources.len() > 1 {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--permits takes one RESOURCE (the semaphore's name)",
+            ));
+        }
+        // A name is the user's name, never an encoding: `acquire redlock:shared:job` run twice
+        // took two read locks — two holders of what the user believed exclusive. A read lock
+        // is `--shared`; several names are one all-or-none lock.
+        if let Some(reserved) = resources
+            .iter()
+            .find(|r| r.starts_with(redlock_mux::RESERVED_PREFIX))
+        {
+            return Err(Fail::new(
+                exit::USAGE,
+                format!(
+                    "{}: names starting with {:?} are this tool's own keys, not a lock's; a read \
+                     lock is --shared (-r) NAME, and several names are one all-or-none lock",
+                    shorten(reserved, NAME_SHOWN),
+                    redlock_mux::RESERVED_PREFIX
+                ),
+            ));
+        }
+        names::lock_name(resources, self.shared)
+    }
+
+    /// `--ttl`, or the subcommand's default.
+    pub fn ttl_or(&self, default: Duration) -> Duration {
+        self.ttl.unwrap_or(default)
+    }
+
+    /// A builder for the servers with the TLS options, `--ttl` (or `default_ttl`),
+    /// `--quarantine` and `--node-timeout`: where `run`, `acquire` and `extend` start.
+    pub fn tuned(&self, default_ttl: Duration) -> Result<Builder, Fail> {
+        self.servers.tuned(&self.tuning, self.ttl_or(default_ttl))
+    }
+}
+
+/// How long to wait for a lock held elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt.
+    Once,
+    /// Retry for this long.
+    For(Duration),
+    /// Retry until acquired.
+    Forever,
+}
+
+impl Waiting {
+    /// `-w` with `-n`: a usage error when both come from the command line (or both from the
+    /// environment); when one comes from each, the command line's wins, so that a script can
+    /// override `REDLOCK_NONBLOCK` or `REDLOCK_WAIT` for one call. `matches` are the
+    /// subcommand's.
+    pub fn settle(&mut self, matches: &clap::ArgMatches) -> Result<(), Fail> {
+        use clap::parser::ValueSource::{CommandLine, EnvVariable};
+        if !self.nonblock || self.wait.is_none() {
+            return Ok(());
+        }
+        match (
+            matches.value_source("wait"),
+            matches.value_source("nonblock"),
+        ) {
+            (Some(CommandLine), Some(EnvVariable)) => self.nonblock = false,
+            (Some(EnvVariable), Some(CommandLine)) => self.wait = None,
+            (Some(EnvVariable), Some(EnvVariable)) => {
+                return Err(Fail::new(
+                    exit::USAGE,
+                    "REDLOCK_WAIT and REDLOCK_NONBLOCK contradict each other: set one of them",
+                ));
+            }
+            _ => {
+                return Err(Fail::new(
+                    exit::USAGE,
+                    "-w/--wait and -n/--nonblock contradict each other: give one of them",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The waiting rule these options give.
+    pub fn rule(&self) -> Wait {
+        match (self.nonblock, self.wait) {
+            (true, _) | (false, Some(Wait::For(Duration::ZERO))) => Wait::Once,
+            (false, Some(w)) => w,
+            (false, None) => Wait::Forever,
+        }
+    }
+}
+
+/// `--json` and `--quiet`.
+#[derive(Args, Debug, Clone, Copy)]
+pub struct Output {
+    /// Print one JSON object on stdout
+    ///
+    /// Print one JSON object on stdout (on failure too: `"ok": false` with the exit code and
+    /// each node's vote)
+    #[arg(long)]
+    pub json: bool,
+    /// Print nothing on success, nor "held elsewhere"
+    ///
+    /// Print nothing on success (the exit code says it), nor when an acquire finds the lock held
+    /// elsewhere; other failures are still reported on stderr
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+}
+
+impl Output {
+    /// A success said both ways: with `--json` the object on stdout, and unless `--quiet` the
+    /// line on stderr (`redlock: …`).
+    pub fn success(&self, object: impl FnOnce() -> Value, line: impl FnOnce() -> String) {
+        if self.json {
+            print_json(&object());
+        }
+        if !self.quiet {
+            say!("redlock: {}", line());
+        }
+    }
+
+    /// A report on stdout (`status`, `repair-fences`): with `--json` the object, else the text
+    /// unless `--quiet`.
+    pub fn report(&self, object: impl FnOnce() -> Value, text: impl FnOnce() -> String) {
+        if self.json {
+            print_json(&object());
+        } else if !self.quiet {
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout
+                .write_all(text().as_bytes())
+                .and_then(|()| stdout.flush());
+        }
+    }
+}
+
+/// `--json`, `--quiet` and the lock options: what the subcommands that talk to servers and
+/// print a result take (`acquire`, `release`, `extend`, `status`, `repair-fences`).
+#[derive(Args, Debug, Clone)]
+pub struct CallOptions {
+    #[command(flatten)]
+    pub output: Output,
+    #[command(flatten)]
+    pub opts: LockOptions,
+}
+
+/// A lock given back by name and token, as `acquire` printed it (`release`, `extend`):
+/// `RESOURCE TOKEN`, or `RESOURCE RESOURCE... TOKEN` for a set ([`HeldLock::lock`]).
+#[derive(Args, Debug)]
+pub struct HeldLock {
+    /// The name of the lock
+    pub resource: String,
+    /// The token `redlock acquire` printed (it may start with '-')
+    #[arg(allow_hyphen_values = true)]
+    pub token: String,
+    /// The other resources of a set, then its TOKEN
+    ///
+    /// Several resources, the lock that `acquire` or `run` took of all of them:
+    /// `RESOURCE RESOURCE... TOKEN` (or the one `redlock:set:…` name they exported)
+    #[arg(allow_hyphen_values = true, value_name = "RESOURCE... TOKEN")]
+    pub more: Vec<String>,
+    #[command(flatten)]
+    pub call: CallOptions,
+}
+
+/// `--quarantine`: a window, or `None` for off.
+#[derive(Debug, Clone, Copy)]
+pub struct Quarantine(pub Option<Duration>);
