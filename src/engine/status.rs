@@ -248,7 +248,7 @@ impl<N: Net> Engine<N> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::session::ServerInfo;
+    use crate::proto::info::ServerInfo;
 
     fn delivery<'a>(reply: Frame<'a>, info: Option<&'a ServerInfo>) -> Delivery<'a> {
         Delivery {
@@ -380,7 +380,7 @@ mod tests {
             "r".repeat(40),
             u64::MAX
         );
-        let info = crate::proto::session::parse_info(text.as_bytes(), now);
+        let info = crate::proto::info::parse_info(text.as_bytes(), now);
         assert_eq!(
             info.and_then(|i| i.uptime),
             Some(Duration::from_secs(u64::MAX))

@@ -2,6 +2,7 @@
 
 pub(crate) mod encode;
 pub(crate) mod fencing;
+pub(crate) mod info;
 pub(crate) mod quarantine;
 pub(crate) mod repair_tally;
 pub mod resp;

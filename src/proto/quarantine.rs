@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::model::round::deadline_after;
-use crate::proto::session::ServerInfo;
+use crate::proto::info::ServerInfo;
 
 /// How much more than the time a server has been up its `uptime_in_seconds` may say (see
 /// [`NodeWatch::quarantine_left`]).

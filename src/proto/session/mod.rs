@@ -10,6 +10,10 @@
 //! the thin half that owns the socket and calls it; a simulator can drive it with bytes of its
 //! own (the split of `quinn-proto`'s `Connection` from `quinn`'s endpoint driver).
 
+mod handshake;
+
+use handshake::Step;
+
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +26,7 @@ use crate::model::error::NodeFault;
 use crate::model::event::event;
 use crate::model::eviction::Eviction;
 use crate::model::stats::NodeCounters;
+use crate::proto::info::ServerInfo;
 use crate::proto::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
 // (`pub(crate)` for the simulator's old paths: transitional.)
 pub(crate) use crate::proto::scripts::{
@@ -77,54 +82,6 @@ pub(crate) enum Kind {
     Upgrade,
 }
 
-/// Handshake steps, in the order they are pipelined.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// `HELLO 3 [AUTH user pass]`: answered with a RESP3 map.
-    Hello,
-    /// `AUTH [user] pass`: answered `+OK`.
-    Auth,
-    /// `SELECT db`: answered `+OK`.
-    Select,
-    /// `CLIENT SETNAME name`: answered `+OK`.
-    SetName,
-    /// `INFO server`: answered with a bulk (or verbatim) string.
-    Info,
-    /// `INFO memory` (the eviction policy): the same, asked and needed as `INFO server` is.
-    Memory,
-}
-
-impl Step {
-    /// The command, as error messages name it.
-    fn command(self) -> &'static str {
-        match self {
-            Step::Hello => "HELLO",
-            Step::Auth => "AUTH",
-            Step::Select => "SELECT",
-            Step::SetName => "CLIENT SETNAME",
-            Step::Info => "INFO server",
-            Step::Memory => "INFO memory",
-        }
-    }
-
-    /// True when `frame` is the kind of answer this step gets from a real server. Anything else
-    /// (an `INFO` answered `+OK`, a `HELLO` answered `:1`) is a server that does not speak the
-    /// protocol, and fails the handshake.
-    fn accepts(self, frame: &Frame<'_>) -> bool {
-        match self {
-            // A RESP3 map, the proof that the connection speaks RESP3 from here on (the engine
-            // subscribes on it for that). A RESP2 array is `HELLO 2`'s answer: a server (or a
-            // proxy) that answers `HELLO 3` so stays in RESP2, where a subscribed connection's
-            // messages are arrays that FIFO matching would take for replies (found by review).
-            Step::Hello => {
-                matches!(frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Map)
-            }
-            Step::Auth | Step::Select | Step::SetName => matches!(frame, Frame::Simple("OK")),
-            Step::Info | Step::Memory => matches!(frame, Frame::Bulk(_) | Frame::Verbatim { .. }),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     kind: Kind,
@@ -164,24 +121,6 @@ pub(crate) struct Delivery<'a> {
     /// turned out to carry surplus frames or garbage: the node does not speak the protocol, and
     /// its answer is taken back. `reply` holds the fault.
     pub withdrawn: bool,
-}
-
-/// What the node said about itself in `INFO server`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ServerInfo {
-    pub run_id: [u8; 40],
-    /// `uptime_in_seconds`; `None` when missing or not a whole number of seconds (Redis prints
-    /// a signed `time_t`: negative after the server's clock stepped back). The restart tracking
-    /// counts `None` as 0 the first time it meets the `run_id`, and as no news after that.
-    pub uptime: Option<Duration>,
-    /// When the reply arrived: the node started at about `seen - uptime`.
-    pub seen: Instant,
-    /// How many times this session's handshakes have met another process at this address
-    /// than the one before (a restart, a failover, and back): the restart tracking treats a
-    /// count that grew as a new process even when the `run_id` is one it knew, and a count
-    /// above zero as one when it knew none — a connection can come up and go down without
-    /// carrying one answer to the engine.
-    pub changes: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -692,75 +631,6 @@ impl Session {
             };
         }
     }
-
-    /// The handshake, pipelined in the first write: one round trip, whatever it contains.
-    fn queue_handshake(&mut self, now: Instant) {
-        let addr = &self.addr;
-        let st = &mut self.st;
-        let mut steps = 0;
-        let mut push = |st: &mut State, step: Step, args: &[Arg<'_>]| {
-            resp::encode_command(&mut st.out, args);
-            st.pending.push_back(Pending {
-                kind: Kind::Handshake(step),
-                tag: 0,
-                sent: now,
-                tail: 0,
-                argc: 0,
-                sending: Sending::First,
-                eval: false,
-            });
-            steps += 1;
-        };
-        let user = addr.username.as_deref();
-        let pass = addr.password();
-        if addr.protocol == 3 {
-            match pass {
-                Some(p) => push(
-                    st,
-                    Step::Hello,
-                    &[
-                        "HELLO".into(),
-                        "3".into(),
-                        "AUTH".into(),
-                        user.unwrap_or("default").into(),
-                        p.into(),
-                    ],
-                ),
-                None => push(st, Step::Hello, &["HELLO".into(), "3".into()]),
-            }
-        } else if let Some(p) = pass {
-            match user {
-                Some(u) => push(st, Step::Auth, &["AUTH".into(), u.into(), p.into()]),
-                None => push(st, Step::Auth, &["AUTH".into(), p.into()]),
-            }
-        }
-        if addr.db != 0 {
-            push(
-                st,
-                Step::Select,
-                &["SELECT".into(), u64::from(addr.db).into()],
-            );
-        }
-        if let Some(name) = &self.config.settings.client_name {
-            push(
-                st,
-                Step::SetName,
-                &["CLIENT".into(), "SETNAME".into(), name.as_str().into()],
-            );
-        }
-        if self.config.info != InfoNeed::Off {
-            push(st, Step::Info, &["INFO".into(), "server".into()]);
-            if self.config.memory {
-                push(st, Step::Memory, &["INFO".into(), "memory".into()]);
-            }
-            if self.config.info == InfoNeed::Wanted {
-                // Not a gate: the requests follow them in the same write, without waiting for
-                // their answers, which come before theirs.
-                steps -= 1 + usize::from(self.config.memory);
-            }
-        }
-        st.handshake_left = steps;
-    }
 }
 
 /// Decodes and dispatches every complete frame in `buf`; returns the bytes consumed.
@@ -999,149 +869,6 @@ impl State {
         self.ever_up = true;
         self.down = false;
     }
-
-    fn on_handshake(&mut self, step: Step, frame: Frame<'_>, now: Instant) {
-        // `INFO server` or `INFO memory` refused while not needed: carry on without (the node's
-        // process, or its eviction policy, unknown).
-        let tolerated = matches!(step, Step::Info | Step::Memory)
-            && self.info_need == InfoNeed::Wanted
-            && matches!(frame, Frame::Error(_));
-        if let Frame::Error(e) = frame
-            && !tolerated
-        {
-            let message = crate::model::error::clipped(e.message);
-            self.failure = Some(match (step, e.kind) {
-                // A server too busy to take us yet, whatever the step: its first answer (a
-                // connection over `maxclients` gets this one line, then is closed), or a
-                // step refused while it loads or runs a script. Not the address's fault, so
-                // not final: a caller that waits keeps waiting (found by review: it was read
-                // as bad credentials, or a bad database, and `lock` gave up).
-                (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
-                // Any refusal of `AUTH` is of the credentials (Redis before 6 says
-                // `-ERR invalid password`).
-                (Step::Auth, _) => NodeFault::Auth(message),
-                (Step::Hello, kind) if kind.is_auth() => NodeFault::Auth(message),
-                // `HELLO` unknown (Redis before 6), `-NOPROTO`: the server does not speak
-                // RESP3, which no credentials mend (found by review: it was reported as
-                // credentials refused).
-                (Step::Hello, _) => NodeFault::Unexpected(format!(
-                    "-{message} in answer to HELLO 3 (protocol=3: the server does not speak \
-                     RESP3; use protocol 2)"
-                )),
-                // Logged in, but the ACL user may not run this step.
-                (_, ErrorKind::NoPerm) => NodeFault::Permission {
-                    command: step.command(),
-                    message,
-                },
-                (_, kind) if kind.is_auth() => NodeFault::Auth(message),
-                // No such database (or none to select): the address is wrong, not the node.
-                (Step::Select, _) => NodeFault::Database {
-                    db: self.db,
-                    message,
-                },
-                (_, kind) => NodeFault::Server(kind, message),
-            });
-            return;
-        }
-        if !tolerated && !step.accepts(&frame) {
-            // Described from the frame, a bounded prefix of it: a megabyte of `_` nested in
-            // arrays was made into ~350K owned values (~20 MB) and their whole text on every
-            // reconnect before it was cut to a line (found by review).
-            let why = match step {
-                Step::Hello => {
-                    " 3 (not a RESP3 map: the server does not speak RESP3; use protocol 2)"
-                }
-                _ => "",
-            };
-            self.failure = Some(NodeFault::Unexpected(format!(
-                "{} in answer to {}{why}",
-                crate::model::error::clipped_debug(&frame),
-                step.command()
-            )));
-            return;
-        }
-        if step == Step::Info {
-            // A tolerated error: the process stays unknown.
-            let text = match frame {
-                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
-                _ => &[],
-            };
-            self.info = parse_info(text, now);
-            if let Some(info) = self.info.as_mut() {
-                if self.last_run_id.is_some_and(|last| last != info.run_id) {
-                    self.run_id_changes = self.run_id_changes.saturating_add(1);
-                }
-                self.last_run_id = Some(info.run_id);
-                if !self.mutation.run_id_on_yes_only() {
-                    info.changes = self.run_id_changes;
-                }
-                if self.mutation.uptime_at_its_word() {
-                    // The defect brought back: the second the quarantine takes off, put back.
-                    info.uptime = info
-                        .uptime
-                        .map(|up| up.saturating_add(crate::proto::quarantine::UPTIME_ROUNDING));
-                }
-            }
-            if self.info_need == InfoNeed::Wanted {
-                // Not one of the steps the requests wait for.
-                return;
-            }
-        }
-        if step == Step::Memory {
-            // A tolerated error: unknown.
-            self.eviction = match frame {
-                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => Eviction::parse(b),
-                _ => Eviction::Unknown,
-            };
-            if self.info_need == InfoNeed::Wanted {
-                return;
-            }
-        }
-        self.handshake_left = self.handshake_left.saturating_sub(1);
-        if self.handshake_left == 0 {
-            self.phase = Phase::Ready;
-            self.came_up();
-            // Only now has the connection proven itself: a node that refuses the handshake is
-            // retried after the backoff, not at once by every operation.
-            self.replied = true;
-            // The handshake went through: the requests held back may go now.
-            if self.out.is_empty() {
-                std::mem::swap(&mut self.out, &mut self.held);
-            } else {
-                self.out.extend_from_slice(&self.held);
-                self.held.clear();
-            }
-        }
-    }
-}
-
-/// Extracts `run_id` and `uptime_in_seconds` from an `INFO server` reply: `None` without a
-/// `run_id`. An uptime that is missing or not a whole number of seconds (Redis prints a signed
-/// `time_t`: negative after the server's clock stepped back) is `None` and the `run_id` stands:
-/// the restart tracking takes a process first met so as just started (a whole restart window
-/// ahead: the safe direction), and one it knows by its `run_id` as no news. It used to throw
-/// the `run_id` away with it, leaving the node unknown (fencing said "grant +info"); then it
-/// counted as 0, which quarantined a known process again at every reconnect.
-pub(crate) fn parse_info(text: &[u8], now: Instant) -> Option<ServerInfo> {
-    let mut run_id = None;
-    let mut uptime = None;
-    for line in text.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if let Some(v) = line.strip_prefix(b"run_id:") {
-            run_id = <[u8; 40]>::try_from(v).ok();
-        } else if let Some(v) = line.strip_prefix(b"uptime_in_seconds:") {
-            uptime = std::str::from_utf8(v)
-                .ok()
-                .and_then(|s| s.parse::<u64>().ok())
-                .map(Duration::from_secs);
-        }
-    }
-    Some(ServerInfo {
-        run_id: run_id?,
-        uptime,
-        seen: now,
-        changes: 0,
-    })
 }
 
 #[cfg(test)]
@@ -1735,16 +1462,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn info_parsing() {
-        let now = Instant::now();
-        let text = b"# Server\r\nredis_version:7.0.15\r\nrun_id:0123456789012345678901234567890123456789\r\nuptime_in_seconds:42\r\n";
-        let info = parse_info(text, now).unwrap();
-        assert_eq!(info.uptime, Some(Duration::from_secs(42)));
-        assert_eq!(&info.run_id, b"0123456789012345678901234567890123456789");
-        assert_eq!(parse_info(b"garbage", now), None);
-    }
-
     /// A connect deadline passed while nothing polled (the turn's `poll` began after it) moves
     /// once per connection; one passed while a poll watched stands.
     #[test]
@@ -1767,26 +1484,5 @@ mod tests {
         s.connecting(later);
         let deadline = s.next_deadline().unwrap();
         assert!(s.unwatched_grace(deadline + ms(1), deadline + ms(1)));
-    }
-
-    /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
-    /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
-    /// the uptime is unknown (`None`: the restart tracking decides what it means). Before, any
-    /// of these made the node unknown (found by review).
-    #[test]
-    fn a_bad_uptime_is_unknown_and_keeps_the_run_id() {
-        let now = Instant::now();
-        let run_id = b"0123456789012345678901234567890123456789";
-        for uptime in ["uptime_in_seconds:-3\r\n", "uptime_in_seconds:soon\r\n", ""] {
-            let text = format!(
-                "# Server\r\nrun_id:{}\r\n{uptime}",
-                std::str::from_utf8(run_id).unwrap()
-            );
-            let info = parse_info(text.as_bytes(), now).expect(uptime);
-            assert_eq!(&info.run_id, run_id, "{uptime}");
-            assert_eq!(info.uptime, None, "{uptime}");
-        }
-        // No run_id, whatever the uptime: unknown.
-        assert_eq!(parse_info(b"uptime_in_seconds:42\r\n", now), None);
     }
 }
