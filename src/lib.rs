@@ -285,21 +285,19 @@ pub use api::keep_alive::KeepAlive;
 pub use api::redlock::Redlock;
 pub use api::semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};
 pub use engine::Shutdown;
-pub use engine::request::{NodeFence, NodeStatus};
 pub use model::addr::{NodeAddr, TlsParams};
 pub use model::config::{
     Builder, Config, EvictingServers, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine,
 };
-pub use model::error::{
-    Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError,
-};
+pub use model::error::{Error, NodeFault, NodeVote, Report, WithLockError};
 pub use model::event::TARGET as LOG_TARGET;
 pub use model::eviction::{Eviction, EvictionPolicy};
+pub use model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
 pub use model::keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
 pub use model::lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
+pub use model::node_status::{NodeFence, NodeStatus};
 pub use model::stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
 pub use model::token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
-pub use proto::repair_tally::FenceFloor;
 pub use runtime::client::Client;
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use crate::api::redlock::Redlock;
 use crate::engine::Shutdown;
-use crate::engine::request::{NodeStatus, ReqKind};
+use crate::engine::request::ReqKind;
 use crate::model::addr::NodeAddr;
 use crate::model::config::{Builder, Config};
 use crate::model::error::Error;
 use crate::model::lock::Lock;
+use crate::model::node_status::NodeStatus;
 use crate::model::round::deadline_after;
 use crate::model::token::Token;
 use crate::runtime::call::Call;

@@ -6,15 +6,17 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::engine::Shutdown;
-use crate::engine::request::{NodeStatus, ReqKind};
+use crate::engine::request::ReqKind;
 use crate::model::addr::NodeAddr;
 use crate::model::config::{Builder, Config, Shared};
-use crate::model::error::{Error, FenceRepair};
+use crate::model::error::Error;
+use crate::model::fence_repair::FenceFloor;
+use crate::model::fence_repair::FenceRepair;
 use crate::model::lock::Lock;
+use crate::model::node_status::NodeStatus;
 use crate::model::round::deadline_after;
 use crate::model::stats::{IoCounters, KeepStats, Metrics, Stats};
 use crate::model::token::Token;
-use crate::proto::repair_tally::FenceFloor;
 use crate::runtime::client::{Client, apply_extend, lock_of, released_of, repaired_of, status_of};
 use crate::runtime::hub::Hub;
 

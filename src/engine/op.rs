@@ -19,7 +19,7 @@ use crate::model::round::Vote;
 use crate::model::stats::{Metrics, NodeCounters};
 use crate::model::token::Token;
 use crate::proto::quarantine::NodeWatch;
-use crate::proto::repair_tally::Repair;
+use crate::proto::repair_tally::RepairTally;
 use crate::proto::resp::{AggregateKind, Frame};
 use crate::proto::scripts::{
     EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, REPAIR_SCRIPT,
@@ -69,7 +69,7 @@ pub(super) struct Op {
     pub release: Release,
     /// Status read (`status.rs`), fence repair (`repair.rs`): allocated on first use.
     pub status: Option<Box<StatusReplies>>,
-    pub repair: Option<Box<Repair>>,
+    pub repair: Option<Box<RepairTally>>,
     /// A kept lock's renewal that was lost (and may be tried again): refusals that come after
     /// its decision still tell the lock's backing (`Core::late_refusals`).
     pub renewing: Option<Arc<Kept>>,

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::NodeFault;
+use crate::model::fence_repair::FenceFloor;
 use crate::model::round::deadline_after;
 use crate::proto::fencing::FENCE_KEY;
-use crate::proto::repair_tally::{FenceFloor, Repair};
+use crate::proto::repair_tally::RepairTally;
 use crate::proto::resp::Arg;
 use crate::proto::scripts::{REPAIR_SCRIPT, scripts};
 use crate::proto::session::Kind;
@@ -40,7 +41,7 @@ impl<N: Net> Engine<N> {
         // by then every counted write is in (docs/fencing.md, "Repair").
         let round = timeout.min(seed_window / REPAIR_ROUND_SHARE);
         op.until = deadline_after(now, round);
-        op.repair = Some(Box::new(Repair::new(n, floor, round)));
+        op.repair = Some(Box::new(RepairTally::new(n, floor, round)));
         let read = [
             Arg::Bytes(b"HMGET"),
             Arg::Bytes(FENCE_KEY.as_bytes()),

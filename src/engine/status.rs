@@ -5,10 +5,11 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::net::Net;
-use crate::engine::request::{NodeFence, NodeStatus, OpId, Outcome};
+use crate::engine::request::{OpId, Outcome};
 use crate::model::addr::NodeAddr;
 use crate::model::error::NodeFault;
 use crate::model::eviction::Eviction;
+use crate::model::node_status::{NodeFence, NodeStatus};
 use crate::model::round::deadline_after;
 use crate::proto::fencing::FENCE_KEY;
 use crate::proto::quarantine::NodeWatch;

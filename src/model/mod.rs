@@ -5,9 +5,11 @@ pub(crate) mod config;
 pub mod error;
 pub(crate) mod event;
 pub(crate) mod eviction;
+pub(crate) mod fence_repair;
 pub mod keys;
 pub(crate) mod lock;
 pub(crate) mod mutation;
+pub(crate) mod node_status;
 pub mod round;
 pub(crate) mod stats;
 #[cfg(feature = "tls")]

@@ -1,7 +1,6 @@
-//! Repairing blank fence counters (issue 36, item 2): what a caller asks ([`FenceFloor`]),
-//! what it gets back ([`FenceRepair`], one [`NodeRepair`] per node: `error.rs`, since a
-//! failed repair's error carries it), and the operation's tally without I/O ([`Repair`]): the
-//! engine sends the requests and feeds the answers in.
+//! Repairing blank fence counters: the operation's tally without I/O ([`RepairTally`]) — the
+//! engine sends the requests and feeds the answers in. What a caller asks ([`FenceFloor`]) and
+//! gets back ([`FenceRepair`], one [`NodeRepair`] per node) are `model/fence_repair.rs`.
 //! The argument and the assumptions it rests on: docs/fencing.md, "Repair".
 //!
 //! A fenced acquire needs a quorum of *seeded* counters (`fence.rs`), and a blank counter is
@@ -23,51 +22,15 @@
 //! counter of at least `V`. It never lowers a counter, so a repair that failed, or one that
 //! ran twice, leaves nothing worse than it found.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::addr::NodeAddr;
-use crate::model::error::{Error, FenceRepair, NodeFault, NodeRepair};
+use crate::model::error::{Error, NodeFault};
+// (`pub(crate)` for the simulator's old path to `FenceFloor`: transitional.)
+pub(crate) use crate::model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
 use crate::proto::fencing::parse_u64;
 use crate::proto::resp::{ErrorKind, Frame};
-
-/// What the caller of a fence repair vouches for about the fences handed out before it
-/// ([`Redlock::repair_fences`](crate::Redlock::repair_fences)). The counters are raised to the
-/// larger of the floor and every counter read; docs/fencing.md ("Repair") gives the argument.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceFloor {
-    /// No floor: the repair goes ahead only if a quorum of the counters it reads is seeded —
-    /// then their maximum is at least every fence handed out before the repair began, by the
-    /// construction's own argument, and nothing beyond fencing's own assumptions is needed.
-    /// Otherwise it fails ([`FenceRepair::needs_floor`]) and writes nothing. This repairs blank
-    /// counters of a minority (restarted servers that no fenced acquire has seeded again).
-    SeededQuorum,
-    /// Every fence handed out before the repair began is at most this: the highest fence the
-    /// protected resources have accepted, plus a margin for fences handed out and not
-    /// presented yet (a holder paused in a GC may present its fence much later). Counters are
-    /// raised to at least this; numbers are cheap, so be generous.
-    AtLeast(u64),
-    /// No floor is known, and the caller vouches that no holder of a fence handed out before
-    /// the repair began will present it to a protected resource after the repair (every such
-    /// lease has expired and its holder has stopped, or the resources no longer take its
-    /// writes). Fences handed out after the repair may then be lower than earlier ones: a
-    /// resource that refuses fences lower than the highest it has seen refuses them, until
-    /// fences pass that mark (safe, but stuck), unless it forgets its mark too.
-    EarlierHoldersStopped,
-}
-
-impl fmt::Display for FenceFloor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FenceFloor::SeededQuorum => f.write_str("none (a quorum of seeded counters)"),
-            FenceFloor::AtLeast(n) => write!(f, "{n}"),
-            FenceFloor::EarlierHoldersStopped => {
-                f.write_str("none (every holder of an earlier fence has stopped)")
-            }
-        }
-    }
-}
 
 /// One node's part in a repair.
 #[derive(Debug, Clone, Default)]
@@ -120,7 +83,7 @@ enum Phase {
 
 /// A repair in flight: the answers of both round trips.
 #[derive(Debug)]
-pub(crate) struct Repair {
+pub(crate) struct RepairTally {
     floor: FenceFloor,
     phase: Phase,
     nodes: Vec<Node>,
@@ -131,10 +94,10 @@ pub(crate) struct Repair {
     pub round: Duration,
 }
 
-impl Repair {
+impl RepairTally {
     /// A repair over `n` nodes with this floor, each round trip waiting at most `round`.
-    pub fn new(n: usize, floor: FenceFloor, round: Duration) -> Repair {
-        Repair {
+    pub fn new(n: usize, floor: FenceFloor, round: Duration) -> RepairTally {
+        RepairTally {
             floor,
             phase: Phase::Reading,
             nodes: vec![Node::default(); n],
@@ -318,7 +281,7 @@ impl Repair {
     }
 
     /// What round trip 2 sends to `node`: the value, and the connection and `run_id` its read
-    /// came on (the write goes on that connection only). Only to the nodes [`Repair::plan`]
+    /// came on (the write goes on that connection only). Only to the nodes [`RepairTally::plan`]
     /// chose: a blank counter inside its seed window must stay blank (an acquire that began
     /// before its restart may still be writing its fence back to the others, where the read
     /// could not see it), and it was written — seeded below that fence — while its answer was
@@ -452,12 +415,18 @@ mod tests {
     }
 
     /// `HMGET redlock:fence run n` answered with this `run` (None: absent) and `n`.
-    fn read(r: &mut Repair, node: usize, run: Option<&[u8; 40]>, n: Option<u64>, me: &[u8; 40]) {
+    fn read(
+        r: &mut RepairTally,
+        node: usize,
+        run: Option<&[u8; 40]>,
+        n: Option<u64>,
+        me: &[u8; 40],
+    ) {
         read_in(r, node, run, n, me, None);
     }
 
     fn read_in(
-        r: &mut Repair,
+        r: &mut RepairTally,
         node: usize,
         run: Option<&[u8; 40]>,
         n: Option<u64>,
@@ -479,7 +448,7 @@ mod tests {
         with_frame(&bytes, |f| r.on_read(node, Ok(f), Some(me), 1, window_left));
     }
 
-    fn written(r: &mut Repair, node: usize, n: &str, generation: u64) {
+    fn written(r: &mut RepairTally, node: usize, n: &str, generation: u64) {
         let bytes = format!("${}\r\n{n}\r\n", n.len());
         with_frame(bytes.as_bytes(), |f| r.on_written(node, Ok(f), generation));
     }
@@ -487,7 +456,7 @@ mod tests {
     #[test]
     fn a_floor_raises_every_counter_and_blank_ones_in_their_window_are_held_back() {
         let (n, q) = (5, 3);
-        let mut r = Repair::new(n, FenceFloor::AtLeast(100), Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::AtLeast(100), Duration::from_secs(1));
         // Nodes 0 and 1 restarted long ago (blank, one with a stale snapshot's value), node 2
         // restarted just now, nodes 3 and 4 seeded.
         read(&mut r, 0, None, None, &A);
@@ -531,7 +500,7 @@ mod tests {
     #[test]
     fn without_a_floor_the_repair_needs_a_quorum_of_seeded_counters() {
         let (n, q) = (3, 2);
-        let mut r = Repair::new(n, FenceFloor::SeededQuorum, Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::SeededQuorum, Duration::from_secs(1));
         read(&mut r, 0, Some(&A), Some(9), &A);
         read(&mut r, 1, None, None, &B);
         read(&mut r, 2, Some(&A), Some(12), &C);
@@ -551,14 +520,14 @@ mod tests {
         );
         assert!(e.to_string().contains("no floor given"), "{e}");
         // Two seeded of three: the maximum of a seeded quorum, no floor needed.
-        let mut r = Repair::new(n, FenceFloor::SeededQuorum, Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::SeededQuorum, Duration::from_secs(1));
         read(&mut r, 0, Some(&A), Some(9), &A);
         read(&mut r, 1, None, None, &B);
         read(&mut r, 2, Some(&C), Some(12), &C);
         assert_eq!(r.plan(&nodes(n), q), 0b111);
         assert_eq!(r.target(1).map(|t| t.0), Some(12));
         // Acknowledging that earlier holders stopped: the highest read, whatever is seeded.
-        let mut r = Repair::new(n, FenceFloor::EarlierHoldersStopped, Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::EarlierHoldersStopped, Duration::from_secs(1));
         read(&mut r, 0, None, Some(3), &A);
         read(&mut r, 1, None, None, &B);
         r.fail(2, NodeFault::Timeout);
@@ -569,7 +538,7 @@ mod tests {
     #[test]
     fn one_server_under_two_entries_counts_once() {
         let (n, q) = (3, 2);
-        let mut r = Repair::new(n, FenceFloor::AtLeast(5), Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::AtLeast(5), Duration::from_secs(1));
         read(&mut r, 0, Some(&A), Some(1), &A);
         read(&mut r, 1, Some(&A), Some(1), &A);
         r.fail(2, NodeFault::Io(std::io::ErrorKind::ConnectionRefused));
@@ -588,7 +557,7 @@ mod tests {
     #[test]
     fn a_write_counts_only_on_its_connection_and_at_least_the_value() {
         let (n, q) = (3, 2);
-        let mut r = Repair::new(n, FenceFloor::AtLeast(50), Duration::from_secs(1));
+        let mut r = RepairTally::new(n, FenceFloor::AtLeast(50), Duration::from_secs(1));
         for (i, id) in [A, B, C].iter().enumerate() {
             read(&mut r, i, Some(id), Some(10), id);
         }
@@ -616,7 +585,7 @@ mod tests {
 
     #[test]
     fn answers_of_the_wrong_shape_are_faults() {
-        let mut r = Repair::new(2, FenceFloor::AtLeast(1), Duration::from_secs(1));
+        let mut r = RepairTally::new(2, FenceFloor::AtLeast(1), Duration::from_secs(1));
         with_frame(b"*2\r\n$-1\r\n$3\r\n007\r\n", |f| {
             r.on_read(0, Ok(f), Some(&A), 1, None)
         });

@@ -6,15 +6,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Engine;
-use crate::engine::request::{NodeStatus, Outcome, ReqKind};
+use crate::engine::request::{Outcome, ReqKind};
 use crate::model::addr::NodeAddr;
 use crate::model::config::{Builder, Config, Shared};
-use crate::model::error::{Error, FenceRepair};
+use crate::model::error::Error;
+use crate::model::fence_repair::FenceFloor;
+use crate::model::fence_repair::FenceRepair;
 use crate::model::lock::Lock;
+use crate::model::node_status::NodeStatus;
 use crate::model::round::deadline_after;
 use crate::model::stats::KeepStats;
 use crate::model::token::Token;
-use crate::proto::repair_tally::FenceFloor;
 use crate::runtime::driver::Driver;
 
 /// One engine owned by one thread: its own connections to all nodes, driven on the calling

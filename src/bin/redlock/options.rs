@@ -260,7 +260,7 @@ impl LockOptions {
         )
     }
 
-    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
+    /// The lock that RESOURCES name ([`lock_name`](crate::names::lock_name)) for `run` and `acquire`; with `--permits`
     /// there must be one (the semaphore's name); none may be in the reserved namespace (an
     /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
     /// `release` and `status`, not for taking a lock).
@@ -412,7 +412,7 @@ pub struct CallOptions {
 }
 
 /// A lock given back by name and token, as `acquire` printed it (`release`, `extend`):
-/// `RESOURCE TOKEN`, or `RESOURCE RESOURCE... TOKEN` for a set ([`HeldLock::lock`]).
+/// `RESOURCE TOKEN`, or `RESOURCE RESOURCE... TOKEN` for a set.
 #[derive(Args, Debug)]
 pub struct HeldLock {
     /// The name of the lock

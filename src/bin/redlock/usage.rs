@@ -12,7 +12,7 @@ use crate::fail::{Fail, exit};
 
 /// The options that came before the subcommand in versions where they were global
 /// (`redlock --server URL --quarantine off run …`) are moved behind it, so that those command
-/// lines keep working; so are the other lock options ([`options::LockOptions`]), which every
+/// lines keep working; so are the other lock options ([`LockOptions`](crate::options::LockOptions)), which every
 /// subcommand that talks to servers takes.
 pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
     const WITH_VALUE: [&str; 14] = [
