@@ -190,6 +190,10 @@ impl Slot {
 
 /// The inbox starts this large: more requests than one turn usually takes in, so that queuing
 /// does not allocate.
+/// How the mailbox wakes a driver that waits for input: whatever interrupts its wait (the
+/// runtime gives a `mio::Waker`'s wake). Called only when the driver sleeps or is about to.
+pub(crate) type PollWaker = Box<dyn Fn() + Send + Sync>;
+
 const INBOX_CAPACITY: usize = 64;
 
 /// [`Mailbox::sleeping`]: the driver is not asleep.
@@ -212,7 +216,8 @@ pub(crate) struct Mailbox {
     /// [`ASLEEP`] (until its own next deadline: a new request must wake it) or [`HOLDING`]
     /// (no longer than a hold: an async caller's request may wait for it).
     sleeping: AtomicU8,
-    waker: mio::Waker,
+    /// Wakes the driver out of its wait for input (the runtime's `mio::Waker`).
+    waker: PollWaker,
     /// `Waker::wake` calls (for the counts of the benchmark).
     pub wakes: AtomicUsize,
     /// Threads waiting for the loop itself ([`Mailbox::want`]).
@@ -223,7 +228,7 @@ pub(crate) struct Mailbox {
 }
 
 impl Mailbox {
-    pub fn new(waker: mio::Waker) -> Mailbox {
+    pub fn new(waker: PollWaker) -> Mailbox {
         Mailbox {
             inbox: Mutex::new(Vec::with_capacity(INBOX_CAPACITY)),
             keeps: Mutex::new(Vec::new()),
@@ -320,7 +325,7 @@ impl Mailbox {
     fn wake_if_asleep(&self) {
         if self.sleeping.swap(AWAKE, Ordering::SeqCst) != AWAKE {
             self.wakes.fetch_add(1, Ordering::Relaxed);
-            let _ = self.waker.wake();
+            (self.waker)();
         }
     }
 

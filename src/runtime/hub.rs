@@ -100,7 +100,10 @@ impl Hub {
     pub fn start(mut client: Client) -> Result<Arc<Hub>, Error> {
         let waker = (client.engine().net.waker())
             .map_err(|e| Error::system("create the event loop's waker", e))?;
-        let mailbox = Arc::new(Mailbox::new(waker));
+        let mailbox = Arc::new(Mailbox::new(Box::new(move || {
+            // A failed wake (the poll gone) leaves nothing to wake.
+            let _ = waker.wake();
+        })));
         client.engine().attach(mailbox.clone());
         let callbacks = client.engine().callbacks.clone();
         let recheck = client
