@@ -267,8 +267,8 @@ pub use proto::resp;
 #[allow(unused_imports)]
 use {
     api::{
-        async_guard, async_keep, async_redlock as async_handle, guard, keep_alive as keep,
-        redlock as handle, reentry, semaphore,
+        async_redlock as async_handle, guard, keep_alive as keep, redlock as handle, reentry,
+        semaphore,
     },
     engine::{kept, mailbox, net, queue as wait, request},
     model::tls,
@@ -277,11 +277,9 @@ use {
     runtime::{call as task, client, conn, driver, hub, resolve},
 };
 
-pub use api::async_guard::AsyncLockGuard;
-pub use api::async_keep::{AsyncKeepAlive, LockWatch};
 pub use api::async_redlock::AsyncRedlock;
-pub use api::guard::LockGuard;
-pub use api::keep_alive::KeepAlive;
+pub use api::guard::{AsyncLockGuard, LockGuard};
+pub use api::keep_alive::{AsyncKeepAlive, KeepAlive, LockWatch};
 pub use api::redlock::Redlock;
 pub use api::semaphore::{AsyncSemaphore, MAX_PERMITS, Semaphore};
 pub use engine::Shutdown;

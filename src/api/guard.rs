@@ -1,7 +1,11 @@
-//! [`LockGuard`]: an owned guard; releases its lock when dropped, without waiting.
+//! Owned guards: [`LockGuard`] releases its lock when dropped, without waiting; its async face
+//! is the same type over an [`AsyncRedlock`] ([`AsyncLockGuard`]). Both faces share the guard
+//! itself (its lock, its `Deref`, giving the lock up) and differ only in how they extend and
+//! release: by blocking, or through futures.
 
 use std::time::Duration;
 
+use crate::api::async_redlock::AsyncRedlock;
 use crate::api::redlock::Redlock;
 use crate::model::error::Error;
 use crate::model::lock::Lock;
@@ -26,9 +30,64 @@ use crate::model::lock::Lock;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct LockGuard(Held<Redlock>);
+pub struct LockGuard<R = Redlock> {
+    handle: R,
+    /// The lock until the guard is consumed.
+    lock: Option<Lock>,
+    /// How the handle queues a release without waiting (what the drop does).
+    release_nowait: fn(&R, Lock),
+}
 
-/// A handle that can queue a release without waiting (what a guard's drop does).
+/// [`LockGuard`] for async code: releases its lock when dropped. Derefs to the [`Lock`].
+///
+/// Owned and `'static`: it holds a clone of the handle, is `Send`, and can be moved into a
+/// spawned task or returned from one. Dropping it never waits: the release is queued on the
+/// handle's engine and written within a turn of its loop (a node that is down gets it when it
+/// is back). A process that exits right after dropping guards can lose those releases — call
+/// [`AsyncRedlock::shutdown`] first. [`AsyncLockGuard::unlock`] releases and waits for the
+/// count. Made by [`AsyncRedlock::guard`].
+pub type AsyncLockGuard = LockGuard<AsyncRedlock>;
+
+impl<R> LockGuard<R> {
+    /// The handle and the lock, to extend it (`Expired` once consumed: never, in practice).
+    fn parts(&mut self) -> Result<(&R, &mut Lock), Error> {
+        match self.lock.as_mut() {
+            Some(lock) => Ok((&self.handle, lock)),
+            None => Err(Error::Expired { released: 0 }),
+        }
+    }
+
+    /// The handle and the lock, taken out: the drop no longer releases it.
+    fn take(&mut self) -> (&R, Option<Lock>) {
+        (&self.handle, self.lock.take())
+    }
+
+    /// Gives the lock up without releasing it.
+    pub fn into_inner(mut self) -> Lock {
+        self.lock
+            .take()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl<R> std::ops::Deref for LockGuard<R> {
+    type Target = Lock;
+    fn deref(&self) -> &Lock {
+        self.lock
+            .as_ref()
+            .expect("a guard holds its lock until consumed")
+    }
+}
+
+impl<R> Drop for LockGuard<R> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock.take() {
+            (self.release_nowait)(&self.handle, lock);
+        }
+    }
+}
+
+/// A handle that can queue a release without waiting: what a guard's drop does.
 pub(crate) trait ReleaseNowait {
     fn release_nowait(&self, lock: Lock);
 }
@@ -39,62 +98,22 @@ impl ReleaseNowait for Redlock {
     }
 }
 
-/// What both guards ([`LockGuard`], [`AsyncLockGuard`](crate::AsyncLockGuard)) are: a handle
-/// and the lock, until it is consumed; the lock is released without waiting when dropped.
-#[derive(Debug)]
-pub(crate) struct Held<H: ReleaseNowait> {
-    pub handle: H,
-    lock: Option<Lock>,
-}
-
-impl<H: ReleaseNowait> Held<H> {
-    pub fn new(handle: H, lock: Lock) -> Held<H> {
-        Held {
-            handle,
-            lock: Some(lock),
-        }
-    }
-
-    /// The handle and the lock, to extend it (`Expired` once consumed: never, in practice).
-    pub fn parts(&mut self) -> Result<(&H, &mut Lock), Error> {
-        match self.lock.as_mut() {
-            Some(lock) => Ok((&self.handle, lock)),
-            None => Err(Error::Expired { released: 0 }),
-        }
-    }
-
-    /// The handle and the lock, taken out: the drop no longer releases it.
-    pub fn take(&mut self) -> (&H, Option<Lock>) {
-        (&self.handle, self.lock.take())
-    }
-
-    pub fn into_inner(mut self) -> Lock {
-        self.lock
-            .take()
-            .expect("a guard holds its lock until consumed")
-    }
-
-    pub fn lock(&self) -> &Lock {
-        self.lock
-            .as_ref()
-            .expect("a guard holds its lock until consumed")
+impl ReleaseNowait for AsyncRedlock {
+    fn release_nowait(&self, lock: Lock) {
+        self.unlock_nowait(lock);
     }
 }
 
-impl<H: ReleaseNowait> Drop for Held<H> {
-    fn drop(&mut self) {
-        if let Some(lock) = self.lock.take() {
-            self.handle.release_nowait(lock);
-        }
+/// A guard of a lock already held, on the handle that took it.
+pub(crate) fn guard<R: ReleaseNowait>(handle: R, lock: Lock) -> LockGuard<R> {
+    LockGuard {
+        handle,
+        lock: Some(lock),
+        release_nowait: R::release_nowait,
     }
 }
 
 impl LockGuard {
-    /// A guard of a lock already held (a semaphore's permit).
-    pub(crate) fn new(redlock: Redlock, lock: Lock) -> LockGuard {
-        LockGuard(Held::new(redlock, lock))
-    }
-
     /// Extends the guarded lock to `ttl` from now; see [`Redlock::extend`].
     ///
     /// # Examples
@@ -110,7 +129,7 @@ impl LockGuard {
     ///
     /// As [`Redlock::extend`].
     pub fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
-        let (redlock, lock) = self.0.parts()?;
+        let (redlock, lock) = self.parts()?;
         redlock.extend(lock, ttl)
     }
 
@@ -130,22 +149,34 @@ impl LockGuard {
     ///
     /// As [`Redlock::unlock`].
     pub fn unlock(mut self) -> Result<usize, Error> {
-        match self.0.take() {
+        match self.take() {
             (redlock, Some(lock)) => redlock.unlock(lock),
             (_, None) => Ok(0),
         }
     }
-
-    /// Gives the lock up without releasing it.
-    pub fn into_inner(self) -> Lock {
-        self.0.into_inner()
-    }
 }
 
-impl std::ops::Deref for LockGuard {
-    type Target = Lock;
-    fn deref(&self) -> &Lock {
-        self.0.lock()
+impl LockGuard<AsyncRedlock> {
+    /// Extends the guarded lock to `ttl` from now; see [`AsyncRedlock::extend`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::extend`](crate::Redlock::extend).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<(), Error> {
+        let (redlock, lock) = self.parts()?;
+        redlock.extend(lock, ttl).await
+    }
+
+    /// Releases now, waiting for the nodes' replies, and reports how many nodes released.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::unlock`](crate::Redlock::unlock).
+    pub async fn unlock(mut self) -> Result<usize, Error> {
+        match self.take() {
+            (redlock, Some(lock)) => redlock.unlock(lock).await,
+            (_, None) => Ok(0),
+        }
     }
 }
 
@@ -173,6 +204,32 @@ impl Redlock {
     ///
     /// As [`Redlock::lock`].
     pub fn guard(&self, resource: impl AsRef<[u8]>) -> Result<LockGuard, Error> {
-        Ok(LockGuard(Held::new(self.clone(), self.lock(resource)?)))
+        Ok(guard(self.clone(), self.lock(resource)?))
+    }
+}
+
+impl AsyncRedlock {
+    /// Acquires `resource` (waiting for it, as [`AsyncRedlock::lock`]) and returns a guard that
+    /// releases the lock when dropped, without waiting; see [`AsyncLockGuard`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let mut guard = redlock.guard("orders:42").await?;
+    /// // ... work within guard.validity() ...
+    /// guard.extend(Duration::from_secs(30)).await?;
+    /// guard.unlock().await?; // or drop it: released without waiting
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`](crate::Redlock::lock).
+    pub async fn guard(&self, resource: impl AsRef<[u8]>) -> Result<AsyncLockGuard, Error> {
+        let lock = self.lock(resource).await?;
+        Ok(guard(self.clone(), lock))
     }
 }

@@ -1,7 +1,5 @@
 //! What users call.
 
-pub(crate) mod async_guard;
-pub(crate) mod async_keep;
 pub(crate) mod async_redlock;
 pub(crate) mod guard;
 pub(crate) mod keep_alive;

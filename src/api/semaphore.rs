@@ -53,11 +53,10 @@ use std::time::{Duration, Instant};
 
 use rand::RngExt;
 
-use crate::api::async_guard::AsyncLockGuard;
-use crate::api::async_keep::LockWatch;
 use crate::api::async_redlock::AsyncRedlock;
-use crate::api::guard::LockGuard;
+use crate::api::guard::{AsyncLockGuard, LockGuard, guard};
 use crate::api::keep_alive::KeepAlive;
+use crate::api::keep_alive::LockWatch;
 use crate::api::redlock::Redlock;
 use crate::engine::request::ReqKind;
 use crate::model::config::Config;
@@ -353,9 +352,11 @@ fn block_on<F: Future>(future: F) -> F::Output {
 /// redlock.unlock(permit)?;
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
+///
+/// Its async face is the same type over an [`AsyncRedlock`]: [`AsyncSemaphore`].
 #[derive(Clone)]
-pub struct Semaphore {
-    redlock: Redlock,
+pub struct Semaphore<R = Redlock> {
+    redlock: R,
     permits: Permits,
 }
 
@@ -403,26 +404,7 @@ impl fmt::Debug for Semaphore {
     }
 }
 
-impl Redlock {
-    /// A counting semaphore of `permits` permits named `name`: at most `permits` holders at
-    /// once, each permit a lock of its own on `<name>#<i>`; see [`Semaphore`]. Checks the
-    /// arguments; sends nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::PermitCount`] for 0 permits or more than [`MAX_PERMITS`];
-    /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::Config`] for an
-    /// empty name, or one whose permits' keys (`<name>#<i>`) are longer than
-    /// [`Config::max_resource_len`] (the message names the permit key and the name's length).
-    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
-        Ok(Semaphore {
-            permits: Permits::new(self.config(), name.as_ref(), permits)?,
-            redlock: self.clone(),
-        })
-    }
-}
-
-impl Semaphore {
+impl<R> Semaphore<R> {
     /// The semaphore's name.
     pub fn name(&self) -> &[u8] {
         &self.permits.name
@@ -444,10 +426,31 @@ impl Semaphore {
     }
 
     /// The handle it uses.
-    pub fn redlock(&self) -> &Redlock {
+    pub fn redlock(&self) -> &R {
         &self.redlock
     }
+}
 
+impl Redlock {
+    /// A counting semaphore of `permits` permits named `name`: at most `permits` holders at
+    /// once, each permit a lock of its own on `<name>#<i>`; see [`Semaphore`]. Checks the
+    /// arguments; sends nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::PermitCount`] for 0 permits or more than [`MAX_PERMITS`];
+    /// [`Error::ReservedName`] for a name starting with `redlock:`; [`Error::Config`] for an
+    /// empty name, or one whose permits' keys (`<name>#<i>`) are longer than
+    /// [`Config::max_resource_len`] (the message names the permit key and the name's length).
+    pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore, Error> {
+        Ok(Semaphore {
+            permits: Permits::new(self.config(), name.as_ref(), permits)?,
+            redlock: self.clone(),
+        })
+    }
+}
+
+impl Semaphore {
     /// One attempt at a permit, no waiting: the next permit in turn alone, then, if it was not
     /// won (held, split votes), every other permit at once, keeping the lowest won of those
     /// (the others won are released at once, without waiting). Uncontended, one `SET` per
@@ -583,7 +586,7 @@ impl Semaphore {
     ///
     /// As [`Semaphore::acquire`].
     pub fn guard(&self) -> Result<LockGuard, Error> {
-        Ok(LockGuard::new(self.redlock.clone(), self.acquire()?))
+        Ok(guard(self.redlock.clone(), self.acquire()?))
     }
 
     /// Acquires a permit (waiting, as [`Semaphore::acquire`]), keeps it alive while `work`
@@ -617,13 +620,9 @@ impl Semaphore {
 /// redlock.unlock(permit).await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct AsyncSemaphore {
-    redlock: AsyncRedlock,
-    permits: Permits,
-}
+pub type AsyncSemaphore = Semaphore<AsyncRedlock>;
 
-impl fmt::Debug for AsyncSemaphore {
+impl fmt::Debug for Semaphore<AsyncRedlock> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.permits.fmt("AsyncSemaphore", f)
     }
@@ -643,32 +642,7 @@ impl AsyncRedlock {
     }
 }
 
-impl AsyncSemaphore {
-    /// The semaphore's name.
-    pub fn name(&self) -> &[u8] {
-        &self.permits.name
-    }
-
-    /// How many holders it admits at once.
-    pub fn permits(&self) -> u32 {
-        self.permits.names.len() as u32
-    }
-
-    /// The key of permit `i`, `<name>#<i>` (`None` past the last permit).
-    pub fn permit_key(&self, i: u32) -> Option<&[u8]> {
-        self.permits.key(i)
-    }
-
-    /// Which permit `lock` is, if it is one of this semaphore's.
-    pub fn permit_of(&self, lock: &Lock) -> Option<u32> {
-        index_of(&self.permits.names, lock)
-    }
-
-    /// The handle it uses.
-    pub fn redlock(&self) -> &AsyncRedlock {
-        &self.redlock
-    }
-
+impl Semaphore<AsyncRedlock> {
     /// One attempt at a permit, no waiting; see [`Semaphore::try_acquire`]: the next permit in
     /// turn alone, then the others at once, of which the first decided won is kept (the
     /// others won are released at once).
@@ -741,7 +715,7 @@ impl AsyncSemaphore {
     /// As [`AsyncSemaphore::acquire`].
     pub async fn guard(&self) -> Result<AsyncLockGuard, Error> {
         let permit = self.acquire().await?;
-        Ok(AsyncLockGuard::new(self.redlock.clone(), permit))
+        Ok(guard(self.redlock.clone(), permit))
     }
 
     /// Acquires a permit (waiting), keeps it alive while the work's future runs, then releases
