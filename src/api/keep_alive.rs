@@ -91,6 +91,45 @@ pub struct KeepAlive<R = Redlock> {
 /// ```
 pub type AsyncKeepAlive = KeepAlive<AsyncRedlock>;
 
+/// The accessors of a kept lock's holder and of its watch ([`KeepAlive`], [`LockWatch`]): both
+/// read the engine's [`Kept`], from the field `kept`.
+macro_rules! kept_accessors {
+    () => {
+        /// True while the lock is safe to rely on: not reported lost, and its validity deadline not
+        /// passed. No I/O: an atomic load and a monotonic clock read.
+        pub fn is_held(&self) -> bool {
+            self.kept.is_held()
+        }
+
+        /// Why the lock is lost, or `None` while it is held.
+        pub fn lost(&self) -> Option<Error> {
+            self.kept.loss()
+        }
+
+        /// When the engine marked the lock lost (a renewal that failed, its validity over, the
+        /// extension bound), or the holder ended it; `None` before. The engine does not release a
+        /// lost lock (its holder does, when it ends it), so no rival is let in before this by a
+        /// release; a rival may still win once the validity has run out, which the engine may
+        /// notice later.
+        /// The holder's thread or task learns of a loss when it is next scheduled, later still. So a
+        /// record of who held what ends the hold at the earliest of this,
+        /// [`lock`](Self::lock)`().valid_until()` and the moment the holder noticed.
+        pub fn lost_at(&self) -> Option<Instant> {
+            self.kept.lost_at()
+        }
+
+        /// The lock as it stands now (its validity moves forward with each extension).
+        pub fn lock(&self) -> Lock {
+            self.kept.lock()
+        }
+
+        /// The validity left now.
+        pub fn validity(&self) -> Duration {
+            self.kept.validity()
+        }
+    };
+}
+
 impl<R> std::fmt::Debug for KeepAlive<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KeepAlive")
@@ -101,28 +140,7 @@ impl<R> std::fmt::Debug for KeepAlive<R> {
 }
 
 impl<R> KeepAlive<R> {
-    /// True while the lock is safe to rely on: not reported lost, and its validity deadline not
-    /// passed. No I/O: an atomic load and a monotonic clock read.
-    pub fn is_held(&self) -> bool {
-        self.kept.is_held()
-    }
-
-    /// Why the lock is lost, or `None` while it is held.
-    pub fn lost(&self) -> Option<Error> {
-        self.kept.loss()
-    }
-
-    /// When the engine marked the lock lost (a renewal that failed, its validity over, the
-    /// extension bound), or the holder ended it; `None` before. The engine does not release a
-    /// lost lock (its holder does, when it ends it), so no rival is let in before this by a
-    /// release; a rival may still win once the validity has run out, which the engine may
-    /// notice later.
-    /// The holder's thread or task learns of a loss when it is next scheduled, later still. So a
-    /// record of who held what ends the hold at the earliest of this,
-    /// [`lock`](Self::lock)`().valid_until()` and the moment the holder noticed.
-    pub fn lost_at(&self) -> Option<Instant> {
-        self.kept.lost_at()
-    }
+    kept_accessors!();
 
     /// Runs `callback` once when the lock is lost, with the reason. Not called for a release by
     /// the holder (or a drop). Replaces a callback set earlier.
@@ -150,16 +168,6 @@ impl<R> KeepAlive<R> {
     /// the callback is caught (the panic hook still reports it) and ends nothing else.
     pub fn on_lost(&self, callback: impl FnOnce(&Error) + Send + 'static) {
         self.kept.on_lost(Box::new(callback));
-    }
-
-    /// The lock as it stands now (its validity moves forward with each extension).
-    pub fn lock(&self) -> Lock {
-        self.kept.lock()
-    }
-
-    /// The validity left now.
-    pub fn validity(&self) -> Duration {
-        self.kept.validity()
     }
 
     /// Stops keeping the lock: the lock to release on the nodes, and whether it had been lost
@@ -311,31 +319,7 @@ impl std::fmt::Debug for LockWatch {
 }
 
 impl LockWatch {
-    /// True while the lock is safe to rely on: not reported lost, and its validity deadline not
-    /// passed. No I/O: an atomic load and a monotonic clock read.
-    pub fn is_held(&self) -> bool {
-        self.kept.is_held()
-    }
-
-    /// Why the lock is lost, or `None` while it is held.
-    pub fn lost(&self) -> Option<Error> {
-        self.kept.loss()
-    }
-
-    /// When the lock stopped being this holder's; see [`KeepAlive::lost_at`].
-    pub fn lost_at(&self) -> Option<Instant> {
-        self.kept.lost_at()
-    }
-
-    /// The lock as it stands now.
-    pub fn lock(&self) -> Lock {
-        self.kept.lock()
-    }
-
-    /// The validity left now.
-    pub fn validity(&self) -> Duration {
-        self.kept.validity()
-    }
+    kept_accessors!();
 
     /// Waits until the lock is lost or `timeout` passes; returns the reason, or `None` on
     /// timeout. Wakes at the validity deadline by itself (a timer of the engine), whatever
