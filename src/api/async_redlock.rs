@@ -101,18 +101,9 @@ impl From<AsyncRedlock> for Redlock {
 }
 
 impl AsyncRedlock {
-    /// A handle with default settings.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::build`].
-    pub fn new<I, S>(servers: I) -> Result<AsyncRedlock, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::new(servers).build_async()
-    }
+    crate::model::config::default_handle!(AsyncRedlock, build_async,
+        /// A handle with default settings: `Builder::new(servers).build_async()`.
+    );
 
     /// The blocking API on the same engine (for a thread that is not an executor's).
     pub fn blocking(&self) -> &Redlock {

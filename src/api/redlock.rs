@@ -123,25 +123,16 @@ impl fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// A handle with default settings: `Builder::new(servers).build()`.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// let redlock = redlock_mux::Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
-    /// # Ok::<(), redlock_mux::Error>(())
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::build`](crate::Builder::build).
-    pub fn new<I, S>(servers: I) -> Result<Redlock, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::new(servers).build()
-    }
+    crate::model::config::default_handle!(Redlock, build,
+        /// A handle with default settings: `Builder::new(servers).build()`.
+        ///
+        /// # Examples
+        ///
+        /// ```no_run
+        /// let redlock = redlock_mux::Redlock::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])?;
+        /// # Ok::<(), redlock_mux::Error>(())
+        /// ```
+    );
 
     /// The settings in force.
     pub fn config(&self) -> &Config {

@@ -168,6 +168,26 @@ pub enum EvictingServers {
     CountUnsafely,
 }
 
+/// `new(servers)` of a handle type (`Client`, `Redlock`, `AsyncRedlock`): one with default
+/// settings, `Builder::new(servers)` then `$build`. The type's own docs come first.
+macro_rules! default_handle {
+    ($ty:ty, $build:ident, $(#[$doc:meta])*) => {
+        $(#[$doc])*
+        ///
+        /// # Errors
+        ///
+        /// As [`Builder::build`](crate::Builder::build).
+        pub fn new<I, S>(servers: I) -> Result<$ty, crate::Error>
+        where
+            I: IntoIterator<Item = S>,
+            S: AsRef<str>,
+        {
+            crate::Builder::new(servers).$build()
+        }
+    };
+}
+pub(crate) use default_handle;
+
 /// The restart-quarantine setting: a node that may have restarted (and lost its keys) less than
 /// a window ago does not count towards a quorum.
 ///

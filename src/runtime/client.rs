@@ -53,18 +53,9 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client with default settings.
-    ///
-    /// # Errors
-    ///
-    /// As [`Builder::build`](crate::Builder::build).
-    pub fn new<I, S>(servers: I) -> Result<Client, Error>
-    where
-        I: IntoIterator<Item = S>,
-        S: AsRef<str>,
-    {
-        Builder::new(servers).build_client()
-    }
+    crate::model::config::default_handle!(Client, build_client,
+        /// A client with default settings.
+    );
 
     pub(crate) fn from_shared(shared: Arc<Shared>) -> Result<Client, Error> {
         let driver = Driver::new(&shared.nodes, &shared.conn)
