@@ -9,7 +9,7 @@ use crate::model::config::InfoNeed;
 use crate::model::error::NodeFault;
 use crate::model::wire::ErrorKind;
 use crate::proto::info::{parse_info, parse_memory};
-use crate::proto::resp::{self, AggregateKind, Arg, Frame};
+use crate::proto::resp::{self, AggregateKind, Arg, Frame, ServerError};
 
 use super::{Kind, Pending, Phase, Sending, Session, State, is_transient};
 
@@ -142,94 +142,89 @@ impl State {
         if let Frame::Error(e) = frame
             && !tolerated
         {
-            let message = crate::model::error::clipped(e.message);
-            self.failure = Some(match (step, e.kind) {
-                // A server too busy to take us yet, whatever the step: its first answer (a
-                // connection over `maxclients` gets this one line, then is closed), or a
-                // step refused while it loads or runs a script. Not the address's fault, so
-                // not final: a caller that waits keeps waiting (found by review: it was read
-                // as bad credentials, or a bad database, and `lock` gave up).
-                (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
-                // Any refusal of `AUTH` is of the credentials (Redis before 6 says
-                // `-ERR invalid password`).
-                (Step::Auth, _) => NodeFault::Auth(message),
-                (Step::Hello, kind) if kind.is_auth() => NodeFault::Auth(message),
-                // `HELLO` unknown (Redis before 6), `-NOPROTO`: the server does not speak
-                // RESP3, which no credentials mend (found by review: it was reported as
-                // credentials refused).
-                (Step::Hello, _) => NodeFault::Unexpected(format!(
-                    "-{message} in answer to HELLO 3 (protocol=3: the server does not speak \
-                     RESP3; use protocol 2)"
-                )),
-                // Logged in, but the ACL user may not run this step.
-                (_, ErrorKind::NoPerm) => NodeFault::Permission {
-                    command: step.command(),
-                    message,
-                },
-                (_, kind) if kind.is_auth() => NodeFault::Auth(message),
-                // No such database (or none to select): the address is wrong, not the node.
-                (Step::Select, _) => NodeFault::Database {
-                    db: self.db,
-                    message,
-                },
-                (_, kind) => NodeFault::Server(kind, message),
-            });
+            self.failure = Some(self.refused(step, e));
             return;
         }
         if !tolerated && !step.accepts(&frame) {
-            // Described from the frame, a bounded prefix of it: a megabyte of `_` nested in
-            // arrays was made into ~350K owned values (~20 MB) and their whole text on every
-            // reconnect before it was cut to a line (found by review).
-            let why = match step {
-                Step::Hello => {
-                    " 3 (not a RESP3 map: the server does not speak RESP3; use protocol 2)"
-                }
-                _ => "",
-            };
-            self.failure = Some(NodeFault::Unexpected(format!(
-                "{} in answer to {}{why}",
-                crate::model::error::clipped_debug(&frame),
-                step.command()
-            )));
+            self.failure = Some(unexpected_answer(step, &frame));
             return;
         }
-        if step == Step::Info {
-            // A tolerated error: the process stays unknown.
-            let text = match frame {
-                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
-                _ => &[],
-            };
-            self.info = parse_info(text, now);
-            if let Some(info) = self.info.as_mut() {
-                if self.last_run_id.is_some_and(|last| last != info.run_id) {
-                    self.run_id_changes = self.run_id_changes.saturating_add(1);
-                }
-                self.last_run_id = Some(info.run_id);
-                if !self.mutation.run_id_on_yes_only() {
-                    info.changes = self.run_id_changes;
-                }
-                if self.mutation.uptime_at_its_word() {
-                    // The defect brought back: the second the quarantine takes off, put back.
-                    info.uptime = info
-                        .uptime
-                        .map(|up| up.saturating_add(crate::proto::quarantine::UPTIME_ROUNDING));
-                }
+        // A tolerated error leaves the process, or the eviction policy, unknown.
+        let text = match frame {
+            Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => b,
+            _ => &[],
+        };
+        match step {
+            Step::Info => self.read_info(text, now),
+            Step::Memory => self.eviction = parse_memory(text),
+            _ => {}
+        }
+        // Wanted only, `INFO` is not one of the steps the requests wait for.
+        let gates =
+            !matches!(step, Step::Info | Step::Memory) || self.info_need != InfoNeed::Wanted;
+        if gates {
+            self.step_done();
+        }
+    }
+
+    /// The fault of a handshake step the server refused with `e`.
+    fn refused(&self, step: Step, e: ServerError<'_>) -> NodeFault {
+        let message = crate::model::error::clipped(e.message);
+        match (step, e.kind) {
+            // A server too busy to take us yet, whatever the step: its first answer (a
+            // connection over `maxclients` gets this one line, then is closed), or a step
+            // refused while it loads or runs a script. Not the address's fault, so not final: a
+            // caller that waits keeps waiting (read as bad credentials or a bad database, `lock`
+            // gave up).
+            (_, kind) if is_transient(kind, e.message) => NodeFault::Server(kind, message),
+            // Any refusal of `AUTH` is of the credentials (Redis before 6 says
+            // `-ERR invalid password`).
+            (Step::Auth, _) => NodeFault::Auth(message),
+            (Step::Hello, kind) if kind.is_auth() => NodeFault::Auth(message),
+            // `HELLO` unknown (Redis before 6), `-NOPROTO`: the server does not speak RESP3,
+            // which no credentials mend.
+            (Step::Hello, _) => NodeFault::Unexpected(format!(
+                "-{message} in answer to HELLO 3 (protocol=3: the server does not speak \
+                 RESP3; use protocol 2)"
+            )),
+            // Logged in, but the ACL user may not run this step.
+            (_, ErrorKind::NoPerm) => NodeFault::Permission {
+                command: step.command(),
+                message,
+            },
+            (_, kind) if kind.is_auth() => NodeFault::Auth(message),
+            // No such database (or none to select): the address is wrong, not the node.
+            (Step::Select, _) => NodeFault::Database {
+                db: self.db,
+                message,
+            },
+            (_, kind) => NodeFault::Server(kind, message),
+        }
+    }
+
+    /// What `INFO server` said: which process answers, how often that changed on this session,
+    /// and how long it has been up.
+    fn read_info(&mut self, text: &[u8], now: Instant) {
+        self.info = parse_info(text, now);
+        if let Some(info) = self.info.as_mut() {
+            if self.last_run_id.is_some_and(|last| last != info.run_id) {
+                self.run_id_changes = self.run_id_changes.saturating_add(1);
             }
-            if self.info_need == InfoNeed::Wanted {
-                // Not one of the steps the requests wait for.
-                return;
+            self.last_run_id = Some(info.run_id);
+            if !self.mutation.run_id_on_yes_only() {
+                info.changes = self.run_id_changes;
+            }
+            if self.mutation.uptime_at_its_word() {
+                // The defect brought back: the second the quarantine takes off, put back.
+                info.uptime = info
+                    .uptime
+                    .map(|up| up.saturating_add(crate::proto::quarantine::UPTIME_ROUNDING));
             }
         }
-        if step == Step::Memory {
-            // A tolerated error: unknown.
-            self.eviction = match frame {
-                Frame::Bulk(b) | Frame::Verbatim { text: b, .. } => parse_memory(b),
-                _ => crate::model::eviction::Eviction::Unknown,
-            };
-            if self.info_need == InfoNeed::Wanted {
-                return;
-            }
-        }
+    }
+
+    /// A step the requests wait for went through: the last one makes the connection ready.
+    fn step_done(&mut self) {
         self.handshake_left = self.handshake_left.saturating_sub(1);
         if self.handshake_left == 0 {
             self.phase = Phase::Ready;
@@ -246,4 +241,19 @@ impl State {
             }
         }
     }
+}
+
+/// The fault of a handshake step answered with a frame of the wrong kind, described from a
+/// bounded prefix of it (a megabyte of `_` nested in arrays would otherwise be made into
+/// ~350K owned values and their whole text on every reconnect).
+fn unexpected_answer(step: Step, frame: &Frame<'_>) -> NodeFault {
+    let why = match step {
+        Step::Hello => " 3 (not a RESP3 map: the server does not speak RESP3; use protocol 2)",
+        _ => "",
+    };
+    NodeFault::Unexpected(format!(
+        "{} in answer to {}{why}",
+        crate::model::error::clipped_debug(frame),
+        step.command()
+    ))
 }
