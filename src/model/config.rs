@@ -462,6 +462,14 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), Error> {
+        self.check_rates()?;
+        self.check_timeouts()?;
+        self.check_limits()?;
+        self.check_windows()
+    }
+
+    /// The drift factor, the TTL, the renewal fraction and the renewals it allows.
+    fn check_rates(&self) -> Result<(), Error> {
         let bad = |what: String| Err(Error::Config(what));
         if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
             return bad(format!(
@@ -477,6 +485,12 @@ impl Config {
             ));
         }
         self.check_renewals()?;
+        Ok(())
+    }
+
+    /// The retry delay, every timeout and the backoff: within an hour, none zero.
+    fn check_timeouts(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
         if self.retry_delay < MIN_RETRY_DELAY {
             return bad(format!(
                 "retry delay {} is below {}: a waiting caller would resend its lock attempt to \
@@ -518,6 +532,12 @@ impl Config {
         if self.backoff_min > self.backoff_max {
             return bad("backoff minimum is above its maximum".into());
         }
+        Ok(())
+    }
+
+    /// The limits on requests and names, the minimum validity, the client's name.
+    fn check_limits(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
         if self.max_pending == 0 || self.max_resource_len == 0 {
             return bad("max_pending and max_resource_len must be at least 1".into());
         }
@@ -543,6 +563,12 @@ impl Config {
                  refuses others in CLIENT SETNAME)"
             ));
         }
+        Ok(())
+    }
+
+    /// The longest TTL and the restart quarantine's window.
+    fn check_windows(&self) -> Result<(), Error> {
+        let bad = |what: String| Err(Error::Config(what));
         if let Some(max) = self.max_ttl {
             self.check_ttl(max)?;
             if max < self.ttl {

@@ -94,107 +94,113 @@ pub enum NodeFault {
     SeedWindow(Duration),
 }
 
+/// What mends a TLS failure, where its text says: an unknown CA, or a certificate made out to
+/// another name.
+fn tls_hint(why: &str) -> &'static str {
+    if why.contains("UnknownIssuer") {
+        " (the server's certificate is not signed by a trusted CA: give its CA with \
+         tls_ca=FILE in the address, Builder::tls_ca_file, or --tls-ca)"
+    } else if why.contains("not valid for name") {
+        " (the certificate is made out to another name: connect by that name, or give it with \
+         tls_server_name=NAME or --tls-server-name)"
+    } else {
+        ""
+    }
+}
+
+/// What mends an ACL refusal of `command`: the step or script it is, and what needs it.
+fn permission_hint(command: &str) -> &'static str {
+    if command == "INFO server" {
+        "; the restart quarantine needs it: grant +info (ACL SETUSER <user> +info), or switch \
+         the quarantine off"
+    } else if command == "INFO memory" {
+        "; the eviction check needs it: grant +info (ACL SETUSER <user> +info), or count \
+         servers that may evict keys (EvictingServers::CountUnsafely)"
+    } else if command.ends_with(')') {
+        "; the user needs every command the script calls (docs/production.md gives an ACL rule \
+         that grants them all)"
+    } else {
+        ""
+    }
+}
+
+/// Why a node's fence counter does not count: it is blank.
+const FENCE_BLANK: &str = "its fence counter is blank (the server restarted, or the counter was \
+     flushed); a fenced lock seeds it once the server is up for a restart window, if a quorum of \
+     the counters is seeded";
+
+/// Why the yes of a server that did not say whether it evicts keys does not count.
+const EVICTION_UNKNOWN: &str = "did not say whether it evicts keys (its INFO memory was refused, \
+     or named no maxmemory and maxmemory_policy), so its yes does not count: grant +info, or \
+     count it knowing that an evicted lock key gives a second holder \
+     (EvictingServers::CountUnsafely, --count-evicting-servers-unsafely)";
+
 impl fmt::Display for NodeFault {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use NodeFault::*;
         match self {
-            NodeFault::Io(kind) => write!(f, "{}", io::Error::from(*kind)),
-            NodeFault::Resolve(why) => write!(f, "cannot resolve: {why}"),
-            NodeFault::ConnectTimeout => f.write_str("connect timed out"),
-            NodeFault::Timeout => f.write_str("no reply in time"),
-            NodeFault::Silent => f.write_str(
-                "silent since it missed a node timeout (not waited for until it answers again)",
-            ),
-            NodeFault::Closed => f.write_str("connection closed by the server"),
-            NodeFault::Tls(why) => {
-                write!(f, "TLS: {why}")?;
-                if why.contains("UnknownIssuer") {
-                    f.write_str(
-                        " (the server's certificate is not signed by a trusted CA: give its CA \
-                         with tls_ca=FILE in the address, Builder::tls_ca_file, or --tls-ca)",
-                    )?;
-                } else if why.contains("not valid for name") {
-                    f.write_str(
-                        " (the certificate is made out to another name: connect by that name, \
-                         or give it with tls_server_name=NAME or --tls-server-name)",
-                    )?;
-                }
-                Ok(())
-            }
-            NodeFault::Protocol(e) => write!(f, "protocol error: {e}"),
-            NodeFault::Unexpected(what) => write!(f, "unexpected reply {what}"),
-            NodeFault::Server(_, message) => write!(f, "answered -{message}"),
-            NodeFault::Auth(message) => write!(f, "authentication refused: {message}"),
-            NodeFault::Permission { command, message } => {
-                write!(f, "the ACL user may not run {command} (-{message})")?;
-                if *command == "INFO server" {
-                    f.write_str(
-                        "; the restart quarantine needs it: grant +info (ACL SETUSER <user> \
-                         +info), or switch the quarantine off",
-                    )?;
-                } else if *command == "INFO memory" {
-                    f.write_str(
-                        "; the eviction check needs it: grant +info (ACL SETUSER <user> +info), \
-                         or count servers that may evict keys (EvictingServers::CountUnsafely)",
-                    )?;
-                } else if command.ends_with(')') {
-                    f.write_str(
-                        "; the user needs every command the script calls (docs/production.md \
-                         gives an ACL rule that grants them all)",
-                    )?;
-                }
-                Ok(())
-            }
-            NodeFault::Database { db, message } => {
-                write!(f, "database {db} refused: -{message}")?;
-                if message.contains("out of range") {
-                    f.write_str(" (the server has fewer databases)")?;
-                }
-                Ok(())
-            }
-            NodeFault::Duplicate { of, run_id } => {
-                let short = run_id.get(..8).unwrap_or(run_id);
-                write!(
-                    f,
-                    "the same server as {of} (run_id {short}…): listed twice, it does not count"
-                )
-            }
-            NodeFault::Backoff(last) => write!(f, "unreachable ({last})"),
-            NodeFault::Overloaded => f.write_str("too many requests without a reply"),
-            NodeFault::FenceBlank => f.write_str(
-                "its fence counter is blank (the server restarted, or the counter was flushed); \
-                 a fenced lock seeds it once the server is up for a restart window, if a quorum \
-                 of the counters is seeded",
-            ),
-            NodeFault::SeedWindow(left) => write!(
+            Io(kind) => write!(f, "{}", io::Error::from(*kind)),
+            Resolve(why) => write!(f, "cannot resolve: {why}"),
+            ConnectTimeout => f.write_str("connect timed out"),
+            Timeout => f.write_str("no reply in time"),
+            Silent => f.write_str(SILENT),
+            Closed => f.write_str("connection closed by the server"),
+            Tls(why) => write!(f, "TLS: {why}{}", tls_hint(why)),
+            Protocol(e) => write!(f, "protocol error: {e}"),
+            Unexpected(what) => write!(f, "unexpected reply {what}"),
+            Server(_, message) => write!(f, "answered -{message}"),
+            Auth(message) => write!(f, "authentication refused: {message}"),
+            Permission { command, message } => write!(
                 f,
-                "its fence counter is blank and its server restarted less than a seed window \
-                 ago: it may be repaired in {} ms",
+                "the ACL user may not run {command} (-{message}){}",
+                permission_hint(command)
+            ),
+            Database { db, message } => write!(
+                f,
+                "database {db} refused: -{message}{}",
+                match message.contains("out of range") {
+                    true => " (the server has fewer databases)",
+                    false => "",
+                }
+            ),
+            Duplicate { of, run_id } => write!(
+                f,
+                "the same server as {of} (run_id {}…): listed twice, it does not count",
+                run_id.get(..8).unwrap_or(run_id)
+            ),
+            Backoff(last) => write!(f, "unreachable ({last})"),
+            Overloaded => f.write_str("too many requests without a reply"),
+            FenceBlank => f.write_str(FENCE_BLANK),
+            SeedWindow(left) => write!(
+                f,
+                "{SEED_WINDOW}: it may be repaired in {} ms",
                 left.as_millis()
             ),
-            NodeFault::Quarantined(left) => {
-                write!(
-                    f,
-                    "restarted recently, quarantined for {} ms more",
-                    left.as_millis()
-                )
-            }
-            NodeFault::Evicting(Some(policy)) => write!(
+            Quarantined(left) => write!(
                 f,
-                "may evict lock keys under memory pressure (maxmemory-policy {policy} with a \
-                 maxmemory limit), so its yes does not count: configure `maxmemory-policy \
-                 noeviction` (or `maxmemory 0`) on it, or count it knowing that an evicted \
-                 lock key gives a second holder (EvictingServers::CountUnsafely, \
-                 --count-evicting-servers-unsafely)"
+                "restarted recently, quarantined for {} ms more",
+                left.as_millis()
             ),
-            NodeFault::Evicting(None) => f.write_str(
-                "did not say whether it evicts keys (its INFO memory was refused, or named no \
-                 maxmemory and maxmemory_policy), so its yes does not count: grant +info, or \
-                 count it knowing that an evicted lock key gives a second holder \
-                 (EvictingServers::CountUnsafely, --count-evicting-servers-unsafely)",
-            ),
+            Evicting(Some(policy)) => write!(f, "{EVICTING_BEFORE}{policy}{EVICTING_AFTER}"),
+            Evicting(None) => f.write_str(EVICTION_UNKNOWN),
         }
     }
 }
+
+/// A node not waited for since it missed a node timeout.
+const SILENT: &str =
+    "silent since it missed a node timeout (not waited for until it answers again)";
+
+/// Why a blank counter cannot be repaired yet (the time left follows).
+const SEED_WINDOW: &str =
+    "its fence counter is blank and its server restarted less than a seed window ago";
+
+/// Why the yes of a server that may evict keys does not count, around its policy's name.
+const EVICTING_BEFORE: &str = "may evict lock keys under memory pressure (maxmemory-policy ";
+const EVICTING_AFTER: &str = " with a maxmemory limit), so its yes does not count: configure \
+     `maxmemory-policy noeviction` (or `maxmemory 0`) on it, or count it knowing that an \
+     evicted lock key gives a second holder (EvictingServers::CountUnsafely, \
+     --count-evicting-servers-unsafely)";
 
 impl NodeFault {
     /// [`NodeFault::Unexpected`] of a reply, as [`clipped_debug`] text: a reply can be as long
