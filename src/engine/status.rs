@@ -81,77 +81,85 @@ impl StatusReplies {
         restart: (Option<Duration>, &mut NodeWatch),
         now: Instant,
     ) {
-        let unexpected = |f: &Frame<'_>| NodeFault::unexpected(f);
         if self.values[node].is_none() {
-            if d.reply.is_ok() {
-                self.eviction[node] = d.eviction;
-            }
-            if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
-                // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX
-                // included), and `Duration + Duration` panics on overflow. Missing or not a
-                // whole number of seconds: counted from the handshake.
-                let uptime = info
-                    .uptime
-                    .unwrap_or_default()
-                    .saturating_add(now.saturating_duration_since(info.seen));
-                let (window, watch) = restart;
-                let left = window
-                    .and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
-                self.restart[node] = (Some(uptime), left);
-            }
-            self.values[node] = Some(match &d.reply {
-                Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
-                Ok(Frame::Null) => Ok(None),
-                // Read-locked (a sorted set): no writer's value; its readers come next.
-                Ok(Frame::Error(e)) if e.kind == crate::proto::resp::ErrorKind::WrongType => {
-                    Ok(None)
-                }
-                Ok(other) => Err(unexpected(other)),
-                Err(f) => Err((*f).clone()),
-            });
+            self.on_value(node, d, restart, now);
         } else if self.ttls[node].is_none() {
             let pttl = match &d.reply {
                 Ok(Frame::Integer(ms)) => Ok(*ms),
-                Ok(other) => Err(unexpected(other)),
+                Ok(other) => Err(NodeFault::unexpected(other)),
                 Err(f) => Err((*f).clone()),
             };
             self.ttls[node] = Some((pttl, now));
         } else if self.marked[node].is_none() {
             self.marked[node] = Some(matches!(d.reply, Ok(Frame::Bulk(_) | Frame::Double(_))));
         } else if self.readers[node].is_none() {
-            let marked = self.marked[node] == Some(true);
-            self.readers[node] = Some(match &d.reply {
-                // Our read lock: its readers, the marker not counted.
-                Ok(Frame::Integer(n)) if *n > 1 && marked => Some(*n as usize - 1),
-                Ok(Frame::Integer(n)) if *n > 0 && !marked => {
-                    // A sorted set without the marker: another application's data under the
-                    // name, which refuses every lock of it (readers too) and is never changed.
-                    self.values[node] = Some(Err(NodeFault::Unexpected(
-                        "the key is another application's sorted set (not a read lock): it \
-                         refuses every lock of the name"
-                            .into(),
-                    )));
-                    None
-                }
-                // Neither a string (`GET` said WRONGTYPE) nor a sorted set: a key of another
-                // type holds the name (a hash, a list), which refuses every lock of it — not
-                // free, as it was reported (found by review); what holds it, status cannot say.
-                Ok(Frame::Error(e))
-                    if e.kind == crate::proto::resp::ErrorKind::WrongType
-                        && matches!(self.values[node], Some(Ok(None))) =>
-                {
-                    self.values[node] = Some(Err(NodeFault::Unexpected(
-                        "the key is of another type (neither a lock nor read-locked): it \
-                         refuses every lock of the name"
-                            .into(),
-                    )));
-                    None
-                }
-                _ => None,
-            });
+            self.readers[node] = Some(self.readers_of(node, &d.reply));
         } else if self.fences[node].is_none() {
             self.fences[node] = Some(fence_of(d));
         }
+    }
+
+    /// `node`'s first answer (`GET`): the value, and what the connection's handshake told of
+    /// the node (its uptime, its restart quarantine, whether it may evict keys).
+    fn on_value(
+        &mut self,
+        node: usize,
+        d: &Delivery<'_>,
+        (window, watch): (Option<Duration>, &mut NodeWatch),
+        now: Instant,
+    ) {
+        if d.reply.is_ok() {
+            self.eviction[node] = d.eviction;
+        }
+        if let Some(info) = d.info.filter(|_| d.reply.is_ok()) {
+            // Saturating: `uptime_in_seconds` is whatever the server says (u64::MAX included),
+            // and `Duration + Duration` panics on overflow. Missing or not a whole number of
+            // seconds: counted from the handshake.
+            let uptime = info
+                .uptime
+                .unwrap_or_default()
+                .saturating_add(now.saturating_duration_since(info.seen));
+            let left =
+                window.and_then(|window| watch.quarantine_left(window, d.generation, d.info, now));
+            self.restart[node] = (Some(uptime), left);
+        }
+        self.values[node] = Some(match &d.reply {
+            Ok(Frame::Bulk(b)) => Ok(Some(b.to_vec())),
+            Ok(Frame::Null) => Ok(None),
+            // Read-locked (a sorted set): no writer's value; its readers come next.
+            Ok(Frame::Error(e)) if e.kind == crate::proto::resp::ErrorKind::WrongType => Ok(None),
+            Ok(other) => Err(NodeFault::unexpected(other)),
+            Err(f) => Err((*f).clone()),
+        });
+    }
+
+    /// `node`'s `ZCARD` answer: the readers of our read lock (the marker not counted). A key
+    /// that refuses every lock of the name without being ours — another application's sorted
+    /// set, a key of another type — turns the node's value into a fault that says so (what
+    /// holds it, status cannot say).
+    fn readers_of(&mut self, node: usize, reply: &Result<Frame<'_>, &NodeFault>) -> Option<usize> {
+        let marked = self.marked[node] == Some(true);
+        let foreign = match reply {
+            Ok(Frame::Integer(n)) if *n > 1 && marked => return Some(*n as usize - 1),
+            // A sorted set without the marker: another application's data under the name,
+            // which refuses every lock of it (readers too) and is never changed.
+            Ok(Frame::Integer(n)) if *n > 0 && !marked => {
+                "the key is another application's sorted set (not a read lock): it refuses every \
+                 lock of the name"
+            }
+            // Neither a string (`GET` said WRONGTYPE) nor a sorted set: a key of another type
+            // holds the name (a hash, a list), which refuses every lock of it — not free.
+            Ok(Frame::Error(e))
+                if e.kind == crate::proto::resp::ErrorKind::WrongType
+                    && matches!(self.values[node], Some(Ok(None))) =>
+            {
+                "the key is of another type (neither a lock nor read-locked): it refuses every \
+                 lock of the name"
+            }
+            _ => return None,
+        };
+        self.values[node] = Some(Err(NodeFault::Unexpected(foreign.into())));
+        None
     }
 
     /// The status, once every node answered everything or `until` has passed (`start`: when
