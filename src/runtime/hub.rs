@@ -473,74 +473,96 @@ impl Hub {
         let mut found_taken = 0u32;
         loop {
             if self.closed.load(Ordering::SeqCst) {
-                let mut guard = self.engine();
-                let config = guard.config().clone();
-                let bound = config
-                    .connect_timeout
-                    .max(config.node_timeout_for(config.ttl));
-                let _ = guard.engine().shutdown(Instant::now() + bound, true);
-                return;
+                return self.close_down();
             }
             let notified = self.notified.swap(false, Ordering::SeqCst);
             let now = Instant::now();
             let wake = next.map_or(last + IDLE, |t| t.min(last + IDLE));
             if !notified && now < wake && self.mailbox.queued() == 0 {
-                // Pairs with `leave`: it stores the timer then reads `planned`; this stores
-                // `planned` then reads the timer. Either it sees the plan, or this sees its timer.
-                self.planned.store(self.ns(wake), Ordering::SeqCst);
-                if let Some(t) = self.instant(self.timer.load(Ordering::SeqCst))
-                    && t < wake
-                {
-                    next = Some(t);
-                } else {
-                    std::thread::park_timeout(wake - now);
-                }
-                self.planned.store(0, Ordering::SeqCst);
+                next = self.idle(wake, now).or(next);
                 continue;
             }
             last = now;
-            let Some(mut guard) = self.try_engine() else {
-                // A caller drives; it hands over when it leaves, and leaves the kept locks'
-                // timer behind. (One already due is the caller's to run: look again shortly.)
-                self.found_taken.fetch_add(1, Ordering::Relaxed);
-                next = self
-                    .instant(self.timer.load(Ordering::SeqCst))
-                    .map(|t| t.max(now + Duration::from_millis(1)));
-                // With requests queued the check above does not park: this thread used to spin
-                // on the lock for as long as the caller held it (3.4 million looks in 200 ms,
-                // `tests/async_api.rs`), taking a CPU from the holder whenever the holder was
-                // preempted. Now it tries again for a few microseconds (a task's turn is
-                // usually that short, and a park costs a wake-up), then waits for the caller to
-                // let go: `leave` wakes it if anything is left (pairs with its
-                // unlock-then-look: either this sees `notified`, or the unpark is kept for this
-                // park); 1 ms at most, a bound, not the mechanism.
-                found_taken += 1;
-                if found_taken <= SPIN_LOOKS {
-                    std::hint::spin_loop();
-                } else if !self.notified.load(Ordering::SeqCst) {
-                    std::thread::park_timeout(Duration::from_millis(1));
-                }
+            let Some(guard) = self.try_engine() else {
+                next = self.found_taken(now, &mut found_taken);
                 continue;
             };
             found_taken = 0;
-            let mailbox = self.mailbox.clone();
-            let engine = guard.engine();
-            // Connection deadlines that passed while nobody drove.
-            engine.drain(now);
-            engine.drive(|e| (e.waiting() == 0 && mailbox.queued() == 0) || self.wanted());
-            let timer = engine.timer().map_or(u64::MAX, |t| self.ns(t));
-            self.timer.store(timer, Ordering::SeqCst);
-            next = engine.background_deadline(Instant::now());
-            drop(guard);
-            if self.wanted() {
-                self.yield_to_wanted();
-                self.notified.store(true, Ordering::SeqCst);
-            }
-            fence(Ordering::SeqCst);
-            if self.mailbox.queued() > 0 {
-                self.notified.store(true, Ordering::SeqCst);
-            }
+            next = self.drive_turn(guard, now);
         }
+    }
+
+    /// The last handle is gone: unconfirmed releases flushed (bounded), kept locks released.
+    fn close_down(&self) {
+        let mut guard = self.engine();
+        let config = guard.config().clone();
+        let bound = config
+            .connect_timeout
+            .max(config.node_timeout_for(config.ttl));
+        let _ = guard.engine().shutdown(Instant::now() + bound, true);
+    }
+
+    /// Nothing to do before `wake`: parks until then, unless a caller that leaves the loop has
+    /// left an earlier timer behind, which it answers.
+    fn idle(&self, wake: Instant, now: Instant) -> Option<Instant> {
+        // Pairs with `leave`: it stores the timer then reads `planned`; this stores `planned`
+        // then reads the timer. Either it sees the plan, or this sees its timer.
+        self.planned.store(self.ns(wake), Ordering::SeqCst);
+        let earlier = self
+            .instant(self.timer.load(Ordering::SeqCst))
+            .filter(|&t| t < wake);
+        if earlier.is_none() {
+            std::thread::park_timeout(wake - now);
+        }
+        self.planned.store(0, Ordering::SeqCst);
+        earlier
+    }
+
+    /// A caller drives: it hands over when it leaves, and leaves the kept locks' timer behind
+    /// (one already due is the caller's to run: look again shortly). Answers when to look.
+    fn found_taken(&self, now: Instant, found_taken: &mut u32) -> Option<Instant> {
+        self.found_taken.fetch_add(1, Ordering::Relaxed);
+        let next = self
+            .instant(self.timer.load(Ordering::SeqCst))
+            .map(|t| t.max(now + Duration::from_millis(1)));
+        // With requests queued, `background` does not park: this thread used to spin on the
+        // lock for as long as the caller held it (3.4 million looks in 200 ms,
+        // `tests/async_api.rs`), taking a CPU from the holder whenever the holder was
+        // preempted. It tries again for a few microseconds (a task's turn is usually that
+        // short, and a park costs a wake-up), then waits for the caller to let go: `leave`
+        // wakes it if anything is left (pairs with its unlock-then-look: either this sees
+        // `notified`, or the unpark is kept for this park); 1 ms at most, a bound, not the
+        // mechanism.
+        *found_taken += 1;
+        if *found_taken <= SPIN_LOOKS {
+            std::hint::spin_loop();
+        } else if !self.notified.load(Ordering::SeqCst) {
+            std::thread::park_timeout(Duration::from_millis(1));
+        }
+        next
+    }
+
+    /// Drives the loop while callers wait and nobody else drives; answers the engine's next
+    /// background deadline.
+    fn drive_turn(&self, mut guard: MutexGuard<'_, Client>, now: Instant) -> Option<Instant> {
+        let mailbox = self.mailbox.clone();
+        let engine = guard.engine();
+        // Connection deadlines that passed while nobody drove.
+        engine.drain(now);
+        engine.drive(|e| (e.waiting() == 0 && mailbox.queued() == 0) || self.wanted());
+        let timer = engine.timer().map_or(u64::MAX, |t| self.ns(t));
+        self.timer.store(timer, Ordering::SeqCst);
+        let next = engine.background_deadline(Instant::now());
+        drop(guard);
+        if self.wanted() {
+            self.yield_to_wanted();
+            self.notified.store(true, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+        if self.mailbox.queued() > 0 {
+            self.notified.store(true, Ordering::SeqCst);
+        }
+        next
     }
 
     /// Flushes unconfirmed releases until `timeout`.
