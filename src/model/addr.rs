@@ -450,57 +450,12 @@ fn parse(address: &str) -> Result<NodeAddr, AddrError> {
             tls: Some(TlsParams::default()),
             ..parse_tcp(body)?
         },
-        "redis+unix" | "unix" => {
-            if body.is_empty() || !body.starts_with('/') {
-                return Err(AddrError::RelativePath);
-            }
-            NodeAddr {
-                endpoint: Endpoint::Unix(PathBuf::from(percent_decode(body, AddrPart::Path)?)),
-                username: None,
-                password: None,
-                db: 0,
-                protocol: 2,
-                tls: None,
-            }
-        }
+        "redis+unix" | "unix" => parse_unix(body)?,
         _ => return Err(AddrError::UnknownScheme),
     };
     for param in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = param.split_once('=').unwrap_or((param, ""));
-        match key {
-            "db" => addr.db = parse_db(value)?,
-            "password" => addr.password = Some(percent_decode(value, AddrPart::Password)?),
-            "username" | "user" => addr.username = Some(percent_decode(value, AddrPart::UserName)?),
-            "protocol" => {
-                addr.protocol = match value {
-                    "2" | "resp2" => 2,
-                    "3" | "resp3" => 3,
-                    _ => return Err(AddrError::Protocol),
-                }
-            }
-            "tls_ca" | "tls_cert" | "tls_key" | "tls_server_name" => {
-                let part = match key {
-                    "tls_ca" => AddrPart::TlsCa,
-                    "tls_cert" => AddrPart::TlsCert,
-                    "tls_key" => AddrPart::TlsKey,
-                    _ => AddrPart::TlsServerName,
-                };
-                let Some(tls) = addr.tls.as_mut() else {
-                    return Err(AddrError::TlsOnly(part));
-                };
-                let value = percent_decode(value, part)?;
-                if value.is_empty() {
-                    return Err(AddrError::Empty(part));
-                }
-                match part {
-                    AddrPart::TlsCa => tls.ca_file = Some(value.into()),
-                    AddrPart::TlsCert => tls.cert_file = Some(value.into()),
-                    AddrPart::TlsKey => tls.key_file = Some(value.into()),
-                    _ => tls.server_name = Some(value),
-                }
-            }
-            _ => return Err(AddrError::UnknownParameter),
-        }
+        apply_parameter(&mut addr, key, value)?;
     }
     if let Some(tls) = &addr.tls
         && tls.cert_file.is_some() != tls.key_file.is_some()
@@ -508,6 +463,61 @@ fn parse(address: &str) -> Result<NodeAddr, AddrError> {
         return Err(AddrError::CertWithoutKey);
     }
     Ok(addr)
+}
+
+/// `redis+unix:///path/to/socket`: an absolute path.
+fn parse_unix(body: &str) -> Result<NodeAddr, AddrError> {
+    if body.is_empty() || !body.starts_with('/') {
+        return Err(AddrError::RelativePath);
+    }
+    Ok(NodeAddr {
+        endpoint: Endpoint::Unix(PathBuf::from(percent_decode(body, AddrPart::Path)?)),
+        username: None,
+        password: None,
+        db: 0,
+        protocol: 2,
+        tls: None,
+    })
+}
+
+/// One `key=value` of an address's query.
+fn apply_parameter(addr: &mut NodeAddr, key: &str, value: &str) -> Result<(), AddrError> {
+    match key {
+        "db" => addr.db = parse_db(value)?,
+        "password" => addr.password = Some(percent_decode(value, AddrPart::Password)?),
+        "username" | "user" => addr.username = Some(percent_decode(value, AddrPart::UserName)?),
+        "protocol" => {
+            addr.protocol = match value {
+                "2" | "resp2" => 2,
+                "3" | "resp3" => 3,
+                _ => return Err(AddrError::Protocol),
+            }
+        }
+        "tls_ca" => tls_parameter(addr, AddrPart::TlsCa, value)?,
+        "tls_cert" => tls_parameter(addr, AddrPart::TlsCert, value)?,
+        "tls_key" => tls_parameter(addr, AddrPart::TlsKey, value)?,
+        "tls_server_name" => tls_parameter(addr, AddrPart::TlsServerName, value)?,
+        _ => return Err(AddrError::UnknownParameter),
+    }
+    Ok(())
+}
+
+/// A TLS option of a `rediss://` address (refused on any other), not empty.
+fn tls_parameter(addr: &mut NodeAddr, part: AddrPart, value: &str) -> Result<(), AddrError> {
+    let Some(tls) = addr.tls.as_mut() else {
+        return Err(AddrError::TlsOnly(part));
+    };
+    let value = percent_decode(value, part)?;
+    if value.is_empty() {
+        return Err(AddrError::Empty(part));
+    }
+    match part {
+        AddrPart::TlsCa => tls.ca_file = Some(value.into()),
+        AddrPart::TlsCert => tls.cert_file = Some(value.into()),
+        AddrPart::TlsKey => tls.key_file = Some(value.into()),
+        _ => tls.server_name = Some(value),
+    }
+    Ok(())
 }
 
 /// The port of an address that gives none: Redis's own default.
@@ -522,40 +532,8 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
         Some(at) => (Some(&authority[..at]), &authority[at + 1..]),
         None => (None, authority),
     };
-    let (username, password) = match userinfo {
-        None => (None, None),
-        Some(info) => match info.split_once(':') {
-            Some((user, pass)) => (
-                (!user.is_empty())
-                    .then(|| percent_decode(user, AddrPart::UserName))
-                    .transpose()?,
-                Some(percent_decode(pass, AddrPart::Password)?),
-            ),
-            // redis://secret@host: a lone userinfo is the password, as redis-cli reads it.
-            None => (None, Some(percent_decode(info, AddrPart::Password)?)),
-        },
-    };
-    let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
-        let (host, after) = v6.split_once(']').ok_or(AddrError::UnclosedBracket)?;
-        let port = match after {
-            "" => None,
-            p => Some(p.strip_prefix(':').ok_or(AddrError::AfterBracket)?),
-        };
-        if !host.is_empty() && host.parse::<Ipv6Addr>().is_err() {
-            return Err(AddrError::NotIpv6);
-        }
-        (host, port)
-    } else {
-        let (host, port) = match hostport.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (hostport, None),
-        };
-        // `2001:db8::1` would split into host `2001:db8:` and port 1.
-        if host.contains(':') {
-            return Err(AddrError::UnbracketedIpv6);
-        }
-        (host, port)
-    };
+    let (username, password) = parse_userinfo(userinfo)?;
+    let (host, port) = split_host_port(hostport)?;
     if host.is_empty() {
         return Err(AddrError::MissingHost);
     }
@@ -580,6 +558,46 @@ fn parse_tcp(body: &str) -> Result<NodeAddr, AddrError> {
         protocol: 2,
         tls: None,
     })
+}
+
+/// `user:password`, `:password` or a lone `password` (as redis-cli reads it) before the `@`.
+fn parse_userinfo(userinfo: Option<&str>) -> Result<(Option<String>, Option<String>), AddrError> {
+    Ok(match userinfo {
+        None => (None, None),
+        Some(info) => match info.split_once(':') {
+            Some((user, pass)) => (
+                (!user.is_empty())
+                    .then(|| percent_decode(user, AddrPart::UserName))
+                    .transpose()?,
+                Some(percent_decode(pass, AddrPart::Password)?),
+            ),
+            None => (None, Some(percent_decode(info, AddrPart::Password)?)),
+        },
+    })
+}
+
+/// `host`, `host:port`, `[v6]` or `[v6]:port`: the host and the port's text, if any.
+fn split_host_port(hostport: &str) -> Result<(&str, Option<&str>), AddrError> {
+    if let Some(v6) = hostport.strip_prefix('[') {
+        let (host, after) = v6.split_once(']').ok_or(AddrError::UnclosedBracket)?;
+        let port = match after {
+            "" => None,
+            p => Some(p.strip_prefix(':').ok_or(AddrError::AfterBracket)?),
+        };
+        if !host.is_empty() && host.parse::<Ipv6Addr>().is_err() {
+            return Err(AddrError::NotIpv6);
+        }
+        return Ok((host, port));
+    }
+    let (host, port) = match hostport.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (hostport, None),
+    };
+    // `2001:db8::1` would split into host `2001:db8:` and port 1.
+    if host.contains(':') {
+        return Err(AddrError::UnbracketedIpv6);
+    }
+    Ok((host, port))
 }
 
 #[cfg(test)]
