@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use crate::model::addr::NodeAddr;
 use crate::model::config::InfoNeed;
 use crate::model::error::NodeFault;
 use crate::model::wire::ErrorKind;
@@ -67,7 +68,7 @@ impl Session {
         let addr = &self.addr;
         let st = &mut self.st;
         let mut steps = 0;
-        let mut push = |st: &mut State, step: Step, args: &[Arg<'_>]| {
+        let mut push = |step: Step, args: &[Arg<'_>]| {
             resp::encode_command(&mut st.out, args);
             st.pending.push_back(Pending {
                 kind: Kind::Handshake(step),
@@ -80,47 +81,18 @@ impl Session {
             });
             steps += 1;
         };
-        let user = addr.username.as_deref();
-        let pass = addr.password();
-        if addr.protocol == 3 {
-            match pass {
-                Some(p) => push(
-                    st,
-                    Step::Hello,
-                    &[
-                        "HELLO".into(),
-                        "3".into(),
-                        "AUTH".into(),
-                        user.unwrap_or("default").into(),
-                        p.into(),
-                    ],
-                ),
-                None => push(st, Step::Hello, &["HELLO".into(), "3".into()]),
-            }
-        } else if let Some(p) = pass {
-            match user {
-                Some(u) => push(st, Step::Auth, &["AUTH".into(), u.into(), p.into()]),
-                None => push(st, Step::Auth, &["AUTH".into(), p.into()]),
-            }
-        }
+        login(addr, &mut push);
         if addr.db != 0 {
-            push(
-                st,
-                Step::Select,
-                &["SELECT".into(), u64::from(addr.db).into()],
-            );
+            push(Step::Select, &["SELECT".into(), u64::from(addr.db).into()]);
         }
         if let Some(name) = &self.config.settings.client_name {
-            push(
-                st,
-                Step::SetName,
-                &["CLIENT".into(), "SETNAME".into(), name.as_str().into()],
-            );
+            let args = ["CLIENT".into(), "SETNAME".into(), name.as_str().into()];
+            push(Step::SetName, &args);
         }
         if self.config.info != InfoNeed::Off {
-            push(st, Step::Info, &["INFO".into(), "server".into()]);
+            push(Step::Info, &["INFO".into(), "server".into()]);
             if self.config.memory {
-                push(st, Step::Memory, &["INFO".into(), "memory".into()]);
+                push(Step::Memory, &["INFO".into(), "memory".into()]);
             }
             if self.config.info == InfoNeed::Wanted {
                 // Not a gate: the requests follow them in the same write, without waiting for
@@ -128,7 +100,7 @@ impl Session {
                 steps -= 1 + usize::from(self.config.memory);
             }
         }
-        st.handshake_left = steps;
+        self.st.handshake_left = steps;
     }
 }
 
@@ -256,4 +228,28 @@ fn unexpected_answer(step: Step, frame: &Frame<'_>) -> NodeFault {
         crate::model::error::clipped_debug(frame),
         step.command()
     ))
+}
+
+/// The login step of `addr`, if any: `HELLO 3` (with `AUTH` when there is a password) for
+/// RESP3, else `AUTH [user] password` when there is a password.
+fn login(addr: &NodeAddr, push: &mut impl FnMut(Step, &[Arg<'_>])) {
+    let user = addr.username.as_deref();
+    match (addr.protocol, addr.password()) {
+        (3, Some(p)) => push(
+            Step::Hello,
+            &[
+                "HELLO".into(),
+                "3".into(),
+                "AUTH".into(),
+                user.unwrap_or("default").into(),
+                p.into(),
+            ],
+        ),
+        (3, None) => push(Step::Hello, &["HELLO".into(), "3".into()]),
+        (_, Some(p)) => match user {
+            Some(u) => push(Step::Auth, &["AUTH".into(), u.into(), p.into()]),
+            None => push(Step::Auth, &["AUTH".into(), p.into()]),
+        },
+        (_, None) => {}
+    }
 }
