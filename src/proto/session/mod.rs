@@ -577,6 +577,32 @@ impl Session {
         // proxy's idle limit, `CLIENT KILL`. Routine, and mended by the next request's
         // reconnect: not a node down (no warning, not unreachable, not in `downs`).
         let idle = proven && fault == NodeFault::Closed && st.pending.is_empty();
+        self.fail_pending(&fault, replay, sink);
+        let st = &mut self.st;
+        st.out.clear();
+        st.held.clear();
+        st.script_tails.clear();
+        self.inp.clear();
+        self.decoder.reset();
+        st.count_down(idle, &fault);
+        st.last_fault = Some(fault);
+        if proven {
+            st.backoff = self.config.settings.backoff_min;
+            st.phase = Phase::Closed;
+        } else {
+            // No connect attempt for the current backoff, which doubles for the next failure.
+            let wait = st.backoff;
+            st.backoff = (st.backoff * 2).min(self.config.settings.backoff_max);
+            st.phase = Phase::Down {
+                retry_at: now + wait,
+            };
+        }
+    }
+
+    /// Every request still waiting on the failed connection gets `fault`, but the scripts that
+    /// are sent again on the next one (`replay`: the connection had worked and was lost).
+    fn fail_pending(&mut self, fault: &NodeFault, replay: bool, sink: &mut Sink<'_>) {
+        let st = &mut self.st;
         while let Some(p) = st.pending.pop_front() {
             match p.kind {
                 Kind::Handshake(_) => {}
@@ -589,7 +615,7 @@ impl Session {
                 _ => sink(Delivery {
                     tag: p.tag,
                     kind: p.kind,
-                    reply: Err(&fault),
+                    reply: Err(fault),
                     generation: st.generation,
                     eviction: st.eviction,
                     info: st.info.as_ref(),
@@ -597,38 +623,6 @@ impl Session {
                 }),
             }
             st.script_tails.advance(p.tail);
-        }
-        st.out.clear();
-        st.held.clear();
-        st.script_tails.clear();
-        self.inp.clear();
-        self.decoder.reset();
-        if idle {
-            st.counters.idle_closes.bump();
-            event!(Debug, event = "idle_close", node = st.name.as_str();
-                "{}: the server closed the idle connection; reconnecting at the next request",
-                st.name);
-        } else if st.down {
-            st.counters.downs.bump();
-            event!(Debug, event = "node_down", node = st.name.as_str(), fault:% = fault;
-                "{}: still down ({fault})", st.name);
-        } else {
-            st.counters.downs.bump();
-            event!(Warn, event = "node_down", node = st.name.as_str(), fault:% = fault;
-                "{}: node down ({fault})", st.name);
-        }
-        st.down |= !idle;
-        st.last_fault = Some(fault);
-        if proven {
-            st.backoff = self.config.settings.backoff_min;
-            st.phase = Phase::Closed;
-        } else {
-            // No connect attempt for the current backoff, which doubles for the next failure.
-            let wait = st.backoff;
-            st.backoff = (st.backoff * 2).min(self.config.settings.backoff_max);
-            st.phase = Phase::Down {
-                retry_at: now + wait,
-            };
         }
     }
 }
@@ -854,6 +848,27 @@ impl State {
             info: self.info.as_ref(),
             withdrawn: false,
         });
+    }
+
+    /// A lost connection counted and told: an idle one closed by the server (routine), a node
+    /// still down, or a node down (warned). The node is down from now on unless idle.
+    #[cfg_attr(not(feature = "log"), allow(unused_variables))]
+    fn count_down(&mut self, idle: bool, fault: &NodeFault) {
+        if idle {
+            self.counters.idle_closes.bump();
+            event!(Debug, event = "idle_close", node = self.name.as_str();
+                "{}: the server closed the idle connection; reconnecting at the next request",
+                self.name);
+        } else if self.down {
+            self.counters.downs.bump();
+            event!(Debug, event = "node_down", node = self.name.as_str(), fault:% = fault;
+                "{}: still down ({fault})", self.name);
+        } else {
+            self.counters.downs.bump();
+            event!(Warn, event = "node_down", node = self.name.as_str(), fault:% = fault;
+                "{}: node down ({fault})", self.name);
+        }
+        self.down |= !idle;
     }
 
     /// A connection is ready: a reconnect if the node was down.
