@@ -22,7 +22,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
-use redis_local::{Cluster, Relay};
+use redis_local::{Cluster, Connects, Direction, Flow, Relay};
 use redlock_mux::{AsyncRedlock, Builder, Error, Lock, Redlock, Stats};
 
 // The client's settings. Every bound below is derived from them.
@@ -59,6 +59,9 @@ const PAUSE: Duration = Duration::from_millis(20);
 /// dead connection is reset and the reconnects after it are tried and fail.
 const FAULT: Duration = REPLY_TIMEOUT.saturating_add(CONNECT_TIMEOUT.saturating_mul(2));
 
+/// A fault shorter than the reply timeout: the connections outlive it.
+const BLIP: Duration = Duration::from_millis(1_000);
+
 // The bounds.
 
 /// Scheduling slack of every bound: a thread of a loaded 2-core VM (five servers, their relays'
@@ -88,6 +91,19 @@ const RECOVERY_AFTER_HUNG_CONNECTS: Duration = CONNECT_TIMEOUT
     .saturating_add(NEXT_REQUEST)
     .saturating_add(NODE_TIMEOUT)
     .saturating_add(SLACK);
+/// From a heal to the next grant when the connections outlived the fault: the bytes held
+/// meanwhile are delivered, and a contender's next request is answered within a node timeout.
+const RECOVERY_AFTER_BLIP: Duration = NEXT_REQUEST
+    .saturating_add(NODE_TIMEOUT)
+    .saturating_add(SLACK);
+/// From the first request into a dead connection (half open, or one that lost bytes) to the
+/// node's next answer: the reply timeout resets the connection, a connection that had worked is
+/// made again at once, and the next request is answered within a node timeout.
+const RECOVERY_AFTER_DEAD_CONNECTION: Duration = REPLY_TIMEOUT
+    .saturating_add(NEXT_REQUEST)
+    .saturating_add(NODE_TIMEOUT)
+    .saturating_add(SLACK);
+
 /// Connects to a faulty node during `d`: one at once when the reply timeout resets the dead
 /// connection (it had worked: no backoff), one under way when the fault began, and then every
 /// connect waits its connect timeout (a hung SYN, or a handshake never answered) before the
@@ -130,10 +146,15 @@ impl Net {
     }
 }
 
-/// The settings above, for `urls`.
+/// The settings above, for `urls`. The servers are fresh, so the restart quarantine is off;
+/// the client's name stands in for the `INFO` it would have gated the handshake on: a node
+/// counts as connected only once the server answered through the relay, and the connect
+/// timeout covers that answer. (Without a step that gates it, a connection is up as soon as
+/// TCP is, which a relay completes whatever lies behind it.)
 fn builder(urls: Vec<String>) -> Builder {
     Builder::new(urls)
         .quarantine(None)
+        .client_name("network-faults")
         .ttl(TTL)
         .node_timeout(NODE_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
@@ -324,6 +345,16 @@ impl Contest {
         self.log.lock().unwrap().holds_between(from, to)
     }
 
+    /// When the first hold since `since` began.
+    fn first_hold(&self, since: Instant) -> Option<Instant> {
+        let log = self.log.lock().unwrap();
+        log.holds
+            .iter()
+            .map(|h| h.from)
+            .filter(|&t| t >= since)
+            .min()
+    }
+
     /// Waits until `n` holds have begun since `since`.
     fn wait_holds(&self, n: usize, since: Instant) -> Instant {
         wait_until(&format!("{n} holds"), Instant::now() + LONG, || {
@@ -435,6 +466,10 @@ struct Scenario {
     recovery_bound: Duration,
     /// The fault is on before the clients first connect.
     fresh: bool,
+    /// The faulty nodes' connections do not survive it: recovery needs every client to
+    /// reconnect to each of them (an answer or a grant alone may come from a reply that was on
+    /// its way when the fault began).
+    reconnect: bool,
     /// Client 0 keeps a lock of its own from before the fault, which client 1 waits for.
     keep: bool,
 }
@@ -448,6 +483,7 @@ impl Default for Scenario {
             lasting: FAULT,
             recovery_bound: RECOVERY_AFTER_HUNG_CONNECTS,
             fresh: false,
+            reconnect: true,
             keep: false,
         }
     }
@@ -460,12 +496,15 @@ struct Outcome {
     recovered: Duration,
     /// The most that one client's counters of one faulty node moved from the fault to the end.
     moved: Moved,
-    /// Holds that began during the fault.
+    /// Holds that began during the fault (an attempt's node timeout after it began, so that
+    /// none decided before it counts).
     holds_during: usize,
-    /// The kept lock: whether it was lost, and renewals won during the fault.
+    /// Holds that began from then until the recovery.
+    holds_to_recovery: usize,
+    /// The kept lock: whether it was lost, and renewals won from the fault to the end.
     kept_lost: Option<bool>,
-    renewed_during: u64,
-    /// `poll` calls of the busier client's event loop per second of the fault.
+    renewed: u64,
+    /// `poll` calls of the busier client's event loop per second, from the fault to the end.
     polls_per_s: u64,
 }
 
@@ -510,40 +549,57 @@ impl Scenario {
         }
         // The fault lasts its time: wall-clock time is what it is made of.
         thread::sleep(self.lasting);
-        let during: Vec<Stats> = clients.iter().map(Handle::stats).collect();
         let answered: Vec<Vec<u64>> = clients
             .iter()
             .map(|c| self.faulty.iter().map(|&i| c.answers(i)).collect())
             .collect();
         let heal_at = Instant::now();
         net.each(self.faulty, Relay::heal);
+        // After a majority fault, a grant means recovery once no attempt begun before the fault
+        // can still be deciding.
+        let grants_from = heal_at.max(fault_at + TRY_BOUND);
         let back = wait_until(
             "the faulty nodes answer again",
             heal_at + self.recovery_bound,
             || {
-                if majority {
-                    contest.holds_between(heal_at, heal_at + LONG) > 0
-                } else {
-                    clients.iter().zip(&answered).all(|(c, before)| {
+                let reconnected = !self.reconnect
+                    || clients.iter().zip(&before).all(|(c, before)| {
+                        let now = c.stats();
                         self.faulty
                             .iter()
-                            .zip(before)
-                            .all(|(&i, &n)| c.answers(i) > n)
-                    })
-                }
+                            .all(|&i| moved(before, &now, i).reconnects > 0)
+                    });
+                reconnected
+                    && if majority {
+                        contest.holds_between(grants_from, heal_at + LONG) > 0
+                    } else {
+                        clients.iter().zip(&answered).all(|(c, before)| {
+                            self.faulty
+                                .iter()
+                                .zip(before)
+                                .all(|(&i, &n)| c.answers(i) > n)
+                        })
+                    }
             },
         );
+        // The first grant, not when it was seen.
+        let back = if majority {
+            contest.first_hold(grants_from).unwrap_or(back)
+        } else {
+            back
+        };
         // A healthy stretch after the recovery.
         contest.wait_holds(2, back);
         let after: Vec<Stats> = clients.iter().map(Handle::stats).collect();
-        let (kept_lost, renewed_during, kept_hold) = match kept {
+        let after_at = Instant::now();
+        let (kept_lost, renewed, kept_hold) = match kept {
             Some((from, kept)) => {
                 let lost = kept.lost_at();
                 let to = lost
                     .unwrap_or_else(Instant::now)
                     .min(kept.lock().valid_until());
                 let _ = kept.release();
-                let renewed = during[0].keep.extended - before[0].keep.extended;
+                let renewed = after[0].keep.extended - before[0].keep.extended;
                 let hold = Hold {
                     client: 0,
                     resource: "k",
@@ -579,26 +635,28 @@ impl Scenario {
                 }
             }
         }
-        let fault_s = (heal_at - fault_at).as_secs_f64().max(1e-3);
+        // From the fault to the end: the fault, the recovery and a healthy stretch.
+        let span = (after_at - fault_at).as_secs_f64();
         let polls_per_s = before
             .iter()
-            .zip(&during)
-            .map(|(b, d)| ((d.io.polls - b.io.polls) as f64 / fault_s) as u64)
+            .zip(&after)
+            .map(|(b, a)| ((a.io.polls - b.io.polls) as f64 / span) as u64)
             .max()
             .unwrap_or(0);
         Outcome {
             holds_during: log.holds_between(fault_at + TRY_BOUND, heal_at),
+            holds_to_recovery: log.holds_between(fault_at + TRY_BOUND, back),
             log,
             recovered: back - heal_at,
             moved: most,
             kept_lost,
-            renewed_during,
+            renewed,
             polls_per_s,
         }
     }
 }
 
-/// Most `poll` calls per second of a client's event loop during a fault. Each turn of the loop
+/// Most `poll` calls per second of a client's event loop from a fault to the end of a run. Each turn of the loop
 /// is a reply, a request handed over or a timer (a node timeout, a retry pause, a connect or
 /// reply deadline): two contenders make at most a few hundred a second. A loop that spun on a
 /// dead socket or a past deadline would make tens of thousands.
@@ -609,11 +667,12 @@ impl Outcome {
     /// during the fault, and one more after the heal) and no spinning loop.
     fn check(&self, name: &str, scenario: &Scenario) {
         eprintln!(
-            "{name}: {}; {} holds during the fault; worst faulty node: {} connects, {} downs, \
+            "{name}: {}; {} holds during the fault, {} until the recovery; worst faulty node: {} connects, {} downs, \
              {} reconnects (bound {} connects); {} polls/s; answered again {:?} after the heal \
              (bound {:?}){}",
             self.log.summary(),
             self.holds_during,
+            self.holds_to_recovery,
             self.moved.connects,
             self.moved.downs,
             self.moved.reconnects,
@@ -624,8 +683,8 @@ impl Outcome {
             match self.kept_lost {
                 Some(true) => "; the kept lock lost".to_string(),
                 Some(false) => format!(
-                    "; the kept lock renewed {} times during the fault",
-                    self.renewed_during
+                    "; the kept lock renewed {} times from the fault to the end",
+                    self.renewed
                 ),
                 None => String::new(),
             }
@@ -656,7 +715,7 @@ fn a_black_hole_on_one_node_of_three_costs_no_lock_and_heals_within_a_connect_an
         "no lock granted by the two live nodes"
     );
     assert_eq!(out.kept_lost, Some(false), "the kept lock was lost");
-    assert!(out.renewed_during > 0, "the kept lock was not renewed");
+    assert!(out.renewed > 0, "the kept lock was not renewed");
 }
 
 #[test]
@@ -674,5 +733,454 @@ fn a_black_hole_on_three_nodes_of_five_grants_nothing_hangs_nothing_and_heals() 
         out.kept_lost,
         Some(true),
         "the kept lock outlived its validity"
+    );
+}
+
+/// Both directions held: the partition TCP outlives, whose bytes arrive late at the heal.
+fn partition(relay: &Relay) {
+    relay.set_flow(Direction::ToServer, Flow::Hold);
+    relay.set_flow(Direction::ToClient, Flow::Hold);
+}
+
+#[test]
+fn a_partition_of_two_nodes_of_three_shorter_than_the_reply_timeout_is_outlived_by_the_connections()
+{
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: partition,
+        lasting: BLIP,
+        recovery_bound: RECOVERY_AFTER_BLIP,
+        reconnect: false,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("partition of 2 of 3 for 1 s", &scenario);
+    assert_eq!(out.holds_during, 0);
+    // The late replies were matched to their own requests: no reconnect at all.
+    assert_eq!(out.moved, Moved::default());
+}
+
+#[test]
+fn a_partition_of_two_nodes_of_three_longer_than_the_reply_timeout_heals_and_its_late_sets_are_released()
+ {
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: Relay::partition,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("partition of 2 of 3 for 4 s", &scenario);
+    assert_eq!(out.holds_during, 0);
+    assert_eq!(
+        out.kept_lost,
+        Some(true),
+        "the kept lock outlived its validity"
+    );
+}
+
+/// Requests dropped: nothing runs; what the server sends still arrives.
+fn requests_lost(relay: &Relay) {
+    relay.set_flow(Direction::ToServer, Flow::Drop);
+}
+
+/// Replies dropped: requests run, their answers are lost.
+fn replies_lost(relay: &Relay) {
+    relay.set_flow(Direction::ToClient, Flow::Drop);
+}
+
+#[test]
+fn requests_lost_one_way_on_two_nodes_of_three_grant_nothing_and_heal() {
+    // New connections complete (the relay takes them) but their handshakes are lost: each
+    // connect ends at its connect timeout, as a hung one does.
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: requests_lost,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("requests lost, 2 of 3", &scenario);
+    assert_eq!(out.holds_during, 0);
+    assert_eq!(
+        out.kept_lost,
+        Some(true),
+        "the kept lock outlived its validity"
+    );
+}
+
+#[test]
+fn replies_lost_one_way_on_two_nodes_of_three_grant_nothing_and_leave_nothing() {
+    // The servers run every request and the clients hear nothing: the keys they set are
+    // deleted by the releases, which pass.
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: replies_lost,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("replies lost, 2 of 3", &scenario);
+    assert_eq!(out.holds_during, 0);
+    assert_eq!(
+        out.kept_lost,
+        Some(true),
+        "the kept lock outlived its validity"
+    );
+}
+
+#[test]
+fn replies_lost_one_way_on_one_node_of_three_cost_no_lock() {
+    let scenario = Scenario {
+        fault: replies_lost,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("replies lost, 1 of 3", &scenario);
+    assert!(
+        out.holds_during > 0,
+        "no lock granted by the two live nodes"
+    );
+    assert_eq!(out.kept_lost, Some(false), "the kept lock was lost");
+    assert!(out.renewed > 0, "the kept lock was not renewed");
+}
+
+/// Half-opens the connections: the servers' sides closed, the clients' left silent.
+fn sever(relay: &Relay) {
+    relay.sever();
+}
+
+#[test]
+fn a_half_open_connection_to_one_node_of_three_is_reset_by_the_reply_timeout_and_made_once_again() {
+    // The fault is the instant of the sever: the connection is dead from then on, and the
+    // recovery is counted from it.
+    let scenario = Scenario {
+        fault: sever,
+        lasting: Duration::ZERO,
+        recovery_bound: RECOVERY_AFTER_DEAD_CONNECTION,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("half open, 1 of 3", &scenario);
+    assert!(
+        out.holds_to_recovery > 0,
+        "no lock granted by the two live nodes"
+    );
+    assert_eq!(out.kept_lost, Some(false), "the kept lock was lost");
+    // One connect per client, at once after the reset: no backoff, no second attempt.
+    assert_eq!(
+        out.moved,
+        Moved {
+            connects: 1,
+            downs: 1,
+            reconnects: 1
+        }
+    );
+}
+
+#[test]
+fn half_open_connections_to_two_nodes_of_three_grant_nothing_until_the_reply_timeout_resets_them() {
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: sever,
+        lasting: Duration::ZERO,
+        recovery_bound: RECOVERY_AFTER_DEAD_CONNECTION,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("half open, 2 of 3", &scenario);
+    assert_eq!(
+        out.moved,
+        Moved {
+            connects: 1,
+            downs: 1,
+            reconnects: 1
+        }
+    );
+}
+
+/// The slow drip's interval: one byte per 10 ms, a 5-byte reply in 40 ms, a handshake's
+/// replies (a few kB of `INFO`) in tens of seconds.
+const DRIP: Duration = Duration::from_millis(10);
+
+fn replies_dripped(relay: &Relay) {
+    relay.set_flow(Direction::ToClient, Flow::Drip(DRIP));
+}
+
+fn requests_dripped(relay: &Relay) {
+    relay.set_flow(Direction::ToServer, Flow::Drip(DRIP));
+}
+
+#[test]
+fn replies_dripped_by_one_node_of_three_cost_no_lock() {
+    let scenario = Scenario {
+        fault: replies_dripped,
+        reconnect: false,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("replies dripped, 1 of 3", &scenario);
+    assert!(
+        out.holds_during > 0,
+        "no lock granted by the two live nodes"
+    );
+    assert_eq!(out.kept_lost, Some(false), "the kept lock was lost");
+}
+
+#[test]
+fn replies_dripped_by_two_nodes_of_three_grant_no_lock_that_outlives_its_validity() {
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: replies_dripped,
+        reconnect: false,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("replies dripped, 2 of 3", &scenario);
+}
+
+#[test]
+fn requests_dripped_to_two_nodes_of_three_grant_no_lock_that_outlives_its_validity() {
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: requests_dripped,
+        reconnect: false,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("requests dripped, 2 of 3", &scenario);
+}
+
+fn connects_hang(relay: &Relay) {
+    relay.set_connects(Connects::Hang);
+}
+
+#[test]
+fn a_node_whose_connects_never_complete_is_not_waited_for_and_joins_once_they_do() {
+    let scenario = Scenario {
+        fault: connects_hang,
+        fresh: true,
+        keep: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("connects hang, 1 of 3, from the start", &scenario);
+    assert!(
+        out.holds_during > 0,
+        "no lock granted by the two live nodes"
+    );
+    assert_eq!(out.kept_lost, Some(false), "the kept lock was lost");
+}
+
+#[test]
+fn connects_to_two_nodes_of_three_that_never_complete_grant_nothing_until_they_do() {
+    let scenario = Scenario {
+        faulty: &[0, 1],
+        fault: connects_hang,
+        fresh: true,
+        ..Scenario::default()
+    };
+    let out = scenario.run();
+    out.check("connects hang, 2 of 3, from the start", &scenario);
+    assert_eq!(out.holds_during, 0);
+}
+
+/// Renewals that the servers run but whose answers are lost: a partition between one client and
+/// a majority of the servers, replies only. The holder cannot know that its keys were extended;
+/// its rival, which reaches the servers, waits for them to expire.
+#[test]
+fn renewals_run_but_unanswered_lose_the_kept_lock_in_time_and_its_rival_waits_out_the_keys() {
+    let net = Net::start(3);
+    let a = Handle::blocking(net.urls());
+    let b = Handle::blocking(net.servers.urls());
+    for c in [&a, &b] {
+        assert_eq!(c.redlock().connect(LONG).unwrap(), 3, "connected");
+    }
+    let lock = a.redlock().lock("k").unwrap();
+    let from = Instant::now();
+    let kept = a.redlock().keep(lock).unwrap();
+    let contest = Contest::start(&[a.clone(), b.clone()], &[(1, "k")]);
+    wait_until("a renewal", Instant::now() + LONG, || {
+        a.stats().keep.extended > 0
+    });
+    let fault_at = Instant::now();
+    net.each(&[0, 1], replies_lost);
+    // Lost by the end of its validity, which the last renewal that won set at most a TTL ahead.
+    assert!(
+        kept.wait_lost(TTL + SLACK).is_some(),
+        "the kept lock outlived its validity"
+    );
+    let lost_at = kept.lost_at().unwrap();
+    let valid_until = kept.lock().valid_until();
+    assert!(lost_at <= valid_until);
+    // The renewals that ran last were sent no later than the loss: the keys expire within a
+    // TTL of it; the rival's next attempt comes within a poll and is decided within a node
+    // timeout.
+    let bound = TTL
+        .saturating_add(NEXT_REQUEST)
+        .saturating_add(NODE_TIMEOUT)
+        .saturating_add(SLACK);
+    wait_until("the rival holds the lock", lost_at + bound, || {
+        contest.first_hold(fault_at).is_some()
+    });
+    let granted = contest.first_hold(fault_at).unwrap();
+    // The holder ends its lost lock only now: its release leaves the rival's key alone.
+    let _ = kept.release();
+    net.each(&[0, 1], Relay::heal);
+    let mut log = contest.stop();
+    log.holds.push(Hold {
+        client: 0,
+        resource: "k",
+        from,
+        to: lost_at.min(valid_until),
+    });
+    log.assert_bounds();
+    log.assert_no_overlap();
+    eprintln!(
+        "renewals unanswered by 2 of 3: the kept lock lost {:?} after the fault began; the rival \
+         granted {:?} after the loss (bound {bound:?}); {}",
+        lost_at - fault_at,
+        granted - lost_at,
+        log.summary()
+    );
+}
+
+/// A TTL far longer than the wait for the release below: the key must be seen released, not
+/// expired.
+const KEY_TTL: Duration = Duration::from_secs(30);
+/// A node timeout long enough for the test to see the servers run the acquire and to sever
+/// their connections before the lost attempt sends its release.
+const SLOW_NODE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The server ran the command whose connection then went half open: the acquire's `SET` ran on
+/// two nodes, its replies were lost, and the servers' sides were closed before its release
+/// arrived. The release is kept for those nodes and sent once the reply timeout has reset the
+/// dead connections, long before the key's TTL.
+#[test]
+fn an_acquire_run_by_servers_whose_connections_then_went_half_open_is_released_after_the_reset() {
+    let net = Net::start(3);
+    let redlock = builder(net.urls())
+        .ttl(KEY_TTL)
+        .node_timeout(SLOW_NODE_TIMEOUT)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(LONG).unwrap(), 3, "connected");
+    let ran = |i: usize| net.servers[i].get("ran").is_some();
+    net.each(&[0, 1], replies_lost);
+    let sent = Instant::now();
+    let attempt = {
+        let redlock = redlock.clone();
+        thread::spawn(move || redlock.try_lock("ran"))
+    };
+    wait_until(
+        "nodes 0 and 1 ran the SET",
+        sent + SLOW_NODE_TIMEOUT,
+        || ran(0) && ran(1),
+    );
+    net.each(&[0, 1], sever);
+    // New connections are whole again; the severed ones stay dead.
+    net.each(&[0, 1], Relay::heal);
+    match attempt.join().unwrap() {
+        Err(Error::NoQuorum(_)) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(ran(0) && ran(1), "the release reached a severed node");
+    // The SET unanswered for the reply timeout resets its connection; the new one comes up at
+    // once and carries the release.
+    let bound = REPLY_TIMEOUT
+        .saturating_add(NODE_TIMEOUT)
+        .saturating_add(SLACK);
+    let released = wait_until("the keys released", sent + bound, || !ran(0) && !ran(1));
+    let shutdown = redlock.shutdown(LONG);
+    assert_eq!(shutdown.unconfirmed, 0, "{shutdown:?}");
+    eprintln!(
+        "acquire run, then half open, 2 of 3: released {:?} after it was sent (bound {bound:?}), \
+         its TTL {KEY_TTL:?}",
+        released - sent
+    );
+}
+
+/// The drift allowance the client takes off every validity: 1 % of the TTL and 2 ms.
+const DRIFT: Duration = Duration::from_millis(TTL.as_millis() as u64 / 100 + 2);
+/// How long a dripped `+OK\r\n` takes at least: five bytes, four gaps.
+const DRIP_OK: Duration = DRIP.saturating_mul(4);
+/// Acquires through a drip: enough to see a few, few enough to stay quick (each takes 40 ms).
+const DRIPPED_ACQUIRES: usize = 10;
+
+#[test]
+fn replies_dripped_byte_by_byte_are_reassembled_and_the_validity_counts_from_before_the_request() {
+    let net = Net::start(3);
+    let redlock = builder(net.urls()).build().unwrap();
+    assert_eq!(redlock.connect(LONG).unwrap(), 3, "connected");
+    net.each(&[0, 1, 2], replies_dripped);
+    let mut slowest = Duration::ZERO;
+    for _ in 0..DRIPPED_ACQUIRES {
+        let sent = Instant::now();
+        let lock = redlock.try_lock("drip").unwrap();
+        let returned = Instant::now();
+        let took = returned - sent;
+        slowest = slowest.max(took);
+        // `+OK\r\n`: five bytes, four gaps. A lower bound, which load only lengthens.
+        assert!(took >= DRIP_OK, "{took:?}");
+        assert!(took <= TRY_BOUND, "{took:?}");
+        // The requests went out at least a dripped reply before the return: a validity counted
+        // from them, less the drift allowance, ends that much before one counted from the
+        // replies would.
+        assert!(
+            lock.valid_until() + DRIP_OK <= returned + TTL - DRIFT,
+            "the validity counted from the replies: it ends {:?} after the return",
+            lock.valid_until() - returned
+        );
+        assert!(redlock.unlock(lock).unwrap() >= 2);
+    }
+    eprintln!("replies dripped by 3 of 3: every acquire granted, the slowest in {slowest:?}");
+}
+
+/// The TTL of the kept lock below, and the fraction of it left when it is renewed: a renewal
+/// lost is tried again after a backoff doubling from the node timeout up to a tenth of the TTL
+/// (0.2, 0.4, 0.8, 1 s), while half the renewal margin (10 s × 0.9 / 2 = 4.5 s) is left; the
+/// reply timeout resets the dead connections 2 s after the first renewal went unanswered, and
+/// a retry comes after that within the margin.
+const KEPT_TTL: Duration = Duration::from_secs(10);
+const RENEW_FRACTION: f64 = 0.9;
+
+/// A kept lock's renewals sent into half-open connections to a majority go unanswered until the
+/// reply timeout resets those connections; a renewal tried again after that, within half the
+/// renewal margin, reconnects and wins.
+#[test]
+fn a_kept_lock_outlives_half_open_connections_to_a_majority_when_a_retry_follows_the_reset() {
+    let net = Net::start(3);
+    let redlock = builder(net.urls())
+        .ttl(KEPT_TTL)
+        .renew_fraction(RENEW_FRACTION)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(LONG).unwrap(), 3, "connected");
+    let kept = redlock.keep(redlock.lock("k").unwrap()).unwrap();
+    wait_until("a renewal", Instant::now() + LONG, || {
+        redlock.stats().keep.extended > 0
+    });
+    let before = redlock.stats();
+    let severed_at = Instant::now();
+    net.each(&[0, 1], sever);
+    let renewed = wait_until(
+        "a renewal won on new connections",
+        severed_at + KEPT_TTL,
+        || {
+            let now = redlock.stats();
+            (0..2).all(|i| moved(&before, &now, i).reconnects > 0)
+                && now.keep.extended > before.keep.extended
+        },
+    );
+    assert!(kept.is_held(), "lost: {:?}", kept.lost());
+    let retried = redlock.stats().keep.retried - before.keep.retried;
+    assert_eq!(kept.release().unwrap(), 3);
+    eprintln!(
+        "kept lock, half open to 2 of 3: renewed on new connections {:?} after the sever, \
+         {retried} renewals tried again; held throughout",
+        renewed - severed_at
     );
 }
