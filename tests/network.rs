@@ -1184,3 +1184,46 @@ fn a_kept_lock_outlives_half_open_connections_to_a_majority_when_a_retry_follows
         renewed - severed_at
     );
 }
+
+/// The default settings with the TTL and the reply timeout scaled down together (30 s and 5 s
+/// by a fifth), so that a renewal comes within seconds: renewed with a third of the TTL left
+/// (2 s), tried again while half of that is left (1 s), and the reply timeout as long as that.
+const DEFAULTS_TTL: Duration = Duration::from_secs(6);
+const DEFAULTS_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// With the defaults' proportions, a kept lock does not survive half-open connections to a
+/// majority, though the servers are reachable on new connections all along: its renewals are
+/// tried again on the connections already known silent, which only the reply timeout resets,
+/// counted from the first renewal that went unanswered — and that comes no earlier than the
+/// end of the window in which a renewal may still be tried (`reply_timeout` 5 s, half the
+/// renewal margin of a 30 s TTL 5 s). The lock is reported lost; nothing reconnects until the
+/// next request.
+#[test]
+#[ignore = "defect: a kept lock is lost on half-open connections to a majority with the default \
+            settings; its renewals are retried on connections known silent until the reply \
+            timeout, which ends no earlier than the window for retries"]
+fn a_kept_lock_outlives_half_open_connections_to_a_majority_with_the_default_proportions() {
+    let net = Net::start(3);
+    let redlock = Builder::new(net.urls())
+        .quarantine(None)
+        .client_name("network-faults")
+        .ttl(DEFAULTS_TTL)
+        .reply_timeout(DEFAULTS_REPLY_TIMEOUT)
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(LONG).unwrap(), 3, "connected");
+    let kept = redlock.keep(redlock.lock("k").unwrap()).unwrap();
+    let before = redlock.stats();
+    net.each(&[0, 1], sever);
+    // Past the renewal (two thirds of the TTL in) and the window for its retries.
+    let lost = kept.wait_lost(DEFAULTS_TTL);
+    let after = redlock.stats();
+    assert!(
+        lost.is_none(),
+        "lost: {lost:?}; renewals won {}, tried again {}; reconnects to nodes 0 and 1: {}, {}",
+        after.keep.extended - before.keep.extended,
+        after.keep.retried - before.keep.retried,
+        moved(&before, &after, 0).reconnects,
+        moved(&before, &after, 1).reconnects,
+    );
+}
