@@ -1256,3 +1256,54 @@ fn a_lock_begun_on_half_open_connections_to_every_node_is_granted_within_its_wai
         began.elapsed()
     );
 }
+
+/// How long `status` and `shutdown` are given below: their own bounds are what they are given.
+const GIVEN: Duration = Duration::from_millis(500);
+
+/// Runs `f`, asserting that it returns within `bound`; returns its value and how long it took.
+fn timed<R>(what: &str, bound: Duration, f: impl FnOnce() -> R) -> (R, Duration) {
+    let at = Instant::now();
+    let r = f();
+    let took = at.elapsed();
+    assert!(took <= bound, "{what} took {took:?}, bound {bound:?}");
+    (r, took)
+}
+
+/// The rest of the API in a black hole on a majority: nothing hangs, nothing claims what it
+/// did not get.
+#[test]
+fn extend_status_release_shutdown_and_drop_return_within_their_bounds_in_a_black_hole() {
+    let net = Net::start(3);
+    let redlock = builder(net.urls()).build().unwrap();
+    assert_eq!(redlock.connect(LONG).unwrap(), 3, "connected");
+    let mut lock = redlock.lock("x").unwrap();
+    let guard = redlock.guard("g").unwrap();
+    let kept = redlock.keep(redlock.lock("k").unwrap()).unwrap();
+    net.each(&[0, 1], Relay::black_hole);
+    let valid_until = lock.valid_until();
+    let (extended, extend_took) = timed("extend", TRY_BOUND, || redlock.extend(&mut lock, TTL));
+    assert!(matches!(extended, Err(Error::NoQuorum(_))), "{extended:?}");
+    assert!(
+        lock.valid_until() <= valid_until,
+        "a failed extend added validity"
+    );
+    let (status, status_took) = timed("status", GIVEN + SLACK, || redlock.status(b"x", GIVEN));
+    assert!(status[0].state.is_err() && status[1].state.is_err());
+    assert!(status[2].state.is_ok());
+    // A guard's release is queued, never waited for.
+    let (_, guard_took) = timed("dropping a guard", SLACK, || drop(guard));
+    let (unlocked, unlock_took) = timed("unlock", UNLOCK_BOUND, || redlock.unlock(lock));
+    assert!(matches!(unlocked, Ok(1) | Err(_)), "{unlocked:?}");
+    let (released, release_took) = timed("releasing a kept lock", UNLOCK_BOUND, || kept.release());
+    assert!(matches!(released, Ok(1) | Err(_)), "{released:?}");
+    let (shutdown, shutdown_took) = timed("shutdown", GIVEN + SLACK, || redlock.shutdown(GIVEN));
+    assert!(shutdown.unconfirmed > 0, "{shutdown:?}");
+    // The last handle's drop flushes in the background.
+    let (_, drop_took) = timed("dropping the handle", SLACK, || drop(redlock));
+    eprintln!(
+        "black hole, 2 of 3: extend {extend_took:?}, status {status_took:?} (given {GIVEN:?}), \
+         guard drop {guard_took:?}, unlock {unlock_took:?}, kept release {release_took:?}, \
+         shutdown {shutdown_took:?} (given {GIVEN:?}, {} unconfirmed), handle drop {drop_took:?}",
+        shutdown.unconfirmed
+    );
+}
