@@ -13,6 +13,8 @@ use redis_local::{Connects, Direction, Event, FakeServer, Flow, Peer, Relay, Ser
 const QUIET: Duration = Duration::from_millis(300);
 /// Bound on every wait for something that must come.
 const LONG: Duration = Duration::from_secs(5);
+/// How often a wait looks again.
+const POLL: Duration = Duration::from_millis(5);
 
 /// An echo server on a fresh loopback port: every byte read is written back.
 fn echo() -> SocketAddr {
@@ -63,7 +65,7 @@ fn wait_until(label: &str, mut what: impl FnMut() -> bool) {
     let deadline = Instant::now() + LONG;
     while !what() {
         assert!(Instant::now() < deadline, "never: {label}");
-        thread::sleep(Duration::from_millis(5));
+        thread::sleep(POLL);
     }
 }
 
