@@ -9,7 +9,7 @@
 //! | [`cluster`] | [`Cluster`]: N independent servers started together |
 //! | `admin` (feature `admin`) | commands to a server through redis-rs: `Server::cmd`, `get`, `set`, `pttl`, `info`, … |
 //! | [`raw`] | a few raw-TCP helpers: `PING` without a client library, RESP command encoding |
-//! | [`relay`] | [`Relay`]: a TCP relay that delays every byte by a fixed one-way delay |
+//! | [`relay`] | [`Relay`]: a TCP relay that delays every byte by a fixed one-way delay, and injects network faults on demand (black hole, partition, one-way loss, half-open connections, a slow drip, connects that never complete) |
 //! | [`fake`] | [`FakeServer`]: an accept loop running a handler per connection, with a [`Peer`] that reads RESP commands, sends, trickles; optionally behind TLS (feature `tls`) |
 //! | [`alloc`] | [`CountingAlloc`]: a global allocator that counts allocations (process-wide and per thread) |
 //! | `pki` (feature `pki`) | `Pki`: a CA, a server and a client certificate made fresh with rcgen |
@@ -50,7 +50,7 @@ pub use error::Error;
 pub use fake::{Event, FakeServer, Peer};
 pub use process::{die_with_parent, pid_is_dead};
 pub use raw::{is_timeout, raw_ping, raw_ping_on, read_line, resp_encode};
-pub use relay::Relay;
+pub use relay::{Connects, Direction, Flow, FlowStats, Relay, RelayStats};
 pub use server::{ClientAuth, Server, ServerBuilder};
 
 #[cfg(feature = "pki")]
