@@ -36,48 +36,7 @@ impl NodeWatch {
         if generation != self.generation {
             self.generation = generation;
             let until = match info {
-                Some(info) => {
-                    self.unknown_since = None;
-                    // A new run_id means a new process — a restart, a failover, a promoted
-                    // replica, or an address that now leads to another server — whatever its
-                    // uptime says: when it lost (or never had) our keys is unknown, so the whole
-                    // window counts from the moment we noticed.
-                    // Known by this tracking (it has seen an answer of the node before), or
-                    // by the session, whose earlier connections may have met other processes
-                    // without carrying an answer here: without that, a client that never
-                    // heard the first process would take a replacement up for hours at its
-                    // word, and one that knew A would take A back after a B it never heard.
-                    let restarted = match self.run_id {
-                        Some(id) => id != info.run_id || info.changes > self.changes,
-                        None => info.changes > 0,
-                    };
-                    // Known before this answer (a restart is decided first, below).
-                    let known = self.run_id.is_some();
-                    self.changes = info.changes;
-                    self.run_id = Some(info.run_id);
-                    match info.uptime {
-                        _ if restarted => Some(deadline_after(info.seen, window)),
-                        // Counted a second short: `uptime_in_seconds` is the whole seconds of
-                        // the clock now less those at the start (Redis: `server.unixtime -
-                        // server.stat_starttime`), up to a second more than the process has
-                        // been up — a server started at x.95 s says 1 at x + 1.02 s. Read as
-                        // it stands, a node restarted 29.1 s ago would count in a 30 s window.
-                        Some(uptime) => {
-                            let up = uptime.saturating_sub(UPTIME_ROUNDING);
-                            window.checked_sub(up).map(|left| info.seen + left)
-                        }
-                        // No uptime (missing, or negative after the server's clock stepped
-                        // back) from the process this tracking knows: no news, the quarantine
-                        // it has stands. Counted as 0 here, it was quarantined for a whole
-                        // window again at every reconnect (a server's idle `timeout`, `CLIENT
-                        // KILL`): out for good behind servers that close idle connections.
-                        None if known => None,
-                        // No uptime from a process met for the first time: as if it had just
-                        // started, a whole window from now (its age is unknown: a blank fence
-                        // counter on it is not seeded before it has been known that long).
-                        None => Some(deadline_after(info.seen, window)),
-                    }
-                }
+                Some(info) => self.until_of(info, window),
                 // Restart state unknown: out of quorums until a whole window has passed since
                 // this client first saw the node in that state (kept across reconnects, so a
                 // server that closes idle connections is not quarantined forever).
@@ -91,6 +50,52 @@ impl NodeWatch {
         self.quarantined_until
             .and_then(|t| t.checked_duration_since(now))
             .filter(|d| !d.is_zero())
+    }
+
+    /// When the quarantine of a process that said who it is (`info`) ends on this connection:
+    /// a restart counts a whole window from the moment it was noticed, an uptime counts down
+    /// from it, and no uptime is no news for a process known already.
+    fn until_of(&mut self, info: &ServerInfo, window: Duration) -> Option<Instant> {
+        self.unknown_since = None;
+        // A new run_id means a new process — a restart, a failover, a promoted
+        // replica, or an address that now leads to another server — whatever its
+        // uptime says: when it lost (or never had) our keys is unknown, so the whole
+        // window counts from the moment we noticed.
+        // Known by this tracking (it has seen an answer of the node before), or
+        // by the session, whose earlier connections may have met other processes
+        // without carrying an answer here: without that, a client that never
+        // heard the first process would take a replacement up for hours at its
+        // word, and one that knew A would take A back after a B it never heard.
+        let restarted = match self.run_id {
+            Some(id) => id != info.run_id || info.changes > self.changes,
+            None => info.changes > 0,
+        };
+        // Known before this answer (a restart is decided first, below).
+        let known = self.run_id.is_some();
+        self.changes = info.changes;
+        self.run_id = Some(info.run_id);
+        match info.uptime {
+            _ if restarted => Some(deadline_after(info.seen, window)),
+            // Counted a second short: `uptime_in_seconds` is the whole seconds of
+            // the clock now less those at the start (Redis: `server.unixtime -
+            // server.stat_starttime`), up to a second more than the process has
+            // been up — a server started at x.95 s says 1 at x + 1.02 s. Read as
+            // it stands, a node restarted 29.1 s ago would count in a 30 s window.
+            Some(uptime) => {
+                let up = uptime.saturating_sub(UPTIME_ROUNDING);
+                window.checked_sub(up).map(|left| info.seen + left)
+            }
+            // No uptime (missing, or negative after the server's clock stepped
+            // back) from the process this tracking knows: no news, the quarantine
+            // it has stands. Counted as 0 here, it was quarantined for a whole
+            // window again at every reconnect (a server's idle `timeout`, `CLIENT
+            // KILL`): out for good behind servers that close idle connections.
+            None if known => None,
+            // No uptime from a process met for the first time: as if it had just
+            // started, a whole window from now (its age is unknown: a blank fence
+            // counter on it is not seeded before it has been known that long).
+            None => Some(deadline_after(info.seen, window)),
+        }
     }
 }
 
