@@ -859,6 +859,32 @@ impl Builder {
                 self.servers.len()
             )));
         }
+        let nodes = self.nodes()?;
+        if self.tls.is_set() && nodes.iter().all(|n| n.tls.is_none()) {
+            // Most likely redis:// where rediss:// was meant: the lock would go out in clear.
+            return Err(Error::Config(
+                "TLS options given, but no server address is rediss:// (TLS): write \
+                 rediss://host:port"
+                    .into(),
+            ));
+        }
+        let tls = tls::connectors(&nodes, &self.tls)?;
+        let conn = ConnConfig::new(&self.config, nodes.len(), tls.into());
+        Ok(Arc::new(Shared {
+            nodes: nodes.into(),
+            config: self.config,
+            conn,
+            keep_ticks: AtomicU64::new(0),
+            keep_writes: AtomicU64::new(0),
+            keep_extended: AtomicU64::new(0),
+            keep_retried: AtomicU64::new(0),
+            mutation: Mutation::None,
+        }))
+    }
+
+    /// The server list parsed, each server once: another database or user on the same
+    /// endpoint is the same master, which would count twice towards every quorum.
+    fn nodes(&self) -> Result<Vec<NodeAddr>, Error> {
         let mut nodes: Vec<NodeAddr> = Vec::with_capacity(self.servers.len());
         let mut keys: Vec<ServerKey> = Vec::with_capacity(self.servers.len());
         for s in &self.servers {
@@ -877,42 +903,7 @@ impl Builder {
             keys.push(key);
             nodes.push(addr);
         }
-        if self.tls.is_set() && nodes.iter().all(|n| n.tls.is_none()) {
-            // Most likely redis:// where rediss:// was meant: the lock would go out in clear.
-            return Err(Error::Config(
-                "TLS options given, but no server address is rediss:// (TLS): write \
-                 rediss://host:port"
-                    .into(),
-            ));
-        }
-        let tls = tls::connectors(&nodes, &self.tls)?;
-        let c = &self.config;
-        let conn = ConnConfig {
-            settings: c.clone(),
-            // The quarantine and fencing need every node's run_id; with two nodes or more the
-            // duplicate check wants it (one server listed twice, under names the builder
-            // cannot tell apart, would count twice).
-            info: if c.quarantine_window().is_some() || c.fencing {
-                InfoNeed::Needed
-            } else if nodes.len() > 1 || c.evicting_servers == EvictingServers::Refuse {
-                InfoNeed::Wanted
-            } else {
-                InfoNeed::Off
-            },
-            memory: c.evicting_servers == EvictingServers::Refuse,
-            tls: tls.into(),
-            mutation: Mutation::None,
-        };
-        Ok(Arc::new(Shared {
-            nodes: nodes.into(),
-            config: self.config,
-            conn,
-            keep_ticks: AtomicU64::new(0),
-            keep_writes: AtomicU64::new(0),
-            keep_extended: AtomicU64::new(0),
-            keep_retried: AtomicU64::new(0),
-            mutation: Mutation::None,
-        }))
+        Ok(nodes)
     }
 }
 
@@ -933,6 +924,28 @@ pub(crate) struct ConnConfig {
     pub tls: Arc<[Option<tls::Connector>]>,
     /// A defect brought back for the simulator (see `mutation.rs`; never set otherwise).
     pub mutation: Mutation,
+}
+
+impl ConnConfig {
+    /// How the connections of `nodes` nodes behave with settings `c`.
+    fn new(c: &Config, nodes: usize, tls: Arc<[Option<tls::Connector>]>) -> ConnConfig {
+        ConnConfig {
+            settings: c.clone(),
+            // The quarantine and fencing need every node's run_id; with two nodes or more the
+            // duplicate check wants it (one server listed twice, under names the builder
+            // cannot tell apart, would count twice).
+            info: if c.quarantine_window().is_some() || c.fencing {
+                InfoNeed::Needed
+            } else if nodes > 1 || c.evicting_servers == EvictingServers::Refuse {
+                InfoNeed::Wanted
+            } else {
+                InfoNeed::Off
+            },
+            memory: c.evicting_servers == EvictingServers::Refuse,
+            tls,
+            mutation: Mutation::None,
+        }
+    }
 }
 
 /// Whether the handshake asks `INFO server` (the node's `run_id` and uptime), and what a
