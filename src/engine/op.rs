@@ -422,25 +422,31 @@ impl Core {
 
     /// A reply (or a fault) for a request of operation `d.tag`, or a delivery of the pub/sub
     /// machinery (`notice.rs`).
+    /// Node `node` answered (a refusal too): it is waited for again, and the restart tracking
+    /// learns which process answers.
+    fn heard_from(&mut self, node: usize, d: &Delivery<'_>, now: Instant) {
+        // It answers again: waited for again.
+        self.silent &= !node_bit(node);
+        // Every answer tells the restart tracking which process answers, a refusal too,
+        // so that a new process's window counts from the first answer the client had from
+        // it. (Learnt from counted yeses only, a client whose answers from a node were all
+        // refusals took a later process at that address by its uptime, and counted at once
+        // one up long without the keys: two holders. The session's count of the processes
+        // its handshakes met, `ServerInfo::changes`, now prevents that by itself, also for
+        // a process met by handshakes only; this makes the window start no later.) Once
+        // per connection: the tracking looks at a generation once.
+        if d.info.is_some()
+            && !d.withdrawn
+            && !self.mutation.run_id_on_yes_only()
+            && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
+        {
+            watch.quarantine_left(window, d.generation, d.info, now);
+        }
+    }
+
     fn on_delivery(&mut self, node: usize, d: Delivery<'_>, now: Instant) {
         if d.reply.is_ok() {
-            // It answers again: waited for again.
-            self.silent &= !node_bit(node);
-            // Every answer tells the restart tracking which process answers, a refusal too,
-            // so that a new process's window counts from the first answer the client had from
-            // it. (Learnt from counted yeses only, a client whose answers from a node were all
-            // refusals took a later process at that address by its uptime, and counted at once
-            // one up long without the keys: two holders. The session's count of the processes
-            // its handshakes met, `ServerInfo::changes`, now prevents that by itself, also for
-            // a process met by handshakes only; this makes the window start no later.) Once
-            // per connection: the tracking looks at a generation once.
-            if d.info.is_some()
-                && !d.withdrawn
-                && !self.mutation.run_id_on_yes_only()
-                && let (Some(window), Some(watch)) = (self.window, self.watch.get_mut(node))
-            {
-                watch.quarantine_left(window, d.generation, d.info, now);
-            }
+            self.heard_from(node, &d, now);
         }
         if self.on_pubsub(node, &d, now) {
             return;
