@@ -17,6 +17,7 @@ use crate::proto::scripts::{
 };
 use bytes::BytesMut;
 
+use super::op::Op;
 use super::{Engine, OpKind, Waiter, node_bit, nodes_in, shaped_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
@@ -192,33 +193,7 @@ impl<N: Net> Engine<N> {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
             resources.extend_from_slice(&op.resource);
-            // A round that did not win a quorum of yes votes (refused, split, no quorum) held
-            // the resource nowhere a waiter could win it: its cleanup goes without a notice on
-            // every node. Heard by our own subscription, such a notice brought our next attempt
-            // at once — with a yes that came after the round was lost (a node where the holder's
-            // key had gone), one attempt per round trip for as long as the holder held it, no
-            // backoff (found by review; `tests/contention.rs`). Other clients' waiters lose
-            // nothing they could have won; in a split, the contenders' own pauses bring their
-            // next attempts. A lock won for nobody (its caller gone, or won too late) is
-            // released with its notice: others wait for it. On nodes in their restart
-            // quarantine it is quiet too: their yes counted for nobody. Which of the two it is
-            // was decided with the outcome (`won`): the ballot's votes do not tell it — a
-            // waiting operation runs no round of its own (its slot holds what its last
-            // occupant left), and a fenced acquire's write-back restarts the round (a lost
-            // write-back counted its own votes) — either way a lock held on a quorum was
-            // released quietly, and another client's waiter slept until its poll (found by
-            // review).
-            let quiet = match won {
-                false => self.all_nodes(),
-                true => (0..n)
-                    .filter(|&i| {
-                        matches!(
-                            op.vote.faults[i].as_ref().map(NodeFault::root),
-                            Some(NodeFault::Quarantined(_))
-                        )
-                    })
-                    .fold(0, |m, i| m | node_bit(i)),
-            };
+            let quiet = quiet_nodes(op, won, n);
             releases.push((start, resources.len(), op.token, quiet));
         }
         let all = self.all_nodes();
@@ -284,6 +259,33 @@ fn release_call<'a>(
         (false, true) => b"2",
     });
     shaped_call(scratch, tag, resource, scripts, &[token, notices])
+}
+
+/// The nodes where the cleanup of a lost acquire goes without its notice. A round that did not
+/// win a quorum of yes votes (refused, split, no quorum) held the resource nowhere a waiter
+/// could win it: its cleanup is quiet on every node. Heard by our own subscription, such a
+/// notice brought our next attempt at once — with a yes that came after the round was lost (a
+/// node where the holder's key had gone), one attempt per round trip for as long as the holder
+/// held it, no backoff (`tests/contention.rs`). Other clients' waiters lose nothing they could
+/// have won; in a split, the contenders' own pauses bring their next attempts. A lock won for
+/// nobody (its caller gone, or won too late) is released with its notice, since others wait for
+/// it — but quietly on nodes in their restart quarantine, whose yes counted for nobody. Which
+/// of the two it is was decided with the outcome (`won`): the ballot's votes do not tell it — a
+/// waiting operation runs no round of its own (its slot holds what its last occupant left), and
+/// a fenced acquire's write-back restarts the round — and read from them, a lock held on a
+/// quorum was released quietly, and another client's waiter slept until its poll.
+fn quiet_nodes(op: &Op, won: bool, n: usize) -> u64 {
+    match won {
+        false => crate::model::round::all_nodes(n),
+        true => (0..n)
+            .filter(|&i| {
+                matches!(
+                    op.vote.faults[i].as_ref().map(NodeFault::root),
+                    Some(NodeFault::Quarantined(_))
+                )
+            })
+            .fold(0, |m, i| m | node_bit(i)),
+    }
 }
 
 #[cfg(test)]
