@@ -16,9 +16,12 @@ use crate::model::round::{Decision, RoundConfig, Vote};
 use crate::proto::fencing::{FENCE_KEY, Reading, Reads, Short};
 use crate::proto::quarantine::NodeWatch;
 use crate::proto::resp::{Arg, Frame};
-use crate::proto::scripts::{FENCE_WRITE_SCRIPT, scripts};
+use crate::proto::scripts::{FENCE_WRITE_SCRIPT, ScriptCall, scripts};
 use crate::proto::session::Delivery;
 
+use bytes::BytesMut;
+
+use super::op::Op;
 use super::votes::Ballot;
 use super::{Engine, Parts, node_bit, script_call};
 
@@ -248,26 +251,8 @@ impl<N: Net> Engine<N> {
                 op.vote.fail(node, NodeFault::Closed, now);
                 continue;
             };
-            let seed: &[u8] = if seeds & node_bit(node) != 0 {
-                b"1"
-            } else {
-                b"0"
-            };
-            let call = script_call(
-                scratch,
-                &scripts()[FENCE_WRITE_SCRIPT],
-                id.tag(),
-                &[
-                    Arg::Int(2),
-                    // A set's write-back looks at its first member: all were set together.
-                    Arg::Bytes(crate::model::keys::first_key(&op.resource)),
-                    Arg::Bytes(FENCE_KEY.as_bytes()),
-                    Arg::Bytes(op.token.as_bytes()),
-                    Arg::UInt(fence),
-                    Arg::Bytes(&info.run_id),
-                    Arg::Bytes(seed),
-                ],
-            );
+            let seed = seeds & node_bit(node) != 0;
+            let call = write_back_call(scratch, id, op, (fence, &info.run_id, seed));
             let sent = net.script(node, call, now, &mut core.sink());
             core.sent(id, node, sent, now);
         }
@@ -309,4 +294,30 @@ fn fence_report(
         refusal: Refusal::HeldElsewhere,
         note,
     }
+}
+
+/// The write-back of `fence` to one node, for the process `run_id` (`seed`: a blank counter it
+/// may seed), encoded into `scratch`.
+fn write_back_call<'a>(
+    scratch: &'a mut BytesMut,
+    id: OpId,
+    op: &Op,
+    (fence, run_id, seed): (u64, &[u8; 40], bool),
+) -> ScriptCall<'a> {
+    let seed: &[u8] = if seed { b"1" } else { b"0" };
+    script_call(
+        scratch,
+        &scripts()[FENCE_WRITE_SCRIPT],
+        id.tag(),
+        &[
+            Arg::Int(2),
+            // A set's write-back looks at its first member: all were set together.
+            Arg::Bytes(crate::model::keys::first_key(&op.resource)),
+            Arg::Bytes(FENCE_KEY.as_bytes()),
+            Arg::Bytes(op.token.as_bytes()),
+            Arg::UInt(fence),
+            Arg::Bytes(run_id),
+            Arg::Bytes(seed),
+        ],
+    )
 }
