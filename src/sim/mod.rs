@@ -17,8 +17,12 @@
 //!
 //! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
 
+mod clock;
 mod net;
 mod node;
+mod report;
+mod rng;
+mod setup;
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -32,237 +36,23 @@ use crate::engine::{Engine, Slab, Waiter};
 use crate::kept::Kept;
 use crate::lock::Lock;
 use crate::mailbox::Slot;
-use crate::mutation::Mutation;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
 use net::{Action, CONN_ID_BITS, Inbound, SimNet, recycle};
 use node::{Node, Persist};
 
-/// Which assumption of the README's Reliability section a run breaks (none: the run must
-/// find no violation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Break {
-    /// Every assumption holds.
-    Nothing,
-    /// Restart quarantine is off while nodes crash and restart empty.
-    Quarantine,
-    /// Clock rates differ by more than the drift factor allows (±5 % against a factor of 1 %).
-    ClockDrift,
-    /// (Validity) the drift allowance left out of the validity (a drift factor of 0: only the
-    /// 2 ms floor is taken off), clocks within ±0.49 % as usual: a node whose clock runs
-    /// faster than the holder's expires the key up to ~5 ms before the validity ends. The
-    /// cover check ([`CoverViolation`]) finds it in most schedules; two holders need a rival
-    /// to win in those milliseconds, and are seldom seen.
-    NoDriftAllowance,
-    /// Clients pause longer than their validity and go on working as holders afterwards.
-    WorkPastValidity,
-    /// One node answers every `SET NX` with `OK`.
-    LyingNode,
-    /// A majority of nodes is down for most of the run (liveness: runs stall, never violate).
-    MajorityDown,
-    /// (Fencing) a wrong construction: per-node increments, the maximum of the winners', no
-    /// write-back.
-    FenceNoWriteBack,
-    /// (Fencing) a wrong construction: blank counters (restarted empty) read as seeded, as
-    /// with "the quarantine alone".
-    FenceBlankAsZero,
-    /// (Liveness) issue 36's first defect brought back: the ledger's releases all sent at once
-    /// on a fresh connection, which fails it as overloaded, again and again. Runs with a small
-    /// `max_pending` and nodes that pause and crash while callers release.
-    LedgerUnpaced,
-    /// (Liveness) a defect the liveness checker found: a connection with `max_pending`
-    /// requests outstanding was failed, every request on it with it, although the node was
-    /// fine and merely had several callers. Runs with a small `max_pending`.
-    FailWhenFull,
-    /// (Sets) a wrong all-or-none acquire: every node runs a set's acquire as a `SET NX` of
-    /// each member on its own and answers as its first member did (implies `sets`).
-    SetNotAllOrNone,
-    /// (Read-write) a wrong shared acquire: every node adds a reader without looking for a
-    /// writer, overwriting the writer's key (implies `shared`).
-    ReaderIgnoresWriter,
-    /// (Semaphore) the wrong construction of a semaphore of [`COUNTER_PERMITS`] permits: a set
-    /// of holders per node, admitted while it has fewer than P, won on a majority of nodes.
-    /// Callers take only such permits; more than P holders at once is the violation. (The
-    /// crate's semaphore is a plain lock per permit, which the plain runs check.)
-    CounterSemaphore,
-    /// (Liveness) issue 36's third defect brought back: acquires wait for a node that let a
-    /// node timeout pass in silence. One of the five nodes is frozen for the whole run (no
-    /// other fault) and every caller wants the one resource; the progress check compares the
-    /// grants per second with the same schedule's with every node up.
-    WaitForSilent,
-    /// (Liveness) a defect the long run found, brought back: a waiting acquire whose attempt
-    /// lost at the head of its queue does not put its deadline back into the queue's earliest,
-    /// so the wait ends at its next attempt (after a split vote's pause or the poll) instead of
-    /// at its deadline. Caught by the deadline check ([`DEADLINE_SLACK`]).
-    DeadlineNotRearmed,
-    /// (Liveness) release notices' counts ignored: every client woken by one release attempts
-    /// at once and they split its votes. The same runs as [`Break::WaitForSilent`]'s (one node
-    /// frozen, eight clients contending, the progress check), always with notices. No longer
-    /// caught since a lost round's cleanup is quiet (its notices fed the herd): none of 4,000
-    /// seeds below the floor, 0.58 of the healthy rate at worst in 300.
-    NoticeHerd,
-    /// (Fencing, liveness) issue 36's second defect: a majority of the nodes restarts at once
-    /// with its fence counters lost (fencing's assumption broken; fenced runs). No fenced
-    /// acquire is granted again — blank counters on a majority, nobody to seed them — which
-    /// the heal check catches; with `--control` a simulated operator runs the repair
-    /// (`repair_fences` with a floor above every fence handed out) once the nodes are back,
-    /// and locks resume with their fences still in order.
-    FenceMajorityBlank,
-    /// (Quarantine) the defect fixed in 6614cb1 brought back: a node's uptime read as it
-    /// stands, although Redis's reads up to a second high (the simulated nodes count it as
-    /// Redis does). A rolling restart of three to five nodes, and every client but the first
-    /// starts within a TTL after the last is back: its first contact with those nodes comes
-    /// while they are younger than the quarantine's window, and one whose uptime already says
-    /// 1 counts at once, though it forgot the keys of locks still held.
-    UptimeAtItsWord,
-    /// (Quarantine) a defect found by review brought back: the restart tracking learns which
-    /// process a node is from counted yeses only, not from refusals. Nodes crash and come back
-    /// as *old* processes (uptime an hour: a failover to another server, an address that
-    /// moved) without the keys; callers contend for one resource, so some clients hear only
-    /// refusals from a node before it is replaced, take the new process by its uptime and
-    /// count it at once.
-    RunIdOnYesOnly,
-    /// (Eviction) servers that evict keys under memory pressure counted as any other
-    /// ([`EvictingServers::CountUnsafely`](crate::EvictingServers::CountUnsafely)): three of
-    /// the five nodes say `maxmemory-policy volatile-ttl` and drop the key closest to expiring
-    /// now and then — a held lock's. With `--control` two of them do, and the client refuses
-    /// their yeses (the default): a quorum of three comes from the others.
-    EvictionCounted,
-}
-
-/// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
-/// P + 1 = 3 holders fit on (P + 1) · 3 = 9 ≤ P · 5 = 10 slots.
-pub const COUNTER_PERMITS: usize = 2;
-
-impl Break {
-    /// The defect this break brings back (`mutation.rs`).
-    fn mutation(self) -> Mutation {
-        match self {
-            Break::FenceNoWriteBack => Mutation::FenceNoWriteBack,
-            Break::FenceBlankAsZero => Mutation::FenceBlankAsZero,
-            Break::LedgerUnpaced => Mutation::LedgerUnpaced,
-            Break::FailWhenFull => Mutation::FailWhenFull,
-            Break::WaitForSilent => Mutation::WaitForSilent,
-            Break::DeadlineNotRearmed => Mutation::DeadlineNotRearmed,
-            Break::NoticeHerd => Mutation::NoticeHerd,
-            Break::UptimeAtItsWord => Mutation::UptimeAtItsWord,
-            Break::RunIdOnYesOnly => Mutation::RunIdOnYesOnly,
-            _ => Mutation::None,
-        }
-    }
-
-    /// Its runs are the progress check's: one node frozen, contention for one resource.
-    pub fn contention(self) -> bool {
-        matches!(self, Break::WaitForSilent | Break::NoticeHerd)
-    }
-
-    /// Its runs are fenced: a wrong fencing construction, or the fence counters lost.
-    fn needs_fencing(self) -> bool {
-        matches!(
-            self,
-            Break::FenceNoWriteBack | Break::FenceBlankAsZero | Break::FenceMajorityBlank
-        )
-    }
-}
-
-/// Fault kinds, as counted in a [`Report`].
-pub const FAULT_KINDS: [&str; 7] = [
-    "node pause",
-    "node crash",
-    "conn reset",
-    "partition",
-    "client pause",
-    "script flush",
-    "slow link",
-];
-
-/// Two clients that believed they held the same resource at once (world time, ns).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Violation {
-    /// The resource's index.
-    pub resource: usize,
-    /// (client, belief start, belief end) of the earlier holder.
-    pub first: (usize, u64, u64),
-    /// (client, belief start, belief end) of the later one, which started before `first` ended.
-    pub second: (usize, u64, u64),
-}
-
-/// Two acquisitions whose fences are out of order (world time, ns): `second` began after
-/// `first` had completed (or held the resource after `first` held it), with a fence that is not
-/// greater.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FenceViolation {
-    /// Which order was broken: "completed before began" (any resources) or "held after" (the
-    /// same resource).
-    pub order: &'static str,
-    /// (client, start, end, fence) of the earlier acquisition (or holder).
-    pub first: (usize, u64, u64, u64),
-    /// (client, start, end, fence) of the later one.
-    pub second: (usize, u64, u64, u64),
-}
-
-/// A caller that waited for a resource nobody held, with every fault healed or at most a
-/// minority of the nodes faulty, for longer than [`WAIT_BOUND`] (world time, ns).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LivenessViolation {
-    /// The resource's index.
-    pub resource: usize,
-    /// The waiting client and its caller.
-    pub client: usize,
-    /// The caller within the client.
-    pub caller: usize,
-    /// When its want began, and when it was granted (or given up).
-    pub want: (u64, u64),
-    /// The stretch within it during which nobody held the resource and nothing changed.
-    pub free: (u64, u64),
-}
-
-/// A client that connected to a node more often than the faults on that link explain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectViolation {
-    /// The client.
-    pub client: usize,
-    /// The node.
-    pub node: usize,
-    /// Connects it made.
-    pub connects: u64,
-    /// What the faults on the link allow ([`connects_allowed`]).
-    pub allowed: u64,
-}
-
-/// A holder told it held a resource until a validity that fewer than a quorum of nodes
-/// backed: when it took the grant (or a renewal or an extend won), fewer than a quorum of
-/// nodes held its token until at least that validity's end (world time, ns). The direct form
-/// of Redlock's safety argument: an overlap needs a rival to win in the gap, this needs no
-/// rival — a validity overstated by a millisecond shows here in any schedule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CoverViolation {
-    /// The resource's index.
-    pub resource: usize,
-    pub client: usize,
-    /// When the holder was told, and until when.
-    pub told: u64,
-    pub valid: u64,
-    /// The nodes whose keys held the token until then (a crashed node's counted until they
-    /// would have expired), and the quorum.
-    pub covering: usize,
-    pub quorum: usize,
-}
-
-/// A waiting acquire whose outcome came later than [`DEADLINE_SLACK`] after its deadline
-/// (world time, ns): a wait that its deadline did not end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LateWait {
-    /// The client.
-    pub client: usize,
-    /// When it was submitted.
-    pub start: u64,
-    /// Its deadline.
-    pub deadline: u64,
-    /// When its outcome came.
-    pub end: u64,
-}
+use clock::{Clock, MS};
+pub use report::{
+    ConnectViolation, CoverViolation, FAULT_KINDS, FenceViolation, LateWait, LivenessViolation,
+    ProgressViolation, Report, Violation,
+};
+use rng::Rng;
+use setup::{
+    BACKOFF_MAX, BACKOFF_MIN, CONNECT_TIMEOUT, MAX_CALLERS, MOST_CLIENTS, NODE_TIMEOUT, NODES,
+    REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING,
+};
+pub use setup::{Break, COUNTER_PERMITS, CROWD, Setup, TTL};
 
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
 /// deadline, whatever the nodes do, even with no quorum reachable (issue 36, item 5: waiting
@@ -271,16 +61,6 @@ pub struct LateWait {
 /// clock: the check converts them to world time with the client's rate); 1 ms for rounding.
 /// A pause of the client after the deadline counts from its end.
 pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS);
-
-/// Contention with one of five nodes frozen that fell below [`PROGRESS_FLOOR`] of the same
-/// schedule's grants per second with every node up (`Break::WaitForSilent`'s runs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressViolation {
-    /// Acquires granted, and the simulated time they took, with the node frozen.
-    pub frozen: (u64, Duration),
-    /// The same with every node up.
-    pub healthy: (u64, Duration),
-}
 
 /// The progress check's floor: with one of five nodes frozen, contention keeps at least half
 /// of its grants per second (issue 36's goal for `redlock demo` on real servers, whose frozen
@@ -299,150 +79,9 @@ pub const PROGRESS_FLOOR: f64 = 0.5;
 /// of each client (before it knows the frozen node for silent) is a small part of it.
 const CONTENTION_OPS: u64 = 2_000;
 
-/// What one schedule did.
-#[derive(Debug, Clone, Default)]
-pub struct Report {
-    /// The seed.
-    pub seed: u64,
-    /// Lock operations started (acquire attempts, extends, releases).
-    pub ops: u64,
-    /// Acquires that succeeded.
-    pub acquired: u64,
-    /// Simulated time the run covered.
-    pub sim_time: Duration,
-    /// Faults injected, by kind (see [`FAULT_KINDS`]).
-    pub faults: [u64; 7],
-    /// Events the world processed.
-    pub events: u64,
-    /// The first overlap found, if any.
-    pub violation: Option<Violation>,
-    /// The first validity not backed by a quorum of nodes' keys, if any.
-    pub cover: Option<CoverViolation>,
-    /// (Fenced runs) the first pair of fences out of order, if any.
-    pub fence_violation: Option<FenceViolation>,
-    /// (Fenced runs) acquisitions that got a fence.
-    pub fenced: u64,
-    /// The run hit its event or time bound before every client finished.
-    pub stalled: bool,
-    /// Wants (a caller wanting a resource until it gets it) that began, and those given up
-    /// when the run's operations ran out.
-    pub wants: u64,
-    /// Wants given up (the run's operations ran out first).
-    pub abandoned: u64,
-    /// The longest stretch a caller waited while nobody held its resource and nothing changed
-    /// (see [`WAIT_BOUND`]).
-    pub longest_wait: Duration,
-    /// The first wait longer than [`WAIT_BOUND`], if any.
-    pub liveness: Option<LivenessViolation>,
-    /// The most connects of one client to one node, and what its faults allowed.
-    pub most_connects: (u64, u64),
-    /// The first (client, node) with more connects than its faults allow, if any.
-    pub connect_violation: Option<ConnectViolation>,
-    /// (`Break::FenceMajorityBlank`) no fenced acquire was granted after the nodes were back
-    /// and out of their quarantine (the run went on past it).
-    pub stuck_blank: bool,
-    /// (`Break::FenceMajorityBlank`) fenced acquires granted after the nodes were back.
-    pub fenced_after_heal: u64,
-    /// (`Break::FenceMajorityBlank`'s control) a repair reported a quorum repaired.
-    pub repaired: bool,
-    /// The most a waiting acquire's outcome came after its deadline (a pause of its client
-    /// after the deadline excepted).
-    pub longest_overrun: Duration,
-    /// The first waiting acquire whose outcome came more than [`DEADLINE_SLACK`] after its
-    /// deadline, if any.
-    pub late: Option<LateWait>,
-    /// (`Break::WaitForSilent`) the grants per second fell below [`PROGRESS_FLOOR`] of the
-    /// same schedule's with every node up.
-    pub progress: Option<ProgressViolation>,
-    /// (`Break::contention`'s runs) grants per second with the node frozen ÷ with every node
-    /// up, the measure the progress check compares with [`PROGRESS_FLOOR`].
-    pub progress_ratio: Option<f64>,
-    /// World time of the first grant, if any.
-    pub first_grant: Option<Duration>,
-    /// Kept locks' renewals that won, and lost renewals tried again after a backoff (the
-    /// engines' `KeepStats`): that the schedules take these paths.
-    pub renewals: (u64, u64),
-    /// (`Setup::cancel`) async waits whose future was dropped before their outcome came.
-    pub dropped: u64,
-}
-
-/// SplitMix64: small, fast, and the same sequence on every platform and version.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `lo..hi` (`lo` if empty).
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        if hi <= lo {
-            lo
-        } else {
-            lo + self.next() % (hi - lo)
-        }
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-}
-
-const MS: u64 = 1_000_000;
 /// A client pauses up to this long (in ns) between its locks: short against the TTL, so locks
 /// contend, long enough that the clients' attempts interleave.
 const MAX_THINK: u64 = 20 * MS;
-/// The clients' settings are ten times faster than the defaults where the simulated network's
-/// delays allow, so that a run covers many retries, reconnects and timeouts: retries every
-/// 20 ms plus up to 100 ms of jitter…
-const RETRY_DELAY: Duration = Duration::from_millis(20);
-const RETRY_JITTER: Duration = Duration::from_millis(100);
-/// …connects that fail within 200 ms, reconnects after 10 ms up to 200 ms…
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
-const BACKOFF_MIN: Duration = Duration::from_millis(10);
-const BACKOFF_MAX: Duration = Duration::from_millis(200);
-/// …and a node that hangs for 2 s reset.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
-/// Every process clock starts this far after the world's base instant (so local times never
-/// come before it, whatever the rate).
-const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
-
-/// A process's clock: `local = offset + g × (1 + ppm / 10⁶)`.
-#[derive(Debug, Clone, Copy)]
-struct Clock {
-    ppm: i64,
-}
-
-impl Clock {
-    fn local_ns(self, g: u64) -> u64 {
-        // In 64 bits where nothing overflows (the same result; 128-bit division is slow).
-        let fast = i64::try_from(g).ok().and_then(|g| {
-            let drift = g.checked_mul(self.ppm)? / 1_000_000;
-            (CLOCK_OFFSET as i64).checked_add(g)?.checked_add(drift)
-        });
-        if let Some(local) = fast {
-            return local as u64;
-        }
-        let g = i128::from(g);
-        (CLOCK_OFFSET as i128 + g + g * i128::from(self.ppm) / 1_000_000) as u64
-    }
-    /// The world time at which this clock reads `local_ns` (rounded up).
-    fn world_ns(self, local_ns: u64) -> u64 {
-        let d = 1_000_000 + self.ppm;
-        let fast = i64::try_from(local_ns).ok().and_then(|l| {
-            let l = l - CLOCK_OFFSET as i64;
-            Some(l.checked_mul(1_000_000)?.checked_add(d - 1)?.div_euclid(d))
-        });
-        if let Some(g) = fast {
-            return g.max(0) as u64;
-        }
-        let l = i128::from(local_ns) - CLOCK_OFFSET as i128;
-        let d = i128::from(d);
-        ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64
-    }
-}
 
 /// What a client is doing.
 enum Work {
@@ -656,64 +295,6 @@ struct Link {
     slow_until: u64,
 }
 
-/// Settings of a run.
-#[derive(Debug, Clone, Copy)]
-pub struct Setup {
-    /// What assumption to break.
-    pub breaks: Break,
-    /// Lock operations after which clients stop starting new acquires.
-    pub ops: u64,
-    /// Inject random faults.
-    pub faults: bool,
-    /// Run the fault plan of `breaks` but keep the assumption itself (quarantine on, clocks
-    /// within the bound, validity respected, nodes honest; for the defects brought back, the
-    /// code as it is; for `FenceMajorityBlank`, whose majority still restarts blank, the
-    /// operator's repair): the control run, which must find no violation.
-    pub control: bool,
-    /// Fenced acquires (the fence breaks and `FenceMajorityBlank` imply it).
-    pub fencing: bool,
-    /// Some callers lock sets of the resources all or none (`ResourceSet`), beside plain
-    /// locks of the members; each set holder counts as a holder of every member.
-    pub sets: bool,
-    /// Some callers take shared (read) locks of the resources beside the ordinary (write)
-    /// locks; readers may overlap each other, never a writer.
-    pub shared: bool,
-    /// (`Break::WaitForSilent`'s family) one client with [`CROWD`] callers sharing its engine,
-    /// instead of eight clients: issue 36's fourth report (32 threads on one `Redlock`, one
-    /// resource, a node frozen).
-    pub crowd: bool,
-    /// (`Break::contention`'s runs) the servers are younger than the restart quarantine's
-    /// window when the run begins (uptime 0), so every node is quarantined for a window from
-    /// each client's first contact: what issue 36's fourth report turned out to be (a run begun
-    /// on servers 22 s old, every caller waiting ~8 s for the default 30 s window's end).
-    pub young: bool,
-    /// Half the waiting acquires are an async caller's (their outcome in a slot, as
-    /// `AsyncRedlock`'s futures take it), and each of those drops its future at a random
-    /// instant before its deadline unless the outcome came first: a lock won for a caller
-    /// that is gone must be released, and the waiters behind it served.
-    pub cancel: bool,
-}
-
-impl Default for Setup {
-    fn default() -> Setup {
-        Setup {
-            breaks: Break::Nothing,
-            ops: 100,
-            faults: true,
-            control: false,
-            fencing: false,
-            sets: false,
-            shared: false,
-            crowd: false,
-            young: false,
-            cancel: false,
-        }
-    }
-}
-
-const NODES: usize = 5;
-/// The clients' TTL (and so their restart quarantine's window).
-pub const TTL: Duration = Duration::from_millis(500);
 /// The longest a caller may wait for a resource that nobody holds while at most a minority
 /// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.43 s with
 /// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
@@ -744,12 +325,6 @@ pub const WAIT_BOUND: Duration = Duration::from_nanos(
         + NODE_TIMEOUT,
 );
 
-/// The most clients a schedule has (the progress check's eight; others three to five).
-const MOST_CLIENTS: u64 = 8;
-
-/// The acquires' node timeout: the default share of the TTL (1/20).
-const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
-
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.
 const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
@@ -768,13 +343,6 @@ pub fn connects_allowed(d: u64) -> u64 {
     8 + d / BACKOFF_MAX.as_nanos() as u64
 }
 
-/// Callers per client, at most: threads or tasks sharing the client's engine.
-const MAX_CALLERS: u64 = 4;
-/// Callers of the one client of a crowd (`Setup::crowd`).
-pub const CROWD: u64 = 32;
-/// `max_pending` in the runs that test the ledger's pacing: below the releases a few callers
-/// leave outstanding while a node is away.
-const SMALL_MAX_PENDING: usize = 8;
 /// A run that has not finished after this much world time has stalled.
 const TIME_LIMIT: u64 = 600_000 * MS;
 const EVENT_LIMIT: u64 = 2_000_000;
@@ -2723,30 +2291,6 @@ mod tests {
         engine.take_input(now);
         engine.step(now);
         counts
-    }
-
-    /// The clocks' 64-bit paths give what the 128-bit formulas give.
-    #[test]
-    fn clock_conversions_match_the_exact_formulas() {
-        let mut rng = Rng(7);
-        for _ in 0..100_000 {
-            let ppm = rng.range(0, 100_001) as i64 - 50_000;
-            let clock = Clock { ppm };
-            let g = match rng.range(0, 3) {
-                0 => rng.range(0, 10_000 * MS),
-                1 => rng.next() >> rng.range(0, 64),
-                _ => u64::MAX - rng.range(0, 1000),
-            };
-            let exact = |g: u64| {
-                let g = i128::from(g);
-                (CLOCK_OFFSET as i128 + g + g * i128::from(ppm) / 1_000_000) as u64
-            };
-            assert_eq!(clock.local_ns(g), exact(g), "{g} {ppm}");
-            let l = i128::from(g) - CLOCK_OFFSET as i128;
-            let d = 1_000_000 + i128::from(ppm);
-            let world = ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64;
-            assert_eq!(clock.world_ns(g), world, "{g} {ppm}");
-        }
     }
 
     /// Two acquires lost in the same turn, every reply in: each is released with its own

@@ -1,0 +1,73 @@
+//! Time in the simulated world: world time is nanoseconds from the start of a run, and each
+//! process (client or node) reads it on a clock of its own that runs a little fast or slow.
+
+/// A millisecond, in nanoseconds (world time and every clock count in ns).
+pub(super) const MS: u64 = 1_000_000;
+/// Every process clock starts this far after the world's base instant (so local times never
+/// come before it, whatever the rate).
+pub(super) const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
+
+/// A process's clock: `local = offset + g × (1 + ppm / 10⁶)`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Clock {
+    pub(super) ppm: i64,
+}
+
+impl Clock {
+    pub(super) fn local_ns(self, g: u64) -> u64 {
+        // In 64 bits where nothing overflows (the same result; 128-bit division is slow).
+        let fast = i64::try_from(g).ok().and_then(|g| {
+            let drift = g.checked_mul(self.ppm)? / 1_000_000;
+            (CLOCK_OFFSET as i64).checked_add(g)?.checked_add(drift)
+        });
+        if let Some(local) = fast {
+            return local as u64;
+        }
+        let g = i128::from(g);
+        (CLOCK_OFFSET as i128 + g + g * i128::from(self.ppm) / 1_000_000) as u64
+    }
+    /// The world time at which this clock reads `local_ns` (rounded up).
+    pub(super) fn world_ns(self, local_ns: u64) -> u64 {
+        let d = 1_000_000 + self.ppm;
+        let fast = i64::try_from(local_ns).ok().and_then(|l| {
+            let l = l - CLOCK_OFFSET as i64;
+            Some(l.checked_mul(1_000_000)?.checked_add(d - 1)?.div_euclid(d))
+        });
+        if let Some(g) = fast {
+            return g.max(0) as u64;
+        }
+        let l = i128::from(local_ns) - CLOCK_OFFSET as i128;
+        let d = i128::from(d);
+        ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::rng::Rng;
+
+    /// The clocks' 64-bit paths give what the 128-bit formulas give.
+    #[test]
+    fn clock_conversions_match_the_exact_formulas() {
+        let mut rng = Rng(7);
+        for _ in 0..100_000 {
+            let ppm = rng.range(0, 100_001) as i64 - 50_000;
+            let clock = Clock { ppm };
+            let g = match rng.range(0, 3) {
+                0 => rng.range(0, 10_000 * MS),
+                1 => rng.next() >> rng.range(0, 64),
+                _ => u64::MAX - rng.range(0, 1000),
+            };
+            let exact = |g: u64| {
+                let g = i128::from(g);
+                (CLOCK_OFFSET as i128 + g + g * i128::from(ppm) / 1_000_000) as u64
+            };
+            assert_eq!(clock.local_ns(g), exact(g), "{g} {ppm}");
+            let l = i128::from(g) - CLOCK_OFFSET as i128;
+            let d = 1_000_000 + i128::from(ppm);
+            let world = ((l * 1_000_000 + d - 1).div_euclid(d)).max(0) as u64;
+            assert_eq!(clock.world_ns(g), world, "{g} {ppm}");
+        }
+    }
+}
