@@ -3,7 +3,7 @@
 //! time, where a seed replays a run exactly.
 //!
 //! The world has N simulated Redis nodes (`node.rs`), C client processes each with its own
-//! engine over a `SimNet` (`net.rs`), links with a delay drawn per message (FIFO per
+//! engine over a `SimNet` (`client_net.rs`), links with a delay drawn per message (FIFO per
 //! connection, like TCP), and faults: node pauses (the node's clock runs on), crashes with all
 //! keys lost and a new `run_id`, connection resets, partitions that heal (messages held, as TCP
 //! retransmits them), `SCRIPT FLUSH`, client pauses ("GC pauses") and per-process clock rates.
@@ -18,8 +18,9 @@
 //! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
 
 mod checkers;
+mod client_net;
 mod clock;
-mod net;
+mod network;
 mod node;
 mod report;
 mod rng;
@@ -40,7 +41,8 @@ use crate::mailbox::Slot;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
-use net::{Action, CONN_ID_BITS, Inbound, SimNet, recycle};
+use client_net::{Inbound, SimNet};
+use network::{Conns, Link, WConn};
 use node::{Node, Persist};
 
 pub use checkers::{DEADLINE_SLACK, PROGRESS_FLOOR, WAIT_BOUND, connects_allowed};
@@ -153,79 +155,6 @@ struct NodeState {
     incarnation: u64,
 }
 
-/// One connection, as the world sees it.
-struct WConn {
-    client: usize,
-    node: usize,
-    alive: bool,
-    incarnation: u64,
-    inbuf: Vec<u8>,
-    /// Last delivery time each way (FIFO).
-    up: u64,
-    down: u64,
-}
-
-/// The connections, by id: per client, by the client's count of them (ids are never reused).
-/// Iterated in the order of their ids.
-#[derive(Default)]
-struct Conns {
-    by_client: Vec<Vec<Option<WConn>>>,
-}
-
-impl Conns {
-    fn split(id: u64) -> (usize, usize) {
-        let client = (id >> CONN_ID_BITS) as usize;
-        let n = (id & ((1 << CONN_ID_BITS) - 1)) as usize;
-        (client, n)
-    }
-
-    fn get(&self, id: &u64) -> Option<&WConn> {
-        let (client, n) = Conns::split(*id);
-        self.by_client.get(client)?.get(n)?.as_ref()
-    }
-
-    fn get_mut(&mut self, id: &u64) -> Option<&mut WConn> {
-        let (client, n) = Conns::split(*id);
-        self.by_client.get_mut(client)?.get_mut(n)?.as_mut()
-    }
-
-    fn insert(&mut self, id: u64, conn: WConn) {
-        let (client, n) = Conns::split(id);
-        if self.by_client.len() <= client {
-            self.by_client.resize_with(client + 1, Vec::new);
-        }
-        let list = &mut self.by_client[client];
-        if list.len() <= n {
-            list.resize_with(n + 1, || None);
-        }
-        list[n] = Some(conn);
-    }
-
-    fn remove(&mut self, id: &u64) {
-        if let Some(slot) = self.get_slot(*id) {
-            *slot = None;
-        }
-    }
-
-    fn get_slot(&mut self, id: u64) -> Option<&mut Option<WConn>> {
-        let (client, n) = Conns::split(id);
-        self.by_client.get_mut(client)?.get_mut(n)
-    }
-
-    /// Every connection, in the order of the ids.
-    fn iter_mut(&mut self) -> impl Iterator<Item = (u64, &mut WConn)> {
-        self.by_client
-            .iter_mut()
-            .enumerate()
-            .flat_map(|(client, list)| {
-                (list.iter_mut().enumerate()).filter_map(move |(n, c)| {
-                    let id = ((client as u64) << CONN_ID_BITS) | n as u64;
-                    c.as_mut().map(|c| (id, c))
-                })
-            })
-    }
-}
-
 #[derive(Debug)]
 enum EvKind {
     ClientWake(usize),
@@ -267,14 +196,6 @@ enum EvKind {
 struct Ev {
     t: u64,
     kind: EvKind,
-}
-
-/// Per (client, node) link: base delay, and until when it is partitioned or slow.
-#[derive(Clone, Copy)]
-struct Link {
-    base: u64,
-    blocked_until: u64,
-    slow_until: u64,
 }
 
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
@@ -915,29 +836,6 @@ impl World {
         count > 0 && seeded(node) && count - 1 < NODES / 2 + 1
     }
 
-    fn link(&mut self, client: usize, node: usize) -> &mut Link {
-        &mut self.links[client * NODES + node]
-    }
-
-    /// When a message sent now on (client, node) arrives, after `last` (FIFO).
-    fn delivery(&mut self, client: usize, node: usize, last: u64) -> u64 {
-        let g = self.g;
-        let jitter = self.rng.range(0, 200_000);
-        let spike = if self.rng.chance(1) {
-            self.rng.range(5 * MS, 60 * MS)
-        } else {
-            0
-        };
-        let link = *self.link(client, node);
-        let slow = if link.slow_until > g {
-            self.rng.range(10 * MS, 300 * MS)
-        } else {
-            0
-        };
-        let t = g.max(link.blocked_until) + link.base + jitter + spike + slow;
-        t.max(last + 1)
-    }
-
     fn handle(&mut self, ev: Ev) {
         match ev.kind {
             EvKind::ClientWake(c) => {
@@ -1185,115 +1083,6 @@ impl World {
         self.at(self.g + 100 * MS, EvKind::Operator);
     }
 
-    /// Sends `what` to the client's side of `conn` after a link delay, behind `last` (FIFO);
-    /// returns when it arrives.
-    fn send_client(
-        &mut self,
-        client: usize,
-        node: usize,
-        conn: u64,
-        what: Inbound,
-        last: u64,
-    ) -> u64 {
-        let t = self.delivery(client, node, last);
-        let kind = EvKind::ToClient {
-            client,
-            node,
-            conn,
-            what,
-        };
-        self.at(t, kind);
-        t
-    }
-
-    /// The node's side of a connection was reset: the client learns after a link delay.
-    fn reset(&mut self, conn: u64, client: usize, node: usize) {
-        self.send_client(client, node, conn, Inbound::Closed, 0);
-    }
-
-    /// A node takes a message: commands run on its clock, replies go back in order.
-    fn at_node(&mut self, ev: Ev) {
-        let (conn_id, bytes) = match ev.kind {
-            EvKind::ToNode { conn, bytes } => (conn, Some(bytes)),
-            EvKind::NodeClose { conn } => (conn, None),
-            _ => unreachable!("only node-bound events"),
-        };
-        let Some(conn) = self.conns.get_mut(&conn_id) else {
-            return;
-        };
-        let node = conn.node;
-        if !conn.alive || conn.incarnation != self.nodes[node].incarnation {
-            return;
-        }
-        let Some(bytes) = bytes else {
-            self.conns.remove(&conn_id);
-            self.nodes[node].node.forget(conn_id);
-            return;
-        };
-        let client = conn.client;
-        let state = &mut self.nodes[node];
-        let now = state.clock.local_ns(self.g);
-        state.node.conn = conn_id;
-        let mut reply = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(64));
-        // Commands run from the message itself unless part of one came before (then from the
-        // connection's buffer); what is left of an incomplete one waits there.
-        let pending = !conn.inbuf.is_empty();
-        if pending {
-            conn.inbuf.extend_from_slice(&bytes);
-        }
-        let input: &[u8] = if pending { &conn.inbuf } else { &bytes };
-        let mut used = 0;
-        let mut cmd: [&[u8]; 16] = [&[]; 16];
-        while let Some(n) = node::parse_command(&input[used..], &mut self.args) {
-            let argc = self.args.len();
-            if argc <= cmd.len() {
-                for (arg, &(a, b)) in cmd.iter_mut().zip(&self.args) {
-                    *arg = &input[used + a..used + b];
-                }
-                state.node.execute(&cmd[..argc], now, &mut reply);
-            } else {
-                let long: Vec<&[u8]> = (self.args.iter())
-                    .map(|&(a, b)| &input[used + a..used + b])
-                    .collect();
-                state.node.execute(&long, now, &mut reply);
-            }
-            used += n;
-        }
-        if pending {
-            conn.inbuf.drain(..used);
-        } else if used < bytes.len() {
-            conn.inbuf.extend_from_slice(&bytes[used..]);
-        }
-        recycle(&mut self.spare, bytes);
-        if reply.is_empty() {
-            recycle(&mut self.spare, reply);
-        } else {
-            let last = conn.down;
-            let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
-            if let Some(c) = self.conns.get_mut(&conn_id) {
-                c.down = t;
-            }
-        }
-        // Release notices, to every subscribed connection of this node still up (FIFO after
-        // what each was sent before).
-        // (The outbox goes back empty, its room kept.)
-        let mut outbox = std::mem::take(&mut self.nodes[node].node.outbox);
-        for (to, msg) in outbox.drain(..) {
-            let Some(c) = self.conns.get(&to) else {
-                continue;
-            };
-            if !c.alive || c.incarnation != self.nodes[node].incarnation {
-                continue;
-            }
-            let (client, last) = (c.client, c.down);
-            let t = self.send_client(client, node, to, Inbound::Data(msg), last);
-            if let Some(c) = self.conns.get_mut(&to) {
-                c.down = t;
-            }
-        }
-        self.nodes[node].node.outbox = outbox;
-    }
-
     fn local(&self, c: usize) -> Instant {
         self.base + Duration::from_nanos(self.clients[c].clock.local_ns(self.g))
     }
@@ -1369,32 +1158,6 @@ impl World {
             if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
                 self.clients[c].wake = Some(t);
                 self.at(t, EvKind::ClientWake(c));
-            }
-        }
-    }
-
-    fn send(&mut self, client: usize, action: Action) {
-        match action {
-            Action::Connect { node, conn } => {
-                self.connects[client * NODES + node] += 1;
-                self.log(|| format!("client {client} connects to node {node} (conn {conn})"));
-                let t = self.delivery(client, node, 0);
-                self.at(t, EvKind::ConnArrive { conn, client, node });
-            }
-            Action::Send { node, conn, bytes } => {
-                // Before the node accepted, the bytes wait behind the connect (FIFO).
-                let last = self.conns.get(&conn).map_or(0, |c| c.up);
-                let t = self.delivery(client, node, last);
-                if let Some(c) = self.conns.get_mut(&conn) {
-                    c.up = t;
-                }
-                self.at(t, EvKind::ToNode { conn, bytes });
-            }
-            Action::Close { node, conn } => {
-                self.log(|| format!("client {client} closes conn {conn} to node {node}"));
-                let last = self.conns.get(&conn).map_or(0, |c| c.up);
-                let t = self.delivery(client, node, last);
-                self.at(t, EvKind::NodeClose { conn });
             }
         }
     }
@@ -1817,158 +1580,4 @@ fn run_id(rng: &mut Rng) -> [u8; 40] {
         *b = b"0123456789abcdef"[(rng.next() % 16) as usize];
     }
     id
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::mailbox::Slot;
-
-    /// An engine over a simulated network to `NODES` fresh simulated nodes (default config).
-    fn engine_and_nodes(now: Instant) -> (Engine<SimNet>, Vec<Node>) {
-        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
-            .shared()
-            .unwrap();
-        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
-        let engine = Engine::new(shared, net, now);
-        // Distinct servers: one run_id each (entries with the same run_id count once).
-        let nodes = (0..NODES)
-            .map(|i| Node::new([b'a' + i as u8; 40], 0))
-            .collect();
-        (engine, nodes)
-    }
-
-    /// Runs what the client wrote on `nodes` and hands the replies back: the count of writes
-    /// and of commands per node in this exchange.
-    fn exchange(engine: &mut Engine<SimNet>, nodes: &mut [Node], now: Instant) -> Vec<(u32, u32)> {
-        let mut counts = vec![(0, 0); nodes.len()];
-        let mut args = Vec::new();
-        for action in std::mem::take(&mut engine.net.actions) {
-            match action {
-                Action::Connect { node, conn } => {
-                    engine.net.deliver(node, conn, Inbound::Connected);
-                }
-                Action::Send { node, conn, bytes } => {
-                    counts[node].0 += 1;
-                    let mut reply = Vec::new();
-                    let mut at = 0;
-                    while let Some(n) = node::parse_command(&bytes[at..], &mut args) {
-                        let cmd: Vec<&[u8]> =
-                            args.iter().map(|&(a, b)| &bytes[at + a..at + b]).collect();
-                        // Up for an hour: not quarantined.
-                        nodes[node].execute(&cmd, 3_600_000 * MS, &mut reply);
-                        counts[node].1 += 1;
-                        at += n;
-                    }
-                    engine.net.deliver(node, conn, Inbound::Data(reply));
-                }
-                Action::Close { .. } => {}
-            }
-        }
-        engine.take_input(now);
-        engine.step(now);
-        counts
-    }
-
-    /// Two acquires lost in the same turn, every reply in: each is released with its own
-    /// token. (The release of the first once took the freed slot of the second and overwrote
-    /// its resource and token: the second's keys were left to their TTL, blocking everyone.)
-    #[test]
-    fn acquires_lost_in_the_same_turn_are_each_released() {
-        let now = Instant::now();
-        let (mut engine, mut nodes) = engine_and_nodes(now);
-        let up = 3_600_000 * MS;
-        let mut out = Vec::new();
-        // Held elsewhere on a majority: our acquires win only nodes 3 and 4, and lose.
-        for node in &mut nodes[..3] {
-            for key in ["x", "y", "z"] {
-                node.execute(
-                    &[b"SET", key.as_bytes(), b"other", b"NX", b"PX", b"60000"],
-                    up,
-                    &mut out,
-                );
-            }
-        }
-        // Waited for as callers of a shared handle wait: the slab slot is freed as soon as the
-        // outcome is handed over.
-        let slots: Vec<Arc<Slot>> = ["x", "y", "z"]
-            .iter()
-            .enumerate()
-            .map(|(i, key)| {
-                let token = Token::from_bytes(format!("t{i}").as_bytes()).unwrap();
-                let kind = ReqKind::Acquire { ttl: TTL };
-                let slot = Arc::new(Slot::for_tasks());
-                engine.submit(
-                    kind,
-                    key.as_bytes(),
-                    &token,
-                    Waiter::Slot(slot.clone()),
-                    now,
-                );
-                slot
-            })
-            .collect();
-        engine.step(now);
-        exchange(&mut engine, &mut nodes, now); // connect
-        exchange(&mut engine, &mut nodes, now); // handshake
-        exchange(&mut engine, &mut nodes, now); // the SETs: all lost, all replies in
-        for slot in slots {
-            let outcome = slot.cell().outcome.take();
-            assert!(
-                matches!(outcome, Some(Outcome::Acquired(Err(_)))),
-                "{outcome:?}"
-            );
-        }
-        // The releases: after them, nodes 3 and 4 hold none of the keys.
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 3); NODES]);
-        for node in &mut nodes[3..] {
-            for key in ["x", "y", "z"] {
-                out.clear();
-                node.execute(
-                    &[b"SET", key.as_bytes(), b"next", b"NX", b"PX", b"60000"],
-                    up,
-                    &mut out,
-                );
-                assert_eq!(out, b"+OK\r\n", "{key} was left behind");
-            }
-        }
-    }
-
-    #[test]
-    fn sixty_four_queued_operations_go_out_in_one_write_per_node() {
-        let now = Instant::now();
-        let (mut engine, mut nodes) = engine_and_nodes(now);
-        let token = Token::from_bytes(b"t").unwrap();
-        let ids: Vec<OpId> = (0..64)
-            .map(|i| {
-                let kind = ReqKind::Acquire { ttl: TTL };
-                let resource = format!("r{i}");
-                engine.submit(kind, resource.as_bytes(), &token, Waiter::Local, now)
-            })
-            .collect();
-        engine.step(now);
-        // Connects; then the handshake (`INFO server` for the quarantine, `INFO memory` for the
-        // eviction check) in one write per node, the 64 SETs held back until it succeeded; then
-        // all 64 in one write per node.
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(0, 0); NODES]);
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 2); NODES]);
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
-        assert!(ids.iter().all(|&id| engine.is_done(id)));
-        for id in ids {
-            assert!(matches!(engine.take(id), Some(Outcome::Acquired(Ok(_)))));
-        }
-        // The next 64 (releases) go out in one write per node too.
-        for i in 0..64 {
-            let resource = format!("r{i}");
-            engine.submit(
-                ReqKind::Release,
-                resource.as_bytes(),
-                &token,
-                Waiter::Local,
-                now,
-            );
-        }
-        engine.step(now);
-        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
-    }
 }
