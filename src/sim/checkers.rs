@@ -17,7 +17,8 @@ use super::report::{
 use super::setup::{
     BACKOFF_MAX, CONNECT_TIMEOUT, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY, RETRY_JITTER, TTL,
 };
-use super::{Hold, World};
+use super::workload::Hold;
+use super::world::World;
 
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
 /// deadline, whatever the nodes do, even with no quorum reachable (issue 36, item 5: waiting

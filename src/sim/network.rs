@@ -7,7 +7,7 @@ use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
 use super::node;
 use super::setup::NODES;
-use super::{Ev, EvKind, World};
+use super::world::{Ev, EvKind, World};
 
 /// One connection, as the world sees it.
 pub(super) struct WConn {

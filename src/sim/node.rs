@@ -10,6 +10,8 @@
 
 use crate::session::{SCRIPT_COUNT, scripts};
 
+use super::rng::Rng;
+
 /// What a restart keeps of the fence counter: nothing (no persistence), all of it (an
 /// append-only file), or an older value (a snapshot).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,6 +73,15 @@ pub(crate) struct Node {
     subs: Vec<(u64, Vec<u8>)>,
     /// Messages published, for the world to deliver: (connection, RESP3 push).
     pub outbox: Vec<(u64, Vec<u8>)>,
+}
+
+/// A new process's `run_id`: 40 hex digits drawn from the schedule's generator.
+pub(super) fn run_id(rng: &mut Rng) -> [u8; 40] {
+    let mut id = [0u8; 40];
+    for b in id.iter_mut() {
+        *b = b"0123456789abcdef"[(rng.next() % 16) as usize];
+    }
+    id
 }
 
 /// Parses one command (an array of bulk strings) off the front of `buf`: the arguments'

@@ -1,0 +1,553 @@
+//! The workload: each client's callers (threads or tasks sharing its engine), what each wants
+//! and does — think, acquire (or wait for) a resource, hold, extend, keep, release — and
+//! the operator who repairs the fence counters in `Break::FenceMajorityBlank`'s control.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::engine::Waiter;
+use crate::kept::Kept;
+use crate::lock::Lock;
+use crate::mailbox::Slot;
+use crate::request::{OpId, Outcome, ReqKind};
+use crate::token::Token;
+
+use super::clock::MS;
+use super::setup::{Break, NODE_TIMEOUT, TTL};
+use super::world::{EvKind, World};
+
+/// Lock operations of a `Break::WaitForSilent` run: long enough that the first node timeout
+/// of each client (before it knows the frozen node for silent) is a small part of it.
+const CONTENTION_OPS: u64 = 2_000;
+
+/// A client pauses up to this long (in ns) between its locks: short against the TTL, so locks
+/// contend, long enough that the clients' attempts interleave.
+pub(super) const MAX_THINK: u64 = 20 * MS;
+
+/// What a client is doing.
+pub(super) enum Work {
+    Idle {
+        until: Instant,
+    },
+    Acquiring {
+        id: OpId,
+        res: usize,
+        token: Token,
+        /// World time the acquire was submitted.
+        start_g: u64,
+        /// A waiting acquire's deadline (the client's clock).
+        deadline: Option<Instant>,
+        /// (`Setup::cancel`) an async caller's wait: its outcome comes in this slot, and its
+        /// future is dropped at the instant given unless the outcome came first.
+        slot: Option<(Arc<Slot>, Instant)>,
+    },
+    Holding(Hold),
+    Extending {
+        id: OpId,
+        hold: Hold,
+    },
+    /// A kept lock (renewed by the engine's timers), held until `until`.
+    Keeping(Keeping),
+    Releasing {
+        id: OpId,
+    },
+    Done,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Hold {
+    pub(super) res: usize,
+    pub(super) token: Token,
+    /// The nodes that back its validity (`Lock::backing`).
+    pub(super) backing: u64,
+    pub(super) valid: Instant,
+    pub(super) until: Instant,
+    pub(super) start_g: u64,
+    pub(super) extensions: u32,
+    pub(super) fence: u64,
+}
+
+pub(super) struct Keeping {
+    pub(super) kept: Arc<Kept>,
+    pub(super) res: usize,
+    pub(super) until: Instant,
+    /// Start of the belief interval while the holder believes (`is_held()` would say yes).
+    pub(super) open: Option<u64>,
+    pub(super) fence: u64,
+    /// The latest validity the cover check saw (`World::check_cover`).
+    pub(super) checked: Instant,
+}
+
+/// One caller of a client's engine (a thread or task of the process), wanting one resource
+/// at a time until it gets it.
+pub(super) struct Caller {
+    pub(super) work: Work,
+    /// The resource it wants, and since when (world time): from its first attempt until one
+    /// wins, across refusals, failures and waits that time out.
+    pub(super) want: Option<(usize, u64)>,
+}
+
+/// A caller's want of a resource, from its first attempt until it was granted (or given up).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Want {
+    pub(super) res: usize,
+    pub(super) client: usize,
+    pub(super) caller: usize,
+    pub(super) start: u64,
+    pub(super) end: u64,
+}
+
+impl World {
+    /// The operator of `Break::FenceMajorityBlank`'s control: `repair_fences` through client
+    /// 0 with the floor at the highest fence handed out so far — the least that the repair's
+    /// assumption R1 allows (docs/fencing.md, "Repair"; a real operator adds a margin) — every
+    /// 100 ms until a repair reports a quorum of counters repaired.
+    pub(super) fn operate(&mut self) {
+        let engine = &mut self.clients[0].engine;
+        if let Some(id) = self.repair {
+            if !engine.is_done(id) {
+                self.at(self.g + 100 * MS, EvKind::Operator);
+                return;
+            }
+            self.repair = None;
+            let outcome = engine.take(id);
+            self.log(|| format!("operator: {outcome:?}"));
+            if let Some(Outcome::Repaired(Ok(r))) = outcome
+                && r.repaired >= r.quorum
+            {
+                self.report.repaired = true;
+                return;
+            }
+        }
+        let highest = self.acquisitions.iter().map(|a| a.2).max().unwrap_or(0);
+        let floor = crate::repair::FenceFloor::AtLeast(highest);
+        let timeout = Duration::from_nanos(10 * NODE_TIMEOUT);
+        let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
+        let now = self.local(0);
+        self.log(|| format!("operator repairs the fence counters: {floor:?}"));
+        let id = self.clients[0]
+            .engine
+            .submit(kind, b"", &Token::EMPTY, Waiter::Local, now);
+        self.repair = Some(id);
+        self.poke(0);
+        self.at(self.g + 100 * MS, EvKind::Operator);
+    }
+
+    pub(super) fn submit(
+        &mut self,
+        c: usize,
+        kind: ReqKind,
+        res: usize,
+        token: &Token,
+        now: Instant,
+    ) -> OpId {
+        self.submit_for(c, kind, res, token, Waiter::Local, now)
+    }
+
+    pub(super) fn submit_for(
+        &mut self,
+        c: usize,
+        kind: ReqKind,
+        res: usize,
+        token: &Token,
+        waiter: Waiter,
+        now: Instant,
+    ) -> OpId {
+        self.report.ops += 1;
+        let resource = self.resources[res].clone();
+        self.clients[c]
+            .engine
+            .submit(kind, &resource, token, waiter, now)
+    }
+
+    /// A kept lock's belief ends when its validity passed without a renewal seen: found at
+    /// the first poke after (validity only moves in pokes, so the end is exact).
+    pub(super) fn keeping_before(&mut self, c: usize, caller: usize, now: Instant) {
+        if self.clients[c].ignores_validity {
+            return;
+        }
+        let Work::Keeping(k) = &self.clients[c].callers[caller].work else {
+            return;
+        };
+        let valid = k.kept.valid_until();
+        if let Some(start) = k.open
+            && now >= valid
+        {
+            let (res, end, fence) = (k.res, self.world_of(c, valid), k.fence);
+            self.believed(c, res, start, end, fence);
+            if let Work::Keeping(k) = &mut self.clients[c].callers[caller].work {
+                k.open = None;
+            }
+        }
+    }
+
+    /// After the engine ran: a lost lock is no longer believed; a renewed one is again.
+    pub(super) fn keeping_after(&mut self, c: usize, caller: usize, now: Instant) {
+        let ignores_validity = self.clients[c].ignores_validity;
+        let g = self.g;
+        let Work::Keeping(k) = &mut self.clients[c].callers[caller].work else {
+            return;
+        };
+        let valid = k.kept.valid_until();
+        let lost = k.kept.is_lost();
+        match k.open {
+            Some(start) if lost && !ignores_validity => {
+                k.open = None;
+                let (res, fence) = (k.res, k.fence);
+                let end = self.belief_end(c, valid, g);
+                self.believed(c, res, start, end, fence);
+            }
+            None if !lost && now < valid => k.open = Some(g),
+            _ => {}
+        }
+        let Work::Keeping(k) = &mut self.clients[c].callers[caller].work else {
+            return;
+        };
+        if k.open.is_some() && valid > k.checked {
+            k.checked = valid;
+            let (res, token) = (k.res, *k.kept.base().token());
+            self.check_cover(c, res, token.as_bytes(), valid);
+        }
+    }
+
+    /// Moves client `c`'s workload on; true if it submitted an operation.
+    pub(super) fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
+        // Most pokes find nothing due for a caller: decided by reference, without moving its
+        // (large) state out and back (the same guards as `work_due`'s arms).
+        let engine = &self.clients[c].engine;
+        let due = match &self.clients[c].callers[k].work {
+            Work::Idle { until } => now >= *until,
+            Work::Holding(h) => now >= h.until,
+            Work::Keeping(kp) => now >= kp.until,
+            Work::Acquiring {
+                slot: Some((slot, drop_at)),
+                ..
+            } => slot.is_done() || now >= *drop_at,
+            Work::Acquiring { id, .. } | Work::Extending { id, .. } | Work::Releasing { id } => {
+                engine.is_done(*id)
+            }
+            Work::Done => false,
+        };
+        if !due {
+            return false;
+        }
+        let submitted = self.work_due(c, k, now);
+        if matches!(self.clients[c].callers[k].work, Work::Done) {
+            self.done_callers += 1;
+        }
+        submitted
+    }
+
+    /// Lock operations after which callers stop starting new acquires.
+    pub(super) fn ops(&self) -> u64 {
+        match self.setup.breaks {
+            b if b.contention() => self.setup.ops.max(CONTENTION_OPS),
+            // Past the outage (every attempt during it an operation) and the repair.
+            Break::FenceMajorityBlank => self.setup.ops.max(600),
+            _ => self.setup.ops,
+        }
+    }
+
+    /// Callers release at once and never keep or extend: contention for the acquire itself
+    /// (`Break::contention`).
+    pub(super) fn contend(&self) -> bool {
+        self.setup.breaks.contention()
+    }
+
+    /// [`World::work`] for a caller with something due.
+    pub(super) fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
+        let client = &mut self.clients[c];
+        match std::mem::replace(&mut client.callers[k].work, Work::Done) {
+            Work::Idle { until } if now >= until => {
+                let g = self.g;
+                let res = match self.clients[c].callers[k].want {
+                    // A want goes on until it is granted — or, so that a run without a quorum
+                    // ends, until the run has made twice its operations.
+                    Some((res, _)) if self.report.ops < 2 * self.ops() => res,
+                    Some((res, start)) => {
+                        self.clients[c].callers[k].want = None;
+                        self.wants.push(Want {
+                            res,
+                            client: c,
+                            caller: k,
+                            start,
+                            end: g,
+                        });
+                        self.report.abandoned += 1;
+                        self.log(|| format!("client {c}/{k} gives {res} up"));
+                        return false;
+                    }
+                    None if self.report.ops >= self.ops() => return false,
+                    None => {
+                        let mut res = self.rng.range(0, self.resources.len() as u64) as usize;
+                        if self.only_shared && !self.shared_of[res] {
+                            // The shared locks are the last `plain` resources.
+                            let plain = self.shared_of.iter().filter(|&&s| s).count();
+                            res = self.resources.len() - plain + res % plain;
+                        }
+                        self.clients[c].callers[k].want = Some((res, g));
+                        self.report.wants += 1;
+                        res
+                    }
+                };
+                // 20 bytes, encoded as the client's own tokens are (a reader's release sweeps
+                // only members of that shape).
+                let mut raw = [0u8; crate::token::RANDOM_BYTES];
+                for chunk in raw.chunks_mut(8) {
+                    let n = self.rng.next().to_le_bytes();
+                    chunk.copy_from_slice(&n[..chunk.len()]);
+                }
+                let token = Token::encode(&raw);
+                // A third wait for the resource (lock_until): attempts with tokens of their own,
+                // brought by releases, the poll or a split vote's pause, until a deadline.
+                let wait = self
+                    .rng
+                    .chance(33)
+                    .then(|| Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64)));
+                let kind = match wait {
+                    Some(wait) => ReqKind::Wait {
+                        ttl: TTL,
+                        deadline: now + wait,
+                    },
+                    None => ReqKind::Acquire { ttl: TTL },
+                };
+                // An async caller's wait, whose future is dropped before its deadline.
+                let slot = match wait {
+                    Some(wait) if self.setup.cancel && self.rng.chance(50) => {
+                        let drop_in = self.rng.range(0, wait.as_nanos() as u64);
+                        let drop_at = now + Duration::from_nanos(drop_in);
+                        Some((Arc::new(Slot::for_tasks()), drop_at))
+                    }
+                    _ => None,
+                };
+                let id = match &slot {
+                    Some((slot, _)) => {
+                        let waiter = Waiter::Slot(slot.clone());
+                        self.submit_for(c, kind, res, &token, waiter, now)
+                    }
+                    None => self.submit(c, kind, res, &token, now),
+                };
+                self.log(|| match wait {
+                    Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
+                    None => format!("client {c} acquires {res}"),
+                });
+                let start_g = self.g;
+                self.clients[c].callers[k].work = Work::Acquiring {
+                    id,
+                    res,
+                    token,
+                    start_g,
+                    deadline: wait.map(|wait| now + wait),
+                    slot,
+                };
+                true
+            }
+            Work::Acquiring {
+                slot: Some((slot, drop_at)),
+                res,
+                ..
+            } if !slot.is_done() && now >= drop_at => {
+                // The async caller drops its future: nobody takes the outcome (a lock won for
+                // it is the engine's to release); the caller still wants the resource.
+                slot.cell().cancelled = true;
+                self.report.dropped += 1;
+                self.log(|| format!("client {c} drops its wait for {res}"));
+                let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+                self.clients[c].callers[k].work = Work::Idle { until: now + pause };
+                false
+            }
+            Work::Acquiring {
+                id,
+                res,
+                token,
+                start_g,
+                deadline,
+                slot,
+            } if slot
+                .as_ref()
+                .map_or(client.engine.is_done(id), |s| s.0.is_done()) =>
+            {
+                if let Some(deadline) = deadline {
+                    self.ended_wait(c, start_g, deadline);
+                }
+                let client = &mut self.clients[c];
+                let outcome = match slot {
+                    Some((slot, _)) => slot.cell().take_outcome().map(|(outcome, _)| outcome),
+                    None => client.engine.take(id),
+                };
+                let won = match outcome {
+                    Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
+                    // A waited-for acquire: the token is the winning attempt's.
+                    Some(Outcome::Locked(Ok((variant, grant)))) => {
+                        Ok((token.variant(variant), grant))
+                    }
+                    other => Err(other),
+                };
+                match won {
+                    Ok((token, grant)) => {
+                        let valid = grant.valid_until;
+                        let backing = grant.votes.yes;
+                        self.check_cover(c, res, token.as_bytes(), valid);
+                        let fence = grant.fence.unwrap_or(0);
+                        if let Some(f) = grant.fence {
+                            self.report.fenced += 1;
+                            self.acquisitions.push((start_g, self.g, f, c));
+                            self.log(|| format!("client {c} got fence {f}"));
+                        }
+                        self.report.acquired += 1;
+                        if self.report.first_grant.is_none() {
+                            self.report.first_grant = Some(Duration::from_nanos(self.g));
+                        }
+                        if grant.fence.is_some() && self.healed_at.is_some_and(|h| self.g > h) {
+                            self.report.fenced_after_heal += 1;
+                        }
+                        if let Some((r, start)) = self.clients[c].callers[k].want.take() {
+                            let end = self.g;
+                            self.wants.push(Want {
+                                res: r,
+                                client: c,
+                                caller: k,
+                                start,
+                                end,
+                            });
+                        }
+                        let left = valid.saturating_duration_since(now);
+                        // Some holders keep it past their validity (they stop believing then).
+                        let hold = match self.contend() {
+                            // Released at once, as `redlock demo`'s handles do.
+                            true => Duration::ZERO,
+                            false => left.mul_f64(self.rng.range(0, 120) as f64 / 100.0),
+                        };
+                        let g = self.g;
+                        self.log(|| {
+                            format!("client {c} holds {res}, valid {} ms", left.as_millis())
+                        });
+                        if !self.contend() && self.rng.chance(25) {
+                            // Kept: renewed by the engine for up to four TTLs.
+                            let resource = &self.resources[res];
+                            let lock = Lock::granted(resource, token, grant);
+                            let kept = Arc::new(Kept::new(
+                                lock,
+                                self.clients[c].engine.callbacks.clone(),
+                                &self.clients[c].engine.shared.nodes,
+                            ));
+                            self.clients[c].engine.keep(kept.clone(), now);
+                            let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
+                            self.log(|| format!("client {c} keeps {res}"));
+                            self.clients[c].callers[k].work = Work::Keeping(Keeping {
+                                kept,
+                                res,
+                                until,
+                                open: Some(g),
+                                fence,
+                                checked: valid,
+                            });
+                            return true;
+                        }
+                        self.clients[c].callers[k].work = Work::Holding(Hold {
+                            res,
+                            token,
+                            backing,
+                            valid,
+                            until: now + hold,
+                            start_g: g,
+                            extensions: 0,
+                            fence,
+                        });
+                    }
+                    Err(other) => {
+                        self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
+                        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+                        self.clients[c].callers[k].work = Work::Idle { until: now + pause };
+                    }
+                }
+                false
+            }
+            Work::Holding(mut hold) if now >= hold.until => {
+                let extend = !self.contend()
+                    && hold.extensions < 3
+                    && now < hold.valid
+                    && self.rng.chance(30);
+                if extend {
+                    let kind = ReqKind::Extend {
+                        ttl: TTL,
+                        valid_until: hold.valid,
+                        backing: hold.backing,
+                    };
+                    let id = self.submit(c, kind, hold.res, &hold.token, now);
+                    hold.extensions += 1;
+                    self.log(|| format!("client {c} extends {}", hold.res));
+                    self.clients[c].callers[k].work = Work::Extending { id, hold };
+                } else {
+                    self.end_belief(c, &hold, self.g);
+                    if self.rng.chance(30) {
+                        // unlock_nowait: nobody waits for the replies.
+                        let (res, token) = (hold.res, hold.token);
+                        self.submit_for(c, ReqKind::Release, res, &token, Waiter::None, now);
+                        self.log(|| format!("client {c} releases {res} without waiting"));
+                        let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
+                        self.clients[c].callers[k].work = Work::Idle { until: now + think };
+                    } else {
+                        let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
+                        self.log(|| format!("client {c} releases {}", hold.res));
+                        self.clients[c].callers[k].work = Work::Releasing { id };
+                    }
+                }
+                true
+            }
+            Work::Extending { id, mut hold } if client.engine.is_done(id) => {
+                match client.engine.take(id) {
+                    Some(Outcome::Extended(valid, result)) => {
+                        if result.is_ok() {
+                            self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
+                        }
+                        // As `Lock::extended_on` follows it (0: not known, and stays so).
+                        let (won, votes) = crate::lock::extend_votes(&result);
+                        hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
+                        hold.valid = valid;
+                        let left = valid.saturating_duration_since(now);
+                        let frac = self.rng.range(0, 120) as f64 / 100.0;
+                        hold.until = now + left.mul_f64(frac);
+                        let result = result.map(|_| ());
+                        self.log(|| format!("client {c} extend: {result:?}"));
+                    }
+                    other => unreachable!("an extend's outcome: {other:?}"),
+                }
+                self.clients[c].callers[k].work = Work::Holding(hold);
+                false
+            }
+            // A holder stops at its planned end, or when it learns of the loss (then it
+            // releases what the engine left on the nodes for it: `Kept::leave_to_holder`); a
+            // client that ignores validity works on to its planned end.
+            Work::Keeping(kp)
+                if now >= kp.until || (kp.kept.is_lost() && !client.ignores_validity) =>
+            {
+                if let Some(start) = kp.open {
+                    let end = self.belief_end(c, kp.kept.valid_until(), self.g);
+                    self.believed(c, kp.res, start, end, kp.fence);
+                }
+                if kp.kept.end_by_holder().releases() {
+                    let (res, token) = (kp.res, *kp.kept.base().token());
+                    let id = self.submit(c, ReqKind::Release, res, &token, now);
+                    self.log(|| format!("client {c} releases kept {res}"));
+                    self.clients[c].callers[k].work = Work::Releasing { id };
+                    true
+                } else {
+                    self.log(|| format!("client {c} finds kept {} released", kp.res));
+                    self.clients[c].callers[k].work = Work::Idle { until: now };
+                    false
+                }
+            }
+            Work::Releasing { id } if client.engine.is_done(id) => {
+                let _ = client.engine.take(id);
+                let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
+                self.clients[c].callers[k].work = Work::Idle { until: now + think };
+                false
+            }
+            other => {
+                self.clients[c].callers[k].work = other;
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,856 @@
+//! The world: its clients, nodes and connections, the event queue, and the loop that runs a
+//! schedule — each event at its world time, in the order planned — to its end, where the
+//! checkers read the record. [`run`] is the entry point.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Builder, Config, Quarantine, Shared};
+use crate::engine::{Engine, Slab};
+use crate::request::OpId;
+
+use super::checkers::{PROGRESS_FLOOR, check_counted, check_fences, check_overlaps, check_readers};
+use super::client_net::{Inbound, SimNet};
+use super::clock::{Clock, MS};
+use super::faults::{QUARANTINE_SPAN, YOUNG_SPAN};
+use super::network::{Conns, Link, WConn};
+use super::node::{Node, Persist, run_id};
+use super::report::{ProgressViolation, Report};
+use super::rng::Rng;
+use super::setup::{
+    BACKOFF_MAX, BACKOFF_MIN, Break, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
+    MOST_CLIENTS, NODES, REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING, Setup, TTL,
+};
+use super::workload::{Caller, MAX_THINK, Want, Work};
+
+/// A run that has not finished after this much world time has stalled.
+pub(super) const TIME_LIMIT: u64 = 600_000 * MS;
+/// …or has processed this many events.
+const EVENT_LIMIT: u64 = 2_000_000;
+
+/// An event's key in the queue is its time, its sequence number and its slot in one number
+/// (ordered as the time, then the sequence number: compared at once, it is the cheaper heap):
+/// 64 bits of time, then these for the sequence number (a schedule stops at `EVENT_LIMIT`
+/// events, each of which plans a few) and for the slot (of the events planned at once).
+const SEQ_BITS: u32 = 40;
+const SLOT_BITS: u32 = 64 - SEQ_BITS;
+
+pub(super) struct Client {
+    pub(super) engine: Engine<SimNet>,
+    pub(super) clock: Clock,
+    /// The process's callers, sharing its engine.
+    pub(super) callers: Vec<Caller>,
+    /// World time of the wake event planned (stale events are skipped).
+    pub(super) wake: Option<u64>,
+    /// The last wake asked for on the client's clock, and in world time: the same deadline
+    /// comes back poke after poke, and the conversion is a costly part of a poke.
+    pub(super) wake_of: Option<(Instant, u64)>,
+    pub(super) paused_until: Option<u64>,
+    pub(super) deferred: Vec<Ev>,
+    /// Goes on as holder after its validity ended (breaks "work within validity").
+    pub(super) ignores_validity: bool,
+}
+
+pub(super) struct NodeState {
+    pub(super) node: Node,
+    pub(super) clock: Clock,
+    pub(super) down: bool,
+    pub(super) paused: bool,
+    pub(super) deferred: Vec<Ev>,
+    pub(super) incarnation: u64,
+}
+
+#[derive(Debug)]
+pub(super) enum EvKind {
+    ClientWake(usize),
+    ConnArrive {
+        conn: u64,
+        client: usize,
+        node: usize,
+    },
+    ToNode {
+        conn: u64,
+        bytes: Vec<u8>,
+    },
+    NodeClose {
+        conn: u64,
+    },
+    ToClient {
+        client: usize,
+        node: usize,
+        conn: u64,
+        what: Inbound,
+    },
+    NodePause(usize, u64),
+    NodeResume(usize),
+    NodeCrash(usize, u64),
+    NodeRestart(usize),
+    ConnReset(usize, usize),
+    Partition(usize, usize, u64),
+    ClientPause(usize, u64),
+    ClientResume(usize),
+    ScriptFlush(usize),
+    SlowLink(usize, usize, u64),
+    /// An evicting node drops the key closest to expiring.
+    Evict(usize),
+    /// The operator's fence repair (`Break::FenceMajorityBlank`'s control), through client 0.
+    Operator,
+}
+
+#[derive(Debug)]
+pub(super) struct Ev {
+    pub(super) t: u64,
+    pub(super) kind: EvKind,
+}
+
+pub(super) struct World {
+    pub(super) rng: Rng,
+    pub(super) g: u64,
+    pub(super) seq: u64,
+    /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
+    /// of small keys (the events themselves, some large, stay where they were put), each one
+    /// number (see `SEQ_BITS`).
+    pub(super) queue: BinaryHeap<Reverse<u128>>,
+    pub(super) planned: Vec<Option<EvKind>>,
+    /// Slots of `planned` free for the next events.
+    pub(super) free_slots: Vec<u32>,
+    pub(super) base: Instant,
+    pub(super) shared: Arc<Shared>,
+    pub(super) clients: Vec<Client>,
+    pub(super) nodes: Vec<NodeState>,
+    pub(super) conns: Conns,
+    pub(super) links: Vec<Link>,
+    pub(super) resources: Vec<Vec<u8>>,
+    /// Each resource's plain members: itself, or a set's (see `Setup::sets`), or the one
+    /// a shared lock is of.
+    pub(super) members: Vec<Vec<usize>>,
+    /// Which resources are shared (read) locks (see `Setup::shared`).
+    pub(super) shared_of: Vec<bool>,
+    /// Callers take shared locks only (`Break::CounterSemaphore`: the shared locks stand for
+    /// the counted permits, with the nodes' cap).
+    pub(super) only_shared: bool,
+    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
+    /// the exclusive holders').
+    pub(super) shared_beliefs: Vec<(usize, usize, u64, u64)>,
+    /// (resource, client, start, end) of every belief interval that ended, and its fence.
+    pub(super) beliefs: Vec<(usize, usize, u64, u64)>,
+    pub(super) belief_fences: Vec<u64>,
+    /// (start, end, fence, client) of every acquisition that got a fence.
+    pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
+    pub(super) setup: Setup,
+    /// Fenced acquires (the setup's, or a fence break's).
+    pub(super) fencing: bool,
+    pub(super) report: Report,
+    pub(super) trace: Option<String>,
+    pub(super) args: Vec<(usize, usize)>,
+    /// Buffers of messages the nodes read, for their replies (see `net::recycle`).
+    pub(super) spare: Vec<Vec<u8>>,
+    /// Every want that ended (granted or given up).
+    pub(super) wants: Vec<Want>,
+    /// World times at which a fault began or ended (the liveness check's clock restarts).
+    pub(super) changes: Vec<u64>,
+    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
+    /// towards some client. While a majority is, no progress is owed.
+    pub(super) node_faults: Vec<(usize, u64, u64)>,
+    /// (client, from, to): a client paused; its own wants owe nothing then.
+    pub(super) client_pauses: Vec<(usize, u64, u64)>,
+    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
+    /// every client, or every node).
+    pub(super) link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
+    /// Connects by (client × NODES + node).
+    pub(super) connects: Vec<u64>,
+    /// (`Break::FenceMajorityBlank`) when the restarted majority is back and out of its
+    /// quarantine, and the operator's repair in flight.
+    pub(super) healed_at: Option<u64>,
+    pub(super) repair: Option<OpId>,
+    /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
+    pub(super) callers: usize,
+    pub(super) done_callers: usize,
+}
+
+/// Operation slots kept per thread for the next schedules' engines, at most: a contention
+/// run's eight clients and its baseline's.
+const KEPT_SLABS: usize = 2 * MOST_CLIENTS as usize;
+
+thread_local! {
+    /// The operation slots of this thread's engines that are gone, for the next ones to build
+    /// theirs in (see `Slab`): building them new and dropping them was 3 % of a schedule's
+    /// instructions.
+    static SLABS: RefCell<Vec<Slab>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs one schedule; `trace` collects a readable log of what happened.
+pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
+    let mut world = World::new(seed, setup, trace.is_some());
+    world.run();
+    for client in &world.clients {
+        let shared = &client.engine.shared;
+        world.report.renewals.0 += shared
+            .keep_extended
+            .load(std::sync::atomic::Ordering::Relaxed);
+        world.report.renewals.1 += shared
+            .keep_retried
+            .load(std::sync::atomic::Ordering::Relaxed);
+    }
+    if setup.breaks.contention() && setup.faults {
+        // The same schedule with every node up: its grants per second are the measure.
+        let healthy = run(
+            seed,
+            Setup {
+                faults: false,
+                ..setup
+            },
+            None,
+        );
+        // A baseline that stalled would lower the bar: a stall of the schedule.
+        world.report.stalled |= healthy.stalled;
+        let frozen = &world.report;
+        let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
+        world.report.progress_ratio = Some(rate(frozen) / rate(&healthy).max(1e-9));
+        let frozen = &world.report;
+        if rate(frozen) < PROGRESS_FLOOR * rate(&healthy) {
+            let v = ProgressViolation {
+                frozen: (frozen.acquired, frozen.sim_time),
+                healthy: (healthy.acquired, healthy.sim_time),
+            };
+            world.log(|| format!("PROGRESS VIOLATION {v:?}"));
+            world.report.progress = Some(v);
+        }
+    }
+    if let (Some(out), Some(t)) = (trace, world.trace.take()) {
+        *out = t;
+    }
+    for client in world.clients.drain(..) {
+        let slab = client.engine.into_slab();
+        SLABS.with_borrow_mut(|kept| {
+            if kept.len() < KEPT_SLABS {
+                kept.push(slab);
+            }
+        });
+    }
+    world.report
+}
+
+impl World {
+    pub(super) fn new(seed: u64, setup: Setup, tracing: bool) -> World {
+        let mut rng = Rng(seed);
+        let broken = |b: Break| setup.breaks == b && !setup.control;
+        let fencing = setup.fencing || setup.breaks.needs_fencing();
+        let young = setup.young && setup.breaks.contention();
+        let quarantine = if broken(Break::Quarantine) {
+            Quarantine::Off
+        } else {
+            Quarantine::Ttl
+        };
+        // Some runs with room for only a few requests per connection: more releases outstanding
+        // than that when a node comes back (issue 36, item 1).
+        let small = matches!(setup.breaks, Break::LedgerUnpaced | Break::FailWhenFull);
+        let max_pending = if small || rng.chance(30) {
+            SMALL_MAX_PENDING
+        } else {
+            Config::default().max_pending
+        };
+        let config = Config {
+            max_pending,
+            ..Config::default()
+        };
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .config(config)
+            .ttl(TTL)
+            .retry_delay(RETRY_DELAY, RETRY_JITTER)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .backoff(BACKOFF_MIN, BACKOFF_MAX)
+            .reply_timeout(REPLY_TIMEOUT)
+            .quarantine(quarantine)
+            .fencing(fencing)
+            .shared()
+            .expect("the simulation's settings are valid");
+        let mut shared = shared;
+        if !setup.control {
+            let shared = Arc::get_mut(&mut shared).expect("not shared yet");
+            shared.mutation = setup.breaks.mutation();
+            shared.conn.mutation = shared.mutation;
+            if setup.breaks == Break::NoDriftAllowance {
+                shared.config.drift_factor = 0.0;
+            }
+            if setup.breaks == Break::EvictionCounted {
+                shared.config.evicting_servers = crate::EvictingServers::CountUnsafely;
+            }
+        }
+        let base = Instant::now();
+        // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
+        // within the factor (see the README's Reliability section).
+        let ppm_bound = if broken(Break::ClockDrift) {
+            50_000
+        } else {
+            4_900
+        };
+        let clock = |rng: &mut Rng| Clock {
+            ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
+        };
+        let n_clients = match setup.breaks {
+            b if b.contention() && setup.crowd => 1,
+            // `redlock demo`'s eight handles.
+            b if b.contention() => MOST_CLIENTS as usize,
+            _ => rng.range(3, 6) as usize,
+        };
+        let mut clients = Vec::with_capacity(n_clients);
+        for c in 0..n_clients {
+            let clock = clock(&mut rng);
+            let now = base + Duration::from_nanos(clock.local_ns(0));
+            let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
+            let slab = SLABS.with_borrow_mut(|kept| kept.pop()).unwrap_or_default();
+            let mut engine = Engine::with_slab(shared.clone(), net, now, slab);
+            // The waits' pauses replay with the schedule.
+            engine.seed(rng.next());
+            let callers = rng.range(1, MAX_CALLERS + 1);
+            let callers = match setup.crowd && setup.breaks.contention() {
+                true => CROWD,
+                false => callers,
+            };
+            let callers = (0..callers)
+                .map(|_| Caller {
+                    work: Work::Idle {
+                        until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
+                    },
+                    want: None,
+                })
+                .collect();
+            clients.push(Client {
+                engine,
+                clock,
+                callers,
+                wake: None,
+                wake_of: None,
+                paused_until: None,
+                deferred: Vec::new(),
+                ignores_validity: broken(Break::WorkPastValidity),
+            });
+        }
+        // Half the runs with release notices (pub/sub: waiters woken by releases at once,
+        // which is where contention with a frozen node once collapsed); the others poll, as
+        // clients of servers whose ACL refuses the channel. (Notices fan out: a run with them
+        // is about 2.6 times the events.)
+        let pubsub = rng.chance(50) || setup.breaks == Break::NoticeHerd;
+        let mut nodes = Vec::with_capacity(NODES);
+        for i in 0..NODES {
+            let clock = clock(&mut rng);
+            // Up for an hour (not quarantined), or just started.
+            let age = if young { 0 } else { 3_600_000 * MS };
+            let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - age);
+            node.lying = broken(Break::LyingNode) && i == 0;
+            node.set_first_only = broken(Break::SetNotAllOrNone);
+            node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
+            node.reader_cap = broken(Break::CounterSemaphore).then_some(COUNTER_PERMITS);
+            node.pubsub = pubsub;
+            node.evicting =
+                setup.breaks == Break::EvictionCounted && i < if setup.control { 2 } else { 3 };
+            nodes.push(NodeState {
+                node,
+                clock,
+                down: false,
+                paused: false,
+                deferred: Vec::new(),
+                incarnation: 0,
+            });
+        }
+        let links = (0..n_clients * NODES)
+            .map(|_| Link {
+                base: rng.range(50_000, 2 * MS),
+                blocked_until: 0,
+                slow_until: 0,
+            })
+            .collect();
+        let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
+        let plain = match rng.range(1, 4) {
+            // Contention for one resource.
+            _ if setup.breaks.contention() || setup.breaks == Break::RunIdOnYesOnly => 1,
+            1 if sets => 2,
+            k => k as usize,
+        };
+        let mut resources: Vec<Vec<u8>> = (0..plain)
+            .map(|r| format!("sim:{r}").into_bytes())
+            .collect();
+        // Each resource's members (itself for a plain one); with sets, every pair of
+        // neighbours and, of three, all three.
+        let mut members: Vec<Vec<usize>> = (0..plain).map(|r| vec![r]).collect();
+        if sets {
+            let mut groups: Vec<Vec<usize>> = (0..plain - 1).map(|r| vec![r, r + 1]).collect();
+            if plain == 3 {
+                groups.push(vec![0, 1, 2]);
+            }
+            for group in groups {
+                let names: Vec<&[u8]> = group.iter().map(|&m| &resources[m][..]).collect();
+                let set = crate::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
+                resources.push(set);
+                members.push(group);
+            }
+        }
+        // With readers, each plain resource's shared lock.
+        let mut shared_of = vec![false; resources.len()];
+        let counter = setup.breaks == Break::CounterSemaphore;
+        if setup.shared || setup.breaks == Break::ReaderIgnoresWriter || counter {
+            for r in 0..plain {
+                let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+                name.extend_from_slice(&resources[r]);
+                resources.push(name);
+                members.push(vec![r]);
+                shared_of.push(true);
+            }
+        }
+        let mut world = World {
+            rng,
+            g: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            planned: Vec::new(),
+            free_slots: Vec::new(),
+            base,
+            shared,
+            clients,
+            nodes,
+            conns: Conns::default(),
+            links,
+            resources,
+            members,
+            shared_of,
+            only_shared: counter,
+            shared_beliefs: Vec::new(),
+            beliefs: Vec::new(),
+            belief_fences: Vec::new(),
+            acquisitions: Vec::new(),
+            fencing,
+            setup,
+            report: Report {
+                seed,
+                ..Report::default()
+            },
+            trace: tracing.then(String::new),
+            args: Vec::new(),
+            spare: Vec::new(),
+            wants: Vec::new(),
+            changes: Vec::new(),
+            node_faults: Vec::new(),
+            client_pauses: Vec::new(),
+            link_faults: Vec::new(),
+            connects: vec![0; n_clients * NODES],
+            healed_at: None,
+            repair: None,
+            callers: 0,
+            done_callers: 0,
+        };
+        world.callers = world.clients.iter().map(|c| c.callers.len()).sum();
+        if young {
+            // Every node in its quarantine from the start until a window after the last
+            // client's first contact: no progress owed meanwhile.
+            for node in 0..NODES {
+                world.node_faults.push((node, 0, YOUNG_SPAN));
+            }
+            world.changes.push(YOUNG_SPAN);
+        }
+        world.plan_faults();
+        for c in 0..n_clients {
+            world.poke(c);
+        }
+        world
+    }
+
+    pub(super) fn log(&mut self, what: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            let _ = writeln!(t, "{:>12.6} ms  {}", self.g as f64 / MS as f64, what());
+        }
+    }
+
+    pub(super) fn at(&mut self, t: u64, kind: EvKind) {
+        self.seq += 1;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.planned[slot as usize] = Some(kind);
+                slot
+            }
+            None => {
+                self.planned.push(Some(kind));
+                (self.planned.len() - 1) as u32
+            }
+        };
+        assert!(
+            self.seq < 1 << SEQ_BITS && slot < 1 << SLOT_BITS,
+            "more events planned than an event's key holds"
+        );
+        let key = (u128::from(t) << 64) | (u128::from(self.seq) << SLOT_BITS) | u128::from(slot);
+        self.queue.push(Reverse(key));
+    }
+
+    /// The next event planned (the earliest; of those at the same time, the first planned).
+    pub(super) fn next_event(&mut self) -> Option<Ev> {
+        let Reverse(key) = self.queue.pop()?;
+        let (t, slot) = ((key >> 64) as u64, (key as u32) & ((1 << SLOT_BITS) - 1));
+        let kind = self.planned[slot as usize].take().expect("a planned event");
+        self.free_slots.push(slot);
+        Some(Ev { t, kind })
+    }
+
+    pub(super) fn run(&mut self) {
+        while let Some(ev) = self.next_event() {
+            if self.done_callers == self.callers {
+                break;
+            }
+            self.report.events += 1;
+            if ev.t > TIME_LIMIT || self.report.events > EVENT_LIMIT {
+                self.report.stalled = true;
+                break;
+            }
+            self.g = self.g.max(ev.t);
+            self.handle(ev);
+        }
+        // Nothing left to happen while a caller still has work: a hang (an operation no timer
+        // will end, an engine that asked for no wake) — found as a stall, not let through.
+        if self
+            .clients
+            .iter()
+            .any(|c| c.callers.iter().any(|k| !matches!(k.work, Work::Done)))
+        {
+            self.report.stalled = true;
+            self.log(|| "STALLED: no event left while callers still have work".to_string());
+        }
+        // Holders still holding when the run ends believe until their validity.
+        for c in 0..self.clients.len() {
+            for k in 0..self.clients[c].callers.len() {
+                let hold = match &self.clients[c].callers[k].work {
+                    Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
+                    _ => None,
+                };
+                if let Some(h) = hold {
+                    self.end_belief(c, &h, u64::MAX);
+                }
+                if let Work::Keeping(k) = &self.clients[c].callers[k].work
+                    && let Some(start) = k.open
+                {
+                    let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
+                    let end = self.belief_end(c, valid, u64::MAX);
+                    self.believed(c, res, start, end, fence);
+                }
+            }
+        }
+        self.report.sim_time = Duration::from_nanos(self.g);
+        self.report.fence_violation =
+            check_fences(&mut self.acquisitions, &self.beliefs, &self.belief_fences);
+        if let Some(v) = self.report.fence_violation.clone() {
+            self.log(|| format!("FENCE VIOLATION {v:?}"));
+        }
+        if self.healed_at.is_some_and(|h| self.g > h) && self.report.fenced_after_heal == 0 {
+            self.report.stuck_blank = true;
+            self.log(|| "STUCK: no lock granted after every node was back".to_string());
+        }
+        self.check_liveness();
+        if let Some(v) = self.report.liveness.clone() {
+            self.log(|| format!("LIVENESS VIOLATION {v:?}"));
+        }
+        self.check_connects();
+        if let Some(v) = self.report.connect_violation.clone() {
+            self.log(|| format!("RECONNECT VIOLATION {v:?}"));
+        }
+        let cap = (self.only_shared && !self.setup.control).then_some(COUNTER_PERMITS);
+        self.report.violation = check_overlaps(&mut self.beliefs)
+            .or_else(|| check_readers(&self.shared_beliefs, &self.beliefs))
+            .or_else(|| cap.and_then(|p| check_counted(&mut self.shared_beliefs, p)));
+        if let Some(v) = self.report.violation.clone() {
+            self.log(|| format!("VIOLATION {v:?}"));
+        }
+    }
+
+    pub(super) fn handle(&mut self, ev: Ev) {
+        match ev.kind {
+            EvKind::ClientWake(c) => {
+                if self.clients[c].wake == Some(ev.t) {
+                    self.clients[c].wake = None;
+                    self.poke(c);
+                }
+            }
+            EvKind::ToClient { client, .. } if self.clients[client].paused_until.is_some() => {
+                self.clients[client].deferred.push(ev);
+            }
+            EvKind::ToClient {
+                client,
+                node,
+                conn,
+                what,
+            } => {
+                self.clients[client].engine.net.deliver(node, conn, what);
+                self.poke(client);
+            }
+            EvKind::ConnArrive { conn, client, node } => {
+                if self.nodes[node].down {
+                    self.send_client(client, node, conn, Inbound::Refused, 0);
+                } else {
+                    let incarnation = self.nodes[node].incarnation;
+                    let t = self.send_client(client, node, conn, Inbound::Connected, 0);
+                    self.conns.insert(
+                        conn,
+                        WConn {
+                            client,
+                            node,
+                            alive: true,
+                            incarnation,
+                            inbuf: Vec::new(),
+                            up: 0,
+                            down: t,
+                        },
+                    );
+                }
+            }
+            EvKind::ToNode { conn, .. } | EvKind::NodeClose { conn } => {
+                let Some(node) = self.conns.get(&conn).map(|c| c.node) else {
+                    return;
+                };
+                if self.nodes[node].paused {
+                    self.nodes[node].deferred.push(ev);
+                } else {
+                    self.at_node(ev);
+                }
+            }
+            EvKind::NodePause(node, d) => {
+                if self.nodes[node].down || self.nodes[node].paused {
+                    return;
+                }
+                self.report.faults[0] += 1;
+                self.fault_on(Some(node), None, d);
+                self.log(|| format!("node {node} paused for {} ms", d / MS));
+                self.nodes[node].paused = true;
+                self.at(self.g + d, EvKind::NodeResume(node));
+            }
+            EvKind::NodeResume(node) => {
+                if !self.nodes[node].paused {
+                    return;
+                }
+                self.log(|| format!("node {node} resumes"));
+                self.nodes[node].paused = false;
+                for ev in std::mem::take(&mut self.nodes[node].deferred) {
+                    self.at_node(ev);
+                }
+            }
+            EvKind::NodeCrash(node, d) => {
+                if self.nodes[node].down {
+                    return;
+                }
+                let kept = self.setup.breaks != Break::FenceMajorityBlank;
+                if self.fencing && kept && self.fence_assumption_needs(node) {
+                    self.log(|| {
+                        format!("node {node} would crash: skipped, a majority of counters would be blank")
+                    });
+                    return;
+                }
+                self.report.faults[1] += 1;
+                self.fault_on(Some(node), None, d);
+                // Then quarantined for a TTL of its clock after its restart.
+                let quarantine = QUARANTINE_SPAN;
+                self.node_faults
+                    .push((node, self.g, self.g + d + quarantine));
+                self.changes.push(self.g + d + quarantine);
+                self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
+                let state = &mut self.nodes[node];
+                state.down = true;
+                state.paused = false;
+                state.deferred.clear();
+                state.incarnation += 1;
+                let dead: Vec<(u64, usize)> = self
+                    .conns
+                    .iter_mut()
+                    .filter(|(_, c)| c.node == node && c.alive)
+                    .map(|(id, c)| {
+                        c.alive = false;
+                        (id, c.client)
+                    })
+                    .collect();
+                for (conn, client) in dead {
+                    self.reset(conn, client, node);
+                }
+                self.at(self.g + d, EvKind::NodeRestart(node));
+            }
+            EvKind::NodeRestart(node) => {
+                let id = run_id(&mut self.rng);
+                // The fence counter: lost, kept, or an older snapshot of it.
+                // (Drawn in fenced runs only: the others replay as before fencing existed.)
+                let persist = match self.fencing.then(|| self.rng.range(0, 3)) {
+                    _ if self.setup.breaks == Break::FenceMajorityBlank => Persist::Nothing,
+                    None | Some(0) => Persist::Nothing,
+                    Some(1) => Persist::All,
+                    Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
+                };
+                // Another process that has been up an hour takes the address over (a
+                // failover), or this one starts again.
+                let age = match self.setup.breaks {
+                    Break::RunIdOnYesOnly => 3_600_000 * MS,
+                    _ => 0,
+                };
+                let state = &mut self.nodes[node];
+                let now = state.clock.local_ns(self.g);
+                state.node.restart(id, now - age, persist);
+                state.down = false;
+                self.log(|| format!("node {node} restarted empty (fence counter: {persist:?})"));
+            }
+            EvKind::ConnReset(client, node) => {
+                let found = self
+                    .conns
+                    .iter_mut()
+                    .find(|(_, c)| c.client == client && c.node == node && c.alive)
+                    .map(|(id, c)| {
+                        c.alive = false;
+                        id
+                    });
+                if let Some(conn) = found {
+                    self.nodes[node].node.forget(conn);
+                    self.report.faults[2] += 1;
+                    self.fault_on(Some(node), Some(client), 0);
+                    self.log(|| format!("connection client {client} - node {node} reset"));
+                    self.reset(conn, client, node);
+                }
+            }
+            EvKind::Partition(client, node, d) => {
+                self.report.faults[3] += 1;
+                self.fault_on(Some(node), Some(client), d);
+                self.log(|| format!("client {client} cut from node {node} for {} ms", d / MS));
+                let until = self.g + d;
+                let link = self.link(client, node);
+                link.blocked_until = link.blocked_until.max(until);
+            }
+            EvKind::SlowLink(client, node, d) => {
+                self.report.faults[6] += 1;
+                self.fault_on(Some(node), Some(client), d);
+                self.log(|| format!("link client {client} - node {node} slow for {} ms", d / MS));
+                let until = self.g + d;
+                self.link(client, node).slow_until = until;
+            }
+            EvKind::ClientPause(c, d) => {
+                if self.clients[c].paused_until.is_some()
+                    || self.clients[c]
+                        .callers
+                        .iter()
+                        .all(|k| matches!(k.work, Work::Done))
+                {
+                    return;
+                }
+                self.report.faults[4] += 1;
+                self.fault_on(None, Some(c), d);
+                self.client_pauses.push((c, self.g, self.g + d));
+                self.log(|| format!("client {c} paused for {} ms", d / MS));
+                self.clients[c].paused_until = Some(self.g + d);
+                self.at(self.g + d, EvKind::ClientResume(c));
+            }
+            EvKind::ClientResume(c) => {
+                self.log(|| format!("client {c} resumes"));
+                self.clients[c].paused_until = None;
+                for ev in std::mem::take(&mut self.clients[c].deferred) {
+                    if let EvKind::ToClient {
+                        client,
+                        node,
+                        conn,
+                        what,
+                    } = ev.kind
+                    {
+                        self.clients[client].engine.net.deliver(node, conn, what);
+                    }
+                }
+                self.clients[c].wake = None;
+                self.poke(c);
+            }
+            EvKind::ScriptFlush(node) => {
+                self.report.faults[5] += 1;
+                self.changes.push(self.g);
+                self.log(|| format!("node {node}: SCRIPT FLUSH"));
+                self.nodes[node].node.flush_scripts();
+            }
+            EvKind::Evict(node) => {
+                let state = &mut self.nodes[node];
+                let now = state.clock.local_ns(self.g);
+                if !state.down && state.node.evict(now) {
+                    self.log(|| format!("node {node}: evicted a key"));
+                }
+            }
+            EvKind::Operator => self.operate(),
+        }
+    }
+
+    pub(super) fn local(&self, c: usize) -> Instant {
+        self.base + Duration::from_nanos(self.clients[c].clock.local_ns(self.g))
+    }
+
+    pub(super) fn world_of(&self, c: usize, t: Instant) -> u64 {
+        let local = t.saturating_duration_since(self.base).as_nanos() as u64;
+        self.clients[c].clock.world_ns(local)
+    }
+
+    /// Runs client `c` at the current world time: takes in what arrived, steps its engine,
+    /// moves its workload on, sends what it wrote and plans its next wake.
+    pub(super) fn poke(&mut self, c: usize) {
+        if self.clients[c].paused_until.is_some() {
+            return;
+        }
+        let now = self.local(c);
+        let callers = self.clients[c].callers.len();
+        for k in 0..callers {
+            self.keeping_before(c, k, now);
+        }
+        let client = &mut self.clients[c];
+        client.engine.net.now = now;
+        client.engine.take_input(now);
+        client.engine.step(now);
+        for k in 0..callers {
+            self.keeping_after(c, k, now);
+        }
+        // The workload may submit; each turn's submissions are written by another step.
+        for _ in 0..4 {
+            let mut submitted = false;
+            for k in 0..callers {
+                submitted |= self.work(c, k, now);
+            }
+            if !submitted {
+                break;
+            }
+            self.clients[c].engine.step(now);
+        }
+        // The list goes back empty: its room is kept for the next turn's actions.
+        let mut actions = std::mem::take(&mut self.clients[c].engine.net.actions);
+        for action in actions.drain(..) {
+            self.send(c, action);
+        }
+        self.clients[c].engine.net.actions = actions;
+        let timer = self.clients[c]
+            .callers
+            .iter()
+            .filter_map(|k| match &k.work {
+                Work::Idle { until } => Some(*until),
+                Work::Holding(h) => Some(h.until),
+                Work::Keeping(k) => Some(k.until),
+                Work::Acquiring {
+                    slot: Some((slot, drop_at)),
+                    ..
+                } if !slot.is_done() => Some(*drop_at),
+                _ => None,
+            })
+            .min();
+        let next = [self.clients[c].engine.wake_at(now), timer]
+            .into_iter()
+            .flatten()
+            .min();
+        if let Some(t) = next {
+            let t = match self.clients[c].wake_of {
+                Some((local, world)) if local == t => world,
+                _ => {
+                    let world = self.world_of(c, t);
+                    self.clients[c].wake_of = Some((t, world));
+                    world
+                }
+            };
+            let t = t.max(self.g + 1_000);
+            if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
+                self.clients[c].wake = Some(t);
+                self.at(t, EvKind::ClientWake(c));
+            }
+        }
+    }
+}
