@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use super::clock::MS;
+use super::node::{Persist, run_id};
 use super::setup::{Break, NODES, TTL};
 use super::workload::{MAX_THINK, Work};
 use super::world::{EvKind, TIME_LIMIT, World};
@@ -169,5 +170,190 @@ impl World {
         let seeded = |i: usize| !self.nodes[i].down && self.nodes[i].node.fence_seeded();
         let count = (0..NODES).filter(|&i| seeded(i)).count();
         count > 0 && seeded(node) && count - 1 < NODES / 2 + 1
+    }
+
+    /// A node pauses for `d`: its clock runs on, what reaches it waits. Not one that is down
+    /// or paused already.
+    pub(super) fn pause_node(&mut self, node: usize, d: u64) {
+        if self.nodes[node].down || self.nodes[node].paused {
+            return;
+        }
+        self.report.faults[0] += 1;
+        self.fault_on(Some(node), None, d);
+        self.log(|| format!("node {node} paused for {} ms", d / MS));
+        self.nodes[node].paused = true;
+        self.at(self.g + d, EvKind::NodeResume(node));
+    }
+
+    /// A paused node resumes and takes what reached it meanwhile, in order.
+    pub(super) fn resume_node(&mut self, node: usize) {
+        if !self.nodes[node].paused {
+            return;
+        }
+        self.log(|| format!("node {node} resumes"));
+        self.nodes[node].paused = false;
+        for ev in std::mem::take(&mut self.nodes[node].deferred) {
+            self.at_node(ev);
+        }
+    }
+
+    /// A node crashes for `d`: its keys lost, its connections reset, a new incarnation. Not
+    /// where a fenced run would lose fencing's assumption by it (see
+    /// [`World::fence_assumption_needs`]).
+    pub(super) fn crash_node(&mut self, node: usize, d: u64) {
+        if self.nodes[node].down {
+            return;
+        }
+        let kept = self.setup.breaks != Break::FenceMajorityBlank;
+        if self.fencing && kept && self.fence_assumption_needs(node) {
+            self.log(|| {
+                format!("node {node} would crash: skipped, a majority of counters would be blank")
+            });
+            return;
+        }
+        self.report.faults[1] += 1;
+        self.fault_on(Some(node), None, d);
+        // Then quarantined for a TTL of its clock after its restart.
+        let quarantine = QUARANTINE_SPAN;
+        self.node_faults
+            .push((node, self.g, self.g + d + quarantine));
+        self.changes.push(self.g + d + quarantine);
+        self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
+        let state = &mut self.nodes[node];
+        state.down = true;
+        state.paused = false;
+        state.deferred.clear();
+        state.incarnation += 1;
+        let dead: Vec<(u64, usize)> = self
+            .conns
+            .iter_mut()
+            .filter(|(_, c)| c.node == node && c.alive)
+            .map(|(id, c)| {
+                c.alive = false;
+                (id, c.client)
+            })
+            .collect();
+        for (conn, client) in dead {
+            self.reset(conn, client, node);
+        }
+        self.at(self.g + d, EvKind::NodeRestart(node));
+    }
+
+    /// A crashed node restarts empty as a new process (a new `run_id`), with what its
+    /// persistence kept of the fence counter.
+    pub(super) fn restart_node(&mut self, node: usize) {
+        let id = run_id(&mut self.rng);
+        // The fence counter: lost, kept, or an older snapshot of it.
+        // (Drawn in fenced runs only: the others replay as before fencing existed.)
+        let persist = match self.fencing.then(|| self.rng.range(0, 3)) {
+            _ if self.setup.breaks == Break::FenceMajorityBlank => Persist::Nothing,
+            None | Some(0) => Persist::Nothing,
+            Some(1) => Persist::All,
+            Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
+        };
+        // Another process that has been up an hour takes the address over (a
+        // failover), or this one starts again.
+        let age = match self.setup.breaks {
+            Break::RunIdOnYesOnly => 3_600_000 * MS,
+            _ => 0,
+        };
+        let state = &mut self.nodes[node];
+        let now = state.clock.local_ns(self.g);
+        state.node.restart(id, now - age, persist);
+        state.down = false;
+        self.log(|| format!("node {node} restarted empty (fence counter: {persist:?})"));
+    }
+
+    /// The connection of a client to a node, if one is up, is reset.
+    pub(super) fn reset_conn(&mut self, client: usize, node: usize) {
+        let found = self
+            .conns
+            .iter_mut()
+            .find(|(_, c)| c.client == client && c.node == node && c.alive)
+            .map(|(id, c)| {
+                c.alive = false;
+                id
+            });
+        if let Some(conn) = found {
+            self.nodes[node].node.forget(conn);
+            self.report.faults[2] += 1;
+            self.fault_on(Some(node), Some(client), 0);
+            self.log(|| format!("connection client {client} - node {node} reset"));
+            self.reset(conn, client, node);
+        }
+    }
+
+    /// A client is cut from a node for `d`: messages held, and delivered when it heals.
+    pub(super) fn partition(&mut self, client: usize, node: usize, d: u64) {
+        self.report.faults[3] += 1;
+        self.fault_on(Some(node), Some(client), d);
+        self.log(|| format!("client {client} cut from node {node} for {} ms", d / MS));
+        let until = self.g + d;
+        let link = self.link(client, node);
+        link.blocked_until = link.blocked_until.max(until);
+    }
+
+    /// The link between a client and a node is slow for `d`: each message delayed more.
+    pub(super) fn slow_link(&mut self, client: usize, node: usize, d: u64) {
+        self.report.faults[6] += 1;
+        self.fault_on(Some(node), Some(client), d);
+        self.log(|| format!("link client {client} - node {node} slow for {} ms", d / MS));
+        let until = self.g + d;
+        self.link(client, node).slow_until = until;
+    }
+
+    /// A client pauses for `d` (a GC pause): what reaches it waits. Not one that is paused
+    /// already, or whose callers are all done.
+    pub(super) fn pause_client(&mut self, c: usize, d: u64) {
+        if self.clients[c].paused_until.is_some()
+            || self.clients[c]
+                .callers
+                .iter()
+                .all(|k| matches!(k.work, Work::Done))
+        {
+            return;
+        }
+        self.report.faults[4] += 1;
+        self.fault_on(None, Some(c), d);
+        self.client_pauses.push((c, self.g, self.g + d));
+        self.log(|| format!("client {c} paused for {} ms", d / MS));
+        self.clients[c].paused_until = Some(self.g + d);
+        self.at(self.g + d, EvKind::ClientResume(c));
+    }
+
+    /// A paused client resumes, takes in what reached it meanwhile and runs.
+    pub(super) fn resume_client(&mut self, c: usize) {
+        self.log(|| format!("client {c} resumes"));
+        self.clients[c].paused_until = None;
+        for ev in std::mem::take(&mut self.clients[c].deferred) {
+            if let EvKind::ToClient {
+                client,
+                node,
+                conn,
+                what,
+            } = ev.kind
+            {
+                self.clients[client].engine.net.deliver(node, conn, what);
+            }
+        }
+        self.clients[c].wake = None;
+        self.poke(c);
+    }
+
+    /// `SCRIPT FLUSH` on a node: the scripts it cached are forgotten.
+    pub(super) fn flush_scripts(&mut self, node: usize) {
+        self.report.faults[5] += 1;
+        self.changes.push(self.g);
+        self.log(|| format!("node {node}: SCRIPT FLUSH"));
+        self.nodes[node].node.flush_scripts();
+    }
+
+    /// Memory pressure on an evicting node: the key closest to expiring goes.
+    pub(super) fn evict(&mut self, node: usize) {
+        let state = &mut self.nodes[node];
+        let now = state.clock.local_ns(self.g);
+        if !state.down && state.node.evict(now) {
+            self.log(|| format!("node {node}: evicted a key"));
+        }
     }
 }

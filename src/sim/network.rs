@@ -248,4 +248,46 @@ impl World {
             }
         }
     }
+
+    /// A connect reaches the node: accepted (the connection recorded, as the node's
+    /// incarnation has it) or, the node down, refused.
+    pub(super) fn accept(&mut self, conn: u64, client: usize, node: usize) {
+        if self.nodes[node].down {
+            self.send_client(client, node, conn, Inbound::Refused, 0);
+        } else {
+            let incarnation = self.nodes[node].incarnation;
+            let t = self.send_client(client, node, conn, Inbound::Connected, 0);
+            self.conns.insert(
+                conn,
+                WConn {
+                    client,
+                    node,
+                    alive: true,
+                    incarnation,
+                    inbuf: Vec::new(),
+                    up: 0,
+                    down: t,
+                },
+            );
+        }
+    }
+
+    /// A client's bytes or close reach the node's side of `conn`: taken now, or after its
+    /// pause.
+    pub(super) fn reach_node(&mut self, conn: u64, ev: Ev) {
+        let Some(node) = self.conns.get(&conn).map(|c| c.node) else {
+            return;
+        };
+        if self.nodes[node].paused {
+            self.nodes[node].deferred.push(ev);
+        } else {
+            self.at_node(ev);
+        }
+    }
+
+    /// What a node sent reaches the client, which runs at once.
+    pub(super) fn reach_client(&mut self, client: usize, node: usize, conn: u64, what: Inbound) {
+        self.clients[client].engine.net.deliver(node, conn, what);
+        self.poke(client);
+    }
 }

@@ -16,9 +16,9 @@ use crate::request::OpId;
 use super::checkers::{PROGRESS_FLOOR, check_counted, check_fences, check_overlaps, check_readers};
 use super::client_net::{Inbound, SimNet};
 use super::clock::{Clock, MS};
-use super::faults::{QUARANTINE_SPAN, YOUNG_SPAN};
-use super::network::{Conns, Link, WConn};
-use super::node::{Node, Persist, run_id};
+use super::faults::YOUNG_SPAN;
+use super::network::{Conns, Link};
+use super::node::{Node, run_id};
 use super::report::{ProgressViolation, Report};
 use super::rng::Rng;
 use super::setup::{
@@ -563,14 +563,10 @@ impl World {
         }
     }
 
+    /// Does what an event says, at its world time.
     pub(super) fn handle(&mut self, ev: Ev) {
         match ev.kind {
-            EvKind::ClientWake(c) => {
-                if self.clients[c].wake == Some(ev.t) {
-                    self.clients[c].wake = None;
-                    self.poke(c);
-                }
-            }
+            EvKind::ClientWake(c) => self.wake(c, ev.t),
             EvKind::ToClient { client, .. } if self.clients[client].paused_until.is_some() => {
                 self.clients[client].deferred.push(ev);
             }
@@ -579,199 +575,29 @@ impl World {
                 node,
                 conn,
                 what,
-            } => {
-                self.clients[client].engine.net.deliver(node, conn, what);
-                self.poke(client);
-            }
-            EvKind::ConnArrive { conn, client, node } => {
-                if self.nodes[node].down {
-                    self.send_client(client, node, conn, Inbound::Refused, 0);
-                } else {
-                    let incarnation = self.nodes[node].incarnation;
-                    let t = self.send_client(client, node, conn, Inbound::Connected, 0);
-                    self.conns.insert(
-                        conn,
-                        WConn {
-                            client,
-                            node,
-                            alive: true,
-                            incarnation,
-                            inbuf: Vec::new(),
-                            up: 0,
-                            down: t,
-                        },
-                    );
-                }
-            }
-            EvKind::ToNode { conn, .. } | EvKind::NodeClose { conn } => {
-                let Some(node) = self.conns.get(&conn).map(|c| c.node) else {
-                    return;
-                };
-                if self.nodes[node].paused {
-                    self.nodes[node].deferred.push(ev);
-                } else {
-                    self.at_node(ev);
-                }
-            }
-            EvKind::NodePause(node, d) => {
-                if self.nodes[node].down || self.nodes[node].paused {
-                    return;
-                }
-                self.report.faults[0] += 1;
-                self.fault_on(Some(node), None, d);
-                self.log(|| format!("node {node} paused for {} ms", d / MS));
-                self.nodes[node].paused = true;
-                self.at(self.g + d, EvKind::NodeResume(node));
-            }
-            EvKind::NodeResume(node) => {
-                if !self.nodes[node].paused {
-                    return;
-                }
-                self.log(|| format!("node {node} resumes"));
-                self.nodes[node].paused = false;
-                for ev in std::mem::take(&mut self.nodes[node].deferred) {
-                    self.at_node(ev);
-                }
-            }
-            EvKind::NodeCrash(node, d) => {
-                if self.nodes[node].down {
-                    return;
-                }
-                let kept = self.setup.breaks != Break::FenceMajorityBlank;
-                if self.fencing && kept && self.fence_assumption_needs(node) {
-                    self.log(|| {
-                        format!("node {node} would crash: skipped, a majority of counters would be blank")
-                    });
-                    return;
-                }
-                self.report.faults[1] += 1;
-                self.fault_on(Some(node), None, d);
-                // Then quarantined for a TTL of its clock after its restart.
-                let quarantine = QUARANTINE_SPAN;
-                self.node_faults
-                    .push((node, self.g, self.g + d + quarantine));
-                self.changes.push(self.g + d + quarantine);
-                self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
-                let state = &mut self.nodes[node];
-                state.down = true;
-                state.paused = false;
-                state.deferred.clear();
-                state.incarnation += 1;
-                let dead: Vec<(u64, usize)> = self
-                    .conns
-                    .iter_mut()
-                    .filter(|(_, c)| c.node == node && c.alive)
-                    .map(|(id, c)| {
-                        c.alive = false;
-                        (id, c.client)
-                    })
-                    .collect();
-                for (conn, client) in dead {
-                    self.reset(conn, client, node);
-                }
-                self.at(self.g + d, EvKind::NodeRestart(node));
-            }
-            EvKind::NodeRestart(node) => {
-                let id = run_id(&mut self.rng);
-                // The fence counter: lost, kept, or an older snapshot of it.
-                // (Drawn in fenced runs only: the others replay as before fencing existed.)
-                let persist = match self.fencing.then(|| self.rng.range(0, 3)) {
-                    _ if self.setup.breaks == Break::FenceMajorityBlank => Persist::Nothing,
-                    None | Some(0) => Persist::Nothing,
-                    Some(1) => Persist::All,
-                    Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
-                };
-                // Another process that has been up an hour takes the address over (a
-                // failover), or this one starts again.
-                let age = match self.setup.breaks {
-                    Break::RunIdOnYesOnly => 3_600_000 * MS,
-                    _ => 0,
-                };
-                let state = &mut self.nodes[node];
-                let now = state.clock.local_ns(self.g);
-                state.node.restart(id, now - age, persist);
-                state.down = false;
-                self.log(|| format!("node {node} restarted empty (fence counter: {persist:?})"));
-            }
-            EvKind::ConnReset(client, node) => {
-                let found = self
-                    .conns
-                    .iter_mut()
-                    .find(|(_, c)| c.client == client && c.node == node && c.alive)
-                    .map(|(id, c)| {
-                        c.alive = false;
-                        id
-                    });
-                if let Some(conn) = found {
-                    self.nodes[node].node.forget(conn);
-                    self.report.faults[2] += 1;
-                    self.fault_on(Some(node), Some(client), 0);
-                    self.log(|| format!("connection client {client} - node {node} reset"));
-                    self.reset(conn, client, node);
-                }
-            }
-            EvKind::Partition(client, node, d) => {
-                self.report.faults[3] += 1;
-                self.fault_on(Some(node), Some(client), d);
-                self.log(|| format!("client {client} cut from node {node} for {} ms", d / MS));
-                let until = self.g + d;
-                let link = self.link(client, node);
-                link.blocked_until = link.blocked_until.max(until);
-            }
-            EvKind::SlowLink(client, node, d) => {
-                self.report.faults[6] += 1;
-                self.fault_on(Some(node), Some(client), d);
-                self.log(|| format!("link client {client} - node {node} slow for {} ms", d / MS));
-                let until = self.g + d;
-                self.link(client, node).slow_until = until;
-            }
-            EvKind::ClientPause(c, d) => {
-                if self.clients[c].paused_until.is_some()
-                    || self.clients[c]
-                        .callers
-                        .iter()
-                        .all(|k| matches!(k.work, Work::Done))
-                {
-                    return;
-                }
-                self.report.faults[4] += 1;
-                self.fault_on(None, Some(c), d);
-                self.client_pauses.push((c, self.g, self.g + d));
-                self.log(|| format!("client {c} paused for {} ms", d / MS));
-                self.clients[c].paused_until = Some(self.g + d);
-                self.at(self.g + d, EvKind::ClientResume(c));
-            }
-            EvKind::ClientResume(c) => {
-                self.log(|| format!("client {c} resumes"));
-                self.clients[c].paused_until = None;
-                for ev in std::mem::take(&mut self.clients[c].deferred) {
-                    if let EvKind::ToClient {
-                        client,
-                        node,
-                        conn,
-                        what,
-                    } = ev.kind
-                    {
-                        self.clients[client].engine.net.deliver(node, conn, what);
-                    }
-                }
-                self.clients[c].wake = None;
-                self.poke(c);
-            }
-            EvKind::ScriptFlush(node) => {
-                self.report.faults[5] += 1;
-                self.changes.push(self.g);
-                self.log(|| format!("node {node}: SCRIPT FLUSH"));
-                self.nodes[node].node.flush_scripts();
-            }
-            EvKind::Evict(node) => {
-                let state = &mut self.nodes[node];
-                let now = state.clock.local_ns(self.g);
-                if !state.down && state.node.evict(now) {
-                    self.log(|| format!("node {node}: evicted a key"));
-                }
-            }
+            } => self.reach_client(client, node, conn, what),
+            EvKind::ConnArrive { conn, client, node } => self.accept(conn, client, node),
+            EvKind::ToNode { conn, .. } | EvKind::NodeClose { conn } => self.reach_node(conn, ev),
+            EvKind::NodePause(node, d) => self.pause_node(node, d),
+            EvKind::NodeResume(node) => self.resume_node(node),
+            EvKind::NodeCrash(node, d) => self.crash_node(node, d),
+            EvKind::NodeRestart(node) => self.restart_node(node),
+            EvKind::ConnReset(client, node) => self.reset_conn(client, node),
+            EvKind::Partition(client, node, d) => self.partition(client, node, d),
+            EvKind::SlowLink(client, node, d) => self.slow_link(client, node, d),
+            EvKind::ClientPause(c, d) => self.pause_client(c, d),
+            EvKind::ClientResume(c) => self.resume_client(c),
+            EvKind::ScriptFlush(node) => self.flush_scripts(node),
+            EvKind::Evict(node) => self.evict(node),
             EvKind::Operator => self.operate(),
+        }
+    }
+
+    /// A client's wake, unless a later poke planned another.
+    pub(super) fn wake(&mut self, c: usize, t: u64) {
+        if self.clients[c].wake == Some(t) {
+            self.clients[c].wake = None;
+            self.poke(c);
         }
     }
 
