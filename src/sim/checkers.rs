@@ -14,10 +14,12 @@ use super::clock::MS;
 use super::report::{
     ConnectViolation, CoverViolation, FenceViolation, LateWait, LivenessViolation, Violation,
 };
+use super::report::{ProgressViolation, Report};
+use super::setup::COUNTER_PERMITS;
 use super::setup::{
     BACKOFF_MAX, CONNECT_TIMEOUT, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY, RETRY_JITTER, TTL,
 };
-use super::workload::Hold;
+use super::workload::{Hold, Want, Work};
 use super::world::World;
 
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
@@ -79,12 +81,64 @@ pub fn connects_allowed(d: u64) -> u64 {
     8 + d / BACKOFF_MAX.as_nanos() as u64
 }
 
-impl World {
+/// What the checkers read, recorded as the run goes: every belief and fenced acquisition,
+/// every want, and the faults and connects that excuse a wait or a reconnect.
+#[derive(Default)]
+pub(super) struct Record {
+    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
+    /// the exclusive holders').
+    pub(super) shared_beliefs: Vec<(usize, usize, u64, u64)>,
+    /// (resource, client, start, end) of every belief interval that ended, and its fence.
+    pub(super) beliefs: Vec<(usize, usize, u64, u64)>,
+    pub(super) belief_fences: Vec<u64>,
+    /// (start, end, fence, client) of every acquisition that got a fence.
+    pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
+    /// Every want that ended (granted or given up).
+    pub(super) wants: Vec<Want>,
+    /// World times at which a fault began or ended (the liveness check's clock restarts).
+    pub(super) changes: Vec<u64>,
+    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
+    /// towards some client. While a majority is, no progress is owed.
+    pub(super) node_faults: Vec<(usize, u64, u64)>,
+    /// (client, from, to): a client paused; its own wants owe nothing then.
+    pub(super) client_pauses: Vec<(usize, u64, u64)>,
+    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
+    /// every client, or every node).
+    pub(super) link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
+    /// Connects by (client × NODES + node).
+    pub(super) connects: Vec<u64>,
+}
+
+impl Record {
+    /// A record for `clients` clients, empty.
+    pub(super) fn new(clients: usize) -> Record {
+        Record {
+            connects: vec![0; clients * NODES],
+            ..Record::default()
+        }
+    }
+
     /// The liveness check: each want's longest stretch during which nobody believed they held
     /// its resource, at most a minority of the nodes was faulty, its caller was not paused,
-    /// and no fault began or ended. Longer than [`WAIT_BOUND`] is a violation.
-    pub(super) fn check_liveness(&mut self) {
-        // While a majority of the nodes is faulty, nothing is owed: counted as held.
+    /// and no fault began or ended (`members`: each resource's, see `World::members`): the
+    /// longest such stretch of all the wants, and the violation it is if longer than
+    /// [`WAIT_BOUND`].
+    fn liveness(&mut self, members: &[Vec<usize>]) -> (u64, Option<LivenessViolation>) {
+        let covers = self.owed_nothing(members);
+        self.changes.sort_unstable();
+        self.changes.dedup();
+        let mut longest = 0;
+        let mut worst: Option<LivenessViolation> = None;
+        for w in &self.wants {
+            for (a, b) in free_stretches(&covers[w.res], w) {
+                self.longest_unchanged(w, (a, b), &mut longest, &mut worst);
+            }
+        }
+        (longest, worst)
+    }
+
+    /// The stretches during which a majority of the nodes was faulty: nothing is owed then.
+    fn majority_faulty(&self) -> Vec<(u64, u64)> {
         let mut edges: Vec<(u64, i32, usize)> = self
             .node_faults
             .iter()
@@ -107,17 +161,24 @@ impl World {
         if let Some(from) = since {
             blocked.push((from, u64::MAX));
         }
-        let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; self.resources.len()];
+        blocked
+    }
+
+    /// Per resource, the stretches (sorted, merged) during which its wants are owed nothing:
+    /// someone believed they held it, or a majority of the nodes was faulty (counted as held).
+    fn owed_nothing(&self, members: &[Vec<usize>]) -> Vec<Vec<(u64, u64)>> {
+        let blocked = self.majority_faulty();
+        let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; members.len()];
         for &(res, _, start, end) in self.beliefs.iter().chain(&self.shared_beliefs) {
             if start < end {
                 covers[res].push((start, end));
             }
         }
         // A set is held while any member is (beliefs are recorded per member).
-        for res in 0..self.resources.len() {
-            if self.members[res] != [res] {
-                for i in 0..self.members[res].len() {
-                    let held = covers[self.members[res][i]].clone();
+        for res in 0..members.len() {
+            if members[res] != [res] {
+                for i in 0..members[res].len() {
+                    let held = covers[members[res][i]].clone();
                     covers[res].extend(held);
                 }
             }
@@ -133,63 +194,108 @@ impl World {
             }
             *list = merged;
         }
-        self.changes.sort_unstable();
-        self.changes.dedup();
-        let mut longest = 0;
-        let mut worst: Option<LivenessViolation> = None;
-        for w in &self.wants {
-            let list = &covers[w.res];
-            let mut cur = w.start;
-            let first = list.partition_point(|&(_, b)| b <= w.start);
-            let mut gaps: Vec<(u64, u64)> = Vec::new();
-            for &(a, b) in &list[first..] {
-                if a >= w.end {
-                    break;
-                }
-                if a > cur {
-                    gaps.push((cur, a));
-                }
-                cur = cur.max(b);
-            }
-            if cur < w.end {
-                gaps.push((cur, w.end));
-            }
-            for (a, b) in gaps {
-                // Pieces between changes; a piece within a pause of the caller owes nothing.
-                let mut from = a;
-                let i = self.changes.partition_point(|&t| t <= a);
-                for &t in self.changes[i..].iter().take_while(|&&t| t < b).chain([&b]) {
-                    let mid = from + (t - from) / 2;
-                    let paused = self
-                        .client_pauses
-                        .iter()
-                        .any(|&(c, p, q)| c == w.client && p <= mid && mid < q);
-                    if !paused && t - from > longest {
-                        longest = t - from;
-                        if t - from > WAIT_BOUND.as_nanos() as u64 {
-                            worst = Some(LivenessViolation {
-                                resource: w.res,
-                                client: w.client,
-                                caller: w.caller,
-                                want: (w.start, w.end),
-                                free: (from, t),
-                            });
-                        }
-                    }
-                    from = t;
+        covers
+    }
+
+    /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
+    /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
+    /// the new `worst` if it is longer than [`WAIT_BOUND`].
+    fn longest_unchanged(
+        &self,
+        w: &Want,
+        (a, b): (u64, u64),
+        longest: &mut u64,
+        worst: &mut Option<LivenessViolation>,
+    ) {
+        let mut from = a;
+        let i = self.changes.partition_point(|&t| t <= a);
+        for &t in self.changes[i..].iter().take_while(|&&t| t < b).chain([&b]) {
+            let mid = from + (t - from) / 2;
+            let paused = self
+                .client_pauses
+                .iter()
+                .any(|&(c, p, q)| c == w.client && p <= mid && mid < q);
+            if !paused && t - from > *longest {
+                *longest = t - from;
+                if t - from > WAIT_BOUND.as_nanos() as u64 {
+                    *worst = Some(LivenessViolation {
+                        resource: w.res,
+                        client: w.client,
+                        caller: w.caller,
+                        want: (w.start, w.end),
+                        free: (from, t),
+                    });
                 }
             }
+            from = t;
         }
+    }
+}
+
+/// The stretches of want `w` during which nothing in `list` (sorted, merged) covered it.
+fn free_stretches(list: &[(u64, u64)], w: &Want) -> Vec<(u64, u64)> {
+    let mut cur = w.start;
+    let first = list.partition_point(|&(_, b)| b <= w.start);
+    let mut gaps: Vec<(u64, u64)> = Vec::new();
+    for &(a, b) in &list[first..] {
+        if a >= w.end {
+            break;
+        }
+        if a > cur {
+            gaps.push((cur, a));
+        }
+        cur = cur.max(b);
+    }
+    if cur < w.end {
+        gaps.push((cur, w.end));
+    }
+    gaps
+}
+
+impl World {
+    /// The checks over the record once the run is over, in this order: fences, the heal of a
+    /// blank majority, liveness, reconnects, overlaps. Each violation found is logged.
+    pub(super) fn check_record(&mut self) {
+        let record = &mut self.record;
+        self.report.fence_violation = check_fences(
+            &mut record.acquisitions,
+            &record.beliefs,
+            &record.belief_fences,
+        );
+        if let Some(v) = self.report.fence_violation.clone() {
+            self.log(|| format!("FENCE VIOLATION {v:?}"));
+        }
+        if self.healed_at.is_some_and(|h| self.g > h) && self.report.fenced_after_heal == 0 {
+            self.report.stuck_blank = true;
+            self.log(|| "STUCK: no lock granted after every node was back".to_string());
+        }
+        let (longest, worst) = self.record.liveness(&self.members);
         self.report.longest_wait = Duration::from_nanos(longest);
         self.report.liveness = worst;
+        if let Some(v) = self.report.liveness.clone() {
+            self.log(|| format!("LIVENESS VIOLATION {v:?}"));
+        }
+        self.check_connects();
+        if let Some(v) = self.report.connect_violation.clone() {
+            self.log(|| format!("RECONNECT VIOLATION {v:?}"));
+        }
+        let cap = (self.only_shared && !self.setup.control).then_some(COUNTER_PERMITS);
+        let record = &mut self.record;
+        self.report.violation = check_overlaps(&mut record.beliefs)
+            .or_else(|| check_readers(&record.shared_beliefs, &record.beliefs))
+            .or_else(|| cap.and_then(|p| check_counted(&mut record.shared_beliefs, p)));
+        if let Some(v) = self.report.violation.clone() {
+            self.log(|| format!("VIOLATION {v:?}"));
+        }
     }
 
     /// Reconnects bounded by the faults that caused them: per (client, node), one connect,
     /// plus for each fault on the link [`connects_allowed`].
-    pub(super) fn check_connects(&mut self) {
+    fn check_connects(&mut self) {
         for c in 0..self.clients.len() {
             for n in 0..NODES {
                 let allowed = 1 + self
+                    .record
                     .link_faults
                     .iter()
                     .filter(|&&(fc, fn_, _)| {
@@ -197,7 +303,7 @@ impl World {
                     })
                     .map(|&(_, _, d)| connects_allowed(d))
                     .sum::<u64>();
-                let made = self.connects[c * NODES + n];
+                let made = self.record.connects[c * NODES + n];
                 if made > self.report.most_connects.0 {
                     self.report.most_connects = (made, allowed);
                 }
@@ -208,6 +314,47 @@ impl World {
                         connects: made,
                         allowed,
                     });
+                }
+            }
+        }
+    }
+
+    /// The progress check (`Break::contention`'s runs): this run's grants per second against
+    /// those of `healthy`, the same schedule with every node up.
+    pub(super) fn check_progress(&mut self, healthy: &Report) {
+        // A baseline that stalled would lower the bar: a stall of the schedule.
+        self.report.stalled |= healthy.stalled;
+        let frozen = &self.report;
+        let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
+        self.report.progress_ratio = Some(rate(frozen) / rate(healthy).max(1e-9));
+        let frozen = &self.report;
+        if rate(frozen) < PROGRESS_FLOOR * rate(healthy) {
+            let v = ProgressViolation {
+                frozen: (frozen.acquired, frozen.sim_time),
+                healthy: (healthy.acquired, healthy.sim_time),
+            };
+            self.log(|| format!("PROGRESS VIOLATION {v:?}"));
+            self.report.progress = Some(v);
+        }
+    }
+
+    /// Holders still holding when the run ends believe until their validity.
+    pub(super) fn close_beliefs(&mut self) {
+        for c in 0..self.clients.len() {
+            for k in 0..self.clients[c].callers.len() {
+                let hold = match &self.clients[c].callers[k].work {
+                    Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
+                    _ => None,
+                };
+                if let Some(h) = hold {
+                    self.end_belief(c, &h, u64::MAX);
+                }
+                if let Work::Keeping(k) = &self.clients[c].callers[k].work
+                    && let Some(start) = k.open
+                {
+                    let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
+                    let end = self.belief_end(c, valid, u64::MAX);
+                    self.believed(c, res, start, end, fence);
                 }
             }
         }
@@ -269,7 +416,7 @@ impl World {
     pub(super) fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
         if self.shared_of[res] {
             let of = self.members[res][0];
-            self.shared_beliefs.push((of, c, start, end));
+            self.record.shared_beliefs.push((of, c, start, end));
             self.log(|| {
                 format!(
                     "client {c} believed it read {of} from {:.6} to {:.6} ms",
@@ -282,8 +429,8 @@ impl World {
         // A set's holder believed it held each member.
         for i in 0..self.members[res].len() {
             let member = self.members[res][i];
-            self.beliefs.push((member, c, start, end));
-            self.belief_fences.push(fence);
+            self.record.beliefs.push((member, c, start, end));
+            self.record.belief_fences.push(fence);
             self.log(|| {
                 format!(
                     "client {c} believed it held {member} from {:.6} to {:.6} ms",
@@ -300,7 +447,7 @@ impl World {
         let due = self.world_of(c, deadline);
         // A pause of the client after the deadline: counted from its end (the engine settles
         // at once when it resumes).
-        let resumed = (self.client_pauses.iter())
+        let resumed = (self.record.client_pauses.iter())
             .filter(|&&(p, from, to)| p == c && from <= self.g && to > due)
             .map(|&(_, _, to)| to.min(self.g))
             .max()

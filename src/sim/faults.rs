@@ -154,14 +154,14 @@ impl World {
     /// A fault began now for `d` on a node (`None`: the client's every node), for a client
     /// (`None`: every client): the liveness check's clock restarts when it begins and ends.
     pub(super) fn fault_on(&mut self, node: Option<usize>, client: Option<usize>, d: u64) {
-        self.changes.push(self.g);
-        self.changes.push(self.g + d);
+        self.record.changes.push(self.g);
+        self.record.changes.push(self.g + d);
         if let Some(n) = node
             && d > 0
         {
-            self.node_faults.push((n, self.g, self.g + d));
+            self.record.node_faults.push((n, self.g, self.g + d));
         }
-        self.link_faults.push((client, node, d));
+        self.record.link_faults.push((client, node, d));
     }
 
     /// Fencing's assumption (see docs/fencing.md): at every moment a majority of the nodes
@@ -215,9 +215,10 @@ impl World {
         self.fault_on(Some(node), None, d);
         // Then quarantined for a TTL of its clock after its restart.
         let quarantine = QUARANTINE_SPAN;
-        self.node_faults
+        self.record
+            .node_faults
             .push((node, self.g, self.g + d + quarantine));
-        self.changes.push(self.g + d + quarantine);
+        self.record.changes.push(self.g + d + quarantine);
         self.log(|| format!("node {node} crashes, restarts in {} ms", d / MS));
         let state = &mut self.nodes[node];
         state.down = true;
@@ -315,7 +316,7 @@ impl World {
         }
         self.report.faults[4] += 1;
         self.fault_on(None, Some(c), d);
-        self.client_pauses.push((c, self.g, self.g + d));
+        self.record.client_pauses.push((c, self.g, self.g + d));
         self.log(|| format!("client {c} paused for {} ms", d / MS));
         self.clients[c].paused_until = Some(self.g + d);
         self.at(self.g + d, EvKind::ClientResume(c));
@@ -343,7 +344,7 @@ impl World {
     /// `SCRIPT FLUSH` on a node: the scripts it cached are forgotten.
     pub(super) fn flush_scripts(&mut self, node: usize) {
         self.report.faults[5] += 1;
-        self.changes.push(self.g);
+        self.record.changes.push(self.g);
         self.log(|| format!("node {node}: SCRIPT FLUSH"));
         self.nodes[node].node.flush_scripts();
     }

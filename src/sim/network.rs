@@ -226,7 +226,7 @@ impl World {
     pub(super) fn send(&mut self, client: usize, action: Action) {
         match action {
             Action::Connect { node, conn } => {
-                self.connects[client * NODES + node] += 1;
+                self.record.connects[client * NODES + node] += 1;
                 self.log(|| format!("client {client} connects to node {node} (conn {conn})"));
                 let t = self.delivery(client, node, 0);
                 self.at(t, EvKind::ConnArrive { conn, client, node });

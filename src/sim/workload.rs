@@ -119,7 +119,13 @@ impl World {
                 return;
             }
         }
-        let highest = self.acquisitions.iter().map(|a| a.2).max().unwrap_or(0);
+        let highest = self
+            .record
+            .acquisitions
+            .iter()
+            .map(|a| a.2)
+            .max()
+            .unwrap_or(0);
         let floor = crate::repair::FenceFloor::AtLeast(highest);
         let timeout = Duration::from_nanos(10 * NODE_TIMEOUT);
         let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
@@ -266,7 +272,7 @@ impl World {
                     Some((res, _)) if self.report.ops < 2 * self.ops() => res,
                     Some((res, start)) => {
                         self.clients[c].callers[k].want = None;
-                        self.wants.push(Want {
+                        self.record.wants.push(Want {
                             res,
                             client: c,
                             caller: k,
@@ -391,7 +397,7 @@ impl World {
                         let fence = grant.fence.unwrap_or(0);
                         if let Some(f) = grant.fence {
                             self.report.fenced += 1;
-                            self.acquisitions.push((start_g, self.g, f, c));
+                            self.record.acquisitions.push((start_g, self.g, f, c));
                             self.log(|| format!("client {c} got fence {f}"));
                         }
                         self.report.acquired += 1;
@@ -403,7 +409,7 @@ impl World {
                         }
                         if let Some((r, start)) = self.clients[c].callers[k].want.take() {
                             let end = self.g;
-                            self.wants.push(Want {
+                            self.record.wants.push(Want {
                                 res: r,
                                 client: c,
                                 caller: k,

@@ -13,19 +13,19 @@ use crate::config::{Builder, Config, Quarantine, Shared};
 use crate::engine::{Engine, Slab};
 use crate::request::OpId;
 
-use super::checkers::{PROGRESS_FLOOR, check_counted, check_fences, check_overlaps, check_readers};
+use super::checkers::Record;
 use super::client_net::{Inbound, SimNet};
 use super::clock::{Clock, MS};
 use super::faults::YOUNG_SPAN;
 use super::network::{Conns, Link};
 use super::node::{Node, run_id};
-use super::report::{ProgressViolation, Report};
+use super::report::Report;
 use super::rng::Rng;
 use super::setup::{
     BACKOFF_MAX, BACKOFF_MIN, Break, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
     MOST_CLIENTS, NODES, REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING, Setup, TTL,
 };
-use super::workload::{Caller, MAX_THINK, Want, Work};
+use super::workload::{Caller, MAX_THINK, Work};
 
 /// A run that has not finished after this much world time has stalled.
 pub(super) const TIME_LIMIT: u64 = 600_000 * MS;
@@ -133,14 +133,6 @@ pub(super) struct World {
     /// Callers take shared locks only (`Break::CounterSemaphore`: the shared locks stand for
     /// the counted permits, with the nodes' cap).
     pub(super) only_shared: bool,
-    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
-    /// the exclusive holders').
-    pub(super) shared_beliefs: Vec<(usize, usize, u64, u64)>,
-    /// (resource, client, start, end) of every belief interval that ended, and its fence.
-    pub(super) beliefs: Vec<(usize, usize, u64, u64)>,
-    pub(super) belief_fences: Vec<u64>,
-    /// (start, end, fence, client) of every acquisition that got a fence.
-    pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
     pub(super) setup: Setup,
     /// Fenced acquires (the setup's, or a fence break's).
     pub(super) fencing: bool,
@@ -149,20 +141,6 @@ pub(super) struct World {
     pub(super) args: Vec<(usize, usize)>,
     /// Buffers of messages the nodes read, for their replies (see `net::recycle`).
     pub(super) spare: Vec<Vec<u8>>,
-    /// Every want that ended (granted or given up).
-    pub(super) wants: Vec<Want>,
-    /// World times at which a fault began or ended (the liveness check's clock restarts).
-    pub(super) changes: Vec<u64>,
-    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
-    /// towards some client. While a majority is, no progress is owed.
-    pub(super) node_faults: Vec<(usize, u64, u64)>,
-    /// (client, from, to): a client paused; its own wants owe nothing then.
-    pub(super) client_pauses: Vec<(usize, u64, u64)>,
-    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
-    /// every client, or every node).
-    pub(super) link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
-    /// Connects by (client × NODES + node).
-    pub(super) connects: Vec<u64>,
     /// (`Break::FenceMajorityBlank`) when the restarted majority is back and out of its
     /// quarantine, and the operator's repair in flight.
     pub(super) healed_at: Option<u64>,
@@ -170,6 +148,8 @@ pub(super) struct World {
     /// Callers in all, and those whose work is `Done` (a caller never leaves `Done`).
     pub(super) callers: usize,
     pub(super) done_callers: usize,
+    /// What the checkers read.
+    pub(super) record: Record,
 }
 
 /// Operation slots kept per thread for the next schedules' engines, at most: a contention
@@ -206,20 +186,7 @@ pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
             },
             None,
         );
-        // A baseline that stalled would lower the bar: a stall of the schedule.
-        world.report.stalled |= healthy.stalled;
-        let frozen = &world.report;
-        let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
-        world.report.progress_ratio = Some(rate(frozen) / rate(&healthy).max(1e-9));
-        let frozen = &world.report;
-        if rate(frozen) < PROGRESS_FLOOR * rate(&healthy) {
-            let v = ProgressViolation {
-                frozen: (frozen.acquired, frozen.sim_time),
-                healthy: (healthy.acquired, healthy.sim_time),
-            };
-            world.log(|| format!("PROGRESS VIOLATION {v:?}"));
-            world.report.progress = Some(v);
-        }
+        world.check_progress(&healthy);
     }
     if let (Some(out), Some(t)) = (trace, world.trace.take()) {
         *out = t;
@@ -419,10 +386,6 @@ impl World {
             members,
             shared_of,
             only_shared: counter,
-            shared_beliefs: Vec::new(),
-            beliefs: Vec::new(),
-            belief_fences: Vec::new(),
-            acquisitions: Vec::new(),
             fencing,
             setup,
             report: Report {
@@ -432,12 +395,7 @@ impl World {
             trace: tracing.then(String::new),
             args: Vec::new(),
             spare: Vec::new(),
-            wants: Vec::new(),
-            changes: Vec::new(),
-            node_faults: Vec::new(),
-            client_pauses: Vec::new(),
-            link_faults: Vec::new(),
-            connects: vec![0; n_clients * NODES],
+            record: Record::new(n_clients),
             healed_at: None,
             repair: None,
             callers: 0,
@@ -448,9 +406,9 @@ impl World {
             // Every node in its quarantine from the start until a window after the last
             // client's first contact: no progress owed meanwhile.
             for node in 0..NODES {
-                world.node_faults.push((node, 0, YOUNG_SPAN));
+                world.record.node_faults.push((node, 0, YOUNG_SPAN));
             }
-            world.changes.push(YOUNG_SPAN);
+            world.record.changes.push(YOUNG_SPAN);
         }
         world.plan_faults();
         for c in 0..n_clients {
@@ -517,50 +475,9 @@ impl World {
             self.report.stalled = true;
             self.log(|| "STALLED: no event left while callers still have work".to_string());
         }
-        // Holders still holding when the run ends believe until their validity.
-        for c in 0..self.clients.len() {
-            for k in 0..self.clients[c].callers.len() {
-                let hold = match &self.clients[c].callers[k].work {
-                    Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
-                    _ => None,
-                };
-                if let Some(h) = hold {
-                    self.end_belief(c, &h, u64::MAX);
-                }
-                if let Work::Keeping(k) = &self.clients[c].callers[k].work
-                    && let Some(start) = k.open
-                {
-                    let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
-                    let end = self.belief_end(c, valid, u64::MAX);
-                    self.believed(c, res, start, end, fence);
-                }
-            }
-        }
+        self.close_beliefs();
         self.report.sim_time = Duration::from_nanos(self.g);
-        self.report.fence_violation =
-            check_fences(&mut self.acquisitions, &self.beliefs, &self.belief_fences);
-        if let Some(v) = self.report.fence_violation.clone() {
-            self.log(|| format!("FENCE VIOLATION {v:?}"));
-        }
-        if self.healed_at.is_some_and(|h| self.g > h) && self.report.fenced_after_heal == 0 {
-            self.report.stuck_blank = true;
-            self.log(|| "STUCK: no lock granted after every node was back".to_string());
-        }
-        self.check_liveness();
-        if let Some(v) = self.report.liveness.clone() {
-            self.log(|| format!("LIVENESS VIOLATION {v:?}"));
-        }
-        self.check_connects();
-        if let Some(v) = self.report.connect_violation.clone() {
-            self.log(|| format!("RECONNECT VIOLATION {v:?}"));
-        }
-        let cap = (self.only_shared && !self.setup.control).then_some(COUNTER_PERMITS);
-        self.report.violation = check_overlaps(&mut self.beliefs)
-            .or_else(|| check_readers(&self.shared_beliefs, &self.beliefs))
-            .or_else(|| cap.and_then(|p| check_counted(&mut self.shared_beliefs, p)));
-        if let Some(v) = self.report.violation.clone() {
-            self.log(|| format!("VIOLATION {v:?}"));
-        }
+        self.check_record();
     }
 
     /// Does what an event says, at its world time.
