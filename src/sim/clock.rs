@@ -1,6 +1,8 @@
 //! Time in the simulated world: world time is nanoseconds from the start of a run, and each
 //! process (client or node) reads it on a clock of its own that runs a little fast or slow.
 
+use super::rng::Rng;
+
 /// A millisecond, in nanoseconds (world time and every clock count in ns).
 pub(super) const MS: u64 = 1_000_000;
 /// Every process clock starts this far after the world's base instant (so local times never
@@ -14,6 +16,14 @@ pub(super) struct Clock {
 }
 
 impl Clock {
+    /// A clock whose rate is drawn within ±`ppm_bound` ppm of world time.
+    pub(super) fn drawn(rng: &mut Rng, ppm_bound: u64) -> Clock {
+        Clock {
+            ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
+        }
+    }
+
+    /// What this clock reads at world time `g`.
     pub(super) fn local_ns(self, g: u64) -> u64 {
         // In 64 bits where nothing overflows (the same result; 128-bit division is slow).
         let fast = i64::try_from(g).ok().and_then(|g| {
@@ -45,7 +55,6 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::rng::Rng;
 
     /// The clocks' 64-bit paths give what the 128-bit formulas give.
     #[test]

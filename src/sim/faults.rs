@@ -18,9 +18,18 @@ pub(super) const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 
 /// world time: a client's first request comes within `MAX_THINK`, its connect and handshake
 /// within four one-way deliveries (each a link's base of at most 2 ms, its jitter, and at
 /// worst a rare delay spike: 62.2 ms each), then a window of its clock.
-pub(super) const YOUNG_SPAN: u64 = MAX_THINK + 4 * (62 * MS + MS / 5) + QUARANTINE_SPAN;
+const YOUNG_SPAN: u64 = MAX_THINK + 4 * (62 * MS + MS / 5) + QUARANTINE_SPAN;
 
 impl World {
+    /// (`Setup::young`) every node in its quarantine from the start until a window after the
+    /// last client's first contact: no progress owed meanwhile.
+    pub(super) fn young_nodes_quarantined(&mut self) {
+        for node in 0..NODES {
+            self.record.node_faults.push((node, 0, YOUNG_SPAN));
+        }
+        self.record.changes.push(YOUNG_SPAN);
+    }
+
     pub(super) fn plan_faults(&mut self) {
         let n_clients = self.clients.len();
         if self.setup.breaks == Break::MajorityDown && !self.setup.control {

@@ -6,6 +6,7 @@
 use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
 use super::node;
+use super::rng::Rng;
 use super::setup::NODES;
 use super::world::{Ev, EvKind, World};
 
@@ -88,6 +89,17 @@ pub(super) struct Link {
     pub(super) base: u64,
     pub(super) blocked_until: u64,
     pub(super) slow_until: u64,
+}
+
+impl Link {
+    /// A link whose base delay is drawn: 50 µs to 2 ms.
+    pub(super) fn drawn(rng: &mut Rng) -> Link {
+        Link {
+            base: rng.range(50_000, 2 * MS),
+            blocked_until: 0,
+            slow_until: 0,
+        }
+    }
 }
 
 impl World {
@@ -289,5 +301,15 @@ impl World {
     pub(super) fn reach_client(&mut self, client: usize, node: usize, conn: u64, what: Inbound) {
         self.clients[client].engine.net.deliver(node, conn, what);
         self.poke(client);
+    }
+
+    /// Carries what client `c` wrote in its last turn to the nodes.
+    pub(super) fn send_actions(&mut self, c: usize) {
+        // The list goes back empty: its room is kept for the next turn's actions.
+        let mut actions = std::mem::take(&mut self.clients[c].engine.net.actions);
+        for action in actions.drain(..) {
+            self.send(c, action);
+        }
+        self.clients[c].engine.net.actions = actions;
     }
 }

@@ -170,6 +170,13 @@ pub struct Setup {
     pub cancel: bool,
 }
 
+impl Setup {
+    /// This run breaks `b`'s assumption itself (it is `b`'s run, not its control).
+    pub(super) fn broken(self, b: Break) -> bool {
+        self.breaks == b && !self.control
+    }
+}
+
 impl Default for Setup {
     fn default() -> Setup {
         Setup {

@@ -13,7 +13,8 @@ use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
 
 use super::clock::MS;
-use super::setup::{Break, NODE_TIMEOUT, TTL};
+use super::rng::Rng;
+use super::setup::{Break, NODE_TIMEOUT, Setup, TTL};
 use super::world::{EvKind, World};
 
 /// Lock operations of a `Break::WaitForSilent` run: long enough that the first node timeout
@@ -97,7 +98,86 @@ pub(super) struct Want {
     pub(super) end: u64,
 }
 
+/// The resources the callers contend for (their names), each one's plain members (itself, a
+/// set's, or the one a shared lock is of) and whether it is a shared lock: one to three plain
+/// resources, then with `Setup::sets` their sets, then with readers each one's shared lock.
+pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<usize>>, Vec<bool>) {
+    let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
+    let plain = match rng.range(1, 4) {
+        // Contention for one resource.
+        _ if setup.breaks.contention() || setup.breaks == Break::RunIdOnYesOnly => 1,
+        1 if sets => 2,
+        k => k as usize,
+    };
+    let mut resources: Vec<Vec<u8>> = (0..plain)
+        .map(|r| format!("sim:{r}").into_bytes())
+        .collect();
+    // Each resource's members (itself for a plain one); with sets, every pair of
+    // neighbours and, of three, all three.
+    let mut members: Vec<Vec<usize>> = (0..plain).map(|r| vec![r]).collect();
+    if sets {
+        let mut groups: Vec<Vec<usize>> = (0..plain - 1).map(|r| vec![r, r + 1]).collect();
+        if plain == 3 {
+            groups.push(vec![0, 1, 2]);
+        }
+        for group in groups {
+            let names: Vec<&[u8]> = group.iter().map(|&m| &resources[m][..]).collect();
+            let set = crate::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
+            resources.push(set);
+            members.push(group);
+        }
+    }
+    // With readers, each plain resource's shared lock.
+    let mut shared_of = vec![false; resources.len()];
+    let counter = setup.breaks == Break::CounterSemaphore;
+    if setup.shared || setup.breaks == Break::ReaderIgnoresWriter || counter {
+        for r in 0..plain {
+            let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+            name.extend_from_slice(&resources[r]);
+            resources.push(name);
+            members.push(vec![r]);
+            shared_of.push(true);
+        }
+    }
+    (resources, members, shared_of)
+}
+
 impl World {
+    /// Moves client `c`'s callers on, up to four turns.
+    pub(super) fn work_turns(&mut self, c: usize, callers: usize, now: Instant) {
+        // The workload may submit; each turn's submissions are written by another step.
+        for _ in 0..4 {
+            let mut submitted = false;
+            for k in 0..callers {
+                submitted |= self.work(c, k, now);
+            }
+            if !submitted {
+                break;
+            }
+            self.clients[c].engine.step(now);
+        }
+    }
+
+    /// The earliest instant (client `c`'s clock) at which one of its callers has something
+    /// due by a timer of its own: the end of its thinking or holding, a kept lock's planned
+    /// end, an async wait's drop.
+    pub(super) fn callers_due(&self, c: usize) -> Option<Instant> {
+        self.clients[c]
+            .callers
+            .iter()
+            .filter_map(|k| match &k.work {
+                Work::Idle { until } => Some(*until),
+                Work::Holding(h) => Some(h.until),
+                Work::Keeping(k) => Some(k.until),
+                Work::Acquiring {
+                    slot: Some((slot, drop_at)),
+                    ..
+                } if !slot.is_done() => Some(*drop_at),
+                _ => None,
+            })
+            .min()
+    }
+
     /// The operator of `Break::FenceMajorityBlank`'s control: `repair_fences` through client
     /// 0 with the floor at the highest fence handed out so far — the least that the repair's
     /// assumption R1 allows (docs/fencing.md, "Repair"; a real operator adds a margin) — every

@@ -1,6 +1,6 @@
-//! The world: its clients, nodes and connections, the event queue, and the loop that runs a
-//! schedule — each event at its world time, in the order planned — to its end, where the
-//! checkers read the record. [`run`] is the entry point.
+//! The world: its clients, nodes and connections, built from a seed; the event queue; and the
+//! loop that runs a schedule — each event at its world time, in the order planned — to its
+//! end, where the checkers read the record. [`run`] is the entry point.
 
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -16,7 +16,6 @@ use crate::request::OpId;
 use super::checkers::Record;
 use super::client_net::{Inbound, SimNet};
 use super::clock::{Clock, MS};
-use super::faults::YOUNG_SPAN;
 use super::network::{Conns, Link};
 use super::node::{Node, run_id};
 use super::report::Report;
@@ -25,7 +24,7 @@ use super::setup::{
     BACKOFF_MAX, BACKOFF_MIN, Break, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
     MOST_CLIENTS, NODES, REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING, Setup, TTL,
 };
-use super::workload::{Caller, MAX_THINK, Work};
+use super::workload::{Caller, MAX_THINK, Work, resources};
 
 /// A run that has not finished after this much world time has stalled.
 pub(super) const TIME_LIMIT: u64 = 600_000 * MS;
@@ -39,6 +38,7 @@ const EVENT_LIMIT: u64 = 2_000_000;
 const SEQ_BITS: u32 = 40;
 const SLOT_BITS: u32 = 64 - SEQ_BITS;
 
+/// A client process: its engine and clock, and the callers that share them.
 pub(super) struct Client {
     pub(super) engine: Engine<SimNet>,
     pub(super) clock: Clock,
@@ -49,12 +49,16 @@ pub(super) struct Client {
     /// The last wake asked for on the client's clock, and in world time: the same deadline
     /// comes back poke after poke, and the conversion is a costly part of a poke.
     pub(super) wake_of: Option<(Instant, u64)>,
+    /// While paused, until when; what reaches it meanwhile waits in `deferred`.
     pub(super) paused_until: Option<u64>,
     pub(super) deferred: Vec<Ev>,
     /// Goes on as holder after its validity ended (breaks "work within validity").
     pub(super) ignores_validity: bool,
 }
 
+/// A simulated node as the world runs it: its clock, whether it is down or paused (what
+/// reaches it meanwhile waits in `deferred`), and its incarnation (a crash starts the next:
+/// connections of an earlier one are dead).
 pub(super) struct NodeState {
     pub(super) node: Node,
     pub(super) clock: Clock,
@@ -64,6 +68,7 @@ pub(super) struct NodeState {
     pub(super) incarnation: u64,
 }
 
+/// What an event does (see [`World::handle`]).
 #[derive(Debug)]
 pub(super) enum EvKind {
     ClientWake(usize),
@@ -101,23 +106,63 @@ pub(super) enum EvKind {
     Operator,
 }
 
+/// An event, at its world time.
 #[derive(Debug)]
 pub(super) struct Ev {
     pub(super) t: u64,
     pub(super) kind: EvKind,
 }
 
+/// The events planned, by (time, sequence number), with their slot in `planned`: a heap of
+/// small keys (the events themselves, some large, stay where they were put), each one number
+/// (see `SEQ_BITS`).
+#[derive(Default)]
+pub(super) struct EventQueue {
+    seq: u64,
+    keys: BinaryHeap<Reverse<u128>>,
+    planned: Vec<Option<EvKind>>,
+    /// Slots of `planned` free for the next events.
+    free_slots: Vec<u32>,
+}
+
+impl EventQueue {
+    /// Plans `kind` at world time `t`, after every event planned before at the same time.
+    fn push(&mut self, t: u64, kind: EvKind) {
+        self.seq += 1;
+        let slot = match self.free_slots.pop() {
+            Some(slot) => {
+                self.planned[slot as usize] = Some(kind);
+                slot
+            }
+            None => {
+                self.planned.push(Some(kind));
+                (self.planned.len() - 1) as u32
+            }
+        };
+        assert!(
+            self.seq < 1 << SEQ_BITS && slot < 1 << SLOT_BITS,
+            "more events planned than an event's key holds"
+        );
+        let key = (u128::from(t) << 64) | (u128::from(self.seq) << SLOT_BITS) | u128::from(slot);
+        self.keys.push(Reverse(key));
+    }
+
+    /// The next event planned (the earliest; of those at the same time, the first planned).
+    fn pop(&mut self) -> Option<Ev> {
+        let Reverse(key) = self.keys.pop()?;
+        let (t, slot) = ((key >> 64) as u64, (key as u32) & ((1 << SLOT_BITS) - 1));
+        let kind = self.planned[slot as usize].take().expect("a planned event");
+        self.free_slots.push(slot);
+        Some(Ev { t, kind })
+    }
+}
+
+/// A schedule's world: everything it is made of, and the record the checkers read.
 pub(super) struct World {
     pub(super) rng: Rng,
     pub(super) g: u64,
-    pub(super) seq: u64,
-    /// The events planned, by (time, sequence number), with their slot in `planned`: a heap
-    /// of small keys (the events themselves, some large, stay where they were put), each one
-    /// number (see `SEQ_BITS`).
-    pub(super) queue: BinaryHeap<Reverse<u128>>,
-    pub(super) planned: Vec<Option<EvKind>>,
-    /// Slots of `planned` free for the next events.
-    pub(super) free_slots: Vec<u32>,
+    /// The events planned.
+    events: EventQueue,
     pub(super) base: Instant,
     pub(super) shared: Arc<Shared>,
     pub(super) clients: Vec<Client>,
@@ -167,15 +212,7 @@ thread_local! {
 pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     let mut world = World::new(seed, setup, trace.is_some());
     world.run();
-    for client in &world.clients {
-        let shared = &client.engine.shared;
-        world.report.renewals.0 += shared
-            .keep_extended
-            .load(std::sync::atomic::Ordering::Relaxed);
-        world.report.renewals.1 += shared
-            .keep_retried
-            .load(std::sync::atomic::Ordering::Relaxed);
-    }
+    world.count_renewals();
     if setup.breaks.contention() && setup.faults {
         // The same schedule with every node up: its grants per second are the measure.
         let healthy = run(
@@ -191,191 +228,184 @@ pub fn run(seed: u64, setup: Setup, trace: Option<&mut String>) -> Report {
     if let (Some(out), Some(t)) = (trace, world.trace.take()) {
         *out = t;
     }
-    for client in world.clients.drain(..) {
-        let slab = client.engine.into_slab();
-        SLABS.with_borrow_mut(|kept| {
-            if kept.len() < KEPT_SLABS {
-                kept.push(slab);
-            }
-        });
-    }
+    world.keep_slabs();
     world.report
 }
 
+/// The clients' shared settings: the simulation's timings, the quarantine and fencing as
+/// `setup` has them, room for only a few requests per connection in some runs, and the defect
+/// a break brings back.
+fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
+    let quarantine = if setup.broken(Break::Quarantine) {
+        Quarantine::Off
+    } else {
+        Quarantine::Ttl
+    };
+    // Some runs with room for only a few requests per connection: more releases outstanding
+    // than that when a node comes back (issue 36, item 1).
+    let small = matches!(setup.breaks, Break::LedgerUnpaced | Break::FailWhenFull);
+    let max_pending = if small || rng.chance(30) {
+        SMALL_MAX_PENDING
+    } else {
+        Config::default().max_pending
+    };
+    let config = Config {
+        max_pending,
+        ..Config::default()
+    };
+    let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+        .config(config)
+        .ttl(TTL)
+        .retry_delay(RETRY_DELAY, RETRY_JITTER)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .backoff(BACKOFF_MIN, BACKOFF_MAX)
+        .reply_timeout(REPLY_TIMEOUT)
+        .quarantine(quarantine)
+        .fencing(fencing)
+        .shared()
+        .expect("the simulation's settings are valid");
+    let mut shared = shared;
+    if !setup.control {
+        let shared = Arc::get_mut(&mut shared).expect("not shared yet");
+        shared.mutation = setup.breaks.mutation();
+        shared.conn.mutation = shared.mutation;
+        if setup.breaks == Break::NoDriftAllowance {
+            shared.config.drift_factor = 0.0;
+        }
+        if setup.breaks == Break::EvictionCounted {
+            shared.config.evicting_servers = crate::EvictingServers::CountUnsafely;
+        }
+    }
+    shared
+}
+
+/// The clients: one (a crowd), eight (contention) or three to five.
+fn new_clients(
+    setup: Setup,
+    shared: &Arc<Shared>,
+    base: Instant,
+    ppm_bound: u64,
+    rng: &mut Rng,
+) -> Vec<Client> {
+    let n_clients = match setup.breaks {
+        b if b.contention() && setup.crowd => 1,
+        // `redlock demo`'s eight handles.
+        b if b.contention() => MOST_CLIENTS as usize,
+        _ => rng.range(3, 6) as usize,
+    };
+    let mut clients = Vec::with_capacity(n_clients);
+    for c in 0..n_clients {
+        clients.push(new_client(c, setup, shared, base, ppm_bound, rng));
+    }
+    clients
+}
+
+/// Client `c`: its clock, its engine (its waits' pauses drawn from the schedule) and its
+/// callers, each thinking a while before its first lock.
+fn new_client(
+    c: usize,
+    setup: Setup,
+    shared: &Arc<Shared>,
+    base: Instant,
+    ppm_bound: u64,
+    rng: &mut Rng,
+) -> Client {
+    let clock = Clock::drawn(rng, ppm_bound);
+    let now = base + Duration::from_nanos(clock.local_ns(0));
+    let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
+    let slab = SLABS.with_borrow_mut(|kept| kept.pop()).unwrap_or_default();
+    let mut engine = Engine::with_slab(shared.clone(), net, now, slab);
+    // The waits' pauses replay with the schedule.
+    engine.seed(rng.next());
+    let callers = rng.range(1, MAX_CALLERS + 1);
+    let callers = match setup.crowd && setup.breaks.contention() {
+        true => CROWD,
+        false => callers,
+    };
+    let callers = (0..callers)
+        .map(|_| Caller {
+            work: Work::Idle {
+                until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
+            },
+            want: None,
+        })
+        .collect();
+    Client {
+        engine,
+        clock,
+        callers,
+        wake: None,
+        wake_of: None,
+        paused_until: None,
+        deferred: Vec::new(),
+        ignores_validity: setup.broken(Break::WorkPastValidity),
+    }
+}
+
+/// The nodes, honest or with the defect of the break, up for an hour or (`Setup::young`)
+/// just started.
+fn new_nodes(setup: Setup, ppm_bound: u64, rng: &mut Rng) -> Vec<NodeState> {
+    let young = setup.young && setup.breaks.contention();
+    // Half the runs with release notices (pub/sub: waiters woken by releases at once,
+    // which is where contention with a frozen node once collapsed); the others poll, as
+    // clients of servers whose ACL refuses the channel. (Notices fan out: a run with them
+    // is about 2.6 times the events.)
+    let pubsub = rng.chance(50) || setup.breaks == Break::NoticeHerd;
+    let mut nodes = Vec::with_capacity(NODES);
+    for i in 0..NODES {
+        let clock = Clock::drawn(rng, ppm_bound);
+        // Up for an hour (not quarantined), or just started.
+        let age = if young { 0 } else { 3_600_000 * MS };
+        let mut node = Node::new(run_id(rng), clock.local_ns(0) - age);
+        node.lying = setup.broken(Break::LyingNode) && i == 0;
+        node.set_first_only = setup.broken(Break::SetNotAllOrNone);
+        node.reader_ignores_writer = setup.broken(Break::ReaderIgnoresWriter);
+        node.reader_cap = setup
+            .broken(Break::CounterSemaphore)
+            .then_some(COUNTER_PERMITS);
+        node.pubsub = pubsub;
+        node.evicting =
+            setup.breaks == Break::EvictionCounted && i < if setup.control { 2 } else { 3 };
+        nodes.push(NodeState {
+            node,
+            clock,
+            down: false,
+            paused: false,
+            deferred: Vec::new(),
+            incarnation: 0,
+        });
+    }
+    nodes
+}
+
 impl World {
+    /// The world of schedule `seed`, drawn in this order: the clients' settings, the
+    /// clients, the nodes, the links, the resources; then its faults are planned and every
+    /// client runs once.
     pub(super) fn new(seed: u64, setup: Setup, tracing: bool) -> World {
         let mut rng = Rng(seed);
-        let broken = |b: Break| setup.breaks == b && !setup.control;
         let fencing = setup.fencing || setup.breaks.needs_fencing();
-        let young = setup.young && setup.breaks.contention();
-        let quarantine = if broken(Break::Quarantine) {
-            Quarantine::Off
-        } else {
-            Quarantine::Ttl
-        };
-        // Some runs with room for only a few requests per connection: more releases outstanding
-        // than that when a node comes back (issue 36, item 1).
-        let small = matches!(setup.breaks, Break::LedgerUnpaced | Break::FailWhenFull);
-        let max_pending = if small || rng.chance(30) {
-            SMALL_MAX_PENDING
-        } else {
-            Config::default().max_pending
-        };
-        let config = Config {
-            max_pending,
-            ..Config::default()
-        };
-        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
-            .config(config)
-            .ttl(TTL)
-            .retry_delay(RETRY_DELAY, RETRY_JITTER)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .backoff(BACKOFF_MIN, BACKOFF_MAX)
-            .reply_timeout(REPLY_TIMEOUT)
-            .quarantine(quarantine)
-            .fencing(fencing)
-            .shared()
-            .expect("the simulation's settings are valid");
-        let mut shared = shared;
-        if !setup.control {
-            let shared = Arc::get_mut(&mut shared).expect("not shared yet");
-            shared.mutation = setup.breaks.mutation();
-            shared.conn.mutation = shared.mutation;
-            if setup.breaks == Break::NoDriftAllowance {
-                shared.config.drift_factor = 0.0;
-            }
-            if setup.breaks == Break::EvictionCounted {
-                shared.config.evicting_servers = crate::EvictingServers::CountUnsafely;
-            }
-        }
+        let shared = shared_settings(setup, fencing, &mut rng);
         let base = Instant::now();
         // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
         // within the factor (see the README's Reliability section).
-        let ppm_bound = if broken(Break::ClockDrift) {
+        let ppm_bound = if setup.broken(Break::ClockDrift) {
             50_000
         } else {
             4_900
         };
-        let clock = |rng: &mut Rng| Clock {
-            ppm: rng.range(0, 2 * ppm_bound + 1) as i64 - ppm_bound as i64,
-        };
-        let n_clients = match setup.breaks {
-            b if b.contention() && setup.crowd => 1,
-            // `redlock demo`'s eight handles.
-            b if b.contention() => MOST_CLIENTS as usize,
-            _ => rng.range(3, 6) as usize,
-        };
-        let mut clients = Vec::with_capacity(n_clients);
-        for c in 0..n_clients {
-            let clock = clock(&mut rng);
-            let now = base + Duration::from_nanos(clock.local_ns(0));
-            let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
-            let slab = SLABS.with_borrow_mut(|kept| kept.pop()).unwrap_or_default();
-            let mut engine = Engine::with_slab(shared.clone(), net, now, slab);
-            // The waits' pauses replay with the schedule.
-            engine.seed(rng.next());
-            let callers = rng.range(1, MAX_CALLERS + 1);
-            let callers = match setup.crowd && setup.breaks.contention() {
-                true => CROWD,
-                false => callers,
-            };
-            let callers = (0..callers)
-                .map(|_| Caller {
-                    work: Work::Idle {
-                        until: now + Duration::from_nanos(rng.range(0, MAX_THINK)),
-                    },
-                    want: None,
-                })
-                .collect();
-            clients.push(Client {
-                engine,
-                clock,
-                callers,
-                wake: None,
-                wake_of: None,
-                paused_until: None,
-                deferred: Vec::new(),
-                ignores_validity: broken(Break::WorkPastValidity),
-            });
-        }
-        // Half the runs with release notices (pub/sub: waiters woken by releases at once,
-        // which is where contention with a frozen node once collapsed); the others poll, as
-        // clients of servers whose ACL refuses the channel. (Notices fan out: a run with them
-        // is about 2.6 times the events.)
-        let pubsub = rng.chance(50) || setup.breaks == Break::NoticeHerd;
-        let mut nodes = Vec::with_capacity(NODES);
-        for i in 0..NODES {
-            let clock = clock(&mut rng);
-            // Up for an hour (not quarantined), or just started.
-            let age = if young { 0 } else { 3_600_000 * MS };
-            let mut node = Node::new(run_id(&mut rng), clock.local_ns(0) - age);
-            node.lying = broken(Break::LyingNode) && i == 0;
-            node.set_first_only = broken(Break::SetNotAllOrNone);
-            node.reader_ignores_writer = broken(Break::ReaderIgnoresWriter);
-            node.reader_cap = broken(Break::CounterSemaphore).then_some(COUNTER_PERMITS);
-            node.pubsub = pubsub;
-            node.evicting =
-                setup.breaks == Break::EvictionCounted && i < if setup.control { 2 } else { 3 };
-            nodes.push(NodeState {
-                node,
-                clock,
-                down: false,
-                paused: false,
-                deferred: Vec::new(),
-                incarnation: 0,
-            });
-        }
+        let clients = new_clients(setup, &shared, base, ppm_bound, &mut rng);
+        let nodes = new_nodes(setup, ppm_bound, &mut rng);
+        let n_clients = clients.len();
         let links = (0..n_clients * NODES)
-            .map(|_| Link {
-                base: rng.range(50_000, 2 * MS),
-                blocked_until: 0,
-                slow_until: 0,
-            })
+            .map(|_| Link::drawn(&mut rng))
             .collect();
-        let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
-        let plain = match rng.range(1, 4) {
-            // Contention for one resource.
-            _ if setup.breaks.contention() || setup.breaks == Break::RunIdOnYesOnly => 1,
-            1 if sets => 2,
-            k => k as usize,
-        };
-        let mut resources: Vec<Vec<u8>> = (0..plain)
-            .map(|r| format!("sim:{r}").into_bytes())
-            .collect();
-        // Each resource's members (itself for a plain one); with sets, every pair of
-        // neighbours and, of three, all three.
-        let mut members: Vec<Vec<usize>> = (0..plain).map(|r| vec![r]).collect();
-        if sets {
-            let mut groups: Vec<Vec<usize>> = (0..plain - 1).map(|r| vec![r, r + 1]).collect();
-            if plain == 3 {
-                groups.push(vec![0, 1, 2]);
-            }
-            for group in groups {
-                let names: Vec<&[u8]> = group.iter().map(|&m| &resources[m][..]).collect();
-                let set = crate::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
-                resources.push(set);
-                members.push(group);
-            }
-        }
-        // With readers, each plain resource's shared lock.
-        let mut shared_of = vec![false; resources.len()];
-        let counter = setup.breaks == Break::CounterSemaphore;
-        if setup.shared || setup.breaks == Break::ReaderIgnoresWriter || counter {
-            for r in 0..plain {
-                let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
-                name.extend_from_slice(&resources[r]);
-                resources.push(name);
-                members.push(vec![r]);
-                shared_of.push(true);
-            }
-        }
+        let (resources, members, shared_of) = resources(setup, &mut rng);
+        let callers = clients.iter().map(|c| c.callers.len()).sum();
         let mut world = World {
             rng,
             g: 0,
-            seq: 0,
-            queue: BinaryHeap::new(),
-            planned: Vec::new(),
-            free_slots: Vec::new(),
+            events: EventQueue::default(),
             base,
             shared,
             clients,
@@ -385,7 +415,7 @@ impl World {
             resources,
             members,
             shared_of,
-            only_shared: counter,
+            only_shared: setup.breaks == Break::CounterSemaphore,
             fencing,
             setup,
             report: Report {
@@ -398,17 +428,11 @@ impl World {
             record: Record::new(n_clients),
             healed_at: None,
             repair: None,
-            callers: 0,
+            callers,
             done_callers: 0,
         };
-        world.callers = world.clients.iter().map(|c| c.callers.len()).sum();
-        if young {
-            // Every node in its quarantine from the start until a window after the last
-            // client's first contact: no progress owed meanwhile.
-            for node in 0..NODES {
-                world.record.node_faults.push((node, 0, YOUNG_SPAN));
-            }
-            world.record.changes.push(YOUNG_SPAN);
+        if setup.young && setup.breaks.contention() {
+            world.young_nodes_quarantined();
         }
         world.plan_faults();
         for c in 0..n_clients {
@@ -417,54 +441,22 @@ impl World {
         world
     }
 
+    /// Adds a line to the trace, if one is kept (`what` is not called otherwise).
     pub(super) fn log(&mut self, what: impl FnOnce() -> String) {
         if let Some(t) = self.trace.as_mut() {
             let _ = writeln!(t, "{:>12.6} ms  {}", self.g as f64 / MS as f64, what());
         }
     }
 
+    /// Plans `kind` at world time `t`.
     pub(super) fn at(&mut self, t: u64, kind: EvKind) {
-        self.seq += 1;
-        let slot = match self.free_slots.pop() {
-            Some(slot) => {
-                self.planned[slot as usize] = Some(kind);
-                slot
-            }
-            None => {
-                self.planned.push(Some(kind));
-                (self.planned.len() - 1) as u32
-            }
-        };
-        assert!(
-            self.seq < 1 << SEQ_BITS && slot < 1 << SLOT_BITS,
-            "more events planned than an event's key holds"
-        );
-        let key = (u128::from(t) << 64) | (u128::from(self.seq) << SLOT_BITS) | u128::from(slot);
-        self.queue.push(Reverse(key));
+        self.events.push(t, kind);
     }
 
-    /// The next event planned (the earliest; of those at the same time, the first planned).
-    pub(super) fn next_event(&mut self) -> Option<Ev> {
-        let Reverse(key) = self.queue.pop()?;
-        let (t, slot) = ((key >> 64) as u64, (key as u32) & ((1 << SLOT_BITS) - 1));
-        let kind = self.planned[slot as usize].take().expect("a planned event");
-        self.free_slots.push(slot);
-        Some(Ev { t, kind })
-    }
-
+    /// Runs the schedule to its end (every caller done, nothing left to happen, or a limit
+    /// reached), then checks the record.
     pub(super) fn run(&mut self) {
-        while let Some(ev) = self.next_event() {
-            if self.done_callers == self.callers {
-                break;
-            }
-            self.report.events += 1;
-            if ev.t > TIME_LIMIT || self.report.events > EVENT_LIMIT {
-                self.report.stalled = true;
-                break;
-            }
-            self.g = self.g.max(ev.t);
-            self.handle(ev);
-        }
+        self.run_events();
         // Nothing left to happen while a caller still has work: a hang (an operation no timer
         // will end, an engine that asked for no wake) — found as a stall, not let through.
         if self
@@ -478,6 +470,23 @@ impl World {
         self.close_beliefs();
         self.report.sim_time = Duration::from_nanos(self.g);
         self.check_record();
+    }
+
+    /// Handles the events in order until every caller is done or none is left; one past a
+    /// limit stalls the run.
+    fn run_events(&mut self) {
+        while let Some(ev) = self.events.pop() {
+            if self.done_callers == self.callers {
+                break;
+            }
+            self.report.events += 1;
+            if ev.t > TIME_LIMIT || self.report.events > EVENT_LIMIT {
+                self.report.stalled = true;
+                break;
+            }
+            self.g = self.g.max(ev.t);
+            self.handle(ev);
+        }
     }
 
     /// Does what an event says, at its world time.
@@ -518,10 +527,12 @@ impl World {
         }
     }
 
+    /// Client `c`'s clock now.
     pub(super) fn local(&self, c: usize) -> Instant {
         self.base + Duration::from_nanos(self.clients[c].clock.local_ns(self.g))
     }
 
+    /// The world time at which client `c`'s clock reads `t`.
     pub(super) fn world_of(&self, c: usize, t: Instant) -> u64 {
         let local = t.saturating_duration_since(self.base).as_nanos() as u64;
         self.clients[c].clock.world_ns(local)
@@ -545,37 +556,15 @@ impl World {
         for k in 0..callers {
             self.keeping_after(c, k, now);
         }
-        // The workload may submit; each turn's submissions are written by another step.
-        for _ in 0..4 {
-            let mut submitted = false;
-            for k in 0..callers {
-                submitted |= self.work(c, k, now);
-            }
-            if !submitted {
-                break;
-            }
-            self.clients[c].engine.step(now);
-        }
-        // The list goes back empty: its room is kept for the next turn's actions.
-        let mut actions = std::mem::take(&mut self.clients[c].engine.net.actions);
-        for action in actions.drain(..) {
-            self.send(c, action);
-        }
-        self.clients[c].engine.net.actions = actions;
-        let timer = self.clients[c]
-            .callers
-            .iter()
-            .filter_map(|k| match &k.work {
-                Work::Idle { until } => Some(*until),
-                Work::Holding(h) => Some(h.until),
-                Work::Keeping(k) => Some(k.until),
-                Work::Acquiring {
-                    slot: Some((slot, drop_at)),
-                    ..
-                } if !slot.is_done() => Some(*drop_at),
-                _ => None,
-            })
-            .min();
+        self.work_turns(c, callers, now);
+        self.send_actions(c);
+        self.plan_wake(c, now);
+    }
+
+    /// Plans client `c`'s next wake: its engine's next deadline or its callers' next timer,
+    /// whichever comes first, and never at the instant of this poke.
+    fn plan_wake(&mut self, c: usize, now: Instant) {
+        let timer = self.callers_due(c);
         let next = [self.clients[c].engine.wake_at(now), timer]
             .into_iter()
             .flatten()
@@ -594,6 +583,31 @@ impl World {
                 self.clients[c].wake = Some(t);
                 self.at(t, EvKind::ClientWake(c));
             }
+        }
+    }
+
+    /// Adds up the kept locks' renewals that the engines counted.
+    fn count_renewals(&mut self) {
+        for client in &self.clients {
+            let shared = &client.engine.shared;
+            self.report.renewals.0 += shared
+                .keep_extended
+                .load(std::sync::atomic::Ordering::Relaxed);
+            self.report.renewals.1 += shared
+                .keep_retried
+                .load(std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Gives the clients' operation slots back to the thread, for the next schedules.
+    fn keep_slabs(&mut self) {
+        for client in self.clients.drain(..) {
+            let slab = client.engine.into_slab();
+            SLABS.with_borrow_mut(|kept| {
+                if kept.len() < KEPT_SLABS {
+                    kept.push(slab);
+                }
+            });
         }
     }
 }
