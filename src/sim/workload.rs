@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::engine::Waiter;
 use crate::kept::Kept;
-use crate::lock::Lock;
+use crate::lock::{Grant, Lock};
 use crate::mailbox::Slot;
 use crate::request::{OpId, Outcome, ReqKind};
 use crate::token::Token;
@@ -340,108 +340,17 @@ impl World {
         self.setup.breaks.contention()
     }
 
-    /// [`World::work`] for a caller with something due.
+    /// [`World::work`] for a caller with something due: the next step of what it is doing.
+    /// True if it submitted an operation.
     pub(super) fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
         match std::mem::replace(&mut client.callers[k].work, Work::Done) {
-            Work::Idle { until } if now >= until => {
-                let g = self.g;
-                let res = match self.clients[c].callers[k].want {
-                    // A want goes on until it is granted — or, so that a run without a quorum
-                    // ends, until the run has made twice its operations.
-                    Some((res, _)) if self.report.ops < 2 * self.ops() => res,
-                    Some((res, start)) => {
-                        self.clients[c].callers[k].want = None;
-                        self.record.wants.push(Want {
-                            res,
-                            client: c,
-                            caller: k,
-                            start,
-                            end: g,
-                        });
-                        self.report.abandoned += 1;
-                        self.log(|| format!("client {c}/{k} gives {res} up"));
-                        return false;
-                    }
-                    None if self.report.ops >= self.ops() => return false,
-                    None => {
-                        let mut res = self.rng.range(0, self.resources.len() as u64) as usize;
-                        if self.only_shared && !self.shared_of[res] {
-                            // The shared locks are the last `plain` resources.
-                            let plain = self.shared_of.iter().filter(|&&s| s).count();
-                            res = self.resources.len() - plain + res % plain;
-                        }
-                        self.clients[c].callers[k].want = Some((res, g));
-                        self.report.wants += 1;
-                        res
-                    }
-                };
-                // 20 bytes, encoded as the client's own tokens are (a reader's release sweeps
-                // only members of that shape).
-                let mut raw = [0u8; crate::token::RANDOM_BYTES];
-                for chunk in raw.chunks_mut(8) {
-                    let n = self.rng.next().to_le_bytes();
-                    chunk.copy_from_slice(&n[..chunk.len()]);
-                }
-                let token = Token::encode(&raw);
-                // A third wait for the resource (lock_until): attempts with tokens of their own,
-                // brought by releases, the poll or a split vote's pause, until a deadline.
-                let wait = self
-                    .rng
-                    .chance(33)
-                    .then(|| Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64)));
-                let kind = match wait {
-                    Some(wait) => ReqKind::Wait {
-                        ttl: TTL,
-                        deadline: now + wait,
-                    },
-                    None => ReqKind::Acquire { ttl: TTL },
-                };
-                // An async caller's wait, whose future is dropped before its deadline.
-                let slot = match wait {
-                    Some(wait) if self.setup.cancel && self.rng.chance(50) => {
-                        let drop_in = self.rng.range(0, wait.as_nanos() as u64);
-                        let drop_at = now + Duration::from_nanos(drop_in);
-                        Some((Arc::new(Slot::for_tasks()), drop_at))
-                    }
-                    _ => None,
-                };
-                let id = match &slot {
-                    Some((slot, _)) => {
-                        let waiter = Waiter::Slot(slot.clone());
-                        self.submit_for(c, kind, res, &token, waiter, now)
-                    }
-                    None => self.submit(c, kind, res, &token, now),
-                };
-                self.log(|| match wait {
-                    Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
-                    None => format!("client {c} acquires {res}"),
-                });
-                let start_g = self.g;
-                self.clients[c].callers[k].work = Work::Acquiring {
-                    id,
-                    res,
-                    token,
-                    start_g,
-                    deadline: wait.map(|wait| now + wait),
-                    slot,
-                };
-                true
-            }
+            Work::Idle { until } if now >= until => self.acquire(c, k, now),
             Work::Acquiring {
                 slot: Some((slot, drop_at)),
                 res,
                 ..
-            } if !slot.is_done() && now >= drop_at => {
-                // The async caller drops its future: nobody takes the outcome (a lock won for
-                // it is the engine's to release); the caller still wants the resource.
-                slot.cell().cancelled = true;
-                self.report.dropped += 1;
-                self.log(|| format!("client {c} drops its wait for {res}"));
-                let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
-                self.clients[c].callers[k].work = Work::Idle { until: now + pause };
-                false
-            }
+            } if !slot.is_done() && now >= drop_at => self.drop_wait(c, k, slot, res, now),
             Work::Acquiring {
                 id,
                 res,
@@ -456,91 +365,8 @@ impl World {
                 if let Some(deadline) = deadline {
                     self.ended_wait(c, start_g, deadline);
                 }
-                let client = &mut self.clients[c];
-                let outcome = match slot {
-                    Some((slot, _)) => slot.cell().take_outcome().map(|(outcome, _)| outcome),
-                    None => client.engine.take(id),
-                };
-                let won = match outcome {
-                    Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
-                    // A waited-for acquire: the token is the winning attempt's.
-                    Some(Outcome::Locked(Ok((variant, grant)))) => {
-                        Ok((token.variant(variant), grant))
-                    }
-                    other => Err(other),
-                };
-                match won {
-                    Ok((token, grant)) => {
-                        let valid = grant.valid_until;
-                        let backing = grant.votes.yes;
-                        self.check_cover(c, res, token.as_bytes(), valid);
-                        let fence = grant.fence.unwrap_or(0);
-                        if let Some(f) = grant.fence {
-                            self.report.fenced += 1;
-                            self.record.acquisitions.push((start_g, self.g, f, c));
-                            self.log(|| format!("client {c} got fence {f}"));
-                        }
-                        self.report.acquired += 1;
-                        if self.report.first_grant.is_none() {
-                            self.report.first_grant = Some(Duration::from_nanos(self.g));
-                        }
-                        if grant.fence.is_some() && self.healed_at.is_some_and(|h| self.g > h) {
-                            self.report.fenced_after_heal += 1;
-                        }
-                        if let Some((r, start)) = self.clients[c].callers[k].want.take() {
-                            let end = self.g;
-                            self.record.wants.push(Want {
-                                res: r,
-                                client: c,
-                                caller: k,
-                                start,
-                                end,
-                            });
-                        }
-                        let left = valid.saturating_duration_since(now);
-                        // Some holders keep it past their validity (they stop believing then).
-                        let hold = match self.contend() {
-                            // Released at once, as `redlock demo`'s handles do.
-                            true => Duration::ZERO,
-                            false => left.mul_f64(self.rng.range(0, 120) as f64 / 100.0),
-                        };
-                        let g = self.g;
-                        self.log(|| {
-                            format!("client {c} holds {res}, valid {} ms", left.as_millis())
-                        });
-                        if !self.contend() && self.rng.chance(25) {
-                            // Kept: renewed by the engine for up to four TTLs.
-                            let resource = &self.resources[res];
-                            let lock = Lock::granted(resource, token, grant);
-                            let kept = Arc::new(Kept::new(
-                                lock,
-                                self.clients[c].engine.callbacks.clone(),
-                                &self.clients[c].engine.shared.nodes,
-                            ));
-                            self.clients[c].engine.keep(kept.clone(), now);
-                            let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
-                            self.log(|| format!("client {c} keeps {res}"));
-                            self.clients[c].callers[k].work = Work::Keeping(Keeping {
-                                kept,
-                                res,
-                                until,
-                                open: Some(g),
-                                fence,
-                                checked: valid,
-                            });
-                            return true;
-                        }
-                        self.clients[c].callers[k].work = Work::Holding(Hold {
-                            res,
-                            token,
-                            backing,
-                            valid,
-                            until: now + hold,
-                            start_g: g,
-                            extensions: 0,
-                            fence,
-                        });
-                    }
+                match self.acquire_outcome(c, id, token, slot) {
+                    Ok(won) => return self.granted(c, k, res, start_g, won, now),
                     Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
                         let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
@@ -549,58 +375,9 @@ impl World {
                 }
                 false
             }
-            Work::Holding(mut hold) if now >= hold.until => {
-                let extend = !self.contend()
-                    && hold.extensions < 3
-                    && now < hold.valid
-                    && self.rng.chance(30);
-                if extend {
-                    let kind = ReqKind::Extend {
-                        ttl: TTL,
-                        valid_until: hold.valid,
-                        backing: hold.backing,
-                    };
-                    let id = self.submit(c, kind, hold.res, &hold.token, now);
-                    hold.extensions += 1;
-                    self.log(|| format!("client {c} extends {}", hold.res));
-                    self.clients[c].callers[k].work = Work::Extending { id, hold };
-                } else {
-                    self.end_belief(c, &hold, self.g);
-                    if self.rng.chance(30) {
-                        // unlock_nowait: nobody waits for the replies.
-                        let (res, token) = (hold.res, hold.token);
-                        self.submit_for(c, ReqKind::Release, res, &token, Waiter::None, now);
-                        self.log(|| format!("client {c} releases {res} without waiting"));
-                        let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
-                        self.clients[c].callers[k].work = Work::Idle { until: now + think };
-                    } else {
-                        let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
-                        self.log(|| format!("client {c} releases {}", hold.res));
-                        self.clients[c].callers[k].work = Work::Releasing { id };
-                    }
-                }
-                true
-            }
-            Work::Extending { id, mut hold } if client.engine.is_done(id) => {
-                match client.engine.take(id) {
-                    Some(Outcome::Extended(valid, result)) => {
-                        if result.is_ok() {
-                            self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
-                        }
-                        // As `Lock::extended_on` follows it (0: not known, and stays so).
-                        let (won, votes) = crate::lock::extend_votes(&result);
-                        hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
-                        hold.valid = valid;
-                        let left = valid.saturating_duration_since(now);
-                        let frac = self.rng.range(0, 120) as f64 / 100.0;
-                        hold.until = now + left.mul_f64(frac);
-                        let result = result.map(|_| ());
-                        self.log(|| format!("client {c} extend: {result:?}"));
-                    }
-                    other => unreachable!("an extend's outcome: {other:?}"),
-                }
-                self.clients[c].callers[k].work = Work::Holding(hold);
-                false
+            Work::Holding(hold) if now >= hold.until => self.hold_ends(c, k, hold, now),
+            Work::Extending { id, hold } if client.engine.is_done(id) => {
+                self.extended(c, k, id, hold, now)
             }
             // A holder stops at its planned end, or when it learns of the loss (then it
             // releases what the engine left on the nodes for it: `Kept::leave_to_holder`); a
@@ -608,21 +385,7 @@ impl World {
             Work::Keeping(kp)
                 if now >= kp.until || (kp.kept.is_lost() && !client.ignores_validity) =>
             {
-                if let Some(start) = kp.open {
-                    let end = self.belief_end(c, kp.kept.valid_until(), self.g);
-                    self.believed(c, kp.res, start, end, kp.fence);
-                }
-                if kp.kept.end_by_holder().releases() {
-                    let (res, token) = (kp.res, *kp.kept.base().token());
-                    let id = self.submit(c, ReqKind::Release, res, &token, now);
-                    self.log(|| format!("client {c} releases kept {res}"));
-                    self.clients[c].callers[k].work = Work::Releasing { id };
-                    true
-                } else {
-                    self.log(|| format!("client {c} finds kept {} released", kp.res));
-                    self.clients[c].callers[k].work = Work::Idle { until: now };
-                    false
-                }
+                self.keeping_ends(c, k, kp, now)
             }
             Work::Releasing { id } if client.engine.is_done(id) => {
                 let _ = client.engine.take(id);
@@ -634,6 +397,316 @@ impl World {
                 self.clients[c].callers[k].work = other;
                 false
             }
+        }
+    }
+
+    /// Caller `k` of client `c`, done thinking, goes on with its want (or begins one) and
+    /// submits an acquire of it — a third of them a wait. Its want given up, or none begun
+    /// (the run's operations are spent), it is done.
+    fn acquire(&mut self, c: usize, k: usize, now: Instant) -> bool {
+        let Some(res) = self.next_want(c, k) else {
+            return false;
+        };
+        let token = self.draw_token();
+        // A third wait for the resource (lock_until): attempts with tokens of their own,
+        // brought by releases, the poll or a split vote's pause, until a deadline.
+        let wait = self
+            .rng
+            .chance(33)
+            .then(|| Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64)));
+        let kind = match wait {
+            Some(wait) => ReqKind::Wait {
+                ttl: TTL,
+                deadline: now + wait,
+            },
+            None => ReqKind::Acquire { ttl: TTL },
+        };
+        // An async caller's wait, whose future is dropped before its deadline.
+        let slot = match wait {
+            Some(wait) if self.setup.cancel && self.rng.chance(50) => {
+                let drop_in = self.rng.range(0, wait.as_nanos() as u64);
+                let drop_at = now + Duration::from_nanos(drop_in);
+                Some((Arc::new(Slot::for_tasks()), drop_at))
+            }
+            _ => None,
+        };
+        let id = match &slot {
+            Some((slot, _)) => {
+                let waiter = Waiter::Slot(slot.clone());
+                self.submit_for(c, kind, res, &token, waiter, now)
+            }
+            None => self.submit(c, kind, res, &token, now),
+        };
+        self.log(|| match wait {
+            Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),
+            None => format!("client {c} acquires {res}"),
+        });
+        let start_g = self.g;
+        self.clients[c].callers[k].work = Work::Acquiring {
+            id,
+            res,
+            token,
+            start_g,
+            deadline: wait.map(|wait| now + wait),
+            slot,
+        };
+        true
+    }
+
+    /// The resource caller `k` of client `c` wants next: the one it wants still, or a new
+    /// one. `None` when it gives its want up or begins none.
+    fn next_want(&mut self, c: usize, k: usize) -> Option<usize> {
+        let g = self.g;
+        match self.clients[c].callers[k].want {
+            // A want goes on until it is granted — or, so that a run without a quorum
+            // ends, until the run has made twice its operations.
+            Some((res, _)) if self.report.ops < 2 * self.ops() => Some(res),
+            Some((res, start)) => {
+                self.clients[c].callers[k].want = None;
+                self.record.wants.push(Want {
+                    res,
+                    client: c,
+                    caller: k,
+                    start,
+                    end: g,
+                });
+                self.report.abandoned += 1;
+                self.log(|| format!("client {c}/{k} gives {res} up"));
+                None
+            }
+            None if self.report.ops >= self.ops() => None,
+            None => {
+                let mut res = self.rng.range(0, self.resources.len() as u64) as usize;
+                if self.only_shared && !self.shared_of[res] {
+                    // The shared locks are the last `plain` resources.
+                    let plain = self.shared_of.iter().filter(|&&s| s).count();
+                    res = self.resources.len() - plain + res % plain;
+                }
+                self.clients[c].callers[k].want = Some((res, g));
+                self.report.wants += 1;
+                Some(res)
+            }
+        }
+    }
+
+    /// A token for an acquire: 20 bytes, encoded as the client's own tokens are (a reader's
+    /// release sweeps only members of that shape).
+    fn draw_token(&mut self) -> Token {
+        let mut raw = [0u8; crate::token::RANDOM_BYTES];
+        for chunk in raw.chunks_mut(8) {
+            let n = self.rng.next().to_le_bytes();
+            chunk.copy_from_slice(&n[..chunk.len()]);
+        }
+        Token::encode(&raw)
+    }
+
+    /// The async caller drops its future: nobody takes the outcome (a lock won for it is the
+    /// engine's to release); the caller still wants the resource.
+    fn drop_wait(&mut self, c: usize, k: usize, slot: Arc<Slot>, res: usize, now: Instant) -> bool {
+        slot.cell().cancelled = true;
+        self.report.dropped += 1;
+        self.log(|| format!("client {c} drops its wait for {res}"));
+        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+        self.clients[c].callers[k].work = Work::Idle { until: now + pause };
+        false
+    }
+
+    /// An acquire's outcome, from its slot (an async caller's) or from the engine: its token
+    /// and grant if it won, else what came.
+    fn acquire_outcome(
+        &mut self,
+        c: usize,
+        id: OpId,
+        token: Token,
+        slot: Option<(Arc<Slot>, Instant)>,
+    ) -> Result<(Token, Grant), Option<Outcome>> {
+        let client = &mut self.clients[c];
+        let outcome = match slot {
+            Some((slot, _)) => slot.cell().take_outcome().map(|(outcome, _)| outcome),
+            None => client.engine.take(id),
+        };
+        match outcome {
+            Some(Outcome::Acquired(Ok(grant))) => Ok((token, grant)),
+            // A waited-for acquire: the token is the winning attempt's.
+            Some(Outcome::Locked(Ok((variant, grant)))) => Ok((token.variant(variant), grant)),
+            other => Err(other),
+        }
+    }
+
+    /// Caller `k` of client `c` won `res` (an acquire submitted at `start_g`): the grant is
+    /// checked and recorded, and the caller holds the lock for a while — or keeps it, renewed
+    /// by the engine. True if it kept it.
+    fn granted(
+        &mut self,
+        c: usize,
+        k: usize,
+        res: usize,
+        start_g: u64,
+        (token, grant): (Token, Grant),
+        now: Instant,
+    ) -> bool {
+        let valid = grant.valid_until;
+        let backing = grant.votes.yes;
+        self.check_cover(c, res, token.as_bytes(), valid);
+        let fence = grant.fence.unwrap_or(0);
+        self.record_grant(c, k, start_g, grant.fence);
+        let left = valid.saturating_duration_since(now);
+        // Some holders keep it past their validity (they stop believing then).
+        let hold = match self.contend() {
+            // Released at once, as `redlock demo`'s handles do.
+            true => Duration::ZERO,
+            false => left.mul_f64(self.rng.range(0, 120) as f64 / 100.0),
+        };
+        let g = self.g;
+        self.log(|| format!("client {c} holds {res}, valid {} ms", left.as_millis()));
+        if !self.contend() && self.rng.chance(25) {
+            // Kept: renewed by the engine for up to four TTLs.
+            let kept = self.keep(c, res, (token, grant), now);
+            let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
+            self.log(|| format!("client {c} keeps {res}"));
+            self.clients[c].callers[k].work = Work::Keeping(Keeping {
+                kept,
+                res,
+                until,
+                open: Some(g),
+                fence,
+                checked: valid,
+            });
+            return true;
+        }
+        self.clients[c].callers[k].work = Work::Holding(Hold {
+            res,
+            token,
+            backing,
+            valid,
+            until: now + hold,
+            start_g: g,
+            extensions: 0,
+            fence,
+        });
+        false
+    }
+
+    /// Counts a grant to caller `k` of client `c` (an acquire submitted at `start_g`), and
+    /// records its fence, if any, and the end of the caller's want.
+    fn record_grant(&mut self, c: usize, k: usize, start_g: u64, fence: Option<u64>) {
+        if let Some(f) = fence {
+            self.report.fenced += 1;
+            self.record.acquisitions.push((start_g, self.g, f, c));
+            self.log(|| format!("client {c} got fence {f}"));
+        }
+        self.report.acquired += 1;
+        if self.report.first_grant.is_none() {
+            self.report.first_grant = Some(Duration::from_nanos(self.g));
+        }
+        if fence.is_some() && self.healed_at.is_some_and(|h| self.g > h) {
+            self.report.fenced_after_heal += 1;
+        }
+        if let Some((r, start)) = self.clients[c].callers[k].want.take() {
+            let end = self.g;
+            self.record.wants.push(Want {
+                res: r,
+                client: c,
+                caller: k,
+                start,
+                end,
+            });
+        }
+    }
+
+    /// Hands a lock won by client `c` to its engine to keep (renew) until it is released.
+    fn keep(
+        &mut self,
+        c: usize,
+        res: usize,
+        (token, grant): (Token, Grant),
+        now: Instant,
+    ) -> Arc<Kept> {
+        let resource = &self.resources[res];
+        let lock = Lock::granted(resource, token, grant);
+        let kept = Arc::new(Kept::new(
+            lock,
+            self.clients[c].engine.callbacks.clone(),
+            &self.clients[c].engine.shared.nodes,
+        ));
+        self.clients[c].engine.keep(kept.clone(), now);
+        kept
+    }
+
+    /// A holder's planned end: it extends (now and then, up to three times, while valid), or
+    /// stops believing and releases (a third without waiting for the replies).
+    fn hold_ends(&mut self, c: usize, k: usize, mut hold: Hold, now: Instant) -> bool {
+        let extend =
+            !self.contend() && hold.extensions < 3 && now < hold.valid && self.rng.chance(30);
+        if extend {
+            let kind = ReqKind::Extend {
+                ttl: TTL,
+                valid_until: hold.valid,
+                backing: hold.backing,
+            };
+            let id = self.submit(c, kind, hold.res, &hold.token, now);
+            hold.extensions += 1;
+            self.log(|| format!("client {c} extends {}", hold.res));
+            self.clients[c].callers[k].work = Work::Extending { id, hold };
+        } else {
+            self.end_belief(c, &hold, self.g);
+            if self.rng.chance(30) {
+                // unlock_nowait: nobody waits for the replies.
+                let (res, token) = (hold.res, hold.token);
+                self.submit_for(c, ReqKind::Release, res, &token, Waiter::None, now);
+                self.log(|| format!("client {c} releases {res} without waiting"));
+                let think = Duration::from_nanos(self.rng.range(0, MAX_THINK));
+                self.clients[c].callers[k].work = Work::Idle { until: now + think };
+            } else {
+                let id = self.submit(c, ReqKind::Release, hold.res, &hold.token, now);
+                self.log(|| format!("client {c} releases {}", hold.res));
+                self.clients[c].callers[k].work = Work::Releasing { id };
+            }
+        }
+        true
+    }
+
+    /// An extend's outcome: the holder holds on, until a new planned end within the validity
+    /// it now has.
+    fn extended(&mut self, c: usize, k: usize, id: OpId, mut hold: Hold, now: Instant) -> bool {
+        match self.clients[c].engine.take(id) {
+            Some(Outcome::Extended(valid, result)) => {
+                if result.is_ok() {
+                    self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
+                }
+                // As `Lock::extended_on` follows it (0: not known, and stays so).
+                let (won, votes) = crate::lock::extend_votes(&result);
+                hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
+                hold.valid = valid;
+                let left = valid.saturating_duration_since(now);
+                let frac = self.rng.range(0, 120) as f64 / 100.0;
+                hold.until = now + left.mul_f64(frac);
+                let result = result.map(|_| ());
+                self.log(|| format!("client {c} extend: {result:?}"));
+            }
+            other => unreachable!("an extend's outcome: {other:?}"),
+        }
+        self.clients[c].callers[k].work = Work::Holding(hold);
+        false
+    }
+
+    /// A kept lock's end: the belief in it, if still held, ends; the holder releases what is
+    /// its to release, or finds it released.
+    fn keeping_ends(&mut self, c: usize, k: usize, kp: Keeping, now: Instant) -> bool {
+        if let Some(start) = kp.open {
+            let end = self.belief_end(c, kp.kept.valid_until(), self.g);
+            self.believed(c, kp.res, start, end, kp.fence);
+        }
+        if kp.kept.end_by_holder().releases() {
+            let (res, token) = (kp.res, *kp.kept.base().token());
+            let id = self.submit(c, ReqKind::Release, res, &token, now);
+            self.log(|| format!("client {c} releases kept {res}"));
+            self.clients[c].callers[k].work = Work::Releasing { id };
+            true
+        } else {
+            self.log(|| format!("client {c} finds kept {} released", kp.res));
+            self.clients[c].callers[k].work = Work::Idle { until: now };
+            false
         }
     }
 }
