@@ -30,9 +30,9 @@ impl World {
         self.record.changes.push(YOUNG_SPAN);
     }
 
+    /// Plans the schedule's faults, by the break it runs: the random plan, or a break's own.
     pub(super) fn plan_faults(&mut self) {
-        let n_clients = self.clients.len();
-        if self.setup.breaks == Break::MajorityDown && !self.setup.control {
+        if self.setup.broken(Break::MajorityDown) {
             // Down from the start until after the run (it ends after its lock operations).
             for node in 0..3 {
                 self.at(0, EvKind::NodeCrash(node, TIME_LIMIT));
@@ -41,51 +41,56 @@ impl World {
         if !self.setup.faults {
             return;
         }
-        if self.setup.breaks.contention() {
+        match self.setup.breaks {
             // Frozen from the start until after the run, and nothing else.
-            self.at(0, EvKind::NodePause(0, TIME_LIMIT));
-            return;
+            b if b.contention() => self.at(0, EvKind::NodePause(0, TIME_LIMIT)),
+            Break::FenceMajorityBlank => self.majority_restarts_blank(),
+            Break::UptimeAtItsWord => self.rolling_restart(),
+            Break::EvictionCounted => self.memory_pressure(),
+            _ => self.random_faults(),
         }
-        if self.setup.breaks == Break::FenceMajorityBlank {
-            // A majority restarts at once, its counters lost, and nothing else goes wrong.
-            let t = self.rng.range(200 * MS, 600 * MS);
-            let mut back = 0;
-            for node in 0..NODES / 2 + 1 {
-                let d = self.rng.range(0, 300 * MS);
-                back = back.max(t + d);
-                self.at(t, EvKind::NodeCrash(node, d));
+    }
+
+    /// (`Break::FenceMajorityBlank`) a majority restarts at once, its counters lost, and
+    /// nothing else goes wrong.
+    fn majority_restarts_blank(&mut self) {
+        let t = self.rng.range(200 * MS, 600 * MS);
+        let mut back = 0;
+        for node in 0..NODES / 2 + 1 {
+            let d = self.rng.range(0, 300 * MS);
+            back = back.max(t + d);
+            self.at(t, EvKind::NodeCrash(node, d));
+        }
+        let healed = back + QUARANTINE_SPAN;
+        self.healed_at = Some(healed);
+        if self.setup.control {
+            // The operator repairs once every node is back (and retries until it works).
+            self.at(healed, EvKind::Operator);
+        }
+    }
+
+    /// (`Break::EvictionCounted`) memory pressure now and then on each evicting node, and
+    /// nothing else.
+    fn memory_pressure(&mut self) {
+        for node in 0..NODES {
+            if !self.nodes[node].node.evicting {
+                continue;
             }
-            let healed = back + QUARANTINE_SPAN;
-            self.healed_at = Some(healed);
-            if self.setup.control {
-                // The operator repairs once every node is back (and retries until it works).
-                self.at(healed, EvKind::Operator);
+            for _ in 0..self.rng.range(5, 30) {
+                let t = self.rng.range(0, 4_000 * MS);
+                self.at(t, EvKind::Evict(node));
             }
-            return;
         }
-        if self.setup.breaks == Break::UptimeAtItsWord {
-            self.rolling_restart();
-            return;
-        }
-        if self.setup.breaks == Break::EvictionCounted {
-            // Memory pressure now and then on each evicting node, and nothing else.
-            for node in 0..NODES {
-                if !self.nodes[node].node.evicting {
-                    continue;
-                }
-                for _ in 0..self.rng.range(5, 30) {
-                    let t = self.rng.range(0, 4_000 * MS);
-                    self.at(t, EvKind::Evict(node));
-                }
-            }
-            return;
-        }
+    }
+
+    /// Faults at random times in the first seconds: a few of every kind, or many of the kinds
+    /// the break is about.
+    fn random_faults(&mut self) {
+        let n_clients = self.clients.len();
         let count = match self.setup.breaks {
             Break::Nothing | Break::MajorityDown => self.rng.range(0, 6),
             _ => self.rng.range(3, 10),
         };
-        let crashes = self.setup.breaks == Break::FenceBlankAsZero;
-
         for _ in 0..count {
             let t = self.rng.range(0, 4_000 * MS);
             // Replacements after every client has met every node: one that meets a node first
@@ -96,39 +101,43 @@ impl World {
             };
             let node = self.rng.range(0, NODES as u64) as usize;
             let client = self.rng.range(0, n_clients as u64) as usize;
-            let kind = match self.setup.breaks {
-                Break::Quarantine | Break::RunIdOnYesOnly => {
-                    EvKind::NodeCrash(node, self.rng.range(0, 100 * MS))
-                }
-                // Restarts, and clients cut from the nodes that still hold the highest fence.
-                _ if crashes && self.rng.chance(50) => {
-                    EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS))
-                }
-                _ if crashes => {
-                    EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS))
-                }
-                Break::WorkPastValidity => {
-                    EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
-                }
-                // Nodes away while callers release, then back to a ledger that outgrew
-                // max_pending.
-                Break::LedgerUnpaced => match self.rng.range(0, 3) {
-                    0 => EvKind::NodePause(node, self.rng.range(500 * MS, 2_500 * MS)),
-                    1 => EvKind::NodeCrash(node, self.rng.range(200 * MS, 1_000 * MS)),
-                    _ => EvKind::Partition(client, node, self.rng.range(500 * MS, 3_000 * MS)),
-                },
-
-                _ => match self.rng.range(0, 7) {
-                    0 => EvKind::NodePause(node, self.rng.range(10 * MS, 2_000 * MS)),
-                    1 => EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS)),
-                    2 => EvKind::ConnReset(client, node),
-                    3 => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
-                    4 => EvKind::ClientPause(client, self.rng.range(10 * MS, 1_500 * MS)),
-                    5 => EvKind::ScriptFlush(node),
-                    _ => EvKind::SlowLink(client, node, self.rng.range(100 * MS, 2_000 * MS)),
-                },
-            };
+            let kind = self.random_fault(node, client);
             self.at(t, kind);
+        }
+    }
+
+    /// A fault of `node`, `client` or their link, of a kind the break is about (any, without
+    /// one), with its duration.
+    fn random_fault(&mut self, node: usize, client: usize) -> EvKind {
+        let crashes = self.setup.breaks == Break::FenceBlankAsZero;
+        match self.setup.breaks {
+            Break::Quarantine | Break::RunIdOnYesOnly => {
+                EvKind::NodeCrash(node, self.rng.range(0, 100 * MS))
+            }
+            // Restarts, and clients cut from the nodes that still hold the highest fence.
+            _ if crashes && self.rng.chance(50) => {
+                EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS))
+            }
+            _ if crashes => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
+            Break::WorkPastValidity => {
+                EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
+            }
+            // Nodes away while callers release, then back to a ledger that outgrew
+            // max_pending.
+            Break::LedgerUnpaced => match self.rng.range(0, 3) {
+                0 => EvKind::NodePause(node, self.rng.range(500 * MS, 2_500 * MS)),
+                1 => EvKind::NodeCrash(node, self.rng.range(200 * MS, 1_000 * MS)),
+                _ => EvKind::Partition(client, node, self.rng.range(500 * MS, 3_000 * MS)),
+            },
+            _ => match self.rng.range(0, 7) {
+                0 => EvKind::NodePause(node, self.rng.range(10 * MS, 2_000 * MS)),
+                1 => EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS)),
+                2 => EvKind::ConnReset(client, node),
+                3 => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
+                4 => EvKind::ClientPause(client, self.rng.range(10 * MS, 1_500 * MS)),
+                5 => EvKind::ScriptFlush(node),
+                _ => EvKind::SlowLink(client, node, self.rng.range(100 * MS, 2_000 * MS)),
+            },
         }
     }
 

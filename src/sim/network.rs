@@ -5,7 +5,7 @@
 
 use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
-use super::node;
+use super::node::{self, Node};
 use super::rng::Rng;
 use super::setup::NODES;
 use super::world::{Ev, EvKind, World};
@@ -171,52 +171,35 @@ impl World {
             self.nodes[node].node.forget(conn_id);
             return;
         };
-        let client = conn.client;
+        let (client, last) = (conn.client, conn.down);
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
         let mut reply = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(64));
-        // Commands run from the message itself unless part of one came before (then from the
-        // connection's buffer); what is left of an incomplete one waits there.
-        let pending = !conn.inbuf.is_empty();
-        if pending {
-            conn.inbuf.extend_from_slice(&bytes);
-        }
-        let input: &[u8] = if pending { &conn.inbuf } else { &bytes };
-        let mut used = 0;
-        let mut cmd: [&[u8]; 16] = [&[]; 16];
-        while let Some(n) = node::parse_command(&input[used..], &mut self.args) {
-            let argc = self.args.len();
-            if argc <= cmd.len() {
-                for (arg, &(a, b)) in cmd.iter_mut().zip(&self.args) {
-                    *arg = &input[used + a..used + b];
-                }
-                state.node.execute(&cmd[..argc], now, &mut reply);
-            } else {
-                let long: Vec<&[u8]> = (self.args.iter())
-                    .map(|&(a, b)| &input[used + a..used + b])
-                    .collect();
-                state.node.execute(&long, now, &mut reply);
-            }
-            used += n;
-        }
-        if pending {
-            conn.inbuf.drain(..used);
-        } else if used < bytes.len() {
-            conn.inbuf.extend_from_slice(&bytes[used..]);
-        }
+        let inbuf = &mut conn.inbuf;
+        run_commands(
+            &mut state.node,
+            inbuf,
+            &bytes,
+            &mut self.args,
+            now,
+            &mut reply,
+        );
         recycle(&mut self.spare, bytes);
         if reply.is_empty() {
             recycle(&mut self.spare, reply);
         } else {
-            let last = conn.down;
             let t = self.send_client(client, node, conn_id, Inbound::Data(reply), last);
             if let Some(c) = self.conns.get_mut(&conn_id) {
                 c.down = t;
             }
         }
-        // Release notices, to every subscribed connection of this node still up (FIFO after
-        // what each was sent before).
+        self.send_notices(node);
+    }
+
+    /// Release notices, to every subscribed connection of this node still up (FIFO after
+    /// what each was sent before).
+    fn send_notices(&mut self, node: usize) {
         // (The outbox goes back empty, its room kept.)
         let mut outbox = std::mem::take(&mut self.nodes[node].node.outbox);
         for (to, msg) in outbox.drain(..) {
@@ -311,5 +294,45 @@ impl World {
             self.send(c, action);
         }
         self.clients[c].engine.net.actions = actions;
+    }
+}
+
+/// Runs the commands of a message that reached `node` at `now` (its clock), appending their
+/// replies to `reply`. Commands run from the message itself unless part of one came before
+/// (then from the connection's buffer `inbuf`); what is left of an incomplete one waits there.
+fn run_commands(
+    node: &mut Node,
+    inbuf: &mut Vec<u8>,
+    bytes: &[u8],
+    args: &mut Vec<(usize, usize)>,
+    now: u64,
+    reply: &mut Vec<u8>,
+) {
+    let pending = !inbuf.is_empty();
+    if pending {
+        inbuf.extend_from_slice(bytes);
+    }
+    let input: &[u8] = if pending { inbuf } else { bytes };
+    let mut used = 0;
+    let mut cmd: [&[u8]; 16] = [&[]; 16];
+    while let Some(n) = node::parse_command(&input[used..], args) {
+        let argc = args.len();
+        if argc <= cmd.len() {
+            for (arg, &(a, b)) in cmd.iter_mut().zip(args.iter()) {
+                *arg = &input[used + a..used + b];
+            }
+            node.execute(&cmd[..argc], now, reply);
+        } else {
+            let long: Vec<&[u8]> = (args.iter())
+                .map(|&(a, b)| &input[used + a..used + b])
+                .collect();
+            node.execute(&long, now, reply);
+        }
+        used += n;
+    }
+    if pending {
+        inbuf.drain(..used);
+    } else if used < bytes.len() {
+        inbuf.extend_from_slice(&bytes[used..]);
     }
 }
