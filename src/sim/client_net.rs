@@ -329,8 +329,9 @@ mod tests {
     use crate::mailbox::Slot;
     use crate::request::{OpId, Outcome, ReqKind};
     use crate::sim::clock::MS;
-    use crate::sim::node::{self, Node};
+    use crate::sim::node::Node;
     use crate::sim::setup::{NODES, TTL};
+    use crate::sim::wire::parse_command;
     use crate::token::Token;
 
     /// An engine over a simulated network to `NODES` fresh simulated nodes (default config).
@@ -361,7 +362,7 @@ mod tests {
                     counts[node].0 += 1;
                     let mut reply = Vec::new();
                     let mut at = 0;
-                    while let Some(n) = node::parse_command(&bytes[at..], &mut args) {
+                    while let Some(n) = parse_command(&bytes[at..], &mut args) {
                         let cmd: Vec<&[u8]> =
                             args.iter().map(|&(a, b)| &bytes[at + a..at + b]).collect();
                         // Up for an hour: not quarantined.

@@ -25,7 +25,9 @@ mod network;
 mod node;
 mod report;
 mod rng;
+mod scripts;
 mod setup;
+mod wire;
 mod workload;
 mod world;
 

@@ -5,9 +5,10 @@
 
 use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
-use super::node::{self, Node};
+use super::node::Node;
 use super::rng::Rng;
 use super::setup::NODES;
+use super::wire::parse_command;
 use super::world::{Ev, EvKind, World};
 
 /// One connection, as the world sees it.
@@ -315,7 +316,7 @@ fn run_commands(
     let input: &[u8] = if pending { inbuf } else { bytes };
     let mut used = 0;
     let mut cmd: [&[u8]; 16] = [&[]; 16];
-    while let Some(n) = node::parse_command(&input[used..], args) {
+    while let Some(n) = parse_command(&input[used..], args) {
         let argc = args.len();
         if argc <= cmd.len() {
             for (arg, &(a, b)) in cmd.iter_mut().zip(args.iter()) {
