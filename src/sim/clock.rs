@@ -5,6 +5,17 @@ use super::rng::Rng;
 
 /// A millisecond, in nanoseconds (world time and every clock count in ns).
 pub(super) const MS: u64 = 1_000_000;
+/// A second, in nanoseconds.
+pub(super) const SECOND: u64 = 1_000 * MS;
+/// How long a node that is not new has been up: an hour, far past the restart quarantine's
+/// window.
+pub(super) const LONG_UP: u64 = 3_600 * SECOND;
+/// Clock rates are drawn within this many ppm of world time. The drift factor is 1 %: every
+/// clock within ±0.49 % keeps any two within the factor (see the README's Reliability
+/// section).
+pub(super) const DRIFT_PPM: u64 = 4_900;
+/// …and within this many with `Break::ClockDrift` (±5 %, five times the factor).
+pub(super) const BROKEN_DRIFT_PPM: u64 = 50_000;
 /// Every process clock starts this far after the world's base instant (so local times never
 /// come before it, whatever the rate).
 pub(super) const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;

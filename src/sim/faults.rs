@@ -2,9 +2,11 @@
 //! break it runs), and the record of each fault as it begins (the liveness and reconnect
 //! checks' clock restarts at a change; no progress is owed while a majority is faulty).
 
+use std::ops::Range;
 use std::time::Duration;
 
-use super::clock::MS;
+use super::clock::{LONG_UP, MS};
+use super::network::{JITTER, LINK_BASE, SPIKE};
 use super::node::{Persist, run_id};
 use super::setup::{Break, NODES, TTL};
 use super::workload::{MAX_THINK, Work};
@@ -18,7 +20,48 @@ pub(super) const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 
 /// world time: a client's first request comes within `MAX_THINK`, its connect and handshake
 /// within four one-way deliveries (each a link's base of at most 2 ms, its jitter, and at
 /// worst a rare delay spike: 62.2 ms each), then a window of its clock.
-const YOUNG_SPAN: u64 = MAX_THINK + 4 * (62 * MS + MS / 5) + QUARANTINE_SPAN;
+const YOUNG_SPAN: u64 = MAX_THINK + 4 * (LINK_BASE.end + JITTER.end + SPIKE.end) + QUARANTINE_SPAN;
+
+/// The random plan's faults, and evictions, begin within the first 4 s of world time (a run of
+/// the default hundred operations lasts about 6 s).
+const FAULT_WINDOW: u64 = 4_000 * MS;
+/// How many faults the random plan draws: a few without a break (or with
+/// `Break::MajorityDown`, whose outage is planned apart), more with one.
+const FEW_FAULTS: Range<u64> = 0..6;
+const MORE_FAULTS: Range<u64> = 3..10;
+/// How long the random plan's faults last (ns), from a blip to a few TTLs (500 ms): a node's
+/// pause, a crashed node's time down, a partition, a client's pause, a slow link.
+const NODE_PAUSE: Range<u64> = 10 * MS..2_000 * MS;
+const NODE_DOWN: Range<u64> = 0..1_000 * MS;
+const PARTITION: Range<u64> = 10 * MS..3_000 * MS;
+const CLIENT_PAUSE: Range<u64> = 10 * MS..1_500 * MS;
+const SLOW_LINK: Range<u64> = 100 * MS..2_000 * MS;
+/// (`Break::Quarantine`, `Break::RunIdOnYesOnly`, `Break::UptimeAtItsWord`) a node down for a
+/// moment, back while the locks whose keys it lost still live.
+const QUICK_RESTART: Range<u64> = 0..100 * MS;
+/// (`Break::WorkPastValidity`) clients paused for about a validity or longer.
+const LONG_CLIENT_PAUSE: Range<u64> = 300 * MS..1_500 * MS;
+/// (`Break::LedgerUnpaced`) nodes away long enough for several callers' releases to pile up
+/// for them: paused, down, or cut from a client.
+const LEDGER_NODE_PAUSE: Range<u64> = 500 * MS..2_500 * MS;
+const LEDGER_NODE_DOWN: Range<u64> = 200 * MS..1_000 * MS;
+const LEDGER_PARTITION: Range<u64> = 500 * MS..3_000 * MS;
+/// (`Break::RunIdOnYesOnly`) replacements begin after this, when every client has met every
+/// node.
+const REPLACED_AFTER: u64 = 300 * MS;
+/// (`Break::FenceMajorityBlank`) when the majority restarts, and how long each node of it is
+/// down.
+const BLANK_RESTART: Range<u64> = 200 * MS..600 * MS;
+const BLANK_DOWN: Range<u64> = 0..300 * MS;
+/// (`Break::EvictionCounted`) how many times memory pressure comes to each evicting node.
+const EVICTIONS: Range<u64> = 5..30;
+/// (`Break::UptimeAtItsWord`) when the rolling restart begins, and the pause before each
+/// next node goes down.
+const ROLLING_START: Range<u64> = 300 * MS..2_000 * MS;
+const ROLLING_GAP: Range<u64> = 0..50 * MS;
+/// A restart keeps an older snapshot of the fence counter as many as this many fences behind
+/// (drawn from 1).
+const SNAPSHOT_LAG: Range<u64> = 1..5;
 
 impl World {
     /// (`Setup::young`) every node in its quarantine from the start until a window after the
@@ -34,7 +77,7 @@ impl World {
     pub(super) fn plan_faults(&mut self) {
         if self.setup.broken(Break::MajorityDown) {
             // Down from the start until after the run (it ends after its lock operations).
-            for node in 0..3 {
+            for node in 0..NODES / 2 + 1 {
                 self.at(0, EvKind::NodeCrash(node, TIME_LIMIT));
             }
         }
@@ -54,10 +97,10 @@ impl World {
     /// (`Break::FenceMajorityBlank`) a majority restarts at once, its counters lost, and
     /// nothing else goes wrong.
     fn majority_restarts_blank(&mut self) {
-        let t = self.rng.range(200 * MS, 600 * MS);
+        let t = self.rng.within(BLANK_RESTART);
         let mut back = 0;
         for node in 0..NODES / 2 + 1 {
-            let d = self.rng.range(0, 300 * MS);
+            let d = self.rng.within(BLANK_DOWN);
             back = back.max(t + d);
             self.at(t, EvKind::NodeCrash(node, d));
         }
@@ -76,8 +119,8 @@ impl World {
             if !self.nodes[node].node.evicting {
                 continue;
             }
-            for _ in 0..self.rng.range(5, 30) {
-                let t = self.rng.range(0, 4_000 * MS);
+            for _ in 0..self.rng.within(EVICTIONS) {
+                let t = self.rng.range(0, FAULT_WINDOW);
                 self.at(t, EvKind::Evict(node));
             }
         }
@@ -88,15 +131,16 @@ impl World {
     fn random_faults(&mut self) {
         let n_clients = self.clients.len();
         let count = match self.setup.breaks {
-            Break::Nothing | Break::MajorityDown => self.rng.range(0, 6),
-            _ => self.rng.range(3, 10),
+            Break::Nothing | Break::MajorityDown => self.rng.within(FEW_FAULTS),
+            _ => self.rng.within(MORE_FAULTS),
         };
         for _ in 0..count {
-            let t = self.rng.range(0, 4_000 * MS);
+            let t = self.rng.range(0, FAULT_WINDOW);
             // Replacements after every client has met every node: one that meets a node first
             // after it was replaced by a process up for long cannot tell (docs/reliability.md).
+            // The window is mapped onto its part after `REPLACED_AFTER` (its last 37/40).
             let t = match self.setup.breaks {
-                Break::RunIdOnYesOnly => 300 * MS + t * 37 / 40,
+                Break::RunIdOnYesOnly => REPLACED_AFTER + t * 37 / 40,
                 _ => t,
             };
             let node = self.rng.range(0, NODES as u64) as usize;
@@ -112,31 +156,31 @@ impl World {
         let crashes = self.setup.breaks == Break::FenceBlankAsZero;
         match self.setup.breaks {
             Break::Quarantine | Break::RunIdOnYesOnly => {
-                EvKind::NodeCrash(node, self.rng.range(0, 100 * MS))
+                EvKind::NodeCrash(node, self.rng.within(QUICK_RESTART))
             }
             // Restarts, and clients cut from the nodes that still hold the highest fence.
             _ if crashes && self.rng.chance(50) => {
-                EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS))
+                EvKind::NodeCrash(node, self.rng.within(NODE_DOWN))
             }
-            _ if crashes => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
+            _ if crashes => EvKind::Partition(client, node, self.rng.within(PARTITION)),
             Break::WorkPastValidity => {
-                EvKind::ClientPause(client, self.rng.range(300 * MS, 1_500 * MS))
+                EvKind::ClientPause(client, self.rng.within(LONG_CLIENT_PAUSE))
             }
             // Nodes away while callers release, then back to a ledger that outgrew
             // max_pending.
             Break::LedgerUnpaced => match self.rng.range(0, 3) {
-                0 => EvKind::NodePause(node, self.rng.range(500 * MS, 2_500 * MS)),
-                1 => EvKind::NodeCrash(node, self.rng.range(200 * MS, 1_000 * MS)),
-                _ => EvKind::Partition(client, node, self.rng.range(500 * MS, 3_000 * MS)),
+                0 => EvKind::NodePause(node, self.rng.within(LEDGER_NODE_PAUSE)),
+                1 => EvKind::NodeCrash(node, self.rng.within(LEDGER_NODE_DOWN)),
+                _ => EvKind::Partition(client, node, self.rng.within(LEDGER_PARTITION)),
             },
             _ => match self.rng.range(0, 7) {
-                0 => EvKind::NodePause(node, self.rng.range(10 * MS, 2_000 * MS)),
-                1 => EvKind::NodeCrash(node, self.rng.range(0, 1_000 * MS)),
+                0 => EvKind::NodePause(node, self.rng.within(NODE_PAUSE)),
+                1 => EvKind::NodeCrash(node, self.rng.within(NODE_DOWN)),
                 2 => EvKind::ConnReset(client, node),
-                3 => EvKind::Partition(client, node, self.rng.range(10 * MS, 3_000 * MS)),
-                4 => EvKind::ClientPause(client, self.rng.range(10 * MS, 1_500 * MS)),
+                3 => EvKind::Partition(client, node, self.rng.within(PARTITION)),
+                4 => EvKind::ClientPause(client, self.rng.within(CLIENT_PAUSE)),
                 5 => EvKind::ScriptFlush(node),
-                _ => EvKind::SlowLink(client, node, self.rng.range(100 * MS, 2_000 * MS)),
+                _ => EvKind::SlowLink(client, node, self.rng.within(SLOW_LINK)),
             },
         }
     }
@@ -146,15 +190,15 @@ impl World {
     /// so that it sees those nodes for the first time while they are younger than the
     /// quarantine's window (a process deployed beside the servers' rolling restart).
     pub(super) fn rolling_restart(&mut self) {
-        let mut t = self.rng.range(300 * MS, 2_000 * MS);
+        let mut t = self.rng.within(ROLLING_START);
         let k = self.rng.range(3, NODES as u64 + 1) as usize;
         let first = self.rng.range(0, NODES as u64) as usize;
         let mut back = 0;
         for i in 0..k {
-            let d = self.rng.range(0, 100 * MS);
+            let d = self.rng.within(QUICK_RESTART);
             self.at(t, EvKind::NodeCrash((first + i) % NODES, d));
             back = back.max(t + d);
-            t += self.rng.range(0, 50 * MS);
+            t += self.rng.within(ROLLING_GAP);
         }
         for c in 1..self.clients.len() {
             let join = back + self.rng.range(0, TTL.as_nanos() as u64);
@@ -268,12 +312,12 @@ impl World {
             _ if self.setup.breaks == Break::FenceMajorityBlank => Persist::Nothing,
             None | Some(0) => Persist::Nothing,
             Some(1) => Persist::All,
-            Some(_) => Persist::Snapshot(self.rng.range(1, 5)),
+            Some(_) => Persist::Snapshot(self.rng.within(SNAPSHOT_LAG)),
         };
         // Another process that has been up an hour takes the address over (a
         // failover), or this one starts again.
         let age = match self.setup.breaks {
-            Break::RunIdOnYesOnly => 3_600_000 * MS,
+            Break::RunIdOnYesOnly => LONG_UP,
             _ => 0,
         };
         let state = &mut self.nodes[node];

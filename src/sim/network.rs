@@ -3,6 +3,8 @@
 //! delay drawn for it, FIFO per connection as over TCP — of what clients send to nodes and
 //! what nodes answer. (The clients' side, a `Net` over these links, is `client_net.rs`.)
 
+use std::ops::Range;
+
 use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
 use super::node::Node;
@@ -10,6 +12,21 @@ use super::rng::Rng;
 use super::setup::NODES;
 use super::wire::parse_command;
 use super::world::{Ev, EvKind, World};
+
+/// A link's base delay, each way (ns): 50 µs to 2 ms, drawn once per (client, node).
+pub(super) const LINK_BASE: Range<u64> = 50_000..2 * MS;
+/// Each message's delay beyond the base: a jitter of up to 0.2 ms…
+pub(super) const JITTER: Range<u64> = 0..200_000;
+/// …and, one message in 100, a spike…
+pub(super) const SPIKE: Range<u64> = 5 * MS..60 * MS;
+/// …and on a slow link (`EvKind::SlowLink`), a delay of this much more.
+const SLOW_DELAY: Range<u64> = 10 * MS..300 * MS;
+/// Room a node's reply buffer starts with when none is spare: most replies are a few short
+/// RESP lines.
+const REPLY_ROOM: usize = 64;
+/// Commands of up to this many arguments are run from an array on the stack (longer ones,
+/// from a vector).
+const ARGS_ON_STACK: usize = 16;
 
 /// One connection, as the world sees it.
 pub(super) struct WConn {
@@ -93,10 +110,10 @@ pub(super) struct Link {
 }
 
 impl Link {
-    /// A link whose base delay is drawn: 50 µs to 2 ms.
+    /// A link whose base delay is drawn.
     pub(super) fn drawn(rng: &mut Rng) -> Link {
         Link {
-            base: rng.range(50_000, 2 * MS),
+            base: rng.within(LINK_BASE),
             blocked_until: 0,
             slow_until: 0,
         }
@@ -111,15 +128,15 @@ impl World {
     /// When a message sent now on (client, node) arrives, after `last` (FIFO).
     pub(super) fn delivery(&mut self, client: usize, node: usize, last: u64) -> u64 {
         let g = self.g;
-        let jitter = self.rng.range(0, 200_000);
+        let jitter = self.rng.within(JITTER);
         let spike = if self.rng.chance(1) {
-            self.rng.range(5 * MS, 60 * MS)
+            self.rng.within(SPIKE)
         } else {
             0
         };
         let link = *self.link(client, node);
         let slow = if link.slow_until > g {
-            self.rng.range(10 * MS, 300 * MS)
+            self.rng.within(SLOW_DELAY)
         } else {
             0
         };
@@ -176,7 +193,7 @@ impl World {
         let state = &mut self.nodes[node];
         let now = state.clock.local_ns(self.g);
         state.node.conn = conn_id;
-        let mut reply = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(64));
+        let mut reply = (self.spare.pop()).unwrap_or_else(|| Vec::with_capacity(REPLY_ROOM));
         let inbuf = &mut conn.inbuf;
         run_commands(
             &mut state.node,
@@ -315,7 +332,7 @@ fn run_commands(
     }
     let input: &[u8] = if pending { inbuf } else { bytes };
     let mut used = 0;
-    let mut cmd: [&[u8]; 16] = [&[]; 16];
+    let mut cmd: [&[u8]; ARGS_ON_STACK] = [&[]; ARGS_ON_STACK];
     while let Some(n) = parse_command(&input[used..], args) {
         let argc = args.len();
         if argc <= cmd.len() {

@@ -11,8 +11,17 @@
 
 use crate::session::SCRIPT_COUNT;
 
+use super::clock::{MS, SECOND};
 use super::rng::Rng;
 use super::wire::{bulk, line, number};
+
+/// Command names are compared upper-cased in a buffer of this many bytes (the client's are
+/// shorter).
+const NAME_ROOM: usize = 16;
+
+/// Room for a release notice's payload (the count of subscribers, as a bulk string) beyond
+/// its header and channel.
+const NOTICE_ROOM: usize = 32;
 
 /// What a restart keeps of the fence counter: nothing (no persistence), all of it (an
 /// append-only file), or an older value (a snapshot).
@@ -96,7 +105,7 @@ impl Node {
             loaded: [false; SCRIPT_COUNT],
             wall: run_id.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
                 (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            }) % 1_000_000_000,
+            }) % SECOND,
             run_id,
             started,
             lying: false,
@@ -129,7 +138,7 @@ impl Node {
         for (conn, ch) in &self.subs {
             if ch.as_slice() == channel {
                 let head = b">3\r\n$7\r\nmessage\r\n";
-                let mut msg = Vec::with_capacity(head.len() + channel.len() + 32);
+                let mut msg = Vec::with_capacity(head.len() + channel.len() + NOTICE_ROOM);
                 msg.extend_from_slice(head);
                 bulk(&mut msg, channel);
                 bulk(&mut msg, payload.as_bytes());
@@ -262,7 +271,7 @@ impl Node {
         if (self.live(key, now).is_some() || self.read_locked(key, now)) && !self.lying {
             return false;
         }
-        self.insert(key, token, now + ms * 1_000_000);
+        self.insert(key, token, now + ms * MS);
         true
     }
 
@@ -299,7 +308,7 @@ impl Node {
     /// Runs one command at `now` (node clock, ns) and appends its reply to `out`.
     pub fn execute(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
         // Upper case without allocating (commands are short).
-        let mut upper = [0u8; 16];
+        let mut upper = [0u8; NAME_ROOM];
         let len = cmd[0].len().min(upper.len());
         upper[..len].copy_from_slice(&cmd[0][..len]);
         upper[..len].make_ascii_uppercase();
@@ -339,7 +348,7 @@ impl Node {
 
     /// `INFO server`: the `run_id`, and the uptime counted as Redis counts it (see `wall`).
     fn info_server(&self, now: u64, out: &mut Vec<u8>) {
-        let second = |t: u64| (t + self.wall) / 1_000_000_000;
+        let second = |t: u64| (t + self.wall) / SECOND;
         let uptime = second(now).saturating_sub(second(self.started));
         let text = format!(
             "# Server\r\nrun_id:{}\r\nuptime_in_seconds:{uptime}\r\n",

@@ -11,6 +11,7 @@ use crate::session::{
     SET_RELEASE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
 };
 
+use super::clock::MS;
 use super::node::Node;
 use super::wire::{bulk, line, number};
 
@@ -67,7 +68,7 @@ impl Node {
             .live(cmd[3], now)
             .is_none_or(|v| v == mark || v == reader);
         if free {
-            let expiry = now + number(cmd[4]) * 1_000_000;
+            let expiry = now + number(cmd[4]) * MS;
             self.insert(cmd[3], mark, expiry);
         }
         out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
@@ -93,7 +94,7 @@ impl Node {
                 // Extend: never shorter than the TTL left.
                 let ms: u64 = number(cmd[5]);
                 if let Some(entry) = self.keys.iter_mut().find(|e| e.0 == key) {
-                    entry.2 = entry.2.max(now + ms * 1_000_000);
+                    entry.2 = entry.2.max(now + ms * MS);
                 }
                 1
             }
@@ -131,7 +132,7 @@ impl Node {
         let free = value.is_none_or(|v| v == reader);
         let writer_waits = value == Some(mark);
         if free {
-            self.insert(key, reader, now + number(cmd[4]) * 1_000_000);
+            self.insert(key, reader, now + number(cmd[4]) * MS);
         }
         u64::from(free || writer_waits)
     }
@@ -162,7 +163,7 @@ impl Node {
             // The wrong variant (or a lying node): the writer's key is overwritten.
             self.remove(key);
         }
-        let until = now + ms * 1_000_000;
+        let until = now + ms * MS;
         self.readers.retain(|e| now < e.2 || e.0 != key);
         match self.readers.iter_mut().find(|e| e.0 == key) {
             Some(entry) => {
@@ -212,7 +213,7 @@ impl Node {
     /// Extend: a reader whose expiry has not passed, never shorter.
     fn shared_extend(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
         let (token, ms) = (cmd[4], number(cmd[5]));
-        let until = now + ms * 1_000_000;
+        let until = now + ms * MS;
         let entry = (self.readers.iter_mut()).find(|e| e.0 == key && now < e.2);
         let reader = entry.and_then(|e| {
             let r =
@@ -271,7 +272,7 @@ impl Node {
                 .all(|k| self.live(k, now).is_none() && !self.read_locked(k, now))
         {
             for key in members {
-                self.insert(key, token, now + ms * 1_000_000);
+                self.insert(key, token, now + ms * MS);
             }
             true
         } else {
@@ -299,7 +300,7 @@ impl Node {
         if !members.iter().all(|k| self.live(k, now) == Some(token)) {
             return 0;
         }
-        let until = now + number(ms) * 1_000_000;
+        let until = now + number(ms) * MS;
         for entry in (self.keys.iter_mut()).filter(|e| members.contains(&e.0.as_slice())) {
             entry.2 = entry.2.max(until);
         }

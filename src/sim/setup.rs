@@ -1,6 +1,7 @@
 //! What a run is asked to do — the [`Setup`], and the assumption it breaks ([`Break`]) — and
 //! the settings every run shares: the nodes, the TTL, the clients' timings.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use crate::mutation::Mutation;
@@ -216,6 +217,8 @@ pub(super) const NODE_TIMEOUT: u64 = TTL.as_nanos() as u64 / 20;
 
 /// The most clients a schedule has (the progress check's eight; others three to five).
 pub(super) const MOST_CLIENTS: u64 = 8;
+/// Clients of a schedule other than the progress check's: three to five.
+pub(super) const CLIENTS: Range<u64> = 3..6;
 
 /// Callers per client, at most: threads or tasks sharing the client's engine.
 pub(super) const MAX_CALLERS: u64 = 4;

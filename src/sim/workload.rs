@@ -2,6 +2,7 @@
 //! and does — think, acquire (or wait for) a resource, hold, extend, keep, release — and
 //! the operator who repairs the fence counters in `Break::FenceMajorityBlank`'s control.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,32 @@ const CONTENTION_OPS: u64 = 2_000;
 /// A client pauses up to this long (in ns) between its locks: short against the TTL, so locks
 /// contend, long enough that the clients' attempts interleave.
 pub(super) const MAX_THINK: u64 = 20 * MS;
+
+/// Operations of a `Break::FenceMajorityBlank` run, at least: past the outage (every attempt
+/// during it an operation) and the repair.
+const BLANK_MAJORITY_OPS: u64 = 600;
+
+/// Plain resources of a schedule: one to three (one in contention runs).
+const PLAIN_RESOURCES: Range<u64> = 1..4;
+
+/// A waiting acquire's deadline comes within two TTLs.
+const LONGEST_WAIT: u64 = 2 * TTL.as_nanos() as u64;
+
+/// A holder plans to hold for a share of the validity it has left, in percent: some keep it
+/// past their validity (they stop believing then).
+const HOLD_PERCENT: Range<u64> = 0..120;
+
+/// A kept lock is held for up to four TTLs, in percent of a TTL (renewed by the engine).
+const KEEP_PERCENT: Range<u64> = 0..400;
+
+/// A holder extends its lock at most this many times.
+const MAX_EXTENDS: u32 = 3;
+
+/// The operator's repair is looked at, and tried again until it works, this often.
+const OPERATOR_RETRY: u64 = 100 * MS;
+
+/// The time the operator's repair is given: ten node timeouts, room for several of its rounds.
+const REPAIR_TIMEOUT: u64 = 10 * NODE_TIMEOUT;
 
 /// What a client is doing.
 pub(super) enum Work {
@@ -103,7 +130,7 @@ pub(super) struct Want {
 /// resources, then with `Setup::sets` their sets, then with readers each one's shared lock.
 pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<usize>>, Vec<bool>) {
     let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone;
-    let plain = match rng.range(1, 4) {
+    let plain = match rng.within(PLAIN_RESOURCES) {
         // Contention for one resource.
         _ if setup.breaks.contention() || setup.breaks == Break::RunIdOnYesOnly => 1,
         1 if sets => 2,
@@ -186,7 +213,7 @@ impl World {
         let engine = &mut self.clients[0].engine;
         if let Some(id) = self.repair {
             if !engine.is_done(id) {
-                self.at(self.g + 100 * MS, EvKind::Operator);
+                self.at(self.g + OPERATOR_RETRY, EvKind::Operator);
                 return;
             }
             self.repair = None;
@@ -207,7 +234,7 @@ impl World {
             .max()
             .unwrap_or(0);
         let floor = crate::repair::FenceFloor::AtLeast(highest);
-        let timeout = Duration::from_nanos(10 * NODE_TIMEOUT);
+        let timeout = Duration::from_nanos(REPAIR_TIMEOUT);
         let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
         let now = self.local(0);
         self.log(|| format!("operator repairs the fence counters: {floor:?}"));
@@ -216,7 +243,7 @@ impl World {
             .submit(kind, b"", &Token::EMPTY, Waiter::Local, now);
         self.repair = Some(id);
         self.poke(0);
-        self.at(self.g + 100 * MS, EvKind::Operator);
+        self.at(self.g + OPERATOR_RETRY, EvKind::Operator);
     }
 
     pub(super) fn submit(
@@ -328,8 +355,7 @@ impl World {
     pub(super) fn ops(&self) -> u64 {
         match self.setup.breaks {
             b if b.contention() => self.setup.ops.max(CONTENTION_OPS),
-            // Past the outage (every attempt during it an operation) and the repair.
-            Break::FenceMajorityBlank => self.setup.ops.max(600),
+            Break::FenceMajorityBlank => self.setup.ops.max(BLANK_MAJORITY_OPS),
             _ => self.setup.ops,
         }
     }
@@ -413,7 +439,7 @@ impl World {
         let wait = self
             .rng
             .chance(33)
-            .then(|| Duration::from_nanos(self.rng.range(0, 2 * TTL.as_nanos() as u64)));
+            .then(|| Duration::from_nanos(self.rng.range(0, LONGEST_WAIT)));
         let kind = match wait {
             Some(wait) => ReqKind::Wait {
                 ttl: TTL,
@@ -555,14 +581,14 @@ impl World {
         let hold = match self.contend() {
             // Released at once, as `redlock demo`'s handles do.
             true => Duration::ZERO,
-            false => left.mul_f64(self.rng.range(0, 120) as f64 / 100.0),
+            false => left.mul_f64(self.rng.within(HOLD_PERCENT) as f64 / 100.0),
         };
         let g = self.g;
         self.log(|| format!("client {c} holds {res}, valid {} ms", left.as_millis()));
         if !self.contend() && self.rng.chance(25) {
             // Kept: renewed by the engine for up to four TTLs.
             let kept = self.keep(c, res, (token, grant), now);
-            let until = now + TTL.mul_f64(self.rng.range(0, 400) as f64 / 100.0);
+            let until = now + TTL.mul_f64(self.rng.within(KEEP_PERCENT) as f64 / 100.0);
             self.log(|| format!("client {c} keeps {res}"));
             self.clients[c].callers[k].work = Work::Keeping(Keeping {
                 kept,
@@ -636,8 +662,10 @@ impl World {
     /// A holder's planned end: it extends (now and then, up to three times, while valid), or
     /// stops believing and releases (a third without waiting for the replies).
     fn hold_ends(&mut self, c: usize, k: usize, mut hold: Hold, now: Instant) -> bool {
-        let extend =
-            !self.contend() && hold.extensions < 3 && now < hold.valid && self.rng.chance(30);
+        let extend = !self.contend()
+            && hold.extensions < MAX_EXTENDS
+            && now < hold.valid
+            && self.rng.chance(30);
         if extend {
             let kind = ReqKind::Extend {
                 ttl: TTL,
@@ -679,7 +707,7 @@ impl World {
                 hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
                 hold.valid = valid;
                 let left = valid.saturating_duration_since(now);
-                let frac = self.rng.range(0, 120) as f64 / 100.0;
+                let frac = self.rng.within(HOLD_PERCENT) as f64 / 100.0;
                 hold.until = now + left.mul_f64(frac);
                 let result = result.map(|_| ());
                 self.log(|| format!("client {c} extend: {result:?}"));

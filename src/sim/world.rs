@@ -15,13 +15,13 @@ use crate::request::OpId;
 
 use super::checkers::Record;
 use super::client_net::{Inbound, SimNet};
-use super::clock::{Clock, MS};
+use super::clock::{BROKEN_DRIFT_PPM, Clock, DRIFT_PPM, LONG_UP, MS};
 use super::network::{Conns, Link};
 use super::node::{Node, run_id};
 use super::report::Report;
 use super::rng::Rng;
 use super::setup::{
-    BACKOFF_MAX, BACKOFF_MIN, Break, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
+    BACKOFF_MAX, BACKOFF_MIN, Break, CLIENTS, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
     MOST_CLIENTS, NODES, REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING, Setup, TTL,
 };
 use super::workload::{Caller, MAX_THINK, Work, resources};
@@ -37,6 +37,17 @@ const EVENT_LIMIT: u64 = 2_000_000;
 /// events, each of which plans a few) and for the slot (of the events planned at once).
 const SEQ_BITS: u32 = 40;
 const SLOT_BITS: u32 = 64 - SEQ_BITS;
+
+/// A client's wake is planned at least this long (1 µs) after the poke that plans it: an
+/// engine whose deadline is already due is run again a moment later, not again and again at
+/// one instant.
+const MIN_WAKE_GAP: u64 = 1_000;
+
+/// (`Break::EvictionCounted`) the nodes that evict: three of the five, so that no quorum is
+/// left without them; in the control two, whose yeses the client refuses, and the three
+/// others make the quorum.
+const EVICTING_NODES: usize = 3;
+const EVICTING_NODES_CONTROL: usize = 2;
 
 /// A client process: its engine and clock, and the callers that share them.
 pub(super) struct Client {
@@ -291,7 +302,7 @@ fn new_clients(
         b if b.contention() && setup.crowd => 1,
         // `redlock demo`'s eight handles.
         b if b.contention() => MOST_CLIENTS as usize,
-        _ => rng.range(3, 6) as usize,
+        _ => rng.within(CLIENTS) as usize,
     };
     let mut clients = Vec::with_capacity(n_clients);
     for c in 0..n_clients {
@@ -355,7 +366,7 @@ fn new_nodes(setup: Setup, ppm_bound: u64, rng: &mut Rng) -> Vec<NodeState> {
     for i in 0..NODES {
         let clock = Clock::drawn(rng, ppm_bound);
         // Up for an hour (not quarantined), or just started.
-        let age = if young { 0 } else { 3_600_000 * MS };
+        let age = if young { 0 } else { LONG_UP };
         let mut node = Node::new(run_id(rng), clock.local_ns(0) - age);
         node.lying = setup.broken(Break::LyingNode) && i == 0;
         node.set_first_only = setup.broken(Break::SetNotAllOrNone);
@@ -364,8 +375,11 @@ fn new_nodes(setup: Setup, ppm_bound: u64, rng: &mut Rng) -> Vec<NodeState> {
             .broken(Break::CounterSemaphore)
             .then_some(COUNTER_PERMITS);
         node.pubsub = pubsub;
-        node.evicting =
-            setup.breaks == Break::EvictionCounted && i < if setup.control { 2 } else { 3 };
+        let evicting = match setup.control {
+            true => EVICTING_NODES_CONTROL,
+            false => EVICTING_NODES,
+        };
+        node.evicting = setup.breaks == Break::EvictionCounted && i < evicting;
         nodes.push(NodeState {
             node,
             clock,
@@ -387,12 +401,10 @@ impl World {
         let fencing = setup.fencing || setup.breaks.needs_fencing();
         let shared = shared_settings(setup, fencing, &mut rng);
         let base = Instant::now();
-        // The drift factor is 1 %: every clock within ±0.49 % of world time keeps any two
-        // within the factor (see the README's Reliability section).
         let ppm_bound = if setup.broken(Break::ClockDrift) {
-            50_000
+            BROKEN_DRIFT_PPM
         } else {
-            4_900
+            DRIFT_PPM
         };
         let clients = new_clients(setup, &shared, base, ppm_bound, &mut rng);
         let nodes = new_nodes(setup, ppm_bound, &mut rng);
@@ -578,7 +590,7 @@ impl World {
                     world
                 }
             };
-            let t = t.max(self.g + 1_000);
+            let t = t.max(self.g + MIN_WAKE_GAP);
             if self.clients[c].wake.is_none_or(|w| t < w || w <= self.g) {
                 self.clients[c].wake = Some(t);
                 self.at(t, EvKind::ClientWake(c));
