@@ -23,24 +23,22 @@ use super::workload::{Hold, Want, Work};
 use super::world::World;
 
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
-/// deadline, whatever the nodes do, even with no quorum reachable (issue 36, item 5: waiting
-/// for servers that are not there is a hang). An attempt in flight at the deadline is decided
-/// within a node timeout, and a fenced one's write-back within another (both on the client's
-/// clock: the check converts them to world time with the client's rate); 1 ms for rounding.
-/// A pause of the client after the deadline counts from its end.
+/// deadline, whatever the nodes do, even with no quorum reachable (waiting for servers that are
+/// not there is a hang). An attempt in flight at the deadline is decided within a node timeout,
+/// and a fenced one's write-back within another (both on the client's clock: the check converts
+/// them to world time with the client's rate); 1 ms for rounding. A pause of the client after
+/// the deadline counts from its end.
 pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS);
 
 /// The progress check's floor: with one of five nodes frozen, contention keeps at least half
-/// of its grants per second (issue 36's goal for `redlock demo` on real servers, whose frozen
-/// phase once fell to 0.01×). In the simulated world the four live nodes must give 3 of 4
-/// yeses across links whose delays differ by up to 2 ms: in 1,000 schedules each, honest runs
-/// keep 0.551 at worst, with notices in half the runs or in all (`Break::WaitForSilent`'s and
-/// `Break::NoticeHerd`'s controls; 1 % 0.596 and 0.581), while the herd brought back falls to
-/// 0.321 (1 % 0.419) and `Break::WaitForSilent`'s defect to 0.374 (1 % 0.404). (A third until
-/// release notices said how many clients heard them: every notified waiter attempted at once,
-/// their votes split, and honest runs fell to 0.38; 0.45 while the count included the releaser
-/// and honest runs kept 0.476 at worst.) These figures are from before a lost round's
-/// cleanup went quiet; since, the herd too keeps 0.58 at worst (300 schedules).
+/// of its grants per second (the goal `redlock demo` is held to on real servers). In the
+/// simulated world the four live nodes must give 3 of 4 yeses across links whose delays
+/// differ by up to 2 ms. Measured in 1,000 schedules each with a lost round's cleanup sending
+/// release notices: honest runs keep 0.551 at worst, with notices in half the runs or in all
+/// (`Break::WaitForSilent`'s and `Break::NoticeHerd`'s controls; 1 % 0.596 and 0.581), while
+/// the herd brought back falls to 0.321 (1 % 0.419) and `Break::WaitForSilent`'s defect to
+/// 0.374 (1 % 0.404). With the cleanup quiet, as it is, the herd too keeps 0.58 at worst (300
+/// schedules).
 pub const PROGRESS_FLOOR: f64 = 0.5;
 
 /// The longest a caller may wait for a resource that nobody holds while at most a minority
@@ -413,6 +411,8 @@ impl World {
         }
     }
 
+    /// Records that client `c` believed it held `res` (or, a shared lock, read it) from `start`
+    /// to `end` (world time), with `fence`.
     pub(super) fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
         if self.shared_of[res] {
             let of = self.members[res][0];

@@ -381,8 +381,9 @@ mod tests {
     }
 
     /// Two acquires lost in the same turn, every reply in: each is released with its own
-    /// token. (The release of the first once took the freed slot of the second and overwrote
-    /// its resource and token: the second's keys were left to their TTL, blocking everyone.)
+    /// token. (Were the release of the first to take the freed slot of the second, it would
+    /// overwrite its resource and token: the second's keys would be left to their TTL,
+    /// blocking everyone.)
     #[test]
     fn acquires_lost_in_the_same_turn_are_each_released() {
         let now = Instant::now();

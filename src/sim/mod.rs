@@ -1,6 +1,14 @@
-//! Deterministic simulation (issue 16): the crate's real decision code — the engine, its
-//! `Round`s and one real `Session` per node and client — in a simulated world with virtual
-//! time, where a seed replays a run exactly.
+//! Deterministic simulation: the crate's real decision code — the engine, its `Round`s and
+//! one real `Session` per node and client — in a simulated world with virtual time, where a
+//! seed replays a run exactly.
+//!
+//! What it may not touch, so that a seed replays: the wall clock (every process reads a
+//! simulated clock, counted from one base instant taken when the world is built), sockets and
+//! threads (a run is one thread, which hands each engine what arrived in the order of the event
+//! queue), and any randomness but the schedule's generator, drawn in a fixed order (a
+//! reordering of two draws changes every schedule). Nor does it patch the code it runs: a break
+//! that brings a client's defect back does so through the crate's own `Mutation` switch, set
+//! before the run.
 //!
 //! The world has N simulated Redis nodes (`node.rs`), C client processes each with its own
 //! engine over a `SimNet` (`client_net.rs`), links with a delay drawn per message (FIFO per
@@ -14,6 +22,12 @@
 //! its own clock reaches the lock's validity, whichever is first — must never overlap. A run
 //! that breaks one of the README's assumptions ([`Break`]) is expected to find violations; one
 //! that keeps them, never.
+//!
+//! The files: `world.rs` (the world, its event queue and loop, [`run`]), `setup.rs` (what a
+//! run is asked to do), `workload.rs` (the callers), `faults.rs` (the fault plan and how faults
+//! act), `network.rs` and `client_net.rs` (the links, both sides), `node.rs`, `scripts.rs` and
+//! `wire.rs` (the simulated Redis), `checkers.rs` (every check), `report.rs` (what a run
+//! found), `clock.rs` and `rng.rs` (time and chance).
 //!
 //! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
 

@@ -41,8 +41,8 @@ pub struct FenceViolation {
     pub second: (usize, u64, u64, u64),
 }
 
-/// A caller that waited for a resource nobody held, with every fault healed or at most a
-/// minority of the nodes faulty, for longer than [`WAIT_BOUND`](super::WAIT_BOUND) (world time, ns).
+/// A caller that waited for a resource nobody held, with every fault healed or at most a minority
+/// of the nodes faulty, for longer than [`WAIT_BOUND`](super::WAIT_BOUND) (world time, ns).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LivenessViolation {
     /// The resource's index.
@@ -89,8 +89,8 @@ pub struct CoverViolation {
     pub quorum: usize,
 }
 
-/// A waiting acquire whose outcome came later than [`DEADLINE_SLACK`](super::DEADLINE_SLACK) after its deadline
-/// (world time, ns): a wait that its deadline did not end.
+/// A waiting acquire whose outcome came later than [`DEADLINE_SLACK`](super::DEADLINE_SLACK) after
+/// its deadline (world time, ns): a wait that its deadline did not end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LateWait {
     /// The client.
@@ -103,8 +103,9 @@ pub struct LateWait {
     pub end: u64,
 }
 
-/// Contention with one of five nodes frozen that fell below [`PROGRESS_FLOOR`](super::PROGRESS_FLOOR) of the same
-/// schedule's grants per second with every node up (`Break::WaitForSilent`'s runs).
+/// Contention with one of five nodes frozen that fell below
+/// [`PROGRESS_FLOOR`](super::PROGRESS_FLOOR) of the same schedule's grants per second with every
+/// node up (`Break::WaitForSilent`'s runs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProgressViolation {
     /// Acquires granted, and the simulated time they took, with the node frozen.
@@ -162,11 +163,11 @@ pub struct Report {
     /// The most a waiting acquire's outcome came after its deadline (a pause of its client
     /// after the deadline excepted).
     pub longest_overrun: Duration,
-    /// The first waiting acquire whose outcome came more than [`DEADLINE_SLACK`](super::DEADLINE_SLACK) after its
-    /// deadline, if any.
+    /// The first waiting acquire whose outcome came more than
+    /// [`DEADLINE_SLACK`](super::DEADLINE_SLACK) after its deadline, if any.
     pub late: Option<LateWait>,
-    /// (`Break::WaitForSilent`) the grants per second fell below [`PROGRESS_FLOOR`](super::PROGRESS_FLOOR) of the
-    /// same schedule's with every node up.
+    /// (`Break::WaitForSilent`) the grants per second fell below
+    /// [`PROGRESS_FLOOR`](super::PROGRESS_FLOOR) of the same schedule's with every node up.
     pub progress: Option<ProgressViolation>,
     /// (`Break::contention`'s runs) grants per second with the node frozen ÷ with every node
     /// up, the measure the progress check compares with [`PROGRESS_FLOOR`](super::PROGRESS_FLOOR).

@@ -16,11 +16,11 @@ pub enum Break {
     Quarantine,
     /// Clock rates differ by more than the drift factor allows (±5 % against a factor of 1 %).
     ClockDrift,
-    /// (Validity) the drift allowance left out of the validity (a drift factor of 0: only the
-    /// 2 ms floor is taken off), clocks within ±0.49 % as usual: a node whose clock runs
-    /// faster than the holder's expires the key up to ~5 ms before the validity ends. The
-    /// cover check ([`CoverViolation`](super::CoverViolation)) finds it in most schedules; two holders need a rival
-    /// to win in those milliseconds, and are seldom seen.
+    /// (Validity) the drift allowance left out of the validity (a drift factor of 0: only the 2 ms
+    /// floor is taken off), clocks within ±0.49 % as usual: a node whose clock runs faster than the
+    /// holder's expires the key up to ~5 ms before the validity ends. The cover check
+    /// ([`CoverViolation`](super::CoverViolation)) finds it in most schedules; two holders need a
+    /// rival to win in those milliseconds, and are seldom seen.
     NoDriftAllowance,
     /// Clients pause longer than their validity and go on working as holders afterwards.
     WorkPastValidity,
@@ -34,13 +34,13 @@ pub enum Break {
     /// (Fencing) a wrong construction: blank counters (restarted empty) read as seeded, as
     /// with "the quarantine alone".
     FenceBlankAsZero,
-    /// (Liveness) issue 36's first defect brought back: the ledger's releases all sent at once
-    /// on a fresh connection, which fails it as overloaded, again and again. Runs with a small
+    /// (Liveness) a defect brought back: the ledger's releases all sent at once on a fresh
+    /// connection, which fails it as overloaded, again and again. Runs with a small
     /// `max_pending` and nodes that pause and crash while callers release.
     LedgerUnpaced,
-    /// (Liveness) a defect the liveness checker found: a connection with `max_pending`
-    /// requests outstanding was failed, every request on it with it, although the node was
-    /// fine and merely had several callers. Runs with a small `max_pending`.
+    /// (Liveness) a defect brought back: a connection with `max_pending` requests outstanding
+    /// is failed, every request on it with it, although the node is fine and merely has several
+    /// callers. Runs with a small `max_pending`.
     FailWhenFull,
     /// (Sets) a wrong all-or-none acquire: every node runs a set's acquire as a `SET NX` of
     /// each member on its own and answers as its first member did (implies `sets`).
@@ -53,42 +53,41 @@ pub enum Break {
     /// Callers take only such permits; more than P holders at once is the violation. (The
     /// crate's semaphore is a plain lock per permit, which the plain runs check.)
     CounterSemaphore,
-    /// (Liveness) issue 36's third defect brought back: acquires wait for a node that let a
-    /// node timeout pass in silence. One of the five nodes is frozen for the whole run (no
-    /// other fault) and every caller wants the one resource; the progress check compares the
-    /// grants per second with the same schedule's with every node up.
+    /// (Liveness) a defect brought back: acquires wait for a node that let a node timeout pass
+    /// in silence. One of the five nodes is frozen for the whole run (no other fault) and every
+    /// caller wants the one resource; the progress check compares the grants per second with
+    /// the same schedule's with every node up.
     WaitForSilent,
-    /// (Liveness) a defect the long run found, brought back: a waiting acquire whose attempt
-    /// lost at the head of its queue does not put its deadline back into the queue's earliest,
-    /// so the wait ends at its next attempt (after a split vote's pause or the poll) instead of
-    /// at its deadline. Caught by the deadline check ([`DEADLINE_SLACK`](super::DEADLINE_SLACK)).
+    /// (Liveness) a defect brought back: a waiting acquire whose attempt lost at the head of
+    /// its queue does not put its deadline back into the queue's earliest, so the wait ends at
+    /// its next attempt (after a split vote's pause or the poll) instead of at its deadline.
+    /// Caught by the deadline check ([`DEADLINE_SLACK`](super::DEADLINE_SLACK)).
     DeadlineNotRearmed,
     /// (Liveness) release notices' counts ignored: every client woken by one release attempts
     /// at once and they split its votes. The same runs as [`Break::WaitForSilent`]'s (one node
-    /// frozen, eight clients contending, the progress check), always with notices. No longer
-    /// caught since a lost round's cleanup is quiet (its notices fed the herd): none of 4,000
-    /// seeds below the floor, 0.58 of the healthy rate at worst in 300.
+    /// frozen, eight clients contending, the progress check), always with notices. Not caught
+    /// while a lost round's cleanup is quiet (notices from it would feed the herd): none of
+    /// 4,000 seeds below the floor, 0.58 of the healthy rate at worst in 300.
     NoticeHerd,
-    /// (Fencing, liveness) issue 36's second defect: a majority of the nodes restarts at once
-    /// with its fence counters lost (fencing's assumption broken; fenced runs). No fenced
-    /// acquire is granted again — blank counters on a majority, nobody to seed them — which
-    /// the heal check catches; with `--control` a simulated operator runs the repair
-    /// (`repair_fences` with a floor above every fence handed out) once the nodes are back,
-    /// and locks resume with their fences still in order.
+    /// (Fencing, liveness) a majority of the nodes restarts at once with its fence counters
+    /// lost (fencing's assumption broken; fenced runs). No fenced acquire is granted again —
+    /// blank counters on a majority, nobody to seed them — which the heal check catches; with
+    /// `--control` a simulated operator runs the repair (`repair_fences` with a floor above
+    /// every fence handed out) once the nodes are back, and locks resume with their fences
+    /// still in order.
     FenceMajorityBlank,
-    /// (Quarantine) the defect fixed in 6614cb1 brought back: a node's uptime read as it
-    /// stands, although Redis's reads up to a second high (the simulated nodes count it as
-    /// Redis does). A rolling restart of three to five nodes, and every client but the first
-    /// starts within a TTL after the last is back: its first contact with those nodes comes
-    /// while they are younger than the quarantine's window, and one whose uptime already says
-    /// 1 counts at once, though it forgot the keys of locks still held.
+    /// (Quarantine) a defect brought back: a node's uptime read as it stands, although Redis's
+    /// reads up to a second high (the simulated nodes count it as Redis does). A rolling
+    /// restart of three to five nodes, and every client but the first starts within a TTL after
+    /// the last is back: its first contact with those nodes comes while they are younger than
+    /// the quarantine's window, and one whose uptime already says 1 counts at once, though it
+    /// forgot the keys of locks still held.
     UptimeAtItsWord,
-    /// (Quarantine) a defect found by review brought back: the restart tracking learns which
-    /// process a node is from counted yeses only, not from refusals. Nodes crash and come back
-    /// as *old* processes (uptime an hour: a failover to another server, an address that
-    /// moved) without the keys; callers contend for one resource, so some clients hear only
-    /// refusals from a node before it is replaced, take the new process by its uptime and
-    /// count it at once.
+    /// (Quarantine) a defect brought back: the restart tracking learns which process a node is
+    /// from counted yeses only, not from refusals. Nodes crash and come back as *old* processes
+    /// (uptime an hour: a failover to another server, an address that moved) without the keys;
+    /// callers contend for one resource, so some clients hear only refusals from a node before
+    /// it is replaced, take the new process by its uptime and count it at once.
     RunIdOnYesOnly,
     /// (Eviction) servers that evict keys under memory pressure counted as any other
     /// ([`EvictingServers::CountUnsafely`](crate::EvictingServers::CountUnsafely)): three of
@@ -156,13 +155,12 @@ pub struct Setup {
     /// locks; readers may overlap each other, never a writer.
     pub shared: bool,
     /// (`Break::WaitForSilent`'s family) one client with [`CROWD`] callers sharing its engine,
-    /// instead of eight clients: issue 36's fourth report (32 threads on one `Redlock`, one
-    /// resource, a node frozen).
+    /// instead of eight clients: 32 threads on one `Redlock`, one resource, a node frozen.
     pub crowd: bool,
     /// (`Break::contention`'s runs) the servers are younger than the restart quarantine's
     /// window when the run begins (uptime 0), so every node is quarantined for a window from
-    /// each client's first contact: what issue 36's fourth report turned out to be (a run begun
-    /// on servers 22 s old, every caller waiting ~8 s for the default 30 s window's end).
+    /// each client's first contact. A run begun on servers younger than the window waits for
+    /// its end: on servers 22 s old, every caller waits ~8 s for the default 30 s window's end.
     pub young: bool,
     /// Half the waiting acquires are an async caller's (their outcome in a slot, as
     /// `AsyncRedlock`'s futures take it), and each of those drops its future at a random

@@ -214,7 +214,7 @@ const KEPT_SLABS: usize = 2 * MOST_CLIENTS as usize;
 
 thread_local! {
     /// The operation slots of this thread's engines that are gone, for the next ones to build
-    /// theirs in (see `Slab`): building them new and dropping them was 3 % of a schedule's
+    /// theirs in (see `Slab`): building them new and dropping them would cost 3 % of a schedule's
     /// instructions.
     static SLABS: RefCell<Vec<Slab>> = const { RefCell::new(Vec::new()) };
 }
@@ -253,7 +253,7 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         Quarantine::Ttl
     };
     // Some runs with room for only a few requests per connection: more releases outstanding
-    // than that when a node comes back (issue 36, item 1).
+    // than that when a node comes back.
     let small = matches!(setup.breaks, Break::LedgerUnpaced | Break::FailWhenFull);
     let max_pending = if small || rng.chance(30) {
         SMALL_MAX_PENDING
@@ -358,7 +358,7 @@ fn new_client(
 fn new_nodes(setup: Setup, ppm_bound: u64, rng: &mut Rng) -> Vec<NodeState> {
     let young = setup.young && setup.breaks.contention();
     // Half the runs with release notices (pub/sub: waiters woken by releases at once,
-    // which is where contention with a frozen node once collapsed); the others poll, as
+    // where contention with a frozen node is most fragile); the others poll, as
     // clients of servers whose ACL refuses the channel. (Notices fan out: a run with them
     // is about 2.6 times the events.)
     let pubsub = rng.chance(50) || setup.breaks == Break::NoticeHerd;
