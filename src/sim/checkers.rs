@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use super::clock::MS;
 use super::report::{
-    ConnectViolation, CoverViolation, FenceViolation, LateWait, LivenessViolation, Violation,
+    ConnectViolation, CoverViolation, FenceViolation, LateWait, LivenessViolation,
+    ProgressViolation, Report, Violation,
 };
-use super::report::{ProgressViolation, Report};
-use super::setup::COUNTER_PERMITS;
 use super::setup::{
-    BACKOFF_MAX, CONNECT_TIMEOUT, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY, RETRY_JITTER, TTL,
+    BACKOFF_MAX, CONNECT_TIMEOUT, COUNTER_PERMITS, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY,
+    RETRY_JITTER, TTL,
 };
 use super::workload::{Hold, Want, Work};
 use super::world::World;
@@ -476,7 +476,7 @@ impl World {
 /// The first pair of fences out of order, if any: an acquisition that began after another had
 /// completed (any resource: the counter is shared) must have a greater fence; so must a holder
 /// that believed after another holder of the same resource stopped believing.
-pub(super) fn check_fences(
+fn check_fences(
     acquisitions: &mut [(u64, u64, u64, usize)],
     beliefs: &[(usize, usize, u64, u64)],
     fences: &[u64],
@@ -528,7 +528,7 @@ pub(super) fn check_fences(
 
 /// The first reader whose belief overlaps an exclusive holder's of the same resource, if any
 /// (readers may overlap each other).
-pub(super) fn check_readers(
+fn check_readers(
     readers: &[(usize, usize, u64, u64)],
     holders: &[(usize, usize, u64, u64)],
 ) -> Option<Violation> {
@@ -547,10 +547,7 @@ pub(super) fn check_readers(
 /// The first moment more than `permits` holders believed they held one resource at once
 /// (the counted semaphore of `Break::CounterSemaphore`), if any: the holder that made it
 /// `permits + 1`, and one it overlapped.
-pub(super) fn check_counted(
-    beliefs: &mut [(usize, usize, u64, u64)],
-    permits: usize,
-) -> Option<Violation> {
+fn check_counted(beliefs: &mut [(usize, usize, u64, u64)], permits: usize) -> Option<Violation> {
     beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
     for (i, &(res, client, start, end)) in beliefs.iter().enumerate() {
         if start >= end {
@@ -573,7 +570,7 @@ pub(super) fn check_counted(
 }
 
 /// The first overlap of two belief intervals on one resource, if any.
-pub(super) fn check_overlaps(beliefs: &mut [(usize, usize, u64, u64)]) -> Option<Violation> {
+fn check_overlaps(beliefs: &mut [(usize, usize, u64, u64)]) -> Option<Violation> {
     beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
     let mut last: Option<(usize, usize, u64, u64)> = None;
     for &b in beliefs.iter() {

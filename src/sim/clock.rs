@@ -18,7 +18,7 @@ pub(super) const DRIFT_PPM: u64 = 4_900;
 pub(super) const BROKEN_DRIFT_PPM: u64 = 50_000;
 /// Every process clock starts this far after the world's base instant (so local times never
 /// come before it, whatever the rate).
-pub(super) const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
+const CLOCK_OFFSET: u64 = 1_000_000_000 * MS;
 
 /// A process's clock: `local = offset + g × (1 + ppm / 10⁶)`.
 #[derive(Debug, Clone, Copy)]

@@ -14,7 +14,7 @@ use super::world::{EvKind, TIME_LIMIT, World};
 
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.
-pub(super) const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
+const QUARANTINE_SPAN: u64 = TTL.as_nanos() as u64 * 10_049 / 10_000 + MS;
 
 /// (`Setup::young`) how long nodes that start with uptime 0 are quarantined for some client, in
 /// world time: a client's first request comes within `MAX_THINK`, its connect and handshake
@@ -189,7 +189,7 @@ impl World {
     /// for a moment; every client but the first starts within a TTL after the last is back,
     /// so that it sees those nodes for the first time while they are younger than the
     /// quarantine's window (a process deployed beside the servers' rolling restart).
-    pub(super) fn rolling_restart(&mut self) {
+    fn rolling_restart(&mut self) {
         let mut t = self.rng.within(ROLLING_START);
         let k = self.rng.range(3, NODES as u64 + 1) as usize;
         let first = self.rng.range(0, NODES as u64) as usize;
@@ -215,7 +215,7 @@ impl World {
 
     /// A fault began now for `d` on a node (`None`: the client's every node), for a client
     /// (`None`: every client): the liveness check's clock restarts when it begins and ends.
-    pub(super) fn fault_on(&mut self, node: Option<usize>, client: Option<usize>, d: u64) {
+    fn fault_on(&mut self, node: Option<usize>, client: Option<usize>, d: u64) {
         self.record.changes.push(self.g);
         self.record.changes.push(self.g + d);
         if let Some(n) = node
@@ -228,7 +228,7 @@ impl World {
 
     /// Fencing's assumption (see docs/fencing.md): at every moment a majority of the nodes
     /// holds a seeded counter (once any does). True if crashing `node` now would break it.
-    pub(super) fn fence_assumption_needs(&self, node: usize) -> bool {
+    fn fence_assumption_needs(&self, node: usize) -> bool {
         let seeded = |i: usize| !self.nodes[i].down && self.nodes[i].node.fence_seeded();
         let count = (0..NODES).filter(|&i| seeded(i)).count();
         count > 0 && seeded(node) && count - 1 < NODES / 2 + 1

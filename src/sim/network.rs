@@ -34,6 +34,7 @@ pub(super) struct WConn {
     pub(super) node: usize,
     pub(super) alive: bool,
     pub(super) incarnation: u64,
+    /// What arrived of a command not yet whole.
     pub(super) inbuf: Vec<u8>,
     /// Last delivery time each way (FIFO).
     pub(super) up: u64,
@@ -48,7 +49,7 @@ pub(super) struct Conns {
 }
 
 impl Conns {
-    pub(super) fn split(id: u64) -> (usize, usize) {
+    fn split(id: u64) -> (usize, usize) {
         let client = (id >> CONN_ID_BITS) as usize;
         let n = (id & ((1 << CONN_ID_BITS) - 1)) as usize;
         (client, n)
@@ -82,7 +83,7 @@ impl Conns {
         }
     }
 
-    pub(super) fn get_slot(&mut self, id: u64) -> Option<&mut Option<WConn>> {
+    fn get_slot(&mut self, id: u64) -> Option<&mut Option<WConn>> {
         let (client, n) = Conns::split(id);
         self.by_client.get_mut(client)?.get_mut(n)
     }
@@ -121,12 +122,13 @@ impl Link {
 }
 
 impl World {
+    /// The link between `client` and `node`.
     pub(super) fn link(&mut self, client: usize, node: usize) -> &mut Link {
         &mut self.links[client * NODES + node]
     }
 
     /// When a message sent now on (client, node) arrives, after `last` (FIFO).
-    pub(super) fn delivery(&mut self, client: usize, node: usize, last: u64) -> u64 {
+    fn delivery(&mut self, client: usize, node: usize, last: u64) -> u64 {
         let g = self.g;
         let jitter = self.rng.within(JITTER);
         let spike = if self.rng.chance(1) {
@@ -146,7 +148,7 @@ impl World {
 
     /// Sends `what` to the client's side of `conn` after a link delay, behind `last` (FIFO);
     /// returns when it arrives.
-    pub(super) fn send_client(
+    fn send_client(
         &mut self,
         client: usize,
         node: usize,
@@ -236,7 +238,9 @@ impl World {
         self.nodes[node].node.outbox = outbox;
     }
 
-    pub(super) fn send(&mut self, client: usize, action: Action) {
+    /// Carries one thing a client asked of the world to the node, after a link delay: a
+    /// connect, bytes (behind the connect, FIFO), a close.
+    fn send(&mut self, client: usize, action: Action) {
         match action {
             Action::Connect { node, conn } => {
                 self.record.connects[client * NODES + node] += 1;

@@ -96,6 +96,7 @@ pub(super) fn run_id(rng: &mut Rng) -> [u8; 40] {
 }
 
 impl Node {
+    /// A node with no keys, started at `started` (its clock, ns), as process `run_id`.
     pub fn new(run_id: [u8; 40], started: u64) -> Node {
         Node {
             keys: Vec::new(),

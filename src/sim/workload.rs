@@ -46,6 +46,10 @@ const KEEP_PERCENT: Range<u64> = 0..400;
 /// A holder extends its lock at most this many times.
 const MAX_EXTENDS: u32 = 3;
 
+/// A poke moves the callers on at most this many turns: the operations one turn submits are
+/// written by another step of the engine, and the callers may then submit again.
+const WORK_TURNS: usize = 4;
+
 /// The operator's repair is looked at, and tried again until it works, this often.
 const OPERATOR_RETRY: u64 = 100 * MS;
 
@@ -170,10 +174,10 @@ pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<u
 }
 
 impl World {
-    /// Moves client `c`'s callers on, up to four turns.
+    /// Moves client `c`'s callers on, up to [`WORK_TURNS`] turns.
     pub(super) fn work_turns(&mut self, c: usize, callers: usize, now: Instant) {
         // The workload may submit; each turn's submissions are written by another step.
-        for _ in 0..4 {
+        for _ in 0..WORK_TURNS {
             let mut submitted = false;
             for k in 0..callers {
                 submitted |= self.work(c, k, now);
@@ -208,7 +212,7 @@ impl World {
     /// The operator of `Break::FenceMajorityBlank`'s control: `repair_fences` through client
     /// 0 with the floor at the highest fence handed out so far — the least that the repair's
     /// assumption R1 allows (docs/fencing.md, "Repair"; a real operator adds a margin) — every
-    /// 100 ms until a repair reports a quorum of counters repaired.
+    /// [`OPERATOR_RETRY`] until a repair reports a quorum of counters repaired.
     pub(super) fn operate(&mut self) {
         let engine = &mut self.clients[0].engine;
         if let Some(id) = self.repair {
@@ -246,18 +250,15 @@ impl World {
         self.at(self.g + OPERATOR_RETRY, EvKind::Operator);
     }
 
-    pub(super) fn submit(
-        &mut self,
-        c: usize,
-        kind: ReqKind,
-        res: usize,
-        token: &Token,
-        now: Instant,
-    ) -> OpId {
+    /// Submits an operation of client `c` on resource `res`, for a caller that waits for its
+    /// outcome.
+    fn submit(&mut self, c: usize, kind: ReqKind, res: usize, token: &Token, now: Instant) -> OpId {
         self.submit_for(c, kind, res, token, Waiter::Local, now)
     }
 
-    pub(super) fn submit_for(
+    /// Submits an operation of client `c` on resource `res`, its outcome to `waiter`; counted
+    /// in the report's operations.
+    fn submit_for(
         &mut self,
         c: usize,
         kind: ReqKind,
@@ -324,7 +325,7 @@ impl World {
     }
 
     /// Moves client `c`'s workload on; true if it submitted an operation.
-    pub(super) fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
+    fn work(&mut self, c: usize, k: usize, now: Instant) -> bool {
         // Most pokes find nothing due for a caller: decided by reference, without moving its
         // (large) state out and back (the same guards as `work_due`'s arms).
         let engine = &self.clients[c].engine;
@@ -352,7 +353,7 @@ impl World {
     }
 
     /// Lock operations after which callers stop starting new acquires.
-    pub(super) fn ops(&self) -> u64 {
+    fn ops(&self) -> u64 {
         match self.setup.breaks {
             b if b.contention() => self.setup.ops.max(CONTENTION_OPS),
             Break::FenceMajorityBlank => self.setup.ops.max(BLANK_MAJORITY_OPS),
@@ -362,13 +363,13 @@ impl World {
 
     /// Callers release at once and never keep or extend: contention for the acquire itself
     /// (`Break::contention`).
-    pub(super) fn contend(&self) -> bool {
+    fn contend(&self) -> bool {
         self.setup.breaks.contention()
     }
 
     /// [`World::work`] for a caller with something due: the next step of what it is doing.
     /// True if it submitted an operation.
-    pub(super) fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
+    fn work_due(&mut self, c: usize, k: usize, now: Instant) -> bool {
         let client = &mut self.clients[c];
         match std::mem::replace(&mut client.callers[k].work, Work::Done) {
             Work::Idle { until } if now >= until => self.acquire(c, k, now),

@@ -43,8 +43,8 @@ const SLOT_BITS: u32 = 64 - SEQ_BITS;
 /// one instant.
 const MIN_WAKE_GAP: u64 = 1_000;
 
-/// (`Break::EvictionCounted`) the nodes that evict: three of the five, so that no quorum is
-/// left without them; in the control two, whose yeses the client refuses, and the three
+/// (`Break::EvictionCounted`) the nodes that evict: three of the five, so that every quorum
+/// counts one of them; in the control two, whose yeses the client refuses, and the three
 /// others make the quorum.
 const EVICTING_NODES: usize = 3;
 const EVICTING_NODES_CONTROL: usize = 2;
@@ -82,25 +82,31 @@ pub(super) struct NodeState {
 /// What an event does (see [`World::handle`]).
 #[derive(Debug)]
 pub(super) enum EvKind {
+    /// A client's wake, planned by its last poke.
     ClientWake(usize),
+    /// A client's connect reaches the node.
     ConnArrive {
         conn: u64,
         client: usize,
         node: usize,
     },
+    /// What a client wrote reaches the node.
     ToNode {
         conn: u64,
         bytes: Vec<u8>,
     },
+    /// A client's close reaches the node.
     NodeClose {
         conn: u64,
     },
+    /// What the world or a node sent reaches the client.
     ToClient {
         client: usize,
         node: usize,
         conn: u64,
         what: Inbound,
     },
+    // Faults (node, client, duration in ns) and their ends: see `faults.rs`.
     NodePause(usize, u64),
     NodeResume(usize),
     NodeCrash(usize, u64),
@@ -128,7 +134,7 @@ pub(super) struct Ev {
 /// small keys (the events themselves, some large, stay where they were put), each one number
 /// (see `SEQ_BITS`).
 #[derive(Default)]
-pub(super) struct EventQueue {
+struct EventQueue {
     seq: u64,
     keys: BinaryHeap<Reverse<u128>>,
     planned: Vec<Option<EvKind>>,
@@ -171,6 +177,7 @@ impl EventQueue {
 /// A schedule's world: everything it is made of, and the record the checkers read.
 pub(super) struct World {
     pub(super) rng: Rng,
+    /// World time now (ns).
     pub(super) g: u64,
     /// The events planned.
     events: EventQueue,
@@ -193,9 +200,11 @@ pub(super) struct World {
     /// Fenced acquires (the setup's, or a fence break's).
     pub(super) fencing: bool,
     pub(super) report: Report,
+    /// The readable log of the run, if one is asked for.
     pub(super) trace: Option<String>,
+    /// The argument ranges of the command a node parses (its room kept from one to the next).
     pub(super) args: Vec<(usize, usize)>,
-    /// Buffers of messages the nodes read, for their replies (see `net::recycle`).
+    /// Buffers of messages the nodes read, for their replies (see `client_net::recycle`).
     pub(super) spare: Vec<Vec<u8>>,
     /// (`Break::FenceMajorityBlank`) when the restarted majority is back and out of its
     /// quarantine, and the operator's repair in flight.
@@ -214,8 +223,8 @@ const KEPT_SLABS: usize = 2 * MOST_CLIENTS as usize;
 
 thread_local! {
     /// The operation slots of this thread's engines that are gone, for the next ones to build
-    /// theirs in (see `Slab`): building them new and dropping them would cost 3 % of a schedule's
-    /// instructions.
+    /// theirs in (see `Slab`): building them new and dropping them would cost 3 % of a
+    /// schedule's instructions.
     static SLABS: RefCell<Vec<Slab>> = const { RefCell::new(Vec::new()) };
 }
 
