@@ -318,3 +318,168 @@ impl Net for SimNet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::config::Builder;
+    use crate::engine::{Engine, Waiter};
+    use crate::mailbox::Slot;
+    use crate::request::{OpId, Outcome, ReqKind};
+    use crate::sim::clock::MS;
+    use crate::sim::node::Node;
+    use crate::sim::setup::{NODES, TTL};
+    use crate::sim::wire::parse_command;
+    use crate::token::Token;
+
+    /// An engine over a simulated network to `NODES` fresh simulated nodes (default config).
+    fn engine_and_nodes(now: Instant) -> (Engine<SimNet>, Vec<Node>) {
+        let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
+            .shared()
+            .unwrap();
+        let net = SimNet::new(0, &shared.nodes, &shared.conn, now);
+        let engine = Engine::new(shared, net, now);
+        // Distinct servers: one run_id each (entries with the same run_id count once).
+        let nodes = (0..NODES)
+            .map(|i| Node::new([b'a' + i as u8; 40], 0))
+            .collect();
+        (engine, nodes)
+    }
+
+    /// Runs what the client wrote on `nodes` and hands the replies back: the count of writes
+    /// and of commands per node in this exchange.
+    fn exchange(engine: &mut Engine<SimNet>, nodes: &mut [Node], now: Instant) -> Vec<(u32, u32)> {
+        let mut counts = vec![(0, 0); nodes.len()];
+        let mut args = Vec::new();
+        for action in std::mem::take(&mut engine.net.actions) {
+            match action {
+                Action::Connect { node, conn } => {
+                    engine.net.deliver(node, conn, Inbound::Connected);
+                }
+                Action::Send { node, conn, bytes } => {
+                    counts[node].0 += 1;
+                    let mut reply = Vec::new();
+                    let mut at = 0;
+                    while let Some(n) = parse_command(&bytes[at..], &mut args) {
+                        let cmd: Vec<&[u8]> =
+                            args.iter().map(|&(a, b)| &bytes[at + a..at + b]).collect();
+                        // Up for an hour: not quarantined.
+                        nodes[node].execute(&cmd, 3_600_000 * MS, &mut reply);
+                        counts[node].1 += 1;
+                        at += n;
+                    }
+                    engine.net.deliver(node, conn, Inbound::Data(reply));
+                }
+                Action::Close { .. } => {}
+            }
+        }
+        engine.take_input(now);
+        engine.step(now);
+        counts
+    }
+
+    /// Two acquires lost in the same turn, every reply in: each is released with its own
+    /// token. (Were the release of the first to take the freed slot of the second, it would
+    /// overwrite its resource and token: the second's keys would be left to their TTL,
+    /// blocking everyone.)
+    #[test]
+    fn acquires_lost_in_the_same_turn_are_each_released() {
+        let now = Instant::now();
+        let (mut engine, mut nodes) = engine_and_nodes(now);
+        let up = 3_600_000 * MS;
+        let mut out = Vec::new();
+        // Held elsewhere on a majority: our acquires win only nodes 3 and 4, and lose.
+        for node in &mut nodes[..3] {
+            for key in ["x", "y", "z"] {
+                node.execute(
+                    &[b"SET", key.as_bytes(), b"other", b"NX", b"PX", b"60000"],
+                    up,
+                    &mut out,
+                );
+            }
+        }
+        // Waited for as callers of a shared handle wait: the slab slot is freed as soon as the
+        // outcome is handed over.
+        let slots: Vec<Arc<Slot>> = ["x", "y", "z"]
+            .iter()
+            .enumerate()
+            .map(|(i, key)| {
+                let token = Token::from_bytes(format!("t{i}").as_bytes()).unwrap();
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let slot = Arc::new(Slot::for_tasks());
+                engine.submit(
+                    kind,
+                    key.as_bytes(),
+                    &token,
+                    Waiter::Slot(slot.clone()),
+                    now,
+                );
+                slot
+            })
+            .collect();
+        engine.step(now);
+        exchange(&mut engine, &mut nodes, now); // connect
+        exchange(&mut engine, &mut nodes, now); // handshake
+        exchange(&mut engine, &mut nodes, now); // the SETs: all lost, all replies in
+        for slot in slots {
+            let outcome = slot.cell().outcome.take();
+            assert!(
+                matches!(outcome, Some(Outcome::Acquired(Err(_)))),
+                "{outcome:?}"
+            );
+        }
+        // The releases: after them, nodes 3 and 4 hold none of the keys.
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 3); NODES]);
+        for node in &mut nodes[3..] {
+            for key in ["x", "y", "z"] {
+                out.clear();
+                node.execute(
+                    &[b"SET", key.as_bytes(), b"next", b"NX", b"PX", b"60000"],
+                    up,
+                    &mut out,
+                );
+                assert_eq!(out, b"+OK\r\n", "{key} was left behind");
+            }
+        }
+    }
+
+    #[test]
+    fn sixty_four_queued_operations_go_out_in_one_write_per_node() {
+        let now = Instant::now();
+        let (mut engine, mut nodes) = engine_and_nodes(now);
+        let token = Token::from_bytes(b"t").unwrap();
+        let ids: Vec<OpId> = (0..64)
+            .map(|i| {
+                let kind = ReqKind::Acquire { ttl: TTL };
+                let resource = format!("r{i}");
+                engine.submit(kind, resource.as_bytes(), &token, Waiter::Local, now)
+            })
+            .collect();
+        engine.step(now);
+        // Connects; then the handshake (`INFO server` for the quarantine, `INFO memory` for the
+        // eviction check) in one write per node, the 64 SETs held back until it succeeded; then
+        // all 64 in one write per node.
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(0, 0); NODES]);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 2); NODES]);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
+        assert!(ids.iter().all(|&id| engine.is_done(id)));
+        for id in ids {
+            assert!(matches!(engine.take(id), Some(Outcome::Acquired(Ok(_)))));
+        }
+        // The next 64 (releases) go out in one write per node too.
+        for i in 0..64 {
+            let resource = format!("r{i}");
+            engine.submit(
+                ReqKind::Release,
+                resource.as_bytes(),
+                &token,
+                Waiter::Local,
+                now,
+            );
+        }
+        engine.step(now);
+        assert_eq!(exchange(&mut engine, &mut nodes, now), vec![(1, 64); NODES]);
+    }
+}

@@ -1,0 +1,596 @@
+//! The checkers: what every schedule must keep, checked in world time. Holders' beliefs never
+//! overlap (readers may overlap readers), fences grow, every validity a holder is told is
+//! backed by a quorum of the nodes' keys (the cover check), a caller never waits for a free
+//! resource longer than [`WAIT_BOUND`], a waiting acquire ends by its deadline
+//! ([`DEADLINE_SLACK`]), contention with a node frozen keeps [`PROGRESS_FLOOR`] of its
+//! healthy rate, and reconnects are bounded by the faults that cause them.
+//!
+//! The beliefs are recorded as the run goes ([`World::believed`]); the cover and deadline
+//! checks run at the moment they check, the others over the record once the run is over.
+
+use std::time::{Duration, Instant};
+
+use super::clock::MS;
+use super::report::{
+    ConnectViolation, CoverViolation, FenceViolation, LateWait, LivenessViolation,
+    ProgressViolation, Report, Violation,
+};
+use super::setup::{
+    BACKOFF_MAX, CONNECT_TIMEOUT, COUNTER_PERMITS, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY,
+    RETRY_JITTER, TTL,
+};
+use super::workload::{Hold, Want, Work};
+use super::world::World;
+
+/// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
+/// deadline, whatever the nodes do, even with no quorum reachable (waiting for servers that are
+/// not there is a hang). An attempt in flight at the deadline is decided within a node timeout,
+/// and a fenced one's write-back within another (both on the client's clock: the check converts
+/// them to world time with the client's rate); 1 ms for rounding. A pause of the client after
+/// the deadline counts from its end.
+pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS);
+
+/// The progress check's floor: with one of five nodes frozen, contention keeps at least half
+/// of its grants per second (the goal `redlock demo` is held to on real servers). In the
+/// simulated world the four live nodes must give 3 of 4 yeses across links whose delays
+/// differ by up to 2 ms. Measured in 1,000 schedules each with a lost round's cleanup sending
+/// release notices: honest runs keep 0.551 at worst, with notices in half the runs or in all
+/// (`Break::WaitForSilent`'s and `Break::NoticeHerd`'s controls; 1 % 0.596 and 0.581), while
+/// the herd brought back falls to 0.321 (1 % 0.419) and `Break::WaitForSilent`'s defect to
+/// 0.374 (1 % 0.404). With the cleanup quiet, as it is, the herd too keeps 0.58 at worst (300
+/// schedules).
+pub const PROGRESS_FLOOR: f64 = 0.5;
+
+/// The longest a caller may wait for a resource that nobody holds while at most a minority
+/// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.43 s with
+/// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
+/// ending, a holder ceasing to believe, the want itself); after it, in the worst case:
+///
+/// - keys set before the change by attempts or holders cut off by it expire: a TTL on the
+///   nodes' clocks (+1 % and 2 ms for the drift);
+/// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
+///   timeout;
+/// - a release notice heard by other clients too: the attempt after it waits a random share of
+///   a crowd's span, one round (at most a node timeout) per client subscribed other than the
+///   releaser (the waiter itself among them) — at most `MOST_CLIENTS − 1` of them;
+/// - split votes in a row (other callers' attempts racing ours), each followed by a random
+///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last
+///   (the pauses are random, so over a long enough run of splits this term is a likelihood,
+///   not a certainty; the slack above makes a false report very unlikely);
+/// - then the next attempt comes within a retry pause (or the wait's poll, the same) and is
+///   decided within a node timeout.
+pub const WAIT_BOUND: Duration = Duration::from_nanos(
+    TTL.as_nanos() as u64 * 101 / 100
+        + 2 * MS
+        + BACKOFF_MAX.as_nanos() as u64
+        + CONNECT_TIMEOUT.as_nanos() as u64
+        + (MOST_CLIENTS - 1) * NODE_TIMEOUT
+        + 2 * 64 * NODE_TIMEOUT
+        + RETRY_DELAY.as_nanos() as u64
+        + RETRY_JITTER.as_nanos() as u64
+        + NODE_TIMEOUT,
+);
+
+/// Connects a fault of duration `d` (ns) may cause on one link: the first reconnects back off
+/// from `BACKOFF_MIN` doubling to `BACKOFF_MAX` (five of them below the ceiling), then one per
+/// `BACKOFF_MAX` while the fault lasts, each taking at least its connect or handshake; and two
+/// more for the one that works and a second failure found when the fault ends.
+pub fn connects_allowed(d: u64) -> u64 {
+    8 + d / BACKOFF_MAX.as_nanos() as u64
+}
+
+/// What the checkers read, recorded as the run goes: every belief and fenced acquisition,
+/// every want, and the faults and connects that excuse a wait or a reconnect.
+#[derive(Default)]
+pub(super) struct Record {
+    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
+    /// the exclusive holders').
+    pub(super) shared_beliefs: Vec<(usize, usize, u64, u64)>,
+    /// (resource, client, start, end) of every belief interval that ended, and its fence.
+    pub(super) beliefs: Vec<(usize, usize, u64, u64)>,
+    pub(super) belief_fences: Vec<u64>,
+    /// (start, end, fence, client) of every acquisition that got a fence.
+    pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
+    /// Every want that ended (granted or given up).
+    pub(super) wants: Vec<Want>,
+    /// World times at which a fault began or ended (the liveness check's clock restarts).
+    pub(super) changes: Vec<u64>,
+    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
+    /// towards some client. While a majority is, no progress is owed.
+    pub(super) node_faults: Vec<(usize, u64, u64)>,
+    /// (client, from, to): a client paused; its own wants owe nothing then.
+    pub(super) client_pauses: Vec<(usize, u64, u64)>,
+    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
+    /// every client, or every node).
+    pub(super) link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
+    /// Connects by (client × NODES + node).
+    pub(super) connects: Vec<u64>,
+}
+
+impl Record {
+    /// A record for `clients` clients, empty.
+    pub(super) fn new(clients: usize) -> Record {
+        Record {
+            connects: vec![0; clients * NODES],
+            ..Record::default()
+        }
+    }
+
+    /// The liveness check: each want's longest stretch during which nobody believed they held
+    /// its resource, at most a minority of the nodes was faulty, its caller was not paused,
+    /// and no fault began or ended (`members`: each resource's, see `World::members`): the
+    /// longest such stretch of all the wants, and the violation it is if longer than
+    /// [`WAIT_BOUND`].
+    fn liveness(&mut self, members: &[Vec<usize>]) -> (u64, Option<LivenessViolation>) {
+        let covers = self.owed_nothing(members);
+        self.changes.sort_unstable();
+        self.changes.dedup();
+        let mut longest = 0;
+        let mut worst: Option<LivenessViolation> = None;
+        for w in &self.wants {
+            for (a, b) in free_stretches(&covers[w.res], w) {
+                self.longest_unchanged(w, (a, b), &mut longest, &mut worst);
+            }
+        }
+        (longest, worst)
+    }
+
+    /// The stretches during which a majority of the nodes was faulty: nothing is owed then.
+    fn majority_faulty(&self) -> Vec<(u64, u64)> {
+        let mut edges: Vec<(u64, i32, usize)> = self
+            .node_faults
+            .iter()
+            .flat_map(|&(n, from, to)| [(from, 1, n), (to, -1, n)])
+            .collect();
+        // Beginnings before ends at the same instant: one fault taking over from another.
+        edges.sort_unstable_by_key(|&(t, d, n)| (t, -d, n));
+        let mut active = [0i32; NODES];
+        let mut blocked: Vec<(u64, u64)> = Vec::new();
+        let mut since = None;
+        for (t, d, n) in edges {
+            active[n] += d;
+            let faulty = active.iter().filter(|&&a| a > 0).count();
+            if faulty > NODES / 2 {
+                since.get_or_insert(t);
+            } else if let Some(from) = since.take() {
+                blocked.push((from, t));
+            }
+        }
+        if let Some(from) = since {
+            blocked.push((from, u64::MAX));
+        }
+        blocked
+    }
+
+    /// Per resource, the stretches (sorted, merged) during which its wants are owed nothing:
+    /// someone believed they held it, or a majority of the nodes was faulty (counted as held).
+    fn owed_nothing(&self, members: &[Vec<usize>]) -> Vec<Vec<(u64, u64)>> {
+        let blocked = self.majority_faulty();
+        let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; members.len()];
+        for &(res, _, start, end) in self.beliefs.iter().chain(&self.shared_beliefs) {
+            if start < end {
+                covers[res].push((start, end));
+            }
+        }
+        // A set is held while any member is (beliefs are recorded per member).
+        for res in 0..members.len() {
+            if members[res] != [res] {
+                for i in 0..members[res].len() {
+                    let held = covers[members[res][i]].clone();
+                    covers[res].extend(held);
+                }
+            }
+        }
+        for list in &mut covers {
+            list.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(list.len());
+            for &(a, b) in list.iter() {
+                match merged.last_mut() {
+                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                    _ => merged.push((a, b)),
+                }
+            }
+            *list = merged;
+        }
+        covers
+    }
+
+    /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
+    /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
+    /// the new `worst` if it is longer than [`WAIT_BOUND`].
+    fn longest_unchanged(
+        &self,
+        w: &Want,
+        (a, b): (u64, u64),
+        longest: &mut u64,
+        worst: &mut Option<LivenessViolation>,
+    ) {
+        let mut from = a;
+        let i = self.changes.partition_point(|&t| t <= a);
+        for &t in self.changes[i..].iter().take_while(|&&t| t < b).chain([&b]) {
+            let mid = from + (t - from) / 2;
+            let paused = self
+                .client_pauses
+                .iter()
+                .any(|&(c, p, q)| c == w.client && p <= mid && mid < q);
+            if !paused && t - from > *longest {
+                *longest = t - from;
+                if t - from > WAIT_BOUND.as_nanos() as u64 {
+                    *worst = Some(LivenessViolation {
+                        resource: w.res,
+                        client: w.client,
+                        caller: w.caller,
+                        want: (w.start, w.end),
+                        free: (from, t),
+                    });
+                }
+            }
+            from = t;
+        }
+    }
+}
+
+/// The stretches of want `w` during which nothing in `list` (sorted, merged) covered it.
+fn free_stretches(list: &[(u64, u64)], w: &Want) -> Vec<(u64, u64)> {
+    let mut cur = w.start;
+    let first = list.partition_point(|&(_, b)| b <= w.start);
+    let mut gaps: Vec<(u64, u64)> = Vec::new();
+    for &(a, b) in &list[first..] {
+        if a >= w.end {
+            break;
+        }
+        if a > cur {
+            gaps.push((cur, a));
+        }
+        cur = cur.max(b);
+    }
+    if cur < w.end {
+        gaps.push((cur, w.end));
+    }
+    gaps
+}
+
+impl World {
+    /// The checks over the record once the run is over, in this order: fences, the heal of a
+    /// blank majority, liveness, reconnects, overlaps. Each violation found is logged.
+    pub(super) fn check_record(&mut self) {
+        let record = &mut self.record;
+        self.report.fence_violation = check_fences(
+            &mut record.acquisitions,
+            &record.beliefs,
+            &record.belief_fences,
+        );
+        if let Some(v) = self.report.fence_violation.clone() {
+            self.log(|| format!("FENCE VIOLATION {v:?}"));
+        }
+        if self.healed_at.is_some_and(|h| self.g > h) && self.report.fenced_after_heal == 0 {
+            self.report.stuck_blank = true;
+            self.log(|| "STUCK: no lock granted after every node was back".to_string());
+        }
+        let (longest, worst) = self.record.liveness(&self.members);
+        self.report.longest_wait = Duration::from_nanos(longest);
+        self.report.liveness = worst;
+        if let Some(v) = self.report.liveness.clone() {
+            self.log(|| format!("LIVENESS VIOLATION {v:?}"));
+        }
+        self.check_connects();
+        if let Some(v) = self.report.connect_violation.clone() {
+            self.log(|| format!("RECONNECT VIOLATION {v:?}"));
+        }
+        let cap = (self.only_shared && !self.setup.control).then_some(COUNTER_PERMITS);
+        let record = &mut self.record;
+        self.report.violation = check_overlaps(&mut record.beliefs)
+            .or_else(|| check_readers(&record.shared_beliefs, &record.beliefs))
+            .or_else(|| cap.and_then(|p| check_counted(&mut record.shared_beliefs, p)));
+        if let Some(v) = self.report.violation.clone() {
+            self.log(|| format!("VIOLATION {v:?}"));
+        }
+    }
+
+    /// Reconnects bounded by the faults that caused them: per (client, node), one connect,
+    /// plus for each fault on the link [`connects_allowed`].
+    fn check_connects(&mut self) {
+        for c in 0..self.clients.len() {
+            for n in 0..NODES {
+                let allowed = 1 + self
+                    .record
+                    .link_faults
+                    .iter()
+                    .filter(|&&(fc, fn_, _)| {
+                        fc.is_none_or(|x| x == c) && fn_.is_none_or(|x| x == n)
+                    })
+                    .map(|&(_, _, d)| connects_allowed(d))
+                    .sum::<u64>();
+                let made = self.record.connects[c * NODES + n];
+                if made > self.report.most_connects.0 {
+                    self.report.most_connects = (made, allowed);
+                }
+                if made > allowed && self.report.connect_violation.is_none() {
+                    self.report.connect_violation = Some(ConnectViolation {
+                        client: c,
+                        node: n,
+                        connects: made,
+                        allowed,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The progress check (`Break::contention`'s runs): this run's grants per second against
+    /// those of `healthy`, the same schedule with every node up.
+    pub(super) fn check_progress(&mut self, healthy: &Report) {
+        // A baseline that stalled would lower the bar: a stall of the schedule.
+        self.report.stalled |= healthy.stalled;
+        let frozen = &self.report;
+        let rate = |r: &Report| r.acquired as f64 / r.sim_time.as_secs_f64().max(1e-9);
+        self.report.progress_ratio = Some(rate(frozen) / rate(healthy).max(1e-9));
+        let frozen = &self.report;
+        if rate(frozen) < PROGRESS_FLOOR * rate(healthy) {
+            let v = ProgressViolation {
+                frozen: (frozen.acquired, frozen.sim_time),
+                healthy: (healthy.acquired, healthy.sim_time),
+            };
+            self.log(|| format!("PROGRESS VIOLATION {v:?}"));
+            self.report.progress = Some(v);
+        }
+    }
+
+    /// Holders still holding when the run ends believe until their validity.
+    pub(super) fn close_beliefs(&mut self) {
+        for c in 0..self.clients.len() {
+            for k in 0..self.clients[c].callers.len() {
+                let hold = match &self.clients[c].callers[k].work {
+                    Work::Holding(h) | Work::Extending { hold: h, .. } => Some(*h),
+                    _ => None,
+                };
+                if let Some(h) = hold {
+                    self.end_belief(c, &h, u64::MAX);
+                }
+                if let Work::Keeping(k) = &self.clients[c].callers[k].work
+                    && let Some(start) = k.open
+                {
+                    let (res, valid, fence) = (k.res, k.kept.valid_until(), k.fence);
+                    let end = self.belief_end(c, valid, u64::MAX);
+                    self.believed(c, res, start, end, fence);
+                }
+            }
+        }
+    }
+
+    /// The belief of client `c` in `hold` ends at `end` (world time) or at its validity.
+    pub(super) fn end_belief(&mut self, c: usize, hold: &Hold, end: u64) {
+        let end = self.belief_end(c, hold.valid, end);
+        self.believed(c, hold.res, hold.start_g, end, hold.fence);
+    }
+
+    /// When a belief that would last until `end` (world time) ends: at the lock's validity
+    /// `valid` on the client's clock, unless the client ignores it (then no later than now).
+    pub(super) fn belief_end(&self, c: usize, valid: Instant, end: u64) -> u64 {
+        if self.clients[c].ignores_validity {
+            end.min(self.g)
+        } else {
+            end.min(self.world_of(c, valid))
+        }
+    }
+
+    /// The cover check: client `c`, told now that it holds `res` with `token` until `valid`
+    /// (its clock), must find a quorum of nodes whose keys hold the token until then (in
+    /// world time, each node's expiry on its own clock). A validity already over when told
+    /// is not a belief (its keys may have gone to a rival since, rightly).
+    pub(super) fn check_cover(&mut self, c: usize, res: usize, token: &[u8], valid: Instant) {
+        let valid_g = self.world_of(c, valid);
+        if self.report.cover.is_some() || valid_g <= self.g || self.clients[c].ignores_validity {
+            return;
+        }
+        let reader = self.shared_of[res];
+        let (members, resources) = (&self.members[res], &self.resources);
+        let covering = (self.nodes.iter())
+            .filter(|n| {
+                members.iter().all(|&m| {
+                    let until = n.node.holds_until(&resources[m], token, reader);
+                    until.is_some_and(|t| n.clock.world_ns(t) >= valid_g)
+                })
+            })
+            .count();
+        let quorum = self.nodes.len() / 2 + 1;
+        if covering < quorum {
+            self.log(|| {
+                format!(
+                    "COVER: client {c} told it holds {res} until {valid_g} ns: {covering} nodes"
+                )
+            });
+            self.report.cover = Some(CoverViolation {
+                resource: res,
+                client: c,
+                told: self.g,
+                valid: valid_g,
+                covering,
+                quorum,
+            });
+        }
+    }
+
+    /// Records that client `c` believed it held `res` (or, a shared lock, read it) from `start`
+    /// to `end` (world time), with `fence`.
+    pub(super) fn believed(&mut self, c: usize, res: usize, start: u64, end: u64, fence: u64) {
+        if self.shared_of[res] {
+            let of = self.members[res][0];
+            self.record.shared_beliefs.push((of, c, start, end));
+            self.log(|| {
+                format!(
+                    "client {c} believed it read {of} from {:.6} to {:.6} ms",
+                    start as f64 / MS as f64,
+                    end as f64 / MS as f64
+                )
+            });
+            return;
+        }
+        // A set's holder believed it held each member.
+        for i in 0..self.members[res].len() {
+            let member = self.members[res][i];
+            self.record.beliefs.push((member, c, start, end));
+            self.record.belief_fences.push(fence);
+            self.log(|| {
+                format!(
+                    "client {c} believed it held {member} from {:.6} to {:.6} ms",
+                    start as f64 / MS as f64,
+                    end as f64 / MS as f64
+                )
+            });
+        }
+    }
+
+    /// A waiting acquire of client `c` submitted at `start` (world time) with `deadline` (its
+    /// clock) has its outcome now: the deadline check (see [`DEADLINE_SLACK`]).
+    pub(super) fn ended_wait(&mut self, c: usize, start: u64, deadline: Instant) {
+        let due = self.world_of(c, deadline);
+        // A pause of the client after the deadline: counted from its end (the engine settles
+        // at once when it resumes).
+        let resumed = (self.record.client_pauses.iter())
+            .filter(|&&(p, from, to)| p == c && from <= self.g && to > due)
+            .map(|&(_, _, to)| to.min(self.g))
+            .max()
+            .unwrap_or(0);
+        let over = self.g.saturating_sub(due.max(resumed));
+        // The slack's node timeouts run on the client's clock.
+        let ppm = self.clients[c].clock.ppm;
+        let slack = (DEADLINE_SLACK.as_nanos() as i64 - MS as i64) * 1_000_000 / (1_000_000 + ppm)
+            + MS as i64;
+        if over > slack as u64 && self.report.late.is_none() {
+            let late = LateWait {
+                client: c,
+                start,
+                deadline: due,
+                end: self.g,
+            };
+            self.log(|| format!("LATE WAIT {late:?}"));
+            self.report.late = Some(late);
+        }
+        if over > self.report.longest_overrun.as_nanos() as u64 {
+            self.report.longest_overrun = Duration::from_nanos(over);
+        }
+    }
+}
+
+/// The first pair of fences out of order, if any: an acquisition that began after another had
+/// completed (any resource: the counter is shared) must have a greater fence; so must a holder
+/// that believed after another holder of the same resource stopped believing.
+fn check_fences(
+    acquisitions: &mut [(u64, u64, u64, usize)],
+    beliefs: &[(usize, usize, u64, u64)],
+    fences: &[u64],
+) -> Option<FenceViolation> {
+    // Completed-before-began: sweep the starts in order, with the largest fence of the
+    // acquisitions completed strictly before.
+    let mut by_end: Vec<(u64, u64, u64, usize)> = acquisitions.to_vec();
+    by_end.sort_unstable_by_key(|a| a.1);
+    acquisitions.sort_unstable_by_key(|a| a.0);
+    let mut best: Option<(u64, u64, u64, usize)> = None;
+    let mut next = 0;
+    for &b in acquisitions.iter() {
+        while next < by_end.len() && by_end[next].1 < b.0 {
+            if best.is_none_or(|m| by_end[next].2 > m.2) {
+                best = Some(by_end[next]);
+            }
+            next += 1;
+        }
+        if let Some(a) = best
+            && b.2 <= a.2
+        {
+            return Some(FenceViolation {
+                order: "completed before began",
+                first: (a.3, a.0, a.1, a.2),
+                second: (b.3, b.0, b.1, b.2),
+            });
+        }
+    }
+    // Held-after, per resource: every earlier belief that ended before this one began.
+    let mut order: Vec<usize> = (0..beliefs.len())
+        .filter(|&i| fences[i] != 0 && beliefs[i].2 < beliefs[i].3)
+        .collect();
+    order.sort_unstable_by_key(|&i| (beliefs[i].0, beliefs[i].2));
+    for (k, &i) in order.iter().enumerate() {
+        let (res, client, start, end) = beliefs[i];
+        for &j in &order[..k] {
+            let (r, c, s, e) = beliefs[j];
+            if r == res && e <= start && fences[i] <= fences[j] {
+                return Some(FenceViolation {
+                    order: "held after",
+                    first: (c, s, e, fences[j]),
+                    second: (client, start, end, fences[i]),
+                });
+            }
+        }
+    }
+    None
+}
+
+/// The first reader whose belief overlaps an exclusive holder's of the same resource, if any
+/// (readers may overlap each other).
+fn check_readers(
+    readers: &[(usize, usize, u64, u64)],
+    holders: &[(usize, usize, u64, u64)],
+) -> Option<Violation> {
+    readers.iter().find_map(|&(res, client, start, end)| {
+        let h = holders
+            .iter()
+            .find(|h| h.0 == res && start < end && h.2 < h.3 && start < h.3 && h.2 < end)?;
+        Some(Violation {
+            resource: res,
+            first: (h.1, h.2, h.3),
+            second: (client, start, end),
+        })
+    })
+}
+
+/// The first moment more than `permits` holders believed they held one resource at once
+/// (the counted semaphore of `Break::CounterSemaphore`), if any: the holder that made it
+/// `permits + 1`, and one it overlapped.
+fn check_counted(beliefs: &mut [(usize, usize, u64, u64)], permits: usize) -> Option<Violation> {
+    beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
+    for (i, &(res, client, start, end)) in beliefs.iter().enumerate() {
+        if start >= end {
+            continue;
+        }
+        let overlapping: Vec<&(usize, usize, u64, u64)> = beliefs[..i]
+            .iter()
+            .filter(|b| b.0 == res && b.2 < b.3 && b.3 > start)
+            .collect();
+        if overlapping.len() >= permits {
+            let first = overlapping[0];
+            return Some(Violation {
+                resource: res,
+                first: (first.1, first.2, first.3),
+                second: (client, start, end),
+            });
+        }
+    }
+    None
+}
+
+/// The first overlap of two belief intervals on one resource, if any.
+fn check_overlaps(beliefs: &mut [(usize, usize, u64, u64)]) -> Option<Violation> {
+    beliefs.sort_unstable_by_key(|&(res, _, start, end)| (res, start, end));
+    let mut last: Option<(usize, usize, u64, u64)> = None;
+    for &b in beliefs.iter() {
+        let (res, client, start, end) = b;
+        if start >= end {
+            continue; // believed for no time at all (validity over at acquisition)
+        }
+        if let Some(l) = last.filter(|l| l.0 == res) {
+            if start < l.3 {
+                return Some(Violation {
+                    resource: res,
+                    first: (l.1, l.2, l.3),
+                    second: (client, start, end),
+                });
+            }
+            if end <= l.3 {
+                continue;
+            }
+        }
+        last = Some(b);
+    }
+    None
+}

@@ -1,0 +1,402 @@
+//! The simulated node's models of the client's Lua scripts, run by `EVAL` or `EVALSHA`: for
+//! each script, in Rust, what Redis does running its text (the hashes in the test below pin
+//! the texts these models follow). The plain lock's release, quiet release and extend; the
+//! waiting marks; the fencing scripts over the counter hash `redlock:fence` (`run`, `n`; see
+//! `fence.rs`) and the repair's (`repair.rs`); a set's all-or-none scripts; a shared (read)
+//! lock's. A node with a defect of a break (lying, a set's members taken one by one, readers
+//! that ignore writers, a cap on readers) runs the wrong variant here.
+
+use crate::session::{
+    MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
+    SET_RELEASE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
+};
+
+use super::clock::MS;
+use super::node::Node;
+use super::wire::{bulk, line, number};
+
+impl Node {
+    /// `EVAL` (`by_body`) or `EVALSHA`: the script the client sent, found by its body or its
+    /// hash, run by its model — `NOSCRIPT` for a hash not loaded since the last flush.
+    pub(super) fn eval(&mut self, by_body: bool, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let index = scripts().iter().position(|s| {
+            if by_body {
+                s.body.as_bytes() == cmd[1]
+            } else {
+                *s.sha() == *cmd[1]
+            }
+        });
+        let Some(index) = index else {
+            out.extend_from_slice(b"-ERR unknown script\r\n");
+            return;
+        };
+        if !by_body && !self.loaded[index] {
+            out.extend_from_slice(b"-NOSCRIPT No matching script. Please use EVAL.\r\n");
+            return;
+        }
+        self.loaded[index] = true;
+        if index == REPAIR_SCRIPT {
+            self.repair(cmd, out);
+        } else if matches!(index, 2..=4) {
+            self.fenced(index, cmd, now, out);
+        } else if index >= SHARED_ACQUIRE_SCRIPT {
+            self.shared_script(index, cmd, now, out);
+        } else if index >= SET_ACQUIRE_SCRIPT {
+            self.set_script(index, cmd, now, out);
+        } else if index == MARK_SCRIPT {
+            self.writer_mark(cmd, now, out);
+        } else {
+            self.plain_script(index, cmd, now, out);
+        }
+    }
+
+    /// The fence repair: numkeys 1, the counter hash, V, run: `n = max(n, V)`, seeded for
+    /// `run`.
+    fn repair(&mut self, cmd: &[&[u8]], out: &mut Vec<u8>) {
+        let (value, run) = (number(cmd[4]), cmd[5]);
+        let n = self.fence.as_ref().map_or(0, |(_, n)| *n).max(value);
+        self.fence = Some((run.to_vec(), n));
+        bulk(out, n.to_string().as_bytes());
+    }
+
+    /// The writer's waiting mark: numkeys 1, the waiting key, ms. Marked only where no key or
+    /// a mark is (a reader's mark gives way to a writer's).
+    fn writer_mark(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let mark = crate::keys::MARK_VALUE.as_bytes();
+        let reader = crate::keys::READER_MARK_VALUE.as_bytes();
+        let free = self
+            .live(cmd[3], now)
+            .is_none_or(|v| v == mark || v == reader);
+        if free {
+            let expiry = now + number(cmd[4]) * MS;
+            self.insert(cmd[3], mark, expiry);
+        }
+        out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
+    }
+
+    /// The plain lock's scripts: 0 the release (with its notice), 5 the quiet release, 1 the
+    /// extend. numkeys 1, key, token[, ms — or, releasing, 1 if the releaser is subscribed].
+    fn plain_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let (key, token) = (cmd[3], cmd[4]);
+        let ours = self.live(key, now) == Some(token);
+        let done = match (ours, index) {
+            (false, _) => 0,
+            (true, 0) => {
+                self.remove(key);
+                // The releaser subscribed too (`ARGV[2]`): the notice counts it out.
+                1 + 2 * self.notify(key, now, cmd.get(5) == Some(&&b"1"[..]))
+            }
+            (true, 5) => {
+                self.remove(key);
+                1
+            }
+            (true, _) => {
+                // Extend: never shorter than the TTL left.
+                let ms: u64 = number(cmd[5]);
+                if let Some(entry) = self.keys.iter_mut().find(|e| e.0 == key) {
+                    entry.2 = entry.2.max(now + ms * MS);
+                }
+                1
+            }
+        };
+        match done {
+            0 => out.extend_from_slice(b":0\r\n"),
+            1 => out.extend_from_slice(b":1\r\n"),
+            n => line(out, b':', n),
+        }
+    }
+
+    /// The scripts of a shared (read) lock and the reader's mark (`session.rs`:
+    /// `SHARED_ACQUIRE_BODY` and the others): numkeys 1, the resource (the waiting key for the
+    /// mark), then the token and the TTL (or the notices' switch; the mark: its TTL).
+    fn shared_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let key = cmd[3];
+        let reply = match index {
+            READER_MARK_SCRIPT => self.reader_mark(key, cmd, now),
+            SHARED_ACQUIRE_SCRIPT => self.shared_acquire(key, cmd, now),
+            SHARED_RELEASE_SCRIPT => self.shared_release(key, cmd, now),
+            _ => self.shared_extend(key, cmd, now),
+        };
+        line(out, b':', reply);
+    }
+
+    /// The reader's waiting mark on `key`.
+    fn reader_mark(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
+        let (mark, reader) = (
+            crate::keys::MARK_VALUE.as_bytes(),
+            crate::keys::READER_MARK_VALUE.as_bytes(),
+        );
+        // Marked where no key or a reader's mark is; a writer's mark stays (and
+        // answers 1); anything else is someone else's key (0).
+        let value = self.live(key, now);
+        let free = value.is_none_or(|v| v == reader);
+        let writer_waits = value == Some(mark);
+        if free {
+            self.insert(key, reader, now + number(cmd[4]) * MS);
+        }
+        u64::from(free || writer_waits)
+    }
+
+    /// A reader joins `key`'s readers: not while a writer holds it or waits for it (the
+    /// wrong variant, and a lying node, overwrite the writer), nor while the readers are at
+    /// the node's cap.
+    fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
+        let (token, ms) = (cmd[4], number(cmd[5]));
+        let writer = self.live(key, now).is_some();
+        let mark = self.live(&crate::keys::waiting_key(key), now);
+        let writer_waits = mark == Some(crate::keys::MARK_VALUE.as_bytes());
+        let full = self.reader_cap.is_some_and(|cap| {
+            (self.readers.iter()).any(|e| {
+                e.0 == key
+                    && now < e.2
+                    && e.1
+                        .iter()
+                        .filter(|(t, d)| now < *d && t.as_slice() != token)
+                        .count()
+                        >= cap
+            })
+        });
+        if ((writer || writer_waits) && !self.reader_ignores_writer && !self.lying) || full {
+            return 0;
+        }
+        if writer {
+            // The wrong variant (or a lying node): the writer's key is overwritten.
+            self.remove(key);
+        }
+        let until = now + ms * MS;
+        self.readers.retain(|e| now < e.2 || e.0 != key);
+        match self.readers.iter_mut().find(|e| e.0 == key) {
+            Some(entry) => {
+                entry.1.retain(|(t, _)| t.as_slice() != token);
+                entry.1.push((token.to_vec(), until));
+                entry.2 = entry.2.max(until);
+            }
+            None => self
+                .readers
+                .push((key.to_vec(), vec![(token.to_vec(), until)], until)),
+        }
+        1
+    }
+
+    /// A reader leaves `key`'s readers (the last one's release deletes the set and notifies).
+    fn shared_release(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
+        let token = cmd[4];
+        let Some(at) = (self.readers.iter()).position(|e| e.0 == key && now < e.2) else {
+            return 0;
+        };
+        let entry = &mut self.readers[at];
+        let before = entry.1.len();
+        entry.1.retain(|(t, _)| t.as_slice() != token);
+        if entry.1.len() == before {
+            return 0;
+        }
+        // The key's TTL stays; the expired readers shaped as tokens go if others
+        // remain; an empty set goes (with the notice).
+        if !entry.1.is_empty() {
+            entry
+                .1
+                .retain(|(t, d)| now < *d || !crate::token::Token::is_shaped(t));
+        }
+        if !entry.1.is_empty() {
+            1
+        } else {
+            self.readers.swap_remove(at);
+            let told = if cmd[5] == b"1" || cmd[5] == b"2" {
+                self.notify_keeping(key, now, cmd[5] == b"2", true)
+            } else {
+                0
+            };
+            1 + 2 * told
+        }
+    }
+
+    /// Extend: a reader whose expiry has not passed, never shorter.
+    fn shared_extend(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
+        let (token, ms) = (cmd[4], number(cmd[5]));
+        let until = now + ms * MS;
+        let entry = (self.readers.iter_mut()).find(|e| e.0 == key && now < e.2);
+        let reader = entry.and_then(|e| {
+            let r =
+                e.1.iter_mut()
+                    .find(|(t, d)| t.as_slice() == token && now < *d)?;
+            r.1 = r.1.max(until);
+            e.2 = e.2.max(until);
+            Some(())
+        });
+        u64::from(reader.is_some())
+    }
+
+    /// The scripts of a set (`session.rs`: `SET_ACQUIRE_BODY` and the others): numkeys, the
+    /// members (and for the fenced acquire the counter last), then the token and the TTL (or
+    /// the notices' switch).
+    fn set_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let n = number(cmd[2]) as usize;
+        let (keys, args) = cmd[3..].split_at(n);
+        let token = args[0];
+        let members = match index {
+            SET_FENCED_ACQUIRE_SCRIPT => &keys[..n - 1],
+            _ => keys,
+        };
+        let reply = match index {
+            SET_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT => {
+                let ok = self.set_acquire(members, token, number(args[1]), now);
+                if index == SET_FENCED_ACQUIRE_SCRIPT {
+                    let (run, n) = self.fence_fields();
+                    out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
+                    bulk(out, &run);
+                    bulk(out, &n);
+                    return;
+                }
+                u64::from(ok)
+            }
+            SET_RELEASE_SCRIPT => self.set_release(members, token, args[1], now),
+            _ => self.set_extend(members, token, args[1], now),
+        };
+        line(out, b':', reply);
+    }
+
+    /// A set's acquire: every member or none, for `ms`.
+    fn set_acquire(&mut self, members: &[&[u8]], token: &[u8], ms: u64, now: u64) -> bool {
+        if self.set_first_only {
+            // The wrong variant (`Break::SetNotAllOrNone`): each member `SET NX` on
+            // its own, the answer the first member's.
+            let mut first = false;
+            for (i, key) in members.iter().enumerate() {
+                let set = self.set_nx(key, token, ms, now);
+                first |= i == 0 && set;
+            }
+            first
+        } else if self.lying
+            || members
+                .iter()
+                .all(|k| self.live(k, now).is_none() && !self.read_locked(k, now))
+        {
+            for key in members {
+                self.insert(key, token, now + ms * MS);
+            }
+            true
+        } else {
+            false
+        }
+    }
+
+    /// A set's release: the members still ours go, each with its notice if `notices` asks.
+    fn set_release(&mut self, members: &[&[u8]], token: &[u8], notices: &[u8], now: u64) -> u64 {
+        let (mut ours, mut heard) = (false, 0);
+        for key in members {
+            if self.live(key, now) == Some(token) {
+                self.remove(key);
+                ours = true;
+                if notices == b"1" || notices == b"2" {
+                    heard += self.notify(key, now, notices == b"2");
+                }
+            }
+        }
+        if ours { 1 + 2 * heard } else { 0 }
+    }
+
+    /// A set's extend: only if every member is ours, each never shorter than its TTL left.
+    fn set_extend(&mut self, members: &[&[u8]], token: &[u8], ms: &[u8], now: u64) -> u64 {
+        if !members.iter().all(|k| self.live(k, now) == Some(token)) {
+            return 0;
+        }
+        let until = now + number(ms) * MS;
+        for entry in (self.keys.iter_mut()).filter(|e| members.contains(&e.0.as_slice())) {
+            entry.2 = entry.2.max(until);
+        }
+        1
+    }
+    /// The fencing scripts (`fence.rs`): 2 acquire and read, 3 write back, 4 the flawed
+    /// per-node increment. Arguments: numkeys 2, lock key, counter key, then the script's.
+    fn fenced(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        let (key, token) = (cmd[3], cmd[5]);
+        let array3 = |out: &mut Vec<u8>, ok: bool, run: &[u8], n: &[u8]| {
+            out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
+            for field in [run, n] {
+                bulk(out, field);
+            }
+        };
+        match index {
+            2 => {
+                let ok = self.set_nx(key, token, number(cmd[6]), now);
+                let (run, n) = self.fence_fields();
+                array3(out, ok, &run, &n);
+            }
+            4 => {
+                if !self.set_nx(key, token, number(cmd[6]), now) {
+                    array3(out, false, b"", b"");
+                    return;
+                }
+                let entry = self.fence.get_or_insert_with(|| (Vec::new(), 0));
+                entry.1 += 1;
+                let n = entry.1.to_string();
+                array3(out, true, b"", n.as_bytes());
+            }
+            _ => {
+                let (fence, run, seed) = (number(cmd[6]), cmd[7], cmd[8] == b"1");
+                let ours = self.live(key, now) == Some(token);
+                match &mut self.fence {
+                    Some((r, n)) if r.as_slice() == run => {
+                        if *n < fence {
+                            if !ours {
+                                out.extend_from_slice(b":0\r\n");
+                                return;
+                            }
+                            *n = fence;
+                        }
+                    }
+                    _ if !seed => {
+                        out.extend_from_slice(b":0\r\n");
+                        return;
+                    }
+                    slot => {
+                        let n = slot.as_ref().map_or(0, |(_, n)| *n).max(fence);
+                        *slot = Some((run.to_vec(), n));
+                    }
+                }
+                out.extend_from_slice(if ours { b":1\r\n" } else { b":0\r\n" });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::session::SCRIPT_COUNT;
+
+    use super::*;
+
+    /// The node runs a Rust model of each script, not its Lua: a change of a script's text
+    /// that this model does not follow would pass every simulation while a real server ran
+    /// the new text. The hashes pin the texts the model was written for: whoever changes a
+    /// script changes its model in this file (and the node's tests), then the hash here.
+    #[test]
+    fn the_modelled_scripts_are_the_scripts_the_client_sends() {
+        const MODELLED: [&str; SCRIPT_COUNT] = [
+            "9689099bfb5e59e9e9a72f05e5bc6e89cb200d7e", // release
+            "747a75b97c390e45ff99d4927eb9cb862e261071", // extend
+            "e5ca76d4832e04ca0b753d0871386bc52d7b81c6", // fenced acquire
+            "4fac54814ecffb260f15621b586184e91d8db5c4", // fence write-back
+            "5f72df6b02788b62ee307a3df1dd316d0c1b0f66", // flawed fenced acquire (no write-back)
+            "7ec850b84056aad589cab4986543db1f5a578fad", // quiet release
+            "70a0015bbf47573617a12515076ab9ad87fec651", // writer's mark
+            "7dd71a0e1e865bcb4f0ae4e6147afedc965e5542", // fence repair
+            "7af3a285038ba44f1cc6db01d10f8a620e231571", // set acquire
+            "ff35feae84f4d825fee14b9459c8218f34d07589", // set fenced acquire
+            "4e3645c172d9f67282f27903457a664e39f4f51d", // set release
+            "3e4c32260be05a012d03a02383c303b73678f431", // set extend
+            "39b563cbb0e19140bd8cd9b5867b73bb901be36e", // shared acquire
+            "aa35b117e6bea960b43bb7a7c8537de0dc10074e", // shared release
+            "faaceeedc54b084118e33e2a59639f41538f59aa", // shared extend
+            "f0613051a95a974bab779140de6c65236917cac7", // reader's mark
+        ];
+        let sent: Vec<String> = scripts()
+            .iter()
+            .map(|s| String::from_utf8(s.sha().to_vec()).unwrap())
+            .collect();
+        assert_eq!(
+            sent, MODELLED,
+            "a script changed: change its model in sim/scripts.rs"
+        );
+    }
+}
