@@ -262,21 +262,6 @@ pub mod testing;
 pub use model::{addr, error, keys, round};
 pub use proto::resp;
 
-// Transitional paths for the simulator (the modules' old places at the crate root).
-#[cfg(feature = "sim")]
-#[allow(unused_imports)]
-use {
-    api::{
-        async_redlock as async_handle, guard, keep_alive as keep, redlock as handle, reentry,
-        semaphore,
-    },
-    engine::{kept, mailbox, net, queue as wait, request},
-    model::tls,
-    model::{config, event, eviction, lock, mutation, stats, token},
-    proto::{fencing as fence, quarantine, repair_tally as repair, session},
-    runtime::{call as task, client, conn, driver, hub, resolve},
-};
-
 pub use api::async_redlock::AsyncRedlock;
 pub use api::guard::{AsyncLockGuard, LockGuard};
 pub use api::keep_alive::{AsyncKeepAlive, KeepAlive, LockWatch};

@@ -5,7 +5,7 @@
 //! *<argc>\r\n $<len>\r\n<arg>\r\n ...
 //! ```
 //!
-//! Re-exported by [`resp`](crate::resp), the codec's public face. No I/O.
+//! Re-exported by [`resp`](crate::proto::resp), the codec's public face. No I/O.
 
 use bytes::BytesMut;
 

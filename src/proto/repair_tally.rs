@@ -27,8 +27,7 @@ use std::time::Duration;
 
 use crate::model::addr::NodeAddr;
 use crate::model::error::{Error, NodeFault};
-// (`pub(crate)` for the simulator's old path to `FenceFloor`: transitional.)
-pub(crate) use crate::model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
+use crate::model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
 use crate::proto::fencing::parse_u64;
 use crate::proto::resp::{ErrorKind, Frame};
 

@@ -8,11 +8,12 @@ use std::collections::VecDeque;
 use std::io;
 use std::time::Instant;
 
-use crate::addr::NodeAddr;
-use crate::config::ConnConfig;
-use crate::error::NodeFault;
-use crate::net::{Net, NodeSink};
-use crate::session::{Kind, ScriptCall, Session, Sink};
+use crate::engine::net::{Net, NodeSink};
+use crate::model::addr::NodeAddr;
+use crate::model::config::ConnConfig;
+use crate::model::error::NodeFault;
+use crate::proto::scripts::ScriptCall;
+use crate::proto::session::{Kind, Session, Sink};
 
 /// A connection id is the client's index above these bits and the client's count of its
 /// connections (from 1) in them.
@@ -324,15 +325,15 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::config::Builder;
+    use crate::engine::mailbox::Slot;
+    use crate::engine::request::{OpId, Outcome, ReqKind};
     use crate::engine::{Engine, Waiter};
-    use crate::mailbox::Slot;
-    use crate::request::{OpId, Outcome, ReqKind};
+    use crate::model::config::Builder;
+    use crate::model::token::Token;
     use crate::sim::clock::MS;
     use crate::sim::node::Node;
+    use crate::sim::node_io::parse_command;
     use crate::sim::setup::{NODES, TTL};
-    use crate::sim::wire::parse_command;
-    use crate::token::Token;
 
     /// An engine over a simulated network to `NODES` fresh simulated nodes (default config).
     fn engine_and_nodes(now: Instant) -> (Engine<SimNet>, Vec<Node>) {

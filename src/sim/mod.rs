@@ -25,8 +25,8 @@
 //!
 //! The files: `world.rs` (the world, its event queue and loop, [`run`]), `setup.rs` (what a
 //! run is asked to do), `workload.rs` (the callers), `faults.rs` (the fault plan and how faults
-//! act), `network.rs` and `client_net.rs` (the links, both sides), `node.rs`, `scripts.rs` and
-//! `wire.rs` (the simulated Redis), `checkers.rs` (every check), `report.rs` (what a run
+//! act), `network.rs` and `client_net.rs` (the links, both sides), `node.rs`, `script_models.rs` and
+//! `node_io.rs` (the simulated Redis), `checkers.rs` (every check), `report.rs` (what a run
 //! found), `clock.rs` and `rng.rs` (time and chance).
 //!
 //! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
@@ -37,11 +37,11 @@ mod clock;
 mod faults;
 mod network;
 mod node;
+mod node_io;
 mod report;
 mod rng;
-mod scripts;
+mod script_models;
 mod setup;
-mod wire;
 mod workload;
 mod world;
 

@@ -8,9 +8,9 @@ use std::ops::Range;
 use super::client_net::{Action, CONN_ID_BITS, Inbound, recycle};
 use super::clock::MS;
 use super::node::Node;
+use super::node_io::parse_command;
 use super::rng::Rng;
 use super::setup::NODES;
-use super::wire::parse_command;
 use super::world::{Ev, EvKind, World};
 
 /// A link's base delay, each way (ns): 50 µs to 2 ms, drawn once per (client, node).

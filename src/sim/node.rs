@@ -4,16 +4,16 @@
 //! `INFO server` (`run_id`, uptime) and `INFO memory`, `SUBSCRIBE` for the release notices,
 //! the fence repair's `HMGET` of the counter hash `redlock:fence` (`run`, `n`; see `fence.rs`
 //! and `repair.rs`), and the scripts by `EVALSHA` (answered `NOSCRIPT` until the script was
-//! sent by `EVAL`) and by `EVAL`, whose models are `scripts.rs`. A crash loses the keys and
-//! starts a new incarnation with a new `run_id`. Replies are RESP3 (`wire.rs`), in order per
+//! sent by `EVAL`) and by `EVAL`, whose models are `script_models.rs`. A crash loses the keys and
+//! starts a new incarnation with a new `run_id`. Replies are RESP3 (`node_io.rs`), in order per
 //! connection. A *lying* node answers every `SET NX` with `OK` and overwrites the key: the
 //! fault that breaks the "no lying nodes" assumption.
 
-use crate::session::SCRIPT_COUNT;
+use crate::proto::scripts::SCRIPT_COUNT;
 
 use super::clock::{MS, SECOND};
+use super::node_io::{bulk, line, number};
 use super::rng::Rng;
-use super::wire::{bulk, line, number};
 
 /// Command names are compared upper-cased in a buffer of this many bytes (the client's are
 /// shorter).
@@ -165,10 +165,10 @@ impl Node {
         releaser: bool,
         writer_mark_stays: bool,
     ) -> u64 {
-        let waiting = crate::keys::waiting_key(key);
+        let waiting = crate::model::keys::waiting_key(key);
         let value = self.live(&waiting, now);
-        let reader_mark = crate::keys::READER_MARK_VALUE.as_bytes();
-        let writer = value == Some(crate::keys::MARK_VALUE.as_bytes());
+        let reader_mark = crate::model::keys::READER_MARK_VALUE.as_bytes();
+        let writer = value == Some(crate::model::keys::MARK_VALUE.as_bytes());
         if !writer && value != Some(reader_mark) {
             return 0;
         }
@@ -178,7 +178,9 @@ impl Node {
         if !self.pubsub {
             return 0;
         }
-        let mut channel = crate::keys::RELEASE_CHANNEL_PREFIX.as_bytes().to_vec();
+        let mut channel = crate::model::keys::RELEASE_CHANNEL_PREFIX
+            .as_bytes()
+            .to_vec();
         channel.extend_from_slice(key);
         self.publish(&channel, releaser)
     }
@@ -416,7 +418,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::scripts;
+    use crate::proto::scripts::scripts;
 
     fn run(node: &mut Node, args: &[&[u8]], now: u64) -> String {
         let mut out = Vec::new();
@@ -486,7 +488,9 @@ mod tests {
         let mut n = Node::new([b'a'; 40], 0);
         let read: &[&[u8]] = &[b"HMGET", b"redlock:fence", b"run", b"n"];
         assert_eq!(run(&mut n, read, 0), "*2\r\n$-1\r\n$-1\r\n");
-        let body = scripts()[crate::session::REPAIR_SCRIPT].body.as_bytes();
+        let body = scripts()[crate::proto::scripts::REPAIR_SCRIPT]
+            .body
+            .as_bytes();
         let repair = |v: &'static [u8]| -> Vec<&'static [u8]> {
             vec![b"EVAL", body, b"1", b"redlock:fence", v, b"r1"]
         };

@@ -4,7 +4,7 @@
 use std::ops::Range;
 use std::time::Duration;
 
-use crate::mutation::Mutation;
+use crate::model::mutation::Mutation;
 
 /// Which assumption of the README's Reliability section a run breaks (none: the run must
 /// find no violation).

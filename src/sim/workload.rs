@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::Waiter;
-use crate::kept::Kept;
-use crate::lock::{Grant, Lock};
-use crate::mailbox::Slot;
-use crate::request::{OpId, Outcome, ReqKind};
-use crate::token::Token;
+use crate::engine::kept::Kept;
+use crate::engine::mailbox::Slot;
+use crate::engine::request::{OpId, Outcome, ReqKind};
+use crate::model::lock::{Grant, Lock};
+use crate::model::token::Token;
 
 use super::clock::MS;
 use super::rng::Rng;
@@ -153,7 +153,7 @@ pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<u
         }
         for group in groups {
             let names: Vec<&[u8]> = group.iter().map(|&m| &resources[m][..]).collect();
-            let set = crate::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
+            let set = crate::model::keys::encode_set(&names, |_| Ok(())).expect("a valid set");
             resources.push(set);
             members.push(group);
         }
@@ -163,7 +163,7 @@ pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<u
     let counter = setup.breaks == Break::CounterSemaphore;
     if setup.shared || setup.breaks == Break::ReaderIgnoresWriter || counter {
         for r in 0..plain {
-            let mut name = crate::keys::SHARED_PREFIX.as_bytes().to_vec();
+            let mut name = crate::model::keys::SHARED_PREFIX.as_bytes().to_vec();
             name.extend_from_slice(&resources[r]);
             resources.push(name);
             members.push(vec![r]);
@@ -237,7 +237,7 @@ impl World {
             .map(|a| a.2)
             .max()
             .unwrap_or(0);
-        let floor = crate::repair::FenceFloor::AtLeast(highest);
+        let floor = crate::model::fence_repair::FenceFloor::AtLeast(highest);
         let timeout = Duration::from_nanos(REPAIR_TIMEOUT);
         let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
         let now = self.local(0);
@@ -396,7 +396,8 @@ impl World {
                     Ok(won) => return self.granted(c, k, res, start_g, won, now),
                     Err(other) => {
                         self.log(|| format!("client {c} failed to acquire {res}: {other:?}"));
-                        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+                        let pause =
+                            crate::engine::queue::retry_pause(&self.shared.config, self.rng.next());
                         self.clients[c].callers[k].work = Work::Idle { until: now + pause };
                     }
                 }
@@ -519,7 +520,7 @@ impl World {
     /// A token for an acquire: 20 bytes, encoded as the client's own tokens are (a reader's
     /// release sweeps only members of that shape).
     fn draw_token(&mut self) -> Token {
-        let mut raw = [0u8; crate::token::RANDOM_BYTES];
+        let mut raw = [0u8; crate::model::token::RANDOM_BYTES];
         for chunk in raw.chunks_mut(8) {
             let n = self.rng.next().to_le_bytes();
             chunk.copy_from_slice(&n[..chunk.len()]);
@@ -533,7 +534,7 @@ impl World {
         slot.cell().cancelled = true;
         self.report.dropped += 1;
         self.log(|| format!("client {c} drops its wait for {res}"));
-        let pause = crate::wait::retry_pause(&self.shared.config, self.rng.next());
+        let pause = crate::engine::queue::retry_pause(&self.shared.config, self.rng.next());
         self.clients[c].callers[k].work = Work::Idle { until: now + pause };
         false
     }
@@ -704,8 +705,8 @@ impl World {
                     self.check_cover(c, hold.res, hold.token.as_bytes(), valid);
                 }
                 // As `Lock::extended_on` follows it (0: not known, and stays so).
-                let (won, votes) = crate::lock::extend_votes(&result);
-                hold.backing = crate::lock::backing_after_extend(hold.backing, won, votes);
+                let (won, votes) = crate::model::lock::extend_votes(&result);
+                hold.backing = crate::model::lock::backing_after_extend(hold.backing, won, votes);
                 hold.valid = valid;
                 let left = valid.saturating_duration_since(now);
                 let frac = self.rng.within(HOLD_PERCENT) as f64 / 100.0;

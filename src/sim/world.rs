@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::config::{Builder, Config, Quarantine, Shared};
+use crate::engine::request::OpId;
 use crate::engine::{Engine, Slab};
-use crate::request::OpId;
+use crate::model::config::{Builder, Config, Quarantine, Shared};
 
 use super::checkers::Record;
 use super::client_net::{Inbound, SimNet};

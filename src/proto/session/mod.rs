@@ -28,14 +28,9 @@ use crate::model::eviction::Eviction;
 use crate::model::stats::NodeCounters;
 use crate::proto::info::ServerInfo;
 use crate::proto::resp::{self, AggregateKind, Arg, Decoder, ErrorKind, Frame, Status};
-// (`pub(crate)` for the simulator's old paths: transitional.)
-pub(crate) use crate::proto::scripts::{
+use crate::proto::scripts::{
     EVALSHA_HEAD_LEN, SCRIPT_COUNT, Script, ScriptCall, replayable, scripts, writes_a_hold,
 };
-// The simulator reaches the scripts through this module's old path (transitional).
-#[cfg(feature = "sim")]
-#[allow(unused_imports)]
-pub(crate) use crate::proto::scripts::*;
 
 /// Each connection's input and output buffers start this large: a burst of pipelined
 /// requests or replies (a shared engine under load) fits without growing on the hot path.
@@ -889,7 +884,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::scripts::{SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT};
+    use crate::proto::scripts::{RELEASE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT};
 
     use crate::model::config::Config;
 

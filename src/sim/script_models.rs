@@ -6,14 +6,14 @@
 //! lock's. A node with a defect of a break (lying, a set's members taken one by one, readers
 //! that ignore writers, a cap on readers) runs the wrong variant here.
 
-use crate::session::{
+use crate::proto::scripts::{
     MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
     SET_RELEASE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
 };
 
 use super::clock::MS;
 use super::node::Node;
-use super::wire::{bulk, line, number};
+use super::node_io::{bulk, line, number};
 
 impl Node {
     /// `EVAL` (`by_body`) or `EVALSHA`: the script the client sent, found by its body or its
@@ -62,8 +62,8 @@ impl Node {
     /// The writer's waiting mark: numkeys 1, the waiting key, ms. Marked only where no key or
     /// a mark is (a reader's mark gives way to a writer's).
     fn writer_mark(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
-        let mark = crate::keys::MARK_VALUE.as_bytes();
-        let reader = crate::keys::READER_MARK_VALUE.as_bytes();
+        let mark = crate::model::keys::MARK_VALUE.as_bytes();
+        let reader = crate::model::keys::READER_MARK_VALUE.as_bytes();
         let free = self
             .live(cmd[3], now)
             .is_none_or(|v| v == mark || v == reader);
@@ -123,8 +123,8 @@ impl Node {
     /// The reader's waiting mark on `key`.
     fn reader_mark(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
         let (mark, reader) = (
-            crate::keys::MARK_VALUE.as_bytes(),
-            crate::keys::READER_MARK_VALUE.as_bytes(),
+            crate::model::keys::MARK_VALUE.as_bytes(),
+            crate::model::keys::READER_MARK_VALUE.as_bytes(),
         );
         // Marked where no key or a reader's mark is; a writer's mark stays (and
         // answers 1); anything else is someone else's key (0).
@@ -143,8 +143,8 @@ impl Node {
     fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
         let (token, ms) = (cmd[4], number(cmd[5]));
         let writer = self.live(key, now).is_some();
-        let mark = self.live(&crate::keys::waiting_key(key), now);
-        let writer_waits = mark == Some(crate::keys::MARK_VALUE.as_bytes());
+        let mark = self.live(&crate::model::keys::waiting_key(key), now);
+        let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes());
         let full = self.reader_cap.is_some_and(|cap| {
             (self.readers.iter()).any(|e| {
                 e.0 == key
@@ -195,7 +195,7 @@ impl Node {
         if !entry.1.is_empty() {
             entry
                 .1
-                .retain(|(t, d)| now < *d || !crate::token::Token::is_shaped(t));
+                .retain(|(t, d)| now < *d || !crate::model::token::Token::is_shaped(t));
         }
         if !entry.1.is_empty() {
             1
@@ -362,7 +362,7 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
-    use crate::session::SCRIPT_COUNT;
+    use crate::proto::scripts::SCRIPT_COUNT;
 
     use super::*;
 
@@ -396,7 +396,7 @@ mod tests {
             .collect();
         assert_eq!(
             sent, MODELLED,
-            "a script changed: change its model in sim/scripts.rs"
+            "a script changed: change its model in sim/script_models.rs"
         );
     }
 }
