@@ -272,10 +272,12 @@ pub use model::addr::{NodeAddr, TlsParams};
 pub use model::config::{
     Builder, Config, EvictingServers, MAX_NODES, MAX_TTL, MIN_RETRY_DELAY, Quarantine,
 };
-pub use model::error::{Error, NodeFault, NodeVote, Report, WithLockError};
+pub use model::error::{
+    Error, FenceRepair, NodeFault, NodeRepair, NodeVote, Report, WithLockError,
+};
 pub use model::event::TARGET as LOG_TARGET;
 pub use model::eviction::{Eviction, EvictionPolicy};
-pub use model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
+pub use model::fence_floor::FenceFloor;
 pub use model::keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
 pub use model::lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
 pub use model::node_status::{NodeFence, NodeStatus};

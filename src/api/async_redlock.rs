@@ -389,7 +389,7 @@ impl AsyncRedlock {
                 cell.0 = Some(report);
                 if let Some(waker) = cell.1.take() {
                     drop(cell);
-                    crate::engine::mailbox::wake(waker);
+                    crate::engine::foreign::wake(waker);
                 }
             });
         if spawned.is_err() {

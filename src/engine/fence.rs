@@ -21,7 +21,6 @@ use crate::proto::session::Delivery;
 
 use bytes::BytesMut;
 
-use super::op::Op;
 use super::votes::Ballot;
 use super::{Engine, Parts, node_bit, script_call};
 
@@ -252,7 +251,8 @@ impl<N: Net> Engine<N> {
                 continue;
             };
             let seed = seeds & node_bit(node) != 0;
-            let call = write_back_call(scratch, id, op, (fence, &info.run_id, seed));
+            let held = (op.resource.as_slice(), op.token.as_bytes());
+            let call = write_back_call(scratch, id, held, (fence, &info.run_id, seed));
             let sent = net.script(node, call, now, &mut core.sink());
             core.sent(id, node, sent, now);
         }
@@ -297,11 +297,11 @@ fn fence_report(
 }
 
 /// The write-back of `fence` to one node, for the process `run_id` (`seed`: a blank counter it
-/// may seed), encoded into `scratch`.
+/// may seed), of the lock on `resource` with `token`, encoded into `scratch`.
 fn write_back_call<'a>(
     scratch: &'a mut BytesMut,
     id: OpId,
-    op: &Op,
+    (resource, token): (&[u8], &[u8]),
     (fence, run_id, seed): (u64, &[u8; 40], bool),
 ) -> ScriptCall<'a> {
     let seed: &[u8] = if seed { b"1" } else { b"0" };
@@ -312,9 +312,9 @@ fn write_back_call<'a>(
         &[
             Arg::Int(2),
             // A set's write-back looks at its first member: all were set together.
-            Arg::Bytes(crate::model::keys::first_key(&op.resource)),
+            Arg::Bytes(crate::model::keys::first_key(resource)),
             Arg::Bytes(FENCE_KEY.as_bytes()),
-            Arg::Bytes(op.token.as_bytes()),
+            Arg::Bytes(token),
             Arg::UInt(fence),
             Arg::Bytes(run_id),
             Arg::Bytes(seed),

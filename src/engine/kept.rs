@@ -250,7 +250,7 @@ impl Kept {
         self.changed.notify_all();
         let wakers = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|e| e.into_inner()));
         for (_, waker) in wakers {
-            crate::engine::mailbox::wake(waker);
+            crate::engine::foreign::wake(waker);
         }
         true
     }
@@ -354,7 +354,7 @@ impl Kept {
 /// Runs a callback, catching a panic: it must not take its thread (and the callbacks after it)
 /// down.
 fn run_guarded(callback: Callback, why: &Error) {
-    let _ = crate::engine::mailbox::catch(|| callback(why));
+    let _ = crate::engine::foreign::catch(|| callback(why));
 }
 
 /// The callback thread of one handle, started at the first callback to run; it ends when the

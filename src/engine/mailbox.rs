@@ -10,34 +10,9 @@ use std::task::Waker;
 use std::thread::Thread;
 use std::time::Instant;
 
+use crate::engine::foreign::wake;
 use crate::engine::kept::Kept;
 
-/// Wakes a caller's task. A waker is the executor's code, and one that panics would unwind
-/// through whatever called it — the engine in the middle of a turn, and its thread with it,
-/// which drives the loop for every async caller (found by review): the panic stops here, and
-/// only that task's wake is lost.
-pub(crate) fn wake(waker: Waker) {
-    if catch(|| waker.wake()).is_none() {
-        crate::model::event::event!(Warn, event = "waker_panicked"; "a task's waker panicked; its wake-up is lost");
-    }
-}
-
-/// Runs someone else's code (a waker, a loss callback, a resolver), catching a panic: `None`
-/// if it panicked. The panic's payload is dropped under a guard too — a payload whose `Drop`
-/// panics would otherwise unwind from here after all, through the engine's turn and out of its
-/// thread (found by review) — and leaked if dropping it panics.
-pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Option<R> {
-    use std::panic::{AssertUnwindSafe, catch_unwind};
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(r) => Some(r),
-        Err(payload) => {
-            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-                std::mem::forget(again);
-            }
-            None
-        }
-    }
-}
 use crate::engine::request::{Outcome, ReqKind};
 use crate::model::token::Token;
 

@@ -49,6 +49,7 @@ mod acquire;
 mod drive;
 mod extend;
 mod fence;
+pub(crate) mod foreign;
 mod keep;
 pub(crate) mod kept;
 mod ledger;

@@ -17,7 +17,6 @@ use crate::proto::scripts::{
 };
 use bytes::BytesMut;
 
-use super::op::Op;
 use super::{Engine, OpKind, Waiter, node_bit, nodes_in, shaped_call};
 
 /// A release waits for a node still answering earlier requests this many of the last round's
@@ -193,7 +192,7 @@ impl<N: Net> Engine<N> {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
             resources.extend_from_slice(&op.resource);
-            let quiet = quiet_nodes(op, won, n);
+            let quiet = quiet_nodes(&op.vote.faults, won, n);
             releases.push((start, resources.len(), op.token, quiet));
         }
         let all = self.all_nodes();
@@ -274,13 +273,13 @@ fn release_call<'a>(
 /// waiting operation runs no round of its own (its slot holds what its last occupant left), and
 /// a fenced acquire's write-back restarts the round — and read from them, a lock held on a
 /// quorum was released quietly, and another client's waiter slept until its poll.
-fn quiet_nodes(op: &Op, won: bool, n: usize) -> u64 {
+fn quiet_nodes(faults: &[Option<NodeFault>], won: bool, n: usize) -> u64 {
     match won {
         false => crate::model::round::all_nodes(n),
         true => (0..n)
             .filter(|&i| {
                 matches!(
-                    op.vote.faults[i].as_ref().map(NodeFault::root),
+                    faults[i].as_ref().map(NodeFault::root),
                     Some(NodeFault::Quarantined(_))
                 )
             })

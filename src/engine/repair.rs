@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::NodeFault;
-use crate::model::fence_repair::FenceFloor;
+use crate::model::fence_floor::FenceFloor;
 use crate::model::round::deadline_after;
 use crate::proto::fencing::FENCE_KEY;
 use crate::proto::repair_tally::RepairTally;

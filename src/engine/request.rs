@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::model::config::Config;
 use crate::model::error::Error;
-use crate::model::fence_repair::FenceFloor;
-use crate::model::fence_repair::FenceRepair;
+use crate::model::error::FenceRepair;
+use crate::model::fence_floor::FenceFloor;
 use crate::model::lock::{Grant, Lock};
 use crate::model::node_status::NodeStatus;
 use crate::model::token::Token;

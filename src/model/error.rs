@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::model::addr::NodeAddr;
-use crate::model::fence_repair::FenceRepair;
 use crate::model::wire::{ErrorKind, ParseError};
 
 /// Why one node could not take part in an operation.
@@ -738,6 +737,88 @@ impl Error {
             Error::Held(r) | Error::NoQuorum(r) | Error::TooSlow(r) | Error::Fence(r) => Some(r),
             _ => None,
         }
+    }
+}
+
+/// What a fence repair ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) did, node
+/// by node: its result, and the payload of [`Error::FenceRepair`](crate::Error::FenceRepair) when it fell short.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FenceRepair {
+    /// The floor given ([`FenceFloor::AtLeast`](crate::FenceFloor::AtLeast)), if any.
+    pub floor: Option<u64>,
+    /// True when the repair was given no floor
+    /// ([`FenceFloor::SeededQuorum`](crate::FenceFloor::SeededQuorum)) and read fewer than a
+    /// quorum of seeded counters, though enough nodes could have been repaired: it wrote
+    /// nothing. A floor, or the acknowledgement that earlier holders have stopped, is needed.
+    pub needs_floor: bool,
+    /// The largest counter read, seeded or blank (0 when none was read).
+    pub highest_read: u64,
+    /// The value every repaired counter holds at least: the larger of the floor and
+    /// `highest_read`. A fenced acquire that begins after a successful repair gets a greater
+    /// fence (as long as no other repair with a lower floor runs in between).
+    pub value: u64,
+    /// Counters needed: `nodes.len() / 2 + 1`.
+    pub quorum: usize,
+    /// Server processes whose counter was read seeded (two entries of the server list that
+    /// lead to one process count once).
+    pub seeded_read: usize,
+    /// Server processes whose counter the repair left seeded and at least `value`.
+    pub repaired: usize,
+    /// Every node, in the order of the server list.
+    pub nodes: Vec<NodeRepair>,
+}
+
+/// What a fence repair did on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeRepair {
+    /// `host:port`.
+    pub node: String,
+    /// The counter before the repair (0 when the node had none); `None` if it could not be
+    /// read.
+    pub before: Option<u64>,
+    /// Whether that counter was seeded: complete for the node's current server process.
+    pub seeded: bool,
+    /// The counter after the repair, seeded for the node's process: at least
+    /// [`FenceRepair::value`]. `None` when the node was not repaired.
+    pub after: Option<u64>,
+    /// Why the node could not be read or was not repaired (a blank counter inside its seed
+    /// window, a duplicate entry, a connection lost between the round trips, …). `None` when
+    /// it was repaired, or when the repair stopped before its writes
+    /// ([`FenceRepair::needs_floor`], or too few nodes to repair).
+    pub fault: Option<NodeFault>,
+}
+
+impl fmt::Display for FenceRepair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.nodes.len();
+        if self.needs_floor {
+            write!(
+                f,
+                "no floor given, and only {} of {n} counters read are seeded ({} needed for \
+                 their maximum, {}, to cover every fence handed out): nothing written; give a \
+                 floor at least as high as every fence ever handed out, or acknowledge that \
+                 every holder of an earlier fence has stopped",
+                self.seeded_read, self.quorum, self.highest_read
+            )?;
+        } else {
+            write!(
+                f,
+                "{} of {n} counters repaired (seeded, at least {}), {} needed",
+                self.repaired, self.value, self.quorum
+            )?;
+        }
+        for node in &self.nodes {
+            match (&node.fault, node.after) {
+                (Some(fault), _) => write!(f, "; {}: {fault}", node.node)?,
+                (None, None) if !self.needs_floor => {
+                    write!(f, "; {}: not written (too few nodes to repair)", node.node)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 }
 

@@ -5,7 +5,7 @@ pub(crate) mod config;
 pub mod error;
 pub(crate) mod event;
 pub(crate) mod eviction;
-pub(crate) mod fence_repair;
+pub(crate) mod fence_floor;
 pub mod keys;
 pub(crate) mod lock;
 pub(crate) mod mutation;

@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use crate::model::addr::NodeAddr;
 use crate::model::error::{Error, NodeFault};
-use crate::model::fence_repair::{FenceFloor, FenceRepair, NodeRepair};
+use crate::model::error::{FenceRepair, NodeRepair};
+use crate::model::fence_floor::FenceFloor;
 use crate::proto::fencing::parse_u64;
 use crate::proto::resp::{ErrorKind, Frame};
 

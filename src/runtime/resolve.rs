@@ -176,7 +176,7 @@ impl Lookup {
             .name("redlock-resolve".into())
             .spawn(move || {
                 // A panicking resolver must not leave the lookup marked running for good.
-                let found = crate::engine::mailbox::catch(|| resolve(&host, port))
+                let found = crate::engine::foreign::catch(|| resolve(&host, port))
                     .unwrap_or_else(|| Err("the resolver panicked".to_owned()));
                 let (lock, changed) = &*state;
                 let mut state = lock.lock().unwrap_or_else(PoisonError::into_inner);

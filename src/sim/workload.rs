@@ -237,7 +237,7 @@ impl World {
             .map(|a| a.2)
             .max()
             .unwrap_or(0);
-        let floor = crate::model::fence_repair::FenceFloor::AtLeast(highest);
+        let floor = crate::model::fence_floor::FenceFloor::AtLeast(highest);
         let timeout = Duration::from_nanos(REPAIR_TIMEOUT);
         let kind = ReqKind::repair(&self.shared.config, floor, timeout).expect("a valid repair");
         let now = self.local(0);
