@@ -12,7 +12,7 @@ pub enum FenceFloor {
     /// No floor: the repair goes ahead only if a quorum of the counters it reads is seeded —
     /// then their maximum is at least every fence handed out before the repair began, by the
     /// construction's own argument, and nothing beyond fencing's own assumptions is needed.
-    /// Otherwise it fails ([`FenceRepair::needs_floor`]) and writes nothing. This repairs blank
+    /// Otherwise it fails ([`FenceRepair::needs_floor`](crate::FenceRepair::needs_floor)) and writes nothing. This repairs blank
     /// counters of a minority (restarted servers that no fenced acquire has seeded again).
     SeededQuorum,
     /// Every fence handed out before the repair began is at most this: the highest fence the
