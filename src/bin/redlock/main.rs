@@ -319,3 +319,10 @@ fn main() -> ExitCode {
     let code = std::panic::catch_unwind(real_main).unwrap_or(exit::INTERNAL);
     ExitCode::from(code)
 }
+
+// The default window outlasts every subcommand's default TTL.
+const _: () = assert!(
+    options::DEFAULT_QUARANTINE.as_nanos() >= commands::acquire::DEFAULT_TTL.as_nanos()
+        && options::DEFAULT_QUARANTINE.as_nanos() >= commands::run::DEFAULT_TTL.as_nanos()
+        && options::DEFAULT_QUARANTINE.as_nanos() >= commands::bench::DEFAULT_TTL.as_nanos()
+);

@@ -7,6 +7,7 @@ use redlock_mux::{Lock, Redlock};
 
 use crate::fail::{Fail, exit};
 use crate::options::{HeldLock, LockOptions};
+use crate::text::{NAME_SHOWN, shorten};
 
 /// The lock that RESOURCES name: one resource is its own name; several are one set locked all
 /// or none (`ResourceSet`), named by its encoding (`redlock:set:…`), which every subcommand
@@ -94,5 +95,40 @@ impl HeldLock {
         let lock = Lock::from_parts(resource.as_bytes(), token.as_bytes(), validity)
             .map_err(|e| Fail::of(&e))?;
         Ok((r, resource, lock))
+    }
+}
+
+impl LockOptions {
+    /// The lock that RESOURCES name ([`lock_name`](crate::names::lock_name)) for `run` and `acquire`; with `--permits`
+    /// there must be one (the semaphore's name); none may be in the reserved namespace (an
+    /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
+    /// `release` and `status`, not for taking a lock).
+    pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
+        // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
+        // semaphore then refused as a reserved name (a misleading message).
+        if self.permits.is_some() && resources.len() > 1 {
+            return Err(Fail::new(
+                exit::USAGE,
+                "--permits takes one RESOURCE (the semaphore's name)",
+            ));
+        }
+        // A name is the user's name, never an encoding: `acquire redlock:shared:job` run twice
+        // took two read locks — two holders of what the user believed exclusive. A read lock
+        // is `--shared`; several names are one all-or-none lock.
+        if let Some(reserved) = resources
+            .iter()
+            .find(|r| r.starts_with(redlock_mux::RESERVED_PREFIX))
+        {
+            return Err(Fail::new(
+                exit::USAGE,
+                format!(
+                    "{}: names starting with {:?} are this tool's own keys, not a lock's; a read \
+                     lock is --shared (-r) NAME, and several names are one all-or-none lock",
+                    shorten(reserved, NAME_SHOWN),
+                    redlock_mux::RESERVED_PREFIX
+                ),
+            ));
+        }
+        lock_name(resources, self.shared)
     }
 }

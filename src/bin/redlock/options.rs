@@ -14,9 +14,9 @@ use serde_json::Value;
 
 use crate::fail::{Fail, exit};
 use crate::json::print_json;
-use crate::names;
-use crate::parse::{parse_conflict_code, parse_duration, parse_quarantine, parse_wait};
-use crate::text::{NAME_SHOWN, shorten};
+use crate::parse::{
+    Quarantine, Wait, parse_conflict_code, parse_duration, parse_quarantine, parse_wait,
+};
 
 /// The TTL given to the handles of `release` and `status`, which set none: it only bounds the
 /// configuration checks.
@@ -73,13 +73,6 @@ pub fn build(b: Builder) -> Result<Redlock, Fail> {
 /// `run`'s and `bench`'s 10 s locks are covered too. One window for all, so that `status`
 /// shows the quarantine `run` and `acquire` apply.
 pub const DEFAULT_QUARANTINE: Duration = Duration::from_secs(30);
-
-// The default window outlasts every subcommand's default TTL.
-const _: () = assert!(
-    DEFAULT_QUARANTINE.as_nanos() >= crate::commands::acquire::DEFAULT_TTL.as_nanos()
-        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::run::DEFAULT_TTL.as_nanos()
-        && DEFAULT_QUARANTINE.as_nanos() >= crate::commands::bench::DEFAULT_TTL.as_nanos()
-);
 
 /// `--quarantine` and `--node-timeout`.
 #[derive(Args, Debug, Clone)]
@@ -260,39 +253,6 @@ impl LockOptions {
         )
     }
 
-    /// The lock that RESOURCES name ([`lock_name`](crate::names::lock_name)) for `run` and `acquire`; with `--permits`
-    /// there must be one (the semaphore's name); none may be in the reserved namespace (an
-    /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
-    /// `release` and `status`, not for taking a lock).
-    pub fn lock_name(&self, resources: &[String]) -> Result<String, Fail> {
-        // A semaphore has one name: several would become a set's (`redlock:set:…`), which the
-        // semaphore then refused as a reserved name (a misleading message).
-        if self.permits.is_some() && resources.len() > 1 {
-            return Err(Fail::new(
-                exit::USAGE,
-                "--permits takes one RESOURCE (the semaphore's name)",
-            ));
-        }
-        // A name is the user's name, never an encoding: `acquire redlock:shared:job` run twice
-        // took two read locks — two holders of what the user believed exclusive. A read lock
-        // is `--shared`; several names are one all-or-none lock.
-        if let Some(reserved) = resources
-            .iter()
-            .find(|r| r.starts_with(redlock_mux::RESERVED_PREFIX))
-        {
-            return Err(Fail::new(
-                exit::USAGE,
-                format!(
-                    "{}: names starting with {:?} are this tool's own keys, not a lock's; a read \
-                     lock is --shared (-r) NAME, and several names are one all-or-none lock",
-                    shorten(reserved, NAME_SHOWN),
-                    redlock_mux::RESERVED_PREFIX
-                ),
-            ));
-        }
-        names::lock_name(resources, self.shared)
-    }
-
     /// `--ttl`, or the subcommand's default.
     pub fn ttl_or(&self, default: Duration) -> Duration {
         self.ttl.unwrap_or(default)
@@ -303,17 +263,6 @@ impl LockOptions {
     pub fn tuned(&self, default_ttl: Duration) -> Result<Builder, Fail> {
         self.servers.tuned(&self.tuning, self.ttl_or(default_ttl))
     }
-}
-
-/// How long to wait for a lock held elsewhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wait {
-    /// One attempt.
-    Once,
-    /// Retry for this long.
-    For(Duration),
-    /// Retry until acquired.
-    Forever,
 }
 
 impl Waiting {
@@ -429,7 +378,3 @@ pub struct HeldLock {
     #[command(flatten)]
     pub call: CallOptions,
 }
-
-/// `--quarantine`: a window, or `None` for off.
-#[derive(Debug, Clone, Copy)]
-pub struct Quarantine(pub Option<Duration>);

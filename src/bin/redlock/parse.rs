@@ -3,7 +3,20 @@
 
 use std::time::Duration;
 
-use crate::options::{Quarantine, Wait};
+/// How long to wait for a lock held elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// One attempt.
+    Once,
+    /// Retry for this long.
+    For(Duration),
+    /// Retry until acquired.
+    Forever,
+}
+
+/// `--quarantine`: a window, or `None` for off.
+#[derive(Debug, Clone, Copy)]
+pub struct Quarantine(pub Option<Duration>);
 
 /// `--wait`: flock's seconds (`10`, `0.5`), a duration with a unit, or `inf`.
 pub fn parse_wait(s: &str) -> Result<Wait, String> {

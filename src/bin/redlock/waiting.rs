@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use redlock_mux::{Error, Lock, NodeFault, NodeVote, Redlock, Resource, Semaphore};
 
 use crate::fail::{Fail, Kind, classify, exit};
-use crate::options::{Wait, Waiting};
+use crate::options::Waiting;
+use crate::parse::Wait;
 use crate::text::{NAME_SHOWN, fmt_duration, shorten};
 
 /// On stderr: the lock was taken while nodes were unreachable (see [`unreachable_warning`]).
