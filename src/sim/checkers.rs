@@ -1,7 +1,7 @@
 //! The checkers: what every schedule must keep, checked in world time. Holders' beliefs never
 //! overlap (readers may overlap readers), fences grow, every validity a holder is told is
 //! backed by a quorum of the nodes' keys (the cover check), a caller never waits for a free
-//! resource longer than [`WAIT_BOUND`], a waiting acquire ends by its deadline
+//! resource longer than [`WAIT_BOUND`](super::WAIT_BOUND), a waiting acquire ends by its deadline
 //! ([`DEADLINE_SLACK`]), contention with a node frozen keeps [`PROGRESS_FLOOR`] of its
 //! healthy rate, and reconnects are bounded by the faults that cause them.
 //!
@@ -10,16 +10,13 @@
 
 use std::time::{Duration, Instant};
 
+use super::callers::{Hold, Work};
 use super::clock::MS;
 use super::report::{
-    ConnectViolation, CoverViolation, FenceViolation, LateWait, LivenessViolation,
-    ProgressViolation, Report, Violation,
+    ConnectViolation, CoverViolation, FenceViolation, LateWait, ProgressViolation, Report,
+    Violation,
 };
-use super::setup::{
-    BACKOFF_MAX, CONNECT_TIMEOUT, COUNTER_PERMITS, MOST_CLIENTS, NODE_TIMEOUT, NODES, RETRY_DELAY,
-    RETRY_JITTER, TTL,
-};
-use super::workload::{Hold, Want, Work};
+use super::setup::{BACKOFF_MAX, COUNTER_PERMITS, NODE_TIMEOUT, NODES};
 use super::world::World;
 
 /// The deadline check: a waiting acquire (`lock_until`) has its outcome within this of its
@@ -41,213 +38,12 @@ pub const DEADLINE_SLACK: Duration = Duration::from_nanos(2 * NODE_TIMEOUT + MS)
 /// schedules).
 pub const PROGRESS_FLOOR: f64 = 0.5;
 
-/// The longest a caller may wait for a resource that nobody holds while at most a minority
-/// of the nodes is faulty and no fault begins or ends: the liveness check's bound, 4.43 s with
-/// the simulation's settings. Each stretch it bounds begins at a change (a fault beginning or
-/// ending, a holder ceasing to believe, the want itself); after it, in the worst case:
-///
-/// - keys set before the change by attempts or holders cut off by it expire: a TTL on the
-///   nodes' clocks (+1 % and 2 ms for the drift);
-/// - a connection the change broke is back: the reconnect backoff's ceiling and a connect
-///   timeout;
-/// - a release notice heard by other clients too: the attempt after it waits a random share of
-///   a crowd's span, one round (at most a node timeout) per client subscribed other than the
-///   releaser (the waiter itself among them) — at most `MOST_CLIENTS − 1` of them;
-/// - split votes in a row (other callers' attempts racing ours), each followed by a random
-///   pause that doubles up to 64 rounds of at most a node timeout: at most twice the last
-///   (the pauses are random, so over a long enough run of splits this term is a likelihood,
-///   not a certainty; the slack above makes a false report very unlikely);
-/// - then the next attempt comes within a retry pause (or the wait's poll, the same) and is
-///   decided within a node timeout.
-pub const WAIT_BOUND: Duration = Duration::from_nanos(
-    TTL.as_nanos() as u64 * 101 / 100
-        + 2 * MS
-        + BACKOFF_MAX.as_nanos() as u64
-        + CONNECT_TIMEOUT.as_nanos() as u64
-        + (MOST_CLIENTS - 1) * NODE_TIMEOUT
-        + 2 * 64 * NODE_TIMEOUT
-        + RETRY_DELAY.as_nanos() as u64
-        + RETRY_JITTER.as_nanos() as u64
-        + NODE_TIMEOUT,
-);
-
 /// Connects a fault of duration `d` (ns) may cause on one link: the first reconnects back off
 /// from `BACKOFF_MIN` doubling to `BACKOFF_MAX` (five of them below the ceiling), then one per
 /// `BACKOFF_MAX` while the fault lasts, each taking at least its connect or handshake; and two
 /// more for the one that works and a second failure found when the fault ends.
 pub fn connects_allowed(d: u64) -> u64 {
     8 + d / BACKOFF_MAX.as_nanos() as u64
-}
-
-/// What the checkers read, recorded as the run goes: every belief and fenced acquisition,
-/// every want, and the faults and connects that excuse a wait or a reconnect.
-#[derive(Default)]
-pub(super) struct Record {
-    /// (resource, client, start, end) of every reader's belief (checked against `beliefs`,
-    /// the exclusive holders').
-    pub(super) shared_beliefs: Vec<(usize, usize, u64, u64)>,
-    /// (resource, client, start, end) of every belief interval that ended, and its fence.
-    pub(super) beliefs: Vec<(usize, usize, u64, u64)>,
-    pub(super) belief_fences: Vec<u64>,
-    /// (start, end, fence, client) of every acquisition that got a fence.
-    pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
-    /// Every want that ended (granted or given up).
-    pub(super) wants: Vec<Want>,
-    /// World times at which a fault began or ended (the liveness check's clock restarts).
-    pub(super) changes: Vec<u64>,
-    /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
-    /// towards some client. While a majority is, no progress is owed.
-    pub(super) node_faults: Vec<(usize, u64, u64)>,
-    /// (client, from, to): a client paused; its own wants owe nothing then.
-    pub(super) client_pauses: Vec<(usize, u64, u64)>,
-    /// (client, node, duration): faults that may make a client reconnect to a node (`None`:
-    /// every client, or every node).
-    pub(super) link_faults: Vec<(Option<usize>, Option<usize>, u64)>,
-    /// Connects by (client × NODES + node).
-    pub(super) connects: Vec<u64>,
-}
-
-impl Record {
-    /// A record for `clients` clients, empty.
-    pub(super) fn new(clients: usize) -> Record {
-        Record {
-            connects: vec![0; clients * NODES],
-            ..Record::default()
-        }
-    }
-
-    /// The liveness check: each want's longest stretch during which nobody believed they held
-    /// its resource, at most a minority of the nodes was faulty, its caller was not paused,
-    /// and no fault began or ended (`members`: each resource's, see `World::members`): the
-    /// longest such stretch of all the wants, and the violation it is if longer than
-    /// [`WAIT_BOUND`].
-    fn liveness(&mut self, members: &[Vec<usize>]) -> (u64, Option<LivenessViolation>) {
-        let covers = self.owed_nothing(members);
-        self.changes.sort_unstable();
-        self.changes.dedup();
-        let mut longest = 0;
-        let mut worst: Option<LivenessViolation> = None;
-        for w in &self.wants {
-            for (a, b) in free_stretches(&covers[w.res], w) {
-                self.longest_unchanged(w, (a, b), &mut longest, &mut worst);
-            }
-        }
-        (longest, worst)
-    }
-
-    /// The stretches during which a majority of the nodes was faulty: nothing is owed then.
-    fn majority_faulty(&self) -> Vec<(u64, u64)> {
-        let mut edges: Vec<(u64, i32, usize)> = self
-            .node_faults
-            .iter()
-            .flat_map(|&(n, from, to)| [(from, 1, n), (to, -1, n)])
-            .collect();
-        // Beginnings before ends at the same instant: one fault taking over from another.
-        edges.sort_unstable_by_key(|&(t, d, n)| (t, -d, n));
-        let mut active = [0i32; NODES];
-        let mut blocked: Vec<(u64, u64)> = Vec::new();
-        let mut since = None;
-        for (t, d, n) in edges {
-            active[n] += d;
-            let faulty = active.iter().filter(|&&a| a > 0).count();
-            if faulty > NODES / 2 {
-                since.get_or_insert(t);
-            } else if let Some(from) = since.take() {
-                blocked.push((from, t));
-            }
-        }
-        if let Some(from) = since {
-            blocked.push((from, u64::MAX));
-        }
-        blocked
-    }
-
-    /// Per resource, the stretches (sorted, merged) during which its wants are owed nothing:
-    /// someone believed they held it, or a majority of the nodes was faulty (counted as held).
-    fn owed_nothing(&self, members: &[Vec<usize>]) -> Vec<Vec<(u64, u64)>> {
-        let blocked = self.majority_faulty();
-        let mut covers: Vec<Vec<(u64, u64)>> = vec![blocked; members.len()];
-        for &(res, _, start, end) in self.beliefs.iter().chain(&self.shared_beliefs) {
-            if start < end {
-                covers[res].push((start, end));
-            }
-        }
-        // A set is held while any member is (beliefs are recorded per member).
-        for res in 0..members.len() {
-            if members[res] != [res] {
-                for i in 0..members[res].len() {
-                    let held = covers[members[res][i]].clone();
-                    covers[res].extend(held);
-                }
-            }
-        }
-        for list in &mut covers {
-            list.sort_unstable();
-            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(list.len());
-            for &(a, b) in list.iter() {
-                match merged.last_mut() {
-                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                    _ => merged.push((a, b)),
-                }
-            }
-            *list = merged;
-        }
-        covers
-    }
-
-    /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
-    /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
-    /// the new `worst` if it is longer than [`WAIT_BOUND`].
-    fn longest_unchanged(
-        &self,
-        w: &Want,
-        (a, b): (u64, u64),
-        longest: &mut u64,
-        worst: &mut Option<LivenessViolation>,
-    ) {
-        let mut from = a;
-        let i = self.changes.partition_point(|&t| t <= a);
-        for &t in self.changes[i..].iter().take_while(|&&t| t < b).chain([&b]) {
-            let mid = from + (t - from) / 2;
-            let paused = self
-                .client_pauses
-                .iter()
-                .any(|&(c, p, q)| c == w.client && p <= mid && mid < q);
-            if !paused && t - from > *longest {
-                *longest = t - from;
-                if t - from > WAIT_BOUND.as_nanos() as u64 {
-                    *worst = Some(LivenessViolation {
-                        resource: w.res,
-                        client: w.client,
-                        caller: w.caller,
-                        want: (w.start, w.end),
-                        free: (from, t),
-                    });
-                }
-            }
-            from = t;
-        }
-    }
-}
-
-/// The stretches of want `w` during which nothing in `list` (sorted, merged) covered it.
-fn free_stretches(list: &[(u64, u64)], w: &Want) -> Vec<(u64, u64)> {
-    let mut cur = w.start;
-    let first = list.partition_point(|&(_, b)| b <= w.start);
-    let mut gaps: Vec<(u64, u64)> = Vec::new();
-    for &(a, b) in &list[first..] {
-        if a >= w.end {
-            break;
-        }
-        if a > cur {
-            gaps.push((cur, a));
-        }
-        cur = cur.max(b);
-    }
-    if cur < w.end {
-        gaps.push((cur, w.end));
-    }
-    gaps
 }
 
 impl World {

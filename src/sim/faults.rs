@@ -5,12 +5,13 @@
 use std::ops::Range;
 use std::time::Duration;
 
+use super::callers::{MAX_THINK, Work};
 use super::clock::{LONG_UP, MS};
-use super::network::{JITTER, LINK_BASE, SPIKE};
+use super::events::EvKind;
+use super::links::{JITTER, LINK_BASE, SPIKE};
 use super::node::{Persist, run_id};
 use super::setup::{Break, NODES, TTL};
-use super::workload::{MAX_THINK, Work};
-use super::world::{EvKind, TIME_LIMIT, World};
+use super::world::{TIME_LIMIT, World};
 
 /// A restarted node's quarantine, in world time: a TTL on its clock, which may run 0.49 %
 /// slow, and a millisecond for the uptime's rounding.

@@ -23,21 +23,29 @@
 //! that breaks one of the README's assumptions ([`Break`]) is expected to find violations; one
 //! that keeps them, never.
 //!
-//! The files: `world.rs` (the world, its event queue and loop, [`run`]), `setup.rs` (what a
-//! run is asked to do), `workload.rs` (the callers), `faults.rs` (the fault plan and how faults
-//! act), `network.rs` and `client_net.rs` (the links, both sides), `node.rs`, `script_models.rs` and
-//! `node_io.rs` (the simulated Redis), `checkers.rs` (every check), `report.rs` (what a run
-//! found), `clock.rs` and `rng.rs` (time and chance).
+//! The files: `world.rs` (the world, its event queue and loop, [`run`]), `events.rs` (what an
+//! event does), `setup.rs` (what a run is asked to do), `callers.rs` and `workload.rs` (the
+//! callers: what they are, and how they act), `faults.rs` (the fault plan and how faults act),
+//! `links.rs`, `network.rs` and `client_net.rs` (the links, and messages over them both ways),
+//! `node.rs`, `script_models.rs` and `node_io.rs` (the simulated Redis), `record.rs` (what the
+//! checkers read) and `checkers.rs` (every check), `report.rs` (what a run found), `clock.rs`
+//! and `rng.rs` (time and chance). Data and its checks come before the world: the world's
+//! methods are spread over the files that act (`impl World` in `workload.rs`, `network.rs`,
+//! `faults.rs`, `checkers.rs`), and no file the world uses uses the world back.
 //!
 //! Not a public API: behind the `sim` feature, for `tests/sim.rs` and `examples/sim.rs`.
 
+mod callers;
 mod checkers;
 mod client_net;
 mod clock;
+mod events;
 mod faults;
+mod links;
 mod network;
 mod node;
 mod node_io;
+mod record;
 mod report;
 mod rng;
 mod script_models;
@@ -45,7 +53,8 @@ mod setup;
 mod workload;
 mod world;
 
-pub use checkers::{DEADLINE_SLACK, PROGRESS_FLOOR, WAIT_BOUND, connects_allowed};
+pub use checkers::{DEADLINE_SLACK, PROGRESS_FLOOR, connects_allowed};
+pub use record::WAIT_BOUND;
 pub use report::{
     ConnectViolation, CoverViolation, FAULT_KINDS, FenceViolation, LateWait, LivenessViolation,
     ProgressViolation, Report, Violation,

@@ -13,18 +13,19 @@ use crate::engine::request::OpId;
 use crate::engine::{Engine, Slab};
 use crate::model::config::{Builder, Config, Quarantine, Shared};
 
-use super::checkers::Record;
-use super::client_net::{Inbound, SimNet};
+use super::callers::{Caller, MAX_THINK, Work, resources};
+use super::client_net::SimNet;
 use super::clock::{BROKEN_DRIFT_PPM, Clock, DRIFT_PPM, LONG_UP, MS};
-use super::network::{Conns, Link};
+use super::events::{Ev, EvKind};
+use super::links::{Conns, Link};
 use super::node::{Node, run_id};
+use super::record::Record;
 use super::report::Report;
 use super::rng::Rng;
 use super::setup::{
     BACKOFF_MAX, BACKOFF_MIN, Break, CLIENTS, CONNECT_TIMEOUT, COUNTER_PERMITS, CROWD, MAX_CALLERS,
     MOST_CLIENTS, NODES, REPLY_TIMEOUT, RETRY_DELAY, RETRY_JITTER, SMALL_MAX_PENDING, Setup, TTL,
 };
-use super::workload::{Caller, MAX_THINK, Work, resources};
 
 /// A run that has not finished after this much world time has stalled.
 pub(super) const TIME_LIMIT: u64 = 600_000 * MS;
@@ -77,57 +78,6 @@ pub(super) struct NodeState {
     pub(super) paused: bool,
     pub(super) deferred: Vec<Ev>,
     pub(super) incarnation: u64,
-}
-
-/// What an event does (see [`World::handle`]).
-#[derive(Debug)]
-pub(super) enum EvKind {
-    /// A client's wake, planned by its last poke.
-    ClientWake(usize),
-    /// A client's connect reaches the node.
-    ConnArrive {
-        conn: u64,
-        client: usize,
-        node: usize,
-    },
-    /// What a client wrote reaches the node.
-    ToNode {
-        conn: u64,
-        bytes: Vec<u8>,
-    },
-    /// A client's close reaches the node.
-    NodeClose {
-        conn: u64,
-    },
-    /// What the world or a node sent reaches the client.
-    ToClient {
-        client: usize,
-        node: usize,
-        conn: u64,
-        what: Inbound,
-    },
-    // Faults (node, client, duration in ns) and their ends: see `faults.rs`.
-    NodePause(usize, u64),
-    NodeResume(usize),
-    NodeCrash(usize, u64),
-    NodeRestart(usize),
-    ConnReset(usize, usize),
-    Partition(usize, usize, u64),
-    ClientPause(usize, u64),
-    ClientResume(usize),
-    ScriptFlush(usize),
-    SlowLink(usize, usize, u64),
-    /// An evicting node drops the key closest to expiring.
-    Evict(usize),
-    /// The operator's fence repair (`Break::FenceMajorityBlank`'s control), through client 0.
-    Operator,
-}
-
-/// An event, at its world time.
-#[derive(Debug)]
-pub(super) struct Ev {
-    pub(super) t: u64,
-    pub(super) kind: EvKind,
 }
 
 /// The events planned, by (time, sequence number), with their slot in `planned`: a heap of
