@@ -26,7 +26,7 @@
 //!    callers started together (the binary runs itself with a hidden `--contend-child` flag;
 //!    each child prints its critical sections' intervals, the parent merges them). Sections/s
 //!    against the ideal 1 ÷ (uncontended cycle + hold), time to acquire, hand-off gap,
-//!    fairness, overlapping sections, give-ups, and issue 15's goals.
+//!    fairness, overlapping sections, give-ups, and the contention goals.
 //!    `--only contention` runs only this one;
 //! 5. scale: K = 1, 8, 64, 256 concurrent callers, each on a resource of its own, through one
 //!    shared handle (this crate: K OS threads, one `Redlock`; rslock: K tokio tasks on 2 worker
@@ -213,7 +213,7 @@ fn main() {
     let healthy = Kind::ALL.to_vec();
     let with_timeouts = vec![Kind::Mux, Kind::Seq, Kind::Rslock];
     let mut specs: Vec<Spec> = Vec::new();
-    // N = 5 also measures the cost of fencing tokens (issue 17).
+    // N = 5 also measures the cost of fencing tokens.
     let fencing_only = opts.only.as_deref() == Some("fencing");
     let with_fenced = |n: usize| {
         let mut kinds = if fencing_only {
@@ -972,7 +972,7 @@ fn contention(urls: &[String], opts: &Opts) -> String {
         }
     }
 
-    // Goals (issue 15), decided on redlock-mux; rslock's figure on the same measure beside.
+    // Goals, decided on redlock-mux; rslock's figure on the same measure beside.
     let mut goals = String::new();
     let mut goal = |what: String,
                     retry: &str,

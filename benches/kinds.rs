@@ -1,4 +1,4 @@
-//! The kinds of lock side by side with the plain lock (issue 38), in one run: one caller
+//! The kinds of lock side by side with the plain lock, in one run: one caller
 //! (K = 1) doing acquire + release cycles on five local servers, each kind measured in turn
 //! within every round, the order rotated from round to round. Prints per kind the median of
 //! the rounds' p50s and p99s and the median of the same-round ratios to the plain cycle.
@@ -15,7 +15,7 @@
 //! resources against shared locks of one resource, alternated the same way; throughput and the
 //! same-round ratio.
 //!
-//! Goals (issue 38): a shared-lock cycle and a semaphore's permit cycle (`try_acquire_permit`
+//! Goals: a shared-lock cycle and a semaphore's permit cycle (`try_acquire_permit`
 //! on P = 3 + `unlock`) within 1.2× a plain cycle, a set of 8 resources within 1.5×; K = 64
 //! readers of one resource ≥ 0.5× K = 64 plain locks of distinct resources. A cycle that fails
 //! (a loaded machine: too slow, no quorum) is counted, not measured. The bench starts its own

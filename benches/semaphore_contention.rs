@@ -1,4 +1,4 @@
-//! Throw-away prototype for issue 38's question "which is faster under contention": this
+//! Throw-away prototype for the question "which is faster under contention": this
 //! crate's semaphore (each permit a Redlock on `<name>#<i>`) against per-node counters (a Lua
 //! script per node: a sorted set of holders with expiries, admit while `ZCARD < P`, a majority
 //! of nodes to admit). The counter variant is UNSAFE — P + 1 holders fit on majorities as soon

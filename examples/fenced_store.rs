@@ -1,4 +1,4 @@
-//! Fencing tokens in action (issue 17): a tiny store that refuses writes whose fence is lower
+//! Fencing tokens in action: a tiny store that refuses writes whose fence is lower
 //! than the highest it has seen, and a lock holder frozen with SIGSTOP past its lock's validity
 //! whose late write is refused, while the next holder's write goes through.
 //!

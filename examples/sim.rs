@@ -1,4 +1,4 @@
-//! The simulation soak (issue 16): runs many seeds of the deterministic simulator on every core
+//! The simulation soak: runs many seeds of the deterministic simulator on every core
 //! and prints schedules per second, simulated time, faults by kind and violations.
 //!
 //! ```text
@@ -23,7 +23,7 @@
 //! majority restarted with its fence counters lost, no fenced lock again (`--control`: an
 //! operator's repair brings them back): fence-majority-blank (`--crowd`: wait-for-silent's
 //! runs with one client of 32 callers instead of eight clients; `--young`: in those runs the
-//! servers start younger than the restart quarantine's window, issue 36's fourth report, and
+//! servers start younger than the restart quarantine's window, and
 //! each schedule's first grant is reported); a node's uptime read at its word, though Redis's
 //! reads up to a second high (a rolling restart, then new clients that see the young nodes
 //! for the first time): uptime-at-its-word; which process a node is learnt from counted yeses

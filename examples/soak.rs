@@ -1,4 +1,4 @@
-//! The real-server liveness soak (issues 36, 38): 5 local redis-servers, 3 worker processes ×
+//! The real-server liveness soak: 5 local redis-servers, 3 worker processes ×
 //! 32 callers (half blocking threads, half tokio tasks, one handle per process) locking 4
 //! resources through every API path — plain locks, shared (read) locks, all-or-none sets of 2
 //! or 3 of them — and taking permits of a semaphore of 2, TTL 1.5 s, fencing on, the default
@@ -18,20 +18,17 @@
 //! ```
 //!
 //! `--verbose` prints each fault as it is injected and healed; `--keep DIR` keeps the
-//! workers' records (holds, waits, connects, counters: see `soak/worker.rs`) in DIR.
+//! workers' records (holds, waits, connects, counters: see `crates/soak/src/worker.rs`) in DIR.
 //!
 //! Prints a summary (and with `--json`, one JSON line last on stdout); exits 1 if a goal was
 //! missed, 2 if the run could not be made. `scripts/soak` runs many seeds; `tests/soak.rs` a
 //! short one. See docs/guarantees.md, "Soak against real servers".
 
-#[path = "soak/mod.rs"]
-mod soak;
-
 use std::io::BufRead;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use soak::{Bound, RunConfig, check, driver, worker};
+use redlock_soak::{Bound, RunConfig, check, driver, worker};
 
 fn usage() -> ExitCode {
     eprintln!(
@@ -103,7 +100,7 @@ fn main() -> ExitCode {
                 };
             }
             "--bound" => {
-                let bound = Bound::of(&soak::client_config());
+                let bound = Bound::of(&redlock_soak::client_config());
                 for (what, d) in &bound.terms {
                     println!("{:>6} ms  {what}", d.as_millis());
                 }

@@ -189,13 +189,15 @@
 //!   async, observability, the RESP codec.
 //! - [Running in production][production]: a checklist (servers, the ACL rule, TTL, timeouts,
 //!   what to watch) and TLS.
-//! - [Reliability][reliability]: what is tested, the simulator, the limits.
+//! - [Guarantees][guarantees]: what is promised under which assumptions, and how each is
+//!   checked; [the design][design]: the engine's map and the rules it keeps.
 //! - [Fencing tokens][fencing], [cancellation of the async futures][cancellation],
 //!   [benchmarks][benchmarks], [the `redlock` command][cli].
 //!
 //! [library]: https://docs.rs/crate/redlock-mux/latest/source/docs/library.md
 //! [production]: https://docs.rs/crate/redlock-mux/latest/source/docs/production.md
-//! [reliability]: https://docs.rs/crate/redlock-mux/latest/source/docs/reliability.md
+//! [guarantees]: https://docs.rs/crate/redlock-mux/latest/source/docs/guarantees.md
+//! [design]: https://docs.rs/crate/redlock-mux/latest/source/docs/design.md
 //! [fencing]: https://docs.rs/crate/redlock-mux/latest/source/docs/fencing.md
 //! [cancellation]: https://docs.rs/crate/redlock-mux/latest/source/docs/cancellation.md
 //! [benchmarks]: https://docs.rs/crate/redlock-mux/latest/source/docs/benchmarks.md
@@ -213,36 +215,23 @@
 // One `unsafe` block, `Resource::new` (a `repr(transparent)` cast), allowed where it stands.
 #![deny(unsafe_code)]
 
-// The layers of the crate (for its developers):
-// Every module depends only on modules of the layers above its own, and on those of its own
-// layer listed before it; there are no import cycles.
+// The layers of the crate (for its developers), each a folder that imports only the folders
+// listed above it here (`scripts/test` checks no file of a layer names a layer below it in
+// this list); each folder's `mod.rs` says what it holds and what it may not touch:
 //
-// 1. Foundations, depending on nothing else of the crate: `addr` (addresses), `resp` (the
-//    codec), `round` (one quorum decision).
-// 2. `error` (addr, resp); `fence` (the fencing scripts and counters: resp); `stats` (counters
-//    and histograms: addr).
-// 3. `tls` (connectors: addr, error, stats); `token` (error); `repair` (the fence repair's floor and
-//    tally, no I/O: addr, error, fence, resp).
-// 4. `config` (settings, `Builder`, what every engine of a handle shares: addr, error, fence,
-//    resp, round, tls).
-// 5. `lock` (the `Lock` a caller holds: addr, config, error, token).
-// 6. `event` (log events: addr, lock); `kept` (a kept lock's shared state: error, lock);
-//    `request` (what a caller asks and gets: config, error, lock, repair, token).
-// 7. The engine's parts, no I/O: `session` (one node's protocol state: addr, config, error,
-//    event, fence, resp, stats); `mailbox` (hand-over cells: kept, request, token); `wait`
-//    (queues of waiting acquires: config, error, request); `quarantine` (round, session).
-// 8. I/O: `conn` (one socket: addr, config, error, session, stats, tls); `net` (what the
-//    engine asks of the network: error, session); `driver` (the mio loop: addr, config, conn,
-//    error, net, session, stats).
-// 9. `engine` (every operation in flight: the layers above, and driver).
-// 10. `client` (`Client`: engine and below); `hub` (one engine shared by threads: client,
-//     engine, kept, mailbox, request, round, token).
-// 11. The handles: `handle` (`Redlock`: hub, client and below); `task` (futures: hub,
-//     mailbox, request, token); `async_handle` (`AsyncRedlock`: handle, task and below).
-// 12. What the handles make: `guard` and `keep` (handle, kept, lock, …), `async_guard` and
-//     `async_keep` (async_handle, guard, keep, task, …); `sim` (the simulator, feature `sim`:
-//     engine, wait and below). `fuzzing` (feature `fuzzing`, hidden): the decode fuzz target's
-//     checks (resp). `testing` (hidden): hooks for the crate's tests (handle, hub).
+// 1. `model/`: plain data and rules — configuration, addresses, locks, tokens, errors, stats,
+//    events, the keys this crate writes, one attempt's quorum decision (`round`).
+// 2. `proto/`: the wire contract without I/O — the RESP codec, the Lua scripts, one node's
+//    session (handshake, reply matching, `NOSCRIPT` fallback), the quarantine, fencing.
+// 3. `engine/`: every operation in flight over one connection per node, sans-IO: it reaches
+//    the network and the clock only through its `Net`.
+// 4. `runtime/`: what runs it — the mio driver, sockets, TLS, the resolver, the engine shared
+//    behind its lock (`hub`), the futures of the async face.
+// 5. `api/`: what users call — `Redlock`, `AsyncRedlock`, guards, keep-alive, semaphores.
+//
+// Beside them: `sim/` (the simulator, feature `sim`: the engine over an in-memory network),
+// `fuzzing.rs` (feature `fuzzing`, hidden: the fuzz targets' checks) and `testing.rs` (hidden:
+// hooks for the crate's tests). The crate root only declares and re-exports.
 
 mod api;
 mod engine;

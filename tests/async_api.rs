@@ -767,7 +767,7 @@ fn the_background_thread_waits_for_a_caller_holding_the_loop_rather_than_spin() 
 
 /// A waker that panics (an executor's bug) was called on the engine's thread in the middle of
 /// a turn: the panic unwound through the engine and ended the thread that drives the loop for
-/// async callers, so later async acquires were never woken (found by review). Now a wake that
+/// async callers, so later async acquires were never woken. Now a wake that
 /// panics is caught where it is called: the engine's thread goes on.
 #[test]
 fn a_panicking_waker_takes_nothing_down() {
@@ -874,7 +874,7 @@ fn an_async_request_is_not_left_behind_a_driver_asleep_until_its_deadline() {
 
 /// `wait_lost` futures made and dropped again and again (a `select!` loop's pattern): each left
 /// its alarm, waker and all, in the engine until its time — a TTL away, an hour here. Now a
-/// dropped wait's alarm goes at the engine's next turn (found by review).
+/// dropped wait's alarm goes at the engine's next turn.
 #[test]
 fn dropped_waits_for_a_loss_leave_no_alarm_behind() {
     let servers = Cluster::start(3);
@@ -903,7 +903,7 @@ fn dropped_waits_for_a_loss_leave_no_alarm_behind() {
 /// Waits dropped behind a live head leave their queue within a bound (a sweep every 50 ms and a
 /// turn), not at their deadlines: a task that timed its waits out in a loop behind a long head
 /// piled up one waiting operation per drop — per permit, for a semaphore — for as long as their
-/// deadlines (found by review).
+/// deadlines.
 #[test]
 fn waits_dropped_behind_a_waiting_head_leave_the_queue_soon() {
     let servers = Cluster::start(3);

@@ -640,7 +640,7 @@ fn extends_dropped_at_every_point_keep_the_lock() {
 
         // Completed.
         block_on(held.extend(&redlock, SHORT)).unwrap();
-        // An extend never shortens a key (see "Keys on the servers" in docs/library.md): the keys
+        // An extend never shortens a key (see docs/keys.md): the keys
         // keep what they had left, the lock's validity is the extend's.
         assert_held(&servers, &key, &held.lock().token().to_string(), TTL);
         assert!(held.lock().validity() <= SHORT, "{key}: {:?}", held.lock());

@@ -191,7 +191,7 @@ exit 7"#;
 
 /// Started with SIGCHLD ignored (`trap '' CHLD` in a script: inherited through exec), redlock
 /// sets it back to its default before it starts COMMAND, so that COMMAND is not reaped by the
-/// kernel behind its back: it exits with COMMAND's code (found by review: waitid failed with
+/// kernel behind its back: it exits with COMMAND's code (waitid failed with
 /// ECHILD, and redlock exited 70).
 #[test]
 fn run_started_with_sigchld_ignored_still_gets_the_exit_code() {
@@ -292,7 +292,7 @@ while :; do sleep 0.05; done"#;
 }
 
 /// `--grace 0s`: a loss sends SIGKILL at once, and says why: the grace, not the validity, which
-/// is not over (found by review: it said "the lock's validity is over").
+/// is not over (it said "the lock's validity is over").
 #[test]
 fn lost_lock_with_no_grace_says_why_sigkill_goes_out_at_once() {
     let mut servers = Cluster::start(5);
@@ -380,7 +380,7 @@ fn run_as_nobody_with_a_root_process_in_the_group(
 
 /// A process of COMMAND's group that survives SIGKILL (root's, under a redlock run by nobody:
 /// EPERM) keeps the lock from being released — after COMMAND exits, and after a loss: its keys
-/// are left to expire, and redlock says so (found by review: the lock was released at once,
+/// are left to expire, and redlock says so (the lock was released at once,
 /// and a rival could run beside that process).
 #[test]
 fn a_process_that_survives_sigkill_keeps_the_lock_from_being_released() {
@@ -796,7 +796,7 @@ while :; do sleep 0.05; done"#;
 /// COMMAND's whole group stopped (`kill -STOP -PGID`: the watchdog, in that group, stops too)
 /// for longer than a few of the watchdog's messages cover, while redlock goes on renewing: the
 /// lock is held throughout, so the group must run on after SIGCONT. The watchdog woke with an
-/// old deadline, newer ones still in its pipe, and killed the group (found by review); now it
+/// old deadline, newer ones still in its pipe, and killed the group; now it
 /// reads the pipe before it kills.
 #[test]
 fn a_group_stopped_for_long_runs_on_under_the_lock_it_kept() {
@@ -1177,7 +1177,7 @@ fn bad_address_duration_or_flag_gives_64() {
 
 /// A zero window (`--quarantine 0s`, `0ms`, `REDLOCK_QUARANTINE=0ms`) is a usage error that
 /// says to write `off`: it silently meant "off", while the library refuses any fixed window
-/// shorter than the TTL (found by review). `off` still switches it off.
+/// shorter than the TTL. `off` still switches it off.
 #[test]
 fn a_zero_quarantine_window_is_a_usage_error_that_says_off() {
     let servers = ["redis://127.0.0.1:1".to_owned()];
@@ -1203,7 +1203,7 @@ fn a_zero_quarantine_window_is_a_usage_error_that_says_off() {
 }
 
 /// A server list written the wrong way, or an address that does not parse, is quoted back to
-/// help — without its password, whatever the password holds (found by review: the hints
+/// help — without its password, whatever the password holds (the hints
 /// echoed the URLs whole, and a password with `/` was not masked).
 #[test]
 fn usage_errors_quoting_servers_never_show_their_passwords() {
@@ -1321,7 +1321,7 @@ fn acquiring_the_resource_of_the_enclosing_run_gives_64_at_once() {
             &["run", "--permits", "2", "nest", "--", "true"][..],
             0,
         ),
-        // Other names for a lock the enclosing run's excludes (found by review: only the same
+        // Other names for a lock the enclosing run's excludes (only the same
         // name was refused; these waited, here until their `-w 3s`, 75): a writer inside a
         // reader of the name, a member inside a set, a reader inside the writer, a semaphore
         // whose every permit the set holds. Two readers of one name are refused as before (a
@@ -1531,7 +1531,7 @@ fn status_shows_the_holder_and_unreachable_nodes() {
     let o = output(plain(&urls).args(["status", "job"]));
     assert_code(&o, 69);
     assert_one_line_error(&o, "only 1 of 3 nodes reachable");
-    // With -q nothing at all, as its help says (found by review: the line above was printed).
+    // With -q nothing at all, as its help says (the line above was printed).
     for args in [
         &["status", "-q", "job"][..],
         &["status", "-q", "--permits", "1", "sem"],
@@ -1589,7 +1589,7 @@ fn demo_verifies_mutual_exclusion() {
 }
 
 /// A phase of no time is refused (64); one too short for a lock cycle says that no cycle ran,
-/// never that mutual exclusion was violated (found by review: `--duration 0s` exited 70 with
+/// never that mutual exclusion was violated (`--duration 0s` exited 70 with
 /// "mutual exclusion violated: phase 1: no client ever got the lock").
 #[test]
 fn demo_refuses_no_time_and_never_calls_no_cycle_a_violation() {
@@ -1642,7 +1642,7 @@ fn bench_prints_percentiles() {
 
 /// A bench client whose first attempt fails (here: its resource, `redlock-bench:PID:I`, is held
 /// by someone else) stops every client, and bench fails with that error, saying how many cycles
-/// ran (found by review: when the other clients had run some, it printed their figures and
+/// ran (when the other clients had run some, it printed their figures and
 /// exited 0, fewer cycles than asked).
 #[test]
 fn bench_fails_when_a_client_is_stopped_by_its_first_attempt() {
@@ -1809,7 +1809,7 @@ fn fence_flag_prints_exports_and_shows_the_fence() {
     assert_eq!(stdout(&o).trim(), "[]", "{}", stderr(&o));
 }
 
-/// `repair-fences` (issue 36, item 2): a majority of 5 restarted empty refuses fenced locks;
+/// `repair-fences`: a majority of 5 restarted empty refuses fenced locks;
 /// the repair refuses inside the seed window (80) and without a floor (64), then with
 /// `--at-least` re-seeds every counter, printing each node's counter before and after, and
 /// fences go on above the floor.
@@ -2370,7 +2370,7 @@ fn tls_servers_through_the_tls_options() {
     cmd.args(["--", "sh", "-c", "exit 3"]);
     assert_code(&output(&mut cmd), 3);
 
-    // Without -n too (issue 36: it used to retry forever): no retry mends a wrong CA.
+    // Without -n too (it used to retry forever): no retry mends a wrong CA.
     for once in [true, false] {
         let mut cmd = plain(&urls);
         cmd.args(["acquire", "--quarantine", "off"]);
@@ -2479,7 +2479,7 @@ fn acquire_warns_when_nodes_were_unreachable_and_only_then() {
     assert!(stderr(&o).contains("nodes unreachable"), "{}", stderr(&o));
 }
 
-/// Several resources (issue 38): `run a b -- COMMAND` holds both or neither, COMMAND sees the
+/// Several resources: `run a b -- COMMAND` holds both or neither, COMMAND sees the
 /// set's name in REDLOCK_RESOURCE and `status` of it shows each member held; `acquire a b`,
 /// `extend a b TOKEN`, `release a b TOKEN` do the same for scripts; a member held elsewhere
 /// gives 75 and leaves the other member untouched.
@@ -2636,7 +2636,7 @@ fn permits_make_a_counting_semaphore_across_acquire_run_status_extend_and_releas
     assert_code(&o, 79);
 }
 
-/// An empty resource name is a usage error for status too, as for acquire (found by review:
+/// An empty resource name is a usage error for status too, as for acquire (once
 /// `status ''` said "free", exit 1), also as a set's member or a shared lock's name.
 #[test]
 fn an_empty_resource_name_gives_64() {

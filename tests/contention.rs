@@ -1,4 +1,4 @@
-//! Contended locks (issue 15) against real servers: callers of one handle waiting for the same
+//! Contended locks against real servers: callers of one handle waiting for the same
 //! resource queue in arrival order and only the head competes on the wire; a release by one of
 //! them hands the resource to the next without waiting for the retry pause; a waiter whose
 //! deadline passes, or whose future is dropped, leaves the queue holding nothing; the shortest
@@ -277,7 +277,7 @@ fn a_dropped_async_waiter_leaves_the_queue_and_holds_nothing() {
 /// attempt won: the lock, held on a quorum for nobody, is released with its notice (waiters of
 /// other clients refused by it wait for one). The cleanup judged the wait by the votes of its
 /// own slot — it never runs a round, so they were whatever the slot's last occupant left, here
-/// none — and went quiet: such a waiter slept until its fallback poll (found by review). A fake
+/// none — and went quiet: such a waiter slept until its fallback poll. A fake
 /// node (N = 1) holds the attempt's answer until the future is dropped; the release is the
 /// script that publishes (its first use on the connection: `EVAL` with its body).
 #[test]
@@ -813,7 +813,7 @@ fn a_waiter_refused_with_a_late_yes_retries_at_the_pause_not_at_its_own_cleanup(
 /// A lock won through this engine's queue and released through another handle (its parts
 /// handed over, as `redlock release` in another process does): the next waiter here waited for
 /// the lock's whole validity (30 s), ignoring notices and not polling, past its own deadline with
-/// the resource free (found by review). It polls at its retry pause now.
+/// the resource free. It polls at its retry pause now.
 #[test]
 fn a_lock_released_elsewhere_is_found_by_the_next_waiter_within_a_poll() {
     let servers = Cluster::start(3);
@@ -857,7 +857,7 @@ fn a_lock_released_elsewhere_is_found_by_the_next_waiter_within_a_poll() {
 /// Issue 36, item 4, explained: the reported stall — 32 cycles in 8.4 s, every thread waiting
 /// ~8 s, one run in eight — is the restart quarantine at its default on servers younger than its
 /// window (the TTL, 30 s). A node seen for the first time counts once its uptime reaches the
-/// window (docs/library.md, "A fresh cluster"), so on fresh servers no quorum forms before that
+/// window (docs/library.md, "The restart quarantine and the TTL"), so on fresh servers no quorum forms before that
 /// and every caller waits for the window's end: a run begun on servers 22 s old waits ~8 s.
 /// Reproduced so at the report's code (92353f7) and at today's, with the default settings;
 /// with no node frozen the same (the frozen node plays no part); on servers older than the

@@ -146,7 +146,7 @@ fn tcp_and_unix_socket_of_one_server_count_once() {
 /// A new deployment (every fence counter blank) over a server list with one server twice: its
 /// first fenced lock gets fence 1, and both servers are seeded. The duplicate entry's reading
 /// is not counted, so "every node blank" never held: every fenced acquire failed with
-/// `Error::Fence`, for ever (found by review). Both ways of knowing the duplicate: from the
+/// `Error::Fence`, for ever. Both ways of knowing the duplicate: from the
 /// answers (the first acquire), and before sending (once both connections said their
 /// `run_id`, the second entry is asked nothing).
 #[test]

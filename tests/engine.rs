@@ -281,7 +281,7 @@ fn acquires_lost_together_leave_no_key_behind() {
 
 /// A thread waiting for the loop itself (`with_client`) while a blocking caller drives it
 /// toward a deadline: the driver sleeps as usual. It spun in zero-timeout polls until its
-/// operation ended (found by review: a core burnt for the status's whole timeout).
+/// operation ended (a core burnt for the status's whole timeout).
 #[test]
 fn a_thread_waiting_for_the_loop_does_not_make_its_driver_spin() {
     let mut servers = Cluster::start(3);

@@ -727,7 +727,7 @@ fn a_full_connection_refuses_requests_instead_of_reconnecting() {
 
 /// A release answered `-BUSY` (the node runs another client's script past its busy threshold)
 /// was counted as confirmed, and the key left on that node until its TTL. Now it waits in the
-/// ledger and goes again once the node answers (found by review).
+/// ledger and goes again once the node answers.
 #[test]
 fn a_release_answered_busy_is_sent_again_once_the_node_is_free() {
     let servers = Cluster::start(3);

@@ -1,6 +1,6 @@
-//! Fencing tokens (issue 17) against real servers: fences grow across clients and resources,
+//! Fencing tokens against real servers: fences grow across clients and resources,
 //! and a node restarted empty between two holders never brings a fence down. The repair of
-//! blank counters (issue 36, item 2): a majority restarted empty refuses fences until it is
+//! blank counters: a majority restarted empty refuses fences until it is
 //! repaired, the repair's refusals (no floor, inside the seed window, short of a quorum), and
 //! repairs racing fenced acquires. Every counter blank but seeded before is no new deployment;
 //! a fake server's negative uptime leaves its process known.
@@ -192,7 +192,7 @@ fn one_restarted_node_is_carried_by_the_others() {
 /// process that seeded it — a snapshot restored after fences above its value were handed out
 /// (N = 1, or every server, restarted from RDB/AOF). That is no new deployment: the client
 /// handed out 1 + the stale value (here 3, after fences up to 4 or more) and seeded every
-/// node with it (found by review). It refuses with `Error::Fence`, pointing at the repair with
+/// node with it. It refuses with `Error::Fence`, pointing at the repair with
 /// a floor, writes nothing, and fences go on above the floor once repaired.
 #[test]
 fn every_counter_blank_but_seeded_before_is_no_new_deployment() {
@@ -328,7 +328,7 @@ fn a_majority_restarted_empty_is_repaired_with_a_floor() {
         Err(Error::Fence(report)) => {
             assert_eq!(blank_nodes(&report).len(), 3, "{report}");
             // Nothing but a repair seeds them: the text says so (it said each would be seeded
-            // again once up for a restart window: found by review).
+            // again once up for a restart window).
             let text = report.to_string();
             assert!(text.contains("too many fence counters are blank"), "{text}");
             assert!(text.contains("run `redlock repair-fences`"), "{text}");
@@ -613,7 +613,7 @@ fn repairs_racing_fenced_acquires_keep_fences_in_order() {
 
 /// A blank counter is seeded by the next fenced lock's write-back, also on a node that refused
 /// that lock — there the resource's key may be another kind's: readers' sorted set. The
-/// write-back's read of the key failed with WRONGTYPE there (found by review), so a node whose
+/// write-back's read of the key failed with WRONGTYPE there, so a node whose
 /// fenced traffic is all for read-locked names stayed blank; now it reads "not ours".
 #[test]
 fn a_blank_counter_is_seeded_where_the_resource_is_read_locked() {
@@ -681,7 +681,7 @@ fn new_deployment(
 
 /// A negative uptime in `INFO server` threw the run_id away with it: the node was unknown, and
 /// a fenced acquire failed with "no run_id from INFO server: fencing needs it (grant +info)" —
-/// wrong advice (found by review). The run_id counts; the uptime is taken as 0. Here N = 1 and
+/// wrong advice. The run_id counts; the uptime is taken as 0. Here N = 1 and
 /// the counter is blank with no `run`: a new deployment, fence 1, written back with that run_id.
 #[test]
 fn a_negative_uptime_leaves_the_process_known_to_fencing() {
@@ -718,7 +718,7 @@ fn a_negative_uptime_leaves_the_process_known_to_fencing() {
 /// that quorum until its cleanup, a release of a lock won for nobody: with its notice, as
 /// waiters of other clients refused by it wait for one. The cleanup judged the round by the
 /// votes in the ballot — the write-back's by then (its round restarts the ballot's), lost — and
-/// went quiet: such a waiter slept until its fallback poll (found by review). The release is
+/// went quiet: such a waiter slept until its fallback poll. The release is
 /// the script that publishes (its first use on the connection: `EVAL` with its body).
 #[test]
 fn a_fenced_lock_whose_write_back_lost_is_released_with_its_notice() {

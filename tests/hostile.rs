@@ -174,7 +174,7 @@ impl Hostile {
             Hostile::HugeBulk => *fault == NodeFault::Protocol(ParseError::BulkTooLong),
             Hostile::Deep => *fault == NodeFault::Protocol(ParseError::TooDeep),
             // The first attempt waits its node timeout; the next do not wait for a node silent
-            // since (issue 36), and say so.
+            // since, and say so.
             Hostile::Silent => matches!(fault, NodeFault::Timeout | NodeFault::Silent),
             // The FIN, or an RST when the server closed with our SET unread.
             // Over TLS, a door slammed during the handshake is a TLS fault.
@@ -541,7 +541,7 @@ fn silent_server_is_a_timeout_after_the_node_timeout() {
         assert!(elapsed >= node_timeout, "gave up after {elapsed:?}");
         assert_bounded(&c, "after the first timeout");
         // The node is not declared dead (the second attempt is queued on its connection too),
-        // but it is not waited for (silent since the first: issue 36), and the report says so.
+        // but it is not waited for (silent since the first), and the report says so.
         let started = Instant::now();
         let result = c.try_lock("res");
         assert_fault(result, &fake.node(), started, node_timeout + SLACK, |f| {
@@ -944,7 +944,7 @@ fn clock_stepped_back(p: &mut Peer) {
 
 /// A process the client knows (same `run_id`, no other met in between) whose uptime is not a
 /// number any more (negative: its clock stepped back) was quarantined for a whole window again
-/// at each reconnect: the bad uptime counted as 0, "just started" (found by review). It is no
+/// at each reconnect: the bad uptime counted as 0, "just started". It is no
 /// news: the process counts on every connection.
 #[test]
 fn a_known_process_whose_uptime_turns_negative_is_not_quarantined_at_each_reconnect() {
@@ -1027,7 +1027,7 @@ fn an_extend_whose_connection_closes_in_flight_is_sent_again_on_a_fresh_one() {
 /// allowed to `PUBLISH` could make a server send) and never answers the SET: the SET times out
 /// on time and the buffers stay bounded. (The read loop returns at a short read; a sender that
 /// kept every read full — faster than the parser, which loopback here is not — could hold one
-/// turn longer: docs/reliability.md, "Honest limits".)
+/// turn longer: docs/design.md, "Limits of the design".)
 #[test]
 fn a_node_that_never_stops_sending_stalls_nothing() {
     bounded(|| {
@@ -1058,7 +1058,7 @@ fn a_node_that_never_stops_sending_stalls_nothing() {
 /// A server that answers the last request and closes at once: the answer and the close come
 /// in one readable edge. The close was missed (a short read was taken to mean the socket was
 /// drained), the connection stayed "ready" on a dead socket, and the next acquire failed on it.
-/// Now the reads go on to the end when the event says the peer closed (found by review).
+/// Now the reads go on to the end when the event says the peer closed.
 #[test]
 fn a_close_right_behind_the_last_answer_is_noticed() {
     let fake = FakeServer::start(|p: &mut Peer| {

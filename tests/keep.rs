@@ -265,7 +265,7 @@ fn a_callback_that_uses_the_library_does_not_stall_the_other_locks() {
 /// released by the engine: its holder may still be at work, within the validity it was given,
 /// so the keys stay on the nodes — a rival is refused — until the holder ends it. The engine
 /// used to release it at the loss, before even the callback ran, and `redlock run`'s COMMAND
-/// worked through its grace while a rival could hold the lock (found by review). The callback
+/// worked through its grace while a rival could hold the lock. The callback
 /// runs at the loss; the holder's `release` then frees the resource (and says it was lost).
 #[test]
 fn a_lost_kept_lock_stays_on_the_nodes_until_its_holder_ends_it() {
@@ -625,7 +625,7 @@ fn a_renewal_refused_by_a_node_the_lock_can_do_without_is_tried_again() {
 /// node (1) silent, and the node outside the backing (2, whose yes came after the acquire was
 /// decided) says yes to the renewal. Its yes moved our token's expiry past the validity: nodes
 /// 1 and 2 back the lock, and the renewal is tried again — it was lost at once, the lost
-/// round's yes not counted (found by review).
+/// round's yes not counted.
 #[test]
 fn a_lost_renewal_counts_its_own_yes_votes_in_the_lock_backing() {
     renewal_refused_by_one_node_while_another_is_silent(0, 1);
@@ -689,7 +689,7 @@ fn a_kept_lock_of_unknown_backing_lost_to_a_refusal_is_no_longer_valid() {
 
 /// One node of five refusing our credentials is a configuration to fix, not a reason to end a
 /// kept lock whose renewal was lost to a frozen majority of the others for a moment: the
-/// renewal is tried again (it was lost at once with `Auth`, found by review), and the lock
+/// renewal is tried again (it was lost at once with `Auth`), and the lock
 /// held elsewhere is `Held`, which `lock` waits out, not a final `Auth`.
 #[test]
 fn one_node_refusing_credentials_neither_ends_a_kept_lock_nor_a_wait() {
@@ -808,7 +808,7 @@ fn shutdown_on_a_handle_in_use_leaves_kept_locks_kept() {
 
 /// `connect` on a handle in use ran bare reads of the sockets until every node was connected
 /// or the connect timeout passed, holding the loop: a kept lock's renewal fell due meanwhile
-/// and was not sent, and the lock was lost (found by review). Now it runs whole turns.
+/// and was not sent, and the lock was lost. Now it runs whole turns.
 #[test]
 fn connect_on_a_handle_in_use_goes_on_renewing_kept_locks() {
     let servers = Cluster::start(2);

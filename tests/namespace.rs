@@ -1,4 +1,4 @@
-//! Lock names and this crate's own keys (issue 35, item 1), against real servers: a name in the
+//! Lock names and this crate's own keys, against real servers: a name in the
 //! reserved namespace (`redlock:`) is refused by every entry point before anything is sent,
 //! and a key another client wrote under one of our internal names (a Redlock client that knows
 //! nothing of our namespace may lock `redlock:waiting:x`) survives our releases, our waiting

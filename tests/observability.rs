@@ -134,7 +134,7 @@ fn a_frozen_node_shows_timeouts_and_is_not_waited_for_not_unreachable() {
 
 /// A status read is no lock operation: its answers count as neither yeses nor errors (`ZCARD`
 /// of a held key answers WRONGTYPE by design). Each read added 4 yeses per node, and an error
-/// per node while the key was held (found by review). And a key of another type (a hash) is
+/// per node while the key was held. And a key of another type (a hash) is
 /// not reported free: it refuses every lock of the name.
 #[test]
 fn status_reads_are_not_counted_as_lock_replies_and_a_foreign_key_is_not_free() {

@@ -1,4 +1,4 @@
-//! Re-locking a resource the caller itself holds (issue 35, item 5), against real servers.
+//! Re-locking a resource the caller itself holds, against real servers.
 //!
 //! From inside the work of `with_lock(R)` (blocking: the same thread; async: polled inside the
 //! work, the same task) an acquire of R through the same handle fails at once with
@@ -238,7 +238,7 @@ fn after_the_lock_is_lost_the_work_may_try_again() {
 }
 
 /// Inside `with_permit`, an acquire of the same semaphore does not wait for the permit the work
-/// holds (found by review: the semaphore's paths skipped the check, and with one permit
+/// holds (the semaphore's paths skipped the check, and with one permit
 /// `acquire` waited out its deadline for itself, then said `Held`). With one permit:
 /// `AlreadyHeld` at once; with two, the other permit is taken.
 #[test]
@@ -283,7 +283,7 @@ fn inside_with_permit_the_semaphore_does_not_wait_for_itself() {
 }
 
 /// Inside `with_permit` of a semaphore of two, an acquire whose turn is the permit held takes
-/// the other one even with its deadline passed (found by review: past the deadline only the
+/// the other one even with its deadline passed (past the deadline only the
 /// permit in turn was attempted, and the answer was `AlreadyHeld`, which is for a caller that
 /// holds every permit). In both faces.
 #[test]
@@ -320,7 +320,7 @@ fn inside_with_permit_an_acquire_past_its_deadline_takes_the_other_permit() {
 
 /// Calls into a handle from its own `with_client` closure fail at once with `Reentrant`: the
 /// engine is the closure's thread's, and such a call (a `try_lock`, a nested `with_client`)
-/// waited for itself forever, and every other caller of the handle with it (found by review).
+/// waited for itself forever, and every other caller of the handle with it.
 /// The `Client` the closure is given works; an `unlock` from the closure is queued and goes out
 /// when it returns; the handle works after.
 #[test]
@@ -424,7 +424,7 @@ fn calls_into_an_outer_handle_from_a_nested_with_client_fail_at_once() {
 /// The async face from a `with_client` closure of its own handle (a `block_on` inside the
 /// closure, say) is refused at the call's first poll as the blocking face is: the request went
 /// to the mailbox of an engine held by this very thread and the future stayed pending for ever
-/// — with it every other caller of the handle (found by review). Each future here is polled
+/// — with it every other caller of the handle. Each future here is polled
 /// once: `Ready` with `Reentrant` (a status read with no node), not `Pending`. The release is
 /// queued and goes out once the closure returns.
 #[test]

@@ -658,7 +658,7 @@ fn until_free(servers: &Cluster, key: &str) {
 }
 
 /// A deadline already passed ends the waiting, not the acquire: the other permits are still
-/// attempted once, without waiting, as `try_acquire` does (found by review: past the deadline
+/// attempted once, without waiting, as `try_acquire` does (past the deadline
 /// the one permit attempted first answered for the semaphore, so with `pool#0` held
 /// `acquire_until(now)` — and `acquire` with `retry_count(0)`, whose wait is zero — said `Held`
 /// though permits 1 and 2 were free). In both faces; `Held` still when every permit is held.
@@ -732,7 +732,7 @@ fn until_subscribed(server: &Server, channel: &str) {
 
 /// A client's wait for a permit that reaches its deadline while it waits on one permit
 /// answers with what that wait saw last, not with the attempt on every permit before it
-/// (found by review: the newer error was dropped). `last#0` is held elsewhere on all three
+/// (the newer error was dropped). `last#0` is held elsewhere on all three
 /// nodes, then freed on node 2 while the client waits: `Held`, refused by two nodes, not three.
 #[test]
 fn a_client_wait_ending_at_its_deadline_reports_its_last_attempt() {

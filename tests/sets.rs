@@ -1,4 +1,4 @@
-//! All-or-none locks of a set of resources (issue 38, "Multi-resource lock"), against real
+//! All-or-none locks of a set of resources, against real
 //! servers: one script per node sets every member or none; a set excludes plain locks of its
 //! members, other sets sharing a member and other clients' `SET NX`; release and extend take
 //! every member; overlapping sets in contention all finish (no livelock) without two holders

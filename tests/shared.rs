@@ -1,4 +1,4 @@
-//! Read-write locks (issue 38): shared (read) locks of a resource beside its ordinary lock (the
+//! Read-write locks: shared (read) locks of a resource beside its ordinary lock (the
 //! writer), against real servers. Many readers at once, never a writer with a reader; each
 //! reader expires on its own; a waiting writer keeps new readers out (no writer starvation);
 //! other clients' `SET NX` is refused while readers hold; a frozen node stops nothing.
@@ -374,7 +374,7 @@ fn a_waiting_reader_is_woken_by_the_writers_release_and_readers_can_be_kept() {
 /// A reader's acquire that meets `NOSCRIPT` (the server's scripts flushed) after its round was
 /// lost — its release already written behind it on the same connection — used to be sent again
 /// as `EVAL`, run after that release, and leave the resource read-locked for nobody until the
-/// TTL (found by review). Now the node fails that request, and nothing is left.
+/// TTL. Now the node fails that request, and nothing is left.
 #[test]
 fn a_flushed_acquire_sent_again_leaves_no_reader_for_nobody() {
     let servers = Cluster::start(3);
@@ -430,7 +430,7 @@ fn a_flushed_acquire_sent_again_leaves_no_reader_for_nobody() {
 /// A reader queued behind a waiting writer's mark on the same handle: when the last reader
 /// leaves, its release must leave the writer's mark in place. It deleted it, the queued reader's
 /// attempt went out right behind that release and won, and the writer — woken by the notice —
-/// was refused: with readers that keep coming, it waited until its deadline (found by review).
+/// was refused: with readers that keep coming, it waited until its deadline.
 #[test]
 fn the_last_readers_release_leaves_a_waiting_writers_mark() {
     let servers = Cluster::start(3);
@@ -484,7 +484,7 @@ fn the_last_readers_release_leaves_a_waiting_writers_mark() {
 
 /// With `release_notices(false)` a waiting writer marks itself as a reader does: its release is
 /// quiet and leaves marks in place, and a writer's mark left there kept every reader out of a
-/// free resource until it expired (found by review).
+/// free resource until it expired.
 #[test]
 fn a_quiet_writers_mark_keeps_no_reader_out_after_its_release() {
     let servers = Cluster::start(3);

@@ -1,4 +1,4 @@
-//! The deterministic simulator (issue 16): the crate's real engine, rounds and sessions in a
+//! The deterministic simulator: the crate's real engine, rounds and sessions in a
 //! simulated world with virtual time. A fixed batch of schedules within the README's
 //! assumptions must find no violation; for each safety assumption, fixed seeds that break it
 //! must find one, and the same seeds with the assumption kept must not; a majority down stalls
@@ -181,7 +181,7 @@ fn control_is_safe_and_live(breaks: Break, seeds: std::ops::Range<u64>) {
 fn without_restart_quarantine_a_restarted_node_gives_two_holders() {
     // Seeds re-found whenever the schedules change (last: waiters leave at their deadline,
     // seed 541,056's fix; before, several callers per client and persistent wants, release
-    // notices by pub/sub, issue 36): other schedules, not a weaker check.
+    // notices by pub/sub): other schedules, not a weaker check.
     // Seeds 7 and 9 gave way to 10 and 15, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
     assumption_is_needed(Break::Quarantine, &[1, 10, 15]);
 }
@@ -209,7 +209,7 @@ fn a_replacement_taken_by_its_uptime_after_refusals_gives_two_holders() {
     // Nodes come back as processes up for an hour without the keys (a failover, a moved
     // address); the restart tracking brought back to learning which process a node is from
     // counted yeses only: a client that heard only refusals takes the replacement by its
-    // uptime and counts it at once (found by review; both the engine's answers and the
+    // uptime and counts it at once (both the engine's answers and the
     // session's handshakes now tell it). Seed 5 gave way to seed 1 when kept locks began to
     // try a lost renewal again (415 of 3,000 seeds find two holders since, 383 before), and
     // seed 1 to seed 9 when lost kept locks began to be left to their holders (412 of 3,000);
@@ -276,14 +276,15 @@ fn servers_that_evict_counted_give_two_holders() {
 
 #[test]
 fn a_lying_node_gives_two_holders() {
-    // Seeds re-found after the ledger change (issue 35), again for issue 36, and when waiters
+    // Seeds re-found after the ledger change, again after the liveness fixes, and when waiters
     // began to leave at their deadline (seed 2 replaced by 6): different schedules, not a
     // weaker check.
-    // Seed 4 gave way to 7, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
+    // Seed 4 gave way to 7, re-found when the handshake began to ask `INFO memory` and the
+    // simulated tokens took the client's shape (other schedules, not a weaker check).
     assumption_is_needed(Break::LyingNode, &[1, 6, 7]);
 }
 
-/// Sets locked all or none (issue 38) beside plain locks of their members: a set's holder
+/// Sets locked all or none beside plain locks of their members: a set's holder
 /// holds every member, so no member may have two holders, and waiters for sets are owed the
 /// same bound as others.
 #[test]
@@ -325,7 +326,7 @@ fn a_set_acquire_that_is_not_all_or_none_gives_two_holders() {
     assumption_is_needed(Break::SetNotAllOrNone, &[2, 3, 4]);
 }
 
-/// Shared (read) locks beside the ordinary (write) locks of the same resources (issue 38):
+/// Shared (read) locks beside the ordinary (write) locks of the same resources:
 /// readers may overlap each other, never a writer.
 #[test]
 fn readers_and_writers_find_no_violation() {
@@ -385,7 +386,7 @@ fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
     assumption_is_needed(Break::ReaderIgnoresWriter, &[0, 1, 3]);
 }
 
-/// The semaphore this crate does not build (issue 38): a set of holders per node admitted while
+/// The semaphore this crate does not build: a set of holders per node admitted while
 /// it holds fewer than P = 2, won on majorities. Three holders fit on 3 × 3 = 9 ≤ 2 × 5 slots:
 /// the check (more than P at once) finds them (62 of seeds 0..200). The crate's semaphore is a
 /// plain lock per permit, which every plain schedule checks.
@@ -400,7 +401,7 @@ fn a_semaphore_of_per_node_counters_admits_p_plus_one_holders() {
 }
 
 /// No quorum, no lock — and no hang: every waiting acquire still ends at its deadline
-/// (issue 36, item 5: waiting for servers that are not there).
+/// (waiting for servers that are not there).
 #[test]
 fn with_a_majority_down_runs_stall_and_never_violate() {
     let setup = setup(Break::MajorityDown, false);
@@ -502,7 +503,7 @@ fn wrong_fence_constructions_are_caught() {
     for (breaks, seeds) in [
         // Seed 0 gave way to 2, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
         (Break::FenceNoWriteBack, &[1u64, 2, 4][..]),
-        // The schedules changed with the ledger (issue 35), twice for issue 36, when waiters
+        // The schedules changed with the ledger, twice with the liveness fixes, when waiters
         // began to leave at their deadline, when release notices began to say how many heard
         // them and when they stopped counting the releaser: earlier seeds no longer hit this
         // rare case; these do (8 of 4,000 seeds at the last change, and again when kept locks
@@ -750,8 +751,8 @@ fn thirty_two_callers_of_one_engine_with_a_node_frozen_keep_going() {
     }
 }
 
-/// Issue 36, item 4, explained (docs/reliability.md): the reported stall was the restart
-/// quarantine on servers younger than its window. Its shape here — one client of 32 callers,
+/// A stall explained: one reported once was the restart quarantine on servers younger than
+/// its window. Its shape here — one client of 32 callers,
 /// one resource, node 0 frozen, the servers just started (`Setup::young`): no grant before a
 /// window of the client's clock (which may run 0.49 % fast) has passed since the run began, and
 /// then the callers go on as on older servers — no stall, no wait past the liveness bound, no

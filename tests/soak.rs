@@ -1,14 +1,10 @@
-//! The real-server liveness soak, briefly (issue 36): what CI runs of `examples/soak.rs`
+//! The real-server liveness soak, briefly: what CI runs of `examples/soak.rs`
 //! (`scripts/soak` runs it long). One seed, 9 s of faults, 3 processes × 8 callers instead of
 //! 32, the same servers, faults, lock kinds (plain, shared, all-or-none sets, semaphore
-//! permits), API paths and checks; see docs/reliability.md, "Soak against real servers".
+//! permits), API paths and checks; see docs/guarantees.md, "Soak against real servers".
 //!
 //! The workers are this test binary run again (`soak_worker`, with the settings in the
 //! environment). Without a `redis-server` the test fails and says how to install one.
-
-#[allow(dead_code)]
-#[path = "../examples/soak/mod.rs"]
-mod soak;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -16,7 +12,7 @@ use std::time::{Duration, Instant};
 use redis_local::Cluster;
 use redlock_mux::{Builder, Redlock};
 
-use soak::{RunConfig, check, driver, worker};
+use redlock_soak::{self as soak, RunConfig, check, driver, worker};
 
 /// The seed of the short run: its first six faults are of all five kinds, a SIGKILL and
 /// restart first (the kinds drawn depend on the seed alone; how many fit in the time, on the

@@ -303,7 +303,7 @@ fn waiting_ends_at_once_when_no_certificate_verifies() {
 /// handshake half done; nothing polls until the operation after (a `Client`), which read the
 /// server's answer only past the connect deadline — and its timers then failed the connection as timed out,
 /// the healthy node backing off and counted down at every operation spaced more than the
-/// connect timeout apart (found by review). A deadline that passed while nobody watched, on a
+/// connect timeout apart. A deadline that passed while nobody watched, on a
 /// socket that made progress since, is moved once.
 #[test]
 fn a_tls_handshake_nobody_polled_past_its_deadline_is_not_failed_for_it() {

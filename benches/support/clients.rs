@@ -24,7 +24,7 @@ pub const TTL: Duration = Duration::from_secs(10);
 /// Per-node timeout given to every implementation that has one (ours: `node_timeout`).
 pub const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 /// The release script of the floors, `seq` and rslock: the plain check-and-delete. This crate's
-/// own release also publishes a release notice for waiters (issue 15), which costs the servers
+/// own release also publishes a release notice for waiters, which costs the servers
 /// more: in one run (2026-11-23, 4 rounds, 5 loopback servers) a pipelined floor with this
 /// crate's script made 0.82–0.91 × the cycles/s of one with this script at K = 64, 0.80–0.82 ×
 /// at K = 256, 0.85–1.01 × at K = 1. The floors keep this script, as do the figures before.

@@ -1,5 +1,5 @@
 //! [`AsyncRedlock`]: the async face of a [`Redlock`] handle — the same engine, futures instead
-//! of blocked threads (see `task.rs` for how they are woken).
+//! of blocked threads (see `runtime/call.rs` for how they are woken).
 
 use std::fmt;
 use std::sync::{Arc, Mutex};

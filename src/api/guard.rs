@@ -10,7 +10,7 @@ use crate::api::redlock::Redlock;
 use crate::model::error::Error;
 use crate::model::lock::Lock;
 
-/// Releases its lock when dropped. Derefs to the [`Lock`](crate::Lock).
+/// Releases its lock when dropped. Derefs to the [`Lock`].
 ///
 /// Owned and `'static`: it holds a clone of the handle, is `Send`, and can be moved into
 /// another thread or returned from one. Dropping it never waits: the release is queued on the

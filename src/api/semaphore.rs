@@ -873,7 +873,7 @@ mod tests {
     }
 
     /// A name that fits but whose permit keys do not: the message says so, with the name's
-    /// length (found by review: it said "resource name of 1025 bytes is longer than the limit
+    /// length (it said "resource name of 1025 bytes is longer than the limit
     /// of 1024" of a name of 1023 bytes).
     #[test]
     fn a_permit_key_too_long_is_reported_as_the_permit_key() {

@@ -133,7 +133,7 @@ impl<N: Net> Engine<N> {
             }
             (_, Decision::Lost { loss, yes }) => {
                 // The live nodes' round trip, not the node timeout a frozen node made this
-                // round wait (the split pause is measured in it: issue 36, item 3).
+                // round wait (the split pause is measured in it).
                 self.last_round = op.vote.round_trip(op.start);
                 // Won, for nobody, if a quorum said yes too late (`TooSlow`): its release
                 // goes with the notice; a round short of a quorum is cleaned up quietly.

@@ -37,7 +37,7 @@ impl<N: Net> Engine<N> {
     /// Until when the requests queued in the mailbox are held back, if they are: while tasks
     /// woken with their outcomes have not taken them yet (they are about to queue their next
     /// requests), for [`HOLD`] at most. The last of them to take its outcome wakes the loop
-    /// ([`Mailbox::claimed`]), so the held requests and theirs go out together: one write per
+    /// ([`Mailbox::claimed`](crate::engine::mailbox::Mailbox::claimed)), so the held requests and theirs go out together: one write per
     /// node where each task's request would otherwise have gone out in a turn of its own.
     ///
     /// Measured with the bench's `scale` scenario against the commit before (2-core VM, 5
@@ -45,7 +45,7 @@ impl<N: Net> Engine<N> {
     /// writes per cycle at K = 64 0.35–0.45 → 0.20–0.24, at K = 8 1.49–2.47 → 1.25–1.37; p99 at
     /// K = 64 1.33–1.46 → 1.08–1.51 ms (one round 2.06), at K = 8 0.39–0.60 → 0.39–0.43 ms;
     /// cycles/s unchanged (the cycle is then bound by its chain: the servers' round, then waking
-    /// and polling the tasks; `docs/engine.md`).
+    /// and polling the tasks; `docs/design.md`, "Callers and the loop").
     pub(super) fn held(&mut self, now: Instant) -> Option<Instant> {
         let mailbox = self.mailbox.as_ref()?;
         // The unclaimed count is looked at only when requests are queued.
@@ -60,7 +60,7 @@ impl<N: Net> Engine<N> {
         if self.hold_spent == Some(unclaimed) {
             // A hold ran out and no outcome was taken (nor delivered) since: one never taken
             // (a future neither polled again nor dropped) would otherwise hold every batch
-            // after it — a millisecond each, as `poll` rounds its timeout up (found by review).
+            // after it — a millisecond each, as `poll` rounds its timeout up.
             return None;
         }
         self.hold_spent = None;
@@ -186,7 +186,7 @@ impl<N: Net> Engine<N> {
         // Until every node is ready or down (a refused node does not hold the others up), in
         // whole turns of the loop: on a handle in use, its callers' operations and its kept
         // locks' renewals go on meanwhile (bare reads of the sockets held them for up to the
-        // connect timeout, and a kept lock could be lost: found by review).
+        // connect timeout, and a kept lock could be lost).
         self.drive_until(deadline, |e| {
             let sessions = (0..n).map(|i| e.net.session(i));
             sessions.clone().all(|s| s.is_ready()) || !sessions.clone().any(|s| s.is_connecting())
@@ -296,12 +296,12 @@ impl<N: Net> Engine<N> {
         // What waits in the mailbox (a release handed over while the engine was busy, a lock
         // to keep) comes in first: held back for the requests of woken tasks (`held`), it is
         // neither in flight nor waited for, and a stop that looked only at those could return
-        // with it unsent, the key left to its TTL (found by review). The stop waits for the
+        // with it unsent, the key left to its TTL. The stop waits for the
         // mailbox too.
         self.take_inbox(now);
         // On close, kept locks still here (their holders are gone): released like a dropped
         // `KeepAlive`. Not on a handle in use: that once ended every kept lock of holders
-        // still at work, with no `on_lost` callback (found by review; `tests/keep.rs`).
+        // still at work, with no `on_lost` callback (`tests/keep.rs`).
         if closing {
             for kept in std::mem::take(&mut self.keeps.locks) {
                 if kept.end_by_holder().releases() {

@@ -154,7 +154,7 @@ impl Keeps {
         };
         // The backing counts the nodes that said yes to this lost renewal (their keys now
         // outlive the validity: a lock whose backing node was frozen at the renewal is not
-        // lost while the nodes that took the renewal hold our token, found by review) and no
+        // lost while the nodes that took the renewal hold our token) and no
         // longer the nodes that refused (`kept_decided`).
         if !report.still_backed(kept.backed()) {
             // Lost for the refusals: its validity ends now, as the extend's own outcome cut
@@ -265,7 +265,7 @@ impl<N: Net> Engine<N> {
     /// Marks the locks in `keeps.lost` lost: every holder learns at once, and the callbacks go
     /// to the callback thread. Their keys are not released here: the holder may still be at
     /// work, within the validity it was given, and a release now would let a rival in while it
-    /// stops (`redlock run`'s COMMAND ran its grace after the release: found by review). The
+    /// stops (`redlock run`'s COMMAND ran its grace after the release). The
     /// holder releases when it ends the lock (`Kept::end_by_holder`: a release, a drop, the end
     /// of `with_lock`), or the keys expire.
     fn lose_keeps(&mut self) {

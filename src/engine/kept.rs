@@ -237,7 +237,7 @@ impl Kept {
         // that whoever sees `is_lost()` also sees `lost_at()` — and a holder that ends the lock
         // the moment it learns of the loss (`end_by_holder`, under `reason` too) finds the keys
         // owed to it (they were once set owed after the wake-up, and a holder woken first
-        // released nothing: found by review).
+        // released nothing).
         if self.lost.load(Ordering::Acquire) {
             return false;
         }
@@ -398,7 +398,7 @@ impl Callbacks {
 
 /// One async waiter for a kept lock's loss (`AsyncKeepAlive::wait_lost`): its waker is woken
 /// when the lock is marked lost, and taken out when the waiter is dropped. (The list once only
-/// grew: every task that ever waited left its waker until the loss — found by review.)
+/// grew: every task that ever waited left its waker until the loss.)
 pub struct LossWaker<'a> {
     kept: &'a Kept,
     id: u64,

@@ -239,7 +239,7 @@ impl Mailbox {
     /// not taken their outcomes (it wakes within the hold, or at the last one's
     /// [`Mailbox::claimed`]). A driver asleep until its own deadline is woken whatever
     /// `unclaimed` says: an outcome that is never taken (a future polled once, then kept
-    /// unpolled) left an async caller's request unsent until then (found by review).
+    /// unpolled) left an async caller's request unsent until then.
     fn wake_unless_holding(&self) {
         if self.unclaimed.load(Ordering::SeqCst) == 0
             || self.sleeping.load(Ordering::SeqCst) != HOLDING
@@ -353,8 +353,7 @@ impl Mailbox {
     ///
     /// With `heed_wanted`, not if a thread waits for the loop ([`Mailbox::want`]) either: a
     /// driver that gives way to it returns instead. One that does not (its own operation is
-    /// not decided) sleeps as usual; it spun in zero-timeout polls until its operation ended
-    /// (found by review).
+    /// not decided) sleeps as usual; it spun in zero-timeout polls until its operation ended.
     pub fn sleep_begin(&self, hold: bool, heed_wanted: bool) -> bool {
         self.sleeping.store(ASLEEP, Ordering::SeqCst);
         let queued = self.queued() > 0;
@@ -391,7 +390,7 @@ pub(crate) struct Alarm {
 impl Alarm {
     /// Its future was dropped: its waker goes now, the alarm at the engine's next turn (a
     /// `select!` loop that made a new `wait_lost` at every pass left one alarm each, waker
-    /// and all, until its time: up to a TTL; found by review).
+    /// and all, until its time: up to a TTL).
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::SeqCst);
         let waker = self.cell.lock().unwrap_or_else(|e| e.into_inner()).1.take();

@@ -27,16 +27,25 @@
 //! | `notice.rs` | subscriptions, waiting marks, release notices |
 //! | `keep.rs` | kept locks: renewal batches, loss, callbacks |
 //! | `observe.rs` | metrics and events of decided operations and of replies |
+//! | `request.rs` | what a caller asks (`ReqKind`) and gets (`Outcome`), an operation's id |
+//! | `queue.rs` | the FIFO queues of callers waiting for one resource |
+//! | `kept.rs` | a kept lock's state, shared by its holder and the engine |
+//! | `mailbox.rs` | the slots through which callers of a shared engine hand it requests |
+//! | `net.rs` | `Net`: everything the engine asks of the network and the clock |
+//! | `foreign.rs` | calls into code that is not the engine's (wakers, callbacks), caught |
 //!
 //! Who drives it: a [`Client`](crate::Client) drives its own engine on the calling thread; a
-//! [`Redlock`](crate::Redlock) handle shares one engine between all threads (see `hub.rs`):
+//! [`Redlock`](crate::Redlock) handle shares one engine between all threads (`runtime/hub.rs`):
 //! a caller that finds it free drives it itself, the others queue their request in the
 //! [`Mailbox`] and park until the driver hands them the outcome.
 //!
 //! The decisions (which bytes go to which node, which operation a reply belongs to, round
 //! outcomes, deadlines) take `now` as an argument; the only clock is the [`Net`]'s, and tokens
-//! come in with the request. The engine reaches the nodes only through its [`Net`]: the `mio`
-//! `Driver` (`runtime/`) in production, the simulator's in-memory network in `sim`.
+//! come in with the request. What the layer may not touch: the runtime and the API above it
+//! (it imports only `proto` and `model`), sockets, threads and the wall clock. It reaches the
+//! nodes only through its [`Net`]: the `mio` `Driver` (`runtime/driver.rs`) in production, the
+//! simulator's in-memory network in `sim`; and a thread parked on the [`Mailbox`] is woken
+//! through a closure the runtime gives it, never by a `mio` type.
 //!
 //! An operation's slot lives until every node has answered or failed each of its requests, even
 //! after its caller got the outcome: so a late reply always finds its operation (a late yes to

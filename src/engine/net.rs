@@ -2,7 +2,7 @@
 //! engine's sessions and the nodes, and tells the time.
 //!
 //! The engine (`engine/`) decides; a [`Net`] carries out. [`Driver`](crate::runtime::driver::Driver)
-//! is the real one (`mio` sockets, the monotonic clock); the simulator (`sim`, issue 16) is
+//! is the real one (`mio` sockets, the monotonic clock); the simulator (`sim`) is
 //! another, with in-memory links and virtual time, so the same decision code runs against a
 //! simulated world and a seed replays a run exactly. This is the split of `quinn-proto`'s
 //! `Connection` (no I/O) from `quinn`'s endpoint driver, one level up: each node's protocol

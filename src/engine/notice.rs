@@ -1,6 +1,6 @@
 //! Release notices for waiters: the `SUBSCRIBE` to `redlock:released:<resource>` on every node
 //! (switching a RESP2 connection to RESP3 first, where a subscribed connection still runs every
-//! command), the waiting mark that makes a release publish (`keys.rs`), and what replies tell
+//! command), the waiting mark that makes a release publish (`model/keys.rs`), and what replies tell
 //! about contended resources — notices, and how many clients a release of ours reached.
 
 use std::fmt::Write as _;
@@ -180,7 +180,7 @@ impl<N: Net> Engine<N> {
         }
     }
 
-    /// The mark script (`keys.rs`: `redlock:waiting:<resource>` set to the mark value with a
+    /// The mark script (`model/keys.rs`: `redlock:waiting:<resource>` set to the mark value with a
     /// TTL, only where no key or a mark is) on the nodes in `nodes` that are ready and take
     /// subscriptions: the mark that makes a release publish its notice (see `RELEASE_BODY`).
     /// It outlives two fallback polls (at least a second), so a waiter that polls keeps it; a
@@ -199,7 +199,7 @@ impl<N: Net> Engine<N> {
         // A reader marks its resource with the reader's mark, which keeps no reader out. So
         // does a writer whose own releases are quiet (`release_notices(false)`): they leave
         // marks in place, and a writer's mark left after its release kept readers out of a free
-        // resource until the mark expired (found by review). Such a writer gets no preference
+        // resource until the mark expired. Such a writer gets no preference
         // over readers; other clients' releases still announce themselves to it.
         match shared_name(resource) {
             Some(name) => self.mark(name, READER_MARK_SCRIPT, nodes, now),

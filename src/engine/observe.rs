@@ -1,5 +1,5 @@
-//! What the engine counts and tells of each decided operation: into the metrics (`stats.rs`)
-//! and as an event (`event.rs`). (Each reply's count is `op.rs`'s, where replies arrive.)
+//! What the engine counts and tells of each decided operation: into the metrics (`model/stats.rs`)
+//! and as an event (`model/event.rs`). (Each reply's count is `op.rs`'s, where replies arrive.)
 
 use std::time::{Duration, Instant};
 

@@ -213,9 +213,9 @@ pub(super) struct Core {
     /// Fencing: restart tracking for seeding blank counters, and its window.
     pub fence_watch: Vec<NodeWatch>,
     pub seed_window: Duration,
-    /// A defect the simulator brought back (`mutation.rs`; none in the default build).
+    /// A defect the simulator brought back (`model/mutation.rs`; none in the default build).
     pub mutation: Mutation,
-    /// Counters and histograms (read by the handles at any time; see `stats.rs`).
+    /// Counters and histograms (read by the handles at any time; see `model/stats.rs`).
     pub metrics: Arc<Metrics>,
     /// Per node: the connection on which a quarantined yes was last reported (`warn` once per
     /// connection, not once per acquire).
@@ -534,7 +534,7 @@ impl Core {
                 // Not an answer: the server runs another client's script (BUSY), loads its
                 // data (LOADING: the key may come back from its AOF) or lost its master. Kept
                 // in the ledger and sent again, as a failed request is; it was counted as
-                // confirmed, and the key left to its TTL (found by review). The node is
+                // confirmed, and the key left to its TTL. The node is
                 // asked again after a pause (`Ledger::not_now`).
                 self.ledger.not_now(node, now);
                 return self.release_failed(id.index as usize, node);
@@ -800,7 +800,7 @@ fn count_reply(counters: &NodeCounters, kind: Kind, reply: &Result<Frame<'_>, &N
         (_, Err(_)) => &counters.failures,
         // A status read's or a fence repair's answer is no lock reply: neither a yes nor an
         // error (`ZCARD` of a held key answers WRONGTYPE by design). Every status read added 4
-        // yeses per node, and one error per node while the key was held (found by review).
+        // yeses per node, and one error per node while the key was held.
         (Kind::Command, Ok(_)) => return,
         (_, Ok(Frame::Error(_))) => &counters.errors,
         (Kind::Set, Ok(Frame::Simple("OK"))) => &counters.ok,

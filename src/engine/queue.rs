@@ -108,7 +108,7 @@ pub(crate) struct Queue {
 /// async caller that dropped its future): they leave then, rather than at their deadline.
 /// The head's caller is looked at every turn. Not every turn for the others: looking costs a
 /// lock per waiter. So a dropped wait holds its place (a slot and an entry) at most this long
-/// and a turn (found by review: a task that times its waits out in a loop behind a long head
+/// and a turn (a task that times its waits out in a loop behind a long head
 /// piled up an operation per drop — per permit, for a semaphore — until their deadlines).
 pub(crate) const CANCEL_SWEEP: Duration = Duration::from_millis(50);
 
@@ -220,7 +220,7 @@ impl Queue {
     /// end of a local holder's lock when it comes later: the lock can be released where this
     /// engine does not see it (`Lock::from_parts` in another handle, `redlock release` in
     /// another process), and the waiters slept until its validity ended — past their
-    /// deadlines, the resource free for seconds (found by review; `tests/contention.rs`).
+    /// deadlines, the resource free for seconds (`tests/contention.rs`).
     pub fn after_refusal(&self, now: Instant, poll: Duration) -> Instant {
         match self.held_until {
             Some(t) if t > now => t.min(now + poll),

@@ -197,7 +197,7 @@ impl Ballot {
     /// by the next acquires until they answer: see `Core::silent`); the round is decided
     /// (lost) if its validity or its `not_after` ran out first — then the silent nodes are not
     /// timeouts yet (an extend near its lock's end once marked every node it still waited for
-    /// as silent, healthy ones included: found by review); `count_silent` counts those that stay
+    /// as silent, healthy ones included); `count_silent` counts those that stay
     /// silent through the node timeout.
     #[inline]
     pub fn time_out(&mut self, metrics: &Metrics, silent: &mut u64, now: Instant) {

@@ -269,7 +269,7 @@ impl<N: Net> Engine<N> {
         // A split pause scales with the last round, which a stalled client (a GC pause, a
         // stopped process, a starved engine thread) can stretch far past any node's answer:
         // never more than a node timeout, so that 2^6 of them stay within the bound that the
-        // waits' liveness is derived from (docs/reliability.md).
+        // waits' liveness is derived from (docs/guarantees.md, "The simulator").
         let round = self.last_round.min(self.core.node_timeout);
         let random = self.waits.random();
         let poll = retry_pause(&self.shared.config, random);

@@ -2,8 +2,8 @@
 //! and `Shared`, what every engine of one handle reads (node addresses, settings, connection
 //! settings, keep-alive counters).
 //!
-//! `Builder::build` and `Builder::build_client` live beside what they build (`handle.rs`,
-//! `client.rs`), so that this file depends on neither.
+//! `Builder::build` and `Builder::build_client` live beside what they build (`api/redlock.rs`,
+//! `runtime/client.rs`), so that this file depends on neither.
 
 use std::path::PathBuf;
 use std::sync::Arc;

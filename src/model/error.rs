@@ -741,7 +741,7 @@ impl Error {
 }
 
 /// What a fence repair ([`Redlock::repair_fences`](crate::Redlock::repair_fences)) did, node
-/// by node: its result, and the payload of [`Error::FenceRepair`](crate::Error::FenceRepair) when it fell short.
+/// by node: its result, and the payload of [`Error::FenceRepair`] when it fell short.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FenceRepair {

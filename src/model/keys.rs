@@ -30,11 +30,11 @@
 //!   value ([`MARK_VALUE`], [`READER_MARK_VALUE`]: a lock's token is random and never equals
 //!   one) (the script `MARK_BODY`);
 //! - a release deletes the mark only if it holds [`MARK_VALUE`] (`RELEASE_BODY` in
-//!   `session.rs`) or [`READER_MARK_VALUE`]; a reader's release deletes only the latter (a
+//!   `proto/scripts.rs`) or [`READER_MARK_VALUE`]; a reader's release deletes only the latter (a
 //!   waiting writer's mark outlives the readers it waits for: `SHARED_RELEASE_BODY`);
 //! - the fence counter is a hash with the fields `run` and `n` and no other: a hash named
 //!   `redlock:fence` with any other field is another application's, and the fencing scripts
-//!   answer an error on that node before writing anything (`fence.rs`); a key of another type
+//!   answer an error on that node before writing anything (`proto/fencing.rs`); a key of another type
 //!   there makes them fail with `WRONGTYPE`, unchanged.
 
 use crate::model::error::Error;
@@ -43,7 +43,7 @@ use crate::model::error::Error;
 /// with it.
 pub const RESERVED_PREFIX: &str = "redlock:";
 
-/// The fence counter's key on every node: a hash with the fields `run` and `n` (`fence.rs`).
+/// The fence counter's key on every node: a hash with the fields `run` and `n` (`proto/fencing.rs`).
 pub const FENCE_KEY: &str = "redlock:fence";
 
 /// The key a waiting client sets to say that it listens for the resource's release notice:
@@ -95,7 +95,7 @@ pub fn shared_name(resource: &[u8]) -> Option<&[u8]> {
 /// The prefix of a set of resources locked all or none ([`ResourceSet`](crate::ResourceSet)): this prefix, then
 /// each member as `<length>:<name>` (decimal length), sorted and without duplicates. Never a
 /// key on a server: the engine sends a set's members as the keys of the set scripts
-/// (`session.rs`), and keys its local wait queue by the whole encoding.
+/// (`proto/scripts.rs`), and keys its local wait queue by the whole encoding.
 pub const SET_PREFIX: &str = "redlock:set:";
 
 /// The most resources one all-or-none lock may hold.
@@ -240,7 +240,7 @@ impl<'a> Iterator for Members<'a> {
             .ok()?
             .parse()
             .ok()?;
-        // Checked: the length is whatever the name says (found by review: a length near
+        // Checked: the length is whatever the name says (a length near
         // usize::MAX overflowed, a panic in debug builds).
         let end = (colon + 1).checked_add(len)?;
         let name = self.rest.get(colon + 1..end)?;

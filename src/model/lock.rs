@@ -408,7 +408,7 @@ impl Resource {
 
     /// True if a caller that holds this lock must not wait for `wanted`: waiting could only
     /// end when the held lock is released. The rule `with_lock` refuses a nested acquire by
-    /// ([`Error::AlreadyHeld`](crate::Error::AlreadyHeld)): they name a resource in common —
+    /// ([`Error::AlreadyHeld`]): they name a resource in common —
     /// a plain name, a [`Shared`] lock of it and every [`ResourceSet`] that has it as a member
     /// all lock the one resource — and are not both shared locks of different names. A shared
     /// lock of the very name held shared counts: readers share, but a writer that waits

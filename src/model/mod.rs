@@ -1,4 +1,22 @@
-//! Plain data and rules.
+//! The model: plain data and the rules on it — what a caller configures ([`Config`] and its
+//! [`Builder`], node addresses, TLS settings), what it holds ([`Lock`], [`Token`]), what it is
+//! told ([`Error`], [`NodeFault`], [`Stats`], events, a status read's [`NodeStatus`]), the keys
+//! this crate writes and the namespace rule that guards them (`keys.rs`), and one attempt's
+//! quorum decision (`round.rs`: votes, deadlines, validity — arithmetic on answers, so it sits
+//! here with the data it decides on, below the wire).
+//!
+//! What it may not touch: any other layer of the crate (it imports only itself), sockets,
+//! threads, and the clock — a time is always an argument. Everything above builds on these
+//! types; nothing here knows how bytes reach a node.
+//!
+//! [`Config`]: config::Config
+//! [`Builder`]: config::Builder
+//! [`Lock`]: lock::Lock
+//! [`Token`]: token::Token
+//! [`Error`]: error::Error
+//! [`NodeFault`]: error::NodeFault
+//! [`Stats`]: stats::Stats
+//! [`NodeStatus`]: node_status::NodeStatus
 
 pub mod addr;
 pub(crate) mod config;

@@ -1,5 +1,5 @@
 //! Deliberate defects, brought back on request so that the simulator shows its checks catch
-//! them: issue 17's wrong fencing constructions and issue 36's liveness defects (the seeds in
+//! them: wrong fencing constructions and liveness defects once fixed (the seeds in
 //! `tests/sim.rs` fail with the defect and pass without it).
 //!
 //! Only the simulator (feature `sim`) and this crate's unit tests have them: in the default
@@ -23,7 +23,7 @@ pub(crate) enum Mutation {
     /// The ledger's releases sent up to `max_pending` at once on a fresh connection (not paced
     /// within half of it), and a full connection failed (as [`Mutation::FailWhenFull`]): the
     /// connection fails as overloaded, the releases go back into the ledger, and it reconnects
-    /// again and again (issue 36, item 1).
+    /// again and again.
     #[cfg(any(test, feature = "sim"))]
     LedgerUnpaced,
     /// A connection at `max_pending` failed rather than the next request refused
@@ -34,7 +34,7 @@ pub(crate) enum Mutation {
     /// Acquires wait for every node, also one that let a node timeout pass in silence and has
     /// answered nothing since (`Core::silent` ignored): with one node frozen, attempts that
     /// split the live votes each wait out the node timeout holding their keys, and contention
-    /// collapses (issue 36, item 3).
+    /// collapses.
     #[cfg(any(test, feature = "sim"))]
     WaitForSilent,
     /// A waiting acquire whose attempt lost at the head of its queue does not put its deadline

@@ -1,4 +1,4 @@
-//! Fencing tokens over N independent masters (issue 17): the scripts, what a node's answer
+//! Fencing tokens over N independent masters: the scripts, what a node's answer
 //! means, and how a fence is derived from a quorum's answers. No I/O: the engine sends the
 //! scripts and feeds the answers in. The argument is `docs/fencing.md`.
 //!
@@ -6,11 +6,11 @@
 //! `run` (the `run_id` of the server process that holds a trustworthy value) and `n` (the
 //! counter, a decimal `u64`). A fenced acquire is two round trips:
 //!
-//! 1. With the `SET NX` ([`ACQUIRE_BODY`]) every node answers its `run` and `n`. A node whose
+//! 1. With the `SET NX` ([`ACQUIRE_BODY`](crate::proto::scripts::ACQUIRE_BODY)) every node answers its `run` and `n`. A node whose
 //!    `run` is its current process's `run_id` is *seeded*: its `n` is at least every fence
 //!    written to it. Any other node is *blank* (restarted, flushed, evicted, or never used).
 //!    With answers from a quorum of seeded nodes, the fence is their maximum + 1 ([`Reads`]).
-//! 2. The fence is written back ([`WRITE_BODY`], `n = max(n, fence)`) to the nodes that hold
+//! 2. The fence is written back ([`WRITE_BODY`](crate::proto::scripts::WRITE_BODY), `n = max(n, fence)`) to the nodes that hold
 //!    our key, and handed out only once a quorum of seeded nodes took it. A blank node that has
 //!    been up for a whole restart window before the first round trip started is seeded by this
 //!    write (its `run` set): every fence handed out before that window began is on a quorum of
@@ -25,7 +25,7 @@ use crate::proto::resp::Frame;
 
 pub use crate::model::keys::FENCE_KEY;
 
-/// What one node's answer to [`ACQUIRE_BODY`] said about its counter.
+/// What one node's answer to [`ACQUIRE_BODY`](crate::proto::scripts::ACQUIRE_BODY) said about its counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Reading {
     /// Seeded for the process answering: its counter.

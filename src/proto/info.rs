@@ -101,7 +101,7 @@ mod tests {
     /// The `run_id` is read whatever the uptime says: Redis prints `uptime_in_seconds` as a
     /// signed `time_t`, negative once the server's clock stepped back; missing or not a number,
     /// the uptime is unknown (`None`: the restart tracking decides what it means). Before, any
-    /// of these made the node unknown (found by review).
+    /// of these made the node unknown.
     #[test]
     fn a_bad_uptime_is_unknown_and_keeps_the_run_id() {
         let now = Instant::now();

@@ -204,7 +204,7 @@ mod tests {
         );
         // The same process on a later connection, still without an uptime: the quarantine it
         // had stands, no more. (Counted as 0, it was out for a whole window again at every
-        // reconnect; found by review.)
+        // reconnect.)
         let half = now + window / 2;
         assert_eq!(
             watch.quarantine_left(window, 2, unknown_age(half).as_ref(), half),

@@ -1,9 +1,9 @@
 //! Repairing blank fence counters: the operation's tally without I/O ([`RepairTally`]) — the
-//! engine sends the requests and feeds the answers in. What a caller asks ([`FenceFloor`]) and
-//! gets back ([`FenceRepair`], one [`NodeRepair`] per node) are `model/fence_repair.rs`.
+//! engine sends the requests and feeds the answers in. What a caller asks ([`FenceFloor`], `model/fence_floor.rs`) and
+//! gets back ([`FenceRepair`], one [`NodeRepair`] per node: `model/error.rs`) are data of the model.
 //! The argument and the assumptions it rests on: docs/fencing.md, "Repair".
 //!
-//! A fenced acquire needs a quorum of *seeded* counters (`fence.rs`), and a blank counter is
+//! A fenced acquire needs a quorum of *seeded* counters (`fencing.rs`), and a blank counter is
 //! seeded only by an acquire that read such a quorum. Once a majority is blank (a majority of
 //! the servers restarted, or a new deployment's first write-back reached a minority), nothing
 //! seeds them again: every fenced acquire fails with [`Error::Fence`]. The repair is two round
@@ -285,7 +285,7 @@ impl RepairTally {
     /// chose: a blank counter inside its seed window must stay blank (an acquire that began
     /// before its restart may still be writing its fence back to the others, where the read
     /// could not see it), and it was written — seeded below that fence — while its answer was
-    /// ignored (found by review: the fence could repeat).
+    /// ignored (the fence could repeat).
     pub fn target(&self, node: usize) -> Option<(u64, u64, [u8; 40])> {
         let node = self.nodes.get(node)?;
         match (&node.read, &node.write) {

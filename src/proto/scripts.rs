@@ -51,7 +51,7 @@ pub(crate) struct ScriptCall<'a> {
 
 /// Compare-and-delete: release the lock only if it still holds our token; then, if the
 /// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::model::keys::WAITING_KEY_PREFIX)) holds a mark
-/// ([`MARK_VALUE`](crate::model::keys::MARK_VALUE)), delete the mark and publish a notice on
+/// ([`MARK_VALUE`](crate::keys::MARK_VALUE)(crate::model::keys::MARK_VALUE)), delete the mark and publish a notice on
 /// `redlock:released:<resource>` for the clients waiting for it. Answers 0 (not ours), or
 /// 1 + 2 × the clients the notice reached (1 when nobody was marked waiting).
 ///
@@ -106,14 +106,14 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS
 /// A refusal of the `GET` other than `WRONGTYPE` is the answer, as in [`RELEASE_BODY`].
 pub(crate) const EXTEND_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
 
-/// An all-or-none lock of a set of resources (`keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
+/// An all-or-none lock of a set of resources (`model/keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
 /// exists, else none is. Answers 1 (all set) or 0. Each member is a plain string lock, so a
 /// `SET NX` of any member by any client fails while the set is held, and the set is refused
 /// while any member is held (by a plain lock, a reader, another set).
 pub(crate) const SET_ACQUIRE_BODY: &str = "if redis.call(\"exists\", unpack(KEYS)) > 0 then return 0 end for i = 1, #KEYS do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end return 1";
 /// [`SET_ACQUIRE_BODY`] with the fence counter's read, as the fenced acquire of one resource
-/// (`fence.rs`): the last key is the counter, read first (a foreign hash there: an error,
+/// (`fencing.rs`): the last key is the counter, read first (a foreign hash there: an error,
 /// nothing set). Answers `{1 or 0, run, n}`.
 pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
     "local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") ",
@@ -134,7 +134,7 @@ pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
 pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
 
-/// A shared (read) lock's acquire (`keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
+/// A shared (read) lock's acquire (`model/keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
 /// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
 /// expiry (ms on this node's clock, `TIME`), beside the member
 /// [`READERS_MARKER`](crate::model::keys::READERS_MARKER) scored `+inf`, which makes the set ours.
@@ -145,7 +145,7 @@ pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(
 /// a sorted set without the marker (another application's leaderboard, rate limiter or queue
 /// under the same name, with or without a TTL: joined, its TTL was raised, and the release's
 /// sweep of expired scores deleted its members), a key without a TTL — and where a writer waits
-/// (the waiting mark holds [`MARK_VALUE`](crate::model::keys::MARK_VALUE): so that readers that keep
+/// (the waiting mark holds [`MARK_VALUE`](crate::keys::MARK_VALUE)(crate::model::keys::MARK_VALUE): so that readers that keep
 /// coming do not starve it). A refusal of the `ZSCORE` other than `WRONGTYPE` (`NOPERM`) is the
 /// answer, so that the caller reads which command was refused. The key lives at least `ARGV[2]`
 /// ms more, set from the argument's text: Redis 7.2.0–7.2.4 turn a Lua number such as 100000000
@@ -176,7 +176,7 @@ pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
 /// releaser not counted), the waiters are told as [`RELEASE_BODY`] tells them — but a waiting
 /// writer's mark is left in place (a reader's mark goes): the writer's own release deletes it.
 /// Deleted here, it let the readers queued behind it in while the woken writer's attempt was on
-/// its way, and a writer could wait for ever behind readers that kept coming (found by review).
+/// its way, and a writer could wait for ever behind readers that kept coming.
 /// Answers 0 (not a reader), or 1 + 2 × the clients told. The key's TTL is left as it is:
 /// readers that remain and crash block writers until the longest TTL any reader set (at most
 /// one TTL after the last acquire), as a crashed plain holder does. A refusal of the `ZREM`
@@ -222,13 +222,13 @@ fn sha_hex(body: &str) -> [u8; 40] {
     out
 }
 
-/// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`] with a TTL of `ARGV[1]` ms, but only
-/// where no key exists or the key already is a mark of ours ([`MARK_VALUE`] or
-/// [`READER_MARK_VALUE`]). Answers 1 if marked, 0 if the key is someone else's (or not
+/// Mark: set `KEYS[1]` (a waiting key) to [`MARK_VALUE`](crate::keys::MARK_VALUE) with a TTL of `ARGV[1]` ms, but only
+/// where no key exists or the key already is a mark of ours ([`MARK_VALUE`](crate::keys::MARK_VALUE) or
+/// [`READER_MARK_VALUE`](crate::keys::READER_MARK_VALUE)). Answers 1 if marked, 0 if the key is someone else's (or not
 /// readable: an ACL without `redlock:*`, another type).
 pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
 
-/// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`] where
+/// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`](crate::keys::READER_MARK_VALUE) where
 /// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
 /// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
 /// else's.
@@ -272,7 +272,7 @@ pub(crate) const WRITE_BODY: &str = concat!(
     "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.pcall(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0"
 );
 
-/// Repair (`repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
+/// Repair (`engine/repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least
 /// `ARGV[1]` and mark it complete for the process whose `run_id` is `ARGV[2]` — the process
 /// answering on the connection it is sent on (the client learnt it from `INFO server` there).
 /// Answers the counter after the repair. Only ever raises `n`: a counter above `ARGV[1]`
@@ -285,11 +285,11 @@ pub(crate) const REPAIR_BODY: &str = concat!(
     "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end if less(n, ARGV[1]) then n = ARGV[1] end redis.call(\"hset\", KEYS[1], \"run\", ARGV[2], \"n\", n) return n"
 );
 
-/// A *wrong* construction, kept for the simulator to catch (issue 17 asks for one): every
+/// A *wrong* construction, kept for the simulator to catch (its checks must tell it from the right one): every
 /// node increments its own counter when its `SET NX` succeeds, the fence is the largest of the
 /// winners' counters, nothing is written back. Counters drift apart, and a later quorum that
 /// misses the node with the highest one hands out a smaller fence. Never sent unless the
-/// simulator asks for [`Mutation::FenceNoWriteBack`].
+/// simulator asks for [`Mutation::FenceNoWriteBack`](crate::model::mutation::Mutation::FenceNoWriteBack).
 #[cfg(any(test, feature = "sim"))]
 pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) if not ok then return {0, \"\", \"\"} end return {1, \"\", tostring(redis.call(\"hincrby\", KEYS[2], \"n\", 1))}";
 /// In the default build the wrong construction is not carried: its slot in the scripts' table
@@ -345,11 +345,11 @@ pub(crate) const SHARED_RELEASE_SCRIPT: usize = 13;
 /// The index of a shared lock's extend.
 pub(crate) const SHARED_EXTEND_SCRIPT: usize = 14;
 
-/// The index of a waiting reader's mark (`keys.rs`).
+/// The index of a waiting reader's mark (`model/keys.rs`).
 pub(crate) const READER_MARK_SCRIPT: usize = 15;
 
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them
-/// names it ([`NodeFault::Permission`]): the user needs every one (docs/production.md gives a
+/// names it ([`NodeFault::Permission`](crate::NodeFault::Permission)): the user needs every one (docs/production.md gives a
 /// rule that grants them). A unit test holds each against its body.
 pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
     "the release script (GET, DEL, PUBSUB NUMSUB, PUBLISH)",
@@ -371,8 +371,8 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
 ];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
-/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fence.rs`), 5 release
-/// without the notice, 6 the waiting mark (`keys.rs`), 7 the fence repair (`fence.rs`), 8–11
+/// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fencing.rs`), 5 release
+/// without the notice, 6 the waiting mark (`model/keys.rs`), 7 the fence repair (`fencing.rs`), 8–11
 /// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
 /// and extend, and a waiting reader's mark.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {

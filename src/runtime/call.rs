@@ -94,7 +94,7 @@ impl Future for Call<'_> {
             if this.hub.reentered() {
                 // From a `with_client` closure of this handle (through `block_on`, say): the
                 // engine is this thread's until the closure returns, so the request would wait
-                // for itself, and every other caller of the handle with it (found by review).
+                // for itself, and every other caller of the handle with it.
                 this.finished = true;
                 return Poll::Ready(this.refused());
             }

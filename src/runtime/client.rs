@@ -1,5 +1,5 @@
 //! [`Client`]: one engine owned by one thread, driven on the calling thread; and what turns an
-//! engine's outcome into the public results (shared with `handle.rs`).
+//! engine's outcome into the public results (shared with `api/redlock.rs`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ use crate::runtime::driver::Driver;
 pub struct Client {
     engine: Engine<Driver>,
     /// Counts this client's semaphore acquires: the permit an acquire attempts first is the
-    /// count modulo P (`semaphore.rs`), so consecutive acquires rotate over the permits.
+    /// count modulo P (`api/semaphore.rs`), so consecutive acquires rotate over the permits.
     permit_turn: u32,
 }
 

@@ -1,7 +1,7 @@
 //! One connection to one node, the I/O half: the socket (TCP or Unix), non-blocking connect,
 //! reads and writes with as few syscalls as possible. Everything the protocol decides — what to
 //! write, what a reply means, when to give up, when to reconnect — is the [`Session`]'s
-//! (`session.rs`, no I/O); this file only moves bytes and socket events between the socket and
+//! (`proto/session/`, no I/O); this file only moves bytes and socket events between the socket and
 //! it.
 //!
 //! Nothing here blocks: connects are non-blocking, and every method returns at once. The driver
@@ -474,7 +474,7 @@ impl Conn {
                 }
             };
             // Not when the peer closed: the close came with the data in one edge, and no other
-            // edge would come for it (found by review: the session stayed ready on a dead
+            // edge would come for it (the session stayed ready on a dead
             // socket, and the next request failed there).
             let drained = !closed && n < self.rbuf.len() && stream.short_read_drains();
             self.session.on_bytes(&self.rbuf[..n], now, sink);
@@ -533,7 +533,7 @@ mod tests {
 
     /// `localhost` whose resolver gives `::1` first, a server bound to IPv4 only: the refused
     /// first address is followed at once by the next, without the backoff in between — a fresh
-    /// handle's `connect` and then `try_lock` found the node down (found by review).
+    /// handle's `connect` and then `try_lock` found the node down.
     #[test]
     fn a_refused_first_address_is_followed_at_once_by_the_next() {
         let refusing = TcpListener::bind("127.0.0.1:0").unwrap();

@@ -80,7 +80,7 @@ thread_local! {
     /// addresses, outermost first): a call into any of them from the innermost closure could
     /// only wait for itself. All of them, not the innermost alone: `a.with_client(|_|
     /// b.with_client(|_| a.try_lock(..)))` queued into `a`'s mailbox and parked for ever, and
-    /// every other caller of `a` with it (found by review). Pushed by `with_client`; looked at
+    /// every other caller of `a` with it. Pushed by `with_client`; looked at
     /// only while a `with_client` closure of the hub asked about runs somewhere
     /// ([`Hub::reentered`]'s count first).
     ///
@@ -148,8 +148,8 @@ impl Hub {
     }
 
     /// Runs `f` with the engine, this thread marked as holding it: calls into this hub from
-    /// `f` fail with [`Error::Reentrant`] instead of waiting for themselves (found by review:
-    /// a `try_lock` from `with_client`'s closure hung that caller and every other of the
+    /// `f` fail with [`Error::Reentrant`] instead of waiting for themselves
+    /// (a `try_lock` from `with_client`'s closure hung that caller and every other of the
     /// handle). Fails so at once when this thread already holds it.
     pub fn with_client<R>(&self, f: impl FnOnce(&mut Client) -> R) -> Result<R, Error> {
         if self.reentered() {
@@ -209,7 +209,7 @@ impl Hub {
 
     /// Lets a thread blocked in [`Hub::engine`] have the loop: parked until it has it (its
     /// `notify` unparks this thread), a millisecond at a time — not spinning, which burnt a
-    /// core for as long as a fast-path caller held the loop ahead of it (found by review).
+    /// core for as long as a fast-path caller held the loop ahead of it.
     fn yield_to_wanted(&self) {
         while self.wanted() {
             std::thread::park_timeout(Duration::from_millis(1));

@@ -2,7 +2,7 @@
 //!
 //! `getaddrinfo` blocks, for as long as the system's resolver takes: seconds per try, times
 //! tries, times name servers when one is slow or down. Run on the engine's loop it stalled
-//! every node — replies, renewals, timeouts — for that long (found by review). So each node's
+//! every node — replies, renewals, timeouts — for that long. So each node's
 //! host is looked up on a thread of its own, from the moment the client is built (all nodes at
 //! once), and a connection connects to an address of the last list found. Only the first connect of a
 //! node may wait for it, [`FIRST_WAIT`] at most, once in the client's life; without an answer

@@ -121,7 +121,7 @@ impl TlsStream {
                 // A passing fault, as over plain TCP: a TLS Redis over its `maxclients` closes a
                 // new connection before any handshake (Redis's `acceptCommonHandler`), as does
                 // one shutting down or a TLS proxy whose backend is down. Taken for a TLS
-                // failure (permanent), it made `lock` give up at once (found by review); a
+                // failure (permanent), it made `lock` give up at once; a
                 // server that wants a client certificate refuses with an alert, not this.
                 Ok(0) => return Err(NodeFault::Closed),
                 Ok(_) => {

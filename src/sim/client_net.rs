@@ -1,5 +1,5 @@
 //! The client side of the simulated network: a [`Net`] whose links are in-memory pipes to the
-//! world. It holds one real [`Session`] per node and does for it what `conn.rs` does for a
+//! world. It holds one real [`Session`] per node and does for it what `runtime/conn.rs` does for a
 //! socket — open, write the session's output, feed it what arrives, close when it says so —
 //! except that nothing waits: the world moves time between calls and hands in what arrived.
 

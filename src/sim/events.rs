@@ -2,7 +2,7 @@
 
 use super::client_net::Inbound;
 
-/// What an event does (see [`World::handle`]).
+/// What an event does (see `World::handle`).
 #[derive(Debug)]
 pub(super) enum EvKind {
     /// A client's wake, planned by its last poke.

@@ -138,7 +138,7 @@ impl World {
         for _ in 0..count {
             let t = self.rng.range(0, FAULT_WINDOW);
             // Replacements after every client has met every node: one that meets a node first
-            // after it was replaced by a process up for long cannot tell (docs/reliability.md).
+            // after it was replaced by a process up for long cannot tell (docs/guarantees.md, "What it assumes").
             // The window is mapped onto its part after `REPLACED_AFTER` (its last 37/40).
             let t = match self.setup.breaks {
                 Break::RunIdOnYesOnly => REPLACED_AFTER + t * 37 / 40,

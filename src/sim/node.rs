@@ -2,8 +2,8 @@
 //!
 //! `SET key value NX PX ms` with expiry on the node's own clock, `SCRIPT FLUSH`, `HELLO`,
 //! `INFO server` (`run_id`, uptime) and `INFO memory`, `SUBSCRIBE` for the release notices,
-//! the fence repair's `HMGET` of the counter hash `redlock:fence` (`run`, `n`; see `fence.rs`
-//! and `repair.rs`), and the scripts by `EVALSHA` (answered `NOSCRIPT` until the script was
+//! the fence repair's `HMGET` of the counter hash `redlock:fence` (`run`, `n`; see `proto/fencing.rs`
+//! and `engine/repair.rs`), and the scripts by `EVALSHA` (answered `NOSCRIPT` until the script was
 //! sent by `EVAL`) and by `EVAL`, whose models are `script_models.rs`. A crash loses the keys and
 //! starts a new incarnation with a new `run_id`. Replies are RESP3 (`node_io.rs`), in order per
 //! connection. A *lying* node answers every `SET NX` with `OK` and overwrites the key: the

@@ -2,7 +2,7 @@
 //! each script, in Rust, what Redis does running its text (the hashes in the test below pin
 //! the texts these models follow). The plain lock's release, quiet release and extend; the
 //! waiting marks; the fencing scripts over the counter hash `redlock:fence` (`run`, `n`; see
-//! `fence.rs`) and the repair's (`repair.rs`); a set's all-or-none scripts; a shared (read)
+//! `proto/fencing.rs`) and the repair's (`engine/repair.rs`); a set's all-or-none scripts; a shared (read)
 //! lock's. A node with a defect of a break (lying, a set's members taken one by one, readers
 //! that ignore writers, a cap on readers) runs the wrong variant here.
 
@@ -106,7 +106,7 @@ impl Node {
         }
     }
 
-    /// The scripts of a shared (read) lock and the reader's mark (`session.rs`:
+    /// The scripts of a shared (read) lock and the reader's mark (`proto/scripts.rs`:
     /// `SHARED_ACQUIRE_BODY` and the others): numkeys 1, the resource (the waiting key for the
     /// mark), then the token and the TTL (or the notices' switch; the mark: its TTL).
     fn shared_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
@@ -226,7 +226,7 @@ impl Node {
         u64::from(reader.is_some())
     }
 
-    /// The scripts of a set (`session.rs`: `SET_ACQUIRE_BODY` and the others): numkeys, the
+    /// The scripts of a set (`proto/scripts.rs`: `SET_ACQUIRE_BODY` and the others): numkeys, the
     /// members (and for the fenced acquire the counter last), then the token and the TTL (or
     /// the notices' switch).
     fn set_script(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
@@ -306,7 +306,7 @@ impl Node {
         }
         1
     }
-    /// The fencing scripts (`fence.rs`): 2 acquire and read, 3 write back, 4 the flawed
+    /// The fencing scripts (`proto/fencing.rs`): 2 acquire and read, 3 write back, 4 the flawed
     /// per-node increment. Arguments: numkeys 2, lock key, counter key, then the script's.
     fn fenced(&mut self, index: usize, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
         let (key, token) = (cmd[3], cmd[5]);

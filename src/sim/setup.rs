@@ -102,7 +102,7 @@ pub enum Break {
 pub const COUNTER_PERMITS: usize = 2;
 
 impl Break {
-    /// The defect this break brings back (`mutation.rs`).
+    /// The defect this break brings back (`model/mutation.rs`).
     pub(super) fn mutation(self) -> Mutation {
         match self {
             Break::FenceNoWriteBack => Mutation::FenceNoWriteBack,

@@ -99,7 +99,7 @@ impl HeldLock {
 }
 
 impl LockOptions {
-    /// The lock that RESOURCES name ([`lock_name`](crate::names::lock_name)) for `run` and `acquire`; with `--permits`
+    /// The lock that RESOURCES name ([`lock_name`]) for `run` and `acquire`; with `--permits`
     /// there must be one (the semaphore's name); none may be in the reserved namespace (an
     /// encoding given back, such as `run --shared`'s `REDLOCK_RESOURCE`, is for `extend`,
     /// `release` and `status`, not for taking a lock).

@@ -52,7 +52,7 @@ impl Step {
             // A RESP3 map, the proof that the connection speaks RESP3 from here on (the engine
             // subscribes on it for that). A RESP2 array is `HELLO 2`'s answer: a server (or a
             // proxy) that answers `HELLO 3` so stays in RESP2, where a subscribed connection's
-            // messages are arrays that FIFO matching would take for replies (found by review).
+            // messages are arrays that FIFO matching would take for replies.
             Step::Hello => {
                 matches!(frame, Frame::Aggregate(a) if a.kind() == AggregateKind::Map)
             }

@@ -6,7 +6,7 @@
 //!
 //! A [`Session`] never touches a socket, the clock or the OS: it takes `now`, the bytes read
 //! and what happened to the socket (opened, connected, failed), and it gives the bytes to write,
-//! the replies (through a sink), and whether the socket must be closed or opened. `conn.rs` is
+//! the replies (through a sink), and whether the socket must be closed or opened. `runtime/conn.rs` is
 //! the thin half that owns the socket and calls it; a simulator can drive it with bytes of its
 //! own (the split of `quinn-proto`'s `Connection` from `quinn`'s endpoint driver).
 
@@ -406,7 +406,7 @@ impl Session {
     /// Not failed: a full connection is most often a live node with many callers (K callers of
     /// one engine keep up to ~3K requests outstanding), and failing it failed every request on
     /// it, sent their releases to the ledger and reconnected — under steady load, again and
-    /// again, with no fault at all (issue 36; the simulator's reconnect check found it with 4
+    /// again, with no fault at all (the simulator's reconnect check shows it with 4
     /// callers and `max_pending` 8). A node that has stopped answering is reset by
     /// `reply_timeout` instead; meanwhile its requests are refused at once, which is as fast as
     /// a reconnect's failures were.
@@ -503,7 +503,7 @@ impl Session {
     /// handle's idle engine thread), that node's answer was read only after the deadline, in a
     /// turn whose timers then failed it: a healthy node behind TLS (several round trips) or a
     /// farther network, whose idle connections the server closes (`timeout`), was found down at
-    /// every operation spaced more than the connect timeout apart (found by review). A node
+    /// every operation spaced more than the connect timeout apart. A node
     /// that does not answer is still failed at its deadline: no progress, no grace; nor a second
     /// time on one connection.
     pub fn unwatched_grace(&mut self, now: Instant, watched_from: Instant) -> bool {
@@ -784,7 +784,7 @@ impl State {
         if !self.pending.is_empty() && writes_a_hold(index) {
             // Sent again it would run after the requests already written behind it — among
             // them perhaps this very lock's release (a round decided lost meanwhile) — and
-            // leave a hold for nobody until its TTL (found by review). It ran nothing: the
+            // leave a hold for nobody until its TTL. It ran nothing: the
             // node fails this request.
             event!(Debug, event = "noscript", node = self.name.as_str(), script = index;
                 "{}: NOSCRIPT with requests behind it: the acquire fails here", self.name);
@@ -810,7 +810,7 @@ impl State {
         // `pending` in the order of its reply deadlines — `next_deadline` and `on_timer` look
         // at the front only. With its first `sent` kept, its deadline hid behind the later
         // requests in front of it: not timed out when due, then at once when they were
-        // answered, however recent its `EVAL` (found by review). Its operation's own node
+        // answered, however recent its `EVAL`. Its operation's own node
         // deadline bounds the wait as before. The `NOSCRIPT` was a reply: its round trip is
         // counted, as the `EVAL`'s will be.
         self.counters

@@ -815,8 +815,8 @@ impl<'a> Supervisor<'a> {
             .lock()
             .valid_until()
             .saturating_duration_since(now);
-        // SIGKILL at once: the validity is over, or --grace 0s asks for it (found by review:
-        // that said "the lock's validity is over" with validity left).
+        // SIGKILL at once: the validity is over, or --grace 0s asks for it (each says so: not
+        // "the lock's validity is over" while validity is left).
         let when = if kill_at <= now && left.is_zero() {
             "the lock's validity is over: SIGKILL at once".to_owned()
         } else if kill_at <= now {

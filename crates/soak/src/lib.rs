@@ -1,5 +1,6 @@
-//! The real-server liveness soak (issue 36): what `examples/soak.rs` runs long
-//! (`scripts/soak`) and `tests/soak.rs` runs briefly. Shared by both through `#[path]`.
+//! The real-server liveness soak of redlock-mux: what its `examples/soak.rs` runs long
+//! (`scripts/soak`) and its `tests/soak.rs` runs briefly, a crate of its own so that both use
+//! it. Not published.
 //!
 //! | module | owns |
 //! |---|---|
@@ -23,12 +24,12 @@ use redlock_mux::Config;
 pub const NODES: usize = 5;
 /// Servers faulty at once, at most: the rest (3 of 5) is a quorum.
 pub const MAX_FAULTY: usize = 2;
-/// The lock TTL of every worker (issue 36: 1.5 s).
+/// The lock TTL of every worker: 1.5 s.
 pub const TTL: Duration = Duration::from_millis(1_500);
-/// Resources the workers lock (issue 36: 4): `soak:0` … `soak:3`, each by plain locks,
-/// shared locks and sets of 2 or 3 of them (issue 38).
+/// Resources the workers lock, 4: `soak:0` … `soak:3`, each by plain locks,
+/// shared locks and sets of 2 or 3 of them.
 pub const RESOURCES: usize = 4;
-/// The semaphore the workers also take permits of (issue 38), on its own name.
+/// The semaphore the workers also take permits of, on its own name.
 pub const SEMAPHORE: &str = "soak:sem";
 /// Its permits: at most 2 holders at once. In the records permit `i` (the key `soak:sem#<i>`)
 /// is resource number `RESOURCES + i`.
@@ -103,7 +104,7 @@ pub const SETTLE: Duration = Duration::from_millis(250);
 /// the acquire's return until the release is sent or the validity ends, whichever is first).
 /// No wait is left out.
 ///
-/// **Per kind of waiter** (issue 38), "nobody held" is what rightly keeps that waiter out,
+/// **Per kind of waiter**, "nobody held" is what rightly keeps that waiter out,
 /// and the waits of each kind are a stretch's waits only for their own kind:
 ///
 /// - a plain lock (a writer) of a resource: any hold of it — plain, a reader, a set with it;
@@ -229,12 +230,12 @@ impl Rng {
     /// A generator for `seed`, mixed with `stream` (a process, a task) so streams differ.
     pub fn new(seed: u64, stream: u64) -> Rng {
         let mut rng = Rng(seed ^ stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-        rng.next();
+        rng.next_u64();
         rng
     }
 
     /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -244,7 +245,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n > 0`).
     pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
     }
 
     /// Uniform in `low..high` milliseconds.

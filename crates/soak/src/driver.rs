@@ -66,7 +66,7 @@ pub const CLIENT_KILL: u8 = 2;
 pub const DEBUG_SLEEP: u8 = 3;
 pub const SCRIPT_FLUSH: u8 = 4;
 
-/// A freeze lasts 50 ms – 3 s (issue 36).
+/// A freeze lasts 50 ms – 3 s.
 const FREEZE_MS: (u64, u64) = (50, 3_000);
 /// A killed node stays down 100 ms – 2 s before it is restarted.
 const DOWN_MS: (u64, u64) = (100, 2_000);

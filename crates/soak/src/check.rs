@@ -1196,7 +1196,7 @@ impl Report {
             "violations": self.violations(),
             "findings": self.findings(),
         });
-        // The kinds (issue 38), apart: one `json!` of everything passes its recursion limit.
+        // The kinds, apart: one `json!` of everything passes its recursion limit.
         let kinds = json!({
             "longest_kind": KINDS[l.kind as usize],
             "longest_what": l.what,
@@ -1301,9 +1301,9 @@ pub fn table(lines: &[String]) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::RunConfig;
-    use super::super::worker::{NodeFigures, WorkerResult};
     use super::*;
+    use crate::RunConfig;
+    use crate::worker::{NodeFigures, WorkerResult};
 
     const MS: u64 = 1_000_000;
 
