@@ -226,7 +226,8 @@ fn clocks_drifting_beyond_the_factor_give_two_holders() {
     // fix): a different schedule, not a weaker check. Seeds 6 and 9 by 5 and 24 when a lost
     // round's cleanup went quiet.
     // Seeds 5 and 24 gave way to 1 and 15, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
-    assumption_is_needed(Break::ClockDrift, &[1, 8, 15]);
+    // Seed 1 gave way to 16 when a lost round began to hurry the silent connections it needed.
+    assumption_is_needed(Break::ClockDrift, &[8, 15, 16]);
 }
 
 /// The cover check: a holder is told a validity that a quorum of nodes' keys outlive. Clocks
@@ -393,7 +394,9 @@ fn a_reader_that_ignores_the_writer_gives_a_writer_with_a_reader() {
 #[test]
 fn a_semaphore_of_per_node_counters_admits_p_plus_one_holders() {
     // Seeds 1, 6 and 10 gave way to 2, 5 and 9, re-found when the handshake began to ask `INFO memory` and the simulated tokens took the client's shape (other schedules, not a weaker check).
-    for seed in [2, 5, 9] {
+    // Seeds 5 and 9 gave way to 11 and 12 when a lost round began to hurry the silent
+    // connections it needed.
+    for seed in [2, 11, 12] {
         let r = sim::run(seed, setup(Break::CounterSemaphore, false), None);
         let v = r.violation.expect("P + 1 holders");
         assert!(v.first.0 != v.second.0 || v.first.1 != v.second.1, "{v:?}");
@@ -510,8 +513,9 @@ fn wrong_fence_constructions_are_caught() {
         // began to try a lost renewal again, with 2914 for 2266; 9 of 5,000 with 1283 for 2914
         // when lost kept locks began to be left to their holders; 120, 1218, 1801 of 1,802 when
         // a lost round's cleanup went quiet; 148, 305, 399 of 400 when the handshake began to
-        // ask `INFO memory` and the simulated tokens took the client's shape).
-        (Break::FenceBlankAsZero, &[148, 305, 399][..]),
+        // ask `INFO memory` and the simulated tokens took the client's shape; 148, 305, 326 of
+        // 1,200 when a lost round began to hurry the silent connections it needed).
+        (Break::FenceBlankAsZero, &[148, 305, 326][..]),
     ] {
         for &seed in seeds {
             let r = sim::run(seed, setup(breaks, false), None);

@@ -27,6 +27,9 @@ pub(crate) trait Net {
     /// Node `node`'s protocol state.
     fn session(&self, node: usize) -> &Session;
 
+    /// Node `node`'s protocol state, to change: a change may move its deadline.
+    fn session_mut(&mut self, node: usize) -> &mut Session;
+
     /// Queues an encoded command for node `node` (connecting first if needed).
     fn request(
         &mut self,

@@ -14,12 +14,12 @@ use crate::engine::request::Outcome;
 use crate::model::addr::NodeAddr;
 use crate::model::error::{Error, NodeFault, Refusal, Report, clipped};
 use crate::model::lock::{Grant, Votes};
-use crate::model::round::{Loss, Round, Vote};
+use crate::model::round::{Decision, Loss, Round, Vote};
 use crate::model::stats::Metrics;
 use crate::proto::resp::Frame;
 use crate::proto::session::Kind;
 
-use super::{Engine, OpKind, node_bit};
+use super::{Engine, OpKind, node_bit, nodes_in};
 
 impl<N: Net> Engine<N> {
     /// The outcome of acquire or extend `index` if its round is decided at `now`: at quorum,
@@ -29,9 +29,34 @@ impl<N: Net> Engine<N> {
         op.vote
             .time_out(&self.core.metrics, &mut self.core.silent, now);
         let decision = op.vote.round.poll_decision()?;
-        match op.kind {
+        if let Decision::Lost {
+            loss: Loss::NoQuorum | Loss::Held,
+            yes,
+        } = decision
+        {
+            self.hurry_silent(index, yes);
+        }
+        match self.core.ops[index].kind {
             OpKind::Acquire => self.acquire_decided(index, decision, now),
             _ => Some(self.extend_decided(index, decision)),
+        }
+    }
+
+    /// Round `index` was lost with `yes` votes: if the nodes that were silent in it (timed out,
+    /// or not waited for because they had) could have made its quorum, their connections are
+    /// hurried ([`Session::hurry`](crate::proto::session::Session::hurry)): a connection that
+    /// stays silent while callers need it is failed after the connect timeout and made again,
+    /// rather than after `reply_timeout`.
+    #[cold]
+    fn hurry_silent(&mut self, index: usize, yes: usize) {
+        let ballot = &self.core.ops[index].vote;
+        let silent = (ballot.faults.iter().enumerate())
+            .filter(|(_, f)| matches!(f, Some(NodeFault::Timeout | NodeFault::Silent)))
+            .fold(0, |bits, (node, _)| bits | node_bit(node));
+        if yes + silent.count_ones() as usize >= ballot.round.quorum() {
+            for node in nodes_in(silent) {
+                self.net.session_mut(node).hurry();
+            }
         }
     }
 }

@@ -105,7 +105,8 @@ pub struct Config {
     pub backoff_min: Duration,
     /// Reconnect backoff: longest wait. Default 2 s.
     pub backoff_max: Duration,
-    /// A request unanswered this long resets its connection. Default 5 s.
+    /// A request unanswered this long resets its connection. Default 5 s. A connection whose
+    /// vote a lost round needed is reset sooner: after `connect_timeout`, if shorter.
     pub reply_timeout: Duration,
     /// Most requests awaiting replies on one connection; more are refused (that node fails
     /// for the operation) until replies make room. Default 1024.
@@ -647,6 +648,15 @@ impl Builder {
 
     /// A request unanswered for this long means its node hangs: the connection is reset and
     /// the node reconnected. Default 5 s; above 0, at most an hour.
+    ///
+    /// Sooner while callers need the node: once a round (an acquire, an extend, a renewal) is
+    /// lost for want of the votes of nodes that stopped answering — whose yeses would have
+    /// made its quorum — each of those connections is reset when its oldest request has gone
+    /// unanswered for the connect timeout, if that is shorter, as a connect that hung would be.
+    /// That is what finds a half-open connection (the server's side gone without a FIN or a
+    /// RST: a NAT or a load balancer that dropped an idle flow) in time for a `lock` waiting
+    /// its default 4 s, or for a kept lock's renewal. A node frozen in a minority is never
+    /// needed for a quorum, and is left to this timeout.
     pub fn reply_timeout(mut self, t: Duration) -> Builder {
         self.config.reply_timeout = t;
         self

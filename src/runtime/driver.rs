@@ -66,6 +66,10 @@ impl Net for Driver {
         &self.conns[node].session
     }
 
+    fn session_mut(&mut self, node: usize) -> &mut Session {
+        &mut self.conns[node].session
+    }
+
     fn nodes(&self) -> usize {
         self.conns.len()
     }

@@ -219,6 +219,10 @@ impl Net for SimNet {
         self.links[node].session.get()
     }
 
+    fn session_mut(&mut self, node: usize) -> &mut Session {
+        self.links[node].session.get_mut()
+    }
+
     fn nodes(&self) -> usize {
         self.links.len()
     }

@@ -150,6 +150,9 @@ struct State {
     handshake_left: usize,
     /// This connection's connect deadline was moved once already ([`Session::unwatched_grace`]).
     graced: bool,
+    /// A caller needs this silent connection ([`Session::hurry`]): a request unanswered for
+    /// the connect timeout fails it. Cleared by any answer and by a new connection.
+    hurried: bool,
     backoff: Duration,
     last_fault: Option<NodeFault>,
     failure: Option<NodeFault>,
@@ -223,6 +226,7 @@ impl Session {
                 loaded: [false; SCRIPT_COUNT],
                 handshake_left: 0,
                 graced: false,
+                hurried: false,
                 backoff,
                 last_fault: None,
                 failure: None,
@@ -311,11 +315,7 @@ impl Session {
             Phase::Connecting { deadline } | Phase::Handshaking { deadline } => Some(deadline),
             _ => None,
         };
-        let stale = self
-            .st
-            .pending
-            .front()
-            .map(|p| p.sent + self.config.settings.reply_timeout);
+        let stale = self.st.pending.front().map(|p| p.sent + self.reply_limit());
         match (phase, stale) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -353,6 +353,7 @@ impl Session {
         st.generation += 1;
         st.counters.connects.bump();
         st.graced = false;
+        st.hurried = false;
         st.phase = Phase::Connecting {
             deadline: now + self.config.settings.connect_timeout,
         };
@@ -530,9 +531,40 @@ impl Session {
             _ => {}
         }
         if let Some(p) = self.st.pending.front()
-            && now >= p.sent + self.config.settings.reply_timeout
+            && now >= p.sent + self.reply_limit()
         {
             self.fail(NodeFault::Timeout, now, sink);
+        }
+    }
+
+    /// How long the oldest request may go unanswered before the connection is failed:
+    /// `reply_timeout`, or the connect timeout if shorter once the connection is hurried.
+    fn reply_limit(&self) -> Duration {
+        let settings = &self.config.settings;
+        match self.st.hurried {
+            false => settings.reply_timeout,
+            true => settings.reply_timeout.min(settings.connect_timeout),
+        }
+    }
+
+    /// A caller needs this connection's answer and it has gone silent: a round was just lost
+    /// for want of this node's vote (it missed a node timeout, or was not waited for because it
+    /// had), and its yes could have made the quorum. Until it answers, a request unanswered for
+    /// the connect timeout fails the connection (and the next request reconnects at once), as
+    /// a connect that hung would: the patience given to a new connection, given to one that
+    /// stopped answering while it is needed.
+    ///
+    /// A half-open connection — the server's side gone without a FIN or a RST: a NAT or a load
+    /// balancer that dropped an idle flow, a host that vanished — answers nothing, ever, and
+    /// nothing but a timeout tells it from a slow server. `reply_timeout` (5 s) alone comes too
+    /// late for a `lock` waiting its default 4 s, and for a kept lock whose renewals are tried
+    /// again only while half its renewal margin is left. A server that is merely slow answers
+    /// within the connect timeout and is left alone; a node frozen in a minority is never
+    /// needed for a quorum, so never hurried.
+    pub fn hurry(&mut self) {
+        let st = &mut self.st;
+        if st.phase == Phase::Ready && !st.pending.is_empty() {
+            st.hurried = true;
         }
     }
 
@@ -744,6 +776,7 @@ impl State {
         };
         if !matches!(p.kind, Kind::Handshake(_)) {
             self.replied = true;
+            self.hurried = false;
         }
         match p.kind {
             Kind::Handshake(step) => self.on_handshake(step, frame, now),
@@ -1175,6 +1208,48 @@ mod tests {
         assert!(got.is_empty() && !s.closing());
         s.on_timer(now + Duration::from_secs(5), &mut |d| got.push(d.tag));
         assert_eq!(got, vec![9], "the reply timeout fails the waiting request");
+        assert!(s.closing());
+    }
+
+    /// A hurried connection (a lost round needed its silent node's vote) is failed once its
+    /// oldest request has gone unanswered for the connect timeout (1 s), not the reply timeout
+    /// (5 s); an answer makes it patient again, and a connection with nothing outstanding is
+    /// not hurried at all.
+    #[test]
+    fn a_hurried_connection_fails_after_the_connect_timeout_until_it_answers() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut s = connected("redis://127.0.0.1:1", t0);
+        s.hurry();
+        s.request(Kind::Set, 1, b"x", t0);
+        assert_eq!(
+            s.next_deadline(),
+            Some(t0 + ms(5_000)),
+            "hurried with nothing pending"
+        );
+        s.hurry();
+        assert_eq!(s.next_deadline(), Some(t0 + ms(1_000)));
+        s.request(Kind::Set, 2, b"x", t0 + ms(100));
+        take_output(&mut s);
+        // The node answers the first: patient again, the second's deadline its reply timeout.
+        assert_eq!(
+            feed(&mut s, b"+OK\r\n", t0 + ms(900)),
+            vec![Got::Reply(1, "Simple(\"OK\")".into())]
+        );
+        assert_eq!(s.next_deadline(), Some(t0 + ms(5_100)));
+        let mut got = Vec::new();
+        s.on_timer(t0 + ms(1_100), &mut |d| got.push(d.tag));
+        assert!(got.is_empty() && !s.closing());
+        // Hurried again: failed a connect timeout after the second was sent.
+        s.hurry();
+        s.on_timer(t0 + ms(1_099), &mut |d| got.push(d.tag));
+        assert!(got.is_empty() && !s.closing());
+        s.on_timer(t0 + ms(1_100), &mut |d| got.push(d.tag));
+        assert_eq!(
+            got,
+            vec![2],
+            "the hurried connection fails its waiting request"
+        );
         assert!(s.closing());
     }
 
