@@ -44,7 +44,7 @@ mod admin;
 pub mod pki;
 
 pub use alloc::CountingAlloc;
-pub use binary::{INSTALL_HINT, find_redis_binary, redis_binary};
+pub use binary::{INSTALL_HINT, Version, find_redis_binary, redis_binary};
 pub use cluster::Cluster;
 pub use error::Error;
 pub use fake::{Event, FakeServer, Peer};

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::binary::{redis_binary, redis_version};
+use crate::binary::{Version, redis_binary, redis_version, redis_version_number};
 use crate::process::{self, die_with_parent};
 use crate::raw::probe;
 
@@ -37,6 +37,11 @@ const REBIND_PAUSE: Duration = Duration::from_millis(100);
 /// How many log lines error messages quote.
 const LOG_TAIL_LINES: usize = 40;
 const LOG_FILE: &str = "redis.log";
+/// The option that allows `DEBUG` (and its value follows it); servers before
+/// [`DEBUG_COMMAND_SINCE`] do not know it and always allow `DEBUG`.
+const DEBUG_COMMAND_OPTION: &str = "--enable-debug-command";
+/// The first version with [`DEBUG_COMMAND_OPTION`].
+const DEBUG_COMMAND_SINCE: Version = Version::new(7, 0, 0);
 const SOCKET_FILE: &str = "redis.sock";
 /// `sun_path` holds 108 bytes; a socket path longer than this moves the directory to `/tmp`.
 const MAX_SOCKET_PATH: usize = 100;
@@ -96,6 +101,10 @@ impl ServerBuilder {
     }
 
     /// Any extra redis-server argument, appended verbatim, e.g. `.arg("--maxmemory").arg("10mb")`.
+    ///
+    /// One exception: `--enable-debug-command` and its value are left out for a server older
+    /// than 7.0, which has no such option (it is a fatal configuration error there) and always
+    /// accepts `DEBUG`.
     pub fn arg(mut self, arg: &str) -> Self {
         self.extra_args.push(arg.to_owned());
         self
@@ -287,6 +296,11 @@ impl Server {
         redis_version(&self.bin)
     }
 
+    /// The binary's version as numbers (`--version`), for what differs between servers.
+    pub fn version_number(&self) -> Option<Version> {
+        redis_version_number(&self.bin)
+    }
+
     /// The log file: stdout and stderr of every run of this server.
     pub fn log_path(&self) -> PathBuf {
         self.dir.path().join(LOG_FILE)
@@ -430,7 +444,15 @@ impl Server {
         if let (Some(tls), Some(port)) = (&self.opts.tls, self.tls_port) {
             args.extend(tls_args(tls, port));
         }
-        args.extend(self.opts.extra_args.iter().cloned());
+        let mut extra = self.opts.extra_args.iter();
+        while let Some(arg) = extra.next() {
+            let older = matches!(self.version_number(), Some(v) if v < DEBUG_COMMAND_SINCE);
+            if arg == DEBUG_COMMAND_OPTION && older {
+                extra.next();
+                continue;
+            }
+            args.push(arg.clone());
+        }
         args
     }
 

@@ -397,3 +397,22 @@ fn missing_binary_message_says_how_to_install() {
         );
     }
 }
+
+/// `--enable-debug-command yes` starts a server of any version (left out before 7.0, which has
+/// no such option and always allows `DEBUG`), and `DEBUG` then runs; the version read from the
+/// binary is the one the server reports.
+#[test]
+fn debug_is_allowed_on_every_version_and_the_version_is_the_servers() {
+    let server = Server::builder()
+        .arg("--enable-debug-command")
+        .arg("yes")
+        .start();
+    assert_eq!(server.cmd(&["DEBUG", "SLEEP", "0"]), Value::Okay);
+    let version = server.version_number().expect("the binary's --version");
+    let info = server.info("server");
+    let reported = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_else(|| panic!("no redis_version in INFO server: {info}"));
+    assert_eq!(version.to_string(), reported.trim());
+}
