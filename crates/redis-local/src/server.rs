@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::Error;
 use crate::binary::{Version, redis_binary, redis_version, redis_version_number};
+use crate::clock::{self, FakeClock};
 use crate::process::{self, die_with_parent};
 use crate::raw::probe;
 
@@ -77,6 +78,7 @@ pub struct ServerBuilder {
     admin: Credentials,
     preferred_port: Option<u16>,
     tls: Option<TlsFiles>,
+    fake_clock: bool,
 }
 
 impl ServerBuilder {
@@ -135,6 +137,15 @@ impl ServerBuilder {
         self.tls_files(&pki.server_cert(), &pki.server_key(), &pki.ca(), auth)
     }
 
+    /// Run the server under libfaketime, its wall clock at first the machine's, then as
+    /// [`Server::set_clock_rate`] and [`Server::step_clock`] make it (see the `clock` module:
+    /// needs libfaketime, and a binary that runs under it). A restart starts the new process on
+    /// the machine's clock again.
+    pub fn fake_clock(mut self, on: bool) -> Self {
+        self.fake_clock = on;
+        self
+    }
+
     /// Try this port first; if redis cannot bind it, fall back to random free ports.
     pub fn preferred_port(mut self, port: u16) -> Self {
         self.preferred_port = Some(port);
@@ -179,10 +190,12 @@ impl ServerBuilder {
             Some(_) => Some(pick_port()?),
             None => None,
         };
+        let clock = self.fake_clock.then(|| FakeClock::new(dir.path()));
         let mut server = Server {
             bin,
             port,
             tls_port,
+            clock,
             dir,
             unix_path,
             opts: self,
@@ -202,6 +215,8 @@ pub struct Server {
     port: u16,
     /// The TLS port, for a server built with [`ServerBuilder::tls_files`].
     tls_port: Option<u16>,
+    /// Its faked wall clock, for a server built with [`ServerBuilder::fake_clock`].
+    clock: Option<FakeClock>,
     dir: tempfile::TempDir,
     unix_path: Option<PathBuf>,
     opts: ServerBuilder,
@@ -404,6 +419,18 @@ impl Server {
         }
     }
 
+    /// The faked clock.
+    ///
+    /// # Panics
+    ///
+    /// For a server built without [`ServerBuilder::fake_clock`].
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn fake_clock_mut(&mut self) -> &mut FakeClock {
+        self.clock
+            .as_mut()
+            .expect("the server was built without fake_clock(true)")
+    }
+
     fn signal(&self, signal: libc::c_int) {
         let pid = self.pid();
         if let Err(e) = process::signal(pid, signal) {
@@ -480,6 +507,9 @@ impl Server {
         self.log_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
         let err = log.try_clone().map_err(io_error)?;
         let mut cmd = Command::new(&self.bin);
+        if let Some(clock) = &mut self.clock {
+            clock.prepare(&mut cmd)?;
+        }
         cmd.args(&args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
@@ -559,6 +589,18 @@ impl Server {
                 }));
             }
             let our_pid = child.id();
+            let clash = self
+                .clock
+                .as_ref()
+                .and_then(|_| clock::clash(&self.current_log()));
+            if let Some(why) = clash {
+                self.kill();
+                return Err(StartError::Failed(Error::Unsupported(format!(
+                    "{} under libfaketime: {why}\n{}",
+                    self.bin.display(),
+                    self.log_tail()
+                ))));
+            }
             match probe(self.socket_addr(), auth.as_deref()) {
                 Ok(p) if p.pong && p.pid == Some(our_pid) => return Ok(()),
                 Ok(p) if p.pong => {
