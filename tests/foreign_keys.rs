@@ -133,8 +133,25 @@ const KINDS: [Kind; 6] = [
 ];
 
 /// A random token no lock holds: for releases and extends of a lock rebuilt from its parts.
-fn stranger_token() -> String {
-    redlock_mux::Token::generate().unwrap().to_string()
+/// For an all-or-none lock it has the shape `Lock::from_parts` takes for that set alone: `.`,
+/// the first 6 bytes of the SHA-1 of the set's resource in base64url (8 characters), then 18
+/// random characters.
+fn stranger_token(resource: &[u8]) -> String {
+    let random = redlock_mux::Token::generate().unwrap().to_string();
+    if !resource.starts_with(redlock_mux::keys::SET_PREFIX.as_bytes()) {
+        return random;
+    }
+    use sha1::{Digest, Sha1};
+    const BASE64URL: &[u8; 64] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let digest = Sha1::digest(resource);
+    let mut token = String::from(".");
+    for chunk in digest[..6].chunks(3) {
+        let n = u32::from(chunk[0]) << 16 | u32::from(chunk[1]) << 8 | u32::from(chunk[2]);
+        token.extend((0..4).map(|k| char::from(BASE64URL[((n >> (18 - 6 * k)) & 63) as usize])));
+    }
+    token.push_str(&random[random.len() - 18..]);
+    token
 }
 
 fn handle(servers: &Cluster, fencing: bool) -> Redlock {
@@ -159,7 +176,7 @@ fn every_operation(redlock: &Redlock, resource: &[u8]) {
         redlock.unlock(lock).unwrap();
     }
     let mut stranger =
-        Lock::from_parts(resource, stranger_token(), Duration::from_secs(1)).unwrap();
+        Lock::from_parts(resource, stranger_token(resource), Duration::from_secs(1)).unwrap();
     let _ = redlock.extend(&mut stranger, Duration::from_secs(2));
     let _ = redlock.unlock(stranger);
     let _ = redlock.status(resource, Duration::from_secs(1));

@@ -1,8 +1,10 @@
 //! Where the `redis-server` binary is, and what to say when it is not there.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Mutex, OnceLock};
 
 use crate::Error;
 
@@ -53,4 +55,77 @@ pub fn redis_version(bin: &Path) -> Option<String> {
     text.split_whitespace()
         .find_map(|w| w.strip_prefix("v="))
         .map(|v| format!("redis-server {v}"))
+}
+
+/// A server's version, ordered (`Version::new(7, 0, 0) > Version::new(6, 2, 14)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Version {
+    /// `7` in 7.0.15.
+    pub major: u32,
+    /// `0` in 7.0.15.
+    pub minor: u32,
+    /// `15` in 7.0.15.
+    pub patch: u32,
+}
+
+impl Version {
+    /// `major.minor.patch`.
+    pub const fn new(major: u32, minor: u32, patch: u32) -> Version {
+        Version {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// `7.0.15` (more parts, or a suffix on the last, are ignored); `None` if it is not
+    /// three numbers.
+    pub fn parse(text: &str) -> Option<Version> {
+        let mut parts = text.split('.');
+        let mut next = || -> Option<u32> {
+            let part = parts.next()?;
+            let digits = part
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(part.len());
+            part[..digits].parse().ok()
+        };
+        Some(Version::new(next()?, next()?, next()?))
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The version `BIN --version` prints (`v=7.0.15`), asked once per binary and remembered.
+pub fn redis_version_number(bin: &Path) -> Option<Version> {
+    static KNOWN: OnceLock<Mutex<HashMap<PathBuf, Option<Version>>>> = OnceLock::new();
+    let known = KNOWN.get_or_init(Mutex::default);
+    if let Some(v) = known.lock().unwrap_or_else(|e| e.into_inner()).get(bin) {
+        return *v;
+    }
+    let v = redis_version(bin).and_then(|s| Version::parse(s.strip_prefix("redis-server ")?));
+    known
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(bin.to_owned(), v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Version;
+
+    #[test]
+    fn versions_parse_and_order() {
+        assert_eq!(Version::parse("7.0.15"), Some(Version::new(7, 0, 15)));
+        assert_eq!(Version::parse("8.2.3-rc1"), Some(Version::new(8, 2, 3)));
+        assert_eq!(Version::parse("7.0"), None);
+        assert_eq!(Version::parse("x.1.2"), None);
+        assert!(Version::new(6, 2, 14) < Version::new(7, 0, 0));
+        assert!(Version::new(7, 2, 4) < Version::new(7, 10, 0));
+        assert_eq!(Version::new(8, 2, 3).to_string(), "8.2.3");
+    }
 }

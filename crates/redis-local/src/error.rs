@@ -55,6 +55,10 @@ pub enum Error {
         /// The end of its log.
         log_tail: String,
     },
+    /// What was asked cannot be done with this binary or on this machine (a fake clock without
+    /// libfaketime, or with a binary that hangs under it): the message says why and what to do.
+    #[error("{0}")]
+    Unsupported(String),
     /// A file or directory of the server could not be made.
     #[error("{what}: {source}")]
     Io {

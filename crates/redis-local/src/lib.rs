@@ -14,7 +14,8 @@
 //! | [`alloc`] | [`CountingAlloc`]: a global allocator that counts allocations (process-wide and per thread) |
 //! | `pki` (feature `pki`) | `Pki`: a CA, a server and a client certificate made fresh with rcgen |
 //! | [`process`] | [`die_with_parent`], [`pid_is_dead`] |
-//! | [`binary`] | where `redis-server` is ([`redis_binary`]) and how to install it |
+//! | [`binary`] | where `redis-server` is ([`redis_binary`]) and how to install it, its [`Version`] |
+//! | [`clock`] | a server whose wall clock runs fast or slow or steps, under libfaketime ([`ServerBuilder::fake_clock`]) |
 //!
 //! Servers are SIGKILLed and reaped on drop, and get `PR_SET_PDEATHSIG = SIGKILL`, so a test
 //! process that is killed leaves no server behind. Linux delivers that signal when the *thread*
@@ -30,6 +31,7 @@
 
 pub mod alloc;
 pub mod binary;
+pub mod clock;
 pub mod cluster;
 mod error;
 pub mod fake;
@@ -44,7 +46,7 @@ mod admin;
 pub mod pki;
 
 pub use alloc::CountingAlloc;
-pub use binary::{INSTALL_HINT, find_redis_binary, redis_binary};
+pub use binary::{INSTALL_HINT, Version, find_redis_binary, redis_binary};
 pub use cluster::Cluster;
 pub use error::Error;
 pub use fake::{Event, FakeServer, Peer};

@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Error;
-use crate::binary::{redis_binary, redis_version};
+use crate::binary::{Version, redis_binary, redis_version, redis_version_number};
+use crate::clock::{self, FakeClock};
 use crate::process::{self, die_with_parent};
 use crate::raw::probe;
 
@@ -37,6 +38,11 @@ const REBIND_PAUSE: Duration = Duration::from_millis(100);
 /// How many log lines error messages quote.
 const LOG_TAIL_LINES: usize = 40;
 const LOG_FILE: &str = "redis.log";
+/// The option that allows `DEBUG` (and its value follows it); servers before
+/// [`DEBUG_COMMAND_SINCE`] do not know it and always allow `DEBUG`.
+const DEBUG_COMMAND_OPTION: &str = "--enable-debug-command";
+/// The first version with [`DEBUG_COMMAND_OPTION`].
+const DEBUG_COMMAND_SINCE: Version = Version::new(7, 0, 0);
 const SOCKET_FILE: &str = "redis.sock";
 /// `sun_path` holds 108 bytes; a socket path longer than this moves the directory to `/tmp`.
 const MAX_SOCKET_PATH: usize = 100;
@@ -72,6 +78,7 @@ pub struct ServerBuilder {
     admin: Credentials,
     preferred_port: Option<u16>,
     tls: Option<TlsFiles>,
+    fake_clock: bool,
 }
 
 impl ServerBuilder {
@@ -96,6 +103,10 @@ impl ServerBuilder {
     }
 
     /// Any extra redis-server argument, appended verbatim, e.g. `.arg("--maxmemory").arg("10mb")`.
+    ///
+    /// One exception: `--enable-debug-command` and its value are left out for a server older
+    /// than 7.0, which has no such option (it is a fatal configuration error there) and always
+    /// accepts `DEBUG`.
     pub fn arg(mut self, arg: &str) -> Self {
         self.extra_args.push(arg.to_owned());
         self
@@ -124,6 +135,15 @@ impl ServerBuilder {
     #[cfg(feature = "pki")]
     pub fn tls(self, pki: &crate::Pki, auth: ClientAuth) -> Self {
         self.tls_files(&pki.server_cert(), &pki.server_key(), &pki.ca(), auth)
+    }
+
+    /// Run the server under libfaketime, its wall clock at first the machine's, then as
+    /// [`Server::set_clock_rate`] and [`Server::step_clock`] make it (see the `clock` module:
+    /// needs libfaketime, and a binary that runs under it). A restart starts the new process on
+    /// the machine's clock again.
+    pub fn fake_clock(mut self, on: bool) -> Self {
+        self.fake_clock = on;
+        self
     }
 
     /// Try this port first; if redis cannot bind it, fall back to random free ports.
@@ -170,10 +190,12 @@ impl ServerBuilder {
             Some(_) => Some(pick_port()?),
             None => None,
         };
+        let clock = self.fake_clock.then(|| FakeClock::new(dir.path()));
         let mut server = Server {
             bin,
             port,
             tls_port,
+            clock,
             dir,
             unix_path,
             opts: self,
@@ -193,6 +215,8 @@ pub struct Server {
     port: u16,
     /// The TLS port, for a server built with [`ServerBuilder::tls_files`].
     tls_port: Option<u16>,
+    /// Its faked wall clock, for a server built with [`ServerBuilder::fake_clock`].
+    clock: Option<FakeClock>,
     dir: tempfile::TempDir,
     unix_path: Option<PathBuf>,
     opts: ServerBuilder,
@@ -285,6 +309,11 @@ impl Server {
     /// `redis-server 7.0.15`, from the binary's `--version`, if it says.
     pub fn version(&self) -> Option<String> {
         redis_version(&self.bin)
+    }
+
+    /// The binary's version as numbers (`--version`), for what differs between servers.
+    pub fn version_number(&self) -> Option<Version> {
+        redis_version_number(&self.bin)
     }
 
     /// The log file: stdout and stderr of every run of this server.
@@ -390,6 +419,18 @@ impl Server {
         }
     }
 
+    /// The faked clock.
+    ///
+    /// # Panics
+    ///
+    /// For a server built without [`ServerBuilder::fake_clock`].
+    #[cfg_attr(not(feature = "admin"), allow(dead_code))]
+    pub(crate) fn fake_clock_mut(&mut self) -> &mut FakeClock {
+        self.clock
+            .as_mut()
+            .expect("the server was built without fake_clock(true)")
+    }
+
     fn signal(&self, signal: libc::c_int) {
         let pid = self.pid();
         if let Err(e) = process::signal(pid, signal) {
@@ -430,7 +471,15 @@ impl Server {
         if let (Some(tls), Some(port)) = (&self.opts.tls, self.tls_port) {
             args.extend(tls_args(tls, port));
         }
-        args.extend(self.opts.extra_args.iter().cloned());
+        let mut extra = self.opts.extra_args.iter();
+        while let Some(arg) = extra.next() {
+            let older = matches!(self.version_number(), Some(v) if v < DEBUG_COMMAND_SINCE);
+            if arg == DEBUG_COMMAND_OPTION && older {
+                extra.next();
+                continue;
+            }
+            args.push(arg.clone());
+        }
         args
     }
 
@@ -458,6 +507,9 @@ impl Server {
         self.log_offset = log.metadata().map(|m| m.len()).unwrap_or(0);
         let err = log.try_clone().map_err(io_error)?;
         let mut cmd = Command::new(&self.bin);
+        if let Some(clock) = &mut self.clock {
+            clock.prepare(&mut cmd)?;
+        }
         cmd.args(&args)
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
@@ -537,6 +589,18 @@ impl Server {
                 }));
             }
             let our_pid = child.id();
+            let clash = self
+                .clock
+                .as_ref()
+                .and_then(|_| clock::clash(&self.current_log()));
+            if let Some(why) = clash {
+                self.kill();
+                return Err(StartError::Failed(Error::Unsupported(format!(
+                    "{} under libfaketime: {why}\n{}",
+                    self.bin.display(),
+                    self.log_tail()
+                ))));
+            }
             match probe(self.socket_addr(), auth.as_deref()) {
                 Ok(p) if p.pong && p.pid == Some(our_pid) => return Ok(()),
                 Ok(p) if p.pong => {

@@ -7,6 +7,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use redis::Value;
+use redis_local::server::START_DEADLINE;
 use redis_local::{
     Cluster, Server, find_redis_binary, is_timeout, pid_is_dead, raw_ping, raw_ping_on, read_line,
 };
@@ -396,4 +397,110 @@ fn missing_binary_message_says_how_to_install() {
             std::path::Path::new("/usr/bin/redis-server")
         );
     }
+}
+
+/// `--enable-debug-command yes` starts a server of any version (left out before 7.0, which has
+/// no such option and always allows `DEBUG`), and `DEBUG` then runs; the version read from the
+/// binary is the one the server reports.
+#[test]
+fn debug_is_allowed_on_every_version_and_the_version_is_the_servers() {
+    let server = Server::builder()
+        .arg("--enable-debug-command")
+        .arg("yes")
+        .start();
+    assert_eq!(server.cmd(&["DEBUG", "SLEEP", "0"]), Value::Okay);
+    let version = server.version_number().expect("the binary's --version");
+    let info = server.info("server");
+    let reported = info
+        .lines()
+        .find_map(|l| l.strip_prefix("redis_version:"))
+        .unwrap_or_else(|| panic!("no redis_version in INFO server: {info}"));
+    assert_eq!(version.to_string(), reported.trim());
+}
+
+/// How far a fake clock may be from where it should be right after a change, in seconds:
+/// the harness corrects to within 2 ms, plus a few loopback round trips on a loaded machine.
+const CLOCK_SLACK: f64 = 0.1;
+/// The fast rate tried, and how long it is watched.
+const FAST: f64 = 10.0;
+const WATCHED: Duration = Duration::from_millis(500);
+/// How often the key's expiry is looked for: expiry sends no event.
+const EXPIRY_POLL: Duration = Duration::from_millis(10);
+
+/// A fake clock (libfaketime): it starts as the machine's, runs ten times as fast without a
+/// jump, expires a key of 10 s within about a second, steps forward past a key's TTL and back,
+/// and `INFO` follows it. A binary that hangs under libfaketime (Debian's 7.0.15) is refused at
+/// once, with the reason, instead of timing out.
+#[test]
+fn a_fake_clock_runs_fast_and_steps_or_is_refused_at_once() {
+    let t0 = Instant::now();
+    let mut server = match Server::builder().fake_clock(true).try_start() {
+        Ok(server) => server,
+        Err(redis_local::Error::Unsupported(why)) => {
+            assert!(why.contains("recursive calls to clock_gettime"), "{why}");
+            assert!(
+                t0.elapsed() < START_DEADLINE / 2,
+                "refused after {:?}",
+                t0.elapsed()
+            );
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        server.clock_skew().abs() < CLOCK_SLACK,
+        "{}",
+        server.clock_skew()
+    );
+
+    server.cmd(&["SET", "k", "v", "PX", "10000"]);
+    server.set_clock_rate(FAST);
+    let skew = server.clock_skew();
+    assert!(
+        skew.abs() < CLOCK_SLACK,
+        "a jump of {skew} s at the rate change"
+    );
+    let t0 = Instant::now();
+    let deadline = t0 + LONG;
+    while server.pttl("k") != -2 {
+        assert!(
+            Instant::now() < deadline,
+            "a 10 s key lived {LONG:?} at ×{FAST}"
+        );
+        std::thread::sleep(EXPIRY_POLL);
+    }
+    let lived = t0.elapsed();
+    assert!(
+        lived > Duration::from_millis(700) && lived < Duration::from_millis(2_000),
+        "a 10 s key lived {lived:?} at ×{FAST}"
+    );
+    let (a, at_a) = server.clock_reading();
+    std::thread::sleep(WATCHED);
+    let (b, at_b) = server.clock_reading();
+    let rate = (b - a) / (at_b - at_a);
+    assert!((rate - FAST).abs() < 1.0, "the clock ran at ×{rate}");
+
+    server.set_clock_rate(1.0);
+    let skew = server.clock_skew();
+    server.cmd(&["SET", "k", "v", "PX", "10000"]);
+    server.step_clock(30.0);
+    assert_eq!(server.pttl("k"), -2, "a 10 s key after a 30 s step");
+    let stepped = server.clock_skew() - skew;
+    assert!((stepped - 30.0).abs() < CLOCK_SLACK, "stepped {stepped} s");
+    let info: f64 = server
+        .info("server")
+        .lines()
+        .find_map(|l| l.strip_prefix("server_time_usec:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("server_time_usec in INFO server");
+    let (now, at) = server.clock_reading();
+    assert!(
+        (info / 1e6 - now).abs() < 1.0,
+        "INFO {info} against TIME {now} at {at}"
+    );
+
+    server.cmd(&["SET", "k", "v", "PX", "1000"]);
+    server.step_clock(-60.0);
+    let pttl = server.pttl("k");
+    assert!(pttl > 60_000, "a 1 s key after a 60 s step back: {pttl} ms");
 }
