@@ -2042,6 +2042,33 @@ fn fresh_servers_say_what_the_quarantine_is_and_what_to_do() {
     assert_code(&o, 0);
 }
 
+/// A wait says why it waits within a second of the first refusal, and again when the reason
+/// changes: here held elsewhere (a 3 s lock), then, once that lock expired, the restart
+/// quarantine of fresh servers (a 1 h TTL quarantines them for an hour) — before, the second
+/// reason was never said and the wait printed nothing at all.
+#[test]
+fn a_wait_says_why_it_waits_and_again_when_the_reason_changes() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    acquire(&urls, "job", "3s");
+    let o = output(plain(&urls).args(["acquire", "--ttl", "1h", "-w", "6s", "job"]));
+    assert_code(&o, 80);
+    let err = stderr(&o);
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 3, "{err}");
+    assert!(
+        lines[0].starts_with("redlock: waiting up to 6s for \"job\": ")
+            && lines[0].contains("held"),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with("redlock: still waiting for \"job\": ")
+            && lines[1].contains("restart quarantine"),
+        "{err}"
+    );
+    assert!(lines[2].contains("cannot lock \"job\" within 6s"), "{err}");
+}
+
 #[test]
 fn messages_name_every_node_shorten_long_names_and_use_human_units() {
     let servers = Cluster::start(3);

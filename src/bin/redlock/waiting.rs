@@ -58,14 +58,13 @@ pub fn unreachable_grace(config: &redlock_mux::Config) -> Duration {
 
 /// Acquires `resource` under the user's waiting rule. The first attempt goes out alone, so that
 /// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
-/// before it waits; a lock held elsewhere is waited for in silence, as flock does.
+/// before it waits; a lock held elsewhere is said once the wait has lasted a second.
 ///
 /// What waiting cannot mend ends at once ([`Error::is_final`]: a certificate that does not
 /// verify, a port that speaks another protocol, credentials refused). Without a limit (no
 /// `-w`), no quorum of reachable servers is waited for at most [`unreachable_grace`], then 69.
 ///
-/// Why the wait starts (servers in quarantine or unreachable) is said on stderr, unless
-/// `quiet`. The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it
+/// Why it waits is said on stderr, and again when that changes ([`Notes`]), unless `quiet`. The caller warns about nodes that were unreachable ([`warn_unreachable`]) once it
 /// has said what it acquired.
 pub fn acquire(
     r: &Redlock,
@@ -105,14 +104,60 @@ pub fn acquire(
     let Some(deadline) = deadline.filter(|_| retryable) else {
         return Err(target.failure(&first));
     };
-    if !quiet && !matches!(first, Error::Held(_)) {
-        target.say_why_it_waits(&first);
-    }
+    let mut notes = Notes {
+        quiet,
+        started,
+        said: None,
+    };
+    notes.look(&target, &first);
     if !matches!(rule, Wait::Forever) {
-        return target.lock_until(deadline).map_err(|e| target.failure(&e));
+        return target.wait_with_limit(&mut notes, deadline);
     }
     let unreachable_since = (!matches!(first, Error::Held(_))).then_some(started);
-    target.wait_without_limit(unreachable_since, deadline)
+    target.wait_without_limit(&mut notes, unreachable_since, deadline)
+}
+
+/// How often a wait looks again at why it is still refused, to say so when the reason changes:
+/// a reason is on stderr within this of the first refusal (a lock held elsewhere is said once
+/// the wait has lasted this long; anything else at once).
+const LOOK_AGAIN: Duration = Duration::from_secs(1);
+
+/// What a wait has said on stderr of why it waits: once, then again each time the reason
+/// changes (held elsewhere, the restart quarantine, no quorum reachable). A lock held
+/// elsewhere only once the wait has lasted [`LOOK_AGAIN`], as flock waits in silence for a
+/// moment; the others at once.
+struct Notes {
+    quiet: bool,
+    started: Instant,
+    /// The kind of the reason said last.
+    said: Option<Kind>,
+}
+
+impl Notes {
+    /// Says why the wait goes on after `e`, if that is new.
+    fn look(&mut self, target: &Target<'_>, e: &Error) {
+        if self.quiet {
+            return;
+        }
+        let (kind, why) = match quarantine_hint(target.r, e) {
+            Some(hint) => (Kind::Quarantined, hint),
+            None => (classify(e).1, e.to_string()),
+        };
+        if self.said == Some(kind)
+            || (self.said.is_none() && kind == Kind::Held && self.started.elapsed() < LOOK_AGAIN)
+        {
+            return;
+        }
+        let resource = shorten(target.resource, NAME_SHOWN);
+        match self.said {
+            None => say!(
+                "redlock: waiting{} for {resource}: {why}",
+                target.how_long()
+            ),
+            Some(_) => say!("redlock: still waiting for {resource}: {why}"),
+        }
+        self.said = Some(kind);
+    }
 }
 
 /// What one acquire is after, and how long it may wait for it.
@@ -197,45 +242,53 @@ impl Target<'_> {
         Err(Fail::new(exit::USAGE, message))
     }
 
-    /// Says, once, why the wait starts when it is not a lock held elsewhere: the restart
-    /// quarantine and what to do, or the first attempt's error; and how long it may last.
-    fn say_why_it_waits(&self, first: &Error) {
-        let why = match quarantine_hint(self.r, first) {
-            Some(hint) => hint,
-            None => first.to_string(),
-        };
-        let grace = unreachable_grace(self.r.config());
-        say!(
-            "redlock: waiting{} for {}: {why}",
-            match self.waiting.rule() {
-                Wait::For(d) => format!(" up to {}", fmt_duration(d)),
-                _ => format!(
-                    " (at most {} while no quorum is reachable)",
-                    fmt_duration(grace)
-                ),
-            },
-            shorten(self.resource, NAME_SHOWN)
-        );
+    /// How long the wait may last, for the first note: " up to 10s", or how long it goes on
+    /// while no quorum is reachable.
+    fn how_long(&self) -> String {
+        match self.waiting.rule() {
+            Wait::For(d) => format!(" up to {}", fmt_duration(d)),
+            _ => format!(
+                " (at most {} while no quorum is reachable)",
+                fmt_duration(unreachable_grace(self.r.config()))
+            ),
+        }
     }
 
-    /// Without a limit: a lock held elsewhere is waited for as long as it takes (as flock
-    /// does), servers that cannot make a quorum for the grace ([`unreachable_grace`], in turns
-    /// of half of it) are not: 69. `unreachable_since`: since when no quorum was reachable.
-    fn wait_without_limit(
-        &self,
-        mut unreachable_since: Option<Instant>,
-        deadline: Instant,
-    ) -> Result<Lock, Fail> {
-        let grace = unreachable_grace(self.r.config());
+    /// With a limit: attempts until `deadline`, in turns of [`LOOK_AGAIN`] to say why it waits
+    /// when that changes.
+    fn wait_with_limit(&self, notes: &mut Notes, deadline: Instant) -> Result<Lock, Fail> {
         loop {
-            let turn = Instant::now();
-            let e = match self.lock_until((turn + grace / 2).min(deadline)) {
+            let e = match self.lock_until((Instant::now() + LOOK_AGAIN).min(deadline)) {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
             if e.is_final() || Instant::now() >= deadline {
                 return Err(self.failure(&e));
             }
+            notes.look(self, &e);
+        }
+    }
+
+    /// Without a limit: a lock held elsewhere is waited for as long as it takes (as flock
+    /// does), servers that cannot make a quorum for the grace ([`unreachable_grace`], in turns
+    /// of half of it, at most [`LOOK_AGAIN`]) are not: 69. `unreachable_since`: since when no quorum was reachable.
+    fn wait_without_limit(
+        &self,
+        notes: &mut Notes,
+        mut unreachable_since: Option<Instant>,
+        deadline: Instant,
+    ) -> Result<Lock, Fail> {
+        let grace = unreachable_grace(self.r.config());
+        loop {
+            let turn = Instant::now();
+            let e = match self.lock_until((turn + (grace / 2).min(LOOK_AGAIN)).min(deadline)) {
+                Ok(lock) => return Ok(lock),
+                Err(e) => e,
+            };
+            if e.is_final() || Instant::now() >= deadline {
+                return Err(self.failure(&e));
+            }
+            notes.look(self, &e);
             if matches!(e, Error::Held(_)) {
                 unreachable_since = None;
                 continue;

@@ -29,9 +29,9 @@ use crate::text::{NAME_SHOWN, fmt_duration, shorten};
 use crate::waiting::{self, held_on, warn_unreachable};
 
 pub const HELP: &str = "\
-Waiting: like flock, run waits until the lock is free (a lock held elsewhere is waited for in
-silence). Servers in their restart quarantine or unreachable are reported once, then waited for
-at most a grace (the reconnect backoff's ceiling + the quarantine + the connect timeout), then
+Waiting: like flock, run waits until the lock is free. It says why it waits on stderr (a lock
+held elsewhere after a second, servers in their restart quarantine or unreachable at once) and
+again when the reason changes. Servers in quarantine or unreachable are waited for at most a grace (the reconnect backoff's ceiling + the quarantine + the connect timeout), then
 it exits 69; what no wait mends (a certificate that does not verify, credentials refused, a port
 that speaks another protocol) ends at once. -n makes one attempt; -w SECONDS (or 250ms, 2m, inf) sets a limit; -E N sets the exit code
 when the lock stays held elsewhere. -c 'COMMAND' runs COMMAND through sh -c, as flock -c does.
