@@ -416,8 +416,8 @@ pub(super) fn vote_of(
         (Kind::Script(_), Ok(Frame::Integer(1))) => Ok(Vote::Yes),
         (Kind::Script(_), Ok(Frame::Integer(0))) => Ok(Vote::Refused),
         // A command of the script refused by the user's ACL: named by what the script calls
-        // (Redis 7.0's refusal names none: "The user executing the script can't run this
-        // command or subcommand").
+        // (the refusal of 6.2 and 7.0 names none: "The user executing the script can't run
+        // this command or subcommand").
         (Kind::Script(index), Ok(Frame::Error(e))) if is_acl_refusal(e) => {
             Err(NodeFault::Permission {
                 command: crate::proto::scripts::SCRIPT_CALLS[index],
@@ -431,12 +431,14 @@ pub(super) fn vote_of(
 }
 
 /// True for a server's refusal of a command by the user's ACL, as each version words it inside
-/// a script: `NOPERM …` (6.2, 7.2 and later), `ERR The user executing the script can't run this
-/// command or subcommand` (7.0).
+/// a script: `ERR The user executing the script can't run this command or subcommand` (6.2 and
+/// 7.0), `ERR ACL failure in script: User … has no permissions to run the '…' command` (8.2);
+/// `NOPERM …` is the wording outside a script, kept should a version use it inside one.
 fn is_acl_refusal(e: &crate::proto::resp::ServerError<'_>) -> bool {
     e.kind == crate::proto::resp::ErrorKind::NoPerm
         || e.message.contains("NOPERM")
         || e.message.contains("can't run this command")
+        || e.message.contains("ACL failure in script")
 }
 
 /// What an answer is, given the other entries of its round (see [`one_vote_per_server`]).
@@ -717,5 +719,40 @@ mod tests {
         ballot.count_silent(&metrics, &mut silent, now + Duration::from_millis(50));
         assert_eq!(silent, node_bit(1) | node_bit(2));
         assert_eq!(metrics.node(1).timeouts.get(), 1);
+    }
+
+    /// Each version's wording of a script's command refused by the ACL is a permission fault
+    /// naming the command the script calls; another `ERR` is not.
+    #[test]
+    fn acl_refusals_inside_a_script_are_read_in_every_version_s_wording() {
+        use crate::model::wire::ErrorKind;
+        use crate::proto::resp::ServerError;
+        for message in [
+            // 6.2 and 7.0
+            "ERR The user executing the script can't run this command or subcommand script: \
+             4d6b, on @user_script:1.",
+            // 8.2
+            "ERR ACL failure in script: User locker has no permissions to run the 'zadd' \
+             command script: 4d6b, on @user_script:1.",
+            "NOPERM User locker has no permissions to run the 'zadd' command",
+        ] {
+            let e = ServerError {
+                kind: ErrorKind::classify(message.as_bytes()),
+                message,
+            };
+            let fault = vote_of(Kind::Script(0), &Ok(Frame::Error(e))).unwrap_err();
+            assert!(
+                matches!(fault, NodeFault::Permission { command, .. }
+                    if command == crate::proto::scripts::SCRIPT_CALLS[0]),
+                "{message}: {fault:?}"
+            );
+        }
+        let other = "ERR Error running script: attempt to compare nil with number";
+        let e = ServerError {
+            kind: ErrorKind::classify(other.as_bytes()),
+            message: other,
+        };
+        let fault = vote_of(Kind::Script(0), &Ok(Frame::Error(e))).unwrap_err();
+        assert!(matches!(fault, NodeFault::Server(..)), "{fault:?}");
     }
 }
