@@ -269,6 +269,7 @@ pub use model::eviction::{Eviction, EvictionPolicy};
 pub use model::fence_floor::FenceFloor;
 pub use model::keys::{FENCE_KEY, MAX_SET_LEN, PERMIT_SEPARATOR, RESERVED_PREFIX};
 pub use model::lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
+pub use model::lock_options::LockOptions;
 pub use model::node_status::{NodeFence, NodeStatus};
 pub use model::stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
 pub use model::token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};

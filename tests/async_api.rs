@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use redis_local::Cluster;
 use redlock_mux::testing::background_found_loop_taken;
 use redlock_mux::{
-    AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockGuard, LockWatch,
+    AsyncKeepAlive, AsyncLockGuard, AsyncRedlock, Builder, Error, Lock, LockGuard, LockOptions,
+    LockWatch,
 };
 
 fn builder(servers: &Cluster) -> Builder {
@@ -943,5 +944,28 @@ fn waits_dropped_behind_a_waiting_head_leave_the_queue_soon() {
     );
     other.unlock(held).unwrap();
     let lock = block_on(head).unwrap();
+    block_on(redlock.unlock(lock)).unwrap();
+}
+
+/// The async face's TTL per call and wait as a duration: as the blocking one's.
+#[test]
+fn lock_with_and_try_lock_for_as_the_blocking_face_does() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(30))
+        .build_async()
+        .unwrap();
+    let options = LockOptions::new().ttl(Duration::from_secs(2));
+    let lock = block_on(redlock.lock_with("short", options)).unwrap();
+    for s in servers.iter() {
+        let pttl = s.pttl("short");
+        assert!((1..=2_000).contains(&pttl), "PTTL {pttl}");
+    }
+    let r = block_on(redlock.try_lock_for("short", Duration::from_millis(100)));
+    assert!(matches!(r, Err(Error::Held(_))), "{r:?}");
+    let r = block_on(redlock.lock_with("x", LockOptions::new().ttl(Duration::from_secs(31))));
+    assert!(matches!(r, Err(Error::Config(_))), "{r:?}");
+    block_on(redlock.unlock(lock)).unwrap();
+    let lock = block_on(redlock.try_lock_for("short", Duration::from_secs(5))).unwrap();
     block_on(redlock.unlock(lock)).unwrap();
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Client, Error, Lock};
+use redlock_mux::{Builder, Client, Error, Lock, LockOptions};
 
 /// Fresh test servers have a short uptime: quarantine is tested on its own, off elsewhere.
 fn builder(servers: &Cluster) -> Builder {
@@ -528,4 +528,58 @@ fn one_client_holds_many_locks() {
         assert_eq!(c.unlock(lock).unwrap(), 3);
     }
     assert_eq!(servers[2].dbsize(), 0);
+}
+
+/// A TTL per call: `lock_with` sets its own on every node (the handle's stays the default for
+/// other calls); one past the longest TTL is refused before anything is sent; a zero wait is
+/// one attempt; `try_lock_for` gives up when its wait runs out and is granted a release that
+/// comes within it.
+#[test]
+fn lock_with_sets_its_own_ttl_and_try_lock_for_waits_as_long_as_told() {
+    let servers = Cluster::start(3);
+    let redlock = builder(&servers)
+        .ttl(Duration::from_secs(30))
+        .max_ttl(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let short = LockOptions::new().ttl(Duration::from_secs(2));
+    let lock = redlock.lock_with("short", short).unwrap();
+    assert!(
+        lock.validity() <= Duration::from_secs(2),
+        "{:?}",
+        lock.validity()
+    );
+    for s in servers.iter() {
+        let pttl = s.pttl("short");
+        assert!((1..=2_000).contains(&pttl), "PTTL {pttl}");
+    }
+    let long = redlock.try_lock("long").unwrap();
+    for s in servers.iter() {
+        assert!(s.pttl("long") > 2_000, "the handle's TTL changed");
+    }
+    redlock.unlock(long).unwrap();
+    // Longer than max_ttl: refused, nothing sent.
+    let r = redlock.lock_with("x", LockOptions::new().ttl(Duration::from_secs(61)));
+    assert!(
+        matches!(r, Err(Error::Config(ref m)) if m.contains("lock ttl 1 min 1 s is longer")),
+        "{r:?}"
+    );
+    assert!(holders(&servers, "x").iter().all(Option::is_none));
+    // A zero wait: one attempt.
+    let r = redlock.lock_with("short", LockOptions::new().wait(Duration::ZERO));
+    assert!(matches!(r, Err(Error::Held(_))), "{r:?}");
+    // A wait that runs out while the lock is held.
+    let r = redlock.try_lock_for("short", Duration::from_millis(100));
+    assert!(matches!(r, Err(Error::Held(_))), "{r:?}");
+    // A wait that a release ends.
+    let released = Arc::new(AtomicBool::new(false));
+    let (r2, flag) = (redlock.clone(), released.clone());
+    let waiter = std::thread::spawn(move || {
+        let lock = r2.try_lock_for("short", Duration::from_secs(20)).unwrap();
+        assert!(flag.load(Ordering::SeqCst), "granted before the release");
+        r2.unlock(lock).unwrap()
+    });
+    released.store(true, Ordering::SeqCst);
+    redlock.unlock(lock).unwrap();
+    assert_eq!(waiter.join().unwrap(), 3);
 }

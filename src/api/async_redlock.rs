@@ -13,6 +13,7 @@ use crate::model::addr::NodeAddr;
 use crate::model::config::{Builder, Config};
 use crate::model::error::Error;
 use crate::model::lock::Lock;
+use crate::model::lock_options::LockOptions;
 use crate::model::node_status::NodeStatus;
 use crate::model::round::deadline_after;
 use crate::model::token::Token;
@@ -212,6 +213,51 @@ impl AsyncRedlock {
         crate::api::reentry::check(self.blocking().engine_id(), resource)?;
         let outcome = Call::new(self.hub(), kind, resource, token).await;
         lock_of(resource, token, outcome)
+    }
+
+    /// Acquires `resource` with the TTL and the wait of `options`, the handle's settings for
+    /// what it leaves out; see [`Redlock::lock_with`](crate::Redlock::lock_with). Dropping the
+    /// future leaves the queue (a lock it won meanwhile is released).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlock_mux::LockOptions;
+    /// # async fn run() -> Result<(), redlock_mux::Error> {
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build_async()?;
+    /// let lock = redlock.lock_with("report:daily", LockOptions::new().ttl(Duration::from_secs(2))).await?;
+    /// redlock.unlock(lock).await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock_with`](crate::Redlock::lock_with).
+    pub async fn lock_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: LockOptions,
+    ) -> Result<Lock, Error> {
+        let resource = resource.as_ref();
+        let (kind, token) = self.blocking().request_with(resource, options)?;
+        let outcome = Call::new(self.hub(), kind, resource, token).await;
+        lock_of(resource, token, outcome)
+    }
+
+    /// Acquires `resource`, waiting for it at most `wait`; see
+    /// [`Redlock::try_lock_for`](crate::Redlock::try_lock_for).
+    ///
+    /// # Errors
+    ///
+    /// As [`AsyncRedlock::lock_until`].
+    pub async fn try_lock_for(
+        &self,
+        resource: impl AsRef<[u8]>,
+        wait: Duration,
+    ) -> Result<Lock, Error> {
+        self.lock_with(resource, LockOptions::new().wait(wait))
+            .await
     }
 
     /// One attempt at a shared (read) lock of `resource`; see [`Shared`](crate::Shared) and

@@ -13,6 +13,7 @@ use crate::model::error::Error;
 use crate::model::error::FenceRepair;
 use crate::model::fence_floor::FenceFloor;
 use crate::model::lock::Lock;
+use crate::model::lock_options::LockOptions;
 use crate::model::node_status::NodeStatus;
 use crate::model::round::deadline_after;
 use crate::model::stats::{IoCounters, KeepStats, Metrics, Stats};
@@ -258,8 +259,10 @@ impl Redlock {
         let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }
-    /// Acquires `resource`, waiting for it at most [`Config::lock_wait`] (4 s by default); see
-    /// [`Redlock::lock_until`] for how it waits.
+    /// Acquires `resource`, waiting for it at most [`Config::lock_wait`] (4 s by default; not
+    /// forever, as std's `Mutex::lock` does: [`Redlock::try_lock_for`] and
+    /// [`Redlock::lock_until`] wait as long as told); see [`Redlock::lock_until`] for how it
+    /// waits.
     ///
     /// # Examples
     ///
@@ -306,6 +309,66 @@ impl Redlock {
         let outcome = self.handle.hub.call(kind, resource, &token)?;
         lock_of(resource, token, outcome)
     }
+    /// Acquires `resource` with the TTL and the wait of `options`, the handle's settings for
+    /// what it leaves out: a lock of another TTL than the handle's, or a wait given as a
+    /// duration. A zero wait is one attempt ([`Redlock::try_lock`]); otherwise the wait is
+    /// [`Redlock::lock_until`]'s, until now + the wait. Extends and keep-alives of the lock take
+    /// their own TTL ([`Redlock::extend`]) or the handle's.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use redlock_mux::LockOptions;
+    ///
+    /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
+    /// let options = LockOptions::new().ttl(Duration::from_secs(2)).wait(Duration::from_secs(30));
+    /// let lock = redlock.lock_with("report:daily", options)?;
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock_until`] (or [`Redlock::try_lock`] for a zero wait), and
+    /// [`Error::Config`] for a TTL that is zero, longer than
+    /// [`Config::longest_ttl`](crate::Config::longest_ttl) (the restart quarantine must
+    /// outlive the lock: raise `Builder::max_ttl`) or too short to leave any validity; nothing
+    /// is sent then.
+    pub fn lock_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        options: LockOptions,
+    ) -> Result<Lock, Error> {
+        let resource = resource.as_ref();
+        let (kind, token) = self.request_with(resource, options)?;
+        let outcome = self.handle.hub.call(kind, resource, &token)?;
+        lock_of(resource, token, outcome)
+    }
+
+    /// The request of a [`Redlock::lock_with`] (of either face), checked: its options, and
+    /// not from inside a `with_lock` of the same resource.
+    pub(crate) fn request_with(
+        &self,
+        resource: &[u8],
+        options: LockOptions,
+    ) -> Result<(ReqKind, Token), Error> {
+        let request = ReqKind::with_options(self.config(), resource, options, Instant::now())?;
+        crate::api::reentry::check(self.engine_id(), resource)?;
+        Ok(request)
+    }
+
+    /// Acquires `resource`, waiting for it at most `wait` (the shape of `try_lock_for` in
+    /// `parking_lot`): [`Redlock::lock_with`] with that wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock_until`]: [`Error::Held`] if the resource was still held when the
+    /// wait ran out.
+    pub fn try_lock_for(&self, resource: impl AsRef<[u8]>, wait: Duration) -> Result<Lock, Error> {
+        self.lock_with(resource, LockOptions::new().wait(wait))
+    }
+
     /// One attempt at a shared (read) lock of `resource`: many readers at once, none with a
     /// writer (an ordinary lock of `resource`); see [`Shared`](crate::Shared).
     ///

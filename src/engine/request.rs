@@ -9,7 +9,9 @@ use crate::model::error::Error;
 use crate::model::error::FenceRepair;
 use crate::model::fence_floor::FenceFloor;
 use crate::model::lock::{Grant, Lock};
+use crate::model::lock_options::LockOptions;
 use crate::model::node_status::NodeStatus;
+use crate::model::round::deadline_after;
 use crate::model::token::Token;
 
 /// Identifies an operation: slab index and the slot's sequence number (so a reused slot is
@@ -73,6 +75,34 @@ impl ReqKind {
             ReqKind::Acquire { ttl: config.ttl },
             Token::for_resource(resource)?,
         ))
+    }
+
+    /// An acquire of `resource` with the TTL and the wait of `options` (the configured ones
+    /// where it has none), with a fresh token: one attempt for a zero wait, else waiting until
+    /// `now` + the wait. Its TTL is checked as an extend's is: at most the longest TTL.
+    pub(crate) fn with_options(
+        config: &Config,
+        resource: &[u8],
+        options: LockOptions,
+        now: Instant,
+    ) -> Result<(ReqKind, Token), Error> {
+        config.check_resource(resource)?;
+        let ttl = match options.ttl {
+            Some(ttl) => {
+                config.check_held_ttl("lock ttl", ttl)?;
+                ttl
+            }
+            None => config.ttl,
+        };
+        let wait = options.wait.unwrap_or_else(|| config.lock_wait());
+        let kind = match wait.is_zero() {
+            true => ReqKind::Acquire { ttl },
+            false => ReqKind::Wait {
+                ttl,
+                deadline: deadline_after(now, wait),
+            },
+        };
+        Ok((kind, Token::for_resource(resource)?))
     }
 
     /// An acquire of `resource` that waits until `deadline`, with a fresh token (each attempt

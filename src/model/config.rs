@@ -408,6 +408,12 @@ impl Config {
     /// [`Config::longest_ttl`] (a longer one would outlive the restart quarantine that
     /// protects it).
     pub(crate) fn check_extend_ttl(&self, ttl: Duration) -> Result<(), Error> {
+        self.check_held_ttl("extend ttl", ttl)
+    }
+
+    /// A TTL given for one call (`what`: "extend ttl", "lock ttl"), checked as
+    /// [`Config::check_extend_ttl`] says.
+    pub(crate) fn check_held_ttl(&self, what: &str, ttl: Duration) -> Result<(), Error> {
         self.check_ttl(ttl)?;
         // The most validity an extend to `ttl` can give: it wins only with at least
         // `min_validity` left, so a shorter one would be sent, lose `TooSlow` with its quorum
@@ -416,8 +422,8 @@ impl Config {
         let (drift, most) = (rc.drift(), rc.validity().unwrap_or_default());
         if self.min_validity >= most {
             return Err(Error::Config(format!(
-                "extend ttl {} can give at most {} of validity (the ttl less the drift \
-                 allowance of {}), not above the minimum validity of {}: such an extend \
+                "{what} {} can give at most {} of validity (the ttl less the drift \
+                 allowance of {}), not above the minimum validity of {}: such a call \
                  could never succeed; raise the ttl (or lower min_validity)",
                 Human(ttl),
                 Human(most),
@@ -428,7 +434,7 @@ impl Config {
         let longest = self.longest_ttl();
         if ttl > longest {
             return Err(Error::Config(format!(
-                "extend ttl {} is longer than the longest ttl this client allows \
+                "{what} {} is longer than the longest ttl this client allows \
                  ({}, the max_ttl setting): the restart quarantine could end while \
                  the lock still lives; raise max_ttl (and the quarantine of every client of \
                  these servers) to at least {}",

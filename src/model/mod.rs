@@ -26,6 +26,7 @@ pub(crate) mod eviction;
 pub(crate) mod fence_floor;
 pub mod keys;
 pub(crate) mod lock;
+pub(crate) mod lock_options;
 pub(crate) mod mutation;
 pub(crate) mod node_status;
 pub mod round;
