@@ -28,6 +28,14 @@ fn builder(servers: &Cluster) -> Builder {
         .node_timeout(Duration::from_millis(200))
 }
 
+/// A release the rule lets through: confirmed by a quorum of the 3 nodes at least (the third may
+/// answer after the release's node timeout on a loaded machine: it still releases, and a
+/// refusal by the rule would be an error here and in the stats `no_errors` reads).
+fn released_on_a_quorum(released: Result<usize, redlock_mux::Error>) {
+    let released = released.unwrap();
+    assert!(released >= 2, "released on {released} of 3 nodes");
+}
+
 /// What node-redlock, redsync and the others do: `SET name token NX PX ttl` on every node.
 fn foreign_lock(servers: &Cluster, name: &str, token: &str) {
     for s in servers.iter() {
@@ -378,7 +386,7 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
             std::thread::spawn(move || waiter.lock_until(&waits, Instant::now() + SOON))
         };
         until_marked_by(&servers, "acl");
-        assert_eq!(holder.unlock(lock).unwrap(), 3);
+        released_on_a_quorum(holder.unlock(lock));
         let mut got = t.join().unwrap().unwrap();
         waiter.extend(&mut got, Duration::from_secs(3)).unwrap();
         if coverage == Coverage::EveryKind {
@@ -412,7 +420,7 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
     let mut both = quiet.lock(&set).unwrap();
     assert!(both.fence().is_some());
     quiet.extend(&mut both, Duration::from_secs(3)).unwrap();
-    assert_eq!(quiet.unlock(both).unwrap(), 3);
+    released_on_a_quorum(quiet.unlock(both));
     let permits = quiet.semaphore("acl-deploys", 2).unwrap();
     let permit = permits.acquire().unwrap();
     quiet.unlock(permit).unwrap();
