@@ -8,10 +8,10 @@
 //! ```
 //!
 //! KIND: nothing (default: every assumption holds, 0 violations expected), quarantine,
-//! clock-drift, work-past-validity, lying-node, eviction-counted, majority-down, the validity computed without
-//! the drift allowance (no-drift-allowance: the cover check's), two wrong fencing
-//! constructions: fence-no-write-back, fence-blank-as-zero; two liveness defects brought back:
-//! ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
+//! clock-drift, work-past-validity, lying-node, eviction-counted, half-open, majority-down,
+//! the validity computed without the drift allowance (no-drift-allowance: the cover check's),
+//! two wrong fencing constructions: fence-no-write-back, fence-blank-as-zero; two liveness
+//! defects brought back: ledger-unpaced, fail-when-full; a wrong all-or-none lock: set-not-all-or-none; a wrong
 //! read lock: reader-ignores-writer; a wrong semaphore (per-node counters of 2 permits,
 //! majorities): counter-semaphore; a liveness defect brought back, caught by the progress
 //! check (one of five nodes frozen, contention for one resource, grants per second against
@@ -90,6 +90,7 @@ fn main() {
                     Some("work-past-validity") => Break::WorkPastValidity,
                     Some("lying-node") => Break::LyingNode,
                     Some("eviction-counted") => Break::EvictionCounted,
+                    Some("half-open") => Break::HalfOpen,
                     Some("majority-down") => Break::MajorityDown,
                     Some("fence-no-write-back") => Break::FenceNoWriteBack,
                     Some("fence-blank-as-zero") => Break::FenceBlankAsZero,

@@ -33,6 +33,7 @@ impl<N: Net> Engine<N> {
             loss: Loss::NoQuorum | Loss::Held,
             yes,
         } = decision
+            && !self.core.mutation.no_hurry()
         {
             self.hurry_silent(index, yes);
         }
@@ -43,15 +44,21 @@ impl<N: Net> Engine<N> {
     }
 
     /// Round `index` was lost with `yes` votes: if the nodes that were silent in it (timed out,
-    /// or not waited for because they had) could have made its quorum, their connections are
-    /// hurried ([`Session::hurry`](crate::proto::session::Session::hurry)): a connection that
-    /// stays silent while callers need it is failed after the connect timeout and made again,
-    /// rather than after `reply_timeout`.
+    /// not waited for because they had, or refused the request because as many as
+    /// `max_pending` already wait there unanswered) could have made its quorum, their
+    /// connections are hurried ([`Session::hurry`](crate::proto::session::Session::hurry)): a
+    /// connection that stays silent while callers need it is failed after the connect timeout
+    /// and made again, rather than after `reply_timeout`.
     #[cold]
     fn hurry_silent(&mut self, index: usize, yes: usize) {
         let ballot = &self.core.ops[index].vote;
         let silent = (ballot.faults.iter().enumerate())
-            .filter(|(_, f)| matches!(f, Some(NodeFault::Timeout | NodeFault::Silent)))
+            .filter(|(_, f)| {
+                matches!(
+                    f,
+                    Some(NodeFault::Timeout | NodeFault::Silent | NodeFault::Overloaded)
+                )
+            })
             .fold(0, |bits, (node, _)| bits | node_bit(node));
         if yes + silent.count_ones() as usize >= ballot.round.quorum() {
             for node in nodes_in(silent) {

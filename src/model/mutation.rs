@@ -59,6 +59,11 @@ pub(crate) enum Mutation {
     /// been up long but lacks the keys (a failover, a moved address) counts at once.
     #[cfg(any(test, feature = "sim"))]
     RunIdOnYesOnly,
+    /// Silent connections that a lost round needed are not hurried (`Session::hurry`): a
+    /// half-open connection is reset only by `reply_timeout`, which with the default settings
+    /// comes after a `lock`'s whole wait.
+    #[cfg(any(test, feature = "sim"))]
+    NoHurry,
 }
 
 impl Mutation {
@@ -144,6 +149,15 @@ impl Mutation {
         #[cfg(not(any(test, feature = "sim")))]
         false
     }
+
+    /// Silent connections never hurried ([`Mutation::NoHurry`]).
+    #[inline]
+    pub fn no_hurry(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::NoHurry;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
 }
 
 #[cfg(test)]
@@ -163,8 +177,9 @@ mod tests {
             Mutation::NoticeHerd,
             Mutation::UptimeAtItsWord,
             Mutation::RunIdOnYesOnly,
+            Mutation::NoHurry,
         ];
-        let answers: Vec<[bool; 9]> = all
+        let answers: Vec<[bool; 10]> = all
             .iter()
             .map(|m| {
                 [
@@ -177,6 +192,7 @@ mod tests {
                     m.notice_herd(),
                     m.uptime_at_its_word(),
                     m.run_id_on_yes_only(),
+                    m.no_hurry(),
                 ]
             })
             .collect();
@@ -184,18 +200,39 @@ mod tests {
             answers,
             [
                 [
-                    false, false, false, false, false, false, false, false, false
+                    false, false, false, false, false, false, false, false, false, false
                 ],
-                [true, false, false, false, false, false, false, false, false],
-                [false, true, false, false, false, false, false, false, false],
+                [
+                    true, false, false, false, false, false, false, false, false, false
+                ],
+                [
+                    false, true, false, false, false, false, false, false, false, false
+                ],
                 // The unpaced replay overflowed a connection that was then failed.
-                [false, false, true, true, false, false, false, false, false],
-                [false, false, false, true, false, false, false, false, false],
-                [false, false, false, false, true, false, false, false, false],
-                [false, false, false, false, false, true, false, false, false],
-                [false, false, false, false, false, false, true, false, false],
-                [false, false, false, false, false, false, false, true, false],
-                [false, false, false, false, false, false, false, false, true],
+                [
+                    false, false, true, true, false, false, false, false, false, false
+                ],
+                [
+                    false, false, false, true, false, false, false, false, false, false
+                ],
+                [
+                    false, false, false, false, true, false, false, false, false, false
+                ],
+                [
+                    false, false, false, false, false, true, false, false, false, false
+                ],
+                [
+                    false, false, false, false, false, false, true, false, false, false
+                ],
+                [
+                    false, false, false, false, false, false, false, true, false, false
+                ],
+                [
+                    false, false, false, false, false, false, false, false, true, false
+                ],
+                [
+                    false, false, false, false, false, false, false, false, false, true
+                ],
             ]
         );
     }

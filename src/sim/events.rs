@@ -35,6 +35,9 @@ pub(super) enum EvKind {
     NodeCrash(usize, u64),
     NodeRestart(usize),
     ConnReset(usize, usize),
+    /// (`Break::HalfOpen`) a client's connection to a node goes half open: the node forgets it,
+    /// the client is not told, and what it sends there is lost.
+    HalfOpen(usize, usize),
     Partition(usize, usize, u64),
     ClientPause(usize, u64),
     ClientResume(usize),

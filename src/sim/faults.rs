@@ -54,6 +54,8 @@ const REPLACED_AFTER: u64 = 300 * MS;
 /// down.
 const BLANK_RESTART: Range<u64> = 200 * MS..600 * MS;
 const BLANK_DOWN: Range<u64> = 0..300 * MS;
+/// (`Break::HalfOpen`) how many times the flows to a majority are dropped.
+const FLOW_DROPS: Range<u64> = 1..4;
 /// (`Break::EvictionCounted`) how many times memory pressure comes to each evicting node.
 const EVICTIONS: Range<u64> = 5..30;
 /// (`Break::UptimeAtItsWord`) when the rolling restart begins, and the pause before each
@@ -91,6 +93,7 @@ impl World {
             Break::FenceMajorityBlank => self.majority_restarts_blank(),
             Break::UptimeAtItsWord => self.rolling_restart(),
             Break::EvictionCounted => self.memory_pressure(),
+            Break::HalfOpen => self.flows_dropped(),
             _ => self.random_faults(),
         }
     }
@@ -110,6 +113,21 @@ impl World {
         if self.setup.control {
             // The operator repairs once every node is back (and retries until it works).
             self.at(healed, EvKind::Operator);
+        }
+    }
+
+    /// (`Break::HalfOpen`) now and then a middlebox drops the flows to a majority of the
+    /// nodes: every client's connections to them go half open at once, and nothing else goes
+    /// wrong.
+    fn flows_dropped(&mut self) {
+        for _ in 0..self.rng.within(FLOW_DROPS) {
+            let t = self.rng.range(0, FAULT_WINDOW);
+            let first = self.rng.range(0, NODES as u64) as usize;
+            for i in 0..NODES / 2 + 1 {
+                for client in 0..self.clients.len() {
+                    self.at(t, EvKind::HalfOpen(client, (first + i) % NODES));
+                }
+            }
         }
     }
 
@@ -344,6 +362,27 @@ impl World {
             self.fault_on(Some(node), Some(client), 0);
             self.log(|| format!("connection client {client} - node {node} reset"));
             self.reset(conn, client, node);
+        }
+    }
+
+    /// (`Break::HalfOpen`) the connection of a client to a node, if one is up, goes half open:
+    /// the node forgets it (as a middlebox that dropped the flow, or a host that vanished,
+    /// would leave it), the client is not told, and what either side sends on it is lost. Only
+    /// a timeout of the client's tells it; a new connection works. Counted with the resets.
+    pub(super) fn half_open(&mut self, client: usize, node: usize) {
+        let found = self
+            .conns
+            .iter_mut()
+            .find(|(_, c)| c.client == client && c.node == node && c.alive)
+            .map(|(id, c)| {
+                c.alive = false;
+                id
+            });
+        if let Some(conn) = found {
+            self.nodes[node].node.forget(conn);
+            self.report.faults[2] += 1;
+            self.fault_on(Some(node), Some(client), 0);
+            self.log(|| format!("connection client {client} - node {node} half open"));
         }
     }
 

@@ -95,6 +95,13 @@ pub enum Break {
     /// now and then — a held lock's. With `--control` two of them do, and the client refuses
     /// their yeses (the default): a quorum of three comes from the others.
     EvictionCounted,
+    /// (Liveness) a defect brought back: silent connections that a lost round needed are not
+    /// hurried, so a half-open connection is reset only by `reply_timeout`. Now and then the
+    /// flows to a majority of the nodes are dropped (every client's connections to them go half
+    /// open at once; new connections work), with the default `reply_timeout` (5 s, longer than
+    /// a `lock`'s wait): the liveness check ([`WAIT_BOUND`](super::WAIT_BOUND)) catches the
+    /// callers left waiting on dead connections while a quorum was reachable.
+    HalfOpen,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -114,6 +121,7 @@ impl Break {
             Break::NoticeHerd => Mutation::NoticeHerd,
             Break::UptimeAtItsWord => Mutation::UptimeAtItsWord,
             Break::RunIdOnYesOnly => Mutation::RunIdOnYesOnly,
+            Break::HalfOpen => Mutation::NoHurry,
             _ => Mutation::None,
         }
     }

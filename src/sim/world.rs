@@ -223,13 +223,19 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         max_pending,
         ..Config::default()
     };
+    // (`Break::HalfOpen`, and its control) the default reply timeout, longer than a wait: the
+    // proportions under which only a reset by `reply_timeout` leaves callers waiting.
+    let reply_timeout = match setup.breaks {
+        Break::HalfOpen => config.reply_timeout,
+        _ => REPLY_TIMEOUT,
+    };
     let shared = Builder::new((0..NODES).map(|i| format!("redis://127.0.0.1:{}", 7000 + i)))
         .config(config)
         .ttl(TTL)
         .retry_delay(RETRY_DELAY, RETRY_JITTER)
         .connect_timeout(CONNECT_TIMEOUT)
         .backoff(BACKOFF_MIN, BACKOFF_MAX)
-        .reply_timeout(REPLY_TIMEOUT)
+        .reply_timeout(reply_timeout)
         .quarantine(quarantine)
         .fencing(fencing)
         .shared()
@@ -480,6 +486,7 @@ impl World {
             EvKind::NodeCrash(node, d) => self.crash_node(node, d),
             EvKind::NodeRestart(node) => self.restart_node(node),
             EvKind::ConnReset(client, node) => self.reset_conn(client, node),
+            EvKind::HalfOpen(client, node) => self.half_open(client, node),
             EvKind::Partition(client, node, d) => self.partition(client, node, d),
             EvKind::SlowLink(client, node, d) => self.slow_link(client, node, d),
             EvKind::ClientPause(c, d) => self.pause_client(c, d),
