@@ -200,6 +200,84 @@ fn a_waiting_writer_is_not_starved_by_readers_that_keep_coming() {
     redlock.unlock(write).unwrap();
 }
 
+/// How long each reader of [`a_writer_under_readers_that_keep_coming_is_granted_within_its_bound_every_time`]
+/// holds the lock.
+const READER_HOLD: Duration = Duration::from_millis(150);
+/// The node timeout of [`builder`].
+const NODE_TIMEOUT: Duration = Duration::from_millis(300);
+/// Room for a loaded 2-core machine: the bound is for a writer starved, not for speed.
+const SLACK: Duration = Duration::from_millis(750);
+
+/// A writer waiting under readers that keep coming (three reader threads of another client, each
+/// holding 150 ms and taking it again at once, so that a reader always holds) is granted within
+/// its bound, 50 times of 50. The bound: its first attempt is refused within a node timeout and
+/// leaves its mark, which refuses every reader that comes after; a reader's attempt already in
+/// flight is decided within a node timeout and holds at most `READER_HOLD`; the last reader's
+/// release wakes the writer (at worst its fallback poll, `retry_delay` + `retry_jitter`, finds the
+/// resource free), and that attempt is decided within a node timeout.
+#[test]
+fn a_writer_under_readers_that_keep_coming_is_granted_within_its_bound_every_time() {
+    let servers = Cluster::start(3);
+    let build = || {
+        builder(&servers)
+            .ttl(Duration::from_secs(5))
+            .build()
+            .unwrap()
+    };
+    let (readers, writer) = (build(), build());
+    let config = writer.config();
+    let bound = NODE_TIMEOUT * 3 + READER_HOLD + config.retry_delay + config.retry_jitter + SLACK;
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (readers, stop) = (readers.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match readers.try_lock_shared("report") {
+                        Ok(read) => {
+                            std::thread::sleep(READER_HOLD);
+                            readers.unlock(read).unwrap();
+                        }
+                        Err(Error::Held(_)) => std::thread::sleep(Duration::from_millis(5)),
+                        Err(e) => panic!("reader: {e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers_hold = || {
+        let until = Instant::now() + Duration::from_secs(10);
+        while servers[0].cmd(&["TYPE", "report"]) != redis::Value::SimpleString("zset".into()) {
+            assert!(Instant::now() < until, "no reader came back");
+            std::thread::yield_now();
+        }
+    };
+    let mut waits = Vec::new();
+    for _ in 0..50 {
+        readers_hold();
+        let t0 = Instant::now();
+        let write = writer
+            .lock_until("report", soon())
+            .expect("the writer gets in while readers keep coming");
+        waits.push(t0.elapsed());
+        writer.unlock(write).unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    waits.sort();
+    eprintln!(
+        "writer under readers, 50 waits: median {:?}, longest {:?} (bound {bound:?})",
+        waits[25], waits[49]
+    );
+    assert!(
+        waits[49] <= bound,
+        "longest wait {:?} over the bound {bound:?}: {waits:?}",
+        waits[49]
+    );
+}
+
 /// Many reader threads and writer threads on one resource, waiting: readers overlap, writers
 /// are alone, everybody finishes.
 #[test]
