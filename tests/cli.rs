@@ -875,12 +875,18 @@ impl Pty {
         cmd.stdin(slave.try_clone().unwrap())
             .stdout(slave.try_clone().unwrap())
             .stderr(slave);
-        // SAFETY: only async-signal-safe calls between fork and exec (setsid, ioctl).
+        // SAFETY: only async-signal-safe calls between fork and exec (setsid, ioctl, signal).
         unsafe {
             cmd.pre_exec(|| {
                 if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                     return Err(io::Error::last_os_error());
                 }
+                // A terminal session's shell takes Ctrl-C as a shell on a terminal does, whatever
+                // the test runner inherited: a runner started in the background by a
+                // non-interactive shell ignores SIGINT, and a shell that starts with it ignored
+                // cannot trap it.
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
                 Ok(())
             });
         }
