@@ -164,6 +164,12 @@ impl Net {
 /// counts as connected only once the server answered through the relay, and the connect
 /// timeout covers that answer. (Without a step that gates it, a connection is up as soon as
 /// TCP is, which a relay completes whatever lies behind it.)
+///
+/// Kept locks are renewed with [`KEEP_FRACTION`] of the TTL left: with the default third, a
+/// 2 s TTL and a 200 ms node timeout leave no room to try a lost renewal again (a retry needs
+/// a node timeout and half the margin after its backoff), so one healthy node answering a
+/// renewal late on a loaded machine, beside a faulty one, lost the lock. The defaults' own
+/// proportions (a 30 s TTL, a 50 ms node timeout) leave room for many retries.
 fn builder(urls: Vec<String>) -> Builder {
     Builder::new(urls)
         .quarantine(None)
@@ -174,7 +180,12 @@ fn builder(urls: Vec<String>) -> Builder {
         .backoff(BACKOFF_MIN, BACKOFF_MAX)
         .reply_timeout(REPLY_TIMEOUT)
         .retry_delay(RETRY_DELAY, RETRY_JITTER)
+        .renew_fraction(KEEP_FRACTION)
 }
+
+/// The fraction of the TTL left when a kept lock is renewed: room for one retry of a lost
+/// renewal (see [`builder`]).
+const KEEP_FRACTION: f64 = 0.75;
 
 /// A client: the blocking handle or the async one (its futures run by `block_on`).
 #[derive(Clone)]
