@@ -528,6 +528,8 @@ struct Outcome {
     /// The kept lock: whether it was lost, and renewals won from the fault to the end.
     kept_lost: Option<bool>,
     renewed: u64,
+    /// Why the kept lock was lost, and when (from the start of the fault).
+    kept_why: Option<(Duration, String)>,
     /// `poll` calls of the busier client's event loop per second, from the fault to the end.
     polls_per_s: u64,
 }
@@ -556,6 +558,26 @@ impl Scenario {
         let kept = self.keep.then(|| {
             let redlock = clients[0].redlock();
             let lock = redlock.lock("k").unwrap();
+            // Held on every reachable node before the rival starts: `lock` returns at a quorum, and its
+            // last `SET` lands a moment later (nothing else wants `k` yet). Without the wait, a
+            // rival's `SET` that overtook it in a loaded relay took that node, and a lock backed
+            // by two nodes, one of them the faulty one, could not be renewed: not the fault of
+            // one node of three this scenario is about.
+            let token = lock.token().to_string();
+            let until = Instant::now() + LONG;
+            let reachable = |i: &usize| !(self.fresh && self.faulty.contains(i));
+            let missing = || {
+                (0..self.nodes)
+                    .filter(reachable)
+                    .any(|i| net.servers[i].get("k").as_deref() != Some(token.as_str()))
+            };
+            while missing() {
+                assert!(
+                    Instant::now() < until,
+                    "the kept lock never reached every node"
+                );
+                std::thread::sleep(POLL);
+            }
             (Instant::now(), redlock.keep(lock).unwrap())
         });
         let mut who = vec![(0, "r"), (1, "r")];
@@ -616,6 +638,11 @@ impl Scenario {
         contest.wait_holds(2, back);
         let after: Vec<Stats> = clients.iter().map(Handle::stats).collect();
         let after_at = Instant::now();
+        let kept_why = kept.as_ref().and_then(|(_, kept)| {
+            let at = kept.lost_at()?;
+            let why = kept.lost().map(|e| e.to_string()).unwrap_or_default();
+            Some((at.saturating_duration_since(fault_at), why))
+        });
         let (kept_lost, renewed, kept_hold) = match kept {
             Some((from, kept)) => {
                 let lost = kept.lost_at();
@@ -674,6 +701,7 @@ impl Scenario {
             recovered: back - heal_at,
             moved: most,
             kept_lost,
+            kept_why,
             renewed,
             polls_per_s,
         }
@@ -705,7 +733,11 @@ impl Outcome {
             self.recovered,
             scenario.recovery_bound,
             match self.kept_lost {
-                Some(true) => "; the kept lock lost".to_string(),
+                Some(true) => match &self.kept_why {
+                    Some((at, why)) =>
+                        format!("; the kept lock lost {at:?} after the fault: {why}"),
+                    None => "; the kept lock lost".to_string(),
+                },
                 Some(false) => format!(
                     "; the kept lock renewed {} times from the fault to the end",
                     self.renewed
