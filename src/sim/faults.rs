@@ -348,19 +348,7 @@ impl World {
 
     /// The connection of a client to a node, if one is up, is reset.
     pub(super) fn reset_conn(&mut self, client: usize, node: usize) {
-        let found = self
-            .conns
-            .iter_mut()
-            .find(|(_, c)| c.client == client && c.node == node && c.alive)
-            .map(|(id, c)| {
-                c.alive = false;
-                id
-            });
-        if let Some(conn) = found {
-            self.nodes[node].node.forget(conn);
-            self.report.faults[2] += 1;
-            self.fault_on(Some(node), Some(client), 0);
-            self.log(|| format!("connection client {client} - node {node} reset"));
+        if let Some(conn) = self.drop_conn(client, node, "reset") {
             self.reset(conn, client, node);
         }
     }
@@ -370,20 +358,25 @@ impl World {
     /// would leave it), the client is not told, and what either side sends on it is lost. Only
     /// a timeout of the client's tells it; a new connection works. Counted with the resets.
     pub(super) fn half_open(&mut self, client: usize, node: usize) {
-        let found = self
+        self.drop_conn(client, node, "half open");
+    }
+
+    /// The node's side of the connection of a client to a node, if one is up, is gone: the
+    /// fault recorded (with the resets) and logged as `what`. The client is not told here.
+    fn drop_conn(&mut self, client: usize, node: usize, what: &str) -> Option<u64> {
+        let conn = self
             .conns
             .iter_mut()
             .find(|(_, c)| c.client == client && c.node == node && c.alive)
             .map(|(id, c)| {
                 c.alive = false;
                 id
-            });
-        if let Some(conn) = found {
-            self.nodes[node].node.forget(conn);
-            self.report.faults[2] += 1;
-            self.fault_on(Some(node), Some(client), 0);
-            self.log(|| format!("connection client {client} - node {node} half open"));
-        }
+            })?;
+        self.nodes[node].node.forget(conn);
+        self.report.faults[2] += 1;
+        self.fault_on(Some(node), Some(client), 0);
+        self.log(|| format!("connection client {client} - node {node} {what}"));
+        Some(conn)
     }
 
     /// A client is cut from a node for `d`: messages held, and delivered when it heals.
