@@ -292,8 +292,12 @@ fn a_flushed_script_is_counted_as_a_noscript_fallback() {
     let servers = Cluster::start(3);
     let mut c = client(&servers);
     let mut lock = c.try_lock("noscript").unwrap();
-    // The first extend loads the script (EVAL); then node 0 forgets it.
+    // The first extend loads the script (EVAL); then node 0 forgets it. The extend is decided at
+    // the quorum of nodes 1 and 2, and node 0 may not have run its EVAL yet: a flush read before
+    // it would be followed by the load, and nothing would be missing (seen once under CI's load).
+    // A status read waits for every node, and node 0 answers in order: its EVAL has run.
     c.extend(&mut lock, Duration::from_secs(30)).unwrap();
+    c.status(b"noscript", PATIENCE);
     servers[0].cmd(&["SCRIPT", "FLUSH"]);
     c.extend(&mut lock, Duration::from_secs(30)).unwrap();
     c.unlock(lock).unwrap();
