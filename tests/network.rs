@@ -665,14 +665,35 @@ impl Scenario {
         log.holds.extend(kept_hold);
         log.assert_bounds();
         log.assert_no_overlap();
-        // Nothing of ours left on any server once every release is confirmed.
+        // Nothing of ours left on any server once every release is confirmed, but for one
+        // kind of key: a request written on a connection the client gave up may still be in
+        // the network (TCP delivers what was sent before the close; the relay too) and land
+        // after the release that went out on the next connection. Such a key is no one's
+        // lock and lasts at most a TTL; only a node a client opened a second socket to can
+        // have one.
+        let sockets: Vec<u64> = (0..self.nodes)
+            .map(|i| {
+                clients
+                    .iter()
+                    .map(|c| c.stats().nodes[i].connects)
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
         for c in &clients {
             let shutdown = c.redlock().shutdown(LONG);
             assert_eq!(shutdown.unconfirmed, 0, "{shutdown:?}");
         }
         for (i, s) in net.servers.iter().enumerate() {
             for key in ["r", "k"] {
-                assert_eq!(s.get(key), None, "{key} left on node {i}");
+                // -2: no such key.
+                let pttl = s.pttl(key);
+                if pttl != -2 {
+                    assert!(
+                        sockets[i] > 1 && pttl > 0 && pttl <= TTL.as_millis() as i64,
+                        "{key} left on node {i} (PTTL {pttl} ms; sockets per node {sockets:?})"
+                    );
+                }
             }
         }
         let mut most = Moved::default();
