@@ -119,7 +119,7 @@ fn a_server_over_maxclients_is_waited_for_not_an_auth_error() {
         .unwrap();
     match c.try_lock("a") {
         Err(e @ Error::NoQuorum(_)) => {
-            assert!(!e.is_final(), "{e}");
+            assert!(!e.is_permanent(), "{e}");
             assert!(e.to_string().contains("max number of clients"), "{e}");
         }
         other => panic!("expected a passing refusal, got {other:?}"),

@@ -101,7 +101,7 @@ fn evicting_servers_give_two_holders_unless_refused() {
         for f in faults {
             assert_eq!(f, &NodeFault::Evicting(Some(policy)), "{name}: {err}");
         }
-        assert!(err.is_final(), "{name}: {err:?}");
+        assert!(err.is_permanent(), "{name}: {err:?}");
         let message = err.to_string();
         assert!(message.contains(name), "{message}");
         assert!(message.contains("noeviction"), "{message}");

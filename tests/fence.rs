@@ -524,7 +524,7 @@ fn a_repair_short_of_a_quorum_fails_and_writes_nothing() {
                 assert!(message.contains(&servers[i].addr()), "{message}");
             }
             // Servers that are down may come back: worth trying again.
-            assert!(!e.is_final(), "{e}");
+            assert!(!e.is_permanent(), "{e}");
         }
         other => panic!("expected Error::FenceRepair: {other:?}"),
     }

@@ -480,5 +480,5 @@ fn a_refused_command_is_named_in_the_refusal() {
     assert!(message.contains("ZADD"), "{message}");
     assert!(message.contains("docs/production.md"), "{message}");
     // A configuration mistake that waiting does not mend.
-    assert!(err.is_final(), "{err:?}");
+    assert!(err.is_permanent(), "{err:?}");
 }

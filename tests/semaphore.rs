@@ -262,7 +262,7 @@ fn a_bad_permit_count_is_a_typed_error_in_every_face() {
             matches!(e, Error::PermitCount { permits: p, max: MAX_PERMITS } if p == permits),
             "{e}"
         );
-        assert!(e.is_final());
+        assert!(e.is_permanent());
         let async_face = redlock_mux::AsyncRedlock::from(redlock.clone());
         assert!(matches!(
             async_face.semaphore("x", permits),

@@ -234,13 +234,13 @@ fn a_tls_server_closing_before_the_handshake_is_a_passing_fault() {
     });
     let mut c = client(Builder::new([format!("rediss://127.0.0.1:{port}")]).tls_ca_file(pki.ca()));
     let e = c.try_lock("res").expect_err("closed");
-    assert!(!e.is_final(), "{e}");
+    assert!(!e.is_permanent(), "{e}");
     assert!(matches!(only_fault(&e), NodeFault::Closed), "{e}");
     // A wait goes on trying (after the reconnect backoff) until its deadline.
     let e = c
         .lock_until("res", Instant::now() + Duration::from_millis(1_500))
         .expect_err("still closed");
-    assert!(!e.is_final(), "{e}");
+    assert!(!e.is_permanent(), "{e}");
     assert!(accepted.load(std::sync::atomic::Ordering::SeqCst) >= 3);
 }
 
@@ -290,7 +290,7 @@ fn waiting_ends_at_once_when_no_certificate_verifies() {
     let e = redlock
         .lock_until("res", std::time::Instant::now() + Duration::from_secs(10))
         .expect_err("an untrusted certificate");
-    assert!(e.is_final(), "{e}");
+    assert!(e.is_permanent(), "{e}");
     let attempts = redlock.stats().acquire.count();
     assert!(attempts <= 2, "{attempts} attempts for a wrong CA");
     for s in servers.iter() {

@@ -494,10 +494,14 @@ impl Redlock {
     /// }
     /// # Ok::<(), redlock_mux::Error>(())
     /// ```
-    pub fn status(&self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
+    pub fn status(&self, resource: impl AsRef<[u8]>, timeout: Duration) -> Vec<NodeStatus> {
         // From `with_client`'s closure (`Error::Reentrant`): no node could be asked.
         (self.handle.hub)
-            .call(ReqKind::Status { timeout }, resource, &Token::EMPTY)
+            .call(
+                ReqKind::Status { timeout },
+                resource.as_ref(),
+                &Token::EMPTY,
+            )
             .map_or_else(|_| Vec::new(), status_of)
     }
     /// Repairs blank fence counters, so that fenced acquires work again after a majority of

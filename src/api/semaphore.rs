@@ -132,7 +132,7 @@ fn others(permits: usize, first: usize) -> Vec<usize> {
 /// credentials). A permit this caller keeps already ([`Error::AlreadyHeld`]) is final for that
 /// permit only, so for the semaphore only if it has no other.
 fn try_others(e: &Error, permits: usize) -> bool {
-    !e.is_final() || (permits > 1 && matches!(e, Error::AlreadyHeld { .. }))
+    !e.is_permanent() || (permits > 1 && matches!(e, Error::AlreadyHeld { .. }))
 }
 
 /// Of the outcomes of attempts on permits (index, outcome), the permit of lowest index won;
@@ -803,7 +803,7 @@ impl Client {
         let mut rng = rand::rng();
         loop {
             match self.try_permits(&names) {
-                Err(e) if !e.is_final() && Instant::now() < deadline => {}
+                Err(e) if !e.is_permanent() && Instant::now() < deadline => {}
                 done => return done,
             }
             // One permit, for a pause like a retry's: long enough for its release notice or
@@ -819,7 +819,7 @@ impl Client {
             // on every permit before it).
             match self.lock_until(&names[i], until) {
                 Ok(lock) => return Ok(lock),
-                Err(e) if e.is_final() || Instant::now() >= deadline => return Err(e),
+                Err(e) if e.is_permanent() || Instant::now() >= deadline => return Err(e),
                 Err(_) => {}
             }
         }
@@ -869,7 +869,7 @@ mod tests {
         ));
         let names = permit_names(&config, b"deploy", MAX_PERMITS).unwrap();
         assert_eq!(names.len(), MAX_PERMITS as usize);
-        assert!(Error::PermitCount { permits: 0, max: 1 }.is_final());
+        assert!(Error::PermitCount { permits: 0, max: 1 }.is_permanent());
     }
 
     /// A name that fits but whose permit keys do not: the message says so, with the name's

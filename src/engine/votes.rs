@@ -368,7 +368,7 @@ impl Ballot {
 
     /// The error for a lost round. Credentials or permissions refused take precedence when the
     /// nodes that fail for good (those, and any other permanent fault) leave too few for a
-    /// quorum (nothing but a change of configuration mends that: `Error::is_final`); with
+    /// quorum (nothing but a change of configuration mends that: `Error::is_permanent`); with
     /// fewer, the round is reported by its loss, those nodes' faults in its report — one
     /// misconfigured node of five made a lock held elsewhere a final `Auth` (`lock` gave up at
     /// once) and a kept lock's renewal lost to a frozen majority not tried again (found by

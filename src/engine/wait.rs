@@ -181,7 +181,7 @@ impl<N: Net> Engine<N> {
                 Outcome::Acquired(Ok(grant)) => self.attempt_won(w, variant, grant, &resource, now),
                 // No retry mends it (a wrong CA, a port that speaks another protocol,
                 // credentials refused on too many nodes): the caller learns at once.
-                Outcome::Acquired(Err(error)) if error.is_final() || deadline <= now => {
+                Outcome::Acquired(Err(error)) if error.is_permanent() || deadline <= now => {
                     self.wait_failed(w, error, &resource, now)
                 }
                 Outcome::Acquired(Err(error)) => {

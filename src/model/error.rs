@@ -456,8 +456,8 @@ impl fmt::Debug for Report {
 /// match redlock.try_lock("invoice:42") {
 ///     Ok(lock) => { /* ... */ redlock.unlock(lock)?; }
 ///     Err(Error::Held(_)) => println!("someone else has it"),
-///     Err(e) if e.is_final() => return Err(e), // configuration, credentials: no retry mends it
-///     Err(e) => eprintln!("not now: {e}"),     // the message names every node and its fault
+///     Err(e) if e.is_permanent() => return Err(e), // configuration, credentials: no retry mends it
+///     Err(e) => eprintln!("not now: {e}"),          // the message names every node and its fault
 /// }
 /// # Ok::<(), redlock_mux::Error>(())
 /// ```
@@ -704,9 +704,12 @@ impl Error {
     /// `lock_until` stop waiting at such an error; `Held` otherwise, and a quorum that
     /// unreachable nodes may still make once they are back, are worth waiting for.
     ///
-    /// A loop that retries an extend unless the error is final therefore ends: at
+    /// A loop that retries an extend unless the error is permanent therefore ends: at
     /// `ExtensionLimit`, or at `Expired` once the validity is gone.
-    pub fn is_final(&self) -> bool {
+    ///
+    /// The same idea as [`NodeFault::is_permanent`], for a whole call: waiting does not mend
+    /// it.
+    pub fn is_permanent(&self) -> bool {
         match self {
             Error::Config(_)
             | Error::ReservedName { .. }
@@ -729,6 +732,15 @@ impl Error {
             }
             _ => false,
         }
+    }
+
+    /// The former name of [`Error::is_permanent`].
+    #[deprecated(
+        since = "0.1.0",
+        note = "renamed `is_permanent`, the name `NodeFault` uses"
+    )]
+    pub fn is_final(&self) -> bool {
+        self.is_permanent()
     }
 
     /// The per-node report, for errors that have one.
@@ -852,19 +864,19 @@ mod tests {
     }
 
     /// No retry cures a lock that ran out or was extended as often as allowed: the documented
-    /// pattern (retry unless `is_final`) looped on them.
+    /// pattern (retry unless `is_permanent`) looped on them.
     #[test]
     fn an_expired_lock_and_the_extension_limit_are_final() {
-        assert!(Error::Expired { released: 0 }.is_final());
-        assert!(Error::Expired { released: 2 }.is_final());
-        assert!(Error::ExtensionLimit(1000).is_final());
+        assert!(Error::Expired { released: 0 }.is_permanent());
+        assert!(Error::Expired { released: 2 }.is_permanent());
+        assert!(Error::ExtensionLimit(1000).is_permanent());
     }
 
     /// `Held` is worth waiting for — unless so many nodes fail for good that the others can
     /// never make a quorum (since credentials refused by a minority no longer make a round's
     /// error `Auth`, such a round can be `Held`).
     #[test]
-    fn held_is_final_only_when_the_nodes_failing_for_good_leave_no_quorum() {
+    fn held_is_permanent_only_when_the_nodes_failing_for_good_leave_no_quorum() {
         let nodes: Arc<[NodeAddr]> = (1..=5)
             .map(|i| NodeAddr::parse(&format!("redis://n:{i}")).unwrap())
             .collect();
@@ -881,15 +893,15 @@ mod tests {
             })
         };
         let auth = || NodeFault::Auth("WRONGPASS".into());
-        assert!(!held(vec![(2, auth())]).is_final());
-        assert!(!held(vec![(2, auth()), (3, NodeFault::Timeout)]).is_final());
+        assert!(!held(vec![(2, auth())]).is_permanent());
+        assert!(!held(vec![(2, auth()), (3, NodeFault::Timeout)]).is_permanent());
         assert!(
             held(vec![
                 (2, auth()),
                 (3, auth()),
                 (4, NodeFault::Unexpected("x".into()))
             ])
-            .is_final()
+            .is_permanent()
         );
     }
 }

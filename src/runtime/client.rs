@@ -307,11 +307,9 @@ impl Client {
     /// the fence counter, waiting at most `timeout`. For inspection (`redlock status`); not a
     /// lock operation. A [`Shared`](crate::Shared) name is asked as its resource's; a
     /// [`ResourceSet`](crate::ResourceSet) is not one key: ask each member.
-    pub fn status(&mut self, resource: &[u8], timeout: Duration) -> Vec<NodeStatus> {
-        status_of(
-            self.engine
-                .run(ReqKind::Status { timeout }, resource, &Token::EMPTY),
-        )
+    pub fn status(&mut self, resource: impl AsRef<[u8]>, timeout: Duration) -> Vec<NodeStatus> {
+        let kind = ReqKind::Status { timeout };
+        status_of(self.engine.run(kind, resource.as_ref(), &Token::EMPTY))
     }
 
     /// Repairs blank fence counters; see [`Redlock::repair_fences`](crate::Redlock::repair_fences).

@@ -60,7 +60,7 @@ pub fn unreachable_grace(config: &redlock_mux::Config) -> Duration {
 /// a wait that starts on servers in their restart quarantine (or unreachable ones) can say so
 /// before it waits; a lock held elsewhere is said once the wait has lasted a second.
 ///
-/// What waiting cannot mend ends at once ([`Error::is_final`]: a certificate that does not
+/// What waiting cannot mend ends at once ([`Error::is_permanent`]: a certificate that does not
 /// verify, a port that speaks another protocol, credentials refused). Without a limit (no
 /// `-w`), no quorum of reachable servers is waited for at most [`unreachable_grace`], then 69.
 ///
@@ -100,7 +100,8 @@ pub fn acquire(
         Wait::For(d) => Some(started + d),
         Wait::Forever => Some(started + FOREVER),
     };
-    let retryable = !first.is_final() && matches!(classify(&first).1, Kind::Held | Kind::NoQuorum);
+    let retryable =
+        !first.is_permanent() && matches!(classify(&first).1, Kind::Held | Kind::NoQuorum);
     let Some(deadline) = deadline.filter(|_| retryable) else {
         return Err(target.failure(&first));
     };
@@ -262,7 +263,7 @@ impl Target<'_> {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
-            if e.is_final() || Instant::now() >= deadline {
+            if e.is_permanent() || Instant::now() >= deadline {
                 return Err(self.failure(&e));
             }
             notes.look(self, &e);
@@ -285,7 +286,7 @@ impl Target<'_> {
                 Ok(lock) => return Ok(lock),
                 Err(e) => e,
             };
-            if e.is_final() || Instant::now() >= deadline {
+            if e.is_permanent() || Instant::now() >= deadline {
                 return Err(self.failure(&e));
             }
             notes.look(self, &e);
