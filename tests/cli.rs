@@ -1972,6 +1972,7 @@ fn json_output_is_one_object_on_stdout() {
     assert_eq!(v["ttl_ms"], 20_000);
     assert!(v["validity_ms"].as_u64().unwrap() > 19_000, "{v}");
     assert!(v["fence"].is_null(), "{v}");
+    assert_eq!(v["waited"], serde_json::json!([]), "{v}");
     let token = v["token"].as_str().unwrap().to_owned();
     for s in servers.iter() {
         assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
@@ -1983,6 +1984,7 @@ fn json_output_is_one_object_on_stdout() {
     assert_eq!(v["ok"], false);
     assert_eq!(v["exit_code"], 75);
     assert_eq!(v["error"], "held");
+    assert_eq!(v["waited"], serde_json::json!([]), "{v}");
     let nodes = v["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 3, "{v}");
     assert!(
@@ -2057,8 +2059,24 @@ fn a_wait_says_why_it_waits_and_again_when_the_reason_changes() {
     let servers = Cluster::start(3);
     let urls = servers.urls();
     acquire(&urls, "job", "3s");
-    let o = output(plain(&urls).args(["acquire", "--ttl", "1h", "-w", "6s", "job"]));
+    let o = output(plain(&urls).args(["acquire", "--json", "--ttl", "1h", "-w", "6s", "job"]));
     assert_code(&o, 80);
+    // `--json` lists the same reasons, in `waited`.
+    let v = json_of(&o);
+    let waited = v["waited"].as_array().unwrap();
+    let reasons: Vec<&str> = waited
+        .iter()
+        .map(|w| w["reason"].as_str().unwrap())
+        .collect();
+    assert_eq!(reasons, ["held", "quarantined"], "{v}");
+    assert!(waited[0]["after_ms"].as_u64().unwrap() >= 1_000, "{v}");
+    assert!(
+        waited[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("restart quarantine"),
+        "{v}"
+    );
     let err = stderr(&o);
     let lines: Vec<&str> = err.lines().collect();
     assert_eq!(lines.len(), 3, "{err}");

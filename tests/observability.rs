@@ -403,6 +403,62 @@ mod events {
             .collect()
     }
 
+    /// The `waiting` event: a lock held elsewhere is said once the wait has lasted a second,
+    /// then again each time the reason changes — no quorum while two nodes are frozen (the
+    /// holder's key gone from the third), held again once they answer — and not at every
+    /// attempt in between.
+    #[test]
+    fn a_wait_says_why_it_waits_once_and_again_when_the_reason_changes() {
+        capture();
+        let mut servers = Cluster::start(3);
+        let holder = Builder::new(servers.urls())
+            .quarantine(None)
+            .ttl(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let _held = holder.try_lock("ev:waiting").unwrap();
+        let waiter = Builder::new(servers.urls())
+            .quarantine(None)
+            .node_timeout(Duration::from_millis(200))
+            .retry_delay(Duration::from_millis(100), Duration::ZERO)
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let deadline = started + Duration::from_secs(5);
+        let wait = std::thread::spawn(move || waiter.lock_until("ev:waiting", deadline));
+        let said = || {
+            let mine = |e: &Event| e.get("resource") == Some("ev:waiting");
+            events("waiting", mine)
+        };
+        let until = |n: usize| {
+            while said().len() < n {
+                assert!(std::time::Instant::now() < deadline, "{:?}", said());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        until(1);
+        assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", said());
+        servers[0].freeze();
+        servers[1].freeze();
+        servers[2].cmd(&["DEL", "ev:waiting"]);
+        until(2);
+        servers[0].resume();
+        servers[1].resume();
+        until(3);
+        let result = wait.join().unwrap();
+        assert!(
+            matches!(result, Err(redlock_mux::Error::Held(_))),
+            "{result:?}"
+        );
+        let said = said();
+        let reasons: Vec<&str> = said.iter().map(|e| e.get("reason").unwrap()).collect();
+        assert_eq!(reasons, ["held", "no_quorum", "held"], "{said:?}");
+        let first: u64 = said[0].get("waited_ms").unwrap().parse().unwrap();
+        assert!(first >= 1_000, "{said:?}");
+        assert!(said.iter().all(|e| e.level == log::Level::Info));
+        assert!(said[0].message.contains("held elsewhere"), "{said:?}");
+    }
+
     #[test]
     fn acquired_no_quorum_and_node_down_are_told() {
         capture();

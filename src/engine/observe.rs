@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::engine::queue::WaitReason;
 use crate::engine::request::Outcome;
 use crate::model::addr::NodeAddr;
 use crate::model::error::Error;
@@ -81,6 +82,16 @@ pub(super) fn acquired_event(
         "{}: acquired after {attempts} attempt(s) in {latency:?}; yes from {}{}",
         resource.escape_ascii(), crate::model::event::NodeList(nodes, votes, crate::LockVote::Yes),
         crate::model::event::Unreachable(nodes, votes));
+}
+
+/// The event of a wait that goes on, and why (`reason`), said once and again when the reason
+/// changes (`engine/wait.rs`).
+#[cfg_attr(not(feature = "log"), allow(unused_variables))]
+pub(super) fn waiting_event(resource: &[u8], reason: WaitReason, waited: Duration, e: &Error) {
+    let resource = resource.escape_ascii();
+    event!(Info, event = "waiting", resource:% = resource, reason = reason.name(),
+        waited_ms = waited.as_millis() as u64;
+        "{resource}: still waiting after {} ms: {e}", waited.as_millis());
 }
 
 /// The event of an acquire or extend that failed: held elsewhere (`debug`: routine under

@@ -93,6 +93,9 @@ pub(crate) struct Queue {
     pub subscribed: u64,
     /// The head's last failure: what a caller gets whose deadline passes while it waits.
     pub last_error: Error,
+    /// Why the wait goes on, as the last `waiting` event said it; `None` until one is said,
+    /// and again once a caller of ours wins.
+    pub said: Option<WaitReason>,
     /// The earliest deadline of the waiters (they are looked at when it has passed).
     pub earliest: Instant,
     /// Nobody has waited since then: the queue is closed after [`LINGER`]. Kept meanwhile, a
@@ -114,6 +117,55 @@ pub(crate) const CANCEL_SWEEP: Duration = Duration::from_millis(50);
 
 /// How long an empty queue is kept (and its subscriptions).
 pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+/// A lock held elsewhere is said (the `waiting` event) once the wait has lasted this long, as
+/// `flock` waits in silence for a moment; any other reason at once.
+pub(crate) const SAY_HELD_AFTER: Duration = Duration::from_secs(1);
+
+/// Why a queue's head waits, as the `waiting` event names it (`reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitReason {
+    /// Held by another token.
+    Held,
+    /// No quorum only because nodes are in their restart quarantine.
+    Quarantine,
+    /// No quorum: nodes down, unreachable or too slow.
+    NoQuorum,
+    /// Anything else (no validity left, no fence read).
+    Other,
+}
+
+impl WaitReason {
+    /// The reason `error` (a lost attempt's) gives.
+    pub fn of(error: &Error) -> WaitReason {
+        match error {
+            Error::Held(_) => WaitReason::Held,
+            Error::NoQuorum(r) => {
+                let quarantined = (r.failed())
+                    .filter(|(_, f)| matches!(f.root(), crate::NodeFault::Quarantined(_)))
+                    .count();
+                let need = r.quorum().saturating_sub(r.yes());
+                if need > 0 && quarantined >= need {
+                    WaitReason::Quarantine
+                } else {
+                    WaitReason::NoQuorum
+                }
+            }
+            _ => WaitReason::Other,
+        }
+    }
+
+    /// Its name in the event.
+    #[cfg_attr(not(feature = "log"), allow(dead_code))]
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitReason::Held => "held",
+            WaitReason::Quarantine => "quarantine",
+            WaitReason::NoQuorum => "no_quorum",
+            WaitReason::Other => "other",
+        }
+    }
+}
 
 impl Waits {
     pub fn new(seed: u64) -> Waits {
@@ -158,6 +210,7 @@ impl Waits {
             marked: false,
             subscribed: 0,
             last_error: error,
+            said: None,
             earliest: now,
             idle_since: None,
             cancel_sweep: now + CANCEL_SWEEP,

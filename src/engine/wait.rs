@@ -6,14 +6,16 @@
 use std::time::{Duration, Instant};
 
 use crate::engine::net::Net;
-use crate::engine::queue::{CANCEL_SWEEP, Queue, Seen, crowd_pause, retry_pause, split_pause};
+use crate::engine::queue::{
+    CANCEL_SWEEP, Queue, SAY_HELD_AFTER, Seen, WaitReason, crowd_pause, retry_pause, split_pause,
+};
 use crate::engine::request::{OpId, Outcome, ReqKind};
 use crate::model::error::Error;
 use crate::model::lock::Grant;
 use crate::model::token::Token;
 
 use super::Engine;
-use super::observe::acquired_event;
+use super::observe::{acquired_event, waiting_event};
 use super::op::is_cancelled;
 use super::{OpKind, Waiter};
 
@@ -234,6 +236,7 @@ impl<N: Net> Engine<N> {
         let pause = retry_pause(&self.shared.config, self.waits.random());
         if let Some(q) = self.waits.get_mut(resource) {
             q.held_until = Some(valid_until);
+            q.said = None;
             if q.leave(w) {
                 q.streak += 1;
                 q.splits = 0;
@@ -275,6 +278,7 @@ impl<N: Net> Engine<N> {
         let poll = retry_pause(&self.shared.config, random);
         let held = matches!(error, Error::Held(_));
         let hears = self.core.no_notices.iter().any(|&no| !no);
+        let waited = now.saturating_duration_since(self.core.ops[w.index as usize].start);
         let q: &mut Queue = match self.waits.get_mut(resource) {
             Some(q) => {
                 if !q.waiters.contains(&w) {
@@ -305,6 +309,13 @@ impl<N: Net> Engine<N> {
         // flight, and its next attempt may come after the deadline (a split pause, the poll).
         if !(head && self.core.mutation.deadline_not_rearmed()) {
             q.earliest = q.earliest.min(deadline);
+        }
+        let reason = WaitReason::of(&error);
+        if q.said != Some(reason)
+            && (q.said.is_some() || reason != WaitReason::Held || waited >= SAY_HELD_AFTER)
+        {
+            q.said = Some(reason);
+            waiting_event(resource, reason, waited, &error);
         }
         q.last_error = error;
     }

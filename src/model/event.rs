@@ -1,13 +1,14 @@
 //! Structured events through the [`log`](https://docs.rs/log) facade (cargo feature `log`).
 //!
 //! Every event has the target [`TARGET`] (`redlock_mux`), a readable message, and key-values
-//! (`log`'s `kv`): `event` (its name: `acquired`, `refused`, `no_quorum`, `extended`,
+//! (`log`'s `kv`): `event` (its name: `acquired`, `refused`, `waiting`, `no_quorum`, `extended`,
 //! `extend_failed`, `renewal_lost`, `lost`, `released`, `node_down`, `node_up`, `quarantined`, `noscript`,
 //! `waker_panicked`),
 //! `resource` and `node` where they apply, and the figures of the event.
 //!
 //! Levels: `debug` for routine success (acquired, refused, extended, released, a first
-//! connection, NOSCRIPT fallbacks), `info` for a node that came back, `warn` for what an
+//! connection, NOSCRIPT fallbacks), `info` for a node that came back and a wait that goes on
+//! (`waiting`: why, once and when the reason changes), `warn` for what an
 //! operator must look at (no quorum, a kept lock's renewal lost or the lock lost, a node down,
 //! a node quarantined, a task's waker that panicked).
 //!
@@ -20,7 +21,7 @@
 /// `RUST_LOG=redlock_mux=debug` with `env_logger`.
 ///
 /// Each event has a readable message and key-values (`log`'s `kv`): `event`, its name —
-/// `acquired`, `refused`, `no_quorum`, `extended`, `extend_failed`, `renewal_lost`, `lost`,
+/// `acquired`, `refused`, `waiting`, `no_quorum`, `extended`, `extend_failed`, `renewal_lost`, `lost`,
 /// `released`,
 /// `node_down`, `node_up`, `noscript`, `waker_panicked` — and `resource` or `node` with the event's figures.
 /// Levels: `debug` for routine success and refusals, `info` for a node that came back, `warn`

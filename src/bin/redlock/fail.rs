@@ -82,6 +82,9 @@ pub struct Fail {
     pub kind: Kind,
     /// The node-by-node report, when the library gave one.
     pub report: Option<Box<Report>>,
+    /// `acquire --json`: why the wait went on, each reason it gave (`waited`); `None` for
+    /// the other commands, whose objects have no such field.
+    pub waited: Option<Value>,
 }
 
 impl Fail {
@@ -100,6 +103,7 @@ impl Fail {
             message: message.into(),
             kind,
             report: None,
+            waited: None,
         }
     }
 
@@ -121,6 +125,7 @@ impl Fail {
             message: e.to_string(),
             kind,
             report: e.report().cloned().map(Box::new),
+            waited: None,
         }
     }
 
@@ -131,7 +136,7 @@ impl Fail {
 
     /// The failure as one JSON object, for `--json`.
     pub fn to_json(&self, command: &str, resource: Option<&str>) -> Value {
-        json!({
+        let mut object = json!({
             "ok": false,
             "command": command,
             "resource": resource,
@@ -139,7 +144,11 @@ impl Fail {
             "error": self.kind.name(),
             "message": self.message,
             "nodes": failure_nodes(self.report.as_deref()),
-        })
+        });
+        if let Some(waited) = &self.waited {
+            object["waited"] = waited.clone();
+        }
+        object
     }
 }
 

@@ -73,6 +73,18 @@ pub fn acquire(
     waiting: &Waiting,
     quiet: bool,
 ) -> Result<Lock, Fail> {
+    acquire_telling(r, resource, permits, waiting, quiet, &mut Vec::new())
+}
+
+/// [`acquire`], with every reason the wait gave pushed onto `told` (for `--json`).
+pub fn acquire_telling(
+    r: &Redlock,
+    resource: &str,
+    permits: Option<u32>,
+    waiting: &Waiting,
+    quiet: bool,
+    told: &mut Vec<Said>,
+) -> Result<Lock, Fail> {
     // With --permits: a permit of the semaphore RESOURCE, a lock on RESOURCE#i.
     let semaphore = permits
         .map(|p| r.semaphore(resource, p))
@@ -109,13 +121,17 @@ pub fn acquire(
         quiet,
         started,
         said: None,
+        told: std::mem::take(told),
     };
     notes.look(&target, &first);
-    if !matches!(rule, Wait::Forever) {
-        return target.wait_with_limit(&mut notes, deadline);
-    }
-    let unreachable_since = (!matches!(first, Error::Held(_))).then_some(started);
-    target.wait_without_limit(&mut notes, unreachable_since, deadline)
+    let result = if matches!(rule, Wait::Forever) {
+        let unreachable_since = (!matches!(first, Error::Held(_))).then_some(started);
+        target.wait_without_limit(&mut notes, unreachable_since, deadline)
+    } else {
+        target.wait_with_limit(&mut notes, deadline)
+    };
+    *told = notes.told;
+    result
 }
 
 /// How often a wait looks again at why it is still refused, to say so when the reason changes:
@@ -132,14 +148,35 @@ struct Notes {
     started: Instant,
     /// The kind of the reason said last.
     said: Option<Kind>,
+    /// Every reason said, for `--json` (`waited`).
+    told: Vec<Said>,
+}
+
+/// One reason a wait gave (on stderr, and in `acquire --json`'s `waited`).
+#[derive(Debug, Clone)]
+pub struct Said {
+    /// How long the wait had lasted.
+    pub after: Duration,
+    /// `held`, `quarantined` or `no_quorum` (the names of `--json`'s `error`).
+    pub reason: &'static str,
+    /// What was said.
+    pub message: String,
+}
+
+impl Said {
+    /// The object in `waited`: `{after_ms, reason, message}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "after_ms": self.after.as_millis() as u64,
+            "reason": self.reason,
+            "message": self.message,
+        })
+    }
 }
 
 impl Notes {
     /// Says why the wait goes on after `e`, if that is new.
     fn look(&mut self, target: &Target<'_>, e: &Error) {
-        if self.quiet {
-            return;
-        }
         let (kind, why) = match quarantine_hint(target.r, e) {
             Some(hint) => (Kind::Quarantined, hint),
             None => (classify(e).1, e.to_string()),
@@ -150,14 +187,21 @@ impl Notes {
             return;
         }
         let resource = shorten(target.resource, NAME_SHOWN);
-        match self.said {
-            None => say!(
-                "redlock: waiting{} for {resource}: {why}",
-                target.how_long()
-            ),
-            Some(_) => say!("redlock: still waiting for {resource}: {why}"),
+        if !self.quiet {
+            match self.said {
+                None => say!(
+                    "redlock: waiting{} for {resource}: {why}",
+                    target.how_long()
+                ),
+                Some(_) => say!("redlock: still waiting for {resource}: {why}"),
+            }
         }
         self.said = Some(kind);
+        self.told.push(Said {
+            after: self.started.elapsed(),
+            reason: kind.name(),
+            message: why,
+        });
     }
 }
 

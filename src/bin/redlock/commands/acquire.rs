@@ -43,7 +43,20 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let ttl = opts.ttl_or(DEFAULT_TTL);
     let r = build(opts.tuned(DEFAULT_TTL)?.fencing(opts.fence))?;
     let resource = opts.lock_name(&a.resources)?;
-    let lock = waiting::acquire(&r, &resource, opts.permits, &opts.waiting, output.quiet)?;
+    let mut told = Vec::new();
+    let waited = |told: &[waiting::Said]| told.iter().map(waiting::Said::to_json).collect();
+    let lock = waiting::acquire_telling(
+        &r,
+        &resource,
+        opts.permits,
+        &opts.waiting,
+        output.quiet,
+        &mut told,
+    )
+    .map_err(|mut fail| {
+        fail.waited = Some(waited(&told));
+        fail
+    })?;
     // RESOURCE, or with --permits the permit's key, RESOURCE#i.
     let held = String::from_utf8_lossy(lock.resource()).into_owned();
     let token = lock.token().to_string();
@@ -60,6 +73,7 @@ pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
             "ttl_ms": ttl.as_millis() as u64,
             "nodes": lock_votes_json(&lock),
             "warning": unreachable_warning(&lock),
+            "waited": waited(&told),
         })
         .to_string()
     } else {
