@@ -45,84 +45,118 @@ use std::time::Instant;
 
 use redlock_mux::sim::{self, Break, FAULT_KINDS, Report, Setup};
 
-fn main() {
-    let mut seeds: u64 = 10_000;
-    let mut start: u64 = 0;
-    let mut breaks = Break::Nothing;
-    let mut control = false;
-    let mut fencing = false;
-    let mut sets = false;
-    let mut shared = false;
-    let mut crowd = false;
-    let mut young = false;
-    let mut cancel = false;
-    let mut trace: Option<u64> = None;
-    let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut args = std::env::args().skip(1);
+/// The usage line printed with an argument error.
+const USAGE: &str = "usage: sim [SEEDS] [--start N] [--break KIND] [--control] [--fence] [--sets] \
+    [--shared] [--crowd] [--young] [--cancel] [--threads T] | sim --trace SEED [--break KIND] [--control]";
+
+/// The value after `flag`, parsed.
+fn value<T: std::str::FromStr>(
+    args: &mut impl Iterator<Item = String>,
+    flag: &str,
+) -> Result<T, String> {
+    let v = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+    v.replace('_', "")
+        .parse()
+        .map_err(|_| format!("{flag}: not a number: {v:?}"))
+}
+
+/// `--break KIND`'s kind.
+fn break_kind(kind: Option<String>) -> Result<Break, String> {
+    Ok(match kind.as_deref() {
+        Some("nothing") => Break::Nothing,
+        Some("quarantine") => Break::Quarantine,
+        Some("clock-drift") => Break::ClockDrift,
+        Some("work-past-validity") => Break::WorkPastValidity,
+        Some("lying-node") => Break::LyingNode,
+        Some("eviction-counted") => Break::EvictionCounted,
+        Some("half-open") => Break::HalfOpen,
+        Some("majority-down") => Break::MajorityDown,
+        Some("fence-no-write-back") => Break::FenceNoWriteBack,
+        Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
+        Some("ledger-unpaced") => Break::LedgerUnpaced,
+        Some("fail-when-full") => Break::FailWhenFull,
+        Some("no-drift-allowance") => Break::NoDriftAllowance,
+        Some("set-not-all-or-none") => Break::SetNotAllOrNone,
+        Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
+        Some("counter-semaphore") => Break::CounterSemaphore,
+        Some("wait-for-silent") => Break::WaitForSilent,
+        Some("notice-herd") => Break::NoticeHerd,
+        Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
+        Some("fence-majority-blank") => Break::FenceMajorityBlank,
+        Some("uptime-at-its-word") => Break::UptimeAtItsWord,
+        Some("run-id-on-yes-only") => Break::RunIdOnYesOnly,
+        Some(other) => {
+            return Err(format!(
+                "unknown --break {other:?} (see the kinds in examples/sim.rs)"
+            ));
+        }
+        None => return Err("--break needs a kind".into()),
+    })
+}
+
+/// What the command line asks for.
+struct Options {
+    seeds: u64,
+    start: u64,
+    threads: usize,
+    trace: Option<u64>,
+    setup: Setup,
+}
+
+fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut o = Options {
+        seeds: 10_000,
+        start: 0,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        trace: None,
+        setup: Setup::default(),
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--start" => start = args.next().and_then(|v| v.parse().ok()).expect("--start N"),
-            "--threads" => {
-                threads = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .expect("--threads T")
+            "--start" => o.start = value(&mut args, "--start")?,
+            "--threads" => o.threads = value::<usize>(&mut args, "--threads")?.max(1),
+            "--control" => o.setup.control = true,
+            "--fence" => o.setup.fencing = true,
+            "--sets" => o.setup.sets = true,
+            "--shared" => o.setup.shared = true,
+            "--crowd" => o.setup.crowd = true,
+            "--young" => o.setup.young = true,
+            "--cancel" => o.setup.cancel = true,
+            "--trace" => o.trace = Some(value(&mut args, "--trace")?),
+            "--break" => o.setup.breaks = break_kind(args.next())?,
+            n if !n.starts_with('-') => {
+                o.seeds = n
+                    .replace('_', "")
+                    .parse()
+                    .map_err(|_| format!("SEEDS: not a number: {n:?}"))?
             }
-            "--control" => control = true,
-            "--fence" => fencing = true,
-            "--sets" => sets = true,
-            "--shared" => shared = true,
-            "--crowd" => crowd = true,
-            "--young" => young = true,
-            "--cancel" => cancel = true,
-            "--trace" => {
-                trace = Some(
-                    args.next()
-                        .and_then(|v| v.parse().ok())
-                        .expect("--trace SEED"),
-                );
-            }
-            "--break" => {
-                breaks = match args.next().as_deref() {
-                    Some("nothing") => Break::Nothing,
-                    Some("quarantine") => Break::Quarantine,
-                    Some("clock-drift") => Break::ClockDrift,
-                    Some("work-past-validity") => Break::WorkPastValidity,
-                    Some("lying-node") => Break::LyingNode,
-                    Some("eviction-counted") => Break::EvictionCounted,
-                    Some("half-open") => Break::HalfOpen,
-                    Some("majority-down") => Break::MajorityDown,
-                    Some("fence-no-write-back") => Break::FenceNoWriteBack,
-                    Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
-                    Some("ledger-unpaced") => Break::LedgerUnpaced,
-                    Some("fail-when-full") => Break::FailWhenFull,
-                    Some("no-drift-allowance") => Break::NoDriftAllowance,
-                    Some("set-not-all-or-none") => Break::SetNotAllOrNone,
-                    Some("reader-ignores-writer") => Break::ReaderIgnoresWriter,
-                    Some("counter-semaphore") => Break::CounterSemaphore,
-                    Some("wait-for-silent") => Break::WaitForSilent,
-                    Some("notice-herd") => Break::NoticeHerd,
-                    Some("deadline-not-rearmed") => Break::DeadlineNotRearmed,
-                    Some("fence-majority-blank") => Break::FenceMajorityBlank,
-                    Some("uptime-at-its-word") => Break::UptimeAtItsWord,
-                    Some("run-id-on-yes-only") => Break::RunIdOnYesOnly,
-                    other => panic!("unknown --break {other:?}"),
-                }
-            }
-            n => seeds = n.replace('_', "").parse().expect("SEEDS: a number"),
+            other => return Err(format!("unknown option {other:?}")),
         }
     }
-    let setup = Setup {
+    Ok(o)
+}
+
+fn main() {
+    let Options {
+        seeds,
+        start,
+        threads,
+        trace,
+        setup,
+    } = match options(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("sim: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let Setup {
         breaks,
         control,
-        fencing,
-        sets,
-        shared,
-        crowd,
         young,
-        cancel,
-        ..Setup::default()
-    };
+        fencing,
+        ..
+    } = setup;
     if let Some(seed) = trace {
         let mut text = String::new();
         let report = sim::run(seed, setup, Some(&mut text));
