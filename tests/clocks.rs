@@ -29,16 +29,13 @@
 //! `{0, 1, 4}`), with 1 of 5 only a holder on exactly 3 (docs/guarantees.md, "Server clocks").
 
 #[allow(dead_code)]
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
 
 use redlock_soak as soak;
-use soak::driver::RunResult;
+use soak::driver::{RunResult, Workers};
 use soak::worker::{self, WorkerConfig, WorkerResult};
 use soak::{NODES, RunConfig, TTL, check, mono_ns};
 
@@ -60,8 +57,6 @@ const STEP: f64 = 2.0 * TTL.as_secs_f64();
 const STEP_EVERY: Duration = Duration::from_millis(2_500);
 /// How often the driver reads each node's `server_time_usec`.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
-/// Bound on a worker's start (connects, handshakes) and stop (releases, writing its records).
-const WORKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The quarantine window is one TTL; a node must say it has been up longer than that (its
 /// uptime is read a second short) before the workers count it.
 const UPTIME: u64 = TTL.as_secs() + 2;
@@ -166,8 +161,29 @@ fn measure(name: &str, skewed: usize, fault: Fault) {
         s.wait_uptime(UPTIME);
     }
     let records = tempfile::tempdir().unwrap();
-    let mut workers = Workers::start(&servers.urls(), records.path());
-    workers.wait_ready();
+    let mut cfg = RunConfig::new(SEED, HEALTHY + FAULTY);
+    cfg.processes = PROCESSES;
+    cfg.tasks = TASKS;
+    // This test binary again, running `clock_worker`.
+    let worker_command = || {
+        let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
+        cmd.args([
+            "--exact",
+            "clock_worker",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ]);
+        cmd
+    };
+    let mut workers = Workers::start(
+        &cfg,
+        &servers.urls(),
+        records.path().to_owned(),
+        &worker_command,
+    )
+    .expect("the workers");
+    workers.wait_ready().expect("the workers ready");
     let mut sampler = Sampler::new(servers.len());
     let started = mono_ns();
     let t0 = Instant::now();
@@ -211,15 +227,12 @@ fn measure(name: &str, skewed: usize, fault: Fault) {
         std::thread::sleep(wake.saturating_duration_since(Instant::now()));
     }
     let ended = mono_ns();
-    let results = workers.stop();
+    let results = workers.stop().expect("the workers' records");
     for s in servers.iter_mut().take(skewed) {
         if let Fault::Rate(_) = fault {
             s.set_clock_rate(1.0);
         }
     }
-    let mut cfg = RunConfig::new(SEED, HEALTHY + FAULTY);
-    cfg.processes = PROCESSES;
-    cfg.tasks = TASKS;
     let store = FencedStore::play(&results);
     let run = RunResult {
         config: cfg,
@@ -377,110 +390,5 @@ impl FencedStore {
             }
         }
         store
-    }
-}
-
-/// The worker processes: this test binary again, running [`clock_worker`].
-struct Workers {
-    children: Vec<Child>,
-    stdins: Vec<Option<ChildStdin>>,
-    outs: Vec<std::path::PathBuf>,
-    lines: mpsc::Receiver<(usize, Option<String>)>,
-}
-
-impl Workers {
-    fn start(servers: &[String], dir: &Path) -> Workers {
-        let (tx, lines) = mpsc::channel();
-        let mut workers = Workers {
-            children: Vec::new(),
-            stdins: Vec::new(),
-            outs: Vec::new(),
-            lines,
-        };
-        for process in 0..PROCESSES {
-            let out = dir.join(format!("worker-{process}.txt"));
-            let settings = WorkerConfig {
-                servers: servers.to_vec(),
-                process,
-                seed: SEED,
-                tasks: TASKS,
-                out: out.clone(),
-            };
-            let mut cmd = Command::new(std::env::current_exe().expect("the test binary"));
-            cmd.args([
-                "--exact",
-                "clock_worker",
-                "--ignored",
-                "--nocapture",
-                "--quiet",
-            ])
-            .env(worker::ENV, settings.to_env())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-            redis_local::die_with_parent(&mut cmd);
-            let mut child = cmd.spawn().expect("a worker process");
-            let stdout = child.stdout.take().expect("piped");
-            workers.stdins.push(child.stdin.take());
-            workers.children.push(child);
-            workers.outs.push(out);
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                    let _ = tx.send((process, Some(line)));
-                }
-                let _ = tx.send((process, None));
-            });
-        }
-        workers
-    }
-
-    /// Waits until every worker said it is ready.
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + WORKER_TIMEOUT;
-        let mut ready = [false; PROCESSES];
-        while ready.iter().any(|r| !r) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok((p, Some(line))) if line == worker::READY => ready[p] = true,
-                Ok((_, Some(_))) => {}
-                Ok((p, None)) => panic!("worker {p} ended before it was ready"),
-                Err(_) => panic!("workers not ready within {WORKER_TIMEOUT:?}"),
-            }
-        }
-    }
-
-    /// Closes their stdin (the signal to stop), waits until each has written its records and
-    /// ended, and reads the records.
-    fn stop(mut self) -> Vec<WorkerResult> {
-        for stdin in &mut self.stdins {
-            drop(stdin.take());
-        }
-        let deadline = Instant::now() + WORKER_TIMEOUT;
-        let mut ended = [false; PROCESSES];
-        while ended.iter().any(|e| !e) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok((p, None)) => ended[p] = true,
-                Ok(_) => {}
-                Err(_) => panic!("workers did not stop within {WORKER_TIMEOUT:?}"),
-            }
-        }
-        let mut results = Vec::new();
-        for (p, child) in self.children.iter_mut().enumerate() {
-            let status = child.wait().expect("the worker's status");
-            assert!(status.success(), "worker {p}: {status}");
-            results.push(worker::read_results(&self.outs[p]).expect("the worker's records"));
-        }
-        results
-    }
-}
-
-impl Drop for Workers {
-    fn drop(&mut self) {
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }

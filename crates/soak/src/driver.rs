@@ -599,8 +599,9 @@ fn debug_sleep(node: usize, server: &Server) -> Result<(), String> {
     Ok(())
 }
 
-/// The worker processes, killed if dropped before they stopped.
-struct Workers {
+/// The worker processes, killed if dropped before they stopped: [`run`]'s, and any other
+/// harness's that plays its own faults (`tests/clocks.rs`).
+pub struct Workers {
     children: Vec<Child>,
     stdins: Vec<Option<ChildStdin>>,
     outs: Vec<PathBuf>,
@@ -609,7 +610,13 @@ struct Workers {
 }
 
 impl Workers {
-    fn start(
+    /// Starts `cfg.processes` workers with `worker_command` (the process that runs
+    /// [`worker::main`](crate::worker)), each writing its records under `dir`.
+    ///
+    /// # Errors
+    ///
+    /// A worker that cannot be started.
+    pub fn start(
         cfg: &RunConfig,
         servers: &[String],
         dir: PathBuf,
@@ -656,7 +663,11 @@ impl Workers {
     }
 
     /// Waits until every worker said it is ready.
-    fn wait_ready(&mut self) -> Result<(), String> {
+    ///
+    /// # Errors
+    ///
+    /// A worker that ended first, or none ready within a minute.
+    pub fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut ready = vec![false; self.children.len()];
         while ready.iter().any(|r| !r) {
@@ -681,7 +692,11 @@ impl Workers {
 
     /// Closes the workers' stdin, waits until each has written its results and ended, and
     /// reads the results.
-    fn stop(mut self) -> Result<Vec<WorkerResult>, String> {
+    ///
+    /// # Errors
+    ///
+    /// A worker that did not stop within a minute, failed, or left no records.
+    pub fn stop(mut self) -> Result<Vec<WorkerResult>, String> {
         for stdin in &mut self.stdins {
             drop(stdin.take());
         }
