@@ -350,6 +350,12 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
         s.wait_uptime(5);
     }
     let (holder, waiter, quiet) = (build(true), build(true), build(false));
+    // Every handshake done (AUTH, INFO), so that no request of the lock's waits behind one
+    // when the keys' TTLs are read below on every node.
+    assert_eq!(
+        holder.connect(Duration::from_secs(5)).unwrap(),
+        servers.len()
+    );
     let mut lock = holder.lock("acl").unwrap();
     assert!(lock.fence().is_some());
     holder.extend(&mut lock, Duration::from_secs(4)).unwrap();

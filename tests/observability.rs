@@ -511,10 +511,13 @@ mod events {
         servers[0].cmd(&["SCRIPT", "FLUSH"]);
         c.extend(&mut lock, Duration::from_secs(30)).unwrap();
         c.unlock(lock).unwrap();
+        // Node 0's replies all read, and a release that fell back too (as in
+        // `a_flushed_script_is_counted_as_a_noscript_fallback`).
+        c.status(b"ev:noscript", crate::PATIENCE);
         let noscript = events("noscript", |e| {
             e.get("node") == Some(servers[0].addr().as_str())
         });
-        assert_eq!(noscript.len(), 1, "{noscript:?}");
+        assert!(matches!(noscript.len(), 1 | 2), "{noscript:?}");
         let extended = events("extended", |e| e.get("resource") == Some("ev:noscript"));
         assert_eq!(extended.len(), 2);
         let released = events("released", |e| e.get("resource") == Some("ev:noscript"));
