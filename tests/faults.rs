@@ -786,3 +786,36 @@ fn a_release_answered_busy_is_sent_again_once_the_node_is_free() {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// `shutdown` waits for a release kept for a node whose connection failed before it ever
+/// answered a request (so the node is down for a backoff): the engine connects again when the
+/// backoff ends and sends the release. `shutdown` drove the loop only to the operations' and
+/// the connections' deadlines, not to the kept releases' next try: it slept to its own
+/// deadline and reported the release unconfirmed (1 run in 20 of `async_api`'s
+/// `an_acquire_dropped_while_a_connection_is_cut…`, where the server closed a connection whose
+/// first `SET` was still unanswered).
+#[test]
+fn shutdown_resends_a_release_kept_for_a_node_in_its_backoff() {
+    let servers = Cluster::start(3);
+    let relay = redis_local::Relay::start(servers[0].socket_addr(), Duration::ZERO);
+    let urls = [relay.url(), servers[1].url(), servers[2].url()];
+    let redlock = Builder::new(urls)
+        .quarantine(None)
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_millis(100))
+        .reply_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert_eq!(redlock.connect(Duration::from_secs(5)).unwrap(), 3);
+    // Node 0's answers on this connection are lost: its SET and the release behind it go
+    // unanswered until the reply timeout fails the connection, which never answered a request.
+    relay.set_flow(redis_local::Direction::ToClient, redis_local::Flow::Drop);
+    let lock = redlock.try_lock("sd").unwrap();
+    let token = lock.token().to_string();
+    redlock.unlock_nowait(lock);
+    // New connections pass (the one that lost bytes stays dead).
+    relay.heal();
+    let report = redlock.shutdown(Duration::from_secs(10));
+    assert_eq!(report.unconfirmed, 0, "{report:?}");
+    assert_ne!(servers[0].get("sd"), Some(token));
+}

@@ -108,14 +108,32 @@ impl<N: Net> Engine<N> {
 
     /// Runs the loop until `done` says so or `until` has passed. Each turn: take requests in,
     /// settle what is due, write (one `write` per node), wait for replies or the next deadline.
-    pub fn drive_until(&mut self, until: Instant, mut done: impl FnMut(&Engine<N>) -> bool) {
+    pub fn drive_until(&mut self, until: Instant, done: impl FnMut(&Engine<N>) -> bool) {
+        self.drive_until_woken(until, done, false);
+    }
+
+    /// [`Engine::drive_until`]; with `background`, woken also when the background thread
+    /// would be ([`Engine::background_deadline`]: the kept releases' next try), for a `done`
+    /// that waits on those (`shutdown`). Not for an operation's caller: that would add the
+    /// look at every node's ledger to every turn of the hot path, and the background thread
+    /// does it once the caller is done.
+    fn drive_until_woken(
+        &mut self,
+        until: Instant,
+        mut done: impl FnMut(&Engine<N>) -> bool,
+        background: bool,
+    ) {
         loop {
             let now = self.net.now();
             self.step(now);
             if done(self) || now >= until {
                 return;
             }
-            let wake = self.next_deadline().map_or(until, |t| t.min(until));
+            let next = match background {
+                true => self.wake_at(now),
+                false => self.next_deadline(),
+            };
+            let wake = next.map_or(until, |t| t.min(until));
             if wake > now {
                 if self.sleep_turn(wake, true) == Slept::Wanted && !done(self) {
                     // A thread waits for the loop, and this driver does not give way to it
@@ -139,8 +157,6 @@ impl<N: Net> Engine<N> {
 
     /// When the engine next needs a [`Engine::step`] although nothing arrives: an operation's
     /// deadline, a kept lock's timer, a connection deadline, the ledger's next try.
-    // Used by the simulator (feature `sim`).
-    #[cfg_attr(not(feature = "sim"), allow(dead_code))]
     pub fn wake_at(&self, now: Instant) -> Option<Instant> {
         [self.next_deadline(), self.background_deadline(now)]
             .into_iter()
@@ -311,11 +327,14 @@ impl<N: Net> Engine<N> {
             }
             self.keeps.next = None;
         }
-        self.drive_until(deadline, |e| {
+        // Woken for the kept releases' next try too: a release kept for a node in its
+        // backoff waited for nothing else, and the stop slept to its deadline.
+        let done = |e: &Engine<N>| {
             e.unconfirmed_live(e.net.now()) == 0
                 && e.waiting() == 0
                 && e.mailbox.as_ref().is_none_or(|m| m.queued() == 0)
-        });
+        };
+        self.drive_until_woken(deadline, done, true);
         Shutdown {
             confirmed: self.core.confirmed - before,
             unconfirmed: self.unconfirmed_live(self.net.now()) as u64,
