@@ -459,6 +459,36 @@ mod events {
         assert!(said[0].message.contains("held elsewhere"), "{said:?}");
     }
 
+    /// Short waits one after the other (a loop of `lock_until` with near deadlines, as the
+    /// CLI makes to look again at why it waits) are one wait: the lock held elsewhere is said
+    /// once they have lasted a second together, once.
+    #[test]
+    fn short_waits_one_after_the_other_are_one_wait() {
+        capture();
+        let servers = Cluster::start(3);
+        let holder = Builder::new(servers.urls())
+            .quarantine(None)
+            .build()
+            .unwrap();
+        let _held = holder.try_lock("ev:slices").unwrap();
+        let waiter = Builder::new(servers.urls())
+            .quarantine(None)
+            .retry_delay(Duration::from_millis(50), Duration::ZERO)
+            .build()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mine = |e: &Event| e.get("resource") == Some("ev:slices");
+        while started.elapsed() < Duration::from_millis(2_500) {
+            let slice = std::time::Instant::now() + Duration::from_millis(300);
+            assert!(waiter.lock_until("ev:slices", slice).is_err());
+        }
+        let said = events("waiting", mine);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert_eq!(said[0].get("reason"), Some("held"));
+        let waited: u64 = said[0].get("waited_ms").unwrap().parse().unwrap();
+        assert!(waited >= 1_000, "{said:?}");
+    }
+
     #[test]
     fn acquired_no_quorum_and_node_down_are_told() {
         capture();

@@ -117,7 +117,7 @@ impl<N: Net> Engine<N> {
     /// that waits on those (`shutdown`). Not for an operation's caller: that would add the
     /// look at every node's ledger to every turn of the hot path, and the background thread
     /// does it once the caller is done.
-    fn drive_until_woken(
+    pub(crate) fn drive_until_woken(
         &mut self,
         until: Instant,
         mut done: impl FnMut(&Engine<N>) -> bool,

@@ -96,6 +96,11 @@ pub(crate) struct Queue {
     /// Why the wait goes on, as the last `waiting` event said it; `None` until one is said,
     /// and again once a caller of ours wins.
     pub said: Option<WaitReason>,
+    /// Since when callers of ours have waited for the resource without one winning: the
+    /// queue's opening, then each win. The `waiting` event's `waited_ms` counts from here, so
+    /// that waits made of short calls one after the other (a caller's loop of
+    /// `lock_until` with near deadlines; the lingering queue keeps them together) are one wait.
+    pub since: Instant,
     /// The earliest deadline of the waiters (they are looked at when it has passed).
     pub earliest: Instant,
     /// Nobody has waited since then: the queue is closed after [`LINGER`]. Kept meanwhile, a
@@ -129,10 +134,18 @@ pub(crate) enum WaitReason {
     Held,
     /// No quorum only because nodes are in their restart quarantine.
     Quarantine,
-    /// No quorum: nodes down, unreachable or too slow.
+    /// No quorum: nodes down, unreachable or too slow (or too slow to leave any validity).
     NoQuorum,
-    /// Anything else (no validity left, no fence read).
+    /// Anything else (no fence read).
     Other,
+}
+
+impl Queue {
+    /// A caller of ours won: the wait that the `waiting` event tells of is over.
+    pub fn wait_over(&mut self, now: Instant) {
+        self.said = None;
+        self.since = now;
+    }
 }
 
 impl WaitReason {
@@ -140,6 +153,7 @@ impl WaitReason {
     pub fn of(error: &Error) -> WaitReason {
         match error {
             Error::Held(_) => WaitReason::Held,
+            Error::TooSlow(_) => WaitReason::NoQuorum,
             Error::NoQuorum(r) => {
                 let quarantined = (r.failed())
                     .filter(|(_, f)| matches!(f.root(), crate::NodeFault::Quarantined(_)))
@@ -160,7 +174,7 @@ impl WaitReason {
     pub fn name(self) -> &'static str {
         match self {
             WaitReason::Held => "held",
-            WaitReason::Quarantine => "quarantine",
+            WaitReason::Quarantine => "quarantined",
             WaitReason::NoQuorum => "no_quorum",
             WaitReason::Other => "other",
         }
@@ -211,6 +225,7 @@ impl Waits {
             subscribed: 0,
             last_error: error,
             said: None,
+            since: now,
             earliest: now,
             idle_since: None,
             cancel_sweep: now + CANCEL_SWEEP,

@@ -223,6 +223,8 @@ impl<N: Net> Engine<N> {
                 if !kept {
                     // Nobody of ours holds it: the lock just won was ours alone.
                     q.held_until = None;
+                } else {
+                    q.wait_over(now);
                 }
                 if q.leave(w) {
                     q.splits = 0;
@@ -236,7 +238,7 @@ impl<N: Net> Engine<N> {
         let pause = retry_pause(&self.shared.config, self.waits.random());
         if let Some(q) = self.waits.get_mut(resource) {
             q.held_until = Some(valid_until);
-            q.said = None;
+            q.wait_over(now);
             if q.leave(w) {
                 q.streak += 1;
                 q.splits = 0;
@@ -278,7 +280,6 @@ impl<N: Net> Engine<N> {
         let poll = retry_pause(&self.shared.config, random);
         let held = matches!(error, Error::Held(_));
         let hears = self.core.no_notices.iter().any(|&no| !no);
-        let waited = now.saturating_duration_since(self.core.ops[w.index as usize].start);
         let q: &mut Queue = match self.waits.get_mut(resource) {
             Some(q) => {
                 if !q.waiters.contains(&w) {
@@ -311,6 +312,7 @@ impl<N: Net> Engine<N> {
             q.earliest = q.earliest.min(deadline);
         }
         let reason = WaitReason::of(&error);
+        let waited = now.saturating_duration_since(q.since);
         if q.said != Some(reason)
             && (q.said.is_some() || reason != WaitReason::Held || waited >= SAY_HELD_AFTER)
         {

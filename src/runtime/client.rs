@@ -256,9 +256,11 @@ impl Client {
         self.lock_until(crate::Shared::new(resource)?, deadline)
     }
 
-    /// Waits until `until` while consuming late replies (instead of sleeping blind).
+    /// Waits until `until` while consuming late replies (instead of sleeping blind), and
+    /// sending the releases kept for nodes that were down when they come back (a `Client` has
+    /// no background thread to do it).
     pub fn idle_until(&mut self, until: Instant) {
-        self.engine.drive_until(until, |_| false);
+        self.engine.drive_until_woken(until, |_| false, true);
     }
 
     /// Releases the lock on every node and reports how many still held it.

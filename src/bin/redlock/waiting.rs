@@ -157,7 +157,7 @@ struct Notes {
 pub struct Said {
     /// How long the wait had lasted.
     pub after: Duration,
-    /// `held`, `quarantined` or `no_quorum` (the names of `--json`'s `error`).
+    /// `held`, `quarantined`, `no_quorum`, … (the names of `--json`'s `error`).
     pub reason: &'static str,
     /// What was said.
     pub message: String,
