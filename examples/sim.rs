@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--threads T]
+//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--owner] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
@@ -31,6 +31,8 @@
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--cancel`: half the waiting acquires are an async caller's, whose future is dropped at a
 //! random instant before its deadline (a lock won for nobody is the engine's to release).
+//! `--owner`: the clients' locks carry an owner (`Config::owner`), which every release and
+//! extend must see past.
 //! `--control` runs the fault plan of KIND with the assumption kept (for a defect brought
 //! back, the code as it is; for fence-majority-blank, the operator's repair): 0 violations
 //! expected. `--fence`: fenced acquires, and the fences checked too (fence violations: 0
@@ -47,7 +49,7 @@ use redlock_mux::sim::{self, Break, FAULT_KINDS, Report, Setup};
 
 /// The usage line printed with an argument error.
 const USAGE: &str = "usage: sim [SEEDS] [--start N] [--break KIND] [--control] [--fence] [--sets] \
-    [--shared] [--crowd] [--young] [--cancel] [--threads T] | sim --trace SEED [--break KIND] [--control]";
+    [--shared] [--crowd] [--young] [--cancel] [--owner] [--threads T] | sim --trace SEED [--break KIND] [--control]";
 
 /// The value after `flag`, parsed.
 fn value<T: std::str::FromStr>(
@@ -122,6 +124,7 @@ fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--crowd" => o.setup.crowd = true,
             "--young" => o.setup.young = true,
             "--cancel" => o.setup.cancel = true,
+            "--owner" => o.setup.owner = true,
             "--trace" => o.trace = Some(value(&mut args, "--trace")?),
             "--break" => o.setup.breaks = break_kind(args.next())?,
             n if !n.starts_with('-') => {

@@ -272,7 +272,9 @@ pub use model::lock::{Lock, LockVote, Resource, ResourceSet, Shared, Votes};
 pub use model::lock_options::LockOptions;
 pub use model::node_status::{NodeFence, NodeStatus};
 pub use model::stats::{Histogram, IoStats, KeepStats, NodeStats, OpStats, Stats};
-pub use model::token::{MAX_TOKEN_LEN, TOKEN_LEN, Token};
+pub use model::token::{
+    MAX_OWNER_LEN, MAX_TOKEN_LEN, OWNER_SEPARATOR, TOKEN_LEN, Token, split_value,
+};
 pub use runtime::client::Client;
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -27,7 +27,7 @@ fn redlock(urls: &[String]) -> Command {
 
 /// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
 /// by the commands these tests run, unless a test sets it.
-const OPTION_VARIABLES: [&str; 11] = [
+const OPTION_VARIABLES: [&str; 12] = [
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CERT",
     "REDLOCK_TLS_KEY",
@@ -39,7 +39,16 @@ const OPTION_VARIABLES: [&str; 11] = [
     "REDLOCK_WAIT",
     "REDLOCK_NONBLOCK",
     "REDLOCK_CONFLICT_EXIT_CODE",
+    "REDLOCK_OWNER",
 ];
+
+/// The token `key` holds on `s`: its value without the owner the CLI records with it
+/// (`<token> <owner>`).
+fn token_on(s: &redis_local::Server, key: &str) -> Option<String> {
+    s.get(key)
+        .map(|v| redlock_mux::split_value(v.as_bytes()).0.to_vec())
+        .map(|t| String::from_utf8(t).unwrap())
+}
 
 /// `redlock --server URL...`, with no inherited server list or lock options.
 fn plain(urls: &[String]) -> Command {
@@ -228,7 +237,7 @@ fn contention_gives_75_after_wait() {
     assert_code(&o, 75);
     assert_one_line_error(&o, "held elsewhere");
     for s in servers.iter() {
-        assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
+        assert_eq!(token_on(s, "job").as_deref(), Some(token.as_str()));
     }
     // --wait outlasts a holder whose lock expires.
     acquire(&urls, "short", "800ms");
@@ -1428,7 +1437,7 @@ fn acquire_extend_release_round_trip() {
     );
     assert!(stderr(&o).contains("valid for"), "{}", stderr(&o));
     for s in servers.iter() {
-        assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
+        assert_eq!(token_on(s, "job").as_deref(), Some(token.as_str()));
         assert!(s.pttl("job") <= 10_000);
     }
     let o = output(redlock(&urls).args(["extend", "--ttl", "60s", "job", &token]));
@@ -1975,7 +1984,7 @@ fn json_output_is_one_object_on_stdout() {
     assert_eq!(v["waited"], serde_json::json!([]), "{v}");
     let token = v["token"].as_str().unwrap().to_owned();
     for s in servers.iter() {
-        assert_eq!(s.get("job").as_deref(), Some(token.as_str()));
+        assert_eq!(token_on(s, "job").as_deref(), Some(token.as_str()));
     }
     // Held elsewhere: still one object, with the exit code and every node's vote.
     let o = output(redlock(&urls).args(["acquire", "--json", "-n", "job"]));
@@ -2091,6 +2100,112 @@ fn a_wait_says_why_it_waits_and_again_when_the_reason_changes() {
         "{err}"
     );
     assert!(lines[2].contains("cannot lock \"job\" within 6s"), "{err}");
+}
+
+/// Who holds a lock: `acquire` records HOST:PPID:redlock acquire (its caller, which holds the
+/// lock), `run` HOST:PID:COMMAND (its own pid: it holds the lock while COMMAND runs), `--owner`
+/// anything else and `--owner ''` nothing; `status` shows it (table and `--json`), and so do a
+/// refusal and a wait's note. The owner rides in the acquire's `SET`: release and extend by
+/// token, from any process, work as before.
+#[test]
+fn the_owner_is_recorded_shown_by_status_and_named_in_refusals() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let token = acquire(&urls, "job", "20s");
+    let suffix = format!(":{}:redlock acquire", std::process::id());
+    let owner = |s: &Server, key: &str| {
+        s.get(key)
+            .and_then(|v| v.split_once(' ').map(|(_, o)| o.to_owned()))
+    };
+    for s in servers.iter() {
+        let o = owner(s, "job").unwrap_or_default();
+        assert!(o.ends_with(&suffix) && o.len() > suffix.len(), "{o:?}");
+    }
+    let recorded = owner(&servers[0], "job").unwrap();
+    // status: an OWNER column, and `owner` in --json (each node, and the holder).
+    let o = output(plain(&urls).args(["status", "job"]));
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    assert!(
+        out.lines().next().is_some_and(|l| l.contains("job")),
+        "{out}"
+    );
+    assert!(out.contains("OWNER"), "{out}");
+    assert_eq!(
+        out.matches(&recorded).count(),
+        4,
+        "3 rows and the verdict: {out}"
+    );
+    let o = output(plain(&urls).args(["status", "--json", "job"]));
+    let v = json_of(&o);
+    assert_eq!(v["holder"]["token"], token.as_str(), "{v}");
+    assert_eq!(v["holder"]["owner"], recorded.as_str(), "{v}");
+    for n in v["nodes"].as_array().unwrap() {
+        assert_eq!(n["token"], token.as_str(), "{v}");
+        assert_eq!(n["owner"], recorded.as_str(), "{v}");
+    }
+    // A refusal names the owner, on stderr and in --json's message.
+    let o = output(redlock(&urls).args(["acquire", "-n", "job"]));
+    assert_code(&o, 75);
+    assert_one_line_error(&o, "held elsewhere");
+    assert!(
+        stderr(&o).contains(&format!("; owner {recorded}")),
+        "{}",
+        stderr(&o)
+    );
+    let o = output(redlock(&urls).args(["acquire", "--json", "-n", "job"]));
+    let v = json_of(&o);
+    assert!(v["message"].as_str().unwrap().contains(&recorded), "{v}");
+    // A wait's note too, once the wait has lasted a second.
+    let o = output(redlock(&urls).args(["acquire", "-w", "1500ms", "job"]));
+    assert_code(&o, 75);
+    let err = stderr(&o);
+    let note = err.lines().next().unwrap_or_default();
+    assert!(
+        note.starts_with("redlock: waiting up to 1.5s for \"job\": ")
+            && note.ends_with(&format!("; owner {recorded}")),
+        "{err}"
+    );
+    // Released by token from another process, as before.
+    let o = output(plain(&urls).args(["release", "job", &token]));
+    assert_code(&o, 0);
+    assert!(servers.iter().all(|s| s.get("job").is_none()));
+
+    // `--owner TEXT`, and `run`'s default: HOST:PID:COMMAND, PID being run's, COMMAND's parent.
+    let o = output(redlock(&urls).args(["acquire", "--owner", "deploy bot", "named"]));
+    assert_code(&o, 0);
+    assert_eq!(owner(&servers[1], "named").as_deref(), Some("deploy bot"));
+    let o = output(redlock(&urls).args(["acquire", "--owner", "", "anonymous"]));
+    assert_code(&o, 0);
+    let bare = stdout(&o).trim_end().to_owned();
+    assert_eq!(servers[1].get("anonymous"), Some(bare));
+    // `$0` is the redlock binary; the servers come from REDLOCK_SERVERS.
+    let script = r#"echo "$PPID $("$0" status --json job)""#;
+    let o = output(
+        Command::new(BIN)
+            .env("REDLOCK_SERVERS", urls.join(","))
+            .stdin(Stdio::null())
+            .args([
+                "--quarantine",
+                "off",
+                "run",
+                "job",
+                "--",
+                "sh",
+                "-c",
+                script,
+                BIN,
+            ]),
+    );
+    assert_code(&o, 0);
+    let out = stdout(&o);
+    let (ppid, status) = out.trim_end().split_once(' ').unwrap();
+    let v: serde_json::Value = serde_json::from_str(status).unwrap();
+    let owner = v["holder"]["owner"].as_str().unwrap_or_default();
+    assert!(
+        owner.contains(&format!(":{ppid}:sh -c echo \"$PPID")),
+        "{owner:?} {ppid}"
+    );
 }
 
 #[test]
@@ -2397,7 +2512,7 @@ fn tls_servers_through_the_tls_options() {
     assert!(
         servers
             .iter()
-            .filter(|s| s.get("tls-job") == Some(token.clone()))
+            .filter(|s| token_on(s, "tls-job") == Some(token.clone()))
             .count()
             >= 2
     );
@@ -2563,8 +2678,8 @@ fn several_resources_are_locked_all_or_none() {
     assert_code(&o, 0);
     let token = stdout(&o).trim_end().to_owned();
     for s in servers.iter() {
-        assert_eq!(s.get("m1").as_deref(), Some(token.as_str()));
-        assert_eq!(s.get("m2").as_deref(), Some(token.as_str()));
+        assert_eq!(token_on(s, "m1").as_deref(), Some(token.as_str()));
+        assert_eq!(token_on(s, "m2").as_deref(), Some(token.as_str()));
     }
     assert!(
         stderr(&o).contains("acquired \"{m1, m2}\""),
@@ -2612,8 +2727,8 @@ fn permits_make_a_counting_semaphore_across_acquire_run_status_extend_and_releas
     let (second, said) = take();
     assert!(said.contains("acquired \"deploys#1\""), "{said}");
     for s in servers.iter() {
-        assert_eq!(s.get("deploys#0").as_deref(), Some(first.as_str()));
-        assert_eq!(s.get("deploys#1").as_deref(), Some(second.as_str()));
+        assert_eq!(token_on(s, "deploys#0").as_deref(), Some(first.as_str()));
+        assert_eq!(token_on(s, "deploys#1").as_deref(), Some(second.as_str()));
         // A semaphore and a plain lock of the same name are different keys.
         assert_eq!(s.get("deploys"), None);
     }
@@ -2820,8 +2935,16 @@ fn a_part_of_a_set_is_neither_released_nor_extended() {
         assert_code(&o, 64);
         assert_one_line_error(&o, "as it was taken");
         for s in servers.iter() {
-            assert_eq!(s.get("a").as_deref(), Some(token.as_str()), "{args:?}");
-            assert_eq!(s.get("b").as_deref(), Some(token.as_str()), "{args:?}");
+            assert_eq!(
+                token_on(s, "a").as_deref(),
+                Some(token.as_str()),
+                "{args:?}"
+            );
+            assert_eq!(
+                token_on(s, "b").as_deref(),
+                Some(token.as_str()),
+                "{args:?}"
+            );
             assert!(s.pttl("a") <= 20_000, "{args:?}");
         }
     }

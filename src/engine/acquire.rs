@@ -8,6 +8,7 @@ use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::{NodeFault, Refusal};
 use crate::model::round::{Decision, RoundConfig};
+use crate::model::token::{MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
@@ -60,7 +61,20 @@ impl<N: Net> Engine<N> {
             ..
         } = self;
         let op = &core.ops[id.index as usize];
-        let (resource, token, ttl) = (&op.resource[..], op.token.as_bytes(), op.ttl);
+        let (resource, ttl) = (&op.resource[..], op.ttl);
+        // The value written: the token, or `<token> <owner>` (`Config::owner`); a reader's
+        // member is its token alone.
+        let owner = shared.config.owner.as_deref().map(str::as_bytes);
+        // Filled only with an owner: the plain path does no more work than before.
+        let mut value_buf: [u8; MAX_VALUE_LEN];
+        let token = match owner {
+            None => op.token.as_bytes(),
+            Some(_) if crate::model::keys::shared_name(resource).is_some() => op.token.as_bytes(),
+            Some(_) => {
+                value_buf = [0u8; MAX_VALUE_LEN];
+                lock_value(op.token.as_bytes(), owner, &mut value_buf)
+            }
+        };
         if let Some(name) = crate::model::keys::shared_name(resource) {
             // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key.
             let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];

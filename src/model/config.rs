@@ -116,6 +116,16 @@ pub struct Config {
     pub limits: Limits,
     /// Sent with `CLIENT SETNAME` in the handshake. Default none.
     pub client_name: Option<String>,
+    /// Who holds the locks this handle takes, stored with each lock on every node: the value
+    /// is `<token> <owner>` ([`split_value`](crate::split_value) reads it back), so that
+    /// [`Client::status`](crate::Client::status), `redlock status` and a `GET` in `redis-cli`
+    /// say who holds a lock — a host, a process, a job. It rides in the acquire's one command
+    /// per node (no round trip more); releases and extends compare the token alone, so a lock
+    /// rebuilt from its token ([`Lock::from_parts`](crate::Lock::from_parts)) in another
+    /// process releases as before. Read locks ([`Shared`](crate::Shared)) do not record it
+    /// (their readers are members of a sorted set). 1 to [`MAX_OWNER_LEN`](crate::MAX_OWNER_LEN)
+    /// bytes, no control characters. Default none: the value is the token alone.
+    pub owner: Option<String>,
     /// Longest TTL any lock of this client may have: every [`Client::extend`](crate::Client::extend) and kept lock is
     /// bounded by it, and [`Quarantine::Ttl`] makes it the restart-quarantine window. `None`:
     /// the TTL. Default `None`.
@@ -280,6 +290,7 @@ impl Default for Config {
             max_pending: 1024,
             limits: Limits::CLIENT,
             client_name: None,
+            owner: None,
             max_ttl: None,
             quarantine: Quarantine::Ttl,
             fencing: false,
@@ -560,6 +571,16 @@ impl Config {
                 Human(validity)
             ));
         }
+        if let Some(owner) = &self.owner
+            && (owner.is_empty()
+                || owner.len() > crate::MAX_OWNER_LEN
+                || owner.chars().any(char::is_control))
+        {
+            return bad(format!(
+                "owner {owner:?} must be 1 to {} bytes without control characters",
+                crate::MAX_OWNER_LEN
+            ));
+        }
         if let Some(name) = &self.client_name
             && !name.bytes().all(|b| (b'!'..=b'~').contains(&b))
         {
@@ -756,6 +777,12 @@ impl Builder {
     pub fn backoff(mut self, min: Duration, max: Duration) -> Builder {
         self.config.backoff_min = min;
         self.config.backoff_max = max;
+        self
+    }
+    /// Who holds this handle's locks, stored with each lock on every node ([`Config::owner`]):
+    /// e.g. `"billing-7:4242:nightly-import"`. Default none.
+    pub fn owner(mut self, owner: impl Into<String>) -> Builder {
+        self.config.owner = Some(owner.into());
         self
     }
     /// A name sent with `CLIENT SETNAME` in the handshake (shown by `CLIENT LIST`). Default

@@ -37,6 +37,29 @@ pub struct NodeStatus {
     pub eviction: crate::Eviction,
 }
 
+impl NodeStatus {
+    /// The token of the lock this node holds for the resource: the value's token
+    /// ([`split_value`](crate::split_value)); `None` when the key is absent, read-locked or
+    /// the node did not answer. A value this crate did not write is returned whole.
+    pub fn token(&self) -> Option<&[u8]> {
+        self.value().map(|v| crate::split_value(v).0)
+    }
+
+    /// Who holds the lock on this node, as its acquire recorded it
+    /// ([`Config::owner`](crate::Config::owner)); `None` when no owner was recorded (or
+    /// the key is absent, read-locked, or the node did not answer).
+    pub fn owner(&self) -> Option<&[u8]> {
+        self.value().and_then(|v| crate::split_value(v).1)
+    }
+
+    fn value(&self) -> Option<&[u8]> {
+        match &self.state {
+            Ok((Some(v), _)) => Some(v),
+            _ => None,
+        }
+    }
+}
+
 /// A node's fence counter, as [`Client::status`](crate::Client::status) reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -36,6 +36,64 @@ fn set_digest(resource: &[u8]) -> [u8; SET_DIGEST_LEN] {
     out
 }
 
+/// The byte between a lock's token and its owner in the value a node holds
+/// ([`Config::owner`](crate::Config::owner)): `<token> <owner>`. Never in a token this crate
+/// makes (base64url, or `.` for a set's), so a release or extend by a token, which deletes or
+/// extends the key only when its value is the token or starts with the token and this byte,
+/// can never match another acquisition's lock.
+pub const OWNER_SEPARATOR: u8 = b' ';
+/// Longest owner ([`Config::owner`](crate::Config::owner)), in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+/// Longest value a lock key holds: a token, the separator, an owner.
+pub(crate) const MAX_VALUE_LEN: usize = MAX_TOKEN_LEN + 1 + MAX_OWNER_LEN;
+
+/// The value an acquire writes: the token alone, or `<token> <owner>` in `buf`.
+pub(crate) fn lock_value<'a>(
+    token: &'a [u8],
+    owner: Option<&[u8]>,
+    buf: &'a mut [u8; MAX_VALUE_LEN],
+) -> &'a [u8] {
+    let Some(owner) = owner else { return token };
+    let n = token.len();
+    let owner = &owner[..owner.len().min(MAX_OWNER_LEN)];
+    buf[..n].copy_from_slice(token);
+    buf[n] = OWNER_SEPARATOR;
+    buf[n + 1..n + 1 + owner.len()].copy_from_slice(owner);
+    &buf[..n + 1 + owner.len()]
+}
+
+/// Whether a lock key's `value` is `token`'s: the token itself, or the token, the separator
+/// and an owner — as the scripts test it (`holds_token!` in `proto/scripts.rs`).
+#[cfg(any(test, feature = "sim"))]
+pub(crate) fn holds_token(value: &[u8], token: &[u8]) -> bool {
+    value == token
+        || (value.len() > token.len()
+            && value.starts_with(token)
+            && value[token.len()] == OWNER_SEPARATOR)
+}
+
+/// The token and the owner in a lock key's value as a node holds it
+/// ([`NodeStatus::state`](crate::NodeStatus::state)): `<token> <owner>` when an acquire of a
+/// handle with an owner ([`Config::owner`](crate::Config::owner)) wrote it — a token of
+/// [`TOKEN_LEN`] bytes, [`OWNER_SEPARATOR`], the owner — else the whole value and `None` (no
+/// owner, or a value this crate did not write).
+///
+/// ```
+/// use redlock_mux::split_value;
+/// let (token, owner) = split_value(b"kP3v7o0fZQm1nB2cD4eF6gH8iJ0 billing-7:4242:nightly");
+/// assert_eq!(token, b"kP3v7o0fZQm1nB2cD4eF6gH8iJ0");
+/// assert_eq!(owner, Some(&b"billing-7:4242:nightly"[..]));
+/// assert_eq!(split_value(b"someone else's value"), (&b"someone else's value"[..], None));
+/// ```
+pub fn split_value(value: &[u8]) -> (&[u8], Option<&[u8]>) {
+    match value.get(TOKEN_LEN) {
+        Some(&OWNER_SEPARATOR) if !value[..TOKEN_LEN].contains(&OWNER_SEPARATOR) => {
+            (&value[..TOKEN_LEN], Some(&value[TOKEN_LEN + 1..]))
+        }
+        _ => (value, None),
+    }
+}
+
 /// A lock token: unique per acquisition, the lock's signature on every node.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Token {

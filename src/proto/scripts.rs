@@ -49,6 +49,25 @@ pub(crate) struct ScriptCall<'a> {
     pub argc: usize,
 }
 
+/// The Lua test that a lock key's value `$v` is ours: the token `ARGV[1]`, or the token then
+/// [`OWNER_SEPARATOR`](crate::OWNER_SEPARATOR) and an owner ([`Config::owner`](crate::Config::owner)).
+/// No token this crate makes holds the separator, so the test never matches another
+/// acquisition's value. The plain comparison comes first: a lock without an owner costs the
+/// script what it cost before.
+macro_rules! holds_token {
+    ($v:literal) => {
+        concat!(
+            "(",
+            $v,
+            " == ARGV[1] or (type(",
+            $v,
+            ") == \"string\" and string.sub(",
+            $v,
+            ", 1, #ARGV[1] + 1) == ARGV[1] .. \" \"))"
+        )
+    };
+}
+
 /// Compare-and-delete: release the lock only if it still holds our token; then, if the
 /// resource's waiting key ([`WAITING_KEY_PREFIX`](crate::model::keys::WAITING_KEY_PREFIX)) holds a mark
 /// ([`MARK_VALUE`](crate::keys::MARK_VALUE)(crate::model::keys::MARK_VALUE)), delete the mark and publish a notice on
@@ -83,11 +102,19 @@ pub(crate) struct ScriptCall<'a> {
 /// and then a notice every time, as before the mark; so is the mark's `DEL` (an ACL that may
 /// read `redlock:*` but not write it: the lock is released all the same). The publish is in a
 /// `pcall` too: a user who may not publish still releases (waiters then notice by polling).
-pub(crate) const RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+pub(crate) const RELEASE_BODY: &str = concat!(
+    "local v = redis.pcall(\"get\", KEYS[1]) if ",
+    holds_token!("v"),
+    " then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
+);
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1; a refusal other than `WRONGTYPE` is the answer, as in
 /// [`RELEASE_BODY`].
-pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then redis.call(\"del\", KEYS[1]) return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+pub(crate) const QUIET_RELEASE_BODY: &str = concat!(
+    "local v = redis.pcall(\"get\", KEYS[1]) if ",
+    holds_token!("v"),
+    " then redis.call(\"del\", KEYS[1]) return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
+);
 /// Compare-and-pexpire: extend the lock only if it still holds our token, and never shorten
 /// it: the key's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 (ours: it lives at least
 /// `ARGV[2]` ms more) or 0.
@@ -104,7 +131,11 @@ pub(crate) const QUIET_RELEASE_BODY: &str = "local v = redis.pcall(\"get\", KEYS
 /// there) `PTTL` and a `PEXPIRE` if it is shorter; a Redis 6 user without `+pttl` gets the
 /// plain `PEXPIRE`, which may shorten (tests/namespace.rs runs an ACL user without `+pttl`).
 /// A refusal of the `GET` other than `WRONGTYPE` is the answer, as in [`RELEASE_BODY`].
-pub(crate) const EXTEND_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == ARGV[1] then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end";
+pub(crate) const EXTEND_BODY: &str = concat!(
+    "local v = redis.pcall(\"get\", KEYS[1]) if ",
+    holds_token!("v"),
+    " then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
+);
 
 /// An all-or-none lock of a set of resources (`model/keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
@@ -129,10 +160,18 @@ pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
 /// their time is the cycle's). A member of another type reads as not ours (`MGET` answers
 /// nil for it); an ACL that refuses the waiting keys gets the notices every time, as
 /// [`RELEASE_BODY`]'s users do.
-pub(crate) const SET_RELEASE_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if v[i] == ARGV[1] then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n";
+pub(crate) const SET_RELEASE_BODY: &str = concat!(
+    "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if ",
+    holds_token!("v[i]"),
+    " then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n"
+);
 /// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
-pub(crate) const SET_EXTEND_BODY: &str = "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1";
+pub(crate) const SET_EXTEND_BODY: &str = concat!(
+    "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if not ",
+    holds_token!("v[i]"),
+    " then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1"
+);
 
 /// A shared (read) lock's acquire (`model/keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
 /// `KEYS[1]` is the resource; its readers are a sorted set of their tokens scored by their
@@ -269,7 +308,9 @@ pub(crate) const ACQUIRE_BODY: &str = concat!(
 pub(crate) const WRITE_BODY: &str = concat!(
     "local function less(a, b) return #a < #b or (#a == #b and a < b) end local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
     foreign_fence!("KEYS[2]"),
-    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local ours = redis.pcall(\"get\", KEYS[1]) == ARGV[1] if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0"
+    "local n = h[2] or \"0\" if not string.match(n, \"^%d+$\") then n = \"0\" end local g = redis.pcall(\"get\", KEYS[1]) local ours = ",
+    holds_token!("g"),
+    " if h[1] ~= ARGV[3] then if ARGV[4] ~= \"1\" then return 0 end if less(n, ARGV[2]) then n = ARGV[2] end redis.call(\"hset\", KEYS[2], \"run\", ARGV[3], \"n\", n) elseif less(n, ARGV[2]) then if not ours then return 0 end redis.call(\"hset\", KEYS[2], \"n\", ARGV[2]) end if ours then return 1 end return 0"
 );
 
 /// Repair (`engine/repair.rs`, docs/fencing.md "Repair"): raise the counter `KEYS[1]` to at least

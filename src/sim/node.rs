@@ -219,7 +219,7 @@ impl Node {
                 .max()
         } else {
             (self.keys.iter().chain(&self.ghosts.0))
-                .filter(|e| e.0 == key && e.1 == token)
+                .filter(|e| e.0 == key && crate::model::token::holds_token(&e.1, token))
                 .map(|e| e.2)
                 .max()
         }
@@ -288,6 +288,12 @@ impl Node {
             Some((_, v, exp)) if now < *exp => Some(v),
             _ => None,
         }
+    }
+
+    /// Whether `key` is live and ours: its value is `token`, or `token` then the owner's
+    /// separator and an owner (`holds_token!` in `proto/scripts.rs`).
+    pub(super) fn holds(&self, key: &[u8], token: &[u8], now: u64) -> bool {
+        (self.live(key, now)).is_some_and(|v| crate::model::token::holds_token(v, token))
     }
 
     /// Sets `key` to `value` until `expiry` (ns, node clock), whatever it was.

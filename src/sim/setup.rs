@@ -175,6 +175,9 @@ pub struct Setup {
     /// instant before its deadline unless the outcome came first: a lock won for a caller
     /// that is gone must be released, and the waiters behind it served.
     pub cancel: bool,
+    /// The clients' locks carry an owner (`Config::owner`): every lock key's value is
+    /// `<token> sim-owner`, which releases and extends must still recognise by the token alone.
+    pub owner: bool,
 }
 
 impl Setup {
@@ -197,6 +200,7 @@ impl Default for Setup {
             crowd: false,
             young: false,
             cancel: false,
+            owner: false,
         }
     }
 }

@@ -237,9 +237,13 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         .backoff(BACKOFF_MIN, BACKOFF_MAX)
         .reply_timeout(reply_timeout)
         .quarantine(quarantine)
-        .fencing(fencing)
-        .shared()
-        .expect("the simulation's settings are valid");
+        .fencing(fencing);
+    let shared = match setup.owner {
+        true => shared.owner("sim-owner"),
+        false => shared,
+    }
+    .shared()
+    .expect("the simulation's settings are valid");
     let mut shared = shared;
     if !setup.control {
         let shared = Arc::get_mut(&mut shared).expect("not shared yet");

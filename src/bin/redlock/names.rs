@@ -67,7 +67,7 @@ fn permit_held_by(
         let holding = r
             .status(key.as_bytes(), timeout)
             .iter()
-            .filter(|s| matches!(&s.state, Ok((Some(v), _)) if v == token.as_bytes()))
+            .filter(|s| s.token() == Some(token.as_bytes()))
             .count();
         if holding > 0 && best.as_ref().is_none_or(|(n, _)| holding > *n) {
             best = Some((holding, key));

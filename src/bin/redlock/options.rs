@@ -221,6 +221,14 @@ pub struct LockOptions {
     /// The exclusive (write) lock, the default; accepted for flock's -x
     #[arg(short = 'x', long, conflicts_with = "shared")]
     pub exclusive: bool,
+    /// Who holds the lock, stored with it on every node ('' for none)
+    ///
+    /// Who holds the lock, stored with it on every node and shown by status and by the refusal
+    /// of another acquire (default for run: HOST:PID:COMMAND, PID being run's own; for
+    /// acquire: HOST:PPID:redlock acquire, PPID being the process that called it, which holds
+    /// the lock). At most 128 bytes; '' records none
+    #[arg(long, value_name = "TEXT", env = "REDLOCK_OWNER")]
+    pub owner: Option<String>,
     #[command(flatten)]
     pub tuning: Tuning,
     #[command(flatten)]
@@ -256,6 +264,18 @@ impl LockOptions {
     /// `--ttl`, or the subcommand's default.
     pub fn ttl_or(&self, default: Duration) -> Duration {
         self.ttl.unwrap_or(default)
+    }
+
+    /// `b` with `--owner`, or the default: `HOST:PID:COMMAND` with `command` given, shortened
+    /// to [`MAX_OWNER_LEN`](redlock_mux::MAX_OWNER_LEN) bytes, control characters as spaces;
+    /// `--owner ''` records none.
+    pub fn owned(&self, b: Builder, pid: u32, command: &str) -> Builder {
+        let owner = match &self.owner {
+            Some(o) if o.is_empty() => return b,
+            Some(o) => o.clone(),
+            None => default_owner(pid, command),
+        };
+        b.owner(owner)
     }
 
     /// A builder for the servers with the TLS options, `--ttl` (or `default_ttl`),
@@ -377,4 +397,23 @@ pub struct HeldLock {
     pub more: Vec<String>,
     #[command(flatten)]
     pub call: CallOptions,
+}
+
+/// `HOST:PID:COMMAND`, at most [`MAX_OWNER_LEN`](redlock_mux::MAX_OWNER_LEN) bytes (the
+/// command cut at a character's boundary), control characters as spaces.
+pub fn default_owner(pid: u32, command: &str) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let mut owner = format!("{host}:{pid}:");
+    for c in command.chars() {
+        let c = if c.is_control() { ' ' } else { c };
+        if owner.len() + c.len_utf8() > redlock_mux::MAX_OWNER_LEN {
+            break;
+        }
+        owner.push(c);
+    }
+    owner
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use redlock_mux::{Error, Lock, NodeFault, NodeVote, Redlock, Resource, Semaphore};
+use redlock_mux::{Error, Lock, NodeFault, NodeStatus, NodeVote, Redlock, Resource, Semaphore};
 
 use crate::fail::{Fail, Kind, classify, exit};
 use crate::options::Waiting;
@@ -134,6 +134,9 @@ pub fn acquire_telling(
     result
 }
 
+/// The longest a "held elsewhere" message waits for the nodes to say who holds the lock.
+const OWNER_LOOK: Duration = Duration::from_millis(250);
+
 /// How often a wait looks again at why it is still refused, to say so when the reason changes:
 /// a reason is on stderr within this of the first refusal (a lock held elsewhere is said once
 /// the wait has lasted this long; anything else at once).
@@ -177,7 +180,7 @@ impl Said {
 impl Notes {
     /// Says why the wait goes on after `e`, if that is new.
     fn look(&mut self, target: &Target<'_>, e: &Error) {
-        let (kind, why) = match quarantine_hint(target.r, e) {
+        let (kind, mut why) = match quarantine_hint(target.r, e) {
             Some(hint) => (Kind::Quarantined, hint),
             None => (classify(e).1, e.to_string()),
         };
@@ -185,6 +188,9 @@ impl Notes {
             || (self.said.is_none() && kind == Kind::Held && self.started.elapsed() < LOOK_AGAIN)
         {
             return;
+        }
+        if kind == Kind::Held {
+            why.push_str(&target.held_by());
         }
         let resource = shorten(target.resource, NAME_SHOWN);
         if !self.quiet {
@@ -229,9 +235,36 @@ impl Target<'_> {
         }
     }
 
-    /// The failure of this acquire ([`lock_failure`]).
+    /// The failure of this acquire ([`lock_failure`]), naming the holder's owner when the lock
+    /// is held elsewhere.
     fn failure(&self, e: &Error) -> Fail {
-        lock_failure(self.r, self.resource, self.waiting.rule(), e, self.waiting)
+        let mut fail = lock_failure(self.r, self.resource, self.waiting.rule(), e, self.waiting);
+        if fail.is_held() {
+            fail.message.push_str(&self.held_by());
+        }
+        fail
+    }
+
+    /// Who holds the lock, for a "held elsewhere" message: "; owner HOST:PID:COMMAND" as the
+    /// most nodes that hold it record it (`--owner`), from one status read of at most
+    /// [`OWNER_LOOK`]; empty when no owner is recorded (a lock taken without one, a foreign
+    /// client's key, readers, a semaphore's permits) or no node answers in time.
+    fn held_by(&self) -> String {
+        if self.semaphore.is_some() {
+            return String::new();
+        }
+        let statuses = self.r.status(self.resource, OWNER_LOOK);
+        let mut owners: Vec<(&[u8], usize)> = Vec::new();
+        for owner in statuses.iter().filter_map(NodeStatus::owner) {
+            match owners.iter_mut().find(|(o, _)| *o == owner) {
+                Some((_, n)) => *n += 1,
+                None => owners.push((owner, 1)),
+            }
+        }
+        match owners.iter().max_by_key(|(_, n)| *n) {
+            Some((owner, _)) => format!("; owner {}", String::from_utf8_lossy(owner)),
+            None => String::new(),
+        }
     }
 
     /// Whether the lock `held` excludes every lock this acquire could take. The rule is the

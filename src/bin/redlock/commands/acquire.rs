@@ -41,7 +41,10 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 pub fn acquire(a: &AcquireArgs) -> Result<u8, Fail> {
     let CallOptions { output, opts } = &a.call;
     let ttl = opts.ttl_or(DEFAULT_TTL);
-    let r = build(opts.tuned(DEFAULT_TTL)?.fencing(opts.fence))?;
+    // The owner: the process that called acquire holds the lock once it has exited.
+    let caller = u32::try_from(nix::unistd::getppid().as_raw()).unwrap_or(0);
+    let tuned = opts.owned(opts.tuned(DEFAULT_TTL)?, caller, "redlock acquire");
+    let r = build(tuned.fencing(opts.fence))?;
     let resource = opts.lock_name(&a.resources)?;
     let mut told = Vec::new();
     let waited = |told: &[waiting::Said]| told.iter().map(waiting::Said::to_json).collect();

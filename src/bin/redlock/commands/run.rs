@@ -231,7 +231,10 @@ fn watch_child(pid: libc::pid_t, tx: &mpsc::Sender<Event>) {
 pub fn run(a: &RunArgs) -> Result<u8, Fail> {
     default_sigchld();
     // A kept lock may run for days: no limit on the number of extensions.
-    let tuned = a.opts.tuned(DEFAULT_TTL)?;
+    let command = (a.command.iter().map(|c| c.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let tuned = (a.opts).owned(a.opts.tuned(DEFAULT_TTL)?, std::process::id(), &command);
     let r = build(tuned.max_extensions(u32::MAX).fencing(a.opts.fence))?;
     let lock = waiting::acquire(&r, &a.resource, a.opts.permits, &a.opts.waiting, a.quiet)?;
     if !a.quiet {

@@ -341,7 +341,7 @@ fn maybe_held(resource: &str, nodes: usize, unreachable: usize, n: usize) -> Str
 const TOKEN_SHOWN: usize = 10;
 
 /// The table's columns.
-const HEADER: [&str; 9] = [
+const HEADER: [&str; 10] = [
     "NODE",
     "REACHABLE",
     "KEY",
@@ -351,7 +351,21 @@ const HEADER: [&str; 9] = [
     "FENCE",
     "QUARANTINE",
     "EVICTS",
+    "OWNER",
 ];
+
+/// The owner a lock's value records (`--owner`), `-` when none.
+fn owner_of(value: &[u8]) -> String {
+    match redlock_mux::split_value(value).1 {
+        Some(o) => String::from_utf8_lossy(o).into_owned(),
+        None => "-".into(),
+    }
+}
+
+/// The token in a lock's value, without the owner.
+fn token_of(value: &[u8]) -> &[u8] {
+    redlock_mux::split_value(value).0
+}
 
 /// What a node's `INFO memory` said about evicting keys, as the table and `--json` show it:
 /// `no`, the policy (its yes does not count unless the client counts evicting servers), or
@@ -398,7 +412,7 @@ fn row(s: &NodeStatus) -> Vec<String> {
             let (key, token, pttl) = match value {
                 Some(v) => (
                     "held",
-                    token_prefix(v),
+                    token_prefix(token_of(v)),
                     match *pttl {
                         -1 => "no expiry".to_owned(),
                         ms if ms < 0 => "-".to_owned(),
@@ -427,6 +441,7 @@ fn row(s: &NodeStatus) -> Vec<String> {
                     None => "-".into(),
                 },
                 eviction(s.eviction).into(),
+                value.as_deref().map_or_else(|| "-".into(), owner_of),
             ]
         }
         Err(f) => vec![s.node.clone(), format!("no: {f}")],
@@ -458,8 +473,12 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
             nodes,
             left_ms,
         } => format!(
-            "held by a quorum: {nodes} of {n} nodes hold token {} (quorum {quorum}), {}\n",
-            token_prefix(token),
+            "held by a quorum: {nodes} of {n} nodes hold token {}{} (quorum {quorum}), {}\n",
+            token_prefix(token_of(token)),
+            match redlock_mux::split_value(token).1 {
+                Some(o) => format!(", owner {}", String::from_utf8_lossy(o)),
+                None => String::new(),
+            },
             match left_ms {
                 Some(ms) => format!("for {ms} ms more at most"),
                 None => "with no expiry".to_owned(),
@@ -473,7 +492,7 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
         Verdict::Split { token, nodes } => format!(
             "not held by a quorum: at most {nodes} of {n} nodes agree (token {}), {quorum} \
              needed\n",
-            token_prefix(token)
+            token_prefix(token_of(token))
         ),
         Verdict::Free => format!("free: no node holds {}\n", shorten(resource, NAME_SHOWN)),
         Verdict::Unknown => format!(
@@ -514,7 +533,8 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
             let (held, token, pttl_ms, error) = match &s.state {
                 Ok((v, pttl)) => (
                     Some(v.is_some()),
-                    v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
+                    v.as_ref()
+                        .map(|v| String::from_utf8_lossy(token_of(v)).into_owned()),
                     v.as_ref().map(|_| *pttl),
                     None,
                 ),
@@ -525,6 +545,7 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
                 "reachable": s.state.is_ok(),
                 "held": held,
                 "token": token,
+                "owner": s.owner().map(String::from_utf8_lossy),
                 "pttl_ms": pttl_ms,
                 "readers": s.readers,
                 "rtt_ms": s.state.is_ok().then_some(round_ms(s.rtt.as_secs_f64() * 1000.0)),
@@ -543,7 +564,12 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
             left_ms,
         } => (
             "held",
-            json!({"token": String::from_utf8_lossy(token), "nodes": nodes, "left_ms": left_ms}),
+            json!({
+                "token": String::from_utf8_lossy(token_of(token)),
+                "owner": redlock_mux::split_value(token).1.map(String::from_utf8_lossy),
+                "nodes": nodes,
+                "left_ms": left_ms,
+            }),
         ),
         Verdict::Read { nodes, readers } => ("read", json!({"nodes": nodes, "readers": readers})),
         Verdict::Split { .. } => ("split", Value::Null),
