@@ -2157,12 +2157,12 @@ fn the_owner_is_recorded_shown_by_status_and_named_in_refusals() {
     let v = json_of(&o);
     assert!(v["message"].as_str().unwrap().contains(&recorded), "{v}");
     // A wait's note too, once the wait has lasted a second.
-    let o = output(redlock(&urls).args(["acquire", "-w", "1500ms", "job"]));
+    let o = output(redlock(&urls).args(["acquire", "-w", "2500ms", "job"]));
     assert_code(&o, 75);
     let err = stderr(&o);
     let note = err.lines().next().unwrap_or_default();
     assert!(
-        note.starts_with("redlock: waiting up to 1.5s for \"job\": ")
+        note.starts_with("redlock: waiting up to 2.5s for \"job\": ")
             && note.ends_with(&format!("; owner {recorded}")),
         "{err}"
     );

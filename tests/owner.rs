@@ -58,11 +58,13 @@ fn the_owner_is_stored_with_the_lock_shown_by_status_and_seen_past_by_extend_and
     }
     // Extend and release compare the token alone: from the handle that took it…
     r.extend(&mut lock, Duration::from_secs(60)).unwrap();
+    settle(&r, "job");
     assert!(servers.iter().all(|s| s.pttl("job") > 30_000));
     // …and from another process's handle, which has the token and no owner (or another).
     let other = builder(&servers).build().unwrap();
     let mut rebuilt = Lock::from_parts("job", &token, Duration::from_secs(10)).unwrap();
     other.extend(&mut rebuilt, Duration::from_secs(90)).unwrap();
+    settle(&other, "job");
     assert!(servers.iter().all(|s| s.pttl("job") > 60_000));
     assert_eq!(other.unlock(rebuilt).unwrap(), 3);
     assert_eq!(values(&servers, "job"), vec![None; 3]);
@@ -114,6 +116,7 @@ fn every_kind_that_writes_a_string_records_the_owner_and_releases_it() {
 
     // A reader's member is its token alone (readers record no owner), and it works as before.
     let reader = r.try_lock(Shared::new("doc").unwrap()).unwrap();
+    settle(&r, "doc");
     let token = token_of(&reader);
     for s in servers.iter() {
         let score = s.cmd(&["ZSCORE", "doc", &token]);
@@ -124,6 +127,41 @@ fn every_kind_that_writes_a_string_records_the_owner_and_releases_it() {
         );
     }
     assert_eq!(r.unlock(reader).unwrap(), 3);
+
+    // The release without notices (`release_notices(false)`) sees past the owner too.
+    let quiet = builder(&servers)
+        .owner(OWNER)
+        .release_notices(false)
+        .build()
+        .unwrap();
+    let lock = quiet.try_lock("quiet").unwrap();
+    settle(&quiet, "quiet");
+    let value = format!("{} {OWNER}", token_of(&lock));
+    assert_eq!(values(&servers, "quiet"), vec![Some(value); 3]);
+    assert_eq!(quiet.unlock(lock).unwrap(), 3);
+    assert_eq!(values(&servers, "quiet"), vec![None; 3]);
+}
+
+/// A value pasted whole as a token (`redis-cli GET`'s answer), or cut at a space of its owner,
+/// is refused: taken as a token, it would match as one of its own — and an all-or-none set's
+/// value would pass for a plain lock's token, releasing one member alone.
+#[test]
+fn a_value_with_its_owner_is_not_a_token() {
+    let servers = Cluster::start(3);
+    let r = owned(&servers);
+    let set = r.try_lock(ResourceSet::new(["m1", "m2"]).unwrap()).unwrap();
+    settle(&r, "m1");
+    let value = servers[0].get("m1").unwrap();
+    let cut = &value[..value.rfind(' ').unwrap()];
+    for token in [value.as_str(), cut] {
+        let e = Lock::from_parts("m1", token, Duration::from_secs(10)).unwrap_err();
+        assert!(matches!(e, Error::Config(_)), "{token:?}: {e:?}");
+    }
+    // The value's first word is the token: as such, the single member is refused as before.
+    let token = split_value(value.as_bytes()).0;
+    assert!(Lock::from_parts("m1", token, Duration::from_secs(10)).is_err());
+    assert!(values(&servers, "m1").iter().all(Option::is_some));
+    assert_eq!(r.unlock(set).unwrap(), 3);
 }
 
 /// What a foreign client sees is unchanged: `SET NX` on our lock fails, and our acquire of its

@@ -119,7 +119,7 @@ fn dropped_async_waits_find_no_violation() {
 
 /// An owner on every lock (`Config::owner`: each value is `<token> <owner>`) changes nothing
 /// but the values: the same schedules, traced byte for byte, with plain locks, readers and
-/// sets, their releases and extends recognising the token alone (compared whole, every
+/// sets, fenced or not, their releases, extends and fence write-backs recognising the token alone (compared whole, every
 /// schedule here fails the cover check), and a batch finds no violation.
 #[test]
 fn an_owner_on_every_lock_changes_nothing_but_the_values() {
@@ -132,11 +132,21 @@ fn an_owner_on_every_lock_changes_nothing_but_the_values() {
         owner: true,
         ..plain
     };
-    for seed in 0..20 {
+    // Fenced too: the fence's write-back finds the lock by its token.
+    let fenced = |s: Setup| Setup { fencing: true, ..s };
+    for (seed, fence) in (0..20)
+        .map(|s| (s, false))
+        .chain((20..30).map(|s| (s, true)))
+    {
+        let (plain, owned) = match fence {
+            true => (fenced(plain), fenced(owned)),
+            false => (plain, owned),
+        };
         let (mut a, mut b) = (String::new(), String::new());
         sim::run(seed, plain, Some(&mut a));
         let r = sim::run(seed, owned, Some(&mut b));
         assert!(r.acquired > 0, "seed {seed}: {r:?}");
+        assert!(!fence || r.fenced > 0, "seed {seed}: {r:?}");
         assert_eq!(a, b, "seed {seed}: the owner changed the schedule");
     }
     for r in &batch(1_000..1_200, owned) {

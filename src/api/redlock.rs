@@ -486,8 +486,12 @@ impl Redlock {
     ///
     /// # let redlock = redlock_mux::Builder::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"]).quarantine(None).build()?;
     /// for node in redlock.status(b"orders:42", Duration::from_millis(500)) {
-    ///     match node.state {
-    ///         Ok((Some(token), pttl)) => println!("{}: held by {token:x?} for {pttl} ms", node.node),
+    ///     // The value's token, and its owner if the holder recorded one (`Config::owner`).
+    ///     let (token, owner) = (node.token(), node.owner());
+    ///     match &node.state {
+    ///         Ok((Some(_), pttl)) => {
+    ///             println!("{}: held by {token:?} ({owner:?}) for {pttl} ms", node.node)
+    ///         }
     ///         Ok((None, _)) => println!("{}: free", node.node),
     ///         Err(fault) => println!("{}: {fault}", node.node),
     ///     }

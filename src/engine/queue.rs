@@ -154,17 +154,8 @@ impl WaitReason {
         match error {
             Error::Held(_) => WaitReason::Held,
             Error::TooSlow(_) => WaitReason::NoQuorum,
-            Error::NoQuorum(r) => {
-                let quarantined = (r.failed())
-                    .filter(|(_, f)| matches!(f.root(), crate::NodeFault::Quarantined(_)))
-                    .count();
-                let need = r.quorum().saturating_sub(r.yes());
-                if need > 0 && quarantined >= need {
-                    WaitReason::Quarantine
-                } else {
-                    WaitReason::NoQuorum
-                }
-            }
+            Error::NoQuorum(r) if r.short_by_quarantine() => WaitReason::Quarantine,
+            Error::NoQuorum(_) => WaitReason::NoQuorum,
             _ => WaitReason::Other,
         }
     }

@@ -356,6 +356,17 @@ impl Report {
             .filter(|i| self.refused & (1 << i) != 0)
             .map(|i| &self.nodes[i])
     }
+    /// Whether the nodes in their restart quarantine ([`NodeFault::Quarantined`]) are all that
+    /// kept the quorum from being reached: at least as many of them as yeses were missing. A
+    /// wait then ends when the quarantine does (or sooner, if other nodes come back), which is
+    /// what the `waiting` event and `redlock` say instead of "no quorum".
+    pub fn short_by_quarantine(&self) -> bool {
+        let quarantined = (self.failed())
+            .filter(|(_, f)| matches!(f.root(), NodeFault::Quarantined(_)))
+            .count();
+        let need = self.quorum().saturating_sub(self.yes());
+        need > 0 && quarantined >= need
+    }
     /// The nodes that failed, and why.
     pub fn failed(&self) -> impl Iterator<Item = (&NodeAddr, &NodeFault)> + '_ {
         self.failed.iter().map(|(i, f)| (&self.nodes[*i], f))

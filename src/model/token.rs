@@ -74,9 +74,10 @@ pub(crate) fn holds_token(value: &[u8], token: &[u8]) -> bool {
 
 /// The token and the owner in a lock key's value as a node holds it
 /// ([`NodeStatus::state`](crate::NodeStatus::state)): `<token> <owner>` when an acquire of a
-/// handle with an owner ([`Config::owner`](crate::Config::owner)) wrote it — a token of
-/// [`TOKEN_LEN`] bytes, [`OWNER_SEPARATOR`], the owner — else the whole value and `None` (no
-/// owner, or a value this crate did not write).
+/// handle with an owner ([`Config::owner`](crate::Config::owner)) wrote it — a token shaped as
+/// this crate makes them ([`TOKEN_LEN`] characters of base64url, a set's starting with `.`),
+/// [`OWNER_SEPARATOR`], an owner of 1 to [`MAX_OWNER_LEN`] bytes — else the whole value and
+/// `None` (no owner, or a value of another shape: another client's).
 ///
 /// ```
 /// use redlock_mux::split_value;
@@ -86,9 +87,16 @@ pub(crate) fn holds_token(value: &[u8], token: &[u8]) -> bool {
 /// assert_eq!(split_value(b"someone else's value"), (&b"someone else's value"[..], None));
 /// ```
 pub fn split_value(value: &[u8]) -> (&[u8], Option<&[u8]>) {
-    match value.get(TOKEN_LEN) {
-        Some(&OWNER_SEPARATOR) if !value[..TOKEN_LEN].contains(&OWNER_SEPARATOR) => {
-            (&value[..TOKEN_LEN], Some(&value[TOKEN_LEN + 1..]))
+    let base64url = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
+    let owner_len = value.len().saturating_sub(TOKEN_LEN + 1);
+    match value.split_at_checked(TOKEN_LEN) {
+        Some((token, rest))
+            if rest.first() == Some(&OWNER_SEPARATOR)
+                && (1..=MAX_OWNER_LEN).contains(&owner_len)
+                && (token[0] == SET_MARK || base64url(&token[0]))
+                && token[1..].iter().all(base64url) =>
+        {
+            (token, Some(&rest[1..]))
         }
         _ => (value, None),
     }
@@ -205,13 +213,25 @@ impl Token {
     ///
     /// # Errors
     ///
-    /// [`Error::Config`] if empty or longer than [`MAX_TOKEN_LEN`].
+    /// [`Error::Config`] if empty, longer than [`MAX_TOKEN_LEN`], or holding
+    /// [`OWNER_SEPARATOR`]. Why no space: a key's value with an owner is `<token> <owner>`,
+    /// and releases match a value by its token and the space. A value pasted whole (or cut at
+    /// a space of its owner) taken as a token would match as a token of its own — and an
+    /// all-or-none set's value, so taken, would pass for a plain token and release one member
+    /// alone.
     pub fn from_bytes(b: &[u8]) -> Result<Token, Error> {
         if b.is_empty() || b.len() > MAX_TOKEN_LEN {
             return Err(Error::Config(format!(
                 "a token must be 1 to {MAX_TOKEN_LEN} bytes, got {}",
                 b.len()
             )));
+        }
+        if b.contains(&OWNER_SEPARATOR) {
+            return Err(Error::Config(
+                "a token holds no space: a lock's value with an owner is `<token> <owner>`, \
+                 and its token is what comes before the first space"
+                    .into(),
+            ));
         }
         let mut bytes = [0u8; MAX_TOKEN_LEN];
         bytes[..b.len()].copy_from_slice(b);
@@ -293,6 +313,43 @@ mod tests {
         // Two sets' digests differ; the same set's are the same.
         assert_eq!(set_digest(&ab), set_digest(&ab));
         assert_ne!(set_digest(&ab), set_digest(&ac));
+    }
+
+    #[test]
+    fn a_value_splits_into_token_and_owner_only_when_this_crate_wrote_it() {
+        let t = Token::generate().unwrap();
+        let set =
+            Token::for_resource(&crate::model::keys::encode_set(&["a", "b"], |_| Ok(())).unwrap())
+                .unwrap();
+        let mut buf = [0u8; MAX_VALUE_LEN];
+        for token in [t, set] {
+            let value = lock_value(token.as_bytes(), Some(b"host:1:job x"), &mut buf).to_vec();
+            assert_eq!(
+                split_value(&value),
+                (token.as_bytes(), Some(&b"host:1:job x"[..]))
+            );
+            assert!(holds_token(&value, token.as_bytes()));
+            // Without an owner the value is the token, which is its own token.
+            let bare = lock_value(token.as_bytes(), None, &mut buf).to_vec();
+            assert_eq!(split_value(&bare), (token.as_bytes(), None));
+        }
+        // Another client's values: a space at the token's length is not enough.
+        let foreign: [&[u8]; 4] = [
+            b"this value is someone else's and long",
+            b"aaaaaaaaaaaaaaaaaaaaaaaaaa! owner",
+            b"aaaaaaaaaaaaaaaaaaaaaaaaaaa ",
+            b"",
+        ];
+        for v in foreign {
+            assert_eq!(split_value(v), (v, None), "{v:?}");
+        }
+        let long = [t.as_bytes(), b" ", &[b'o'; MAX_OWNER_LEN + 1]].concat();
+        assert_eq!(split_value(&long).1, None);
+        // Our token then anything but the separator is not ours.
+        let near = [t.as_bytes(), b"X owner"].concat();
+        assert!(!holds_token(&near, t.as_bytes()));
+        // No token holds the separator.
+        assert!(Token::from_bytes(b"two words").is_err());
     }
 
     #[test]

@@ -33,6 +33,15 @@ pub fn shorten(name: &str, max: usize) -> String {
     }
 }
 
+/// A lock's owner as read from a node, for the terminal: its bytes as text, control characters
+/// (a foreign value's escape sequences) shown as `?`.
+pub fn owner_text(owner: &[u8]) -> String {
+    String::from_utf8_lossy(owner)
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 /// Rows of cells as aligned columns, each cell after two spaces, each line's trailing spaces
 /// cut. The first row (the heading) sets how many columns there are: a shorter row (an
 /// unreachable node and its reason) takes the first columns and does not widen them.

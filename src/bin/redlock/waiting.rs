@@ -246,14 +246,29 @@ impl Target<'_> {
     }
 
     /// Who holds the lock, for a "held elsewhere" message: "; owner HOST:PID:COMMAND" as the
-    /// most nodes that hold it record it (`--owner`), from one status read of at most
-    /// [`OWNER_LOOK`]; empty when no owner is recorded (a lock taken without one, a foreign
-    /// client's key, readers, a semaphore's permits) or no node answers in time.
+    /// most nodes that hold it record it (`--owner`; for a set, the first member found held
+    /// with one), from status reads of at most [`OWNER_LOOK`] in all; empty when no owner is recorded (a lock
+    /// taken without one, a foreign client's key, readers), no node answers in time, or with
+    /// `--permits` (every permit is held, each by its own holder).
     fn held_by(&self) -> String {
         if self.semaphore.is_some() {
             return String::new();
         }
-        let statuses = self.r.status(self.resource, OWNER_LOOK);
+        let resource = Resource::new(self.resource.as_bytes());
+        let keys: Vec<&[u8]> = match resource.members() {
+            Some(members) => members.collect(),
+            None => vec![self.resource.as_bytes()],
+        };
+        // Member after member until one names an owner, all within `OWNER_LOOK`.
+        let deadline = Instant::now() + OWNER_LOOK;
+        let mut statuses: Vec<NodeStatus> = Vec::new();
+        for key in keys {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || statuses.iter().any(|s| s.owner().is_some()) {
+                break;
+            }
+            statuses.extend(self.r.status(key, left));
+        }
         let mut owners: Vec<(&[u8], usize)> = Vec::new();
         for owner in statuses.iter().filter_map(NodeStatus::owner) {
             match owners.iter_mut().find(|(o, _)| *o == owner) {
@@ -262,7 +277,7 @@ impl Target<'_> {
             }
         }
         match owners.iter().max_by_key(|(_, n)| *n) {
-            Some((owner, _)) => format!("; owner {}", String::from_utf8_lossy(owner)),
+            Some((owner, _)) => format!("; owner {}", crate::text::owner_text(owner)),
             None => String::new(),
         }
     }
@@ -429,10 +444,10 @@ pub fn quarantine_hint(r: &Redlock, e: &Error) -> Option<String> {
             _ => None,
         })
         .collect();
-    let need = report.quorum().saturating_sub(report.yes());
-    if need == 0 || quarantined.len() < need {
+    if !report.short_by_quarantine() {
         return None;
     }
+    let need = report.quorum() - report.yes();
     let names: Vec<&str> = quarantined.iter().map(|(n, _)| n.as_str()).collect();
     let names = names.join(", ");
     let youngest = window.saturating_sub(quarantined.iter().map(|&(_, left)| left).max()?);

@@ -357,7 +357,7 @@ const HEADER: [&str; 10] = [
 /// The owner a lock's value records (`--owner`), `-` when none.
 fn owner_of(value: &[u8]) -> String {
     match redlock_mux::split_value(value).1 {
-        Some(o) => String::from_utf8_lossy(o).into_owned(),
+        Some(o) => crate::text::owner_text(o),
         None => "-".into(),
     }
 }
@@ -476,7 +476,7 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
             "held by a quorum: {nodes} of {n} nodes hold token {}{} (quorum {quorum}), {}\n",
             token_prefix(token_of(token)),
             match redlock_mux::split_value(token).1 {
-                Some(o) => format!(", owner {}", String::from_utf8_lossy(o)),
+                Some(o) => format!(", owner {}", crate::text::owner_text(o)),
                 None => String::new(),
             },
             match left_ms {
