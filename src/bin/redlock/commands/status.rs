@@ -40,16 +40,17 @@ pub struct StatusArgs {
 
 /// What a quorum of the nodes says.
 enum Verdict {
-    /// A quorum holds this token, for this long at most (`None`: no expiry).
+    /// A quorum holds this value (a token, or `<token> <owner>`), for this long at most
+    /// (`None`: no expiry).
     Held {
-        token: Vec<u8>,
+        value: Vec<u8>,
         nodes: usize,
         left_ms: Option<i64>,
     },
     /// Read-locked (shared) on a quorum: readers hold it, at most this many on one node.
     Read { nodes: usize, readers: usize },
-    /// Some nodes hold it, no token has a quorum.
-    Split { token: Vec<u8>, nodes: usize },
+    /// Some nodes hold it, no value has a quorum: at most `nodes` hold `value`.
+    Split { value: Vec<u8>, nodes: usize },
     /// No reachable node holds it, and a quorum answered.
     Free,
     /// No reachable node holds it, but too few answered to say.
@@ -306,18 +307,18 @@ fn verdict(statuses: &[NodeStatus]) -> Verdict {
         };
     }
     match holders.into_iter().next() {
-        Some((token, mut ttls)) if ttls.len() >= quorum => {
+        Some((value, mut ttls)) if ttls.len() >= quorum => {
             // The quorum lasts as long as the quorum-th longest PTTL among the holders.
             ttls.sort_by_key(|&t| std::cmp::Reverse(if t == -1 { i64::MAX } else { t }));
             let left_ms = Some(ttls[quorum - 1]).filter(|&t| t != -1);
             Verdict::Held {
-                token,
+                value,
                 nodes: ttls.len(),
                 left_ms,
             }
         }
-        Some((token, ttls)) => Verdict::Split {
-            token,
+        Some((value, ttls)) => Verdict::Split {
+            value,
             nodes: ttls.len(),
         },
         None if up >= quorum => Verdict::Free,
@@ -469,13 +470,13 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
     let up = statuses.iter().filter(|s| s.state.is_ok()).count();
     let mut out = match verdict {
         Verdict::Held {
-            token,
+            value,
             nodes,
             left_ms,
         } => format!(
             "held by a quorum: {nodes} of {n} nodes hold token {}{} (quorum {quorum}), {}\n",
-            token_prefix(token_of(token)),
-            match redlock_mux::split_value(token).1 {
+            token_prefix(token_of(value)),
+            match redlock_mux::split_value(value).1 {
                 Some(o) => format!(", owner {}", crate::text::owner_text(o)),
                 None => String::new(),
             },
@@ -489,10 +490,10 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
              {readers} on one node (expired readers count until another reader's release \
              drops them)\n"
         ),
-        Verdict::Split { token, nodes } => format!(
+        Verdict::Split { value, nodes } => format!(
             "not held by a quorum: at most {nodes} of {n} nodes agree (token {}), {quorum} \
              needed\n",
-            token_prefix(token_of(token))
+            token_prefix(token_of(value))
         ),
         Verdict::Free => format!("free: no node holds {}\n", shorten(resource, NAME_SHOWN)),
         Verdict::Unknown => format!(
@@ -559,14 +560,14 @@ fn to_json(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> Value 
         .collect();
     let (state, holder) = match verdict {
         Verdict::Held {
-            token,
+            value,
             nodes,
             left_ms,
         } => (
             "held",
             json!({
-                "token": String::from_utf8_lossy(token_of(token)),
-                "owner": redlock_mux::split_value(token).1.map(String::from_utf8_lossy),
+                "token": String::from_utf8_lossy(token_of(value)),
+                "owner": redlock_mux::split_value(value).1.map(String::from_utf8_lossy),
                 "nodes": nodes,
                 "left_ms": left_ms,
             }),
