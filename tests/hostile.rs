@@ -73,7 +73,11 @@ const ALL: [Hostile; 8] = [
 ];
 
 const TRICKLE_GAP: Duration = Duration::from_millis(10);
-const DEEP_LEVELS: usize = 1_000_000;
+/// Levels of `*1` the deep flood offers: 32 MiB, more than loopback buffers take while the
+/// client reads nothing (a send buffer grows to `tcp_wmem`'s 4 MiB here): with 4 MiB on offer,
+/// a client slow to close on a loaded machine let the fake send it all, and "cut off" was not
+/// seen although the client read no more than before.
+const DEEP_LEVELS: usize = 8 << 20;
 const ENDLESS_BYTES: usize = 4 << 20;
 
 /// Sends `unit` `count` times in chunks of about 16 KiB; returns the bytes written before the
@@ -408,7 +412,7 @@ fn huge_bulk_length_then_close_is_bulk_too_long() {
 fn a_million_nested_arrays_are_refused_early_not_buffered() {
     bounded(|| {
         let (fake, c) = single_node_fails(Hostile::Deep, Duration::from_millis(200));
-        // 4 MB were on offer; reading them all would take 500+ reads of 8 KiB.
+        // 32 MiB were on offer; reading them all would take 4,000+ reads of 8 KiB.
         let reads = c.stats().io.reads;
         assert!(
             reads < 100,
