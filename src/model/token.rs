@@ -62,6 +62,11 @@ pub(crate) fn lock_value<'a>(
     &buf[..n + 1 + owner.len()]
 }
 
+/// Whether `b` is in the base64url alphabet of the tokens this crate makes.
+fn is_base64url(b: &u8) -> bool {
+    b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_'
+}
+
 /// Whether a lock key's `value` is `token`'s: the token itself, or the token, the separator
 /// and an owner — as the scripts test it (`holds_token!` in `proto/scripts.rs`).
 #[cfg(any(test, feature = "sim"))]
@@ -87,14 +92,13 @@ pub(crate) fn holds_token(value: &[u8], token: &[u8]) -> bool {
 /// assert_eq!(split_value(b"someone else's value"), (&b"someone else's value"[..], None));
 /// ```
 pub fn split_value(value: &[u8]) -> (&[u8], Option<&[u8]>) {
-    let base64url = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_';
     let owner_len = value.len().saturating_sub(TOKEN_LEN + 1);
     match value.split_at_checked(TOKEN_LEN) {
         Some((token, rest))
             if rest.first() == Some(&OWNER_SEPARATOR)
                 && (1..=MAX_OWNER_LEN).contains(&owner_len)
-                && (token[0] == SET_MARK || base64url(&token[0]))
-                && token[1..].iter().all(base64url) =>
+                && (token[0] == SET_MARK || is_base64url(&token[0]))
+                && token[1..].iter().all(is_base64url) =>
         {
             (token, Some(&rest[1..]))
         }
@@ -205,8 +209,7 @@ impl Token {
     /// (`SHARED_RELEASE_BODY` checks the same).
     #[cfg(any(test, feature = "sim"))]
     pub(crate) fn is_shaped(member: &[u8]) -> bool {
-        member.len() == TOKEN_LEN
-            && (member.iter()).all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+        member.len() == TOKEN_LEN && member.iter().all(is_base64url)
     }
 
     /// A token given by someone else (e.g. printed by `redlock acquire`).

@@ -355,12 +355,11 @@ const HEADER: [&str; 10] = [
     "OWNER",
 ];
 
-/// The owner a lock's value records (`--owner`), `-` when none.
-fn owner_of(value: &[u8]) -> String {
-    match redlock_mux::split_value(value).1 {
-        Some(o) => crate::text::owner_text(o),
-        None => "-".into(),
-    }
+/// The owner a lock's value records (`--owner`), for the terminal.
+fn owner_of(value: &[u8]) -> Option<String> {
+    redlock_mux::split_value(value)
+        .1
+        .map(crate::text::owner_text)
 }
 
 /// The token in a lock's value, without the owner.
@@ -411,9 +410,9 @@ fn row(s: &NodeStatus) -> Vec<String> {
     match &s.state {
         Ok((value, pttl)) => {
             let (key, token, pttl) = match value {
-                Some(v) => (
+                Some(_) => (
                     "held",
-                    token_prefix(token_of(v)),
+                    token_prefix(s.token().unwrap_or_default()),
                     match *pttl {
                         -1 => "no expiry".to_owned(),
                         ms if ms < 0 => "-".to_owned(),
@@ -442,7 +441,8 @@ fn row(s: &NodeStatus) -> Vec<String> {
                     None => "-".into(),
                 },
                 eviction(s.eviction).into(),
-                value.as_deref().map_or_else(|| "-".into(), owner_of),
+                s.owner()
+                    .map_or_else(|| "-".into(), crate::text::owner_text),
             ]
         }
         Err(f) => vec![s.node.clone(), format!("no: {f}")],
@@ -476,8 +476,8 @@ fn summary(resource: &str, statuses: &[NodeStatus], verdict: &Verdict) -> String
         } => format!(
             "held by a quorum: {nodes} of {n} nodes hold token {}{} (quorum {quorum}), {}\n",
             token_prefix(token_of(value)),
-            match redlock_mux::split_value(value).1 {
-                Some(o) => format!(", owner {}", crate::text::owner_text(o)),
+            match owner_of(value) {
+                Some(o) => format!(", owner {o}"),
                 None => String::new(),
             },
             match left_ms {
