@@ -82,6 +82,62 @@ impl Fault {
     }
 }
 
+/// The clock check (`Builder::clock_check`) against the hazard of a fast clock, on three real
+/// servers under libfaketime. A holder gets nodes 0 and 1 (node 2 held by a foreign key, then
+/// freed); node 0's clock then runs ten times fast and drops the holder's key within a
+/// fraction of its TTL. A rival without the check is granted nodes 0 and 2 — a quorum, while
+/// the holder's lock is valid: two holders. A rival with the check is refused: node 0's yes
+/// does not count, its clock named in the report as ahead of the others.
+#[test]
+fn the_clock_check_does_not_count_a_node_whose_clock_runs_fast() {
+    let bin = redis_local::clock::fake_clock_server().unwrap_or_else(|e| panic!("{e}"));
+    let mut servers = Cluster::start_with(3, Server::builder().fake_clock(true).binary(bin));
+    let handle = |check: bool| {
+        let mut b = redlock_mux::Builder::new(servers.urls())
+            .ttl(Duration::from_secs(10))
+            .quarantine(None)
+            .retry_count(0);
+        if check {
+            b = b.clock_check(Duration::from_millis(20));
+        }
+        b.build().expect("a handle")
+    };
+    let (plain, checked) = (handle(false), handle(true));
+
+    // Healthy clocks: the check grants, its margin (3 × 20 ms) off the validity.
+    let lock = checked.try_lock("healthy").expect("healthy clocks grant");
+    assert!(lock.votes().yes() >= 2, "{:?}", lock.votes());
+    assert!(lock.validity() <= Duration::from_millis(10_000 - 102 - 60));
+    checked.unlock(lock).expect("unlock");
+
+    servers[2].cmd(&["SET", "r", "foreign", "PX", "60000"]);
+    let holder = plain.try_lock("r").expect("the holder on nodes 0 and 1");
+    servers[2].cmd(&["DEL", "r"]);
+    servers[0].set_clock_rate(10.0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while servers[0].pttl("r") != -2 {
+        assert!(Instant::now() < deadline, "node 0 kept the key");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(holder.valid_until() > Instant::now() + Duration::from_secs(5));
+
+    let refused = checked
+        .try_lock("r")
+        .expect_err("node 0's clock must not count");
+    let report = refused.report().expect("a report");
+    let (_, fault) = (report.failed())
+        .find(|(node, _)| node.to_string() == servers[0].addr())
+        .unwrap_or_else(|| panic!("node 0 not failed: {refused}"));
+    match fault {
+        redlock_mux::NodeFault::Clock(Some(ahead)) => assert!(*ahead > 500, "{fault}"),
+        other => panic!("node 0: {other}"),
+    }
+    // Without the check: two holders.
+    let rival = plain.try_lock("r").expect("the hazard: a rival is granted");
+    assert!(rival.valid_until() > Instant::now() && holder.valid_until() > Instant::now());
+    servers[0].set_clock_rate(1.0);
+}
+
 #[test]
 #[ignore = "started as a subprocess by the clock cases"]
 fn clock_worker() {
@@ -266,6 +322,10 @@ fn measure(name: &str, skewed: usize, fault: Fault) {
         report.longest.length().as_millis(),
         rate_range(&skewed_rates, &healthy_rates),
     );
+    let name = match worker::clock_check() {
+        Some(x) => format!("{name} (clock check, tolerance {} ms)", x.as_millis()),
+        None => name.to_owned(),
+    };
     println!("clocks: {name}\n{row}");
     for example in report.overlap_examples.iter().take(3) {
         println!("clocks:   overlap: {example}");
@@ -276,7 +336,8 @@ fn measure(name: &str, skewed: usize, fault: Fault) {
     assert!(report.holds > 0, "nothing was held\n{}", report.summary());
     assert_eq!(report.fence_violations, 0, "{row}\n{}", report.summary());
     assert_eq!(store.accepted_stale, 0, "{row}");
-    if skewed == 0 {
+    // With every clock healthy, or with the clock check and a minority skewed: no overlap.
+    if skewed == 0 || (worker::clock_check().is_some() && skewed < NODES / 2 + 1) {
         assert_eq!(report.overlaps, 0, "{row}\n{}", report.summary());
         assert_eq!(report.over_permits, 0, "{row}\n{}", report.summary());
     }

@@ -407,6 +407,17 @@ fn configuration_errors_are_reported_before_anything_is_sent() {
             Builder::new([url.clone()]).backoff(Duration::ZERO, Duration::from_secs(1)),
             "backoff minimum is zero",
         ),
+        (
+            Builder::new([url.clone()]).clock_check(Duration::from_micros(500)),
+            "clock check tolerance",
+        ),
+        // The clock check's margin (3 × 20 ms) counts with the drift allowance.
+        (
+            Builder::new([url.clone()])
+                .ttl(Duration::from_millis(60))
+                .clock_check(Duration::from_millis(20)),
+            "drift",
+        ),
     ];
     for (b, needle) in cases {
         match b.build() {

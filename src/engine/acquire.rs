@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::{NodeFault, Refusal};
-use crate::model::round::{Decision, RoundConfig};
+use crate::model::round::Decision;
 use crate::model::token::{MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
@@ -37,11 +37,8 @@ impl<N: Net> Engine<N> {
             op.fence.stage = Stage::Reading;
             op.fence.reads = Reads::default();
         }
-        let rc = RoundConfig {
-            min_validity: config.min_validity,
-            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
-        };
-        op.vote.round.start(now, &rc);
+        let rc = config.round(ttl, config.node_timeout_for(ttl));
+        op.vote.start(now, &rc);
         op.vote.round.expect_no_answer_from(silent, now);
         for node in nodes_in(silent) {
             op.vote.faults[node] = Some(NodeFault::Silent);

@@ -32,11 +32,10 @@ impl<N: Net> Engine<N> {
         op.until = valid_until;
         op.backing = backing;
         let rc = RoundConfig {
-            min_validity: config.min_validity,
             not_after: Some(valid_until),
-            ..RoundConfig::new(ttl, config.drift_factor, config.node_timeout_for(ttl))
+            ..config.round(ttl, config.node_timeout_for(ttl))
         };
-        op.vote.round.start(now, &rc);
+        op.vote.start(now, &rc);
         let args = [
             Arg::Bytes(op.token.as_bytes()),
             Arg::UInt(ttl.as_millis() as u64),

@@ -206,7 +206,7 @@ impl<N: Net> Engine<N> {
             }
         }
         vote.runs.fill(None);
-        vote.round.start(now, &rc);
+        vote.start(now, &rc);
         (granted, duplicates)
     }
 

@@ -9,6 +9,7 @@ use crate::engine::kept::Kept;
 use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::addr::NodeAddr;
+use crate::model::clock::ClockSample;
 use crate::model::config::{EvictingServers, Shared};
 use crate::model::error::NodeFault;
 use crate::model::event::event;
@@ -26,7 +27,7 @@ use crate::proto::scripts::{
     SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT,
     SHARED_EXTEND_SCRIPT, ScriptCall,
 };
-use crate::proto::session::{Delivery, Kind};
+use crate::proto::session::{Delivery, Kind, TIME_COMMAND};
 
 use super::fence::{Fencing, Stage};
 use super::ledger::Ledger;
@@ -227,6 +228,11 @@ pub(super) struct Core {
     /// Refusals (our token gone) that came after a lost renewal of a kept lock was decided,
     /// with the nodes (a bit set): its backing narrows, and it may be lost (`kept_decided`).
     pub late_refusals: Vec<(Arc<Kept>, u64)>,
+    /// The clock check's tolerance ([`Config::clock_check`](crate::Config::clock_check)): an
+    /// acquire's or extend's requests each go after a `TIME` to the same node.
+    pub clock_check: Option<Duration>,
+    /// The nodes' clock samples, gathered for one clock check (a buffer kept for the next).
+    pub clocks: Vec<Option<ClockSample>>,
 }
 
 /// The slots of an engine that is gone, for another to build its slots in: the simulator's
@@ -282,6 +288,8 @@ impl Core {
             refuse_evicting: config.evicting_servers == EvictingServers::Refuse,
             evicting_told: vec![0; n],
             late_refusals: Vec::new(),
+            clock_check: config.clock_check,
+            clocks: Vec::with_capacity(if config.clock_check.is_some() { n } else { 0 }),
         }
     }
 
@@ -361,10 +369,32 @@ impl Core {
         targets: u64,
         now: Instant,
     ) {
+        let timed = self.timed(id);
         for node in nodes_in(targets) {
+            if timed {
+                self.read_clock(net, node, now);
+            }
             let sent = net.script(node, call, now, &mut self.sink());
             self.sent(id, node, sent, now);
         }
+    }
+
+    /// Whether operation `id`'s requests go after a `TIME` each: an acquire's or an extend's
+    /// (a fenced acquire's write-back too), with the clock check on.
+    fn timed(&self, id: OpId) -> bool {
+        self.clock_check.is_some()
+            && matches!(
+                self.ops[id.index as usize].kind,
+                OpKind::Acquire | OpKind::Extend
+            )
+    }
+
+    /// Queues a `TIME` to node `node`, for the clock check (`crate::model::clock`): its answer
+    /// is the node's clock sample, read by the session. If it cannot be queued the node has no
+    /// sample this round, and its yes does not count.
+    #[cold]
+    fn read_clock<N: Net>(&mut self, net: &mut N, node: usize, now: Instant) {
+        let _ = net.request(node, Kind::Time, 0, TIME_COMMAND, now, &mut self.sink());
     }
 
     /// Queues operation `id`'s encoded command `encoded` (a request of `kind`) to every node in
@@ -376,7 +406,11 @@ impl Core {
         targets: u64,
         now: Instant,
     ) {
+        let timed = self.timed(id);
         for node in nodes_in(targets) {
+            if timed {
+                self.read_clock(net, node, now);
+            }
             let sent = net.request(node, kind, id.tag(), encoded, now, &mut self.sink());
             self.sent(id, node, sent, now);
         }

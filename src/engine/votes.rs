@@ -12,13 +12,15 @@ use std::time::Instant;
 use crate::engine::net::Net;
 use crate::engine::request::Outcome;
 use crate::model::addr::NodeAddr;
+use crate::model::clock;
 use crate::model::error::{Error, NodeFault, Refusal, Report, clipped};
 use crate::model::lock::{Grant, Votes};
-use crate::model::round::{Decision, Loss, Round, Vote};
+use crate::model::round::{Decision, Loss, Round, RoundConfig, Vote};
 use crate::model::stats::Metrics;
 use crate::proto::resp::Frame;
 use crate::proto::session::Kind;
 
+use super::fence::Stage;
 use super::{Engine, OpKind, node_bit, nodes_in};
 
 impl<N: Net> Engine<N> {
@@ -28,7 +30,14 @@ impl<N: Net> Engine<N> {
         let op = &mut self.core.ops[index];
         op.vote
             .time_out(&self.core.metrics, &mut self.core.silent, now);
-        let decision = op.vote.round.poll_decision()?;
+        let mut decision = op.vote.round.poll_decision()?;
+        // A fenced acquire's write-back sets no TTL: the keys' lives were judged in its first
+        // round.
+        if let (Some(tolerance), Decision::Won { .. }) = (self.core.clock_check, decision)
+            && self.core.ops[index].fence.stage != Stage::Writing
+        {
+            decision = self.clock_checked(index, tolerance, now)?;
+        }
         if let Decision::Lost {
             loss: Loss::NoQuorum | Loss::Held,
             yes,
@@ -41,6 +50,47 @@ impl<N: Net> Engine<N> {
             OpKind::Acquire => self.acquire_decided(index, decision, now),
             _ => Some(self.extend_decided(index, decision)),
         }
+    }
+
+    /// Round `index`, won, with the clock check (`crate::model::clock`): won if a quorum of its
+    /// yeses come from nodes whose clocks agree with a quorum's read in the round. Else, while
+    /// nodes it waits for may still answer (their clocks may vouch for the yeses), undecided;
+    /// once none may, the yeses that no quorum of clocks vouches for fail
+    /// ([`NodeFault::Clock`]) and the round is decided on the rest.
+    #[cold]
+    fn clock_checked(
+        &mut self,
+        index: usize,
+        tolerance: std::time::Duration,
+        now: Instant,
+    ) -> Option<Decision> {
+        let n = self.net.nodes();
+        let mut clocks = std::mem::take(&mut self.core.clocks);
+        clocks.clear();
+        clocks.extend((0..n).map(|node| self.net.session(node).clock()));
+        let ballot = &mut self.core.ops[index].vote;
+        let (quorum, started) = (ballot.round.quorum(), ballot.started);
+        let doubted = (0..n)
+            .filter(|&node| ballot.round.vote(node) == Some(Vote::Yes))
+            .filter(|&node| !clock::agrees(&clocks, node, started, tolerance, quorum))
+            .fold(0u64, |bits, node| bits | node_bit(node));
+        let yes = ballot.yes().count_ones() as usize;
+        let decision = if doubted == 0 {
+            ballot.round.poll_decision()
+        } else if yes - (doubted.count_ones() as usize) < quorum
+            && (0..n).any(|node| ballot.round.is_pending(node))
+        {
+            ballot.round.reopen();
+            None
+        } else {
+            for node in nodes_in(doubted) {
+                let off = clock::off_by(&clocks, node, started);
+                ballot.withdraw(node, Some(&NodeFault::Clock(off)), now);
+            }
+            ballot.round.poll_decision()
+        };
+        self.core.clocks = clocks;
+        decision
     }
 
     /// Round `index` was lost with `yes` votes: if the nodes that were silent in it (timed out,
@@ -85,6 +135,9 @@ pub(super) struct Ballot {
     /// When the last node answered (a vote that is not a failure), for the round trip the
     /// split pause is measured in (see [`Ballot::round_trip`]).
     pub answered: Instant,
+    /// When the current round started ([`Ballot::start`]): the clock check counts the nodes'
+    /// clocks read since.
+    pub started: Instant,
 }
 
 impl Ballot {
@@ -115,7 +168,14 @@ impl Ballot {
             late: 0,
             silent_counted: false,
             answered: now,
+            started: now,
         }
+    }
+
+    /// Starts a round at `now` ([`Round::start`]).
+    pub fn start(&mut self, now: Instant, config: &RoundConfig) {
+        self.started = now;
+        self.round.start(now, config);
     }
 
     /// Ready for a new round started at `now` (the round itself is started by its caller).

@@ -155,6 +155,14 @@ pub struct Config {
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
     /// server's does not during its quarantine.
     pub evicting_servers: EvictingServers,
+    /// The clock check: with `Some(tolerance)`, every acquire and extend reads each node's
+    /// clock (`TIME`, in the same write as its command), and a node's yes counts only if its
+    /// clock reads within `tolerance` of the clocks of a quorum of nodes read in the same
+    /// round — a server whose clock runs fast or jumps (and so drops keys early) stops
+    /// counting. Three times the tolerance is taken off every validity. For servers whose clocks
+    /// NTP keeps within the tolerance of each other; see
+    /// [`Builder::clock_check`]. Default `None` (off).
+    pub clock_check: Option<Duration>,
 }
 
 /// What to do with a server that may evict lock keys: one with a `maxmemory` limit and a
@@ -296,6 +304,7 @@ impl Default for Config {
             fencing: false,
             release_notices: true,
             evicting_servers: EvictingServers::Refuse,
+            clock_check: None,
         }
     }
 }
@@ -313,7 +322,26 @@ impl Config {
     /// the configuration and a dropped async extend's worst case (no node timeout: not for a
     /// round that is sent).
     pub(crate) fn ttl_round(&self, ttl: Duration) -> RoundConfig {
-        RoundConfig::new(ttl, self.drift_factor, Duration::ZERO)
+        self.round(ttl, Duration::ZERO)
+    }
+
+    /// The round of an acquire or extend of `ttl` waiting `node_timeout` for each node: the
+    /// drift factor, the clock check's margin ([`Config::clock_margin`]), the minimum validity.
+    pub(crate) fn round(&self, ttl: Duration, node_timeout: Duration) -> RoundConfig {
+        RoundConfig {
+            min_validity: self.min_validity,
+            clock_margin: self.clock_margin(),
+            ..RoundConfig::new(ttl, self.drift_factor, node_timeout)
+        }
+    }
+
+    /// What the clock check takes off every validity: three times its tolerance (a key on a
+    /// node whose clock agreed with a healthy one's within the tolerance when the key was set
+    /// and when a rival found it gone expired at most that much early: `crate::model::clock`);
+    /// zero without the check.
+    pub fn clock_margin(&self) -> Duration {
+        self.clock_check
+            .map_or(Duration::ZERO, |x| x.saturating_mul(3))
     }
 
     /// How long [`Redlock::lock`](crate::Redlock::lock) waits for a resource:
@@ -541,6 +569,15 @@ impl Config {
         }
         if self.connect_timeout.is_zero() || self.reply_timeout.is_zero() {
             return bad("connect and reply timeouts must be above 0".into());
+        }
+        if let Some(x) = self.clock_check
+            && x < Duration::from_millis(1)
+        {
+            return bad(format!(
+                "clock check tolerance {} is below 1 ms: no two servers' clocks read over a \
+                 network agree that closely",
+                Human(x)
+            ));
         }
         if self.backoff_min.is_zero() {
             // Doubling from zero stays zero: a node refusing connections would be dialled
@@ -826,6 +863,25 @@ impl Builder {
     /// acquisition; see [`Config::fencing`]. Default off.
     pub fn fencing(mut self, on: bool) -> Builder {
         self.config.fencing = on;
+        self
+    }
+
+    /// The clock check ([`Config::clock_check`]), with the tolerance `tolerance` (at least
+    /// 1 ms). Every acquire and extend then sends `TIME` to each node just before its own
+    /// command, in the same write; a node's yes counts only if the clock it read is within
+    /// the tolerance of the clocks of a quorum of nodes read in the same round, round trips
+    /// counted against it. A server whose clock runs fast or jumps forward drops keys early,
+    /// and the lock with them; with the check, such a node stops counting as soon as it
+    /// disagrees, so a minority of bad clocks cannot give two holders. Three times the
+    /// tolerance is taken off every validity ([`Config::clock_margin`]).
+    ///
+    /// For servers whose wall clocks are kept within the tolerance of each other (NTP on a
+    /// LAN keeps them within a few milliseconds): 20 ms is a good start for a TTL of a second
+    /// or more. A node whose clock disagrees fails with
+    /// [`NodeFault::Clock`](crate::NodeFault::Clock). Costs a 14-byte command and its reply per
+    /// node per acquire and extend; off by default. See docs/guarantees.md, "Server clocks".
+    pub fn clock_check(mut self, tolerance: Duration) -> Builder {
+        self.config.clock_check = Some(tolerance);
         self
     }
 

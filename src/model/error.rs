@@ -91,6 +91,12 @@ pub enum NodeFault {
     /// the restart may still hand out a fence written to the previous process, which the
     /// repair cannot see. It may be repaired once up for the window: this much later.
     SeedWindow(Duration),
+    /// (Clock check, [`Builder::clock_check`](crate::Builder::clock_check)) the node's clock,
+    /// read with `TIME` in the same write as the request, was not within the tolerance of the
+    /// clocks of a quorum of nodes read in the same round: a clock that runs fast or jumped
+    /// drops keys early, so its yes does not count. Holds how many milliseconds it read ahead
+    /// of (positive) or behind the round's median clock; `None` when it gave no reading.
+    Clock(Option<i64>),
 }
 
 /// What mends a TLS failure, where its text says: an unknown CA, or a certificate made out to
@@ -182,6 +188,20 @@ impl fmt::Display for NodeFault {
             ),
             Evicting(Some(policy)) => write!(f, "{EVICTING_BEFORE}{policy}{EVICTING_AFTER}"),
             Evicting(None) => f.write_str(EVICTION_UNKNOWN),
+            Clock(Some(off)) if *off >= 0 => write!(
+                f,
+                "its clock reads {off} ms ahead of the other nodes' (clock check): its yes does \
+                 not count"
+            ),
+            Clock(Some(off)) => write!(
+                f,
+                "its clock reads {} ms behind the other nodes' (clock check): its yes does not \
+                 count",
+                off.unsigned_abs()
+            ),
+            Clock(None) => f.write_str(
+                "its clock was not read in the same round (clock check): its yes does not count",
+            ),
         }
     }
 }

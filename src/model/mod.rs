@@ -19,6 +19,7 @@
 //! [`NodeStatus`]: node_status::NodeStatus
 
 pub mod addr;
+pub(crate) mod clock;
 pub(crate) mod config;
 pub mod error;
 pub(crate) mod event;

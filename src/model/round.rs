@@ -68,6 +68,9 @@ pub struct RoundConfig {
     pub min_validity: Duration,
     /// If set (extend), the attempt must be decided before this instant (the current validity).
     pub not_after: Option<Instant>,
+    /// Taken off the validity with the drift allowance: the clock check's margin
+    /// ([`Config::clock_margin`](crate::Config::clock_margin)); zero without it.
+    pub clock_margin: Duration,
 }
 
 impl RoundConfig {
@@ -79,6 +82,7 @@ impl RoundConfig {
             node_timeout,
             min_validity: Duration::ZERO,
             not_after: None,
+            clock_margin: Duration::ZERO,
         }
     }
 
@@ -91,7 +95,8 @@ impl RoundConfig {
         whole_ms(self.ttl).checked_sub(self.drift())
     }
 
-    /// The drift allowance `ttl × drift_factor + 2 ms` (saturating; a bad factor counts as 0).
+    /// The drift allowance `ttl × drift_factor + 2 ms`, plus the clock check's margin
+    /// (saturating; a bad factor counts as 0).
     pub fn drift(&self) -> Duration {
         let factor = if self.drift_factor.is_finite() && self.drift_factor > 0.0 {
             self.drift_factor
@@ -100,7 +105,9 @@ impl RoundConfig {
         };
         let scaled =
             Duration::try_from_secs_f64(self.ttl.as_secs_f64() * factor).unwrap_or(Duration::MAX);
-        scaled.saturating_add(DRIFT_FLOOR)
+        scaled
+            .saturating_add(DRIFT_FLOOR)
+            .saturating_add(self.clock_margin)
     }
 }
 
@@ -373,6 +380,15 @@ impl Round {
         self.decision
     }
 
+    /// Takes back a win not yet acted on, keeping every vote: the clock check could not yet
+    /// vouch for enough of its yeses (`crate::model::clock`). The round is decided again at the
+    /// next vote or timeout, and wins again while a quorum of yeses stands.
+    pub(crate) fn reopen(&mut self) {
+        if let Some(Decision::Won { .. }) = self.decision {
+            self.decision = None;
+        }
+    }
+
     /// True when `node` has not voted yet.
     pub fn is_pending(&self, node: usize) -> bool {
         self.slots.get(node) == Some(&Slot::Pending)
@@ -467,6 +483,31 @@ mod tests {
         let mut r = Round::new(n);
         r.start(t0, &config());
         r
+    }
+
+    #[test]
+    fn a_reopened_win_is_decided_again_at_the_next_vote_or_timeout() {
+        let t0 = Instant::now();
+        let mut r = started(3, t0);
+        r.handle_vote(0, Vote::Yes, t0);
+        r.handle_vote(1, Vote::Yes, t0);
+        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        r.reopen();
+        assert_eq!(r.poll_decision(), None);
+        assert_eq!(r.poll_timeout(), Some(t0 + 50 * MS));
+        r.handle_vote(2, Vote::Refused, t0 + MS);
+        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        // Reopened with nothing left to wait for: decided again at the node deadline.
+        r.reopen();
+        r.handle_timeout(t0 + 50 * MS);
+        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        // A loss is never reopened.
+        let mut lost = started(3, t0);
+        lost.handle_vote(0, Vote::Refused, t0);
+        lost.handle_vote(1, Vote::Refused, t0);
+        let decided = lost.poll_decision();
+        lost.reopen();
+        assert_eq!(lost.poll_decision(), decided);
     }
 
     #[test]

@@ -66,6 +66,28 @@ pub fn faketime_library() -> Result<PathBuf, Error> {
         .ok_or_else(|| Error::Unsupported(format!("libfaketime not found: {FAKETIME_HINT}")))
 }
 
+/// A `redis-server` that runs under libfaketime, for a test that needs one whatever server the
+/// rest runs: `$REDIS_FAKE_CLOCK_SERVER` (`scripts/test` sets it to `scripts/servers path
+/// 6.2`), else `$REDIS_SERVER` (`scripts/servers test 6.2` sets it).
+///
+/// # Errors
+///
+/// [`Error::NotInstalled`], saying how to get one, if neither is set.
+pub fn fake_clock_server() -> Result<PathBuf, Error> {
+    ["REDIS_FAKE_CLOCK_SERVER", "REDIS_SERVER"]
+        .iter()
+        .filter_map(std::env::var_os)
+        .find(|p| !p.is_empty())
+        .map(PathBuf::from)
+        .ok_or_else(|| {
+            Error::NotInstalled(
+                "a fake clock needs a redis-server that runs under libfaketime (not Debian's \
+                 7.0.15): set REDIS_FAKE_CLOCK_SERVER=$(scripts/servers path 6.2)"
+                    .into(),
+            )
+        })
+}
+
 /// The faked clock of one server process: `fake(t) = t0 + offset + rate × (t − t0)`, `t` the
 /// machine's wall clock and `t0` when libfaketime started in the process (about when it was
 /// spawned), as libfaketime computes it.

@@ -79,6 +79,7 @@ pub struct ServerBuilder {
     preferred_port: Option<u16>,
     tls: Option<TlsFiles>,
     fake_clock: bool,
+    binary: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -146,6 +147,12 @@ impl ServerBuilder {
         self
     }
 
+    /// Runs this `redis-server` binary instead of [`redis_binary`](crate::redis_binary)'s.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
     /// Try this port first; if redis cannot bind it, fall back to random free ports.
     pub fn preferred_port(mut self, port: u16) -> Self {
         self.preferred_port = Some(port);
@@ -175,7 +182,10 @@ impl ServerBuilder {
 
     /// Spawns the process on a fresh port without waiting for it.
     pub(crate) fn spawn(self) -> Result<Server, Error> {
-        let bin = redis_binary()?;
+        let bin = match self.binary.clone() {
+            Some(bin) => bin,
+            None => redis_binary()?,
+        };
         let dir = make_temp_dir(self.unix_socket)?;
         let unix_path = self.unix_socket.then(|| dir.path().join(SOCKET_FILE));
         let admin = self

@@ -531,6 +531,16 @@ fn extend_ended(before: Instant, after: Instant, returned: u64) -> Option<u64> {
     (after <= Instant::now()).then(|| returned.min(instant_ns(before)))
 }
 
+/// The environment variable that turns the workers' clock check on, with its tolerance in
+/// milliseconds (`scripts/clocks --clock-check MS`); inherited from the driver.
+pub const CLOCK_CHECK_ENV: &str = "SOAK_CLOCK_CHECK_MS";
+
+/// The clock check's tolerance the workers run with ([`CLOCK_CHECK_ENV`]), if any.
+pub fn clock_check() -> Option<Duration> {
+    let ms: u64 = std::env::var(CLOCK_CHECK_ENV).ok()?.trim().parse().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
 /// Runs the worker: connects, tells the driver it is ready, locks until stdin closes, then
 /// writes the results.
 ///
@@ -538,9 +548,13 @@ fn extend_ended(before: Instant, after: Instant, returned: u64) -> Option<u64> {
 ///
 /// The handle could not be built, or the results not written.
 pub fn run(cfg: &WorkerConfig) -> Result<(), String> {
-    let redlock = Builder::new(&cfg.servers)
+    let mut builder = Builder::new(&cfg.servers)
         .config(client_config())
-        .client_name(format!("soak-worker-{}", cfg.process))
+        .client_name(format!("soak-worker-{}", cfg.process));
+    if let Some(tolerance) = clock_check() {
+        builder = builder.clock_check(tolerance);
+    }
+    let redlock = builder
         .build()
         .map_err(|e| format!("worker {}: {e}", cfg.process))?;
     let connected = redlock.connect(CONNECT).unwrap_or(0);

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BytesMut};
 
 use crate::model::addr::NodeAddr;
+use crate::model::clock::{self, ClockSample};
 use crate::model::config::{ConnConfig, InfoNeed};
 use crate::model::error::NodeFault;
 use crate::model::event::event;
@@ -75,7 +76,14 @@ pub(crate) enum Kind {
     /// `HELLO 3` on a connection opened with RESP2, before its first `SUBSCRIBE` (in RESP2 a
     /// subscribed connection could run nothing else).
     Upgrade,
+    /// `TIME`, sent before an acquire's or extend's own command by the clock check
+    /// (`crate::model::clock`): its answer is kept as the node's clock sample
+    /// ([`Session::clock`]), never delivered; a fault fails the command behind it.
+    Time,
 }
+
+/// `TIME`, encoded.
+pub(crate) const TIME_COMMAND: &[u8] = b"*1\r\n$4\r\nTIME\r\n";
 
 #[derive(Debug, Clone, Copy)]
 struct Pending {
@@ -157,6 +165,8 @@ struct State {
     last_fault: Option<NodeFault>,
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
+    /// The node's clock as this connection's last `TIME` read it (the clock check).
+    clock: Option<ClockSample>,
     /// This connection's `INFO memory`, read.
     eviction: Eviction,
     generation: u64,
@@ -231,6 +241,7 @@ impl Session {
                 last_fault: None,
                 failure: None,
                 info: None,
+                clock: None,
                 eviction: Eviction::Unknown,
                 generation: 0,
                 db,
@@ -290,6 +301,12 @@ impl Session {
         self.st.info
     }
 
+    /// The node's clock as this connection last read it (`TIME`, sent by the clock check);
+    /// none on a new connection until it does.
+    pub fn clock(&self) -> Option<ClockSample> {
+        self.st.clock
+    }
+
     /// The last connection failed before it proved itself (see [`crate::runtime::resolve`]).
     pub fn last_unproven(&self) -> bool {
         self.last_unproven
@@ -347,6 +364,9 @@ impl Session {
         st.script_tails.clear();
         st.loaded = [false; SCRIPT_COUNT];
         st.info = None;
+        // A request sent again on this connection runs later than the `TIME` read before it
+        // on the last one: that reading no longer vouches for it.
+        st.clock = None;
         st.eviction = Eviction::Unknown;
         st.failure = None;
         st.replied = false;
@@ -632,7 +652,7 @@ impl Session {
         let st = &mut self.st;
         while let Some(p) = st.pending.pop_front() {
             match p.kind {
-                Kind::Handshake(_) => {}
+                Kind::Handshake(_) | Kind::Time => {}
                 // Rare path: the request to send again, with its script arguments.
                 Kind::Script(index)
                     if replay && p.sending == Sending::First && replayable(index) =>
@@ -780,6 +800,7 @@ impl State {
         }
         match p.kind {
             Kind::Handshake(step) => self.on_handshake(step, frame, now),
+            Kind::Time => self.on_time(p.sent, frame, now),
             Kind::Script(index) => {
                 if let Frame::Error(e) = frame
                     && e.kind == crate::proto::resp::ErrorKind::NoScript
@@ -796,6 +817,27 @@ impl State {
             }
             _ => self.deliver(p, Ok(frame), now, sink),
         }
+    }
+
+    /// `TIME`'s answer: the node's clock sample. Anything else leaves none, and the node's
+    /// vote behind it does not count (`crate::model::clock::agrees`).
+    fn on_time(&mut self, sent: Instant, frame: Frame<'_>, now: Instant) {
+        let mut parts = match frame {
+            Frame::Aggregate(agg) if agg.len() == 2 => agg.iter(),
+            _ => {
+                self.clock = None;
+                return;
+            }
+        };
+        let server_us = match (parts.next(), parts.next()) {
+            (Some(Frame::Bulk(s)), Some(Frame::Bulk(us))) => clock::parse_time(s, us),
+            _ => None,
+        };
+        self.clock = server_us.map(|server_us| ClockSample {
+            sent,
+            received: now,
+            server_us,
+        });
     }
 
     /// A `NOSCRIPT` answer to `p`, a script sent by hash (`EVALSHA`). Rare: kept out of the
