@@ -379,8 +379,9 @@ impl Core {
         }
     }
 
-    /// Whether operation `id`'s requests go after a `TIME` each: an acquire's or an extend's
-    /// (a fenced acquire's write-back too), with the clock check on.
+    /// Whether operation `id`'s requests go after a `TIME` each: an acquire's or an extend's,
+    /// with the clock check on (a fenced acquire's write-back is sent by `write_fence`, without:
+    /// it sets no TTL).
     fn timed(&self, id: OpId) -> bool {
         self.clock_check.is_some()
             && matches!(
@@ -658,6 +659,9 @@ impl Core {
         // The process answering: none for a fault (no answer), or when not known.
         let run_id = d.info.filter(|_| d.reply.is_ok()).map(|info| info.run_id);
         let op = &mut self.ops[index];
+        if self.clock_check.is_some() {
+            op.vote.record_clock(node, d.clock.copied());
+        }
         if let Some(forget) = op
             .vote
             .record(node, vote, run_id.as_ref(), &self.nodes, now)
@@ -902,6 +906,7 @@ mod tests {
             generation: 1,
             eviction: crate::model::eviction::Eviction::Never,
             info: None,
+            clock: None,
             withdrawn,
         };
         (core.sink())(node, Instant::now(), d);
@@ -1012,6 +1017,7 @@ mod tests {
                 generation: 1,
                 eviction: crate::model::eviction::Eviction::Never,
                 info: None,
+                clock: None,
                 withdrawn: false,
             };
             assert!(core.on_pubsub(node, &d, now));
@@ -1059,6 +1065,7 @@ mod tests {
                 generation: 1,
                 eviction: crate::model::eviction::Eviction::Never,
                 info: None,
+                clock: None,
                 withdrawn: false,
             };
             assert!(core.on_pubsub(node, &d, now));

@@ -267,6 +267,7 @@ mod tests {
             generation: 1,
             eviction: crate::model::eviction::Eviction::Never,
             info,
+            clock: None,
             withdrawn: false,
         }
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::engine::net::Net;
 use crate::engine::request::Outcome;
 use crate::model::addr::NodeAddr;
-use crate::model::clock;
+use crate::model::clock::{self, ClockSample};
 use crate::model::error::{Error, NodeFault, Refusal, Report, clipped};
 use crate::model::lock::{Grant, Votes};
 use crate::model::round::{Decision, Loss, Round, RoundConfig, Vote};
@@ -67,7 +67,14 @@ impl<N: Net> Engine<N> {
         let n = self.net.nodes();
         let mut clocks = std::mem::take(&mut self.core.clocks);
         clocks.clear();
-        clocks.extend((0..n).map(|node| self.net.session(node).clock()));
+        // A node that voted: the reading sent just before its request (a later one, of another
+        // operation, would vouch for a later moment); one still to answer: its latest, whose
+        // request may have gone with this round's.
+        let ballot = &self.core.ops[index].vote;
+        clocks.extend((0..n).map(|node| match ballot.round.is_pending(node) {
+            true => self.net.session(node).clock(),
+            false => ballot.clocks.get(node).copied().flatten(),
+        }));
         let ballot = &mut self.core.ops[index].vote;
         let (quorum, started) = (ballot.round.quorum(), ballot.started);
         let doubted = (0..n)
@@ -138,25 +145,37 @@ pub(super) struct Ballot {
     /// When the current round started ([`Ballot::start`]): the clock check counts the nodes'
     /// clocks read since.
     pub started: Instant,
+    /// (Clock check) per node, its clock as read just before the request it answered (empty
+    /// without the check).
+    pub clocks: Vec<Option<ClockSample>>,
 }
 
 impl Ballot {
     pub fn new(n: usize, now: Instant) -> Ballot {
-        Ballot::build(Round::new(n), Vec::new(), Vec::new(), now)
+        Ballot::build(Round::new(n), Vec::new(), Vec::new(), Vec::new(), now)
     }
 
     /// A ballot as [`Ballot::new`] makes it, in `self`'s buffers.
     pub fn rebuilt(self, n: usize, now: Instant) -> Ballot {
-        Ballot::build(self.round.rebuilt(n), self.faults, self.runs, now)
+        Ballot::build(
+            self.round.rebuilt(n),
+            self.faults,
+            self.runs,
+            self.clocks,
+            now,
+        )
     }
 
     fn build(
         round: Round,
         mut faults: Vec<Option<NodeFault>>,
         mut runs: Vec<Option<[u8; 40]>>,
+        mut clocks: Vec<Option<ClockSample>>,
         now: Instant,
     ) -> Ballot {
         let n = round.nodes();
+        // Sized at the first vote a clock check records (`Core::on_vote`): none without it.
+        clocks.clear();
         faults.clear();
         faults.resize(n, None);
         runs.clear();
@@ -169,12 +188,25 @@ impl Ballot {
             silent_counted: false,
             answered: now,
             started: now,
+            clocks,
         }
+    }
+
+    /// Records the clock node `node` read just before the request it answered (the clock
+    /// check).
+    #[cold]
+    pub fn record_clock(&mut self, node: usize, clock: Option<ClockSample>) {
+        let n = self.round.nodes();
+        if self.clocks.len() < n {
+            self.clocks.resize(n, None);
+        }
+        self.clocks[node] = clock;
     }
 
     /// Starts a round at `now` ([`Round::start`]).
     pub fn start(&mut self, now: Instant, config: &RoundConfig) {
         self.started = now;
+        self.clocks.fill(None);
         self.round.start(now, config);
     }
 

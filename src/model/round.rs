@@ -491,16 +491,25 @@ mod tests {
         let mut r = started(3, t0);
         r.handle_vote(0, Vote::Yes, t0);
         r.handle_vote(1, Vote::Yes, t0);
-        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 2, .. })
+        ));
         r.reopen();
         assert_eq!(r.poll_decision(), None);
         assert_eq!(r.poll_timeout(), Some(t0 + 50 * MS));
         r.handle_vote(2, Vote::Refused, t0 + MS);
-        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 2, .. })
+        ));
         // Reopened with nothing left to wait for: decided again at the node deadline.
         r.reopen();
         r.handle_timeout(t0 + 50 * MS);
-        assert!(matches!(r.poll_decision(), Some(Decision::Won { yes: 2, .. })));
+        assert!(matches!(
+            r.poll_decision(),
+            Some(Decision::Won { yes: 2, .. })
+        ));
         // A loss is never reopened.
         let mut lost = started(3, t0);
         lost.handle_vote(0, Vote::Refused, t0);

@@ -120,6 +120,9 @@ pub(crate) struct Delivery<'a> {
     /// (A reference: a `ServerInfo` inline made a `Delivery` too large to be moved without a
     /// `memcpy` call, two per reply.)
     pub info: Option<&'a ServerInfo>,
+    /// The node's clock as the connection last read it (`TIME`, the clock check): for a vote,
+    /// the reading sent just before its request.
+    pub clock: Option<&'a ClockSample>,
     /// This request was answered earlier (that answer was delivered), but the same read then
     /// turned out to carry surplus frames or garbage: the node does not speak the protocol, and
     /// its answer is taken back. `reply` holds the fault.
@@ -398,6 +401,7 @@ impl Session {
                 generation: self.st.generation,
                 eviction: self.st.eviction,
                 info: None,
+                clock: None,
                 withdrawn: false,
             });
         }
@@ -666,6 +670,7 @@ impl Session {
                     generation: st.generation,
                     eviction: st.eviction,
                     info: st.info.as_ref(),
+                    clock: None,
                     withdrawn: false,
                 }),
             }
@@ -756,6 +761,7 @@ impl State {
                 generation: self.generation,
                 eviction: self.eviction,
                 info: self.info.as_ref(),
+                clock: None,
                 withdrawn: true,
             });
         }
@@ -776,6 +782,7 @@ impl State {
                     generation: self.generation,
                     eviction: self.eviction,
                     info: self.info.as_ref(),
+                    clock: None,
                     withdrawn: false,
                 }),
                 Some(Frame::Bulk(b"subscribe" | b"unsubscribe"))
@@ -916,6 +923,7 @@ impl State {
             generation: self.generation,
             eviction: self.eviction,
             info: self.info.as_ref(),
+            clock: self.clock.as_ref(),
             withdrawn: false,
         });
     }
