@@ -27,7 +27,7 @@ fn redlock(urls: &[String]) -> Command {
 
 /// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
 /// by the commands these tests run, unless a test sets it.
-const OPTION_VARIABLES: [&str; 12] = [
+const OPTION_VARIABLES: [&str; 13] = [
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CERT",
     "REDLOCK_TLS_KEY",
@@ -40,6 +40,7 @@ const OPTION_VARIABLES: [&str; 12] = [
     "REDLOCK_NONBLOCK",
     "REDLOCK_CONFLICT_EXIT_CODE",
     "REDLOCK_OWNER",
+    "REDLOCK_CLOCK_CHECK",
 ];
 
 /// The token `key` holds on `s`: its value without the owner the CLI records with it
@@ -2443,6 +2444,32 @@ fn completions_and_man_pages_are_generated() {
     );
     assert_code(&o, 73);
     assert_one_line_error(&o, "cannot write the man pages");
+}
+
+/// `--clock-check` (`REDLOCK_CLOCK_CHECK`): healthy clocks grant, the lock released as any
+/// other; a tolerance below a millisecond is refused as a usage error (64). (A fast clock left out
+/// of the quorum: `tests/clocks.rs`.)
+#[test]
+fn the_clock_check_grants_on_healthy_clocks_and_refuses_a_tolerance_below_a_millisecond() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args(["acquire", "--clock-check", "20ms", "-n", "job"]));
+    assert_code(&o, 0);
+    let token = stdout(&o).trim().to_owned();
+    assert_eq!(
+        token_on(&servers[0], "job").as_deref(),
+        Some(token.as_str())
+    );
+    let o = output(redlock(&urls).args(["release", "job", &token]));
+    assert_code(&o, 0);
+    let o = output(
+        redlock(&urls)
+            .env("REDLOCK_CLOCK_CHECK", "500us")
+            .args(["acquire", "-n", "other"]),
+    );
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "clock check tolerance");
+    assert_eq!(servers[0].dbsize(), 0);
 }
 
 #[test]
