@@ -231,8 +231,11 @@ pub(super) struct Core {
     /// The clock check's tolerance ([`Config::clock_check`](crate::Config::clock_check)): an
     /// acquire's or extend's requests each go after a `TIME` to the same node.
     pub clock_check: Option<Duration>,
-    /// The nodes' clock samples, gathered for one clock check (a buffer kept for the next).
+    /// The nodes' clock samples, gathered for one clock check (a buffer kept for the next),
+    /// and per node the connection on which a clock left out was last reported (as
+    /// `quarantine_told`).
     pub clocks: Vec<Option<ClockSample>>,
+    pub clock_told: Vec<u64>,
 }
 
 /// The slots of an engine that is gone, for another to build its slots in: the simulator's
@@ -290,6 +293,7 @@ impl Core {
             late_refusals: Vec::new(),
             clock_check: config.clock_check,
             clocks: Vec::with_capacity(if config.clock_check.is_some() { n } else { 0 }),
+            clock_told: vec![0; n],
         }
     }
 

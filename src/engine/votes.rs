@@ -14,6 +14,7 @@ use crate::engine::request::Outcome;
 use crate::model::addr::NodeAddr;
 use crate::model::clock::{self, ClockSample};
 use crate::model::error::{Error, NodeFault, Refusal, Report, clipped};
+use crate::model::event::event;
 use crate::model::lock::{Grant, Votes};
 use crate::model::round::{Decision, Loss, Round, RoundConfig, Vote};
 use crate::model::stats::Metrics;
@@ -91,10 +92,17 @@ impl<N: Net> Engine<N> {
             None
         } else {
             for node in nodes_in(doubted) {
-                let off = clock::off_by(&clocks, node, started);
-                ballot.withdraw(node, Some(&NodeFault::Clock(off)), now);
+                let fault = NodeFault::Clock(clock::off_by(&clocks, node, started));
+                let generation = self.net.session(node).generation();
+                if self.core.clock_told[node] != generation {
+                    self.core.clock_told[node] = generation;
+                    event!(Warn, event = "clock", node:% = self.shared.nodes[node];
+                        "{}: {fault}", self.shared.nodes[node]);
+                }
+                let ballot = &mut self.core.ops[index].vote;
+                ballot.withdraw(node, Some(&fault), now);
             }
-            ballot.round.poll_decision()
+            self.core.ops[index].vote.round.poll_decision()
         };
         self.core.clocks = clocks;
         decision
