@@ -178,17 +178,26 @@ pub struct Mux {
 
 impl Mux {
     /// The benchmarks' settings; `BENCH_OWNER=TEXT` in the environment gives every lock that
-    /// owner (`Builder::owner`), to measure what recording one costs.
+    /// owner (`Builder::owner`), `BENCH_CLOCK_CHECK_MS=20` turns the clock check on
+    /// (`Builder::clock_check`), to measure what each costs.
     pub fn builder(urls: &[String]) -> Builder {
-        let b = Builder::new(urls)
+        let mut b = Builder::new(urls)
             .quarantine(None)
             .ttl(TTL)
             .node_timeout(NODE_TIMEOUT)
             .retry_count(0);
-        match std::env::var("BENCH_OWNER") {
-            Ok(owner) if !owner.is_empty() => b.owner(owner),
-            _ => b,
+        if let Ok(owner) = std::env::var("BENCH_OWNER")
+            && !owner.is_empty()
+        {
+            b = b.owner(owner);
         }
+        if let Some(ms) = std::env::var("BENCH_CLOCK_CHECK_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+        {
+            b = b.clock_check(Duration::from_millis(ms));
+        }
+        b
     }
 
     pub fn new(urls: &[String]) -> Mux {
