@@ -138,6 +138,36 @@ fn the_clock_check_does_not_count_a_node_whose_clock_runs_fast() {
     servers[0].set_clock_rate(1.0);
 }
 
+/// The clock check on a server that refuses `TIME` (an ACL user without `+time`): its yes never
+/// counts — the report names its clock as unread — and the key its `SET` wrote is released.
+#[test]
+fn the_clock_check_counts_no_yes_of_a_server_that_refuses_time() {
+    let servers = Cluster::start_with(
+        1,
+        Server::builder().acl_user("locker on >pw ~* &* +@all -time"),
+    );
+    let url = format!("redis://locker:pw@{}", servers[0].addr());
+    let redlock = redlock_mux::Builder::new([url])
+        .quarantine(None)
+        .retry_count(0)
+        .clock_check(Duration::from_millis(20))
+        .build()
+        .expect("a handle");
+    let refused = redlock.try_lock("x").expect_err("no clock read, no lock");
+    let report = refused.report().expect("a report");
+    assert!(
+        report
+            .failed()
+            .any(|(_, f)| matches!(f, redlock_mux::NodeFault::Clock(None))),
+        "{refused}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while servers[0].dbsize() != 0 {
+        assert!(Instant::now() < deadline, "the key was left behind");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 #[test]
 #[ignore = "started as a subprocess by the clock cases"]
 fn clock_worker() {

@@ -243,6 +243,10 @@ impl Ballot {
     /// The node's answer came with surplus frames or garbage: it does not count.
     pub fn withdraw(&mut self, node: usize, fault: Option<&NodeFault>, now: Instant) {
         self.runs[node] = None;
+        // Its clock reading came in the same spoiled read: it vouches for nobody.
+        if let Some(clock) = self.clocks.get_mut(node) {
+            *clock = None;
+        }
         if let Some(fault) = fault {
             self.faults[node] = Some(fault.clone());
         }

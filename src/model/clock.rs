@@ -20,6 +20,10 @@
 //! and is stepped forward: each moves the node away from the others and out of the quorums,
 //! for as long as it disagrees.
 //!
+//! Not covered: a clock that jumps forward and is stepped back within a TTL. The key went at
+//! the jump; by the rival's reading the clock agrees again. The check bounds what a clock
+//! gained between two readings, not how far it went in between.
+//!
 //! Each reading is bounded in local time by when its request was queued and when its reply
 //! was read: the server ran `TIME` in between, so two nodes' offsets are compared with half of
 //! each round trip added to their difference — a slow reply can only make a node disagree.

@@ -872,7 +872,8 @@ impl Builder {
     /// the tolerance of the clocks of a quorum of nodes read in the same round, round trips
     /// counted against it. A server whose clock runs fast or jumps forward drops keys early,
     /// and the lock with them; with the check, such a node stops counting as soon as it
-    /// disagrees, so a minority of bad clocks cannot give two holders. Three times the
+    /// disagrees, so a minority of clocks that run fast or jump forward cannot give two holders (a
+    /// forward jump stepped back within a TTL can: docs/guarantees.md). Three times the
     /// tolerance is taken off every validity ([`Config::clock_margin`]).
     ///
     /// For servers whose wall clocks are kept within the tolerance of each other (NTP on a

@@ -168,8 +168,10 @@ struct State {
     last_fault: Option<NodeFault>,
     failure: Option<NodeFault>,
     info: Option<ServerInfo>,
-    /// The node's clock as this connection's last `TIME` read it (the clock check).
+    /// The node's clock as this connection's last `TIME` read it (the clock check), and the
+    /// connection on which a `TIME` refused was last reported.
     clock: Option<ClockSample>,
+    time_told: u64,
     /// This connection's `INFO memory`, read.
     eviction: Eviction,
     generation: u64,
@@ -245,6 +247,7 @@ impl Session {
                 failure: None,
                 info: None,
                 clock: None,
+                time_told: 0,
                 eviction: Eviction::Unknown,
                 generation: 0,
                 db,
@@ -515,6 +518,8 @@ impl Session {
             inp.advance(used);
         }
         if let Some(fault) = self.st.failure.take() {
+            // A `TIME` read in the spoiled read vouches for nothing either.
+            self.st.clock = None;
             self.st.withdraw_answered(&fault, sink);
             self.fail(fault, now, sink);
         }
@@ -833,6 +838,7 @@ impl State {
             Frame::Aggregate(agg) if agg.len() == 2 => agg.iter(),
             _ => {
                 self.clock = None;
+                self.time_refused(&frame);
                 return;
             }
         };
@@ -845,6 +851,21 @@ impl State {
             received: now,
             server_us,
         });
+    }
+
+    /// `TIME` answered otherwise than with the time (an ACL user without `+time`, a proxy
+    /// without it): no vote of this node can count with the clock check; said once per
+    /// connection.
+    #[cold]
+    #[cfg_attr(not(feature = "log"), allow(unused_variables))]
+    fn time_refused(&mut self, frame: &Frame<'_>) {
+        if self.time_told == self.generation {
+            return;
+        }
+        self.time_told = self.generation;
+        event!(Warn, event = "clock", node = self.name.as_str();
+            "{}: TIME answered {frame:?}: the clock check cannot read this node's clock, and \
+             none of its yeses counts (grant +time to the ACL user)", self.name);
     }
 
     /// A `NOSCRIPT` answer to `p`, a script sent by hash (`EVALSHA`). Rare: kept out of the
