@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--owner] [--threads T]
+//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
@@ -49,7 +49,7 @@ use redlock_mux::sim::{self, Break, FAULT_KINDS, Report, Setup};
 
 /// The usage line printed with an argument error.
 const USAGE: &str = "usage: sim [SEEDS] [--start N] [--break KIND] [--control] [--fence] [--sets] \
-    [--shared] [--crowd] [--young] [--cancel] [--owner] [--threads T] | sim --trace SEED [--break KIND] [--control]";
+    [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--threads T] | sim --trace SEED [--break KIND] [--control]";
 
 /// The value after `flag`, parsed.
 fn value<T: std::str::FromStr>(
@@ -72,6 +72,7 @@ fn break_kind(kind: Option<String>) -> Result<Break, String> {
         Some("lying-node") => Break::LyingNode,
         Some("eviction-counted") => Break::EvictionCounted,
         Some("half-open") => Break::HalfOpen,
+        Some("sets-all-at-once") => Break::SetsAllAtOnce,
         Some("majority-down") => Break::MajorityDown,
         Some("fence-no-write-back") => Break::FenceNoWriteBack,
         Some("fence-blank-as-zero") => Break::FenceBlankAsZero,
@@ -125,6 +126,7 @@ fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--young" => o.setup.young = true,
             "--cancel" => o.setup.cancel = true,
             "--owner" => o.setup.owner = true,
+            "--ordered-sets" => o.setup.ordered_sets = true,
             "--trace" => o.trace = Some(value(&mut args, "--trace")?),
             "--break" => o.setup.breaks = break_kind(args.next())?,
             n if !n.starts_with('-') => {

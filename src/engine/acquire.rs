@@ -8,12 +8,13 @@ use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::{NodeFault, Refusal};
 use crate::model::round::Decision;
-use crate::model::token::{MAX_VALUE_LEN, lock_value};
+use crate::model::token::{FAMILY_LEN, MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
     FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, scripts,
+    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
+    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 use crate::proto::session::Kind;
 
@@ -32,8 +33,13 @@ impl<N: Net> Engine<N> {
         let op = &mut self.core.ops[id.index as usize];
         op.kind = OpKind::Acquire;
         op.ttl = ttl;
+        // A step of a set's ordered acquisition (`wait.rs`): only the last one is fenced (the
+        // lock is the set's, won by that step; the steps before hold parts of it).
+        let (step, last) = self.step_attempt.take().unwrap_or((0, true));
+        op.step = step;
+        op.waiting = std::mem::take(&mut self.waiting_attempt);
         // A reader gets no fence: a fence orders writers, and a reader writes nothing.
-        if config.fencing && crate::model::keys::shared_name(&op.resource).is_none() {
+        if config.fencing && last && crate::model::keys::shared_name(&op.resource).is_none() {
             op.fence.stage = Stage::Reading;
             op.fence.reads = Reads::default();
         }
@@ -79,6 +85,28 @@ impl<N: Net> Engine<N> {
             let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
+        if op.step > 0 {
+            // A step of a set's ordered acquisition (`SET_STEP_BODY`): the members it holds and
+            // the next, the keys of its earlier attempts counted as its own (the token's first
+            // `FAMILY_LEN` bytes); the last step with fencing reads the counter too.
+            let (script, counter) = match op.fence.stage {
+                Stage::Reading => (SET_STEP_FENCED_SCRIPT, Some(FENCE_KEY.as_bytes())),
+                _ => (SET_STEP_SCRIPT, None),
+            };
+            let args = [
+                Arg::Bytes(token),
+                Arg::UInt(ttl.as_millis() as u64),
+                Arg::UInt(FAMILY_LEN as u64),
+            ];
+            let call = keyed_call(
+                scratch,
+                (&scripts()[script], id.tag()),
+                resource,
+                counter,
+                &args,
+            );
+            return core.send_script(net, (id, call), targets, now);
+        }
         if crate::model::keys::set_members(resource).is_some() {
             // A set, all or none: one script per node (`SET_ACQUIRE_BODY`), with fencing the
             // one that also reads the counter, its last key.
@@ -97,10 +125,12 @@ impl<N: Net> Engine<N> {
             return core.send_script(net, (id, call), targets, now);
         }
         if shared.config.fencing {
-            // SET NX and the counter's read in one script (see `crate::proto::fencing`).
-            let script = match core.mutation.fence_no_write_back() {
-                true => &scripts()[FLAWED_ACQUIRE_SCRIPT],
-                false => &scripts()[FENCED_ACQUIRE_SCRIPT],
+            // SET NX and the counter's read in one script (see `crate::proto::fencing`); a
+            // waiting attempt's steps back for a set's mark.
+            let script = match (core.mutation.fence_no_write_back(), op.waiting) {
+                (true, _) => &scripts()[FLAWED_ACQUIRE_SCRIPT],
+                (false, true) => &scripts()[WAITING_FENCED_ACQUIRE_SCRIPT],
+                (false, false) => &scripts()[FENCED_ACQUIRE_SCRIPT],
             };
             let args = [
                 Arg::Int(2),
@@ -110,6 +140,14 @@ impl<N: Net> Engine<N> {
                 Arg::UInt(ttl.as_millis() as u64),
             ];
             let call = script_call(scratch, script, id.tag(), &args);
+            return core.send_script(net, (id, call), targets, now);
+        }
+        if op.waiting {
+            // An attempt after the first of a wait: `SET NX`, unless a set waits for the
+            // resource (`WAITING_ACQUIRE_BODY`). Only contended attempts pay for the script.
+            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
+            let script = &scripts()[WAITING_ACQUIRE_SCRIPT];
+            let call = keyed_call(scratch, (script, id.tag()), resource, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
         scratch.clear();

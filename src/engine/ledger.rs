@@ -182,6 +182,9 @@ impl<N: Net> Engine<N> {
                 };
                 self.core.ledger.len -= 1;
                 self.replay_until = Some(e.expires);
+                // Sent again with the token it first went with: a set's lock released by its
+                // family already carries it, and a lost attempt's cleanup stays exact.
+                self.exact_release = true;
                 let bit = node_bit(node);
                 self.submit_to(
                     ReqKind::Release,

@@ -64,7 +64,7 @@ pub(crate) mod kept;
 mod ledger;
 pub(crate) mod mailbox;
 pub(crate) mod net;
-mod notice;
+pub(crate) mod notice;
 mod observe;
 mod op;
 pub(crate) mod queue;
@@ -130,9 +130,10 @@ pub(crate) struct Engine<N: Net> {
     lost: Vec<(u32, bool)>,
     /// Resource names copied out of slots (reused).
     resource: Vec<u8>,
-    /// The releases of lost acquires: each one's span of `resource`, its token, and the nodes
-    /// released quietly (see `quiet_release`) (reused).
-    releases: Vec<(usize, usize, Token, u64)>,
+    /// The releases of lost acquires: each one's span of `resource`, its token, the nodes
+    /// released quietly (see `quiet_release`), and whether it is exact (`exact_release`)
+    /// (reused).
+    releases: Vec<(usize, usize, Token, u64, bool)>,
     /// The next release goes without its notice (`QUIET_RELEASE_BODY`): the cleanup of a lost
     /// acquire on nodes in their restart quarantine. Their yes counted for nobody, so a notice
     /// from them helps nobody, and it would bring our own next attempt at once: a waiter whose
@@ -140,6 +141,16 @@ pub(crate) struct Engine<N: Net> {
     /// cleanup's notice there, attempted again, and sent ~14,000 requests a second to every
     /// node until the quarantine ended (the soak's finding; tests/soak.rs).
     quiet_release: bool,
+    /// The release submitted next is a lost attempt's cleanup: it deletes the keys that hold
+    /// exactly its token, never the other keys of its acquisition (a set's release by
+    /// `Token::family`: `start_release`), which may be a later attempt's.
+    exact_release: bool,
+    /// The acquire submitted next is a step of a set's ordered acquisition (`wait.rs`): how
+    /// many members its keys are, and whether it is the last step.
+    step_attempt: Option<(u16, bool)>,
+    /// The acquire submitted next is a plain lock's attempt after the first of its wait: it
+    /// steps back where a set waits for the resource (`Op::waiting`).
+    waiting_attempt: bool,
     keeps: Keeps,
     /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
     alarms: Vec<(Instant, Arc<Alarm>)>,
@@ -162,6 +173,11 @@ pub(crate) struct Engine<N: Net> {
     fence_due: Vec<u32>,
     /// The entries known to lead to the same server process as one listed before them.
     twins: votes::Twins,
+    /// The simulator's record of sets' ordered acquisitions: (the set, its waiting acquire,
+    /// how many members it holds from `at` on, whether it marks the next; `(0, false)`: none
+    /// any more — granted, or given up).
+    #[cfg(feature = "sim")]
+    pub(crate) step_log: Vec<(Vec<u8>, OpId, u16, bool, Instant)>,
     /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
     repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
@@ -261,6 +277,8 @@ impl<N: Net> Engine<N> {
             fence_due: Vec::with_capacity(TURN_LIST_CAPACITY),
             repair_due: Vec::new(),
             twins: votes::Twins::new(n),
+            #[cfg(feature = "sim")]
+            step_log: Vec::new(),
             replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
@@ -274,6 +292,9 @@ impl<N: Net> Engine<N> {
             resource: Vec::with_capacity(RESOURCE_CAPACITY),
             releases: Vec::with_capacity(PREBUILT_OPS),
             quiet_release: false,
+            exact_release: false,
+            step_attempt: None,
+            waiting_attempt: false,
             keeps: Keeps::new(&shared.config),
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),
@@ -480,9 +501,16 @@ impl<N: Net> Engine<N> {
                 {
                     op.vote.count_silent(metrics, silent, now);
                 }
-                if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                if op.done
+                    && op.outstanding == 0
+                    && op.outcome.is_none()
+                    && !self.lost.iter().any(|&(i, _)| i as usize == index)
+                {
                     // Every reply is in: no late refusal is to come (and the kept lock is not
-                    // held on by a free slot).
+                    // held on by a free slot). Not one whose keys are to be released this
+                    // turn (`lost`): freed by `release_lost` once they are copied, so that
+                    // no operation opened before (a set's next step, a wait's release) takes
+                    // its slot and has its own keys released instead.
                     op.renewing = None;
                     self.core.free_slot(index);
                 }

@@ -211,11 +211,8 @@ impl<N: Net> Engine<N> {
     }
 
     /// [`Engine::mark_waiting`] of one resource with the mark script `script`.
-    fn mark(&mut self, resource: &[u8], script: usize, nodes: u64, now: Instant) {
-        let config = &self.shared.config;
-        let ttl = (config.retry_delay.saturating_add(config.retry_jitter))
-            .saturating_mul(2)
-            .clamp(MIN_MARK_TTL, MAX_MARK_TTL);
+    pub(super) fn mark(&mut self, resource: &[u8], script: usize, nodes: u64, now: Instant) {
+        let ttl = mark_ttl(&self.shared.config);
         let Engine {
             net, core, scratch, ..
         } = self;
@@ -276,6 +273,14 @@ impl<N: Net> Engine<N> {
             }
         }
     }
+}
+
+/// How long a waiting mark lives after the attempt it was set for: two fallback polls, within
+/// `MIN_MARK_TTL..=MAX_MARK_TTL`.
+pub(crate) fn mark_ttl(config: &crate::model::config::Config) -> std::time::Duration {
+    (config.retry_delay.saturating_add(config.retry_jitter))
+        .saturating_mul(2)
+        .clamp(MIN_MARK_TTL, MAX_MARK_TTL)
 }
 
 #[cfg(test)]

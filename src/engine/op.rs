@@ -24,8 +24,9 @@ use crate::proto::repair_tally::RepairTally;
 use crate::proto::resp::{AggregateKind, Frame};
 use crate::proto::scripts::{
     EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, REPAIR_SCRIPT,
-    SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SHARED_ACQUIRE_SCRIPT,
-    SHARED_EXTEND_SCRIPT, ScriptCall,
+    SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT,
+    SET_STEP_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_EXTEND_SCRIPT, ScriptCall,
+    WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT,
 };
 use crate::proto::session::{Delivery, Kind, TIME_COMMAND};
 
@@ -58,6 +59,16 @@ pub(super) struct Op {
     /// A waiting acquire: the attempts it made. One of its attempts: which variant of the
     /// waiter's token it carries ([`Token::variant`](crate::model::token::Token::variant)).
     pub tries: u32,
+    /// A set's waiting acquire: how many of its members (the first ones, in order) it holds,
+    /// won one step at a time (`wait.rs`). One of its attempts: how many members its keys are
+    /// (a step of the ordered acquisition), 0 for an attempt at all of them at once.
+    pub step: u16,
+    /// A set's waiting acquire: the step of its attempt in flight (as `step` is for the
+    /// attempt).
+    pub stepping: u16,
+    /// A plain lock's attempt after the first of its wait: it steps back where a set waits
+    /// for the resource (`WAITING_ACQUIRE_BODY`).
+    pub waiting: bool,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,
     pub waiter: Waiter,
@@ -111,6 +122,9 @@ impl Op {
             ttl: Duration::ZERO,
             backing: 0,
             tries: 0,
+            step: 0,
+            stepping: 0,
+            waiting: false,
             outstanding: 0,
             waiter: Waiter::None,
             outcome: None,
@@ -137,6 +151,9 @@ impl Op {
             self.outcome = None;
         }
         self.renewing = None;
+        self.step = 0;
+        self.stepping = 0;
+        self.waiting = false;
         self.outstanding = 0;
         self.release.reset();
         self.fence.stage = Stage::Off;
@@ -625,7 +642,13 @@ impl Core {
         }
         let fenced_set = matches!(
             d.kind,
-            Kind::Script(FENCED_ACQUIRE_SCRIPT | FLAWED_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT)
+            Kind::Script(
+                FENCED_ACQUIRE_SCRIPT
+                    | FLAWED_ACQUIRE_SCRIPT
+                    | SET_FENCED_ACQUIRE_SCRIPT
+                    | SET_STEP_FENCED_SCRIPT
+                    | WAITING_FENCED_ACQUIRE_SCRIPT
+            )
         );
         let vote = match &d.reply {
             Ok(frame @ Frame::Aggregate(_)) if fenced_set => {
@@ -648,7 +671,13 @@ impl Core {
         let doubtful = fenced_set
             || matches!(
                 d.kind,
-                Kind::Set | Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT)
+                Kind::Set
+                    | Kind::Script(
+                        SET_ACQUIRE_SCRIPT
+                            | SHARED_ACQUIRE_SCRIPT
+                            | SET_STEP_SCRIPT
+                            | WAITING_ACQUIRE_SCRIPT
+                    )
             );
         let vote = match vote {
             // Any yes of a server that may evict keys: a key it holds now may be gone the next
@@ -697,7 +726,12 @@ impl Core {
             (d.kind, &d.reply),
             (Kind::Set, Ok(Frame::Simple("OK")))
                 | (
-                    Kind::Script(SET_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT),
+                    Kind::Script(
+                        SET_ACQUIRE_SCRIPT
+                            | SHARED_ACQUIRE_SCRIPT
+                            | SET_STEP_SCRIPT
+                            | WAITING_ACQUIRE_SCRIPT
+                    ),
                     Ok(Frame::Integer(1))
                 )
         ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)

@@ -137,6 +137,7 @@ impl<N: Net> Engine<N> {
             shared,
             last_round,
             quiet_release,
+            exact_release,
             replay_until,
             waits,
             ..
@@ -149,6 +150,16 @@ impl<N: Net> Engine<N> {
         // With the notice for waiters, or without it (see `Config::release_notices`, and
         // `Engine::quiet_release`).
         let quiet = std::mem::take(quiet_release) || !config.release_notices;
+        // A set's lock is released by its token's family: every member its acquisition set,
+        // whichever attempt of a wait set it (a member held since an earlier step of the
+        // ordered acquisition, `wait.rs`, holds that step's variant of the token). Not a lost
+        // attempt's cleanup: a later attempt of the same wait may hold the keys by now. The
+        // family is the token kept for the release, so that a release sent again after a
+        // reconnect (the ledger's) deletes what the first one would have.
+        if !std::mem::take(exact_release) && crate::model::keys::set_members(&op.resource).is_some()
+        {
+            op.token = op.token.family();
+        }
         let me = super::notice::subscribed_to(waits, &op.resource);
         let call = release_call(scratch, id.tag(), &op.resource, &op.token, quiet, me);
         let timeout = config.node_timeout_for(config.ttl);
@@ -191,18 +202,34 @@ impl<N: Net> Engine<N> {
         for &(index, won) in &self.lost {
             let op = &self.core.ops[index as usize];
             let start = resources.len();
-            resources.extend_from_slice(&op.resource);
+            // A lock won for nobody by a waiting acquire is released as a lock is, by its
+            // family (`start_release`); the attempt of a step of a set's ordered acquisition
+            // (`wait.rs`) deletes only the member it waited for, holding exactly its token: the
+            // members before it are the wait's, held for its next attempt; every other lost
+            // attempt, its own keys.
+            let exact = op.kind != OpKind::Wait;
+            match crate::model::keys::set_prefix(&op.resource, usize::from(op.step)) {
+                Some((_, member)) if exact => resources.extend_from_slice(member),
+                _ => resources.extend_from_slice(&op.resource),
+            }
             let quiet = quiet_nodes(&op.vote.faults, won, n);
-            releases.push((start, resources.len(), op.token, quiet));
+            releases.push((start, resources.len(), op.token, quiet, exact));
+            // Copied: its slot may go now (`Engine::settle` kept it), once nothing holds it.
+            let op = &mut self.core.ops[index as usize];
+            if op.done && op.outstanding == 0 && op.outcome.is_none() {
+                op.renewing = None;
+                self.core.free_slot(index as usize);
+            }
         }
         let all = self.all_nodes();
-        for &(start, end, token, quiet) in &releases {
+        for &(start, end, token, quiet, exact) in &releases {
             // Not `submit`: a lost attempt's release does not hand the resource to a waiter.
             for (targets, silently) in [(all & !quiet, false), (quiet, true)] {
                 if targets == 0 {
                     continue;
                 }
                 self.quiet_release = silently;
+                self.exact_release = exact;
                 let resource = &resources[start..end];
                 self.submit_to(
                     ReqKind::Release,
@@ -213,6 +240,7 @@ impl<N: Net> Engine<N> {
                     now,
                 );
                 self.quiet_release = false;
+                self.exact_release = false;
             }
         }
         self.resource = resources;

@@ -151,6 +151,22 @@ pub struct Config {
     /// themselves as readers do (a writer's mark would outlive their quiet releases and keep
     /// readers out of a free resource): they get no preference over readers. Default on.
     pub release_notices: bool,
+    /// Sets that wait take their members one at a time, and have priority over this crate's
+    /// waiting writers and readers of the member they wait for. Off (the default), a waiting
+    /// [`ResourceSet`](crate::ResourceSet) tries all its members at once at every attempt, so
+    /// it waits for a moment when every member is free together, which callers that keep one
+    /// member busy (plain locks, readers that overlap) need never leave. On, refused at its
+    /// first attempt, it takes its members in order of name, each step won on a quorum and
+    /// kept (alive whatever the TTL) while it waits for the next, and marks the member it
+    /// waits for (`redlock-mux set waiting`); this handle's waiting writers and readers of a
+    /// member marked so step back until the set has it (a first attempt, `try_lock` and other
+    /// clients' `SET NX` do not look: turn it on in every handle of the deployment). Ordered,
+    /// no two sets wait for each other; a set that gives up releases what it holds. The cost:
+    /// members held while a set waits for the others, and writers and readers held back —
+    /// in the real-server soak (96 callers on 4 resources, 15 % of them sets) sets end about a
+    /// quarter of their waits held instead of 1 in 100, and plain locks and readers are
+    /// granted less than half as often. Default off.
+    pub ordered_sets: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
     /// server's does not during its quarantine.
@@ -303,6 +319,7 @@ impl Default for Config {
             quarantine: Quarantine::Ttl,
             fencing: false,
             release_notices: true,
+            ordered_sets: false,
             evicting_servers: EvictingServers::Refuse,
             clock_check: None,
         }
@@ -901,6 +918,25 @@ impl Builder {
     /// ```
     pub fn evicting_servers(mut self, evicting: EvictingServers) -> Builder {
         self.config.evicting_servers = evicting;
+        self
+    }
+
+    /// Ordered sets on or off; see [`Config::ordered_sets`]. Default off.
+    ///
+    /// ```no_run
+    /// use redlock_mux::{Builder, ResourceSet};
+    ///
+    /// // Transfers (sets of two accounts) beside single-account locks, every handle the same:
+    /// // a transfer waiting for an account has it before the next single-account waiter.
+    /// let redlock = Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .ordered_sets(true)
+    ///     .build()?;
+    /// let lock = redlock.lock(ResourceSet::new(["account:alice", "account:bob"])?)?;
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn ordered_sets(mut self, on: bool) -> Builder {
+        self.config.ordered_sets = on;
         self
     }
 

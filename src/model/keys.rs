@@ -64,6 +64,14 @@ pub const MARK_VALUE: &str = "redlock-mux waiting mark";
 /// and stops them: a waiting writer is not starved by readers that keep coming.
 pub const READER_MARK_VALUE: &str = "redlock-mux reader waiting";
 
+/// The value of a waiting mark set by a *set* ([`ResourceSet`](crate::ResourceSet)) on the
+/// member it waits for (it takes its members one at a time, in order): while it is there, this
+/// crate's waiting writers and readers of that member step back (a first attempt, `try_lock`
+/// and other clients' `SET NX` do not look), so that callers of one member never starve a set.
+/// A release publishes and leaves it; the set deletes it when it takes the member, and it
+/// expires two fallback polls after the set's last attempt.
+pub const SET_MARK_VALUE: &str = "redlock-mux set waiting";
+
 /// The text of [`READERS_MARKER`], as a macro so that the scripts can `concat!` it in.
 macro_rules! readers_marker {
     () => {
@@ -135,6 +143,19 @@ pub fn set_members(resource: &[u8]) -> Option<Members<'_>> {
     resource
         .strip_prefix(SET_PREFIX.as_bytes())
         .map(|rest| Members { rest })
+}
+
+/// The encoding of the set made of the first `k` members of the set resource `resource`
+/// (members are sorted, so it is a byte prefix of `resource`), and its last member: what a
+/// step of a set's ordered acquisition takes (`engine/wait.rs`). `None` if `resource` is not
+/// a set or has fewer than `k` members, or `k` is 0.
+pub(crate) fn set_prefix(resource: &[u8], k: usize) -> Option<(&[u8], &[u8])> {
+    let mut members = set_members(resource)?;
+    let mut last = None;
+    for _ in 0..k {
+        last = Some(members.next()?);
+    }
+    Some((&resource[..resource.len() - members.rest.len()], last?))
 }
 
 /// Checks a set resource: `None` if `resource` is a plain name; else whether it is a set as
@@ -386,6 +407,24 @@ mod tests {
     fn permit_keys_are_the_name_a_hash_and_the_index() {
         assert_eq!(permit_key(b"deploy", 0), b"deploy#0");
         assert_eq!(permit_key(b"deploy", 63), b"deploy#63");
+    }
+
+    #[test]
+    fn a_sets_prefix_is_the_set_of_its_first_members() {
+        let ok = |_: &[u8]| Ok(());
+        let set = encode_set(&["b:2", "a", "cc"], ok).unwrap();
+        let (one, last) = set_prefix(&set, 1).unwrap();
+        assert_eq!(
+            (one, last),
+            (&encode_set(&["a"], ok).unwrap()[..], &b"a"[..])
+        );
+        let (two, last) = set_prefix(&set, 2).unwrap();
+        assert_eq!(two, &encode_set(&["a", "b:2"], ok).unwrap()[..]);
+        assert_eq!(last, b"b:2");
+        assert_eq!(set_prefix(&set, 3), Some((&set[..], &b"cc"[..])));
+        assert_eq!(set_prefix(&set, 4), None);
+        assert_eq!(set_prefix(&set, 0), None);
+        assert_eq!(set_prefix(b"plain", 1), None);
     }
 
     #[test]

@@ -64,6 +64,11 @@ pub(crate) enum Mutation {
     /// comes after a `lock`'s whole wait.
     #[cfg(any(test, feature = "sim"))]
     NoHurry,
+    /// A set that waits tries all of its members at once every time, as before the ordered
+    /// acquisition (`wait.rs`): it waits for a moment when every member is free together,
+    /// which callers of each member alone need never leave.
+    #[cfg(any(test, feature = "sim"))]
+    SetsAllAtOnce,
 }
 
 impl Mutation {
@@ -119,6 +124,15 @@ impl Mutation {
     pub fn wait_for_silent(self) -> bool {
         #[cfg(any(test, feature = "sim"))]
         return self == Mutation::WaitForSilent;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
+    /// Sets that wait try all their members at once ([`Mutation::SetsAllAtOnce`]).
+    #[inline]
+    pub fn sets_all_at_once(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::SetsAllAtOnce;
         #[cfg(not(any(test, feature = "sim")))]
         false
     }

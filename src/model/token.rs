@@ -14,6 +14,11 @@ pub const MAX_TOKEN_LEN: usize = 64;
 /// encode to [`TOKEN_LEN`] characters.
 pub(crate) const RANDOM_BYTES: usize = 20;
 
+/// The bytes that all variants of one token share ([`Token::variant`] changes the last four):
+/// a set's release by [`Token::family`] deletes every member its acquisition set. 23: the
+/// scripts compare this length (`SET_RELEASE_BODY`, `SET_STEP_BODY`).
+pub(crate) const FAMILY_LEN: usize = TOKEN_LEN - 4;
+
 /// The first character of an all-or-none lock's token ([`Token::for_resource`]): not in the
 /// base64url alphabet of the others, so no other token this crate makes starts with it.
 const SET_MARK: u8 = b'.';
@@ -267,6 +272,22 @@ impl Token {
                 .position(|a| a == byte)
                 .unwrap_or(usize::from(*byte) & 63);
             *byte = ALPHABET[(index + digit) & 63];
+        }
+        out
+    }
+
+    /// What every variant of this set token shares ([`Token::variant`] changes only the last
+    /// four bytes): its first [`FAMILY_LEN`] bytes, the token of the whole acquisition. A set
+    /// that waits takes its members one attempt at a time, each attempt with a variant of its
+    /// own (`engine/wait.rs`), so a member may hold the variant of an earlier step; the
+    /// release of the lock is sent with this, and deletes every member whose value starts
+    /// with it (`SET_RELEASE_BODY`). Only a set's token ([`Token::for_resource`], the length
+    /// of every token this crate makes) has one; other tokens are returned as they are.
+    pub(crate) fn family(&self) -> Token {
+        let mut out = *self;
+        if usize::from(self.len) == TOKEN_LEN && self.bytes[0] == SET_MARK {
+            out.bytes[FAMILY_LEN..].fill(0);
+            out.len = FAMILY_LEN as u8;
         }
         out
     }

@@ -105,7 +105,7 @@ macro_rules! holds_token {
 pub(crate) const RELEASE_BODY: &str = concat!(
     "local v = redis.pcall(\"get\", KEYS[1]) if ",
     holds_token!("v"),
-    " then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
+    " then redis.call(\"del\", KEYS[1]) local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) if m == \"redlock-mux waiting mark\" or m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) elseif m ~= \"redlock-mux set waiting\" and type(m) ~= \"table\" then return 1 end local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) if ok and type(n) == \"number\" then return 1 + 2 * n end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
 );
 /// Compare-and-delete without the notice ([`Config::release_notices`](crate::Config::release_notices)
 /// off): answers 0 (not ours) or 1; a refusal other than `WRONGTYPE` is the answer, as in
@@ -137,6 +137,31 @@ pub(crate) const EXTEND_BODY: &str = concat!(
     " then if not pcall(redis.call, \"pexpire\", KEYS[1], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[1]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end end return 1 elseif type(v) == \"table\" and not string.find(v.err, \"WRONGTYPE\", 1, true) then return v else return 0 end"
 );
 
+/// The test of [`SET_STEP_BODY`]: each of the first `n` keys is absent (`own[i] = 0`), ours
+/// (`1`: its value starts with the first `ARGV[3]` bytes of `ARGV[1]`) or another's (`2`: a
+/// value of another acquisition, a key of another type, a read refused); `free` if none is
+/// another's.
+macro_rules! set_step {
+    () => {
+        "local f = tonumber(ARGV[3]) local fam = string.sub(ARGV[1], 1, f) local own = {} local free = true for i = 1, n do local v = redis.pcall(\"get\", KEYS[i]) if v == false then own[i] = 0 elseif type(v) == \"string\" and string.sub(v, 1, f) == fam then own[i] = 1 else own[i] = 2 free = false end end "
+    };
+}
+/// What [`SET_STEP_BODY`] does when it takes its last key: a set's mark on it
+/// ([`SET_MARK_VALUE`](crate::model::keys::SET_MARK_VALUE)) goes — the member is held now, and
+/// left there it would keep waiters out after the set's release.
+macro_rules! set_step_unmark {
+    () => {
+        "local w = \"redlock:waiting:\" .. KEYS[n] if redis.pcall(\"get\", w) == \"redlock-mux set waiting\" then redis.pcall(\"del\", w) end "
+    };
+}
+/// What [`SET_STEP_BODY`] does when it refuses: the held members that are ours (all keys but
+/// the last of the `n`) live at least `ARGV[2]` ms more, never shortened.
+macro_rules! set_step_keep {
+    () => {
+        "for i = 1, n - 1 do if own[i] == 1 and not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end "
+    };
+}
+
 /// An all-or-none lock of a set of resources (`model/keys.rs`, [`SET_PREFIX`](crate::model::keys::SET_PREFIX)):
 /// every key `KEYS[i]` is set to the token `ARGV[1]` with a TTL of `ARGV[2]` ms if none of them
 /// exists, else none is. Answers 1 (all set) or 0. Each member is a plain string lock, so a
@@ -152,7 +177,10 @@ pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
     "local n = #KEYS - 1 local ok = 1 if redis.call(\"exists\", unpack(KEYS, 1, n)) > 0 then ok = 0 else for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end end return {ok, h[1] or \"\", h[2] or \"\"}"
 );
 /// [`RELEASE_BODY`] over every key of a set: each member that holds the token `ARGV[1]` is
-/// deleted, and with `ARGV[2]` = `1` (or `2`: the releaser is subscribed too, and not
+/// deleted — and where `ARGV[1]` is a set token's family (its first 23 bytes,
+/// `Token::family`), each member whose value starts with it: every key of the acquisition,
+/// whichever attempt of its wait set it ([`SET_STEP_BODY`]; sent for the release of a lock,
+/// never for the cleanup of a lost attempt, which must not delete a later attempt's keys) — and with `ARGV[2]` = `1` (or `2`: the releaser is subscribed too, and not
 /// counted) its waiters are told as a single lock's are. Answers 0 (no member was ours) or
 /// 1 + 2 × the clients the notices reached. One `MGET` of the members
 /// and one of their waiting keys rather than a `GET` each: a set of 8 is one call per
@@ -163,7 +191,7 @@ pub(crate) const SET_FENCED_ACQUIRE_BODY: &str = concat!(
 pub(crate) const SET_RELEASE_BODY: &str = concat!(
     "local v = redis.call(\"mget\", unpack(KEYS)) local ours = {} for i = 1, #KEYS do if ",
     holds_token!("v[i]"),
-    " then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n"
+    " or (#ARGV[1] == 23 and type(v[i]) == \"string\" and string.sub(v[i], 1, 23) == ARGV[1]) then ours[#ours + 1] = KEYS[i] end end if #ours == 0 then return 0 end redis.call(\"del\", unpack(ours)) local n = 0 if ARGV[2] == \"1\" or ARGV[2] == \"2\" then local w = {} for i = 1, #ours do w[i] = \"redlock:waiting:\" .. ours[i] end local m = redis.pcall(\"mget\", unpack(w)) local denied = m.err ~= nil for i = 1, #ours do local tell = denied if not denied and (m[i] == \"redlock-mux waiting mark\" or m[i] == \"redlock-mux reader waiting\") then redis.pcall(\"del\", w[i]) tell = true elseif m[i] == \"redlock-mux set waiting\" then tell = true end if tell then local ch = \"redlock:released:\" .. ours[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local k = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) local ok, c = pcall(redis.call, \"publish\", ch, tostring(k < 0 and 0 or k)) if ok and type(c) == \"number\" then n = n + c end end end end return 1 + 2 * n"
 );
 /// [`EXTEND_BODY`] over every key of a set: only if every member still holds the token
 /// `ARGV[1]`, each member's TTL becomes `max(its TTL left, ARGV[2])`. Answers 1 or 0.
@@ -171,6 +199,43 @@ pub(crate) const SET_EXTEND_BODY: &str = concat!(
     "local v = redis.call(\"mget\", unpack(KEYS)) for i = 1, #KEYS do if not ",
     holds_token!("v[i]"),
     " then return 0 end end for i = 1, #KEYS do if not pcall(redis.call, \"pexpire\", KEYS[i], ARGV[2], \"GT\") then local t = redis.pcall(\"pttl\", KEYS[i]) if type(t) ~= \"number\" or t < tonumber(ARGV[2]) then redis.call(\"pexpire\", KEYS[i], ARGV[2]) end end end return 1"
+);
+
+/// One step of a set's ordered acquisition (`engine/wait.rs`): a set that waits takes its
+/// members one at a time, in their order, and keeps those it has while it waits for the next
+/// (so callers of one member cannot starve it, and two sets cannot wait for each other: each
+/// waits only for a member after every one it holds). `KEYS` are the members held so far and
+/// the next one; a key is *ours* if its value starts with the first `ARGV[3]` bytes of the
+/// value `ARGV[1]` — the same acquisition, set by an earlier attempt of its wait (each attempt
+/// carries a token of its own: `Token::variant`). If every key is absent or ours, every key is
+/// set to `ARGV[1]` with a TTL of `ARGV[2]` ms — rewritten, so that the cleanup of an earlier
+/// attempt, which deletes only its own exact token, can never delete a key this attempt now
+/// counts on — and the answer is 1. Otherwise nothing is set, the held members that are ours
+/// live at least `ARGV[2]` ms more (never shortened, as [`EXTEND_BODY`] does it: a set that
+/// waits longer than its TTL keeps what it holds), and the answer is 0. A key of another type
+/// or another client's value refuses it, untouched.
+pub(crate) const SET_STEP_BODY: &str = concat!(
+    "local n = #KEYS ",
+    set_step!(),
+    "if free then for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end ",
+    set_step_unmark!(),
+    "return 1 end ",
+    set_step_keep!(),
+    "return 0"
+);
+/// [`SET_STEP_BODY`] with the fence counter's read, as [`SET_FENCED_ACQUIRE_BODY`]: the last
+/// key is the counter, read first. Sent for the step that takes the last member. Answers
+/// `{1 or 0, run, n}`.
+pub(crate) const SET_STEP_FENCED_BODY: &str = concat!(
+    "local h = redis.call(\"hmget\", KEYS[#KEYS], \"run\", \"n\") ",
+    crate::proto::scripts::foreign_fence!("KEYS[#KEYS]"),
+    "local n = #KEYS - 1 ",
+    set_step!(),
+    "if free then for i = 1, n do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end ",
+    set_step_unmark!(),
+    "return {1, h[1] or \"\", h[2] or \"\"} end ",
+    set_step_keep!(),
+    "return {0, h[1] or \"\", h[2] or \"\"}"
 );
 
 /// A shared (read) lock's acquire (`model/keys.rs`, [`SHARED_PREFIX`](crate::model::keys::SHARED_PREFIX)):
@@ -194,7 +259,7 @@ pub(crate) const SET_EXTEND_BODY: &str = concat!(
 /// releases, not here, since the servers' time is the cycle's on a small machine.
 pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
     "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ",
-    "if m == \"redlock-mux waiting mark\" then return 0 end ",
+    "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end ",
     "local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end ",
     "if p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
     readers_marker!(),
@@ -238,7 +303,7 @@ pub(crate) const SHARED_RELEASE_BODY: &str = concat!(
     "if ARGV[2] ~= \"1\" and ARGV[2] ~= \"2\" then return 1 end ",
     "local w = \"redlock:waiting:\" .. KEYS[1] local m = redis.pcall(\"get\", w) ",
     "if m == \"redlock-mux reader waiting\" then redis.pcall(\"del\", w) ",
-    "elseif m ~= \"redlock-mux waiting mark\" and type(m) ~= \"table\" then return 1 end ",
+    "elseif m ~= \"redlock-mux waiting mark\" and m ~= \"redlock-mux set waiting\" and type(m) ~= \"table\" then return 1 end ",
     "local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) ",
     "local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"2\" and 1 or 0) ",
     "local ok, n = pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) ",
@@ -265,13 +330,38 @@ fn sha_hex(body: &str) -> [u8; 40] {
 /// where no key exists or the key already is a mark of ours ([`MARK_VALUE`](crate::keys::MARK_VALUE) or
 /// [`READER_MARK_VALUE`](crate::keys::READER_MARK_VALUE)). Answers 1 if marked, 0 if the key is someone else's (or not
 /// readable: an ACL without `redlock:*`, another type).
-pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end return 0";
+pub(crate) const MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux waiting mark\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux set waiting\" then return 1 end return 0";
 
 /// A reader's mark (`READER_MARK_BODY`): like [`MARK_BODY`], with [`READER_MARK_VALUE`](crate::keys::READER_MARK_VALUE) where
 /// no key or a reader's mark is; a writer's mark is left as it is (it keeps new readers out,
 /// and it makes the release publish all the same). Answers 1, or 0 where the key is someone
 /// else's.
-pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" then return 1 end return 0";
+pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux reader waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux reader waiting\", \"PX\", ARGV[1]) return 1 end if v == \"redlock-mux waiting mark\" or v == \"redlock-mux set waiting\" then return 1 end return 0";
+
+/// A set's mark on the member it waits for (`engine/wait.rs`): `KEYS[1]` (the member's waiting
+/// key) set to [`SET_MARK_VALUE`](crate::model::keys::SET_MARK_VALUE) for `ARGV[1]` ms where no
+/// key or a mark of ours is (it takes a writer's or reader's place: it makes the release publish
+/// as they do). Answers 1, or 0 where the key is someone else's. While it is there, this crate's
+/// waiting writers ([`WAITING_ACQUIRE_BODY`]) and readers step back from the member; releases
+/// publish and leave it; the set's step that takes the member deletes it.
+pub(crate) const SET_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" or v == \"redlock-mux set waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux set waiting\", \"PX\", ARGV[1]) return 1 end return 0";
+
+/// The attempt of a plain lock's wait after its first (`engine/wait.rs`): `SET KEYS[1] ARGV[1]
+/// NX PX ARGV[2]`, unless a set waits for the resource (its waiting key holds
+/// [`SET_MARK_VALUE`](crate::model::keys::SET_MARK_VALUE)): then it steps back, as a reader
+/// steps back for a waiting writer, so that callers of one member never starve a set. Answers
+/// 1 or 0. A first attempt (and `try_lock`) is the plain `SET NX`, as any client's: it does not
+/// look.
+pub(crate) const WAITING_ACQUIRE_BODY: &str = "if redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) == \"redlock-mux set waiting\" then return 0 end if redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) then return 1 end return 0";
+
+/// [`WAITING_ACQUIRE_BODY`] with fencing, as [`ACQUIRE_BODY`]: the counter `KEYS[2]` read
+/// first. Answers `{1 or 0, run, n}`.
+pub(crate) const WAITING_FENCED_ACQUIRE_BODY: &str = concat!(
+    "local h = redis.call(\"hmget\", KEYS[2], \"run\", \"n\") ",
+    foreign_fence!("KEYS[2]"),
+    "local ok = false if redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ~= \"redlock-mux set waiting\" then ok = redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) end ",
+    "return {ok and 1 or 0, h[1] or \"\", h[2] or \"\"}"
+);
 
 /// The error a fencing script answers where `redlock:fence` is a hash with fields other than
 /// `run` and `n`: another application's, never written here. Checked before anything is
@@ -339,7 +429,7 @@ pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV
 pub(crate) const INCR_BODY: &str = "return 0";
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 16;
+pub(crate) const SCRIPT_COUNT: usize = 21;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -389,6 +479,21 @@ pub(crate) const SHARED_EXTEND_SCRIPT: usize = 14;
 /// The index of a waiting reader's mark (`model/keys.rs`).
 pub(crate) const READER_MARK_SCRIPT: usize = 15;
 
+/// The index of a step of a set's ordered acquisition in [`scripts`].
+pub(crate) const SET_STEP_SCRIPT: usize = 16;
+
+/// The index of the last step of a set's ordered acquisition with fencing in [`scripts`].
+pub(crate) const SET_STEP_FENCED_SCRIPT: usize = 17;
+
+/// The index of a set's mark on the member it waits for in [`scripts`].
+pub(crate) const SET_MARK_SCRIPT: usize = 18;
+
+/// The index of a plain lock's waiting attempt (steps back for a set) in [`scripts`].
+pub(crate) const WAITING_ACQUIRE_SCRIPT: usize = 19;
+
+/// The index of a plain lock's fenced waiting attempt in [`scripts`].
+pub(crate) const WAITING_FENCED_ACQUIRE_SCRIPT: usize = 20;
+
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them
 /// names it ([`NodeFault::Permission`](crate::NodeFault::Permission)): the user needs every one (docs/production.md gives a
 /// rule that grants them). A unit test holds each against its body.
@@ -409,13 +514,19 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
     "a read lock's release script (ZREM, ZSCORE, ZCARD, TIME, ZRANGEBYSCORE, DEL, GET, PUBSUB NUMSUB, PUBLISH)",
     "a read lock's extend script (ZSCORE, TIME, ZADD, PTTL, PEXPIRE)",
     "a waiting reader's mark script (GET, SET)",
+    "a set's step script (GET, SET, DEL, PEXPIRE, PTTL)",
+    "a set's fenced step script (HMGET, HLEN, GET, SET, DEL, PEXPIRE, PTTL)",
+    "a waiting set's mark script (GET, SET)",
+    "the waiting acquire script (GET, SET)",
+    "the fenced waiting acquire script (HMGET, HLEN, GET, SET)",
 ];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
 /// 3 fence write-back, 4 the simulator's flawed fenced acquire (see `fencing.rs`), 5 release
 /// without the notice, 6 the waiting mark (`model/keys.rs`), 7 the fence repair (`fencing.rs`), 8–11
 /// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
-/// and extend, and a waiting reader's mark.
+/// and extend, and a waiting reader's mark, 16–17 a set's step and fenced step, 18 a waiting
+/// set's mark, 19–20 a plain lock's waiting attempt and its fenced twin.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -436,6 +547,11 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             SHARED_RELEASE_BODY,
             SHARED_EXTEND_BODY,
             crate::proto::scripts::READER_MARK_BODY,
+            SET_STEP_BODY,
+            SET_STEP_FENCED_BODY,
+            SET_MARK_BODY,
+            WAITING_ACQUIRE_BODY,
+            WAITING_FENCED_ACQUIRE_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -460,6 +576,10 @@ pub(crate) fn writes_a_hold(index: usize) -> bool {
             | SET_ACQUIRE_SCRIPT
             | SET_FENCED_ACQUIRE_SCRIPT
             | SHARED_ACQUIRE_SCRIPT
+            | SET_STEP_SCRIPT
+            | SET_STEP_FENCED_SCRIPT
+            | WAITING_ACQUIRE_SCRIPT
+            | WAITING_FENCED_ACQUIRE_SCRIPT
     )
 }
 

@@ -63,7 +63,9 @@ impl World {
             self.report.stuck_blank = true;
             self.log(|| "STUCK: no lock granted after every node was back".to_string());
         }
-        let (longest, worst) = self.record.liveness(&self.members);
+        let mark_life = crate::engine::notice::mark_ttl(&self.shared.config).as_nanos() as u64;
+        let ordered = self.shared.config.ordered_sets;
+        let (longest, worst) = self.record.liveness(&self.members, mark_life, ordered);
         self.report.longest_wait = Duration::from_nanos(longest);
         self.report.liveness = worst;
         if let Some(v) = self.report.liveness.clone() {

@@ -169,10 +169,12 @@ impl Node {
         let value = self.live(&waiting, now);
         let reader_mark = crate::model::keys::READER_MARK_VALUE.as_bytes();
         let writer = value == Some(crate::model::keys::MARK_VALUE.as_bytes());
-        if !writer && value != Some(reader_mark) {
+        // A set's mark stays: the set deletes it when it takes the member.
+        let set = value == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
+        if !writer && !set && value != Some(reader_mark) {
             return 0;
         }
-        if !(writer && writer_mark_stays) {
+        if !(set || (writer && writer_mark_stays)) {
             self.remove(&waiting);
         }
         if !self.pubsub {

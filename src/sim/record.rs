@@ -54,6 +54,13 @@ pub(super) struct Record {
     pub(super) acquisitions: Vec<(u64, u64, u64, usize)>,
     /// Every want that ended (granted or given up).
     pub(super) wants: Vec<Want>,
+    /// (client, caller, members held, marks the next, from): a set's waiting acquire that
+    /// holds its first members (won one step at a time, `engine/wait.rs`) and marks the one
+    /// after them, from world time `from` until the caller's next entry (`(0, false)`: none any
+    /// more), in order of time for each caller.
+    pub(super) set_steps: Vec<(usize, usize, u16, bool, u64)>,
+    /// (client, waiting acquire, caller): whose wait each is (to place `set_steps`).
+    pub(super) wait_callers: Vec<(usize, crate::engine::request::OpId, usize)>,
     /// World times at which a fault began or ended (the liveness check's clock restarts).
     pub(super) changes: Vec<u64>,
     /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
@@ -82,18 +89,96 @@ impl Record {
     /// and no fault began or ended (`members`: each resource's, see `World::members`): the
     /// longest such stretch of all the wants, and the violation it is if longer than
     /// [`WAIT_BOUND`].
-    pub(super) fn liveness(&mut self, members: &[Vec<usize>]) -> (u64, Option<LivenessViolation>) {
+    ///
+    /// A set that waits takes its members one at a time, holds those it has and marks the one
+    /// it waits for (`engine/wait.rs`): while it holds or marks a member, the others' wants of
+    /// it are owed nothing (the mark's life after it too). The set itself is owed its next
+    /// member: while none of the members up to the one it waits for is held by anybody else
+    /// (a belief, another set's hold or mark), it must get it within the bound — starvation
+    /// is a liveness violation. A set that waited for a moment when all its members were free
+    /// together (`Mutation::SetsAllAtOnce`) is caught by it.
+    ///
+    /// Without ordered sets (`Config::ordered_sets`) a set is owed progress only while every
+    /// member is free: it tries them all at once.
+    pub(super) fn liveness(
+        &mut self,
+        members: &[Vec<usize>],
+        mark_life: u64,
+        ordered: bool,
+    ) -> (u64, Option<LivenessViolation>) {
         let covers = self.owed_nothing(members);
         self.changes.sort_unstable();
         self.changes.dedup();
+        // Each set want's segments: (from, to, members held, marks the next), covering it.
+        let segments: Vec<Vec<(u64, u64, usize, bool)>> = (self.wants.iter())
+            .map(|w| match members[w.res].len() > 1 {
+                true => self.segments(w),
+                false => Vec::new(),
+            })
+            .collect();
+        // Per plain resource: (from, to, want) while a waiting set holds or marks it.
+        let mut by_sets: Vec<Vec<(u64, u64, usize)>> = vec![Vec::new(); members.len()];
+        for (i, (w, segs)) in self.wants.iter().zip(&segments).enumerate() {
+            for &(a, b, held, marks) in segs {
+                let set = &members[w.res];
+                for (j, &m) in set.iter().enumerate().take(held + usize::from(marks)) {
+                    let end = if j == held {
+                        b.saturating_add(mark_life)
+                    } else {
+                        b
+                    };
+                    by_sets[m].push((a, end, i));
+                }
+            }
+        }
         let mut longest = 0;
         let mut worst: Option<LivenessViolation> = None;
-        for w in &self.wants {
-            for (a, b) in free_stretches(&covers[w.res], w) {
-                self.longest_unchanged(w, (a, b), &mut longest, &mut worst);
+        for (i, w) in self.wants.iter().enumerate() {
+            let set = &members[w.res];
+            // A set: per segment, the members up to the one it waits for; any other want: its
+            // resource's members (itself, or the one a reader reads).
+            let parts: Vec<(u64, u64, &[usize])> = match set.len() > 1 && ordered {
+                true => (segments[i].iter())
+                    .map(|&(a, b, held, _)| (a, b, &set[..(held + 1).min(set.len())]))
+                    .collect(),
+                false => vec![(w.start, w.end, &set[..])],
+            };
+            for (a, b, of) in parts {
+                let mut cover: Vec<(u64, u64)> = Vec::new();
+                for &m in of {
+                    cover.extend_from_slice(&covers[m]);
+                    cover.extend((by_sets[m].iter()).filter(|e| e.2 != i).map(|e| (e.0, e.1)));
+                }
+                let cover = merged(cover);
+                let part = Want {
+                    start: a,
+                    end: b,
+                    ..*w
+                };
+                for (x, y) in free_stretches(&cover, &part) {
+                    self.longest_unchanged(w, (x, y), &mut longest, &mut worst);
+                }
             }
         }
         (longest, worst)
+    }
+
+    /// The segments of set want `w`: (from, to, members held, marks the next), from its start
+    /// to its end.
+    fn segments(&self, w: &Want) -> Vec<(u64, u64, usize, bool)> {
+        let mut out = Vec::new();
+        let (mut from, mut held, mut marks) = (w.start, 0usize, false);
+        for &(c, k, h, m, t) in &self.set_steps {
+            if c != w.client || k != w.caller || t < w.start || t >= w.end {
+                continue;
+            }
+            if t > from {
+                out.push((from, t, held, marks));
+            }
+            (from, held, marks) = (t, usize::from(h), m);
+        }
+        out.push((from, w.end, held, marks));
+        out
     }
 
     /// The stretches during which a majority of the nodes was faulty: nothing is owed then.
@@ -143,15 +228,7 @@ impl Record {
             }
         }
         for list in &mut covers {
-            list.sort_unstable();
-            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(list.len());
-            for &(a, b) in list.iter() {
-                match merged.last_mut() {
-                    Some(last) if a <= last.1 => last.1 = last.1.max(b),
-                    _ => merged.push((a, b)),
-                }
-            }
-            *list = merged;
+            *list = merged(std::mem::take(list));
         }
         covers
     }
@@ -189,6 +266,19 @@ impl Record {
             from = t;
         }
     }
+}
+
+/// `list` sorted, its overlapping intervals merged.
+fn merged(mut list: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    list.sort_unstable();
+    let mut merged: Vec<(u64, u64)> = Vec::with_capacity(list.len());
+    for &(a, b) in list.iter() {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
 }
 
 /// The stretches of want `w` during which nothing in `list` (sorted, merged) covered it.

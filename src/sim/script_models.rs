@@ -8,7 +8,9 @@
 
 use crate::proto::scripts::{
     MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SET_RELEASE_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, scripts,
+    SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
+    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 
 use super::clock::MS;
@@ -37,8 +39,16 @@ impl Node {
         self.loaded[index] = true;
         if index == REPAIR_SCRIPT {
             self.repair(cmd, out);
-        } else if matches!(index, 2..=4) {
+        } else if matches!(index, 2..=4 | WAITING_FENCED_ACQUIRE_SCRIPT) {
             self.fenced(index, cmd, now, out);
+        } else if index == WAITING_ACQUIRE_SCRIPT {
+            let set =
+                !self.set_waits(cmd[3], now) && self.set_nx(cmd[3], cmd[4], number(cmd[5]), now);
+            out.extend_from_slice(if set { b":1\r\n" } else { b":0\r\n" });
+        } else if index == SET_MARK_SCRIPT {
+            self.set_mark(cmd, now, out);
+        } else if matches!(index, SET_STEP_SCRIPT | SET_STEP_FENCED_SCRIPT) {
+            self.set_script(index, cmd, now, out);
         } else if index >= SHARED_ACQUIRE_SCRIPT {
             self.shared_script(index, cmd, now, out);
         } else if index >= SET_ACQUIRE_SCRIPT {
@@ -60,18 +70,37 @@ impl Node {
     }
 
     /// The writer's waiting mark: numkeys 1, the waiting key, ms. Marked only where no key or
-    /// a mark is (a reader's mark gives way to a writer's).
+    /// a mark is (a reader's mark gives way to a writer's); a set's mark stays (answers 1).
     fn writer_mark(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
         let mark = crate::model::keys::MARK_VALUE.as_bytes();
         let reader = crate::model::keys::READER_MARK_VALUE.as_bytes();
-        let free = self
-            .live(cmd[3], now)
-            .is_none_or(|v| v == mark || v == reader);
+        let value = self.live(cmd[3], now);
+        let free = value.is_none_or(|v| v == mark || v == reader);
+        let set = value == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
         if free {
             let expiry = now + number(cmd[4]) * MS;
             self.insert(cmd[3], mark, expiry);
         }
+        out.extend_from_slice(if free || set { b":1\r\n" } else { b":0\r\n" });
+    }
+
+    /// A waiting set's mark on the member it waits for: numkeys 1, the waiting key, ms.
+    /// Marked where no key or any mark of ours is.
+    fn set_mark(&mut self, cmd: &[&[u8]], now: u64, out: &mut Vec<u8>) {
+        use crate::model::keys::{MARK_VALUE, READER_MARK_VALUE, SET_MARK_VALUE};
+        let marks = [MARK_VALUE, READER_MARK_VALUE, SET_MARK_VALUE].map(str::as_bytes);
+        let free = (self.live(cmd[3], now)).is_none_or(|v| marks.contains(&v));
+        if free {
+            let expiry = now + number(cmd[4]) * MS;
+            self.insert(cmd[3], SET_MARK_VALUE.as_bytes(), expiry);
+        }
         out.extend_from_slice(if free { b":1\r\n" } else { b":0\r\n" });
+    }
+
+    /// True while a set waits for `key` (its waiting key holds a set's mark).
+    pub(super) fn set_waits(&self, key: &[u8], now: u64) -> bool {
+        let mark = self.live(&crate::model::keys::waiting_key(key), now);
+        mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes())
     }
 
     /// The plain lock's scripts: 0 the release (with its notice), 5 the quiet release, 1 the
@@ -130,7 +159,8 @@ impl Node {
         // answers 1); anything else is someone else's key (0).
         let value = self.live(key, now);
         let free = value.is_none_or(|v| v == reader);
-        let writer_waits = value == Some(mark);
+        let writer_waits =
+            value == Some(mark) || value == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
         if free {
             self.insert(key, reader, now + number(cmd[4]) * MS);
         }
@@ -144,7 +174,8 @@ impl Node {
         let (token, ms) = (cmd[4], number(cmd[5]));
         let writer = self.live(key, now).is_some();
         let mark = self.live(&crate::model::keys::waiting_key(key), now);
-        let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes());
+        let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes())
+            || mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
         let full = self.reader_cap.is_some_and(|cap| {
             (self.readers.iter()).any(|e| {
                 e.0 == key
@@ -234,13 +265,22 @@ impl Node {
         let (keys, args) = cmd[3..].split_at(n);
         let token = args[0];
         let members = match index {
-            SET_FENCED_ACQUIRE_SCRIPT => &keys[..n - 1],
+            SET_FENCED_ACQUIRE_SCRIPT | SET_STEP_FENCED_SCRIPT => &keys[..n - 1],
             _ => keys,
         };
         let reply = match index {
-            SET_ACQUIRE_SCRIPT | SET_FENCED_ACQUIRE_SCRIPT => {
-                let ok = self.set_acquire(members, token, number(args[1]), now);
-                if index == SET_FENCED_ACQUIRE_SCRIPT {
+            SET_ACQUIRE_SCRIPT
+            | SET_FENCED_ACQUIRE_SCRIPT
+            | SET_STEP_SCRIPT
+            | SET_STEP_FENCED_SCRIPT => {
+                let ok = match index {
+                    SET_STEP_SCRIPT | SET_STEP_FENCED_SCRIPT => {
+                        let family = number(args[2]) as usize;
+                        self.set_step(members, token, (number(args[1]), family), now)
+                    }
+                    _ => self.set_acquire(members, token, number(args[1]), now),
+                };
+                if matches!(index, SET_FENCED_ACQUIRE_SCRIPT | SET_STEP_FENCED_SCRIPT) {
                     let (run, n) = self.fence_fields();
                     out.extend_from_slice(if ok { b"*3\r\n:1\r\n" } else { b"*3\r\n:0\r\n" });
                     bulk(out, &run);
@@ -280,11 +320,51 @@ impl Node {
         }
     }
 
-    /// A set's release: the members still ours go, each with its notice if `notices` asks.
+    /// A step of a set's ordered acquisition (`SET_STEP_BODY`): if every key is free or ours
+    /// (its value starts with the first `family` bytes of `value`), all are set to `value` for
+    /// `ms`; else nothing is set, and the held ones that are ours (all but the last key) live
+    /// at least `ms` more.
+    fn set_step(
+        &mut self,
+        keys: &[&[u8]],
+        value: &[u8],
+        (ms, family): (u64, usize),
+        now: u64,
+    ) -> bool {
+        let fam = &value[..family.min(value.len())];
+        let ours = |n: &Node, k: &[u8]| n.live(k, now).is_some_and(|v| v.starts_with(fam));
+        let free = |n: &Node, k: &[u8]| n.live(k, now).is_none() && !n.read_locked(k, now);
+        if self.lying || keys.iter().all(|k| free(self, k) || ours(self, k)) {
+            for key in keys {
+                self.insert(key, value, now + ms * MS);
+            }
+            // A set's mark on the member taken goes.
+            let last = keys[keys.len() - 1];
+            if self.set_waits(last, now) {
+                self.remove(&crate::model::keys::waiting_key(last));
+            }
+            return true;
+        }
+        let until = now + ms * MS;
+        let held: Vec<Vec<u8>> = (keys[..keys.len() - 1].iter())
+            .filter(|k| ours(self, k))
+            .map(|k| k.to_vec())
+            .collect();
+        for entry in (self.keys.iter_mut()).filter(|e| held.contains(&e.0)) {
+            entry.2 = entry.2.max(until);
+        }
+        false
+    }
+
+    /// A set's release: the members still ours go, each with its notice if `notices` asks —
+    /// ours: holding the token, or, for a set token's family (23 bytes, `Token::family`),
+    /// a value that starts with it.
     fn set_release(&mut self, members: &[&[u8]], token: &[u8], notices: &[u8], now: u64) -> u64 {
         let (mut ours, mut heard) = (false, 0);
+        let family = token.len() == crate::model::token::FAMILY_LEN;
         for key in members {
-            if self.holds(key, token, now) {
+            let of_family = family && self.live(key, now).is_some_and(|v| v.starts_with(token));
+            if self.holds(key, token, now) || of_family {
                 self.remove(key);
                 ours = true;
                 if notices == b"1" || notices == b"2" {
@@ -317,8 +397,9 @@ impl Node {
             }
         };
         match index {
-            2 => {
-                let ok = self.set_nx(key, token, number(cmd[6]), now);
+            2 | WAITING_FENCED_ACQUIRE_SCRIPT => {
+                let waits = index == WAITING_FENCED_ACQUIRE_SCRIPT && self.set_waits(key, now);
+                let ok = !waits && self.set_nx(key, token, number(cmd[6]), now);
                 let (run, n) = self.fence_fields();
                 array3(out, ok, &run, &n);
             }
@@ -373,22 +454,27 @@ mod tests {
     #[test]
     fn the_modelled_scripts_are_the_scripts_the_client_sends() {
         const MODELLED: [&str; SCRIPT_COUNT] = [
-            "ab3741e0bc43830d7868173fdfe5591a2086375a", // release
+            "c87667fc9ac8c2c40d14eca925e70cdcab09e7b0", // release
             "ed25f922bb9a4b31be5255d7e1c093156f098814", // extend
             "e5ca76d4832e04ca0b753d0871386bc52d7b81c6", // fenced acquire
             "a1ec1544386096f97ead7c3d925f5efae04fff5b", // fence write-back
             "5f72df6b02788b62ee307a3df1dd316d0c1b0f66", // flawed fenced acquire (no write-back)
             "cd844e93f8fd97a49d3c9f41b9c1b8267bfdd66e", // quiet release
-            "70a0015bbf47573617a12515076ab9ad87fec651", // writer's mark
+            "972c8f0780c5be1cef67460f4865ea4fa4a0dd87", // writer's mark
             "7dd71a0e1e865bcb4f0ae4e6147afedc965e5542", // fence repair
             "7af3a285038ba44f1cc6db01d10f8a620e231571", // set acquire
             "ff35feae84f4d825fee14b9459c8218f34d07589", // set fenced acquire
-            "c2292d72463a525ac03cdac6fbda54f721159f88", // set release
+            "6114439b0373adf032ec0ef7b756f5d6a44f42b8", // set release
             "e4bbf099dcd3a18e2a539296c15dd5994d29fede", // set extend
-            "39b563cbb0e19140bd8cd9b5867b73bb901be36e", // shared acquire
-            "aa35b117e6bea960b43bb7a7c8537de0dc10074e", // shared release
+            "fdcbfce178ec3f0997a20c942639e27311424ce2", // shared acquire
+            "dc321595438f69b503f9de432c36389cd7387dee", // shared release
             "faaceeedc54b084118e33e2a59639f41538f59aa", // shared extend
-            "f0613051a95a974bab779140de6c65236917cac7", // reader's mark
+            "4cafb3029689aec4a11404dd979cfb9cf3fe5774", // reader's mark
+            "20bedd60a51c0070b2f38344268b6906d97c9c36", // set step
+            "53b405f5419ea2671bdc9562da83f9fc03651118", // set fenced step
+            "dbaf8a77e1019f84c7241b04bbf2583f9ffab14b", // set's mark
+            "29cca77116f14e5ef942406fcb300737387c418f", // waiting acquire
+            "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
         ];
         let sent: Vec<String> = scripts()
             .iter()

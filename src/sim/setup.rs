@@ -102,6 +102,12 @@ pub enum Break {
     /// a `lock`'s wait): the liveness check ([`WAIT_BOUND`](super::WAIT_BOUND)) catches the
     /// callers left waiting on dead connections while a quorum was reachable.
     HalfOpen,
+    /// (Liveness) a defect brought back: a set that waits tries all its members at once every
+    /// time (`Mutation::SetsAllAtOnce`), so it waits for a moment when every member is free
+    /// together, which callers of each member alone need never leave. Sets beside plain locks
+    /// and readers of their members; the liveness check's starvation clause (a set is owed
+    /// the member it waits for: `Record::liveness`) catches it.
+    SetsAllAtOnce,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -122,6 +128,7 @@ impl Break {
             Break::UptimeAtItsWord => Mutation::UptimeAtItsWord,
             Break::RunIdOnYesOnly => Mutation::RunIdOnYesOnly,
             Break::HalfOpen => Mutation::NoHurry,
+            Break::SetsAllAtOnce => Mutation::SetsAllAtOnce,
             _ => Mutation::None,
         }
     }
@@ -178,6 +185,9 @@ pub struct Setup {
     /// The clients' locks carry an owner (`Config::owner`): every lock key's value is
     /// `<token> sim-owner`, which releases and extends must still recognise by the token alone.
     pub owner: bool,
+    /// Sets that wait take their members one at a time (`Config::ordered_sets`); always in
+    /// `Break::SetsAllAtOnce`'s runs, whose broken side takes that back.
+    pub ordered_sets: bool,
 }
 
 impl Setup {
@@ -201,6 +211,7 @@ impl Default for Setup {
             young: false,
             cancel: false,
             owner: false,
+            ordered_sets: false,
         }
     }
 }

@@ -237,7 +237,8 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         .backoff(BACKOFF_MIN, BACKOFF_MAX)
         .reply_timeout(reply_timeout)
         .quarantine(quarantine)
-        .fencing(fencing);
+        .fencing(fencing)
+        .ordered_sets(setup.ordered_sets || setup.breaks == Break::SetsAllAtOnce);
     let shared = match setup.owner {
         true => shared.owner("sim-owner"),
         false => shared,
@@ -268,9 +269,9 @@ fn new_clients(
     rng: &mut Rng,
 ) -> Vec<Client> {
     let n_clients = match setup.breaks {
-        b if b.contention() && setup.crowd => 1,
-        // `redlock demo`'s eight handles.
-        b if b.contention() => MOST_CLIENTS as usize,
+        b if (b.contention() || b == Break::SetsAllAtOnce) && setup.crowd => 1,
+        // `redlock demo`'s eight handles; sets among busy members.
+        b if b.contention() || b == Break::SetsAllAtOnce => MOST_CLIENTS as usize,
         _ => rng.within(CLIENTS) as usize,
     };
     let mut clients = Vec::with_capacity(n_clients);
@@ -298,7 +299,8 @@ fn new_client(
     // The waits' pauses replay with the schedule.
     engine.seed(rng.next());
     let callers = rng.range(1, MAX_CALLERS + 1);
-    let callers = match setup.crowd && setup.breaks.contention() {
+    let crowd = setup.breaks.contention() || setup.breaks == Break::SetsAllAtOnce;
+    let callers = match setup.crowd && crowd {
         true => CROWD,
         false => callers,
     };
@@ -449,8 +451,25 @@ impl World {
             self.log(|| "STALLED: no event left while callers still have work".to_string());
         }
         self.close_beliefs();
+        self.take_set_steps();
         self.report.sim_time = Duration::from_nanos(self.g);
         self.check_record();
+    }
+
+    /// The engines' records of sets' ordered acquisitions, placed by caller in world time
+    /// (`Record::set_steps`, for the liveness check).
+    fn take_set_steps(&mut self) {
+        for c in 0..self.clients.len() {
+            for (_, id, held, marks, at) in std::mem::take(&mut self.clients[c].engine.step_log) {
+                let caller = (self.record.wait_callers.iter())
+                    .find(|e| e.0 == c && e.1 == id)
+                    .map(|e| e.2);
+                if let Some(k) = caller {
+                    let t = self.world_of(c, at);
+                    self.record.set_steps.push((c, k, held, marks, t));
+                }
+            }
+        }
     }
 
     /// Handles the events in order until every caller is done or none is left; one past a

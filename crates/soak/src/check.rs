@@ -231,7 +231,7 @@ pub fn attribute(run: &RunResult) -> Attribution {
 
 /// How long a waiting writer's mark (`redlock:waiting:<name>`, which keeps new readers out)
 /// lives after the writer's last attempt: two fallback polls, at least a second
-/// (`engine/notice.rs`, `mark`). A set that waits marks each member so.
+/// (`engine/notice.rs`, `mark`). A set that waits marks the member it waits for so.
 pub fn mark_life() -> Duration {
     let c = client_config();
     ((c.retry_delay + c.retry_jitter) * 2).max(Duration::from_secs(1))
@@ -456,25 +456,48 @@ pub fn examine(run: &RunResult) -> Report {
             .collect()
     };
     let mark = mark_life().as_nanos() as u64;
+    // An ordered set that waits takes its members one at a time and holds those it has until
+    // it is granted or gives up (`engine/wait.rs`): while it waits, it may rightly keep out
+    // whoever waits for one of its members. The records say when it waited, not which member
+    // it held when: its whole wait counts (a lenient bound for the waits beside it; the
+    // set's own wait is checked against the holds of its members alone).
+    let ordered = client_config().ordered_sets;
+    let set_waits = |r: usize| -> Vec<(u64, u64)> {
+        (waits.iter().flatten())
+            .filter(|(w, _)| w.kind == SET && w.members & (1 << r) != 0)
+            .map(|(w, _)| (w.start, w.end))
+            .collect()
+    };
     let mut classes = Vec::new();
     for (r, hs) in holds.iter().enumerate().take(RESOURCES) {
         let name = resource_name(r as u8);
-        // A writer (plain): kept out by any hold of the resource.
+        // A writer (plain): kept out by any hold of the resource, and by a set that waits
+        // with it as a member (it holds the members before the one it waits for, and marks
+        // that one).
+        let mut blocked = spans(hs, &|_| true);
+        // With ordered sets (`SOAK_ORDERED_SETS=1`), and by its mark after the set's wait:
+        // waiting writers step back from a member a set waits for while the set's mark lives
+        // (`SET_MARK_BODY`).
+        if ordered {
+            blocked.extend(set_waits(r).into_iter().map(|(a, b)| (a, b + mark)));
+        }
         classes.push(Class {
             kind: PLAIN,
             what: name.clone(),
             resource: r as u8,
             waits: of_kind(r, &[PLAIN]),
-            blocked: union_of(spans(hs, &|_| true)),
+            blocked: union_of(blocked),
         });
         // A reader: kept out by a writer's hold (plain or set), and by a waiting writer's
-        // mark — a plain or set wait of the resource, and a mark's life after it.
+        // mark — a plain or set wait of the resource, and a mark's life after it (a set
+        // marks the member it waits for).
         let mut blocked = spans(hs, &|h| h.kind != SHARED);
         blocked.extend(
-            of_kind(r, &[PLAIN, SET])
+            of_kind(r, &[PLAIN])
                 .iter()
                 .map(|(w, _)| (w.start, w.end + mark)),
         );
+        blocked.extend(set_waits(r).into_iter().map(|(a, b)| (a, b + mark)));
         classes.push(Class {
             kind: SHARED,
             what: format!("{name} (readers)"),
@@ -497,6 +520,15 @@ pub fn examine(run: &RunResult) -> Report {
         for m in (0..RESOURCES).filter(|m| members & (1 << m) != 0) {
             blocked.extend(spans(&holds[m], &|_| true));
         }
+        // With ordered sets, and by another set that waits with a member of this one (sets of
+        // the same members wait in one queue per process; each of them blocks the others'
+        // checks only where they share a member, never its own wait).
+        blocked.extend(
+            (waits.iter().flatten())
+                .filter(|(w, _)| ordered && w.kind == SET && w.members != members)
+                .filter(|(w, _)| w.members & members != 0)
+                .map(|(w, _)| (w.start, w.end)),
+        );
         classes.push(Class {
             kind: SET,
             what: set_name(members),

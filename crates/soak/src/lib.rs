@@ -75,6 +75,8 @@ pub fn client_config() -> Config {
     let mut config = Config::default();
     config.ttl = TTL;
     config.fencing = true;
+    // `SOAK_ORDERED_SETS=1`: ordered sets in every worker (`Config::ordered_sets`).
+    config.ordered_sets = std::env::var("SOAK_ORDERED_SETS").is_ok_and(|v| v == "1");
     config
 }
 
