@@ -35,8 +35,10 @@ impl<N: Net> Engine<N> {
         op.ttl = ttl;
         // A step of a set's ordered acquisition (`wait.rs`): only the last one is fenced (the
         // lock is the set's, won by that step; the steps before hold parts of it).
-        let (step, last) = self.step_attempt.take().unwrap_or((0, true));
+        let (step, last, variant) = self.step_attempt.take().unwrap_or((0, true, 0));
         op.step = step;
+        // The step's variant, for its script (the attempt's own is set after: `Op::tries`).
+        op.tries = variant;
         op.waiting = std::mem::take(&mut self.waiting_attempt);
         // A reader gets no fence: a fence orders writers, and a reader writes nothing.
         if config.fencing && last && crate::model::keys::shared_name(&op.resource).is_none() {
@@ -85,42 +87,33 @@ impl<N: Net> Engine<N> {
             let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
-        if op.step > 0 {
-            // A step of a set's ordered acquisition (`SET_STEP_BODY`): the members it holds and
-            // the next, the keys of its earlier attempts counted as its own (the token's first
-            // `FAMILY_LEN` bytes); the last step with fencing reads the counter too.
-            let (script, counter) = match op.fence.stage {
-                Stage::Reading => (SET_STEP_FENCED_SCRIPT, Some(FENCE_KEY.as_bytes())),
-                _ => (SET_STEP_SCRIPT, None),
+        if op.step > 0 || crate::model::keys::set_members(resource).is_some() {
+            // A set: one script per node over its members, all or none (`SET_ACQUIRE_BODY`), or
+            // a step of its ordered acquisition (`SET_STEP_BODY`: the members it holds and the
+            // next, the keys of its earlier attempts counted as its own by the token's first
+            // `FAMILY_LEN` bytes). Fenced (the last step only), the script that also reads the
+            // counter, its last key.
+            let fenced = op.fence.stage == Stage::Reading;
+            let script = match (op.step > 0, fenced) {
+                (false, false) => SET_ACQUIRE_SCRIPT,
+                (false, true) => SET_FENCED_ACQUIRE_SCRIPT,
+                (true, false) => SET_STEP_SCRIPT,
+                (true, true) => SET_STEP_FENCED_SCRIPT,
             };
+            let counter = fenced.then_some(FENCE_KEY.as_bytes());
             let args = [
                 Arg::Bytes(token),
                 Arg::UInt(ttl.as_millis() as u64),
                 Arg::UInt(FAMILY_LEN as u64),
+                Arg::UInt(u64::from(op.tries)),
             ];
+            let args = if op.step > 0 { &args[..] } else { &args[..2] };
             let call = keyed_call(
                 scratch,
                 (&scripts()[script], id.tag()),
                 resource,
                 counter,
-                &args,
-            );
-            return core.send_script(net, (id, call), targets, now);
-        }
-        if crate::model::keys::set_members(resource).is_some() {
-            // A set, all or none: one script per node (`SET_ACQUIRE_BODY`), with fencing the
-            // one that also reads the counter, its last key.
-            let (script, counter) = match shared.config.fencing {
-                true => (SET_FENCED_ACQUIRE_SCRIPT, Some(FENCE_KEY.as_bytes())),
-                false => (SET_ACQUIRE_SCRIPT, None),
-            };
-            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
-            let call = keyed_call(
-                scratch,
-                (&scripts()[script], id.tag()),
-                resource,
-                counter,
-                &args,
+                args,
             );
             return core.send_script(net, (id, call), targets, now);
         }

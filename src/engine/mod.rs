@@ -146,8 +146,8 @@ pub(crate) struct Engine<N: Net> {
     /// `Token::family`: `start_release`), which may be a later attempt's.
     exact_release: bool,
     /// The acquire submitted next is a step of a set's ordered acquisition (`wait.rs`): how
-    /// many members its keys are, and whether it is the last step.
-    step_attempt: Option<(u16, bool)>,
+    /// many members its keys are, whether it is the last step, and its token's variant.
+    step_attempt: Option<(u16, bool, u32)>,
     /// The acquire submitted next is a plain lock's attempt after the first of its wait: it
     /// steps back where a set waits for the resource (`Op::waiting`).
     waiting_attempt: bool,

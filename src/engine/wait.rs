@@ -112,7 +112,7 @@ impl<N: Net> Engine<N> {
                     // crate's waiting writers and readers of it step back.
                     self.mark(member, SET_MARK_SCRIPT, all, now);
                 }
-                self.step_attempt = Some((step, usize::from(step) == members));
+                self.step_attempt = Some((step, usize::from(step) == members, variant));
                 keys
             }
             None => {

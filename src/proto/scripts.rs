@@ -141,9 +141,17 @@ pub(crate) const EXTEND_BODY: &str = concat!(
 /// (`1`: its value starts with the first `ARGV[3]` bytes of `ARGV[1]`) or another's (`2`: a
 /// value of another acquisition, a key of another type, a read refused); `free` if none is
 /// another's.
+///
+/// A key of ours set by a *later* attempt of the wait counts as another's: its variant
+/// (`Token::variant`, the number `ARGV[4]` for this attempt's token, read back from the last
+/// four bytes: each is the base token's shifted by a base-64 digit of the number) is higher.
+/// So an attempt that runs late (sent on a connection the client gave up, delivered after the
+/// next connection's requests) never rewrites the keys of the step after it, and the cleanup
+/// of its own key, which deletes exactly its token, can never delete a key a later step counts
+/// on.
 macro_rules! set_step {
     () => {
-        "local f = tonumber(ARGV[3]) local fam = string.sub(ARGV[1], 1, f) local own = {} local free = true for i = 1, n do local v = redis.pcall(\"get\", KEYS[i]) if v == false then own[i] = 0 elseif type(v) == \"string\" and string.sub(v, 1, f) == fam then own[i] = 1 else own[i] = 2 free = false end end "
+        "local f = tonumber(ARGV[3]) local fam = string.sub(ARGV[1], 1, f) local cur = tonumber(ARGV[4]) local A = \"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_\" local function later(v) local n = 0 for k = 0, 3 do local a = string.find(A, string.sub(v, f + 4 - k, f + 4 - k), 1, true) local c = string.find(A, string.sub(ARGV[1], f + 4 - k, f + 4 - k), 1, true) if not a or not c then return true end n = n + ((math.floor(cur / 64 ^ k) % 64 + a - c) % 64) * 64 ^ k end return n > cur end local own = {} local free = true for i = 1, n do local v = redis.pcall(\"get\", KEYS[i]) if v == false then own[i] = 0 elseif type(v) == \"string\" and string.sub(v, 1, f) == fam and not later(v) then own[i] = 1 else own[i] = 2 free = false end end "
     };
 }
 /// What [`SET_STEP_BODY`] does when it takes its last key: a set's mark on it

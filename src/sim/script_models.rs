@@ -275,8 +275,8 @@ impl Node {
             | SET_STEP_FENCED_SCRIPT => {
                 let ok = match index {
                     SET_STEP_SCRIPT | SET_STEP_FENCED_SCRIPT => {
-                        let family = number(args[2]) as usize;
-                        self.set_step(members, token, (number(args[1]), family), now)
+                        let (family, variant) = (number(args[2]) as usize, number(args[3]));
+                        self.set_step(members, token, (number(args[1]), family, variant), now)
                     }
                     _ => self.set_acquire(members, token, number(args[1]), now),
                 };
@@ -321,18 +321,21 @@ impl Node {
     }
 
     /// A step of a set's ordered acquisition (`SET_STEP_BODY`): if every key is free or ours
-    /// (its value starts with the first `family` bytes of `value`), all are set to `value` for
-    /// `ms`; else nothing is set, and the held ones that are ours (all but the last key) live
-    /// at least `ms` more.
+    /// (its value starts with the first `family` bytes of `value`, and was set by an attempt
+    /// no later than this one, `variant`), all are set to `value` for `ms`; else nothing is
+    /// set, and the held ones that are ours (all but the last key) live at least `ms` more.
     fn set_step(
         &mut self,
         keys: &[&[u8]],
         value: &[u8],
-        (ms, family): (u64, usize),
+        (ms, family, variant): (u64, usize, u64),
         now: u64,
     ) -> bool {
         let fam = &value[..family.min(value.len())];
-        let ours = |n: &Node, k: &[u8]| n.live(k, now).is_some_and(|v| v.starts_with(fam));
+        let ours = |n: &Node, k: &[u8]| {
+            (n.live(k, now))
+                .is_some_and(|v| v.starts_with(fam) && !later_variant(v, value, family, variant))
+        };
         let free = |n: &Node, k: &[u8]| n.live(k, now).is_none() && !n.read_locked(k, now);
         if self.lying || keys.iter().all(|k| free(self, k) || ours(self, k)) {
             for key in keys {
@@ -441,11 +444,47 @@ impl Node {
     }
 }
 
+/// Whether the lock value `v` of a set's acquisition holds a later variant of its token than
+/// `value`, whose variant is `cur` (`SET_STEP_BODY`'s `later`): the last four bytes of the
+/// token (after `family`) are the base token's, each shifted by a base-64 digit of the
+/// variant. Bytes outside the alphabet: later (not ours).
+fn later_variant(v: &[u8], value: &[u8], family: usize, cur: u64) -> bool {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let index = |b: Option<&u8>| b.and_then(|b| ALPHABET.iter().position(|a| a == b));
+    let mut n = 0u64;
+    for k in 0..4u32 {
+        let at = family + 3 - k as usize;
+        let (Some(a), Some(c)) = (index(v.get(at)), index(value.get(at))) else {
+            return true;
+        };
+        let digit = (cur / 64u64.pow(k)) % 64;
+        n += ((digit + a as u64 + 64 - c as u64) % 64) * 64u64.pow(k);
+    }
+    n > cur
+}
+
 #[cfg(test)]
 mod tests {
     use crate::proto::scripts::SCRIPT_COUNT;
 
     use super::*;
+
+    #[test]
+    fn a_later_variant_of_a_sets_token_is_told_from_an_earlier_one() {
+        let base = crate::model::token::Token::for_resource(b"redlock:set:1:a1:b").unwrap();
+        let family = crate::model::token::FAMILY_LEN;
+        for cur in [0u32, 1, 5, 63, 64, 65, 4095, 4096, 100_000] {
+            let value = base.variant(cur);
+            for other in [0u32, 1, 2, 63, 64, 65, 4096, 100_001] {
+                let v = base.variant(other);
+                assert_eq!(
+                    later_variant(v.as_bytes(), value.as_bytes(), family, u64::from(cur)),
+                    other > cur,
+                    "variant {other} against {cur}"
+                );
+            }
+        }
+    }
 
     /// The node runs a Rust model of each script, not its Lua: a change of a script's text
     /// that this model does not follow would pass every simulation while a real server ran
@@ -470,8 +509,8 @@ mod tests {
             "dc321595438f69b503f9de432c36389cd7387dee", // shared release
             "faaceeedc54b084118e33e2a59639f41538f59aa", // shared extend
             "4cafb3029689aec4a11404dd979cfb9cf3fe5774", // reader's mark
-            "20bedd60a51c0070b2f38344268b6906d97c9c36", // set step
-            "53b405f5419ea2671bdc9562da83f9fc03651118", // set fenced step
+            "f2ef59a36dfe20bb28a812f233606aada8443e9f", // set step
+            "36a36c329ec9aca75fd882e2a39f46f83ea3d0ff", // set fenced step
             "dbaf8a77e1019f84c7241b04bbf2583f9ffab14b", // set's mark
             "29cca77116f14e5ef942406fcb300737387c418f", // waiting acquire
             "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
