@@ -173,11 +173,11 @@ pub(crate) struct Engine<N: Net> {
     fence_due: Vec<u32>,
     /// The entries known to lead to the same server process as one listed before them.
     twins: votes::Twins,
-    /// The simulator's record of sets' ordered acquisitions: (the set, its waiting acquire,
-    /// how many members it holds from `at` on, whether it marks the next; `(0, false)`: none
-    /// any more — granted, or given up).
+    /// The simulator's record of sets' ordered acquisitions: (the set's waiting acquire, how
+    /// many members it holds from `at` on, whether it marks the next; `(0, false)`: none any
+    /// more — granted, or given up).
     #[cfg(feature = "sim")]
-    pub(crate) step_log: Vec<(Vec<u8>, OpId, u16, bool, Instant)>,
+    pub(crate) step_log: Vec<(OpId, u16, bool, Instant)>,
     /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
     repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps

@@ -24,9 +24,8 @@ use crate::proto::repair_tally::RepairTally;
 use crate::proto::resp::{AggregateKind, Frame};
 use crate::proto::scripts::{
     EXTEND_SCRIPT, FENCE_WRITE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, REPAIR_SCRIPT,
-    SET_ACQUIRE_SCRIPT, SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT,
-    SET_STEP_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_EXTEND_SCRIPT, ScriptCall,
-    WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT,
+    SET_EXTEND_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT, SHARED_EXTEND_SCRIPT,
+    ScriptCall, WAITING_FENCED_ACQUIRE_SCRIPT,
 };
 use crate::proto::session::{Delivery, Kind, TIME_COMMAND};
 
@@ -668,17 +667,7 @@ impl Core {
         // Only a SET NX yes is doubtful: a node that lost its keys in a restart may grant a
         // lock that is held. An extend yes proves the node still holds our token, so it is
         // refusing everyone else and counts.
-        let doubtful = fenced_set
-            || matches!(
-                d.kind,
-                Kind::Set
-                    | Kind::Script(
-                        SET_ACQUIRE_SCRIPT
-                            | SHARED_ACQUIRE_SCRIPT
-                            | SET_STEP_SCRIPT
-                            | WAITING_ACQUIRE_SCRIPT
-                    )
-            );
+        let doubtful = sets_a_hold(d.kind);
         let vote = match vote {
             // Any yes of a server that may evict keys: a key it holds now may be gone the next
             // moment, the same as a key lost in a restart (an extend's and a fence write-back's
@@ -722,20 +711,12 @@ impl Core {
         {
             self.late_refusals.push((kept.clone(), node_bit(node)));
         }
-        if matches!(
+        // A yes of an acquire (a fenced one answers an array: not counted here).
+        let yes = matches!(
             (d.kind, &d.reply),
-            (Kind::Set, Ok(Frame::Simple("OK")))
-                | (
-                    Kind::Script(
-                        SET_ACQUIRE_SCRIPT
-                            | SHARED_ACQUIRE_SCRIPT
-                            | SET_STEP_SCRIPT
-                            | WAITING_ACQUIRE_SCRIPT
-                    ),
-                    Ok(Frame::Integer(1))
-                )
-        ) && op.vote.round.node_deadline().is_some_and(|t| now <= t)
-        {
+            (Kind::Set, Ok(Frame::Simple("OK"))) | (Kind::Script(_), Ok(Frame::Integer(1)))
+        );
+        if yes && sets_a_hold(d.kind) && op.vote.round.node_deadline().is_some_and(|t| now <= t) {
             self.metrics.node(node).late_yes.bump();
         }
     }
@@ -907,6 +888,17 @@ fn notice_listeners(payload: Option<Frame<'_>>) -> u32 {
                 .min(u64::from(u32::MAX)) as u32
         }
         _ => 0,
+    }
+}
+
+/// Whether a request of `kind` writes a new hold: `SET NX`, or an acquire script
+/// (`scripts::writes_a_hold`). Its yes is doubtful (a node that lost its keys in a restart may
+/// grant a lock that is held), and counted late when it comes after its round.
+fn sets_a_hold(kind: Kind) -> bool {
+    match kind {
+        Kind::Set => true,
+        Kind::Script(index) => crate::proto::scripts::writes_a_hold(index),
+        _ => false,
     }
 }
 

@@ -91,7 +91,7 @@ impl<N: Net> Engine<N> {
         #[cfg(feature = "sim")]
         if step == 1 && op.stepping == 0 {
             // Its first step: it marks the first member from now on.
-            self.step_log.push((resource.clone(), w, 0, true, now));
+            self.step_log.push((w, 0, true, now));
         }
         let op = &mut self.core.ops[w.index as usize];
         op.stepping = step;
@@ -185,7 +185,7 @@ impl<N: Net> Engine<N> {
         op.done = true;
         #[cfg(feature = "sim")]
         if op.step > 0 || op.stepping > 0 {
-            self.step_log.push((op.resource.clone(), w, 0, false, now));
+            self.step_log.push((w, 0, false, now));
         }
         let op = &mut self.core.ops[w.index as usize];
         if let Some(Outcome::Locked(Ok((variant, _)))) = &outcome {
@@ -268,7 +268,7 @@ impl<N: Net> Engine<N> {
             // quorum; the next is tried at once (marked: it is this wait's next member).
             op.step = step;
             #[cfg(feature = "sim")]
-            self.step_log.push((resource.to_vec(), w, step, true, now));
+            self.step_log.push((w, step, true, now));
             let op = &self.core.ops[w.index as usize];
             let (deadline, gone) = (op.until, is_cancelled(op));
             if let Some(q) = self.waits.get_mut(resource) {

@@ -460,7 +460,7 @@ impl World {
     /// (`Record::set_steps`, for the liveness check).
     fn take_set_steps(&mut self) {
         for c in 0..self.clients.len() {
-            for (_, id, held, marks, at) in std::mem::take(&mut self.clients[c].engine.step_log) {
+            for (id, held, marks, at) in std::mem::take(&mut self.clients[c].engine.step_log) {
                 let caller = (self.record.wait_callers.iter())
                     .find(|e| e.0 == c && e.1 == id)
                     .map(|e| e.2);
