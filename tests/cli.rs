@@ -466,9 +466,11 @@ fn processes_command_leaves_in_its_group_end_before_the_lock_is_released() {
     // COMMAND exits with 3 as soon as it has left a worker in its group that ignores SIGTERM:
     // the worker writes its pid once its trap is set (written by COMMAND right after the fork,
     // the pid could come before the trap, and redlock's SIGTERM kill the worker: the test then
-    // failed, 2 runs in 6, after 4a22773 changed the loop's timing).
+    // failed, 2 runs in 6, after 4a22773 changed the loop's timing). It writes through a
+    // temporary and `mv`, as `read_pid` needs: `echo > FILE` creates FILE empty first, and a read
+    // in between found no pid (once in a CI run on 8.2.3).
     let script = format!(
-        "sh -c 'trap \"\" TERM; echo $$ > {0}; exec sleep 60' & \
+        "sh -c 'trap \"\" TERM; echo $$ > {0}.tmp && mv {0}.tmp {0}; exec sleep 60' & \
          while [ ! -s {0} ]; do sleep 0.01; done; exit 3",
         pid_file.display()
     );
