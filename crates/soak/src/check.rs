@@ -25,7 +25,8 @@ use super::driver::{
     CLIENT_KILL, DEBUG_SLEEP, FAULT_KINDS, Fault, KILL, RunResult, STOP, recovery_bound,
 };
 use super::worker::{
-    Hold, KINDS, LOST, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, resource_name,
+    BUDGETS, Hold, KINDS, LOST, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, budget_of,
+    resource_name,
 };
 use super::{Bound, KEYS, NODES, PERMITS, RESOURCES, SEMAPHORE, client_config};
 
@@ -76,6 +77,9 @@ pub struct Report {
     pub waits: usize,
     pub waits_by_kind: [u64; 4],
     pub waits_by_outcome: Vec<u64>,
+    /// `[kind][budget]`: (waits that ended with the lock held, waits), a set's counted once;
+    /// budgets as [`BUDGETS`](super::worker::BUDGETS).
+    pub held_by_budget: [[(u64, u64); 3]; 4],
     pub overlaps: usize,
     pub overlap_examples: Vec<String>,
     /// Holds that began after the engine gave a kept lock up (its `lost_at`, the hold's end)
@@ -271,6 +275,7 @@ pub fn examine(run: &RunResult) -> Report {
     let mut holds_by_kind = [0; KINDS.len()];
     let mut waits_by_kind = [0; KINDS.len()];
     let mut waits_by_outcome = vec![0; OUTCOMES.len()];
+    let mut held_by_budget = [[(0, 0); BUDGETS.len()]; KINDS.len()];
     let mut holds: Vec<Vec<(Hold, usize)>> = vec![Vec::new(); KEYS];
     let mut waits: Vec<Vec<(Wait, usize)>> = vec![Vec::new(); KEYS];
     for (p, w) in run.workers.iter().enumerate() {
@@ -286,6 +291,10 @@ pub fn examine(run: &RunResult) -> Report {
             if u32::from(x.resource) == x.members.trailing_zeros() {
                 waits_by_outcome[x.outcome as usize] += 1;
                 waits_by_kind[x.kind as usize] += 1;
+                let cell = &mut held_by_budget[x.kind as usize][budget_of(x.path)];
+                // Outcome 0: `ok` (`OUTCOMES`).
+                cell.0 += u64::from(x.outcome == 0);
+                cell.1 += 1;
             }
             waits[x.resource as usize].push((*x, p));
         }
@@ -688,6 +697,7 @@ pub fn examine(run: &RunResult) -> Report {
         waits: waits_by_kind.iter().sum::<u64>() as usize,
         waits_by_kind,
         waits_by_outcome,
+        held_by_budget,
         overlaps,
         overlap_examples,
         late_loss_notices,
@@ -1000,6 +1010,23 @@ impl Report {
             per_kind(&self.waits_by_kind),
             outcomes.join(", ")
         );
+        let held: Vec<String> = KINDS
+            .iter()
+            .zip(&self.held_by_budget)
+            .map(|(k, cells)| {
+                let cells: Vec<String> = cells
+                    .iter()
+                    .map(|&(h, n)| format!("{h} of {n} ({})", percent(h, n)))
+                    .collect();
+                format!("{k} {}", cells.join(" / "))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  waits that ended held, by budget ({}): {}",
+            BUDGETS.join(" / "),
+            held.join("; ")
+        );
         let kinds: Vec<String> = FAULT_KINDS
             .iter()
             .zip(&self.faults_by_kind)
@@ -1193,6 +1220,16 @@ impl Report {
             "tasks": self.tasks,
             "holds": self.holds,
             "waits": self.waits,
+            "held_by_budget": KINDS.iter().zip(&self.held_by_budget)
+                .map(|(k, cells)| {
+                    let cells: serde_json::Map<String, serde_json::Value> = BUDGETS
+                        .iter()
+                        .zip(cells)
+                        .map(|(b, &(h, n))| ((*b).to_owned(), json!([h, n])))
+                        .collect();
+                    ((*k).to_owned(), serde_json::Value::Object(cells))
+                })
+                .collect::<serde_json::Map<_, _>>(),
             "waits_by_outcome": OUTCOMES.iter().zip(&self.waits_by_outcome)
                 .map(|(o, n)| (o.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
             "overlaps": self.overlaps,
@@ -1260,7 +1297,8 @@ pub fn table(lines: &[String]) -> Result<String, String> {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| seed | s | holds | holds: plain / shared / set / permit | waits | overlaps (goal 0) \
+        "| seed | s | holds | holds: plain / shared / set / permit | waits | waits with the \
+         whole budget ended held, %: plain / shared / set / permit | overlaps (goal 0) \
          | fence violations (goal 0) | most permit holders at once (goal ≤ P) | longest \
          wait while nobody held, ms (goal ≤ bound) | … by kind of waiter: plain / shared / set \
          / permit | most connects by a process to a node \
@@ -1270,7 +1308,7 @@ pub fn table(lines: &[String]) -> Result<String, String> {
     );
     let _ = writeln!(
         s,
-        "|--:|--:|--:|---|--:|--:|--:|--:|--:|---|--:|---|--:|--:|---|"
+        "|--:|--:|--:|---|--:|---|--:|--:|--:|--:|---|--:|---|--:|--:|---|"
     );
     for line in lines.iter().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value =
@@ -1296,19 +1334,35 @@ pub fn table(lines: &[String]) -> Result<String, String> {
                 .collect();
             cells.join(" / ")
         };
+        // The share of the waits with the whole budget (`lock_wait`) that ended held.
+        let held = if v["held_by_budget"].is_object() {
+            let cells: Vec<String> = KINDS
+                .iter()
+                .map(|kind| {
+                    let cell = &v["held_by_budget"][*kind][BUDGETS[0]];
+                    percent(cell[0].as_u64().unwrap_or(0), cell[1].as_u64().unwrap_or(0))
+                        .trim_end_matches(" %")
+                        .to_owned()
+                })
+                .collect();
+            cells.join(" / ")
+        } else {
+            "–".to_owned()
+        };
         let permits = match (v["most_permit_holders"].as_u64(), v["permits"].as_u64()) {
             (Some(m), Some(p)) => format!("{m} (≤ {p})"),
             _ => "–".to_owned(),
         };
         let _ = writeln!(
             s,
-            "| {} | {:.0} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {} | {:.0} (≤ {:.0}) | {} | \
+            "| {} | {:.0} | {:.0} | {} | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} (≤ {:.0}) | {} | \
              {:.0} (≤ {:.0}) | {} | {:.0}, {:.0} | {:.0} | {} |",
             v["seed"],
             n("duration_s"),
             n("holds"),
             by_kind("holds_by_kind", false),
             n("waits"),
+            held,
             n("overlaps"),
             n("fence_violations"),
             permits,
@@ -1329,6 +1383,14 @@ pub fn table(lines: &[String]) -> Result<String, String> {
         );
     }
     Ok(s)
+}
+
+/// `part` of `whole` as a whole percentage, `–` of nothing.
+fn percent(part: u64, whole: u64) -> String {
+    match whole {
+        0 => "–".to_owned(),
+        _ => format!("{:.0} %", part as f64 * 100.0 / whole as f64),
+    }
 }
 
 #[cfg(test)]
@@ -1400,6 +1462,31 @@ mod tests {
 
     const PERMIT_0: u8 = 1 << RESOURCES;
     const PERMIT_1: u8 = 1 << (RESOURCES + 1);
+
+    #[test]
+    fn waits_held_are_counted_per_kind_and_budget_a_set_once() {
+        let mut set_held = wait(SET, 0b11, 0, 5);
+        let mut set_refused = wait(SET, 0b101, 0, 4000);
+        set_refused.iter_mut().for_each(|w| w.outcome = 1);
+        let mut tried = wait(PLAIN, 0b1, 0, 0);
+        tried[0].path = 1; // try_lock+unlock
+        tried[0].outcome = 1;
+        let mut short = wait(SHARED, 0b10, 0, 300);
+        short[0].path = 11; // async lock_until(short)+unlock
+        set_held.iter_mut().for_each(|w| w.path = 7); // with_lock
+        let r = run(vec![], vec![set_held, set_refused, tried, short]);
+        assert_eq!(r.held_by_budget[SET as usize], [(1, 2), (0, 0), (0, 0)]);
+        assert_eq!(r.held_by_budget[PLAIN as usize], [(0, 0), (0, 0), (0, 1)]);
+        assert_eq!(r.held_by_budget[SHARED as usize], [(0, 0), (1, 1), (0, 0)]);
+        assert!(
+            r.summary()
+                .contains("set 1 of 2 (50 %) / 0 of 0 (–) / 0 of 0 (–)"),
+            "{}",
+            r.summary()
+        );
+        let table = table(&[r.json()]).unwrap();
+        assert!(table.contains("| – / – / 50 / – |"), "{table}");
+    }
 
     #[test]
     fn readers_share_with_readers_only() {

@@ -118,6 +118,23 @@ pub const SET: u8 = 2;
 /// A permit of the semaphore.
 pub const PERMIT: u8 = 3;
 
+/// How long an acquire call of each path may wait (`BUDGETS[budget_of(path)]`): the
+/// client's whole `lock_wait` (4 s with the soak's settings: `lock`, `guard`, `keep`,
+/// `with_lock`, `acquire`, …), a short deadline (`short_wait`: `lock_until`, `timeout`,
+/// `acquire_until`), or none (`try_lock`, `try_acquire`). A call with no budget fails at once
+/// on a held resource, whatever the other callers do: the share of waits held is compared
+/// between kinds within a budget.
+pub const BUDGETS: [&str; 3] = ["lock_wait", "short", "none"];
+
+/// The index in [`BUDGETS`] of `path`'s acquire call.
+pub fn budget_of(path: u8) -> usize {
+    match path & !LOST {
+        1 | 10 | 18 | 23 => 2,
+        2 | 11 | 17 | 20 | 25 => 1,
+        _ => 0,
+    }
+}
+
 /// How a wait ended (`OUTCOMES[outcome]`).
 pub const OUTCOMES: [&str; 7] = [
     "ok",
