@@ -26,7 +26,11 @@
 //!    callers started together (the binary runs itself with a hidden `--contend-child` flag;
 //!    each child prints its critical sections' intervals, the parent merges them). Sections/s
 //!    against the ideal 1 ÷ (uncontended cycle + hold), time to acquire, hand-off gap,
-//!    fairness, overlapping sections, give-ups, and the contention goals.
+//!    fairness, overlapping sections, give-ups, and the contention goals. Then the same
+//!    4 × 8 callers of this crate by kind of lock (`contention::Shape`): all on one set of two
+//!    resources, writers and readers of one resource, and a mix of writers, plain locks, sets
+//!    and readers on two resources — per role, sections, fairness among its callers and among
+//!    the processes, time to acquire, and conflicting sections that overlapped.
 //!    `--only contention` runs only this one;
 //! 5. scale: K = 1, 8, 64, 256 concurrent callers, each on a resource of its own, through one
 //!    shared handle (this crate: K OS threads, one `Redlock`; rslock: K tokio tasks on 2 worker
@@ -43,7 +47,7 @@ use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Relay};
 use support::clients::{self, Cycle, Kind};
-use support::contention::{self, Fig, Retry};
+use support::contention::{self, Fig, Retry, RoleFig, Shape};
 use support::scale;
 use support::{median, quantile, us};
 
@@ -560,6 +564,7 @@ fn main() {
     drop(scenarios);
     if opts.contention_rounds > 0 && opts.only.as_ref().is_none_or(|f| f == "contention") {
         md.push_str(&contention(&direct, &opts));
+        md.push_str(&contention_kinds(&direct, &opts));
     }
 
     if !goals.is_empty() {
@@ -796,6 +801,134 @@ impl Case {
 const PROCS: (usize, usize) = (4, 8);
 /// The implementations of the contention scenario.
 const CONTENTION_KINDS: [Kind; 2] = [Kind::Mux, Kind::Rslock];
+
+/// Scenario 4, by kind of lock: 4 processes × 8 callers of this crate, every caller holding its
+/// lock for `contention::HOLD`, on one resource (plain), on one set of two resources, as writers
+/// and readers of one resource, and as a mix of every kind on two resources (`Shape::role`):
+/// per role, sections, fewest ÷ most sections among its callers, time to acquire; and conflicting
+/// sections that overlapped (must be 0).
+fn contention_kinds(urls: &[String], opts: &Opts) -> String {
+    let (time, rounds) = (opts.contention_time, opts.contention_rounds);
+    let (p, k) = PROCS;
+    let started = Instant::now();
+    type Run = (Vec<(&'static str, RoleFig)>, usize, u64, bool);
+    let mut runs: BTreeMap<(Retry, Shape), Vec<Run>> = BTreeMap::new();
+    for round in 0..rounds {
+        for retry in Retry::ALL {
+            for j in 0..Shape::ALL.len() {
+                let shape = Shape::ALL[(j + round) % Shape::ALL.len()];
+                let resource = shape.resource(&format!("{}:{round}", retry.arg()));
+                let (procs, start) = contention::run_processes(
+                    redis_local::die_with_parent,
+                    Kind::Mux,
+                    retry,
+                    urls,
+                    &resource,
+                    p,
+                    k,
+                    time,
+                );
+                let roles: Vec<(&'static str, RoleFig)> = shape
+                    .roles()
+                    .into_iter()
+                    .map(|role| (role, RoleFig::of(&procs, shape, role, k, start, time)))
+                    .collect();
+                let conflicts = contention::conflicts(&procs, shape);
+                let gave_up = procs.iter().map(|c| c.gave_up).sum::<u64>();
+                let finished = procs.iter().all(|c| c.finished);
+                let line: Vec<String> = roles
+                    .iter()
+                    .map(|(role, f)| {
+                        format!(
+                            "{role} {:.0}/s, fairness {:.2} / {:.2}, acquire p99 {} ms",
+                            f.rate,
+                            f.fairness,
+                            f.fairness_procs,
+                            ms(f.acquire_p99)
+                        )
+                    })
+                    .collect();
+                eprintln!(
+                    "bench_table: contention by kind, round {} {} {}: {}; conflicts {conflicts}, gave up {gave_up}{}",
+                    round + 1,
+                    retry.name(),
+                    shape.name(),
+                    line.join("; "),
+                    if finished { "" } else { ", DID NOT FINISH" }
+                );
+                runs.entry((retry, shape))
+                    .or_default()
+                    .push((roles, conflicts, gave_up, finished));
+            }
+        }
+    }
+    eprintln!(
+        "bench_table: contention by kind done at {:.1?}",
+        started.elapsed()
+    );
+    let mut md = format!(
+        "\n#### Contention by kind of lock: {p} processes × {k} callers of redlock-mux, each holding its lock {:?}, N = 5 loopback ({}; {rounds} round{} × {time:?} per configuration and shape, order rotated each round)\n\n\
+         Shapes (callers numbered across the processes, every process has every role): *plain* — all lock one resource; \
+         *set* — all lock the same set of two resources; *writers + readers* — half lock one resource, half read it (`Shared`); \
+         *mixed* — a quarter each: a writer of resource a, a plain lock of b, the set a + b, a reader of a. \
+         Each caller loops `lock_until` (30 s) → hold → `unlock`. Fairness: fewest ÷ most sections among the callers of a role (all processes) / among the processes (the sections of its callers in each process together, as in the rows above). \
+         Per caller: median sections of a caller of the role in the run. Conflicts: sections that must exclude each other and overlapped (must be 0). \
+         Figures are medians over rounds; conflicts and give-ups are totals.\n\n\
+         | configuration | shape | role | sections/s | per caller | fairness: callers / processes | acquire p99 ms | max ms | conflicts | gave up |\n\
+         |---|---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+        contention::HOLD,
+        opts.label,
+        if rounds == 1 { "" } else { "s" },
+    );
+    for retry in Retry::ALL {
+        for shape in Shape::ALL {
+            let Some(rs) = runs.get(&(retry, shape)) else {
+                continue;
+            };
+            let conflicts: usize = rs.iter().map(|r| r.1).sum();
+            let gave_up: u64 = rs.iter().map(|r| r.2).sum();
+            let unfinished = rs.iter().filter(|r| !r.3).count();
+            for (i, role) in shape.roles().into_iter().enumerate() {
+                let med = |f: &dyn Fn(&RoleFig) -> f64| -> f64 {
+                    let mut v: Vec<f64> = rs.iter().map(|r| f(&r.0[i].1)).collect();
+                    median(&mut v)
+                };
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {role} | {:.0} | {:.0} | {:.2} / {:.2} | {} | {} | {} | {}{} |",
+                    retry.name(),
+                    shape.name(),
+                    med(&|f| f.rate),
+                    med(&|f| f.per_caller),
+                    med(&|f| f.fairness),
+                    med(&|f| f.fairness_procs),
+                    ms(Duration::from_secs_f64(med(&|f| f
+                        .acquire_p99
+                        .as_secs_f64()))),
+                    ms(Duration::from_secs_f64(med(&|f| f
+                        .acquire_max
+                        .as_secs_f64()))),
+                    if i == 0 {
+                        conflicts.to_string()
+                    } else {
+                        String::new()
+                    },
+                    if i == 0 {
+                        gave_up.to_string()
+                    } else {
+                        String::new()
+                    },
+                    if i == 0 && unfinished > 0 {
+                        format!(" ({unfinished} runs did not finish)")
+                    } else {
+                        String::new()
+                    },
+                );
+            }
+        }
+    }
+    md
+}
 
 /// Scenario 4: K callers through one shared handle compete for ONE resource, each holding it
 /// for `contention::HOLD`; in one process (K = `--contention-k`), and in 4 processes × 8.

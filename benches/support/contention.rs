@@ -117,6 +117,118 @@ impl Retry {
     }
 }
 
+/// What the callers of a run lock, in the kinds rows (`bench_table`'s contention scenario): one
+/// resource for all (the plain rows), a set of two resources for all, writers and readers of one
+/// resource, or a mix of every kind on two resources. Named by the run's resource
+/// (`kinds:SHAPE:…`, [`Shape::resource`]), so that a child process learns it from its RESOURCE
+/// argument; any other resource is the plain rows' one resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Shape {
+    Plain,
+    Set,
+    ReadWrite,
+    Mixed,
+}
+
+/// What one caller locks: resource `a`, resource `b`, the set of both, or `a` shared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    A,
+    B,
+    Both,
+    SharedA,
+}
+
+impl Target {
+    /// Whether sections of `self` and `other` may not overlap.
+    pub fn conflicts(self, other: Target) -> bool {
+        use Target::*;
+        // Readers share; `b` has nothing in common with `a`, alone or read.
+        !matches!(
+            (self, other),
+            (SharedA, SharedA) | (B, A) | (A, B) | (B, SharedA) | (SharedA, B)
+        )
+    }
+
+    /// The name to lock, for the run's `resource`.
+    fn name(self, resource: &str) -> Vec<u8> {
+        let a = format!("{resource}:a");
+        let b = format!("{resource}:b");
+        match self {
+            Target::A => a.into_bytes(),
+            Target::B => b.into_bytes(),
+            Target::Both => redlock_mux::ResourceSet::new([a, b])
+                .expect("a set of two")
+                .as_ref()
+                .to_vec(),
+            Target::SharedA => redlock_mux::Shared::new(a)
+                .expect("a shared name")
+                .as_ref()
+                .to_vec(),
+        }
+    }
+}
+
+impl Shape {
+    pub const ALL: [Shape; 4] = [Shape::Plain, Shape::Set, Shape::ReadWrite, Shape::Mixed];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Plain => "plain",
+            Shape::Set => "set",
+            Shape::ReadWrite => "writers + readers",
+            Shape::Mixed => "mixed",
+        }
+    }
+
+    fn tag(self) -> &'static str {
+        match self {
+            Shape::Plain => "plain",
+            Shape::Set => "set",
+            Shape::ReadWrite => "rw",
+            Shape::Mixed => "mixed",
+        }
+    }
+
+    /// The resource of a run of this shape; `run` makes it unique.
+    pub fn resource(self, run: &str) -> String {
+        format!("kinds:{}:{run}", self.tag())
+    }
+
+    /// The shape named by a run's resource, `None` for the plain rows' one resource.
+    pub fn of(resource: &str) -> Option<Shape> {
+        let tag = resource.strip_prefix("kinds:")?.split(':').next()?;
+        Shape::ALL.into_iter().find(|s| s.tag() == tag)
+    }
+
+    /// Caller `caller`'s role: its name and what it locks. Callers are numbered across the
+    /// processes, 8 a process, so that every process has every role.
+    pub fn role(self, caller: u32) -> (&'static str, Target) {
+        match (self, caller % 4) {
+            (Shape::Plain, _) => ("plain", Target::A),
+            (Shape::Set, _) => ("set", Target::Both),
+            (Shape::ReadWrite, 0 | 2) => ("writer", Target::A),
+            (Shape::ReadWrite, _) => ("reader", Target::SharedA),
+            (Shape::Mixed, 0) => ("writer of a", Target::A),
+            (Shape::Mixed, 1) => ("plain b", Target::B),
+            (Shape::Mixed, 2) => ("set a + b", Target::Both),
+            (Shape::Mixed, _) => ("reader of a", Target::SharedA),
+        }
+    }
+
+    /// The roles, in caller order.
+    pub fn roles(self) -> Vec<&'static str> {
+        let mut v: Vec<&'static str> = Vec::new();
+        for c in 0..4 {
+            let (name, _) = self.role(c);
+            if !v.contains(&name) {
+                v.push(name);
+            }
+        }
+        v
+    }
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `Instant`, readable across processes.
 pub fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -204,9 +316,13 @@ struct CallerOut {
 }
 
 impl CallerOut {
-    /// A lock taken for the call made at `call`: its critical section, held now.
-    fn section(&mut self, shared: &Shared, caller: u32, call: u64) {
-        let (enter, exit) = shared.hold(self);
+    /// A lock taken for the call made at `call`: its critical section, held now (flagged when
+    /// `flag`: see [`Shared::hold_unflagged`]).
+    fn section(&mut self, shared: &Shared, caller: u32, call: u64, flag: bool) {
+        let (enter, exit) = match flag {
+            true => shared.hold(self),
+            false => shared.hold_unflagged(),
+        };
         self.sections.push(Section {
             caller,
             call,
@@ -251,6 +367,18 @@ impl Shared {
             std::hint::spin_loop();
         }
         self.inside.store(false, Ordering::SeqCst);
+        (enter, mono_ns())
+    }
+
+    /// [`Shared::hold`] without the flag: the kinds rows' sections may rightly overlap (readers,
+    /// different resources); their conflicts are found from the recorded intervals
+    /// ([`conflicts`]).
+    fn hold_unflagged(&self) -> (u64, u64) {
+        let enter = mono_ns();
+        let t = Instant::now();
+        while t.elapsed() < HOLD {
+            std::hint::spin_loop();
+        }
         (enter, mono_ns())
     }
 }
@@ -342,6 +470,13 @@ fn run_mux(spec: &Spec) -> Callers {
         );
         let caller = spec.caller_base + t as u32;
         let resource = spec.resource.to_owned();
+        // The kinds rows: what this caller locks (`Shape::role`); the plain rows: the resource.
+        let shape = Shape::of(&resource);
+        let name = match shape {
+            Some(shape) => shape.role(caller).1.name(&resource),
+            None => resource.clone().into_bytes(),
+        };
+        let flag = matches!(shape, None | Some(Shape::Plain | Shape::Set));
         std::thread::Builder::new()
             .name(format!("contend-{caller}"))
             .spawn(move || {
@@ -363,9 +498,9 @@ fn run_mux(spec: &Spec) -> Callers {
                         break;
                     }
                     let (wait, cut) = deadline(call, end);
-                    match redlock.lock_until(&resource, Instant::now() + wait) {
+                    match redlock.lock_until(&name, Instant::now() + wait) {
                         Ok(lock) => {
-                            out.section(&shared, caller, call);
+                            out.section(&shared, caller, call, flag);
                             let _ = redlock.unlock(lock);
                         }
                         Err(_) if cut => {
@@ -441,7 +576,7 @@ fn run_rslock(spec: &Spec) -> Callers {
                 let (wait, cut) = deadline(call, end);
                 match tokio::time::timeout(wait, mgr.lock(&resource[..], TTL)).await {
                     Ok(Ok(lock)) => {
-                        out.section(&shared, caller, call);
+                        out.section(&shared, caller, call, true);
                         mgr.unlock(&lock).await;
                     }
                     Err(_) if cut => {
@@ -717,6 +852,101 @@ impl Fig {
             cut: cut.len(),
             finished: procs.iter().all(|c| c.finished),
             late: procs.iter().map(|c| c.late).max().unwrap_or_default(),
+        }
+    }
+}
+
+/// Sections of conflicting targets that overlap in time, of a kinds run (`shape`): the count.
+pub fn conflicts(procs: &[Callers], shape: Shape) -> usize {
+    let mut all: Vec<Section> = procs.iter().flat_map(|c| c.sections.clone()).collect();
+    all.sort_unstable_by_key(|s| s.enter);
+    let mut n = 0;
+    for (i, s) in all.iter().enumerate() {
+        let target = shape.role(s.caller).1;
+        n += all[i + 1..]
+            .iter()
+            .take_while(|t| t.enter < s.exit)
+            .filter(|t| target.conflicts(shape.role(t.caller).1))
+            .count();
+    }
+    n
+}
+
+/// One role's figures in a kinds run.
+#[derive(Clone, Debug)]
+pub struct RoleFig {
+    /// Sections entered within the run, per second, all its callers.
+    pub rate: f64,
+    /// Median sections per caller.
+    pub per_caller: f64,
+    /// Fewest ÷ most sections among its callers (all processes).
+    pub fairness: f64,
+    /// Fewest ÷ most sections of its callers in each process, among the processes (the plain
+    /// rows' "among processes").
+    pub fairness_procs: f64,
+    /// Time to acquire, p99 and the longest (cut waits counted as what they had waited).
+    pub acquire_p99: Duration,
+    pub acquire_max: Duration,
+}
+
+impl RoleFig {
+    /// The figures of role `role` of `shape` in a run of `procs` (`k` callers each) from
+    /// `start` for `time`.
+    pub fn of(
+        procs: &[Callers],
+        shape: Shape,
+        role: &str,
+        k: usize,
+        start: u64,
+        time: Duration,
+    ) -> RoleFig {
+        let end = start + nanos(time);
+        let mine = |caller: u32| shape.role(caller).0 == role;
+        let callers: Vec<u32> = (0..(procs.len() * k) as u32).filter(|&c| mine(c)).collect();
+        let mut per_caller: Vec<u64> = vec![0; callers.len()];
+        let mut acquire = Vec::new();
+        let mut entered = 0;
+        for s in procs.iter().flat_map(|c| &c.sections) {
+            if !mine(s.caller) {
+                continue;
+            }
+            if s.call < end {
+                acquire.push(Duration::from_nanos(s.enter - s.call));
+            }
+            if s.enter < end {
+                entered += 1;
+                if let Ok(i) = callers.binary_search(&s.caller) {
+                    per_caller[i] += 1;
+                }
+            }
+        }
+        for x in procs.iter().flat_map(|c| &c.cut) {
+            if mine(x.caller) {
+                acquire.push(Duration::from_nanos(x.at - x.call));
+            }
+        }
+        acquire.sort_unstable();
+        let ratio = |v: &[u64]| match (v.iter().min(), v.iter().max()) {
+            (Some(&lo), Some(&hi)) if hi > 0 => lo as f64 / hi as f64,
+            _ => 0.0,
+        };
+        let mut per_proc = vec![0u64; procs.len()];
+        for (i, &c) in callers.iter().enumerate() {
+            if let Some(n) = per_proc.get_mut(c as usize / k.max(1)) {
+                *n += per_caller[i];
+            }
+        }
+        let fairness = ratio(&per_caller);
+        let fairness_procs = ratio(&per_proc);
+        let mut sorted: Vec<f64> = per_caller.iter().map(|&n| n as f64).collect();
+        sorted.sort_unstable_by(f64::total_cmp);
+        RoleFig {
+            rate: entered as f64 / time.as_secs_f64(),
+            per_caller: sorted.get(sorted.len() / 2).copied().unwrap_or(0.0),
+            fairness,
+            fairness_procs,
+            acquire_p99: quantile(&acquire, 0.99),
+            acquire_max: acquire.last().copied().unwrap_or_default(),
         }
     }
 }
