@@ -27,7 +27,7 @@ fn redlock(urls: &[String]) -> Command {
 
 /// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
 /// by the commands these tests run, unless a test sets it.
-const OPTION_VARIABLES: [&str; 13] = [
+const OPTION_VARIABLES: [&str; 14] = [
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CERT",
     "REDLOCK_TLS_KEY",
@@ -41,6 +41,7 @@ const OPTION_VARIABLES: [&str; 13] = [
     "REDLOCK_CONFLICT_EXIT_CODE",
     "REDLOCK_OWNER",
     "REDLOCK_CLOCK_CHECK",
+    "REDLOCK_ORDERED_SETS",
 ];
 
 /// The token `key` holds on `s`: its value without the owner the CLI records with it
@@ -2987,6 +2988,35 @@ fn a_part_of_a_set_is_neither_released_nor_extended() {
     let o = output(redlock(&urls).args(["release", "p", &plain]));
     assert_code(&o, 0);
     assert!(servers.iter().all(|s| s.dbsize() == 0));
+}
+
+/// `--ordered-sets`: a set refused at its first attempt takes its free member `a` (first in
+/// order) and keeps it while it waits for `b`, held by another; once `b` is released the set
+/// gets both.
+#[test]
+fn ordered_sets_keep_the_first_member_while_the_next_is_held() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let other = acquire(&urls, "b", "30s");
+    let set =
+        spawn(redlock(&urls).args(["run", "--ordered-sets", "-w", "20", "a", "b", "--", "true"]));
+    let deadline = Instant::now() + LIMIT;
+    while !servers.iter().all(|s| s.get("a").is_some()) {
+        assert!(Instant::now() < deadline, "the waiting set never took `a`");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for s in servers.iter() {
+        assert_eq!(token_on(s, "b").as_deref(), Some(other.as_str()));
+    }
+    let o = output(redlock(&urls).args(["release", "b", &other]));
+    assert_code(&o, 0);
+    let o = finish(set, LIMIT);
+    assert_code(&o, 0);
+    assert!(
+        servers
+            .iter()
+            .all(|s| s.get("a").is_none() && s.get("b").is_none())
+    );
 }
 
 /// `-h` is the short help (each option's first sentence), `--help` the long one (every option

@@ -120,6 +120,16 @@ pub struct Tuning {
         env = "REDLOCK_CLOCK_CHECK"
     )]
     pub clock_check: Option<Duration>,
+    /// Sets wait for their members one at a time, in order
+    ///
+    /// Ordered sets: a set of several names refused at its first attempt takes its members one
+    /// at a time, in order of name, keeping those it has while it waits for the next, and marks
+    /// the one it waits for, so that other waiting callers of that member (with this option)
+    /// step back. Without it a set waits for a moment when every member is free at once, which
+    /// busy members may never leave. Give it to every redlock and handle that locks these
+    /// names. Default: off
+    #[arg(long, env = "REDLOCK_ORDERED_SETS")]
+    pub ordered_sets: bool,
 }
 
 impl Tuning {
@@ -145,6 +155,9 @@ impl Tuning {
         }
         if let Some(x) = self.clock_check {
             b = b.clock_check(x);
+        }
+        if self.ordered_sets {
+            b = b.ordered_sets(true);
         }
         b
     }
