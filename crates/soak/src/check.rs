@@ -80,6 +80,11 @@ pub struct Report {
     /// `[kind][budget]`: (waits that ended with the lock held, waits), a set's counted once;
     /// budgets as [`BUDGETS`](super::worker::BUDGETS).
     pub held_by_budget: [[(u64, u64); 3]; 4],
+    /// Per resource (`soak:0` …): the share of the run during which a granted lock held it
+    /// (readers and sets included), and how many callers waited for it on average (a set's
+    /// wait counts for each member).
+    pub held_share: [f64; RESOURCES],
+    pub mean_waiting: [f64; RESOURCES],
     pub overlaps: usize,
     pub overlap_examples: Vec<String>,
     /// Holds that began after the engine gave a kept lock up (its `lost_at`, the hold's end)
@@ -450,6 +455,29 @@ pub fn examine(run: &RunResult) -> Report {
             over_permits += 1;
         }
     }
+    // How busy each resource was: held by somebody, waited for by how many.
+    let (from, to) = (run.started, run.ended.max(run.started + 1));
+    let within = |a: u64, b: u64| (a.max(from), b.min(to));
+    let mut held_share = [0.0; RESOURCES];
+    let mut mean_waiting = [0.0; RESOURCES];
+    for r in 0..RESOURCES {
+        let held = union_of(
+            holds[r]
+                .iter()
+                .map(|(h, _)| within(h.start, h.end))
+                .filter(|(a, b)| a < b)
+                .collect(),
+        );
+        held_share[r] = held.iter().map(|(a, b)| b - a).sum::<u64>() as f64 / (to - from) as f64;
+        let waited: u64 = waits[r]
+            .iter()
+            .map(|(w, _)| {
+                let (a, b) = within(w.start, w.end);
+                b.saturating_sub(a)
+            })
+            .sum();
+        mean_waiting[r] = waited as f64 / (to - from) as f64;
+    }
     // Liveness, per kind: (union of waits) − (union of what rightly keeps them out).
     let spans = |v: &[(Hold, usize)], keep: &dyn Fn(&Hold) -> bool| -> Vec<(u64, u64)> {
         v.iter()
@@ -698,6 +726,8 @@ pub fn examine(run: &RunResult) -> Report {
         waits_by_kind,
         waits_by_outcome,
         held_by_budget,
+        held_share,
+        mean_waiting,
         overlaps,
         overlap_examples,
         late_loss_notices,
@@ -1027,6 +1057,21 @@ impl Report {
             BUDGETS.join(" / "),
             held.join("; ")
         );
+        let busy: Vec<String> = (0..RESOURCES)
+            .map(|r| {
+                format!(
+                    "{} {:.0} % / {:.1}",
+                    resource_name(r as u8),
+                    self.held_share[r] * 100.0,
+                    self.mean_waiting[r]
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "  resources held by a granted lock / callers waiting on average: {}",
+            busy.join(", ")
+        );
         let kinds: Vec<String> = FAULT_KINDS
             .iter()
             .zip(&self.faults_by_kind)
@@ -1220,6 +1265,8 @@ impl Report {
             "tasks": self.tasks,
             "holds": self.holds,
             "waits": self.waits,
+            "held_share": self.held_share,
+            "mean_waiting": self.mean_waiting,
             "held_by_budget": KINDS.iter().zip(&self.held_by_budget)
                 .map(|(k, cells)| {
                     let cells: serde_json::Map<String, serde_json::Value> = BUDGETS
@@ -1486,6 +1533,37 @@ mod tests {
         );
         let table = table(&[r.json()]).unwrap();
         assert!(table.contains("| – / – / 50 / – |"), "{table}");
+    }
+
+    #[test]
+    fn a_resource_s_held_share_is_the_union_of_its_holds_and_its_waiters_are_averaged() {
+        // A run of 10 s: soak:0 held 0–4 s and (two readers) 3–5 s, so 5 s in all; a set of
+        // soak:0 and soak:1 waits 0–2 s, a plain lock of soak:1 6–8 s.
+        let r = run(
+            vec![
+                hold(PLAIN, 0b1, 0, 4000, 1),
+                hold(SHARED, 0b1, 3000, 5000, 0),
+                hold(SHARED, 0b1, 3500, 4500, 0),
+            ],
+            vec![wait(SET, 0b11, 0, 2000), wait(PLAIN, 0b10, 6000, 8000)],
+        );
+        assert!((r.held_share[0] - 0.5).abs() < 1e-9, "{:?}", r.held_share);
+        assert_eq!(r.held_share[1], 0.0);
+        assert!(
+            (r.mean_waiting[0] - 0.2).abs() < 1e-9,
+            "{:?}",
+            r.mean_waiting
+        );
+        assert!(
+            (r.mean_waiting[1] - 0.4).abs() < 1e-9,
+            "{:?}",
+            r.mean_waiting
+        );
+        assert!(
+            r.summary().contains("soak:0 50 % / 0.2, soak:1 0 % / 0.4"),
+            "{}",
+            r.summary()
+        );
     }
 
     #[test]
