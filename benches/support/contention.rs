@@ -88,11 +88,12 @@ impl Retry {
 
     /// This crate's handle. Quarantine off: the servers were started seconds ago, and the
     /// default quarantine would keep each of them out of quorums for a TTL.
-    fn mux(self, urls: &[String]) -> redlock_mux::Redlock {
+    fn mux(self, urls: &[String], ordered_sets: bool) -> redlock_mux::Redlock {
         let b = Builder::new(urls)
             .quarantine(None)
             .ttl(TTL)
-            .node_timeout(NODE_TIMEOUT);
+            .node_timeout(NODE_TIMEOUT)
+            .ordered_sets(ordered_sets);
         let b = match self {
             Retry::Defaults => b,
             Retry::OneMs => b.retry_delay(Duration::from_millis(1), Duration::from_millis(1)),
@@ -119,7 +120,8 @@ impl Retry {
 
 /// What the callers of a run lock, in the kinds rows (`bench_table`'s contention scenario): one
 /// resource for all (the plain rows), a set of two resources for all, writers and readers of one
-/// resource, or a mix of every kind on two resources. Named by the run's resource
+/// resource, or a mix of every kind on two resources, with sets taken all at once or (`mixed,
+/// ordered sets`) with `Builder::ordered_sets`. Named by the run's resource
 /// (`kinds:SHAPE:…`, [`Shape::resource`]), so that a child process learns it from its RESOURCE
 /// argument; any other resource is the plain rows' one resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -128,6 +130,7 @@ pub enum Shape {
     Set,
     ReadWrite,
     Mixed,
+    MixedOrdered,
 }
 
 /// What one caller locks: resource `a`, resource `b`, the set of both, or `a` shared.
@@ -170,7 +173,13 @@ impl Target {
 }
 
 impl Shape {
-    pub const ALL: [Shape; 4] = [Shape::Plain, Shape::Set, Shape::ReadWrite, Shape::Mixed];
+    pub const ALL: [Shape; 5] = [
+        Shape::Plain,
+        Shape::Set,
+        Shape::ReadWrite,
+        Shape::Mixed,
+        Shape::MixedOrdered,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -178,6 +187,7 @@ impl Shape {
             Shape::Set => "set",
             Shape::ReadWrite => "writers + readers",
             Shape::Mixed => "mixed",
+            Shape::MixedOrdered => "mixed, ordered sets",
         }
     }
 
@@ -187,6 +197,7 @@ impl Shape {
             Shape::Set => "set",
             Shape::ReadWrite => "rw",
             Shape::Mixed => "mixed",
+            Shape::MixedOrdered => "mixed-ordered",
         }
     }
 
@@ -209,10 +220,10 @@ impl Shape {
             (Shape::Set, _) => ("set", Target::Both),
             (Shape::ReadWrite, 0 | 2) => ("writer", Target::A),
             (Shape::ReadWrite, _) => ("reader", Target::SharedA),
-            (Shape::Mixed, 0) => ("writer of a", Target::A),
-            (Shape::Mixed, 1) => ("plain b", Target::B),
-            (Shape::Mixed, 2) => ("set a + b", Target::Both),
-            (Shape::Mixed, _) => ("reader of a", Target::SharedA),
+            (Shape::Mixed | Shape::MixedOrdered, 0) => ("writer of a", Target::A),
+            (Shape::Mixed | Shape::MixedOrdered, 1) => ("plain b", Target::B),
+            (Shape::Mixed | Shape::MixedOrdered, 2) => ("set a + b", Target::Both),
+            (Shape::Mixed | Shape::MixedOrdered, _) => ("reader of a", Target::SharedA),
         }
     }
 
@@ -441,7 +452,8 @@ fn collect(rx: &mpsc::Receiver<CallerOut>, k: usize, hard: u64, solo: Duration) 
 }
 
 fn run_mux(spec: &Spec) -> Callers {
-    let redlock = spec.retry.mux(spec.urls);
+    let ordered = Shape::of(spec.resource) == Some(Shape::MixedOrdered);
+    let redlock = spec.retry.mux(spec.urls, ordered);
     sleep_until(spec.solo_at);
     // The uncontended cycle on the same handle (the first cycles connect).
     let solo_res = format!("{}:solo:{}", spec.resource, spec.caller_base);
