@@ -165,10 +165,11 @@ pub struct Config {
     /// members held while a set waits for the others, and writers and readers held back —
     /// in the real-server soak (96 callers on 4 resources, 15 % of them sets) 30–41 % of the
     /// sets' `lock` calls end with the set instead of 0–1 %, and plain locks and readers are
-    /// granted less than half as often. A limit: a set that believes it holds a member which a
-    /// node lost (a restart without persistence, a partition longer than the TTL, a TTL
-    /// shorter than the fallback poll between its attempts) may find it taken there and wait
-    /// until its deadline. Default off.
+    /// granted less than half as often; a steady stream of sets can starve this crate's waiting
+    /// writers and readers of a set's first member, who step back for its mark. A limit: a
+    /// set that believes it holds a member which a node lost (a restart without persistence,
+    /// a partition longer than the TTL, a TTL shorter than the fallback poll between its
+    /// attempts) may find it taken there and wait until its deadline. Default off.
     pub ordered_sets: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted

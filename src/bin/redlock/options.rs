@@ -125,9 +125,9 @@ pub struct Tuning {
     /// Ordered sets: a set of several names refused at its first attempt takes its members one
     /// at a time, in order of name, keeping those it has while it waits for the next, and marks
     /// the one it waits for, so that other waiting callers of that member (with this option)
-    /// step back. Without it a set waits for a moment when every member is free at once, which
-    /// busy members may never leave. Give it to every redlock and handle that locks these
-    /// names. Default: off
+    /// step back (a steady stream of sets can starve them). Without it a set waits for a moment
+    /// when every member is free at once, which busy members may never leave. Give it to every
+    /// redlock and handle that locks these names. Default: off
     #[arg(long, env = "REDLOCK_ORDERED_SETS")]
     pub ordered_sets: bool,
 }
