@@ -29,7 +29,8 @@
 //!    fairness, overlapping sections, give-ups, and the contention goals. Then the same
 //!    4 × 8 callers of this crate by kind of lock (`contention::Shape`): all on one set of two
 //!    resources, writers and readers of one resource, and a mix of writers, plain locks, sets
-//!    and readers on two resources — per role, sections, fairness among its callers and among
+//!    and readers on two resources (also with ordered sets) — per role, sections, fairness
+//!    among its callers and among
 //!    the processes, time to acquire, and conflicting sections that overlapped.
 //!    `--only contention` runs only this one;
 //! 5. scale: K = 1, 8, 64, 256 concurrent callers, each on a resource of its own, through one
@@ -870,7 +871,8 @@ fn contention_kinds(urls: &[String], opts: &Opts) -> String {
         "\n#### Contention by kind of lock: {p} processes × {k} callers of redlock-mux, each holding its lock {:?}, N = 5 loopback ({}; {rounds} round{} × {time:?} per configuration and shape, order rotated each round)\n\n\
          Shapes (callers numbered across the processes, every process has every role): *plain* — all lock one resource; \
          *set* — all lock the same set of two resources; *writers + readers* — half lock one resource, half read it (`Shared`); \
-         *mixed* — a quarter each: a writer of resource a, a plain lock of b, the set a + b, a reader of a. \
+         *mixed* — a quarter each: a writer of resource a, a plain lock of b, the set a + b, a reader of a; \
+         *mixed, ordered sets* — the same with `Builder::ordered_sets(true)` in every process. \
          Each caller loops `lock_until` (30 s) → hold → `unlock`. Fairness: fewest ÷ most sections among the callers of a role (all processes) / among the processes (the sections of its callers in each process together, as in the rows above). \
          Per caller: median sections of a caller of the role in the run. Conflicts: sections that must exclude each other and overlapped (must be 0). \
          Figures are medians over rounds; conflicts and give-ups are totals.\n\n\

@@ -2990,7 +2990,7 @@ fn a_part_of_a_set_is_neither_released_nor_extended() {
     assert!(servers.iter().all(|s| s.dbsize() == 0));
 }
 
-/// `--ordered-sets`: a set refused at its first attempt takes its free member `a` (first in
+/// `--ordered-sets` (`REDLOCK_ORDERED_SETS`): a set refused at its first attempt takes its free member `a` (first in
 /// order) and keeps it while it waits for `b`, held by another; once `b` is released the set
 /// gets both.
 #[test]
@@ -2998,8 +2998,9 @@ fn ordered_sets_keep_the_first_member_while_the_next_is_held() {
     let servers = Cluster::start(3);
     let urls = servers.urls();
     let other = acquire(&urls, "b", "30s");
+    // Written before the subcommand, as the other lock options may be.
     let set =
-        spawn(redlock(&urls).args(["run", "--ordered-sets", "-w", "20", "a", "b", "--", "true"]));
+        spawn(redlock(&urls).args(["--ordered-sets", "run", "-w", "20", "a", "b", "--", "true"]));
     let deadline = Instant::now() + LIMIT;
     while !servers.iter().all(|s| s.get("a").is_some()) {
         assert!(Instant::now() < deadline, "the waiting set never took `a`");
@@ -3017,6 +3018,13 @@ fn ordered_sets_keep_the_first_member_while_the_next_is_held() {
             .iter()
             .all(|s| s.get("a").is_none() && s.get("b").is_none())
     );
+    // The variable takes 1/0, yes/no as the other flags' variables do.
+    let o = output(
+        redlock(&urls)
+            .env("REDLOCK_ORDERED_SETS", "1")
+            .args(["run", "-n", "a", "b", "--", "true"]),
+    );
+    assert_code(&o, 0);
 }
 
 /// `-h` is the short help (each option's first sentence), `--help` the long one (every option

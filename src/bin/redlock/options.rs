@@ -128,7 +128,11 @@ pub struct Tuning {
     /// step back (a steady stream of sets can starve them). Without it a set waits for a moment
     /// when every member is free at once, which busy members may never leave. Give it to every
     /// redlock and handle that locks these names. Default: off
-    #[arg(long, env = "REDLOCK_ORDERED_SETS")]
+    #[arg(
+        long,
+        env = "REDLOCK_ORDERED_SETS",
+        value_parser = BoolishValueParser::new()
+    )]
     pub ordered_sets: bool,
 }
 

@@ -15,7 +15,7 @@ use crate::fail::{Fail, exit};
 /// lines keep working; so are the other lock options ([`LockOptions`](crate::options::LockOptions)), which every
 /// subcommand that talks to servers takes.
 pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
-    const WITH_VALUE: [&str; 14] = [
+    const WITH_VALUE: [&str; 15] = [
         "-s",
         "--server",
         "--quarantine",
@@ -30,8 +30,16 @@ pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
         "--timeout",
         "-E",
         "--conflict-exit-code",
+        "--clock-check",
     ];
-    const FLAGS: [&str; 4] = ["--fence", "-n", "--nonblock", "--nb"];
+    const FLAGS: [&str; 6] = [
+        "--fence",
+        "-n",
+        "--nonblock",
+        "--nb",
+        "--ordered-sets",
+        "--count-evicting-servers-unsafely",
+    ];
     let mut lead = Vec::new();
     let mut i = 1;
     while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
