@@ -1538,29 +1538,31 @@ mod tests {
     #[test]
     fn a_resource_s_held_share_is_the_union_of_its_holds_and_its_waiters_are_averaged() {
         // A run of 10 s: soak:0 held 0–4 s and (two readers) 3–5 s, so 5 s in all; a set of
-        // soak:0 and soak:1 waits 0–2 s, a plain lock of soak:1 6–8 s.
+        // soak:0 and soak:1 waits 0–2 s, a plain lock of soak:1 6–8 s. Past the run's end, only
+        // what is within it counts: soak:2 held 9–12 s (1 s), waited for 9.5–11 s (0.5 s).
         let r = run(
             vec![
                 hold(PLAIN, 0b1, 0, 4000, 1),
                 hold(SHARED, 0b1, 3000, 5000, 0),
                 hold(SHARED, 0b1, 3500, 4500, 0),
+                hold(PLAIN, 0b100, 9000, 12_000, 2),
             ],
-            vec![wait(SET, 0b11, 0, 2000), wait(PLAIN, 0b10, 6000, 8000)],
+            vec![
+                wait(SET, 0b11, 0, 2000),
+                wait(PLAIN, 0b10, 6000, 8000),
+                wait(PLAIN, 0b100, 9500, 11_000),
+            ],
         );
-        assert!((r.held_share[0] - 0.5).abs() < 1e-9, "{:?}", r.held_share);
-        assert_eq!(r.held_share[1], 0.0);
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        assert!(close(r.held_share[0], 0.5), "{:?}", r.held_share);
+        assert!(close(r.held_share[1], 0.0), "{:?}", r.held_share);
+        assert!(close(r.held_share[2], 0.1), "{:?}", r.held_share);
+        assert!(close(r.mean_waiting[0], 0.2), "{:?}", r.mean_waiting);
+        assert!(close(r.mean_waiting[1], 0.4), "{:?}", r.mean_waiting);
+        assert!(close(r.mean_waiting[2], 0.05), "{:?}", r.mean_waiting);
         assert!(
-            (r.mean_waiting[0] - 0.2).abs() < 1e-9,
-            "{:?}",
-            r.mean_waiting
-        );
-        assert!(
-            (r.mean_waiting[1] - 0.4).abs() < 1e-9,
-            "{:?}",
-            r.mean_waiting
-        );
-        assert!(
-            r.summary().contains("soak:0 50 % / 0.2, soak:1 0 % / 0.4"),
+            r.summary()
+                .contains("soak:0 50 % / 0.2, soak:1 0 % / 0.4, soak:2 10 % / 0.1"),
             "{}",
             r.summary()
         );
