@@ -327,13 +327,10 @@ struct CallerOut {
 }
 
 impl CallerOut {
-    /// A lock taken for the call made at `call`: its critical section, held now (flagged when
-    /// `flag`: see [`Shared::hold_unflagged`]).
+    /// A lock taken for the call made at `call`: its critical section, held now (overlaps
+    /// flagged when `flag`: see [`Shared::hold`]).
     fn section(&mut self, shared: &Shared, caller: u32, call: u64, flag: bool) {
-        let (enter, exit) = match flag {
-            true => shared.hold(self),
-            false => shared.hold_unflagged(),
-        };
+        let (enter, exit) = shared.hold(self, flag);
         self.sections.push(Section {
             caller,
             call,
@@ -367,28 +364,21 @@ impl Shared {
         })
     }
 
-    /// The critical section: flags overlaps, spins for [`HOLD`]; returns (enter, exit).
-    fn hold(&self, out: &mut CallerOut) -> (u64, u64) {
+    /// The critical section: spins for [`HOLD`]; returns (enter, exit). With `flag`, counts an
+    /// entry while another caller of this process is inside as an overlap; the kinds rows'
+    /// sections may rightly overlap (readers, different resources), and their conflicts are
+    /// found from the recorded intervals instead ([`conflicts`]).
+    fn hold(&self, out: &mut CallerOut, flag: bool) -> (u64, u64) {
         let enter = mono_ns();
         let t = Instant::now();
-        if self.inside.swap(true, Ordering::SeqCst) {
+        if flag && self.inside.swap(true, Ordering::SeqCst) {
             out.overlaps += 1;
         }
         while t.elapsed() < HOLD {
             std::hint::spin_loop();
         }
-        self.inside.store(false, Ordering::SeqCst);
-        (enter, mono_ns())
-    }
-
-    /// [`Shared::hold`] without the flag: the kinds rows' sections may rightly overlap (readers,
-    /// different resources); their conflicts are found from the recorded intervals
-    /// ([`conflicts`]).
-    fn hold_unflagged(&self) -> (u64, u64) {
-        let enter = mono_ns();
-        let t = Instant::now();
-        while t.elapsed() < HOLD {
-            std::hint::spin_loop();
+        if flag {
+            self.inside.store(false, Ordering::SeqCst);
         }
         (enter, mono_ns())
     }
@@ -452,8 +442,11 @@ fn collect(rx: &mpsc::Receiver<CallerOut>, k: usize, hard: u64, solo: Duration) 
 }
 
 fn run_mux(spec: &Spec) -> Callers {
-    let ordered = Shape::of(spec.resource) == Some(Shape::MixedOrdered);
-    let redlock = spec.retry.mux(spec.urls, ordered);
+    // The kinds rows: the shape the resource names (`Shape::of`); the plain rows: none.
+    let shape = Shape::of(spec.resource);
+    let redlock = spec
+        .retry
+        .mux(spec.urls, shape == Some(Shape::MixedOrdered));
     sleep_until(spec.solo_at);
     // The uncontended cycle on the same handle (the first cycles connect).
     let solo_res = format!("{}:solo:{}", spec.resource, spec.caller_base);
@@ -483,7 +476,6 @@ fn run_mux(spec: &Spec) -> Callers {
         let caller = spec.caller_base + t as u32;
         let resource = spec.resource.to_owned();
         // The kinds rows: what this caller locks (`Shape::role`); the plain rows: the resource.
-        let shape = Shape::of(&resource);
         let name = match shape {
             Some(shape) => shape.role(caller).1.name(&resource),
             None => resource.clone().into_bytes(),
@@ -756,6 +748,14 @@ fn parse_child(text: &str) -> Callers {
 // figures
 // ---------------------------------------------------------------------------------------------
 
+/// Fewest ÷ most of `counts` (sections per caller or per process); 0 when none has any.
+fn ratio(counts: &[u64]) -> f64 {
+    match (counts.iter().min(), counts.iter().max()) {
+        (Some(&lo), Some(&hi)) if hi > 0 => lo as f64 / hi as f64,
+        _ => 0.0,
+    }
+}
+
 /// The figures of one run (all its processes).
 #[derive(Clone, Debug)]
 pub struct Fig {
@@ -825,13 +825,6 @@ impl Fig {
                 *n += 1;
             }
         }
-        let ratio = |v: &[u64]| -> f64 {
-            let (lo, hi) = (v.iter().min(), v.iter().max());
-            match (lo, hi) {
-                (Some(&lo), Some(&hi)) if hi > 0 => lo as f64 / hi as f64,
-                _ => 0.0,
-            }
-        };
         let (fairness, fairness_within) = if procs.len() > 1 {
             let per_proc: Vec<u64> = per_caller.chunks(k).map(|c| c.iter().sum()).collect();
             let within = per_caller
@@ -938,10 +931,6 @@ impl RoleFig {
             }
         }
         acquire.sort_unstable();
-        let ratio = |v: &[u64]| match (v.iter().min(), v.iter().max()) {
-            (Some(&lo), Some(&hi)) if hi > 0 => lo as f64 / hi as f64,
-            _ => 0.0,
-        };
         let mut per_proc = vec![0u64; procs.len()];
         for (i, &c) in callers.iter().enumerate() {
             if let Some(n) = per_proc.get_mut(c as usize / k.max(1)) {

@@ -25,7 +25,7 @@ use super::driver::{
     CLIENT_KILL, DEBUG_SLEEP, FAULT_KINDS, Fault, KILL, RunResult, STOP, recovery_bound,
 };
 use super::worker::{
-    BUDGETS, Hold, KINDS, LOST, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, budget_of,
+    BUDGETS, Hold, KINDS, LOST, OK, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, budget_of,
     resource_name,
 };
 use super::{Bound, KEYS, NODES, PERMITS, RESOURCES, SEMAPHORE, client_config};
@@ -297,8 +297,7 @@ pub fn examine(run: &RunResult) -> Report {
                 waits_by_outcome[x.outcome as usize] += 1;
                 waits_by_kind[x.kind as usize] += 1;
                 let cell = &mut held_by_budget[x.kind as usize][budget_of(x.path)];
-                // Outcome 0: `ok` (`OUTCOMES`).
-                cell.0 += u64::from(x.outcome == 0);
+                cell.0 += u64::from(x.outcome == OK);
                 cell.1 += 1;
             }
             waits[x.resource as usize].push((*x, p));

@@ -145,7 +145,8 @@ pub const OUTCOMES: [&str; 7] = [
     "cancelled",
     "other",
 ];
-const OK: u8 = 0;
+/// A wait that ended with the lock held.
+pub const OK: u8 = 0;
 const CANCELLED: u8 = 5;
 
 /// A worker's settings, from the driver.
