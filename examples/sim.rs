@@ -73,6 +73,7 @@ fn break_kind(kind: Option<String>) -> Result<Break, String> {
         Some("eviction-counted") => Break::EvictionCounted,
         Some("half-open") => Break::HalfOpen,
         Some("sets-all-at-once") => Break::SetsAllAtOnce,
+        Some("set-marks-unbounded") => Break::SetMarksUnbounded,
         Some("majority-down") => Break::MajorityDown,
         Some("fence-no-write-back") => Break::FenceNoWriteBack,
         Some("fence-blank-as-zero") => Break::FenceBlankAsZero,

@@ -712,3 +712,93 @@ fn every_set_granted_beside_readers_and_writers_of_its_members_holds_them_throug
     assert!(granted > 100, "{granted} sets granted in 20 s");
     assert!(unbacked.is_empty(), "{unbacked:#?}");
 }
+
+/// A stream of ordered sets over `stream:a` + `stream:b` (three clients of two threads, each
+/// set held 20 ms) while two plain clients keep `stream:b` busy, so the sets hold `stream:a`
+/// while they wait for `stream:b`, and one set or another always waits for `stream:a` and
+/// marks it. Then a writer and a reader of `stream:a` (a client of their own, whose waiters
+/// step back for a set's mark during `precedence` of their wait) each try `tries` times with
+/// a 4 s budget: how many of each were granted, and the longest wait of a granted one.
+fn writer_and_reader_beside_a_stream_of_sets(
+    precedence: Duration,
+    tries: usize,
+) -> (usize, usize, Duration) {
+    let servers = Cluster::start(3);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hold = |redlock: redlock_mux::Redlock, what: Vec<u8>| {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                if let Ok(lock) = redlock.lock_until(what.clone(), deadline) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    redlock.unlock(lock).unwrap();
+                }
+            }
+        })
+    };
+    let mut threads = Vec::new();
+    for _ in 0..3 {
+        let sets = builder(&servers).ordered_sets(true).build().unwrap();
+        for _ in 0..2 {
+            threads.push(hold(
+                sets.clone(),
+                set(&["stream:a", "stream:b"]).as_ref().to_vec(),
+            ));
+        }
+    }
+    for _ in 0..2 {
+        let plain = builder(&servers).ordered_sets(true).build().unwrap();
+        threads.push(hold(plain, b"stream:b".to_vec()));
+    }
+    // The stream is on: a set holds `stream:a` or waits for it, marking it.
+    let until = Instant::now() + Duration::from_secs(10);
+    while servers[0].get("redlock:waiting:stream:a").as_deref() != Some("redlock-mux set waiting") {
+        assert!(Instant::now() < until, "no set came to wait for stream:a");
+        std::thread::yield_now();
+    }
+    let single = builder(&servers)
+        .ordered_sets(true)
+        .set_precedence(precedence)
+        .build()
+        .unwrap();
+    let (mut writes, mut reads, mut longest) = (0, 0, Duration::ZERO);
+    for _ in 0..tries {
+        let t0 = Instant::now();
+        if let Ok(lock) = single.lock_until("stream:a", t0 + Duration::from_secs(4)) {
+            writes += 1;
+            longest = longest.max(t0.elapsed());
+            single.unlock(lock).unwrap();
+        }
+        let t0 = Instant::now();
+        if let Ok(lock) = single.lock_shared_until("stream:a", t0 + Duration::from_secs(4)) {
+            reads += 1;
+            longest = longest.max(t0.elapsed());
+            single.unlock(lock).unwrap();
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    (writes, reads, longest)
+}
+
+#[test]
+fn a_writer_and_a_reader_of_a_set_s_first_member_are_granted_beside_a_stream_of_ordered_sets() {
+    // Past its set precedence (250 ms by default) a waiting writer or reader no longer steps
+    // back for the sets' mark, and competes with them as with any caller: it wins the member
+    // at one of its releases, though not at a bounded one (the sets' steps race it). Without
+    // the bound (a precedence of an hour: the code before it) it stepped back for as long as
+    // the stream lasted: 0 of 5 writes and 0 of 5 reads granted.
+    let (writes, reads, longest) =
+        writer_and_reader_beside_a_stream_of_sets(Duration::from_millis(250), 10);
+    eprintln!(
+        "beside a stream of ordered sets: writer granted {writes} of 10, reader {reads} of 10, \
+         longest wait {longest:?}"
+    );
+    assert!(
+        writes >= 4 && reads >= 4,
+        "{writes} writes, {reads} reads of 10"
+    );
+}

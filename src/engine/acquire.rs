@@ -13,8 +13,8 @@ use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
     FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
-    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 use crate::proto::session::Kind;
 
@@ -40,6 +40,7 @@ impl<N: Net> Engine<N> {
         // The step's variant, for its script (the attempt's own is set after: `Op::tries`).
         op.tries = variant;
         op.waiting = std::mem::take(&mut self.waiting_attempt);
+        op.past_sets = std::mem::take(&mut self.past_sets_attempt);
         // A reader gets no fence: a fence orders writers, and a reader writes nothing.
         if config.fencing && last && crate::model::keys::shared_name(&op.resource).is_none() {
             op.fence.stage = Stage::Reading;
@@ -81,9 +82,13 @@ impl<N: Net> Engine<N> {
             }
         };
         if let Some(name) = crate::model::keys::shared_name(resource) {
-            // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key.
+            // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key;
+            // past its set precedence, the one that no longer steps back for sets.
             let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
-            let script = &scripts()[SHARED_ACQUIRE_SCRIPT];
+            let script = match op.past_sets {
+                false => &scripts()[SHARED_ACQUIRE_SCRIPT],
+                true => &scripts()[SHARED_ACQUIRE_PAST_SETS_SCRIPT],
+            };
             let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }

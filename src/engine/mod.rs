@@ -151,6 +151,8 @@ pub(crate) struct Engine<N: Net> {
     /// The acquire submitted next is a plain lock's attempt after the first of its wait: it
     /// steps back where a set waits for the resource (`Op::waiting`).
     waiting_attempt: bool,
+    /// The acquire submitted next is a reader's attempt past its set precedence (`Op::past_sets`).
+    past_sets_attempt: bool,
     keeps: Keeps,
     /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
     alarms: Vec<(Instant, Arc<Alarm>)>,
@@ -178,6 +180,10 @@ pub(crate) struct Engine<N: Net> {
     /// more — granted, or given up).
     #[cfg(feature = "sim")]
     pub(crate) step_log: Vec<(OpId, u16, bool, Instant)>,
+    /// The simulator's record of waiting attempts that step back for a set's mark (with
+    /// ordered sets): the waiting acquire, and how long it had waited when it made one.
+    #[cfg(feature = "sim")]
+    pub(crate) deference_log: Vec<(OpId, Duration)>,
     /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
     repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
@@ -279,6 +285,8 @@ impl<N: Net> Engine<N> {
             twins: votes::Twins::new(n),
             #[cfg(feature = "sim")]
             step_log: Vec::new(),
+            #[cfg(feature = "sim")]
+            deference_log: Vec::new(),
             replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),
@@ -295,6 +303,7 @@ impl<N: Net> Engine<N> {
             exact_release: false,
             step_attempt: None,
             waiting_attempt: false,
+            past_sets_attempt: false,
             keeps: Keeps::new(&shared.config),
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),

@@ -68,6 +68,9 @@ pub(super) struct Op {
     /// A plain lock's attempt after the first of its wait: it steps back where a set waits
     /// for the resource (`WAITING_ACQUIRE_BODY`).
     pub waiting: bool,
+    /// A reader's attempt of a wait past its set precedence (`Config::set_precedence`): it
+    /// steps back for a waiting writer, no longer for a waiting set (`SHARED_ACQUIRE_PAST_SETS_BODY`).
+    pub past_sets: bool,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,
     pub waiter: Waiter,
@@ -124,6 +127,7 @@ impl Op {
             step: 0,
             stepping: 0,
             waiting: false,
+            past_sets: false,
             outstanding: 0,
             waiter: Waiter::None,
             outcome: None,

@@ -166,11 +166,23 @@ pub struct Config {
     /// in the real-server soak (96 callers on 4 resources, 15 % of them sets) 30–41 % of the
     /// sets' `lock` calls end with the set instead of 0–1 %, and plain locks and readers are
     /// granted less than half as often; a steady stream of sets can starve this crate's waiting
-    /// writers and readers of a set's first member, who step back for its mark. A limit: a
+    /// writers and readers of a set's first member, had they no bound on stepping back: they step
+    /// back for a set's mark only during the first [`Config::set_precedence`] of their wait. A
+    /// limit: a
     /// set that believes it holds a member which a node lost (a restart without persistence,
     /// a partition longer than the TTL, a TTL shorter than the fallback poll between its
     /// attempts) may find it taken there and wait until its deadline. Default off.
     pub ordered_sets: bool,
+    /// With [`Config::ordered_sets`], how long into its wait this handle's waiting writer or
+    /// reader steps back for a waiting set's mark on its resource: past it, its attempts no
+    /// longer look at sets' marks (a writer's `SET NX`, a reader's script that still steps
+    /// back for a waiting writer), so a steady stream of sets delays a writer or reader of a
+    /// member by at most this much of its wait before it competes with them as with any
+    /// caller. Longer gives sets more of their members under contention, shorter keeps
+    /// writers and readers closer to their turn; zero: no precedence for sets. Default 250 ms
+    /// (a few critical sections, and below the default pause between attempts plus its jitter);
+    /// at most an hour.
+    pub set_precedence: Duration,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
     /// server's does not during its quarantine.
@@ -324,6 +336,8 @@ impl Default for Config {
             fencing: false,
             release_notices: true,
             ordered_sets: false,
+            // A few critical sections: enough for a set to take a member at its next release.
+            set_precedence: Duration::from_millis(250),
             evicting_servers: EvictingServers::Refuse,
             clock_check: None,
         }
@@ -575,6 +589,7 @@ impl Config {
             ("backoff", self.backoff_max),
             ("reply timeout", self.reply_timeout),
             ("minimum validity", self.min_validity),
+            ("set precedence", self.set_precedence),
         ] {
             if value > hour {
                 return bad(format!("{name} {} is longer than an hour", Human(value)));
@@ -941,6 +956,13 @@ impl Builder {
     /// ```
     pub fn ordered_sets(mut self, on: bool) -> Builder {
         self.config.ordered_sets = on;
+        self
+    }
+
+    /// How long into its wait a waiting writer or reader steps back for a waiting set's mark;
+    /// see [`Config::set_precedence`]. Default 250 ms; at most an hour.
+    pub fn set_precedence(mut self, d: Duration) -> Builder {
+        self.config.set_precedence = d;
         self
     }
 

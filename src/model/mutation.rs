@@ -69,6 +69,11 @@ pub(crate) enum Mutation {
     /// which callers of each member alone need never leave.
     #[cfg(any(test, feature = "sim"))]
     SetsAllAtOnce,
+    /// With ordered sets, a waiting writer or reader steps back for a set's mark for its whole
+    /// wait, not only during `Config::set_precedence` (`wait.rs`): a steady stream of sets keeps
+    /// the writers and readers of a set's first member out for as long as it lasts.
+    #[cfg(any(test, feature = "sim"))]
+    SetMarksUnbounded,
 }
 
 impl Mutation {
@@ -133,6 +138,15 @@ impl Mutation {
     pub fn sets_all_at_once(self) -> bool {
         #[cfg(any(test, feature = "sim"))]
         return self == Mutation::SetsAllAtOnce;
+        #[cfg(not(any(test, feature = "sim")))]
+        false
+    }
+
+    /// Sets' marks stepped back for during a whole wait ([`Mutation::SetMarksUnbounded`]).
+    #[inline]
+    pub fn set_marks_unbounded(self) -> bool {
+        #[cfg(any(test, feature = "sim"))]
+        return self == Mutation::SetMarksUnbounded;
         #[cfg(not(any(test, feature = "sim")))]
         false
     }

@@ -265,9 +265,21 @@ pub(crate) const SET_STEP_FENCED_BODY: &str = concat!(
 /// Answers 1 or 0. Five calls for the first reader (`GET` of the mark, `PTTL`, `TIME`, `ZADD`,
 /// `PEXPIRE`), six for one that joins (the marker's `ZSCORE`): expired readers are dropped by
 /// releases, not here, since the servers' time is the cycle's on a small machine.
-pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
+pub(crate) const SHARED_ACQUIRE_BODY: &str = shared_acquire!(
+    "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end "
+);
+/// [`SHARED_ACQUIRE_BODY`] for a reader that has waited past [`Config::set_precedence`](crate::Config::set_precedence)
+/// (`engine/wait.rs`): it steps back for a waiting writer's mark only, no longer for a waiting
+/// set's, so that a steady stream of sets cannot keep it out for ever.
+pub(crate) const SHARED_ACQUIRE_PAST_SETS_BODY: &str =
+    shared_acquire!("if m == \"redlock-mux waiting mark\" then return 0 end ");
+
+/// A reader's acquire ([`SHARED_ACQUIRE_BODY`]), after `$steps_back`: the test of the waiting
+/// key's mark `m` that refuses.
+macro_rules! shared_acquire {
+    ($steps_back:literal) => { concat!(
     "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ",
-    "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end ",
+    $steps_back,
     "local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end ",
     "if p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
     readers_marker!(),
@@ -279,7 +291,9 @@ pub(crate) const SHARED_ACQUIRE_BODY: &str = concat!(
     readers_marker!(),
     "\", now + ttl, ARGV[1]) else redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end ",
     "if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end return 1"
-);
+    ) };
+}
+use shared_acquire;
 /// A reader's release: its token leaves the set. Then, on our read lock only (the marker is
 /// there; see [`SHARED_ACQUIRE_BODY`]): if other readers remain, the expired ones among them
 /// (crashed readers) go too — only members shaped as this crate's tokens (27 characters of
@@ -437,7 +451,7 @@ pub(crate) const INCR_BODY: &str = "local ok = redis.call(\"set\", KEYS[1], ARGV
 pub(crate) const INCR_BODY: &str = "return 0";
 
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 21;
+pub(crate) const SCRIPT_COUNT: usize = 22;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -502,6 +516,9 @@ pub(crate) const WAITING_ACQUIRE_SCRIPT: usize = 19;
 /// The index of a plain lock's fenced waiting attempt in [`scripts`].
 pub(crate) const WAITING_FENCED_ACQUIRE_SCRIPT: usize = 20;
 
+/// The index of a reader's acquire past its set precedence (steps back for writers only).
+pub(crate) const SHARED_ACQUIRE_PAST_SETS_SCRIPT: usize = 21;
+
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them
 /// names it ([`NodeFault::Permission`](crate::NodeFault::Permission)): the user needs every one (docs/production.md gives a
 /// rule that grants them). A unit test holds each against its body.
@@ -527,6 +544,7 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
     "a waiting set's mark script (GET, SET)",
     "the waiting acquire script (GET, SET)",
     "the fenced waiting acquire script (HMGET, HLEN, GET, SET)",
+    "a read lock's acquire script past its set precedence (GET, PTTL, ZSCORE, TIME, ZADD, PEXPIRE)",
 ];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
@@ -534,7 +552,8 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
 /// without the notice, 6 the waiting mark (`model/keys.rs`), 7 the fence repair (`fencing.rs`), 8–11
 /// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
 /// and extend, and a waiting reader's mark, 16–17 a set's step and fenced step, 18 a waiting
-/// set's mark, 19–20 a plain lock's waiting attempt and its fenced twin.
+/// set's mark, 19–20 a plain lock's waiting attempt and its fenced twin, 21 a reader's acquire
+/// past its set precedence.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -560,6 +579,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             SET_MARK_BODY,
             WAITING_ACQUIRE_BODY,
             WAITING_FENCED_ACQUIRE_BODY,
+            SHARED_ACQUIRE_PAST_SETS_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -588,6 +608,7 @@ pub(crate) fn writes_a_hold(index: usize) -> bool {
             | SET_STEP_FENCED_SCRIPT
             | WAITING_ACQUIRE_SCRIPT
             | WAITING_FENCED_ACQUIRE_SCRIPT
+            | SHARED_ACQUIRE_PAST_SETS_SCRIPT
     )
 }
 

@@ -98,7 +98,7 @@ pub(super) struct Want {
 /// set's, or the one a shared lock is of) and whether it is a shared lock: one to three plain
 /// resources, then with `Setup::sets` their sets, then with readers each one's shared lock.
 pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<usize>>, Vec<bool>) {
-    let sets = setup.sets || matches!(setup.breaks, Break::SetNotAllOrNone | Break::SetsAllAtOnce);
+    let sets = setup.sets || setup.breaks == Break::SetNotAllOrNone || setup.breaks.of_sets();
     let plain = match rng.within(PLAIN_RESOURCES) {
         // Contention for one resource.
         _ if setup.breaks.contention() || setup.breaks == Break::RunIdOnYesOnly => 1,
@@ -127,10 +127,8 @@ pub(super) fn resources(setup: Setup, rng: &mut Rng) -> (Vec<Vec<u8>>, Vec<Vec<u
     let mut shared_of = vec![false; resources.len()];
     let counter = setup.breaks == Break::CounterSemaphore;
     if setup.shared
-        || matches!(
-            setup.breaks,
-            Break::ReaderIgnoresWriter | Break::SetsAllAtOnce
-        )
+        || setup.breaks == Break::ReaderIgnoresWriter
+        || setup.breaks.of_sets()
         || counter
     {
         for r in 0..plain {

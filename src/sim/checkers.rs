@@ -67,7 +67,8 @@ impl World {
         let ordered = self.shared.config.ordered_sets;
         let (longest, worst) = self.record.liveness(&self.members, mark_life, ordered);
         self.report.longest_wait = Duration::from_nanos(longest);
-        self.report.liveness = worst;
+        let precedence = self.shared.config.set_precedence.as_nanos() as u64;
+        self.report.liveness = worst.or_else(|| self.record.deferences_past(precedence));
         if let Some(v) = self.report.liveness.clone() {
             self.log(|| format!("LIVENESS VIOLATION {v:?}"));
         }

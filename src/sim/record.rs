@@ -59,8 +59,12 @@ pub(super) struct Record {
     /// after them, from world time `from` until the caller's next entry (`(0, false)`: none any
     /// more), in order of time for each caller.
     pub(super) set_steps: Vec<(usize, usize, u16, bool, u64)>,
-    /// (client, waiting acquire, caller): whose wait each is (to place `set_steps`).
-    pub(super) wait_callers: Vec<(usize, crate::engine::request::OpId, usize)>,
+    /// (client, caller, resource, ns waited): every waiting attempt of a writer or reader that
+    /// stepped back for a set's mark (`Engine::deference_log`), for the precedence clause.
+    pub(super) deferences: Vec<(usize, usize, usize, u64)>,
+    /// (client, waiting acquire, caller, resource): whose wait each is (to place `set_steps`
+    /// and `deferences`).
+    pub(super) wait_callers: Vec<(usize, crate::engine::request::OpId, usize, usize)>,
     /// World times at which a fault began or ended (the liveness check's clock restarts).
     pub(super) changes: Vec<u64>,
     /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
@@ -236,6 +240,24 @@ impl Record {
     /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
     /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
     /// the new `worst` if it is longer than [`WAIT_BOUND`].
+    /// The precedence clause: with ordered sets, no waiting writer or reader steps back for a
+    /// set's mark once it has waited `precedence` (ns; `Config::set_precedence`) — else a
+    /// steady stream of sets keeps it out as long as the stream lasts, though the resource is
+    /// released and taken again and again (`Mutation::SetMarksUnbounded`). Reported as a
+    /// [`LivenessViolation`] whose `free` stretch runs from the end of the precedence to the
+    /// attempt that still stepped back (in the wait's own time: `want` starts at 0).
+    pub(super) fn deferences_past(&self, precedence: u64) -> Option<LivenessViolation> {
+        let &(client, caller, resource, waited) =
+            self.deferences.iter().find(|d| d.3 > precedence)?;
+        Some(LivenessViolation {
+            resource,
+            client,
+            caller,
+            want: (0, waited),
+            free: (precedence, waited),
+        })
+    }
+
     fn longest_unchanged(
         &self,
         w: &Want,

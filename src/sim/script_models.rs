@@ -9,8 +9,8 @@
 use crate::proto::scripts::{
     MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
     SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
-    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT,
+    WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 
 use super::clock::MS;
@@ -142,7 +142,8 @@ impl Node {
         let key = cmd[3];
         let reply = match index {
             READER_MARK_SCRIPT => self.reader_mark(key, cmd, now),
-            SHARED_ACQUIRE_SCRIPT => self.shared_acquire(key, cmd, now),
+            SHARED_ACQUIRE_SCRIPT => self.shared_acquire(key, cmd, now, false),
+            SHARED_ACQUIRE_PAST_SETS_SCRIPT => self.shared_acquire(key, cmd, now, true),
             SHARED_RELEASE_SCRIPT => self.shared_release(key, cmd, now),
             _ => self.shared_extend(key, cmd, now),
         };
@@ -167,15 +168,15 @@ impl Node {
         u64::from(free || writer_waits)
     }
 
-    /// A reader joins `key`'s readers: not while a writer holds it or waits for it (the
-    /// wrong variant, and a lying node, overwrite the writer), nor while the readers are at
-    /// the node's cap.
-    fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64) -> u64 {
+    /// A reader joins `key`'s readers: not while a writer holds it or waits for it, or a set
+    /// waits for it unless `past_sets` (`SHARED_ACQUIRE_PAST_SETS_BODY`; the wrong variant, and
+    /// a lying node, overwrite the writer), nor while the readers are at the node's cap.
+    fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64, past_sets: bool) -> u64 {
         let (token, ms) = (cmd[4], number(cmd[5]));
         let writer = self.live(key, now).is_some();
         let mark = self.live(&crate::model::keys::waiting_key(key), now);
         let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes())
-            || mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
+            || (!past_sets && mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes()));
         let full = self.reader_cap.is_some_and(|cap| {
             (self.readers.iter()).any(|e| {
                 e.0 == key
@@ -514,6 +515,7 @@ mod tests {
             "dbaf8a77e1019f84c7241b04bbf2583f9ffab14b", // set's mark
             "29cca77116f14e5ef942406fcb300737387c418f", // waiting acquire
             "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
+            "39b563cbb0e19140bd8cd9b5867b73bb901be36e", // shared acquire past sets
         ];
         let sent: Vec<String> = scripts()
             .iter()

@@ -108,6 +108,12 @@ pub enum Break {
     /// and readers of their members; the liveness check's starvation clause (a set is owed
     /// the member it waits for: `Record::liveness`) catches it.
     SetsAllAtOnce,
+    /// (Liveness) a defect brought back: with ordered sets, a waiting writer or reader steps
+    /// back for a set's mark for its whole wait (`Mutation::SetMarksUnbounded`), not only during
+    /// `Config::set_precedence`, so a steady stream of sets keeps the writers and readers of a
+    /// set's first member out. The runs of [`Break::SetsAllAtOnce`]; the precedence clause of
+    /// the liveness check (`Record::deferences`) catches it.
+    SetMarksUnbounded,
 }
 
 /// The permits of `Break::CounterSemaphore`'s semaphore: with 5 nodes and majorities of 3,
@@ -129,6 +135,7 @@ impl Break {
             Break::RunIdOnYesOnly => Mutation::RunIdOnYesOnly,
             Break::HalfOpen => Mutation::NoHurry,
             Break::SetsAllAtOnce => Mutation::SetsAllAtOnce,
+            Break::SetMarksUnbounded => Mutation::SetMarksUnbounded,
             _ => Mutation::None,
         }
     }
@@ -136,6 +143,12 @@ impl Break {
     /// Its runs are the progress check's: one node frozen, contention for one resource.
     pub fn contention(self) -> bool {
         matches!(self, Break::WaitForSilent | Break::NoticeHerd)
+    }
+
+    /// Its runs are the sets' starvation runs: ordered sets beside plain locks and readers of
+    /// their members, eight clients contending.
+    pub fn of_sets(self) -> bool {
+        matches!(self, Break::SetsAllAtOnce | Break::SetMarksUnbounded)
     }
 
     /// Its runs are fenced: a wrong fencing construction, or the fence counters lost.

@@ -232,7 +232,7 @@ impl World {
     /// Lock operations after which callers stop starting new acquires.
     fn ops(&self) -> u64 {
         match self.setup.breaks {
-            b if b.contention() || b == Break::SetsAllAtOnce => self.setup.ops.max(CONTENTION_OPS),
+            b if b.contention() || b.of_sets() => self.setup.ops.max(CONTENTION_OPS),
             Break::FenceMajorityBlank => self.setup.ops.max(BLANK_MAJORITY_OPS),
             _ => self.setup.ops,
         }
@@ -342,8 +342,8 @@ impl World {
             }
             None => self.submit(c, kind, res, &token, now),
         };
-        if wait.is_some() && self.members[res].len() > 1 {
-            self.record.wait_callers.push((c, id, k));
+        if wait.is_some() {
+            self.record.wait_callers.push((c, id, k, res));
         }
         self.log(|| match wait {
             Some(wait) => format!("client {c} acquires {res}, waiting {wait:?} at most"),

@@ -238,7 +238,7 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         .reply_timeout(reply_timeout)
         .quarantine(quarantine)
         .fencing(fencing)
-        .ordered_sets(setup.ordered_sets || setup.breaks == Break::SetsAllAtOnce);
+        .ordered_sets(setup.ordered_sets || setup.breaks.of_sets());
     let shared = match setup.owner {
         true => shared.owner("sim-owner"),
         false => shared,
@@ -269,9 +269,9 @@ fn new_clients(
     rng: &mut Rng,
 ) -> Vec<Client> {
     let n_clients = match setup.breaks {
-        b if (b.contention() || b == Break::SetsAllAtOnce) && setup.crowd => 1,
+        b if (b.contention() || b.of_sets()) && setup.crowd => 1,
         // `redlock demo`'s eight handles; sets among busy members.
-        b if b.contention() || b == Break::SetsAllAtOnce => MOST_CLIENTS as usize,
+        b if b.contention() || b.of_sets() => MOST_CLIENTS as usize,
         _ => rng.within(CLIENTS) as usize,
     };
     let mut clients = Vec::with_capacity(n_clients);
@@ -299,7 +299,7 @@ fn new_client(
     // The waits' pauses replay with the schedule.
     engine.seed(rng.next());
     let callers = rng.range(1, MAX_CALLERS + 1);
-    let crowd = setup.breaks.contention() || setup.breaks == Break::SetsAllAtOnce;
+    let crowd = setup.breaks.contention() || setup.breaks.of_sets();
     let callers = match setup.crowd && crowd {
         true => CROWD,
         false => callers,
@@ -468,6 +468,13 @@ impl World {
                     let t = self.world_of(c, at);
                     self.record.set_steps.push((c, k, held, marks, t));
                 }
+            }
+            for (id, waited) in std::mem::take(&mut self.clients[c].engine.deference_log) {
+                let (caller, res) = (self.record.wait_callers.iter())
+                    .find(|e| e.0 == c && e.1 == id)
+                    .map_or((usize::MAX, usize::MAX), |e| (e.2, e.3));
+                let waited = waited.as_nanos() as u64;
+                self.record.deferences.push((c, caller, res, waited));
             }
         }
     }
