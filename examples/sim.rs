@@ -27,7 +27,10 @@
 //! each schedule's first grant is reported); a node's uptime read at its word, though Redis's
 //! reads up to a second high (a rolling restart, then new clients that see the young nodes
 //! for the first time): uptime-at-its-word; which process a node is learnt from counted yeses
-//! only (nodes replaced by processes up for an hour, contention): run-id-on-yes-only. `--sets`: callers also lock
+//! only (nodes replaced by processes up for an hour, contention): run-id-on-yes-only; ordered
+//! sets beside plain locks and readers of their members, a set waiting for all its members
+//! free at once: sets-all-at-once, and writers and readers stepping back for sets' marks past
+//! `Config::set_precedence`: set-marks-unbounded (both caught by the liveness check). `--sets`: callers also lock
 //! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--cancel`: half the waiting acquires are an async caller's, whose future is dropped at a
 //! random instant before its deadline (a lock won for nobody is the engine's to release).

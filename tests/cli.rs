@@ -27,7 +27,7 @@ fn redlock(urls: &[String]) -> Command {
 
 /// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
 /// by the commands these tests run, unless a test sets it.
-const OPTION_VARIABLES: [&str; 14] = [
+const OPTION_VARIABLES: [&str; 15] = [
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CERT",
     "REDLOCK_TLS_KEY",
@@ -42,6 +42,7 @@ const OPTION_VARIABLES: [&str; 14] = [
     "REDLOCK_OWNER",
     "REDLOCK_CLOCK_CHECK",
     "REDLOCK_ORDERED_SETS",
+    "REDLOCK_SET_PRECEDENCE",
 ];
 
 /// The token `key` holds on `s`: its value without the owner the CLI records with it
@@ -2472,6 +2473,38 @@ fn the_clock_check_grants_on_healthy_clocks_and_refuses_a_tolerance_below_a_mill
     );
     assert_code(&o, 64);
     assert_one_line_error(&o, "clock check tolerance");
+    assert_eq!(servers[0].dbsize(), 0);
+}
+
+/// `--set-precedence` (`REDLOCK_SET_PRECEDENCE`) reaches the library's settings: a valid one
+/// grants, written before the subcommand too; one over an hour is refused as a usage error
+/// (64) with the library's words, from the option and from the variable.
+#[test]
+fn set_precedence_reaches_the_settings_and_over_an_hour_is_a_usage_error() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let o = output(redlock(&urls).args([
+        "--set-precedence",
+        "0s",
+        "acquire",
+        "--ordered-sets",
+        "-n",
+        "job",
+    ]));
+    assert_code(&o, 0);
+    let token = stdout(&o).trim().to_owned();
+    let o = output(redlock(&urls).args(["release", "job", &token]));
+    assert_code(&o, 0);
+    let o = output(redlock(&urls).args(["acquire", "--set-precedence", "2h", "-n", "other"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "set precedence");
+    let o = output(
+        redlock(&urls)
+            .env("REDLOCK_SET_PRECEDENCE", "90m")
+            .args(["acquire", "-n", "other"]),
+    );
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "set precedence");
     assert_eq!(servers[0].dbsize(), 0);
 }
 

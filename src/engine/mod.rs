@@ -180,10 +180,6 @@ pub(crate) struct Engine<N: Net> {
     /// more — granted, or given up).
     #[cfg(feature = "sim")]
     pub(crate) step_log: Vec<(OpId, u16, bool, Instant)>,
-    /// The simulator's record of waiting attempts that step back for a set's mark (with
-    /// ordered sets): the waiting acquire, and how long it had waited when it made one.
-    #[cfg(feature = "sim")]
-    pub(crate) deference_log: Vec<(OpId, Duration)>,
     /// Fence repairs whose reads are over and whose writes are to be sent (reused list).
     repair_due: Vec<u32>,
     /// The expiry of the ledger entry being sent again (`flush_ledger`): its release op keeps
@@ -285,8 +281,6 @@ impl<N: Net> Engine<N> {
             twins: votes::Twins::new(n),
             #[cfg(feature = "sim")]
             step_log: Vec::new(),
-            #[cfg(feature = "sim")]
-            deference_log: Vec::new(),
             replay_until: None,
             sub_gen: vec![0; n],
             set_nx_px: SetNxPx::new(shared.config.ttl.as_millis() as u64),

@@ -29,6 +29,23 @@ impl<N: Net> Engine<N> {
         self.waits.get_mut(resource).map_or(0, |q| q.waiters.len())
     }
 
+    /// The simulator's view of an attempt a node ran: the waiting acquire whose attempt wrote
+    /// `value` (its token first), if that attempt is still in flight, and how long the wait
+    /// had lasted when the attempt was sent.
+    #[cfg(feature = "sim")]
+    pub(crate) fn attempt_of(&self, value: &[u8]) -> Option<(OpId, Duration)> {
+        let op = (self.core.ops.iter()).find(|op| {
+            !op.done
+                && matches!(op.waiter, Waiter::Attempt(_))
+                && value.starts_with(op.token.as_bytes())
+        })?;
+        let Waiter::Attempt(w) = op.waiter else {
+            return None;
+        };
+        let wait = &self.core.ops[w.index as usize];
+        Some((w, op.start.saturating_duration_since(wait.start)))
+    }
+
     /// Starts a waiting acquire: its first attempt at once, unless callers of this engine
     /// already wait for the resource (then it lines up behind them).
     pub(super) fn submit_wait(
@@ -137,16 +154,6 @@ impl<N: Net> Engine<N> {
                     && !past_sets
                     && crate::model::keys::is_one_key(&resource);
                 self.past_sets_attempt = past_sets;
-                #[cfg(feature = "sim")]
-                if ordered
-                    && (self.waiting_attempt
-                        || (!past_sets && crate::model::keys::shared_name(&resource).is_some()))
-                {
-                    // An attempt that steps back for a set's mark: within the precedence.
-                    let waited =
-                        now.saturating_duration_since(self.core.ops[w.index as usize].start);
-                    self.deference_log.push((w, waited));
-                }
                 &resource[..]
             }
         };

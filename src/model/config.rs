@@ -159,29 +159,28 @@ pub struct Config {
     /// first attempt, it takes its members in order of name, each step won on a quorum and
     /// kept (alive whatever the TTL) while it waits for the next, and marks the member it
     /// waits for (`redlock-mux set waiting`); this handle's waiting writers and readers of a
-    /// member marked so step back until the set has it (a first attempt, `try_lock` and other
-    /// clients' `SET NX` do not look: turn it on in every handle of the deployment). Ordered,
-    /// no two sets wait for each other; a set that gives up releases what it holds. The cost:
-    /// members held while a set waits for the others, and writers and readers held back —
-    /// in the real-server soak (96 callers on 4 resources, 15 % of them sets) 30–41 % of the
-    /// sets' `lock` calls end with the set instead of 0–1 %, and plain locks and readers are
-    /// granted less than half as often; a steady stream of sets can starve this crate's waiting
-    /// writers and readers of a set's first member, had they no bound on stepping back: they step
-    /// back for a set's mark only during the first [`Config::set_precedence`] of their wait. A
-    /// limit: a
-    /// set that believes it holds a member which a node lost (a restart without persistence,
-    /// a partition longer than the TTL, a TTL shorter than the fallback poll between its
-    /// attempts) may find it taken there and wait until its deadline. Default off.
+    /// member marked so step back during the first [`Config::set_precedence`] of their wait,
+    /// then compete with the sets (a first attempt, `try_lock` and other clients' `SET NX` do
+    /// not look: turn it on in every handle of the deployment). Ordered, no two sets wait for
+    /// each other; a set that gives up releases what it holds. The cost: members held while a
+    /// set waits for the others, and writers and readers held back — in the real-server soak
+    /// (96 callers on 4 resources, 15 % of them sets) many more of the sets' `lock` calls end
+    /// with the set, and plain locks and readers are granted less often (docs/waiting.md has
+    /// the figures). A limit: a set that believes it holds a member which a node lost (a
+    /// restart without persistence, a partition longer than the TTL, a TTL shorter than the
+    /// fallback poll between its attempts) may find it taken there and wait until its
+    /// deadline. Default off.
     pub ordered_sets: bool,
     /// With [`Config::ordered_sets`], how long into its wait this handle's waiting writer or
-    /// reader steps back for a waiting set's mark on its resource: past it, its attempts no
-    /// longer look at sets' marks (a writer's `SET NX`, a reader's script that still steps
-    /// back for a waiting writer), so a steady stream of sets delays a writer or reader of a
-    /// member by at most this much of its wait before it competes with them as with any
-    /// caller. Longer gives sets more of their members under contention, shorter keeps
-    /// writers and readers closer to their turn; zero: no precedence for sets. Default 250 ms
-    /// (a few critical sections, and below the default pause between attempts plus its jitter);
-    /// at most an hour.
+    /// reader steps back for a waiting set's mark on its resource. Past it, a writer's attempt
+    /// is the plain `SET NX` and a reader's may start a read lock of a free resource (but
+    /// still not join readers who hold it while a set waits, nor pass a waiting writer), so
+    /// that a steady stream of sets delays a writer or reader of a member by at most this much
+    /// of its wait before it competes with them as with any caller; without the bound such a
+    /// stream kept them out for as long as it lasted. Longer gives sets more of their members
+    /// under contention, shorter keeps writers and readers closer to their turn; zero: no
+    /// precedence for sets. Default 250 ms (a few critical sections; about the default pause
+    /// between attempts); at most an hour.
     pub set_precedence: Duration,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted

@@ -66,9 +66,10 @@ pub const READER_MARK_VALUE: &str = "redlock-mux reader waiting";
 
 /// The value of a waiting mark set by a *set* ([`ResourceSet`](crate::ResourceSet)) on the
 /// member it waits for (it takes its members one at a time, in order): while it is there, this
-/// crate's waiting writers and readers of that member step back (a first attempt, `try_lock`
-/// and other clients' `SET NX` do not look), so that callers of one member never starve a set.
-/// A release publishes and leaves it; the set deletes it when it takes the member, and it
+/// crate's waiting writers and readers of that member step back during the first
+/// [`Config::set_precedence`](crate::Config::set_precedence) of their wait (a first attempt,
+/// `try_lock` and other clients' `SET NX` do not look), so that callers of one member do not
+/// starve a set, nor a stream of sets them. A release publishes and leaves it; the set deletes it when it takes the member, and it
 /// expires two fallback polls after the set's last attempt.
 pub const SET_MARK_VALUE: &str = "redlock-mux set waiting";
 

@@ -266,21 +266,28 @@ pub(crate) const SET_STEP_FENCED_BODY: &str = concat!(
 /// `PEXPIRE`), six for one that joins (the marker's `ZSCORE`): expired readers are dropped by
 /// releases, not here, since the servers' time is the cycle's on a small machine.
 pub(crate) const SHARED_ACQUIRE_BODY: &str = shared_acquire!(
-    "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end "
+    "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end ",
+    ""
 );
 /// [`SHARED_ACQUIRE_BODY`] for a reader that has waited past [`Config::set_precedence`](crate::Config::set_precedence)
-/// (`engine/wait.rs`): it steps back for a waiting writer's mark only, no longer for a waiting
-/// set's, so that a steady stream of sets cannot keep it out for ever.
-pub(crate) const SHARED_ACQUIRE_PAST_SETS_BODY: &str =
-    shared_acquire!("if m == \"redlock-mux waiting mark\" then return 0 end ");
+/// (`engine/wait.rs`): where a set waits for the resource it may start a read lock of a free
+/// key (as a writer's `SET NX` may take it), but not join readers who hold it — joining, a
+/// stream of readers past their precedence would overlap for ever and keep out the set and
+/// the writers (a set's mark takes a waiting writer's place: one mark a key). A writer's
+/// mark refuses it as before.
+pub(crate) const SHARED_ACQUIRE_PAST_SETS_BODY: &str = shared_acquire!(
+    "if m == \"redlock-mux waiting mark\" then return 0 end ",
+    "if p ~= -2 and m == \"redlock-mux set waiting\" then return 0 end "
+);
 
-/// A reader's acquire ([`SHARED_ACQUIRE_BODY`]), after `$steps_back`: the test of the waiting
-/// key's mark `m` that refuses.
+/// A reader's acquire ([`SHARED_ACQUIRE_BODY`]): `$marks` tests the waiting key's mark `m`
+/// before anything else, `$held` after the key's `PTTL` `p` is read (-2: no key).
 macro_rules! shared_acquire {
-    ($steps_back:literal) => { concat!(
+    ($marks:literal, $held:literal) => { concat!(
     "local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ",
-    $steps_back,
+    $marks,
     "local p = redis.call(\"pttl\", KEYS[1]) if p == -1 then return 0 end ",
+    $held,
     "if p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
     readers_marker!(),
     "\") if type(s) == \"table\" then if string.find(s.err, \"WRONGTYPE\", 1, true) then return 0 end return s end ",
@@ -364,16 +371,20 @@ pub(crate) const READER_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1
 /// key) set to [`SET_MARK_VALUE`](crate::model::keys::SET_MARK_VALUE) for `ARGV[1]` ms where no
 /// key or a mark of ours is (it takes a writer's or reader's place: it makes the release publish
 /// as they do). Answers 1, or 0 where the key is someone else's. While it is there, this crate's
-/// waiting writers ([`WAITING_ACQUIRE_BODY`]) and readers step back from the member; releases
+/// waiting writers ([`WAITING_ACQUIRE_BODY`]) and readers step back from the member during the
+/// first [`Config::set_precedence`](crate::Config::set_precedence) of their wait (then a reader
+/// still does not join readers who hold it: [`SHARED_ACQUIRE_PAST_SETS_BODY`]); releases
 /// publish and leave it; the set's step that takes the member deletes it.
 pub(crate) const SET_MARK_BODY: &str = "local v = redis.pcall(\"get\", KEYS[1]) if v == false or v == \"redlock-mux waiting mark\" or v == \"redlock-mux reader waiting\" or v == \"redlock-mux set waiting\" then redis.call(\"set\", KEYS[1], \"redlock-mux set waiting\", \"PX\", ARGV[1]) return 1 end return 0";
 
 /// The attempt of a plain lock's wait after its first (`engine/wait.rs`): `SET KEYS[1] ARGV[1]
 /// NX PX ARGV[2]`, unless a set waits for the resource (its waiting key holds
 /// [`SET_MARK_VALUE`](crate::model::keys::SET_MARK_VALUE)): then it steps back, as a reader
-/// steps back for a waiting writer, so that callers of one member never starve a set. Answers
+/// steps back for a waiting writer, so that callers of one member do not starve a set. Answers
 /// 1 or 0. A first attempt (and `try_lock`) is the plain `SET NX`, as any client's: it does not
-/// look.
+/// look; nor does an attempt past the wait's
+/// [`Config::set_precedence`](crate::Config::set_precedence), so that a stream of sets does
+/// not starve the writer.
 pub(crate) const WAITING_ACQUIRE_BODY: &str = "if redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) == \"redlock-mux set waiting\" then return 0 end if redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) then return 1 end return 0";
 
 /// [`WAITING_ACQUIRE_BODY`] with fencing, as [`ACQUIRE_BODY`]: the counter `KEYS[2]` read

@@ -111,6 +111,7 @@ impl World {
             &mut reply,
         );
         recycle(&mut self.spare, bytes);
+        self.place_deferring(client, node);
         if reply.is_empty() {
             recycle(&mut self.spare, reply);
         } else {
@@ -120,6 +121,27 @@ impl World {
             }
         }
         self.send_notices(node);
+    }
+
+    /// The acquires node `node` just ran for `client` with a script that steps back for a
+    /// set's mark, placed by wait: with ordered sets, how long each one's wait had lasted when
+    /// it was sent (`Record::deferences`). An attempt no longer in flight (a late node) cannot
+    /// be placed and is left out.
+    fn place_deferring(&mut self, client: usize, node: usize) {
+        let values = std::mem::take(&mut self.nodes[node].node.deferring);
+        if !self.shared.config.ordered_sets {
+            return;
+        }
+        for value in values {
+            let Some((w, waited)) = self.clients[client].engine.attempt_of(&value) else {
+                continue;
+            };
+            let (caller, res) = (self.record.wait_callers.iter())
+                .find(|e| e.0 == client && e.1 == w)
+                .map_or((usize::MAX, usize::MAX), |e| (e.2, e.3));
+            let waited = waited.as_nanos() as u64;
+            self.record.deferences.push((client, caller, res, waited));
+        }
     }
 
     /// Release notices, to every subscribed connection of this node still up (FIFO after

@@ -84,6 +84,10 @@ pub(crate) struct Node {
     subs: Vec<(u64, Vec<u8>)>,
     /// Messages published, for the world to deliver: (connection, RESP3 push).
     pub outbox: Vec<(u64, Vec<u8>)>,
+    /// The values (tokens first) of the acquires run with a script that steps back for a
+    /// set's mark (a plain lock's waiting attempt, a reader's acquire within its precedence),
+    /// for the world to place (the precedence clause: `Record::deferences`).
+    pub deferring: Vec<Vec<u8>>,
 }
 
 /// A new process's `run_id`: 40 hex digits drawn from the schedule's generator.
@@ -118,6 +122,7 @@ impl Node {
             conn: 0,
             subs: Vec::new(),
             outbox: Vec::new(),
+            deferring: Vec::new(),
         }
     }
 

@@ -59,8 +59,9 @@ pub(super) struct Record {
     /// after them, from world time `from` until the caller's next entry (`(0, false)`: none any
     /// more), in order of time for each caller.
     pub(super) set_steps: Vec<(usize, usize, u16, bool, u64)>,
-    /// (client, caller, resource, ns waited): every waiting attempt of a writer or reader that
-    /// stepped back for a set's mark (`Engine::deference_log`), for the precedence clause.
+    /// (client, caller, resource, ns waited when sent): every waiting attempt of a writer or
+    /// reader that a node ran with a script that steps back for a set's mark, placed by its
+    /// wait (`World::place_deferring`), for the precedence clause.
     pub(super) deferences: Vec<(usize, usize, usize, u64)>,
     /// (client, waiting acquire, caller, resource): whose wait each is (to place `set_steps`
     /// and `deferences`).
@@ -237,15 +238,14 @@ impl Record {
         covers
     }
 
-    /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
-    /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
-    /// the new `worst` if it is longer than [`WAIT_BOUND`].
-    /// The precedence clause: with ordered sets, no waiting writer or reader steps back for a
-    /// set's mark once it has waited `precedence` (ns; `Config::set_precedence`) — else a
-    /// steady stream of sets keeps it out as long as the stream lasts, though the resource is
-    /// released and taken again and again (`Mutation::SetMarksUnbounded`). Reported as a
-    /// [`LivenessViolation`] whose `free` stretch runs from the end of the precedence to the
-    /// attempt that still stepped back (in the wait's own time: `want` starts at 0).
+    /// The precedence clause: with ordered sets, no node runs a waiting writer's or reader's
+    /// attempt with a script that steps back for a set's mark (`WAITING_ACQUIRE_BODY`, its
+    /// fenced twin, `SHARED_ACQUIRE_BODY`) once the wait had lasted `precedence` (ns;
+    /// `Config::set_precedence`) when the attempt was sent — else a steady stream of sets keeps
+    /// it out as long as the stream lasts, though the resource is released and taken again
+    /// and again (`Mutation::SetMarksUnbounded`). Reported as a [`LivenessViolation`] whose
+    /// `free` stretch runs from the end of the precedence to that attempt (in the wait's own
+    /// time: `want` starts at 0).
     pub(super) fn deferences_past(&self, precedence: u64) -> Option<LivenessViolation> {
         let &(client, caller, resource, waited) =
             self.deferences.iter().find(|d| d.3 > precedence)?;
@@ -258,6 +258,9 @@ impl Record {
         })
     }
 
+    /// Within the stretch `free` of want `w`, the pieces between changes: a piece longer than
+    /// `longest` (within no pause of the caller, which owes nothing) is the new longest, and
+    /// the new `worst` if it is longer than [`WAIT_BOUND`].
     fn longest_unchanged(
         &self,
         w: &Want,

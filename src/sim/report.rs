@@ -42,7 +42,10 @@ pub struct FenceViolation {
 }
 
 /// A caller that waited for a resource nobody held, with every fault healed or at most a minority
-/// of the nodes faulty, for longer than [`WAIT_BOUND`](super::WAIT_BOUND) (world time, ns).
+/// of the nodes faulty, for longer than [`WAIT_BOUND`](super::WAIT_BOUND) (world time, ns); or,
+/// with ordered sets, a waiting writer or reader whose attempt stepped back for a set's mark
+/// after it had waited `Config::set_precedence` (then `want` and `free` are in the wait's own
+/// time: `want.0` is 0, `free` runs from the end of the precedence to that attempt).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LivenessViolation {
     /// The resource's index.

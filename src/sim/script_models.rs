@@ -37,6 +37,11 @@ impl Node {
             return;
         }
         self.loaded[index] = true;
+        match index {
+            WAITING_ACQUIRE_SCRIPT | SHARED_ACQUIRE_SCRIPT => self.deferring.push(cmd[4].to_vec()),
+            WAITING_FENCED_ACQUIRE_SCRIPT => self.deferring.push(cmd[5].to_vec()),
+            _ => {}
+        }
         if index == REPAIR_SCRIPT {
             self.repair(cmd, out);
         } else if matches!(index, 2..=4 | WAITING_FENCED_ACQUIRE_SCRIPT) {
@@ -169,14 +174,17 @@ impl Node {
     }
 
     /// A reader joins `key`'s readers: not while a writer holds it or waits for it, or a set
-    /// waits for it unless `past_sets` (`SHARED_ACQUIRE_PAST_SETS_BODY`; the wrong variant, and
-    /// a lying node, overwrite the writer), nor while the readers are at the node's cap.
+    /// waits for it — unless `past_sets` (`SHARED_ACQUIRE_PAST_SETS_BODY`) and no reader holds
+    /// it (the wrong variant, and a lying node, overwrite the writer) — nor while the readers
+    /// are at the node's cap.
     fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64, past_sets: bool) -> u64 {
         let (token, ms) = (cmd[4], number(cmd[5]));
         let writer = self.live(key, now).is_some();
         let mark = self.live(&crate::model::keys::waiting_key(key), now);
+        let read = (self.readers.iter()).any(|e| e.0 == key && now < e.2);
+        let set_waits = mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
         let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes())
-            || (!past_sets && mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes()));
+            || (set_waits && (!past_sets || read));
         let full = self.reader_cap.is_some_and(|cap| {
             (self.readers.iter()).any(|e| {
                 e.0 == key
@@ -515,7 +523,7 @@ mod tests {
             "dbaf8a77e1019f84c7241b04bbf2583f9ffab14b", // set's mark
             "29cca77116f14e5ef942406fcb300737387c418f", // waiting acquire
             "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
-            "39b563cbb0e19140bd8cd9b5867b73bb901be36e", // shared acquire past sets
+            "d7885a1893c11385aa562ed917252c3b01853808", // shared acquire past sets
         ];
         let sent: Vec<String> = scripts()
             .iter()

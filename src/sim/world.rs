@@ -469,13 +469,6 @@ impl World {
                     self.record.set_steps.push((c, k, held, marks, t));
                 }
             }
-            for (id, waited) in std::mem::take(&mut self.clients[c].engine.deference_log) {
-                let (caller, res) = (self.record.wait_callers.iter())
-                    .find(|e| e.0 == c && e.1 == id)
-                    .map_or((usize::MAX, usize::MAX), |e| (e.2, e.3));
-                let waited = waited.as_nanos() as u64;
-                self.record.deferences.push((c, caller, res, waited));
-            }
         }
     }
 

@@ -125,7 +125,7 @@ pub struct Tuning {
     /// Ordered sets: a set of several names refused at its first attempt takes its members one
     /// at a time, in order of name, keeping those it has while it waits for the next, and marks
     /// the one it waits for, so that other waiting callers of that member (with this option)
-    /// step back (a steady stream of sets can starve them). Without it a set waits for a moment
+    /// step back during the first --set-precedence of their wait. Without it a set waits for a moment
     /// when every member is free at once, which busy members may never leave. Give it to every
     /// redlock and handle that locks these names. Default: off
     #[arg(
@@ -134,6 +134,19 @@ pub struct Tuning {
         value_parser = BoolishValueParser::new()
     )]
     pub ordered_sets: bool,
+    /// With --ordered-sets, how long into its wait a caller steps back for a waiting set
+    ///
+    /// With --ordered-sets, a waiting lock or reader of a name an ordered set waits for steps
+    /// back for the set during this much of its wait, then competes with the sets as with any
+    /// caller, so that a steady stream of sets cannot keep it out. Longer gives sets more, 0
+    /// gives them no precedence; at most an hour. Default: 250ms
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = parse_duration,
+        env = "REDLOCK_SET_PRECEDENCE"
+    )]
+    pub set_precedence: Option<Duration>,
 }
 
 impl Tuning {
@@ -162,6 +175,9 @@ impl Tuning {
         }
         if self.ordered_sets {
             b = b.ordered_sets(true);
+        }
+        if let Some(d) = self.set_precedence {
+            b = b.set_precedence(d);
         }
         b
     }

@@ -15,7 +15,7 @@ use crate::fail::{Fail, exit};
 /// lines keep working; so are the other lock options ([`LockOptions`](crate::options::LockOptions)), which every
 /// subcommand that talks to servers takes.
 pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
-    const WITH_VALUE: [&str; 15] = [
+    const WITH_VALUE: [&str; 16] = [
         "-s",
         "--server",
         "--quarantine",
@@ -31,6 +31,7 @@ pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
         "-E",
         "--conflict-exit-code",
         "--clock-check",
+        "--set-precedence",
     ];
     const FLAGS: [&str; 6] = [
         "--fence",
