@@ -77,6 +77,14 @@ pub fn client_config() -> Config {
     config.fencing = true;
     // `SOAK_ORDERED_SETS=1`: ordered sets in every worker (`Config::ordered_sets`).
     config.ordered_sets = std::env::var("SOAK_ORDERED_SETS").is_ok_and(|v| v == "1");
+    // `SOAK_SET_PRECEDENCE_MS=N`: with ordered sets, `Config::set_precedence` (the default
+    // otherwise).
+    if let Some(ms) = std::env::var("SOAK_SET_PRECEDENCE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        config.set_precedence = std::time::Duration::from_millis(ms);
+    }
     config
 }
 
