@@ -30,8 +30,8 @@
 //! only (nodes replaced by processes up for an hour, contention): run-id-on-yes-only; ordered
 //! sets beside plain locks and readers of their members, a set waiting for all its members
 //! free at once: sets-all-at-once, and writers and readers stepping back for sets' marks past
-//! `Config::set_precedence`: set-marks-unbounded (both caught by the liveness check). `--sets`: callers also lock
-//! sets of the resources all or none; `--shared`: callers also take shared (read) locks of
+//! `Config::set_precedence`: set-marks-unbounded (both caught by the liveness check).
+//! `--sets`: callers also lock sets of the resources all or none; `--shared`: callers also take shared (read) locks of
 //! them. `--cancel`: half the waiting acquires are an async caller's, whose future is dropped at a
 //! random instant before its deadline (a lock won for nobody is the engine's to release).
 //! `--owner`: the clients' locks carry an owner (`Config::owner`), which every release and

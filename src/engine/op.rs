@@ -69,7 +69,8 @@ pub(super) struct Op {
     /// for the resource (`WAITING_ACQUIRE_BODY`).
     pub waiting: bool,
     /// A reader's attempt of a wait past its set precedence (`Config::set_precedence`): it
-    /// steps back for a waiting writer, no longer for a waiting set (`SHARED_ACQUIRE_PAST_SETS_BODY`).
+    /// steps back for a waiting writer, and for a waiting set only where readers hold the
+    /// resource (`SHARED_ACQUIRE_PAST_SETS_BODY`).
     pub past_sets: bool,
     /// Requests sent and neither answered nor failed yet.
     pub outstanding: u32,

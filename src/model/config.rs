@@ -152,7 +152,8 @@ pub struct Config {
     /// readers out of a free resource): they get no preference over readers. Default on.
     pub release_notices: bool,
     /// Sets that wait take their members one at a time, and have priority over this crate's
-    /// waiting writers and readers of the member they wait for. Off (the default), a waiting
+    /// waiting writers and readers of the member they wait for, during the first
+    /// [`Config::set_precedence`] of those waits. Off (the default), a waiting
     /// [`ResourceSet`](crate::ResourceSet) tries all its members at once at every attempt, so
     /// it waits for a moment when every member is free together, which callers that keep one
     /// member busy (plain locks, readers that overlap) need never leave. On, refused at its
@@ -163,10 +164,12 @@ pub struct Config {
     /// then compete with the sets (a first attempt, `try_lock` and other clients' `SET NX` do
     /// not look: turn it on in every handle of the deployment). Ordered, no two sets wait for
     /// each other; a set that gives up releases what it holds. The cost: members held while a
-    /// set waits for the others, and writers and readers held back — in the real-server soak
-    /// (96 callers on 4 resources, 15 % of them sets) many more of the sets' `lock` calls end
-    /// with the set, and plain locks and readers are granted less often (docs/waiting.md has
-    /// the figures). A limit: a set that believes it holds a member which a node lost (a
+    /// set waits for the others, and writers and readers held back. What it buys depends on
+    /// the load: in the contention benchmark's mix of writers, plain locks, sets and readers a
+    /// set's caller gets about seven times the sections; under the real-server soak's
+    /// overload (every resource busy, ~30 callers waiting for each) sets gain little with the
+    /// default precedence, and a precedence as long as the waits gives them a quarter to a
+    /// third of their waits at the others' expense (docs/waiting.md has the figures). A limit: a set that believes it holds a member which a node lost (a
     /// restart without persistence, a partition longer than the TTL, a TTL shorter than the
     /// fallback poll between its attempts) may find it taken there and wait until its
     /// deadline. Default off.

@@ -69,8 +69,9 @@ pub const READER_MARK_VALUE: &str = "redlock-mux reader waiting";
 /// crate's waiting writers and readers of that member step back during the first
 /// [`Config::set_precedence`](crate::Config::set_precedence) of their wait (a first attempt,
 /// `try_lock` and other clients' `SET NX` do not look), so that callers of one member do not
-/// starve a set, nor a stream of sets them. A release publishes and leaves it; the set deletes it when it takes the member, and it
-/// expires two fallback polls after the set's last attempt.
+/// starve a set, nor a stream of sets them. A release publishes and leaves it; the set deletes
+/// it when it takes the member, and it expires two fallback polls after the set's last
+/// attempt.
 pub const SET_MARK_VALUE: &str = "redlock-mux set waiting";
 
 /// The text of [`READERS_MARKER`], as a macro so that the scripts can `concat!` it in.

@@ -269,8 +269,8 @@ pub(crate) const SHARED_ACQUIRE_BODY: &str = shared_acquire!(
     "if m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" then return 0 end ",
     ""
 );
-/// [`SHARED_ACQUIRE_BODY`] for a reader that has waited past [`Config::set_precedence`](crate::Config::set_precedence)
-/// (`engine/wait.rs`): where a set waits for the resource it may start a read lock of a free
+/// [`SHARED_ACQUIRE_BODY`] for a reader that has waited past
+/// [`Config::set_precedence`](crate::Config::set_precedence) (`engine/wait.rs`): where a set waits for the resource it may start a read lock of a free
 /// key (as a writer's `SET NX` may take it), but not join readers who hold it — joining, a
 /// stream of readers past their precedence would overlap for ever and keep out the set and
 /// the writers (a set's mark takes a waiting writer's place: one mark a key). A writer's
@@ -527,7 +527,7 @@ pub(crate) const WAITING_ACQUIRE_SCRIPT: usize = 19;
 /// The index of a plain lock's fenced waiting attempt in [`scripts`].
 pub(crate) const WAITING_FENCED_ACQUIRE_SCRIPT: usize = 20;
 
-/// The index of a reader's acquire past its set precedence (steps back for writers only).
+/// The index of a reader's acquire past its set precedence (joins no readers while a set waits).
 pub(crate) const SHARED_ACQUIRE_PAST_SETS_SCRIPT: usize = 21;
 
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them

@@ -125,9 +125,9 @@ pub struct Tuning {
     /// Ordered sets: a set of several names refused at its first attempt takes its members one
     /// at a time, in order of name, keeping those it has while it waits for the next, and marks
     /// the one it waits for, so that other waiting callers of that member (with this option)
-    /// step back during the first --set-precedence of their wait. Without it a set waits for a moment
-    /// when every member is free at once, which busy members may never leave. Give it to every
-    /// redlock and handle that locks these names. Default: off
+    /// step back during the first --set-precedence of their wait. Without it a set waits for a
+    /// moment when every member is free at once, which busy members may never leave. Give it to
+    /// every redlock and handle that locks these names. Default: off
     #[arg(
         long,
         env = "REDLOCK_ORDERED_SETS",
@@ -144,7 +144,8 @@ pub struct Tuning {
         long,
         value_name = "DURATION",
         value_parser = parse_duration,
-        env = "REDLOCK_SET_PRECEDENCE"
+        env = "REDLOCK_SET_PRECEDENCE",
+        hide_short_help = true
     )]
     pub set_precedence: Option<Duration>,
 }
