@@ -136,9 +136,10 @@ impl World {
             let Some((w, waited)) = self.clients[client].engine.attempt_of(&value) else {
                 continue;
             };
-            let (caller, res) = (self.record.wait_callers.iter())
-                .find(|e| e.0 == client && e.1 == w)
-                .map_or((usize::MAX, usize::MAX), |e| (e.2, e.3));
+            let (caller, res) = self
+                .record
+                .wait_of(client, w)
+                .unwrap_or((usize::MAX, usize::MAX));
             let waited = waited.as_nanos() as u64;
             self.record.deferences.push((client, caller, res, waited));
         }

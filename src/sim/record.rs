@@ -238,6 +238,17 @@ impl Record {
         covers
     }
 
+    /// The caller and resource of client `client`'s waiting acquire `id` (`wait_callers`).
+    pub(super) fn wait_of(
+        &self,
+        client: usize,
+        id: crate::engine::request::OpId,
+    ) -> Option<(usize, usize)> {
+        (self.wait_callers.iter())
+            .find(|e| e.0 == client && e.1 == id)
+            .map(|e| (e.2, e.3))
+    }
+
     /// The precedence clause: with ordered sets, no node runs a waiting writer's or reader's
     /// attempt with a script that steps back for a set's mark (`WAITING_ACQUIRE_BODY`, its
     /// fenced twin, `SHARED_ACQUIRE_BODY`) once the wait had lasted `precedence` (ns;

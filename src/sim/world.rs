@@ -461,10 +461,7 @@ impl World {
     fn take_set_steps(&mut self) {
         for c in 0..self.clients.len() {
             for (id, held, marks, at) in std::mem::take(&mut self.clients[c].engine.step_log) {
-                let caller = (self.record.wait_callers.iter())
-                    .find(|e| e.0 == c && e.1 == id)
-                    .map(|e| e.2);
-                if let Some(k) = caller {
+                if let Some((k, _)) = self.record.wait_of(c, id) {
                     let t = self.world_of(c, at);
                     self.record.set_steps.push((c, k, held, marks, t));
                 }
