@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --features sim --example sim -- [SEEDS] [--start N] [--break KIND]
-//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--threads T]
+//!     [--control] [--fence] [--sets] [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--fair] [--threads T]
 //! cargo run --release --features sim --example sim -- --trace SEED [--break KIND] [--control]
 //! ```
 //!
@@ -52,7 +52,7 @@ use redlock_mux::sim::{self, Break, FAULT_KINDS, Report, Setup};
 
 /// The usage line printed with an argument error.
 const USAGE: &str = "usage: sim [SEEDS] [--start N] [--break KIND] [--control] [--fence] [--sets] \
-    [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--threads T] | sim --trace SEED [--break KIND] [--control]";
+    [--shared] [--crowd] [--young] [--cancel] [--owner] [--ordered-sets] [--fair] [--threads T] | sim --trace SEED [--break KIND] [--control]";
 
 /// The value after `flag`, parsed.
 fn value<T: std::str::FromStr>(
@@ -131,6 +131,7 @@ fn options(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--cancel" => o.setup.cancel = true,
             "--owner" => o.setup.owner = true,
             "--ordered-sets" => o.setup.ordered_sets = true,
+            "--fair" => o.setup.fair = true,
             "--trace" => o.trace = Some(value(&mut args, "--trace")?),
             "--break" => o.setup.breaks = break_kind(args.next())?,
             n if !n.starts_with('-') => {

@@ -27,7 +27,7 @@ fn redlock(urls: &[String]) -> Command {
 
 /// The variables the lock options are read from (besides REDLOCK_SERVERS): none is inherited
 /// by the commands these tests run, unless a test sets it.
-const OPTION_VARIABLES: [&str; 15] = [
+const OPTION_VARIABLES: [&str; 16] = [
     "REDLOCK_TLS_CA",
     "REDLOCK_TLS_CERT",
     "REDLOCK_TLS_KEY",
@@ -43,6 +43,7 @@ const OPTION_VARIABLES: [&str; 15] = [
     "REDLOCK_CLOCK_CHECK",
     "REDLOCK_ORDERED_SETS",
     "REDLOCK_SET_PRECEDENCE",
+    "REDLOCK_FAIR",
 ];
 
 /// The token `key` holds on `s`: its value without the owner the CLI records with it
@@ -3058,6 +3059,55 @@ fn ordered_sets_keep_the_first_member_while_the_next_is_held() {
             .args(["run", "-n", "a", "b", "--", "true"]),
     );
     assert_code(&o, 0);
+}
+
+/// `--fair` (`REDLOCK_FAIR`): three `redlock run` processes that begin to wait one after the
+/// other (each once the one before is in the queue on every server) while a fourth holds the
+/// name run their commands in that order once it is released; `--fair` with `--fence` is a
+/// usage error.
+#[test]
+fn fair_runs_in_separate_processes_go_in_the_order_they_began_to_wait() {
+    let servers = Cluster::start(3);
+    let urls = servers.urls();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("order");
+    let holder = acquire(&urls, "job", "30s");
+    let mut waiters = Vec::new();
+    for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+        let line = format!("echo {name} >> {}", log.display());
+        // The flag before the subcommand, then after it, then from the variable.
+        let mut cmd = redlock(&urls);
+        match i {
+            0 => cmd.args(["--fair", "run", "-w", "20", "job", "--", "sh", "-c", &line]),
+            1 => cmd.args(["run", "--fair", "-w", "20", "job", "--", "sh", "-c", &line]),
+            _ => cmd
+                .env("REDLOCK_FAIR", "yes")
+                .args(["run", "-w", "20", "job", "--", "sh", "-c", &line]),
+        };
+        waiters.push(spawn(&mut cmd));
+        let deadline = Instant::now() + LIMIT;
+        // The queue's marker and one entry per waiter so far, on every server.
+        while !servers
+            .iter()
+            .all(|s| s.cmd(&["ZCARD", "redlock:queue:job"]) == redis::Value::Int(i as i64 + 2))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "waiter {name} never joined the queue"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let o = output(redlock(&urls).args(["release", "job", &holder]));
+    assert_code(&o, 0);
+    for w in waiters {
+        assert_code(&finish(w, LIMIT), 0);
+    }
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "a\nb\nc\n");
+    assert!(servers.iter().all(|s| s.dbsize() == 0));
+    let o = output(redlock(&urls).args(["acquire", "--fair", "--fence", "-n", "job"]));
+    assert_code(&o, 64);
+    assert_one_line_error(&o, "fair");
 }
 
 /// `-h` is the short help (each option's first sentence), `--help` the long one (every option

@@ -88,12 +88,13 @@ impl Retry {
 
     /// This crate's handle. Quarantine off: the servers were started seconds ago, and the
     /// default quarantine would keep each of them out of quorums for a TTL.
-    fn mux(self, urls: &[String], ordered_sets: bool) -> redlock_mux::Redlock {
+    fn mux(self, urls: &[String], shape: Option<Shape>) -> redlock_mux::Redlock {
         let b = Builder::new(urls)
             .quarantine(None)
             .ttl(TTL)
             .node_timeout(NODE_TIMEOUT)
-            .ordered_sets(ordered_sets);
+            .ordered_sets(shape == Some(Shape::MixedOrdered))
+            .fair(shape == Some(Shape::Fair));
         let b = match self {
             Retry::Defaults => b,
             Retry::OneMs => b.retry_delay(Duration::from_millis(1), Duration::from_millis(1)),
@@ -121,7 +122,8 @@ impl Retry {
 /// What the callers of a run lock, in the kinds rows (`bench_table`'s contention scenario): one
 /// resource for all (the plain rows), a set of two resources for all, writers and readers of one
 /// resource, or a mix of every kind on two resources, with sets taken all at once or (`mixed,
-/// ordered sets`) with `Builder::ordered_sets`. Named by the run's resource
+/// ordered sets`) with `Builder::ordered_sets`, or one resource for all, fair (`plain, fair`:
+/// `Builder::fair`). Named by the run's resource
 /// (`kinds:SHAPE:…`, [`Shape::resource`]), so that a child process learns it from its RESOURCE
 /// argument; any other resource is the plain rows' one resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -131,6 +133,7 @@ pub enum Shape {
     ReadWrite,
     Mixed,
     MixedOrdered,
+    Fair,
 }
 
 /// What one caller locks: resource `a`, resource `b`, the set of both, or `a` shared.
@@ -173,8 +176,9 @@ impl Target {
 }
 
 impl Shape {
-    pub const ALL: [Shape; 5] = [
+    pub const ALL: [Shape; 6] = [
         Shape::Plain,
+        Shape::Fair,
         Shape::Set,
         Shape::ReadWrite,
         Shape::Mixed,
@@ -188,6 +192,7 @@ impl Shape {
             Shape::ReadWrite => "writers + readers",
             Shape::Mixed => "mixed",
             Shape::MixedOrdered => "mixed, ordered sets",
+            Shape::Fair => "plain, fair",
         }
     }
 
@@ -198,6 +203,7 @@ impl Shape {
             Shape::ReadWrite => "rw",
             Shape::Mixed => "mixed",
             Shape::MixedOrdered => "mixed-ordered",
+            Shape::Fair => "fair",
         }
     }
 
@@ -217,6 +223,7 @@ impl Shape {
     pub fn role(self, caller: u32) -> (&'static str, Target) {
         match (self, caller % 4) {
             (Shape::Plain, _) => ("plain", Target::A),
+            (Shape::Fair, _) => ("fair", Target::A),
             (Shape::Set, _) => ("set", Target::Both),
             (Shape::ReadWrite, 0 | 2) => ("writer", Target::A),
             (Shape::ReadWrite, _) => ("reader", Target::SharedA),
@@ -444,9 +451,7 @@ fn collect(rx: &mpsc::Receiver<CallerOut>, k: usize, hard: u64, solo: Duration) 
 fn run_mux(spec: &Spec) -> Callers {
     // The kinds rows: the shape the resource names (`Shape::of`); the plain rows: none.
     let shape = Shape::of(spec.resource);
-    let redlock = spec
-        .retry
-        .mux(spec.urls, shape == Some(Shape::MixedOrdered));
+    let redlock = spec.retry.mux(spec.urls, shape);
     sleep_until(spec.solo_at);
     // The uncontended cycle on the same handle (the first cycles connect).
     let solo_res = format!("{}:solo:{}", spec.resource, spec.caller_base);
@@ -480,7 +485,7 @@ fn run_mux(spec: &Spec) -> Callers {
             Some(shape) => shape.role(caller).1.name(&resource),
             None => resource.clone().into_bytes(),
         };
-        let flag = matches!(shape, None | Some(Shape::Plain | Shape::Set));
+        let flag = matches!(shape, None | Some(Shape::Plain | Shape::Fair | Shape::Set));
         std::thread::Builder::new()
             .name(format!("contend-{caller}"))
             .spawn(move || {

@@ -7,19 +7,22 @@ use std::time::{Duration, Instant};
 use crate::engine::net::Net;
 use crate::engine::request::{OpId, Outcome};
 use crate::model::error::{NodeFault, Refusal};
+use crate::model::keys::QUEUE_ENTRY_LEN;
 use crate::model::round::Decision;
 use crate::model::token::{FAMILY_LEN, MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
-    FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    FAIR_ACQUIRE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT,
+    SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
+    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
+    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 use crate::proto::session::Kind;
 
 use super::fence::Stage;
-use super::{Engine, OpKind, keyed_call, nodes_in, script_call};
+use super::notice::mark_ttl;
+use super::{Engine, OpKind, Waiter, keyed_call, nodes_in, script_call};
 
 impl<N: Net> Engine<N> {
     /// Starts the round of acquire `id` and queues its requests to the nodes in `targets`.
@@ -64,6 +67,7 @@ impl<N: Net> Engine<N> {
             scratch,
             set_nx_px,
             shared,
+            wall,
             ..
         } = self;
         let op = &core.ops[id.index as usize];
@@ -138,6 +142,27 @@ impl<N: Net> Engine<N> {
                 Arg::UInt(ttl.as_millis() as u64),
             ];
             let call = script_call(scratch, script, id.tag(), &args);
+            return core.send_script(net, (id, call), targets, now);
+        }
+        if shared.config.fair && crate::model::keys::is_one_key(resource) {
+            // A fair lock (`FAIR_ACQUIRE_BODY`): a waiting acquire's attempt with its entry in
+            // the resource's queue, `try_lock` with none (it waits for nobody, and passes nobody).
+            let written: [u8; QUEUE_ENTRY_LEN];
+            let entry = match op.waiter {
+                Waiter::Attempt(w) => {
+                    written = wall.entry(core.ops[w.index as usize].start, &op.token);
+                    &written[..]
+                }
+                _ => &[][..],
+            };
+            let args = [
+                Arg::Bytes(token),
+                Arg::UInt(ttl.as_millis() as u64),
+                Arg::Bytes(entry),
+                Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
+            ];
+            let script = &scripts()[FAIR_ACQUIRE_SCRIPT];
+            let call = keyed_call(scratch, (script, id.tag()), resource, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
         if op.waiting {

@@ -57,6 +57,7 @@
 mod acquire;
 mod drive;
 mod extend;
+pub(crate) mod fair;
 mod fence;
 pub(crate) mod foreign;
 mod keep;
@@ -153,6 +154,8 @@ pub(crate) struct Engine<N: Net> {
     waiting_attempt: bool,
     /// The acquire submitted next is a reader's attempt past its set precedence (`Op::past_sets`).
     past_sets_attempt: bool,
+    /// This client's wall clock, for a fair lock's queue entries (`fair.rs`).
+    pub(crate) wall: fair::Wall,
     keeps: Keeps,
     /// Alarms of async callers (retry pauses, validity deadlines), fired when due.
     alarms: Vec<(Instant, Arc<Alarm>)>,
@@ -298,6 +301,7 @@ impl<N: Net> Engine<N> {
             step_attempt: None,
             waiting_attempt: false,
             past_sets_attempt: false,
+            wall: fair::Wall::read(now),
             keeps: Keeps::new(&shared.config),
             alarms: Vec::new(),
             callbacks: Arc::new(Callbacks::default()),

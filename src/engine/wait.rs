@@ -216,6 +216,19 @@ impl<N: Net> Engine<N> {
             self.step_log.push((w, 0, false, now));
         }
         let op = &mut self.core.ops[w.index as usize];
+        // A fair lock's waiter that may have joined its queue leaves it: every wait that made
+        // an attempt, but one granted at its first (won on every node it reached, it joined
+        // none: `FAIR_ACQUIRE_BODY` takes a free resource with no queue without joining, and
+        // leaves the queue where it wins).
+        let first_won = matches!(&outcome, Some(Outcome::Locked(Ok((0, _)))));
+        if self.shared.config.fair
+            && op.tries > 0
+            && !first_won
+            && crate::model::keys::is_one_key(&op.resource)
+        {
+            self.leave_queue(w, now);
+        }
+        let op = &mut self.core.ops[w.index as usize];
         if let Some(Outcome::Locked(Ok((variant, _)))) = &outcome {
             // What a release of a lock won for nobody must delete.
             op.token = op.token.variant(*variant);

@@ -185,6 +185,23 @@ pub struct Config {
     /// precedence for sets. Default 250 ms (a few critical sections; about the default pause
     /// between attempts); at most an hour.
     pub set_precedence: Duration,
+    /// A fair lock: this handle's plain locks are granted first come, first served among the
+    /// fair callers of a resource, in every process, over all the nodes. A waiter joins the
+    /// resource's queue on each node (`redlock:queue:<resource>`, a sorted set: its entry is
+    /// its wait's start on its own clock and its token's first bytes) and a node grants the
+    /// lock only to the first live entry; every node orders the entries the same way, so the
+    /// oldest waiter is first on every node it reached and wins at quorum — no two waiters can
+    /// each be first on half of them. Entries live two fallback polls past the waiter's last
+    /// attempt ([`Config::retry_delay`] and jitter, at least a second): a waiter that dies keeps
+    /// its place that long, and one that gives up or is granted leaves at once. An acquire
+    /// that finds no queue is the plain `SET NX` in one script: an uncontended fair lock costs
+    /// one script call per node instead of the command. Fairness is among fair callers:
+    /// readers, sets, and `SET NX` from plain handles or other clients do not queue (turn it
+    /// on in every handle that locks the resource); `try_lock` joins no queue and is refused
+    /// while anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs
+    /// behind by more than the others' waits goes first. Not with [`Config::fencing`].
+    /// Default off.
+    pub fair: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
     /// server's does not during its quarantine.
@@ -340,6 +357,7 @@ impl Default for Config {
             ordered_sets: false,
             // A few critical sections: enough for a set to take a member at its next release.
             set_precedence: Duration::from_millis(250),
+            fair: false,
             evicting_servers: EvictingServers::Refuse,
             clock_check: None,
         }
@@ -548,6 +566,11 @@ impl Config {
         self.check_rates()?;
         self.check_timeouts()?;
         self.check_limits()?;
+        if self.fair && self.fencing {
+            return Err(Error::Config(
+                "a fair lock is not fenced: turn off one of fair and fencing".into(),
+            ));
+        }
         self.check_windows()
     }
 
@@ -965,6 +988,24 @@ impl Builder {
     /// see [`Config::set_precedence`]. Default 250 ms; at most an hour.
     pub fn set_precedence(mut self, d: Duration) -> Builder {
         self.config.set_precedence = d;
+        self
+    }
+
+    /// Fair locks on or off; see [`Config::fair`]. Default off.
+    ///
+    /// ```no_run
+    /// use redlock_mux::Builder;
+    ///
+    /// // Every process that locks "report" with a handle built so: first come, first served.
+    /// let redlock = Builder::new(["redis://10.0.0.1", "redis://10.0.0.2", "redis://10.0.0.3"])
+    ///     .fair(true)
+    ///     .build()?;
+    /// let lock = redlock.lock("report")?;
+    /// redlock.unlock(lock)?;
+    /// # Ok::<(), redlock_mux::Error>(())
+    /// ```
+    pub fn fair(mut self, on: bool) -> Builder {
+        self.config.fair = on;
         self
     }
 

@@ -9,6 +9,7 @@
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | how many clients were subscribed to it, the releaser not counted (decimal, `PUBSUB NUMSUB`) |
 //! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | [`READERS_MARKER`] scored `+inf`, and each reader's token scored by its expiry (ms, the node's clock); the key lives as long as the longest |
+//! | `redlock:queue:<resource>` | sorted set | a fair lock's waiting acquire (`FAIR_ACQUIRE_BODY`) | [`QUEUE_MARKER`] scored `+inf`, and each waiter's entry scored by its expiry (ms, the node's clock) |
 //! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark, or a waiting set's on each member | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!
@@ -52,6 +53,31 @@ pub const WAITING_KEY_PREFIX: &str = "redlock:waiting:";
 
 /// The channel a release notice is published on: this prefix, then the resource name.
 pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
+
+/// The key of a fair lock's queue of waiters ([`Config::fair`](crate::Config::fair)): this
+/// prefix, then the resource name. A sorted set of this crate's: [`QUEUE_MARKER`] scored
+/// `+inf`, and each waiter's entry (its wait's start in ms on its client's clock, 15 digits,
+/// a space, its token's first 23 bytes) scored by the entry's expiry in ms on the node's clock.
+pub const QUEUE_KEY_PREFIX: &str = "redlock:queue:";
+
+/// The text of [`QUEUE_MARKER`], as a macro so that the scripts can `concat!` it in.
+macro_rules! queue_marker {
+    () => {
+        "redlock-mux queue: every other member is a waiter, scored by its expiry in ms"
+    };
+}
+pub(crate) use queue_marker;
+
+/// The member that makes a sorted set a fair lock's queue of this crate's, scored `+inf`
+/// (no sweep of expired waiters reaches it): a key under [`QUEUE_KEY_PREFIX`] without it is
+/// another application's, and a fair acquire answers an error on that node instead of
+/// touching it. Longer than any waiter's entry, and holds spaces no entry has after its 16th
+/// byte, so no entry can be it.
+pub const QUEUE_MARKER: &str = queue_marker!();
+
+/// How long a fair lock's queue entry is: the wait's start (ms, 15 digits), a space, the
+/// token's family (`FAMILY_LEN` bytes).
+pub(crate) const QUEUE_ENTRY_LEN: usize = 15 + 1 + crate::model::token::FAMILY_LEN;
 
 /// The value of every waiting mark, and only of marks: a lock's token is 20 random bytes
 /// encoded (or another client's random value), never this text. Written into `MARK_BODY` and

@@ -35,6 +35,9 @@ pub(crate) enum Persist {
 /// A read-locked key: (key, readers as (token, expiry ns), the key's expiry ns).
 type ReadLocked = (Vec<u8>, Vec<(Vec<u8>, u64)>, u64);
 
+/// A fair lock's queue: (resource, entries as (entry, expiry ns), the key's expiry ns).
+pub(super) type Queue = (Vec<u8>, Vec<(Vec<u8>, u64)>, u64);
+
 /// A key: (key, value, expiry ns).
 type Key = (Vec<u8>, Vec<u8>, u64);
 
@@ -45,6 +48,9 @@ pub(crate) struct Node {
     pub(super) keys: Vec<(Vec<u8>, Vec<u8>, u64)>,
     /// Read-locked keys (sorted sets): (key, readers as (token, expiry ns), key's expiry ns).
     pub(super) readers: Vec<ReadLocked>,
+    /// Fair locks' queues (`redlock:queue:<resource>`): (resource, entries as (entry, expiry
+    /// ns), the queue key's expiry ns).
+    pub(super) queues: Vec<Queue>,
     /// The keys and read-locked keys that earlier incarnations held when they crashed, for
     /// the cover check only ([`Node::holds_until`]): the restart quarantine is what makes a
     /// restarted node safe, by not counting it for as long as the keys it lost would have
@@ -105,6 +111,7 @@ impl Node {
         Node {
             keys: Vec::new(),
             readers: Vec::new(),
+            queues: Vec::new(),
             ghosts: (Vec::new(), Vec::new()),
             fence: None,
             loaded: [false; SCRIPT_COUNT],
@@ -133,7 +140,7 @@ impl Node {
 
     /// Publishes a release notice on `channel`, whose payload is the number of subscribers (as
     /// the release scripts' `PUBSUB NUMSUB` gives it); returns that number.
-    fn publish(&mut self, channel: &[u8], releaser: bool) -> u64 {
+    pub(super) fn publish(&mut self, channel: &[u8], releaser: bool) -> u64 {
         let listeners = self
             .subs
             .iter()
@@ -199,6 +206,7 @@ impl Node {
         self.ghosts.1.retain(|e| e.2 > started);
         self.ghosts.0.append(&mut self.keys);
         self.ghosts.1.append(&mut self.readers);
+        self.queues.clear();
         self.subs.clear();
         self.fence = match (persist, self.fence.take()) {
             (Persist::Nothing, _) | (_, None) => None,

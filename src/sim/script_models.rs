@@ -7,10 +7,11 @@
 //! that ignore writers, a cap on readers) runs the wrong variant here.
 
 use crate::proto::scripts::{
-    MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
-    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT,
-    WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT,
+    SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_MARK_SCRIPT, SET_RELEASE_SCRIPT,
+    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
+    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 
 use super::clock::MS;
@@ -44,6 +45,12 @@ impl Node {
         }
         if index == REPAIR_SCRIPT {
             self.repair(cmd, out);
+        } else if index == FAIR_ACQUIRE_SCRIPT {
+            let won = self.fair_acquire(cmd, now);
+            out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
+        } else if index == FAIR_LEAVE_SCRIPT {
+            let ours = self.fair_leave(cmd, now);
+            out.extend_from_slice(if ours { b":1\r\n" } else { b":0\r\n" });
         } else if matches!(index, 2..=4 | WAITING_FENCED_ACQUIRE_SCRIPT) {
             self.fenced(index, cmd, now, out);
         } else if index == WAITING_ACQUIRE_SCRIPT {
@@ -63,6 +70,70 @@ impl Node {
         } else {
             self.plain_script(index, cmd, now, out);
         }
+    }
+
+    /// A fair lock's acquire (`FAIR_ACQUIRE_BODY`): numkeys 1, the resource, value, ms, the
+    /// waiter's entry (empty: `try_lock`), the entry's life in ms. With no live queue, `SET NX`,
+    /// joining the queue if refused; with one, expired entries swept, the entry written, and
+    /// the lock taken only by the first live entry (or by `try_lock` when none lives), which
+    /// then leaves.
+    fn fair_acquire(&mut self, cmd: &[&[u8]], now: u64) -> bool {
+        let (key, value, ms, entry) = (cmd[3], cmd[4], number(cmd[5]), cmd[6]);
+        let life = number(cmd[7]) * MS;
+        let at = self.queues.iter().position(|q| q.0 == key && now < q.2);
+        let Some(at) = at else {
+            self.queues.retain(|q| q.0 != key);
+            if self.set_nx(key, value, ms, now) {
+                return true;
+            }
+            if !entry.is_empty() {
+                let entries = vec![(entry.to_vec(), now + life)];
+                self.queues.push((key.to_vec(), entries, now + life));
+            }
+            return false;
+        };
+        let q = &mut self.queues[at];
+        q.1.retain(|e| now < e.1);
+        if !entry.is_empty() {
+            match q.1.iter_mut().find(|e| e.0 == entry) {
+                Some(e) => e.1 = now + life,
+                None => q.1.push((entry.to_vec(), now + life)),
+            }
+            q.2 = q.2.max(now + life);
+        }
+        let head = q.1.iter().map(|e| e.0.clone()).min();
+        if head.as_deref().is_some_and(|h| h != entry) || !self.set_nx(key, value, ms, now) {
+            return false;
+        }
+        let q = &mut self.queues[at];
+        q.1.retain(|e| Some(&e.0) != head.as_ref());
+        if q.1.is_empty() {
+            self.queues.swap_remove(at);
+        }
+        true
+    }
+
+    /// A fair lock's waiter leaves (`FAIR_LEAVE_BODY`): numkeys 1, the resource, the entry.
+    /// If waiters remain and the resource is free, the release notice is published.
+    fn fair_leave(&mut self, cmd: &[&[u8]], now: u64) -> bool {
+        let (key, entry) = (cmd[3], cmd[4]);
+        let Some(at) = self.queues.iter().position(|q| q.0 == key && now < q.2) else {
+            return false;
+        };
+        let q = &mut self.queues[at];
+        q.1.retain(|e| e.0 != entry);
+        if q.1.is_empty() {
+            self.queues.swap_remove(at);
+            return true;
+        }
+        if self.live(key, now).is_none() && !self.read_locked(key, now) && self.pubsub {
+            let mut channel = crate::model::keys::RELEASE_CHANNEL_PREFIX
+                .as_bytes()
+                .to_vec();
+            channel.extend_from_slice(key);
+            self.publish(&channel, false);
+        }
+        true
     }
 
     /// The fence repair: numkeys 1, the counter hash, V, run: `n = max(n, V)`, seeded for
@@ -524,6 +595,8 @@ mod tests {
             "29cca77116f14e5ef942406fcb300737387c418f", // waiting acquire
             "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
             "d7885a1893c11385aa562ed917252c3b01853808", // shared acquire past sets
+            "e33cf12317a60542f77e1b90c2c3e2c3e6641cdf", // fair acquire
+            "7a6d491da9b42138c86cbd3329f9dad5b1ab91c9", // fair leave
         ];
         let sent: Vec<String> = scripts()
             .iter()

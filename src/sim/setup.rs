@@ -201,6 +201,9 @@ pub struct Setup {
     /// Sets that wait take their members one at a time (`Config::ordered_sets`); always in
     /// `Break::SetsAllAtOnce`'s runs, whose broken side takes that back.
     pub ordered_sets: bool,
+    /// The clients' plain locks are fair (`Config::fair`): first come, first served through
+    /// each node's queue. Not with `fencing` (a fair lock is not fenced): fencing wins.
+    pub fair: bool,
 }
 
 impl Setup {
@@ -225,6 +228,7 @@ impl Default for Setup {
             cancel: false,
             owner: false,
             ordered_sets: false,
+            fair: false,
         }
     }
 }

@@ -238,7 +238,8 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         .reply_timeout(reply_timeout)
         .quarantine(quarantine)
         .fencing(fencing)
-        .ordered_sets(setup.ordered_sets || setup.breaks.of_sets());
+        .ordered_sets(setup.ordered_sets || setup.breaks.of_sets())
+        .fair(setup.fair && !fencing);
     let shared = match setup.owner {
         true => shared.owner("sim-owner"),
         false => shared,
@@ -259,6 +260,9 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
     }
     shared
 }
+
+/// What every client's wall clock reads when a run starts (ms since 1970).
+const SIM_WALL_START_MS: u64 = 1_700_000_000_000;
 
 /// The clients: one (a crowd), eight (contention) or three to five.
 fn new_clients(
@@ -296,6 +300,9 @@ fn new_client(
     let net = SimNet::new(c, &shared.nodes, &shared.conn, now);
     let slab = SLABS.with_borrow_mut(|kept| kept.pop()).unwrap_or_default();
     let mut engine = Engine::with_slab(shared.clone(), net, now, slab);
+    // Every client's wall clock reads the same at the run's start (then each runs at its own
+    // rate): fair locks' queue entries replay with the schedule.
+    engine.wall = crate::engine::fair::Wall(now, SIM_WALL_START_MS);
     // The waits' pauses replay with the schedule.
     engine.seed(rng.next());
     let callers = rng.range(1, MAX_CALLERS + 1);

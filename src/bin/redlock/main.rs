@@ -71,12 +71,12 @@ Servers:
 
 Lock options: every subcommand that talks to servers (run, acquire, extend, release, status,
 bench) takes the same set (--server, --tls-*, --ttl, --fence, --quarantine, --node-timeout,
---clock-check, --ordered-sets, --set-precedence, -w, -n, -E) and ignores those it has no use
+--clock-check, --ordered-sets, --set-precedence, --fair, -w, -n, -E) and ignores those it has no use
 for, so a script can pass one set to acquire, extend and release. Each is also read from the
 environment: REDLOCK_SERVERS, REDLOCK_TLS_CA, REDLOCK_TLS_CERT, REDLOCK_TLS_KEY,
 REDLOCK_TLS_SERVER_NAME, REDLOCK_TTL, REDLOCK_FENCING, REDLOCK_QUARANTINE, REDLOCK_NODE_TIMEOUT,
-REDLOCK_CLOCK_CHECK, REDLOCK_ORDERED_SETS, REDLOCK_SET_PRECEDENCE, REDLOCK_WAIT,
-REDLOCK_NONBLOCK, REDLOCK_CONFLICT_EXIT_CODE; the command line wins.
+REDLOCK_CLOCK_CHECK, REDLOCK_ORDERED_SETS, REDLOCK_SET_PRECEDENCE, REDLOCK_FAIR,
+REDLOCK_WAIT, REDLOCK_NONBLOCK, REDLOCK_CONFLICT_EXIT_CODE; the command line wins.
 
 Waiting (run, acquire): like flock, they wait until the lock is free; -n for one attempt,
 -w SECONDS (or 250ms, 2m, inf) for a limit, -E N for the exit code when it stays held.

@@ -148,6 +148,20 @@ pub struct Tuning {
         hide_short_help = true
     )]
     pub set_precedence: Option<Duration>,
+    /// First come, first served among --fair callers of a name
+    ///
+    /// A fair lock: waiting callers of a name (with this option, in any process) are granted it
+    /// in the order they began to wait, through a queue on each server (redlock:queue:NAME).
+    /// One that gives up leaves it; one that dies keeps its place for two fallback polls (at
+    /// least a second). Callers without it, readers and sets do not queue; -n joins no queue
+    /// and is refused while anyone waits. Not with --fence. Default: off
+    #[arg(
+        long,
+        env = "REDLOCK_FAIR",
+        value_parser = BoolishValueParser::new(),
+        hide_short_help = true
+    )]
+    pub fair: bool,
 }
 
 impl Tuning {
@@ -179,6 +193,9 @@ impl Tuning {
         }
         if let Some(d) = self.set_precedence {
             b = b.set_precedence(d);
+        }
+        if self.fair {
+            b = b.fair(true);
         }
         b
     }

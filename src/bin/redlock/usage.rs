@@ -33,8 +33,9 @@ pub fn hoist_leading_options(args: Vec<OsString>) -> Vec<OsString> {
         "--clock-check",
         "--set-precedence",
     ];
-    const FLAGS: [&str; 6] = [
+    const FLAGS: [&str; 7] = [
         "--fence",
+        "--fair",
         "-n",
         "--nonblock",
         "--nb",

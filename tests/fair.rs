@@ -1,0 +1,220 @@
+//! Fair locks (`Config::fair`) against real servers: waiters on separate handles (each its own
+//! engine and connections, as separate processes are) are granted in the order they began to
+//! wait; a waiter that gives up leaves the queue at once; a dead waiter's place expires;
+//! `try_lock` passes nobody; a key under the queue's name that is not ours is left alone.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis_local::Cluster;
+use redlock_mux::{Builder, Error, Redlock};
+
+const QUEUE: &str = "redlock:queue:report";
+
+fn builder(servers: &Cluster) -> Builder {
+    Builder::new(servers.urls())
+        .quarantine(None)
+        .node_timeout(Duration::from_millis(300))
+}
+
+fn fair(servers: &Cluster) -> Redlock {
+    builder(servers).fair(true).build().unwrap()
+}
+
+/// Members of the queue on each server, the marker included (0: no queue).
+fn queued(servers: &Cluster) -> Vec<i64> {
+    servers
+        .iter()
+        .map(|s| match s.cmd(&["ZCARD", QUEUE]) {
+            redis::Value::Int(n) => n,
+            other => panic!("ZCARD answered {other:?}"),
+        })
+        .collect()
+}
+
+/// Waits (up to 10 s) until `done` holds of the queue sizes on every server.
+fn wait_queue(servers: &Cluster, what: &str, done: impl Fn(&[i64]) -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let sizes = queued(servers);
+        if done(&sizes) {
+            return;
+        }
+        assert!(Instant::now() < until, "{what}: queues {sizes:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waiters on `handles`, started one after the other (each once the one before is in the queue
+/// on every server), while another handle holds the lock; then released. The order in which
+/// they were granted.
+fn grant_order(servers: &Cluster, handles: Vec<Redlock>) -> Vec<usize> {
+    let holder = builder(servers).build().unwrap();
+    let held = holder.try_lock("report").unwrap();
+    let (tx, rx) = mpsc::channel();
+    let mut threads = Vec::new();
+    let n = handles.len();
+    for (i, redlock) in handles.into_iter().enumerate() {
+        let tx = tx.clone();
+        threads.push(thread::spawn(move || {
+            let lock = redlock
+                .lock_until("report", Instant::now() + Duration::from_secs(30))
+                .unwrap();
+            tx.send(i).unwrap();
+            // A short critical section, so that the next grant follows a release.
+            thread::sleep(Duration::from_millis(20));
+            redlock.unlock(lock).unwrap();
+        }));
+        if redlock_is_fair() {
+            // The marker and one entry per waiter so far.
+            wait_queue(servers, "waiter joined", |q| {
+                q.iter().all(|&c| c == i as i64 + 2)
+            });
+        } else {
+            // Plain waiters leave no trace but their mark: give each its first attempt.
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+    holder.unlock(held).unwrap();
+    let order: Vec<usize> = (0..n).map(|_| rx.recv().unwrap()).collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    order
+}
+
+fn redlock_is_fair() -> bool {
+    std::env::var("FAIR_TEST_PLAIN").is_err()
+}
+
+#[test]
+fn fair_waiters_in_separate_clients_are_granted_in_the_order_they_began_to_wait() {
+    let servers = Cluster::start(3);
+    for round in 0..3 {
+        let handles: Vec<Redlock> = (0..6)
+            .map(|_| builder(&servers).fair(redlock_is_fair()).build().unwrap())
+            .collect();
+        let order = grant_order(&servers, handles);
+        assert_eq!(order, (0..6).collect::<Vec<_>>(), "round {round}");
+        // Every waiter left: no queue is left behind.
+        wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
+    }
+}
+
+#[test]
+fn a_fair_waiter_that_gives_up_leaves_the_queue_at_once() {
+    let servers = Cluster::start(3);
+    // Long polls: an entry left behind would live 2 × (5 s + 5 s).
+    let redlock = builder(&servers)
+        .fair(true)
+        .retry_delay(Duration::from_secs(5), Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let holder = builder(&servers).build().unwrap();
+    let held = holder.try_lock("report").unwrap();
+    let start = Instant::now();
+    let refused = redlock.lock_until("report", Instant::now() + Duration::from_millis(300));
+    assert!(matches!(refused, Err(Error::Held(_))), "{refused:?}");
+    // The queue went with the waiter, well before its entry would have expired.
+    wait_queue(&servers, "waiter left", |q| q.iter().all(|&c| c == 0));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    holder.unlock(held).unwrap();
+}
+
+#[test]
+fn a_dead_waiter_keeps_its_place_until_its_entry_expires_and_try_lock_passes_nobody() {
+    let servers = Cluster::start(3);
+    let redlock = fair(&servers);
+    // An uncontended fair lock writes nothing but its key.
+    let lock = redlock.try_lock("report").unwrap();
+    assert!(servers.iter().all(|s| s.dbsize() == 1));
+    redlock.unlock(lock).unwrap();
+    // A waiter that died: its entry, older than anyone, lives 1.5 s more on every server.
+    for s in servers.iter() {
+        let now = match s.cmd(&["TIME"]) {
+            redis::Value::Array(t) => match (&t[0], &t[1]) {
+                (redis::Value::BulkString(a), redis::Value::BulkString(b)) => {
+                    let a: u64 = String::from_utf8_lossy(a).parse().unwrap();
+                    let b: u64 = String::from_utf8_lossy(b).parse().unwrap();
+                    a * 1000 + b / 1000
+                }
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let expiry = (now + 1500).to_string();
+        let marker = redlock_mux::keys::QUEUE_MARKER;
+        s.cmd(&[
+            "ZADD",
+            QUEUE,
+            "+inf",
+            marker,
+            &expiry,
+            "000000000000001 deadwaiterdeadwaiterdea",
+        ]);
+        s.cmd(&["PEXPIRE", QUEUE, "1500"]);
+    }
+    let placed = Instant::now();
+    // `try_lock` does not pass it; a plain handle's does (it does not queue).
+    assert!(matches!(redlock.try_lock("report"), Err(Error::Held(_))));
+    let plain = builder(&servers).build().unwrap();
+    let lock = plain.try_lock("report").unwrap();
+    plain.unlock(lock).unwrap();
+    // A fair waiter is granted once the dead waiter's entry expired, not before.
+    let lock = redlock
+        .lock_until("report", Instant::now() + Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        placed.elapsed() >= Duration::from_millis(1400),
+        "{:?}",
+        placed.elapsed()
+    );
+    redlock.unlock(lock).unwrap();
+    wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
+}
+
+#[test]
+fn a_key_under_the_queue_s_name_that_is_not_ours_is_left_as_it_is() {
+    let servers = Cluster::start(3);
+    let redlock = fair(&servers);
+    for (kind, write) in [
+        ("string", vec!["SET", QUEUE, "theirs"]),
+        ("sorted set", vec!["ZADD", QUEUE, "1", "theirs"]),
+    ] {
+        for s in servers.iter() {
+            s.cmd(&write);
+        }
+        // The resource is free, but the node may not use a queue that is not its own.
+        let refused = redlock.try_lock("report");
+        let text = format!("{refused:?}");
+        assert!(
+            refused.is_err() && text.contains("not a redlock-mux queue"),
+            "{kind}: {text}"
+        );
+        assert!(servers.iter().all(|s| s.get("report").is_none()));
+        for s in servers.iter() {
+            let kept = match kind {
+                "string" => s.get(QUEUE) == Some("theirs".into()),
+                _ => s.cmd(&["ZSCORE", QUEUE, "theirs"]) == redis::Value::BulkString(b"1".to_vec()),
+            };
+            assert!(kept, "{kind} changed");
+            assert_eq!(s.pttl(QUEUE), -1, "{kind}: TTL set");
+            s.cmd(&["DEL", QUEUE]);
+        }
+    }
+}
+
+#[test]
+fn a_fair_lock_is_not_fenced() {
+    let servers = Cluster::start(1);
+    let built = builder(&servers).fair(true).fencing(true).build();
+    assert!(
+        matches!(built, Err(Error::Config(ref m)) if m.contains("fair")),
+        "{built:?}"
+    );
+}
