@@ -300,7 +300,7 @@ fn the_documented_acl_rule_grants_every_command_every_script_calls() {
 }
 
 /// The documented rule: every script of every kind runs under it — plain, fenced, shared,
-/// all-or-none sets (fenced too), semaphores; acquire, extend, release with and without
+/// all-or-none sets (fenced too), semaphores, fair locks (joining, leaving); acquire, extend, release with and without
 /// notices, waiters' marks of writers, readers and sets woken by a notice, status reads of
 /// each kind, the fence repair — fencing and the quarantine on, and no node answers an error.
 #[test]
@@ -433,7 +433,27 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
     holder
         .repair_fences(FenceFloor::SeededQuorum, SOON)
         .unwrap();
-    no_errors(rule, [&holder, &waiter, &quiet]);
+    // A fair lock (not fenced): a waiter that gives up leaves the queue; the next joins it,
+    // marked, and is granted at the release.
+    let fair = Builder::new(urls.clone())
+        .ttl(Duration::from_secs(2))
+        .max_ttl(Duration::from_secs(4))
+        .fair(true)
+        .node_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let lock = holder.lock("acl-fair").unwrap();
+    let refused = fair.lock_until("acl-fair", Instant::now() + Duration::from_millis(300));
+    assert!(matches!(refused, Err(Error::Held(_))), "{rule}: {refused:?}");
+    let t = {
+        let fair = fair.clone();
+        std::thread::spawn(move || fair.lock_until("acl-fair", Instant::now() + SOON))
+    };
+    until_marked_by(&servers, "acl-fair");
+    released_on_a_quorum(holder.unlock(lock));
+    let got = t.join().unwrap().unwrap();
+    fair.unlock(got).unwrap();
+    no_errors(rule, [&holder, &waiter, &quiet, &fair]);
 }
 
 /// No node answered an error to any of `handles`.
