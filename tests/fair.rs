@@ -179,6 +179,27 @@ fn a_dead_waiter_keeps_its_place_until_its_entry_expires_and_try_lock_passes_nob
 }
 
 #[test]
+fn a_lock_won_at_its_first_attempt_leaves_no_entry_where_it_was_refused() {
+    let servers = Cluster::start(3);
+    let redlock = fair(&servers);
+    // Held on one node only (a lock's key that node kept): the first attempt wins on the other
+    // two. Had that attempt joined the queue where it was refused, its entry — older than any
+    // later waiter's — would make that node refuse everybody until it expired.
+    servers[2].cmd(&["SET", "report", "elsewhere", "PX", "30000"]);
+    let lock = redlock
+        .lock_until("report", Instant::now() + Duration::from_secs(5))
+        .unwrap();
+    // The third node's answer is in (a refusal), so its script has run.
+    let until = Instant::now() + Duration::from_secs(5);
+    while redlock.stats().nodes.iter().map(|n| n.refused).sum::<u64>() < 1 {
+        assert!(Instant::now() < until, "no refusal seen");
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(queued(&servers), vec![0, 0, 0]);
+    redlock.unlock(lock).unwrap();
+}
+
+#[test]
 fn a_key_under_the_queue_s_name_that_is_not_ours_is_left_as_it_is() {
     let servers = Cluster::start(3);
     let redlock = fair(&servers);

@@ -444,7 +444,10 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
         .unwrap();
     let lock = holder.lock("acl-fair").unwrap();
     let refused = fair.lock_until("acl-fair", Instant::now() + Duration::from_millis(300));
-    assert!(matches!(refused, Err(Error::Held(_))), "{rule}: {refused:?}");
+    assert!(
+        matches!(refused, Err(Error::Held(_))),
+        "{rule}: {refused:?}"
+    );
     let t = {
         let fair = fair.clone();
         std::thread::spawn(move || fair.lock_until("acl-fair", Instant::now() + SOON))

@@ -146,10 +146,16 @@ impl<N: Net> Engine<N> {
         }
         if shared.config.fair && crate::model::keys::is_one_key(resource) {
             // A fair lock (`FAIR_ACQUIRE_BODY`): a waiting acquire's attempt with its entry in
-            // the resource's queue, `try_lock` with none (it waits for nobody, and passes nobody).
+            // the resource's queue; its first attempt (the wait's own token) and `try_lock` with
+            // none: they take the resource only if nobody waits, and join nothing. A first
+            // attempt that joined where it was refused left its entry there when it won on the
+            // other nodes — older than any later waiter's, refusing everybody on those nodes
+            // until it expired — and so did every caller of a handle that attempted together
+            // before its local queue opened, of whom only the head attempts again (the contention
+            // benchmark's p99 wait was the entry's life, a second; found with a review).
             let written: [u8; QUEUE_ENTRY_LEN];
             let entry = match op.waiter {
-                Waiter::Attempt(w) => {
+                Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
                     written = wall.entry(core.ops[w.index as usize].start, &op.token);
                     &written[..]
                 }

@@ -59,19 +59,26 @@ impl Wall {
 
 impl<N: Net> Engine<N> {
     /// The fair waiting acquire `w` leaves the queue of its resource on every node that is
-    /// ready (the others drop its entry when it expires).
-    pub(super) fn leave_queue(&mut self, w: OpId, now: Instant) {
+    /// ready (the others drop its entry when it expires); `notice`: if waiters remain and the
+    /// resource is free there, the next is told (not for a waiter that won).
+    pub(super) fn leave_queue(&mut self, w: OpId, notice: bool, now: Instant) {
         let all = self.all_nodes();
         let Engine {
             net,
             core,
             scratch,
             wall,
+            waits,
             ..
         } = self;
         let op = &core.ops[w.index as usize];
         let entry = wall.entry(op.start, &op.token);
-        let args = [Arg::Bytes(&entry)];
+        let mode: &[u8] = match (notice, super::notice::subscribed_to(waits, &op.resource)) {
+            (false, _) => b"0",
+            (true, true) => b"1",
+            (true, false) => b"2",
+        };
+        let args = [Arg::Bytes(&entry), Arg::Bytes(mode)];
         let script = &scripts()[FAIR_LEAVE_SCRIPT];
         let call = keyed_call(scratch, (script, 0), &op.resource, None, &args);
         for node in nodes_in(all) {

@@ -216,17 +216,13 @@ impl<N: Net> Engine<N> {
             self.step_log.push((w, 0, false, now));
         }
         let op = &mut self.core.ops[w.index as usize];
-        // A fair lock's waiter that may have joined its queue leaves it: every wait that made
-        // an attempt, but one granted at its first (won on every node it reached, it joined
-        // none: `FAIR_ACQUIRE_BODY` takes a free resource with no queue without joining, and
-        // leaves the queue where it wins).
-        let first_won = matches!(&outcome, Some(Outcome::Locked(Ok((0, _)))));
-        if self.shared.config.fair
-            && op.tries > 0
-            && !first_won
-            && crate::model::keys::is_one_key(&op.resource)
-        {
-            self.leave_queue(w, now);
+        // A fair lock's waiter that joined its queue (an attempt after its first: the first
+        // joins nothing, `Engine::send_acquire`) leaves it: won, the nodes that refused it still
+        // hold its entry, older than any later waiter's; given up, every node does. Only a
+        // waiter that did not win tells the next in line.
+        if self.shared.config.fair && op.tries > 1 && crate::model::keys::is_one_key(&op.resource) {
+            let won = matches!(&outcome, Some(Outcome::Locked(Ok(_))));
+            self.leave_queue(w, !won, now);
         }
         let op = &mut self.core.ops[w.index as usize];
         if let Some(Outcome::Locked(Ok((variant, _)))) = &outcome {
@@ -436,6 +432,7 @@ impl<N: Net> Engine<N> {
         if head {
             q.try_at = next_try(q, (held, split, hears), (round, random, poll), now);
         }
+        let behind = !head && self.core.ops[w.index as usize].tries > 1;
         // The head too: its deadline was left out of `earliest` while its attempt was in
         // flight, and its next attempt may come after the deadline (a split pause, the poll).
         if !(head && self.core.mutation.deadline_not_rearmed()) {
@@ -450,6 +447,14 @@ impl<N: Net> Engine<N> {
             waiting_event(resource, reason, waited, &error);
         }
         q.last_error = error;
+        if behind && self.shared.config.fair && crate::model::keys::is_one_key(resource) {
+            // A fair waiter with an entry on the servers, behind another caller of this handle:
+            // it makes no attempt until it is the head, so its entry would not be refreshed,
+            // and while it lived every node refused the head and everybody else. It leaves, and
+            // joins again with its own start once it is the head. (Not expected: only a head
+            // makes attempts after its first, and a head stays the head until its wait ends.)
+            self.leave_queue(w, true, now);
+        }
     }
 
     /// True while the waiting operation `id` waits in its queue with no attempt in flight.

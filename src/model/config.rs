@@ -193,13 +193,15 @@ pub struct Config {
     /// oldest waiter is first on every node it reached and wins at quorum — no two waiters can
     /// each be first on half of them. Entries live two fallback polls past the waiter's last
     /// attempt ([`Config::retry_delay`] and jitter, at least a second): a waiter that dies keeps
-    /// its place that long, and one that gives up or is granted leaves at once. An acquire
-    /// that finds no queue is the plain `SET NX` in one script: an uncontended fair lock costs
-    /// one script call per node instead of the command. Fairness is among fair callers:
+    /// its place that long, and one that gives up or is granted leaves at once. A wait's first
+    /// attempt joins nothing: it takes the resource if it is free and nobody waits (the plain
+    /// `SET NX`, in one script: an uncontended fair lock costs one script call per node instead
+    /// of the command), and its next attempt, at once, joins. Fairness is among fair callers:
     /// readers, sets, and `SET NX` from plain handles or other clients do not queue (turn it
     /// on in every handle that locks the resource); `try_lock` joins no queue and is refused
     /// while anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs
-    /// behind by more than the others' waits goes first. Not with [`Config::fencing`].
+    /// behind by more than the others' waits goes first. A fair waiter does not step back for
+    /// an ordered set's mark ([`Config::ordered_sets`]). Not with [`Config::fencing`].
     /// Default off.
     pub fair: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.

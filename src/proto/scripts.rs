@@ -473,14 +473,15 @@ macro_rules! foreign_queue {
 /// A fair lock's acquire ([`Config::fair`](crate::Config::fair), `engine/acquire.rs`):
 /// `KEYS[1]` the resource, `ARGV[1]` the value, `ARGV[2]` the TTL (ms), `ARGV[3]` the waiter's
 /// entry in the queue `redlock:queue:<resource>` (its wait's start in ms on its client's
-/// clock, 15 digits, a space, its token's family; empty for `try_lock`, which does not wait),
+/// clock, 15 digits, a space, its token's family; empty for `try_lock` and a wait's first
+/// attempt, which join nothing),
 /// `ARGV[4]` how long an entry lives after the attempt that wrote it (ms). Answers 1 or 0.
 ///
-/// With no queue (nobody waits), the plain `SET NX`; refused, the waiter joins. With a queue,
-/// the expired entries are swept, the waiter's own entry written (or refreshed) with its
-/// expiry on the node's clock, and the lock taken only if the waiter's entry is the first of
-/// the live ones — or no entry lives and it has none (`try_lock`) — and the key is free; won,
-/// its entry leaves (the queue with it, once only the marker is left). Entries compare byte by
+/// With no queue (nobody waits), the plain `SET NX`; refused, a waiter with an entry joins.
+/// With a queue, the expired entries are swept, the waiter's own entry written (or refreshed)
+/// with its expiry on the node's clock, and the lock taken only if the waiter's entry is the
+/// first of the live ones — or no entry lives and it has none — and the key is free; won, its
+/// entry leaves (the queue with it, once only the marker is left). Entries compare byte by
 /// byte (`less`: Lua's `<` follows the server's locale), so every node orders the same waiters
 /// the same way, and the oldest waiter is first wherever its entry is: no two waiters can each
 /// be first on half the nodes.
@@ -505,17 +506,20 @@ pub(crate) const FAIR_ACQUIRE_BODY: &str = concat!(
     "if head ~= false then redis.call(\"zrem\", q, head) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end return 1"
 );
 
-/// A fair lock's waiter leaves its queue (its wait ended: granted after its first attempt,
-/// out of time, its caller gone): `KEYS[1]` the resource, `ARGV[1]` the entry. Only in a queue
+/// A fair lock's waiter leaves its queue (its wait, having joined, ended: won — the nodes that
+/// refused it still hold its entry — or not):
+/// `KEYS[1]` the resource, `ARGV[1]` the entry, `ARGV[2]` the notice: `0` none (a waiter that
+/// won), else — if waiters remain and the resource is free — a release notice as a release's,
+/// so that the next in line attempts now and not at its next poll, its count the channel's
+/// subscribers less the leaver when `ARGV[2]` is `1` (it listens there itself). Only in a queue
 /// of ours (the marker there: anything else is left alone); the queue goes once only the
-/// marker is left. If waiters remain and the resource is free, a release notice is published,
-/// as a release's, so that the next in line attempts now, not at its next poll. Answers 1 (it
-/// was a queue of ours) or 0.
+/// marker is left. Answers 1 (nobody reads it: a 0 would count as a refusal in the node's
+/// statistics).
 pub(crate) const FAIR_LEAVE_BODY: &str = concat!(
     "local q = \"redlock:queue:\" .. KEYS[1] if type(redis.pcall(\"zscore\", q, \"",
     crate::model::keys::queue_marker!(),
-    "\")) ~= \"string\" then return 0 end redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) return 1 end ",
-    "if redis.call(\"exists\", KEYS[1]) == 0 then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = type(s) == \"table\" and s[2] or 0 pcall(redis.call, \"publish\", ch, tostring(c)) end return 1"
+    "\")) ~= \"string\" then return 1 end redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) return 1 end ",
+    "if ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[1]) == 0 then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end return 1"
 );
 
 /// How many scripts there are (see [`scripts`]).

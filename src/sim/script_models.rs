@@ -49,8 +49,8 @@ impl Node {
             let won = self.fair_acquire(cmd, now);
             out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
         } else if index == FAIR_LEAVE_SCRIPT {
-            let ours = self.fair_leave(cmd, now);
-            out.extend_from_slice(if ours { b":1\r\n" } else { b":0\r\n" });
+            self.fair_leave(cmd, now);
+            out.extend_from_slice(b":1\r\n");
         } else if matches!(index, 2..=4 | WAITING_FENCED_ACQUIRE_SCRIPT) {
             self.fenced(index, cmd, now, out);
         } else if index == WAITING_ACQUIRE_SCRIPT {
@@ -113,27 +113,28 @@ impl Node {
         true
     }
 
-    /// A fair lock's waiter leaves (`FAIR_LEAVE_BODY`): numkeys 1, the resource, the entry.
-    /// If waiters remain and the resource is free, the release notice is published.
-    fn fair_leave(&mut self, cmd: &[&[u8]], now: u64) -> bool {
-        let (key, entry) = (cmd[3], cmd[4]);
+    /// A fair lock's waiter leaves (`FAIR_LEAVE_BODY`): numkeys 1, the resource, the entry,
+    /// the notice (`0` none; `1` counting the leaver out; `2` not). If waiters remain and the
+    /// resource is free, the release notice is published.
+    fn fair_leave(&mut self, cmd: &[&[u8]], now: u64) {
+        let (key, entry, notice) = (cmd[3], cmd[4], cmd[5]);
         let Some(at) = self.queues.iter().position(|q| q.0 == key && now < q.2) else {
-            return false;
+            return;
         };
         let q = &mut self.queues[at];
         q.1.retain(|e| e.0 != entry);
         if q.1.is_empty() {
             self.queues.swap_remove(at);
-            return true;
+            return;
         }
-        if self.live(key, now).is_none() && !self.read_locked(key, now) && self.pubsub {
+        let free = self.live(key, now).is_none() && !self.read_locked(key, now);
+        if notice != b"0" && free && self.pubsub {
             let mut channel = crate::model::keys::RELEASE_CHANNEL_PREFIX
                 .as_bytes()
                 .to_vec();
             channel.extend_from_slice(key);
-            self.publish(&channel, false);
+            self.publish(&channel, notice == b"1");
         }
-        true
     }
 
     /// The fence repair: numkeys 1, the counter hash, V, run: `n = max(n, V)`, seeded for
@@ -596,7 +597,7 @@ mod tests {
             "db0186e5b3354b3f43c71281180e75b552b4a858", // fenced waiting acquire
             "d7885a1893c11385aa562ed917252c3b01853808", // shared acquire past sets
             "e33cf12317a60542f77e1b90c2c3e2c3e6641cdf", // fair acquire
-            "7a6d491da9b42138c86cbd3329f9dad5b1ab91c9", // fair leave
+            "b748f71b08db2582961b7667f8fa85399f3fca62", // fair leave
         ];
         let sent: Vec<String> = scripts()
             .iter()
