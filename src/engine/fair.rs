@@ -58,11 +58,10 @@ impl Wall {
 }
 
 impl<N: Net> Engine<N> {
-    /// The fair waiting acquire `w` leaves the queue of its resource on every node that is
-    /// ready (the others drop its entry when it expires); `notice`: if waiters remain and the
-    /// resource is free there, the next is told (not for a waiter that won).
-    pub(super) fn leave_queue(&mut self, w: OpId, notice: bool, now: Instant) {
-        let all = self.all_nodes();
+    /// The fair waiting acquire `w` leaves the queue of its resource on the nodes of `nodes`
+    /// that are ready (the others drop its entry when it expires); `notice`: if waiters remain
+    /// and the resource is free there, the next is told (not for a waiter that won).
+    pub(super) fn leave_queue(&mut self, w: OpId, (nodes, notice): (u64, bool), now: Instant) {
         let Engine {
             net,
             core,
@@ -81,7 +80,7 @@ impl<N: Net> Engine<N> {
         let args = [Arg::Bytes(&entry), Arg::Bytes(mode)];
         let script = &scripts()[FAIR_LEAVE_SCRIPT];
         let call = keyed_call(scratch, (script, 0), &op.resource, None, &args);
-        for node in nodes_in(all) {
+        for node in nodes_in(nodes) {
             if net.session(node).is_ready() {
                 let _ = net.script(node, call, now, &mut core.sink());
             }

@@ -221,12 +221,19 @@ impl<N: Net> Engine<N> {
         }
         let op = &mut self.core.ops[w.index as usize];
         // A fair lock's waiter that joined its queue (an attempt after its first: the first
-        // joins nothing, `Engine::send_acquire`) leaves it: won, the nodes that refused it still
-        // hold its entry, older than any later waiter's; given up, every node does. Only a
-        // waiter that did not win tells the next in line.
+        // joins nothing, `Engine::send_acquire`) leaves it: won, on the nodes that did not say
+        // yes (a yes took its entry out), which still hold its entry, older than any later
+        // waiter's; given up, on every node. Only a waiter that did not win tells the next in
+        // line.
         if self.shared.config.fair && op.tries > 1 && crate::model::keys::is_one_key(&op.resource) {
-            let won = matches!(&outcome, Some(Outcome::Locked(Ok(_))));
-            self.leave_queue(w, !won, now);
+            let all = self.all_nodes();
+            let (nodes, notice) = match &outcome {
+                Some(Outcome::Locked(Ok((_, grant)))) => (all & !grant.votes.yes, false),
+                _ => (all, true),
+            };
+            if nodes != 0 {
+                self.leave_queue(w, (nodes, notice), now);
+            }
         }
         let op = &mut self.core.ops[w.index as usize];
         if let Some(Outcome::Locked(Ok((variant, _)))) = &outcome {
@@ -457,7 +464,8 @@ impl<N: Net> Engine<N> {
             // and while it lived every node refused the head and everybody else. It leaves, and
             // joins again with its own start once it is the head. (Not expected: only a head
             // makes attempts after its first, and a head stays the head until its wait ends.)
-            self.leave_queue(w, true, now);
+            let all = self.all_nodes();
+            self.leave_queue(w, (all, true), now);
         }
     }
 
