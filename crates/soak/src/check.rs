@@ -324,6 +324,8 @@ pub fn examine(run: &RunResult) -> Report {
     let mut fence_violations = 0;
     let mut fence_examples = Vec::new();
     let mut readers_together = 0;
+    // Fair locks (`SOAK_FAIR=1`) are not fenced: no fence to check.
+    let fencing = client_config().fencing;
     for (r, hs) in holds.iter_mut().enumerate() {
         let name = resource_name(r as u8);
         hs.sort_by_key(|(h, _)| (h.start, h.end));
@@ -408,6 +410,9 @@ pub fn examine(run: &RunResult) -> Report {
             }
             if latest_writer.is_none_or(|(l, _)| h.end > l.end) {
                 latest_writer = Some((h, p));
+            }
+            if !fencing {
+                continue;
             }
             // Fences: each greater than every one before it.
             match top_fence {

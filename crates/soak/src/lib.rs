@@ -85,6 +85,12 @@ pub fn client_config() -> Config {
     {
         config.set_precedence = std::time::Duration::from_millis(ms);
     }
+    // `SOAK_FAIR=1`: fair locks in every worker (`Config::fair`), and so no fencing (a fair
+    // lock is not fenced; the fence check is off).
+    if std::env::var("SOAK_FAIR").is_ok_and(|v| v == "1") {
+        config.fair = true;
+        config.fencing = false;
+    }
     config
 }
 
