@@ -212,6 +212,7 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
         problems: Vec::new(),
         most_faulty: 0,
         window,
+        fencing: client.fencing,
         processes: cfg.processes,
         verbose: cfg.verbose,
         t0: Instant::now(),
@@ -269,6 +270,9 @@ struct Faults {
     most_faulty: usize,
     /// The workers' quarantine window.
     window: Duration,
+    /// The workers fence their locks: a restarted node is usable again once its counter is
+    /// seeded (without fencing — `SOAK_FAIR=1` — once its quarantine is over).
+    fencing: bool,
     processes: usize,
     verbose: bool,
     t0: Instant,
@@ -476,8 +480,9 @@ impl Faults {
                         f.reconnected = mono_ns();
                     }
                     if f.seeded == 0
-                        && admin(server, &["HGET", redlock_mux::FENCE_KEY, "run"])
-                            .is_ok_and(|run| run == *run_id)
+                        && (!self.fencing
+                            || admin(server, &["HGET", redlock_mux::FENCE_KEY, "run"])
+                                .is_ok_and(|run| run == *run_id))
                     {
                         f.seeded = mono_ns();
                     }
