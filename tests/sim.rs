@@ -53,6 +53,22 @@ fn explain_liveness(seed: u64, setup: Setup) -> String {
     )
 }
 
+/// No overlap, no validity the nodes do not back, no stall, no wait past its bound or its
+/// deadline, no reconnects beyond what the faults explain: what a schedule within the
+/// assumptions must show.
+fn assert_safe_and_live(r: &Report, setup: Setup) {
+    assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
+    assert!(r.cover.is_none(), "{}", explain_cover(r.seed, setup));
+    assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
+    assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
+    assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
+    assert!(
+        r.connect_violation.is_none(),
+        "{}",
+        explain_liveness(r.seed, setup)
+    );
+}
+
 /// Schedules run by `scripts/test` within the assumptions (about 1 s in a release build,
 /// 10–20 s in a debug one); `scripts/sim` runs millions.
 const BATCH: u64 = 1_000;
@@ -62,16 +78,7 @@ fn a_batch_of_schedules_within_the_assumptions_finds_no_violation() {
     let setup = setup(Break::Nothing, false);
     let reports = batch(0..BATCH, setup);
     for r in &reports {
-        assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
-        assert!(r.cover.is_none(), "{}", explain_cover(r.seed, setup));
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(
-            r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, setup)
-        );
+        assert_safe_and_live(r, setup);
         // A schedule is at least 100 lock operations.
         assert!(r.ops >= 100, "seed {}: {r:?}", r.seed);
     }
@@ -108,16 +115,7 @@ fn fair_locks_find_no_violation() {
     for setup in [fair, kinds] {
         let reports = batch(0..300, setup);
         for r in &reports {
-            assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
-            assert!(r.cover.is_none(), "{}", explain_cover(r.seed, setup));
-            assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-            assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
-            assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
-            assert!(
-                r.connect_violation.is_none(),
-                "{}",
-                explain_liveness(r.seed, setup)
-            );
+            assert_safe_and_live(r, setup);
         }
         let acquired: u64 = reports.iter().map(|r| r.acquired).sum();
         assert!(
