@@ -144,7 +144,7 @@ impl<N: Net> Engine<N> {
             let call = script_call(scratch, script, id.tag(), &args);
             return core.send_script(net, (id, call), targets, now);
         }
-        if shared.config.fair && crate::model::keys::is_one_key(resource) {
+        if super::fair::applies(&shared.config, resource) {
             // A fair lock (`FAIR_ACQUIRE_BODY`): a waiting acquire's attempt with its entry in
             // the resource's queue; its first attempt (the wait's own token) and `try_lock` with
             // none: they take the resource only if nobody waits, and join nothing. A first

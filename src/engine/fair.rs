@@ -15,6 +15,12 @@ use crate::proto::scripts::{FAIR_LEAVE_SCRIPT, scripts};
 
 use super::{Engine, keyed_call, nodes_in};
 
+/// Whether an acquire of `resource` goes through the fair lock's queue: on a handle with
+/// [`Config::fair`](crate::Config::fair), a plain lock (one key); readers and sets do not queue.
+pub(crate) fn applies(config: &crate::Config, resource: &[u8]) -> bool {
+    config.fair && crate::model::keys::is_one_key(resource)
+}
+
 /// How many decimal digits a queue entry's start has (milliseconds since 1970: 13 digits until
 /// the year 2286).
 const START_DIGITS: usize = 15;

@@ -180,7 +180,7 @@ impl<N: Net> Engine<N> {
         let seen = match seen {
             Seen::Notice(_)
                 if crate::model::keys::shared_name(resource).is_some()
-                    || (self.shared.config.fair && crate::model::keys::is_one_key(resource))
+                    || super::fair::applies(&self.shared.config, resource)
                     || self.core.mutation.notice_herd() =>
             {
                 Seen::Notice(0)
@@ -225,7 +225,7 @@ impl<N: Net> Engine<N> {
         // yes (a yes took its entry out), which still hold its entry, older than any later
         // waiter's; given up, on every node. Only a waiter that did not win tells the next in
         // line.
-        if self.shared.config.fair && op.tries > 1 && crate::model::keys::is_one_key(&op.resource) {
+        if op.tries > 1 && super::fair::applies(&self.shared.config, &op.resource) {
             let all = self.all_nodes();
             let (nodes, notice) = match &outcome {
                 Some(Outcome::Locked(Ok((_, grant)))) => (all & !grant.votes.yes, false),
@@ -443,7 +443,6 @@ impl<N: Net> Engine<N> {
         if head {
             q.try_at = next_try(q, (held, split, hears), (round, random, poll), now);
         }
-        let behind = !head && self.core.ops[w.index as usize].tries > 1;
         // The head too: its deadline was left out of `earliest` while its attempt was in
         // flight, and its next attempt may come after the deadline (a split pause, the poll).
         if !(head && self.core.mutation.deadline_not_rearmed()) {
@@ -458,15 +457,6 @@ impl<N: Net> Engine<N> {
             waiting_event(resource, reason, waited, &error);
         }
         q.last_error = error;
-        if behind && self.shared.config.fair && crate::model::keys::is_one_key(resource) {
-            // A fair waiter with an entry on the servers, behind another caller of this handle:
-            // it makes no attempt until it is the head, so its entry would not be refreshed,
-            // and while it lived every node refused the head and everybody else. It leaves, and
-            // joins again with its own start once it is the head. (Not expected: only a head
-            // makes attempts after its first, and a head stays the head until its wait ends.)
-            let all = self.all_nodes();
-            self.leave_queue(w, (all, true), now);
-        }
     }
 
     /// True while the waiting operation `id` waits in its queue with no attempt in flight.

@@ -73,10 +73,10 @@ impl Node {
     }
 
     /// A fair lock's acquire (`FAIR_ACQUIRE_BODY`): numkeys 1, the resource, value, ms, the
-    /// waiter's entry (empty: `try_lock`), the entry's life in ms. With no live queue, `SET NX`,
-    /// joining the queue if refused; with one, expired entries swept, the entry written, and
-    /// the lock taken only by the first live entry (or by `try_lock` when none lives), which
-    /// then leaves.
+    /// waiter's entry (empty: `try_lock`, a wait's first attempt), the entry's life in ms. With
+    /// no live queue, `SET NX`, joining the queue if refused; with one, expired entries swept,
+    /// the entry written, and the lock taken only by the first live entry (or, without an
+    /// entry, when none lives), which then leaves.
     fn fair_acquire(&mut self, cmd: &[&[u8]], now: u64) -> bool {
         let (key, value, ms, entry) = (cmd[3], cmd[4], number(cmd[5]), cmd[6]);
         let life = number(cmd[7]) * MS;
