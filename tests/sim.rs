@@ -53,12 +53,17 @@ fn explain_liveness(seed: u64, setup: Setup) -> String {
     )
 }
 
-/// No overlap, no validity the nodes do not back, no stall, no wait past its bound or its
-/// deadline, no reconnects beyond what the faults explain: what a schedule within the
-/// assumptions must show.
+/// No overlap, no validity the nodes do not back, and [`assert_live`]: what a schedule within
+/// the assumptions must show.
 fn assert_safe_and_live(r: &Report, setup: Setup) {
     assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
     assert!(r.cover.is_none(), "{}", explain_cover(r.seed, setup));
+    assert_live(r, setup);
+}
+
+/// No stall, no wait past its bound or its deadline, no reconnects beyond what the faults
+/// explain.
+fn assert_live(r: &Report, setup: Setup) {
     assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
     assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
     assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
@@ -373,14 +378,7 @@ fn sets_locked_all_or_none_beside_plain_locks_find_no_violation() {
     let reports = batch(0..80, setup);
     for r in &reports {
         assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(
-            r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, setup)
-        );
+        assert_live(r, setup);
     }
     let fenced = Setup {
         fencing: true,
@@ -413,14 +411,7 @@ fn readers_and_writers_find_no_violation() {
     };
     for r in batch(0..80, setup) {
         assert!(r.violation.is_none(), "{}", explain(r.seed, setup));
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(
-            r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, setup)
-        );
+        assert_live(&r, setup);
     }
 }
 
@@ -536,14 +527,7 @@ fn fenced_schedules_keep_their_fences_in_order() {
             "{}",
             explain_fence(r.seed, setup)
         );
-        assert!(!r.stalled, "seed {} stalled: {r:?}", r.seed);
-        assert!(r.liveness.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(r.late.is_none(), "{}", explain_liveness(r.seed, setup));
-        assert!(
-            r.connect_violation.is_none(),
-            "{}",
-            explain_liveness(r.seed, setup)
-        );
+        assert_live(r, setup);
     }
     let fenced: u64 = reports.iter().map(|r| r.fenced).sum();
     let acquired: u64 = reports.iter().map(|r| r.acquired).sum();
