@@ -22,7 +22,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::driver::{
-    CLIENT_KILL, DEBUG_SLEEP, FAULT_KINDS, Fault, KILL, RunResult, STOP, recovery_bound,
+    CLIENT_KILL, ClockStep, DEBUG_SLEEP, FAULT_KINDS, Fault, KILL, RunResult, STOP, recovery_bound,
 };
 use super::worker::{
     BUDGETS, Hold, KINDS, LOST, OK, OUTCOMES, PATHS, PERMIT, PLAIN, SET, SHARED, Wait, budget_of,
@@ -149,6 +149,8 @@ pub struct Report {
     pub started: u64,
     /// How long faults were injected, as measured.
     pub ran: Duration,
+    /// Steps of this machine's wall clock against its monotonic clock while the workers ran.
+    pub clock_steps: Vec<ClockStep>,
 }
 
 /// What reconnects a fault on a node can cost one process, at most (each counted as a
@@ -766,6 +768,7 @@ pub fn examine(run: &RunResult) -> Report {
         problems: run.problems.clone(),
         started: run.started,
         ran: Duration::from_nanos(run.ended - run.started),
+        clock_steps: run.clock_steps.clone(),
         node_counters: (0..NODES)
             .map(|n| {
                 let mut sum = [0; 6];
@@ -973,7 +976,36 @@ impl Report {
         }
         v.extend(self.slow_recoveries.iter().cloned());
         v.extend(self.over_allowance.iter().take(EXAMPLES).cloned());
+        if !self.clock_steps.is_empty() {
+            v.push(format!(
+                "the wall clock stepped against the monotonic clock: {} (the servers expire keys \
+                 by the wall clock, the clients count validity on the monotonic one: a forward \
+                 step ends every key that much early, on all {NODES} servers at once — outside \
+                 the assumptions)",
+                self.clock_steps_text()
+            ));
+        }
         v
+    }
+
+    /// The clock steps, as `+812.3 ms at 63.5 s, …` (at most [`EXAMPLES`]).
+    fn clock_steps_text(&self) -> String {
+        let mut v: Vec<String> = self
+            .clock_steps
+            .iter()
+            .take(EXAMPLES)
+            .map(|c| {
+                format!(
+                    "{:+.1} ms at {:.1} s",
+                    c.step as f64 / 1e6,
+                    (c.at as f64 - self.started as f64) / 1e9
+                )
+            })
+            .collect();
+        if self.clock_steps.len() > EXAMPLES {
+            v.push(format!("{} more", self.clock_steps.len() - EXAMPLES));
+        }
+        v.join(", ")
     }
 
     /// The largest connects of a process to a node, and that node's limit.
@@ -1102,6 +1134,15 @@ impl Report {
         for e in self.overlap_examples.iter().chain(&self.fence_examples) {
             let _ = writeln!(s, "    {e}");
         }
+        let _ = writeln!(
+            s,
+            "  the wall clock against the monotonic clock: {}",
+            if self.clock_steps.is_empty() {
+                format!("no step over {} ms", super::driver::CLOCK_STEP.as_millis())
+            } else {
+                format!("stepped {}", self.clock_steps_text())
+            }
+        );
         if self.late_loss_notices > 0 {
             let _ = writeln!(
                 s,
@@ -1315,6 +1356,9 @@ impl Report {
             "unconfirmed_at_shutdown": self.unconfirmed,
             "violations": self.violations(),
             "findings": self.findings(),
+            "clock_steps": self.clock_steps.iter()
+                .map(|c| json!([(c.at as f64 - self.started as f64) / 1e9, c.step as f64 / 1e6]))
+                .collect::<Vec<_>>(),
         });
         // The kinds, apart: one `json!` of everything passes its recursion limit.
         let kinds = json!({
@@ -1508,11 +1552,62 @@ mod tests {
             ended: 10_000 * MS,
             problems: Vec::new(),
             most_faulty: 0,
+            clock_steps: Vec::new(),
         })
     }
 
     const PERMIT_0: u8 = 1 << RESOURCES;
     const PERMIT_1: u8 = 1 << (RESOURCES + 1);
+
+    #[test]
+    fn clock_steps_are_found_and_reported_beside_the_overlaps() {
+        use crate::driver::ClockSteps;
+        // Samples 5 ms apart: a slew of 500 ppm is no step; the wall clock set 800 ms forward
+        // is, and so is one set 3 ms back.
+        let mut c = ClockSteps::default();
+        let (mut real, mut mono) = (1_700_000_000_000_000_000i128, 1_000 * MS);
+        for _ in 0..100 {
+            real += 5 * MS as i128 + 2_500;
+            mono += 5 * MS;
+            c.sample(real, mono);
+        }
+        assert!(c.steps.is_empty(), "{:?}", c.steps);
+        real += 5 * MS as i128 + 800 * MS as i128;
+        mono += 5 * MS;
+        c.sample(real, mono);
+        real += 2 * MS as i128;
+        mono += 5 * MS;
+        c.sample(real, mono);
+        assert_eq!(
+            c.steps,
+            [
+                ClockStep {
+                    at: mono - 5 * MS,
+                    step: 800 * MS as i64
+                },
+                ClockStep {
+                    at: mono,
+                    step: -3 * MS as i64
+                },
+            ]
+        );
+
+        let mut report = run(Vec::new(), Vec::new());
+        assert!(report.summary().contains("no step over 2 ms"));
+        assert!(report.findings().is_empty());
+        report.clock_steps = vec![ClockStep {
+            at: 3_500 * MS,
+            step: 812_300_000,
+        }];
+        assert!(
+            report.summary().contains("stepped +812.3 ms at 3.5 s"),
+            "{}",
+            report.summary()
+        );
+        assert!(report.findings()[0].contains("+812.3 ms at 3.5 s"));
+        let line: serde_json::Value = serde_json::from_str(&report.json()).unwrap();
+        assert_eq!(line["clock_steps"], json!([[3.5, 812.3]]));
+    }
 
     #[test]
     fn waits_held_are_counted_per_kind_and_budget_a_set_once() {

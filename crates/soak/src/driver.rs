@@ -44,7 +44,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use redis_local::{Cluster, Server};
@@ -152,6 +153,111 @@ pub struct RunResult {
     pub problems: Vec<String>,
     /// The most servers faulty at once (at most [`MAX_FAULTY`]).
     pub most_faulty: usize,
+    /// Steps of the wall clock against the monotonic clock while the workers ran
+    /// ([`ClockSteps`]).
+    pub clock_steps: Vec<ClockStep>,
+}
+
+/// A step of the wall clock (`CLOCK_REALTIME`, by which Redis expires keys) against the
+/// monotonic clock (`CLOCK_MONOTONIC`, by which the clients count validity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockStep {
+    /// When it was seen (`mono_ns`).
+    pub at: u64,
+    /// How far the wall clock moved against the monotonic clock between two samples, in ns:
+    /// positive, forward (keys expire that much early on a server of this machine).
+    pub step: i64,
+}
+
+/// How far apart [`ClockSteps`] samples the two clocks.
+pub const CLOCK_SAMPLE: Duration = Duration::from_millis(5);
+
+/// The smallest move between two samples that counts as a step: NTP's slew (at most 500 ppm)
+/// moves the wall clock 2.5 µs in a [`CLOCK_SAMPLE`]; a step (a VM resumed from a snapshot and
+/// its clock set again, `date -s`, an NTP step) moves it at once.
+pub const CLOCK_STEP: Duration = Duration::from_millis(2);
+
+/// Finds steps of the wall clock against the monotonic clock in samples of both. The soak's
+/// servers and workers share this machine's clocks: a forward step makes every server expire
+/// its keys early by that much while the clients, counting validity on the monotonic clock,
+/// still believe their locks — a server clock jump on every node at once, outside Redlock's
+/// assumptions. Recorded so that an overlap can be set beside it.
+#[derive(Debug, Default)]
+pub struct ClockSteps {
+    last: Option<i128>,
+    pub steps: Vec<ClockStep>,
+}
+
+impl ClockSteps {
+    /// One sample: the wall clock and the monotonic clock, in ns, read back to back.
+    pub fn sample(&mut self, real_ns: i128, mono: u64) {
+        let d = real_ns - i128::from(mono);
+        if let Some(last) = self.last {
+            let step = d - last;
+            if step.unsigned_abs() > CLOCK_STEP.as_nanos() {
+                self.steps.push(ClockStep {
+                    at: mono,
+                    step: step.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+                });
+            }
+        }
+        self.last = Some(d);
+    }
+
+    /// Samples every [`CLOCK_SAMPLE`] on a thread of its own until [`ClockWatch::finish`] (or
+    /// the watch's drop).
+    pub fn watch() -> ClockWatch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut steps = ClockSteps::default();
+            while !flag.load(Ordering::Relaxed) {
+                let real = realtime_ns();
+                steps.sample(real, mono_ns());
+                std::thread::sleep(CLOCK_SAMPLE);
+            }
+            steps.steps
+        });
+        ClockWatch {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+/// The thread of [`ClockSteps::watch`]; dropped, it stops.
+pub struct ClockWatch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<ClockStep>>>,
+}
+
+impl ClockWatch {
+    /// Stops the watch: the steps it saw.
+    pub fn finish(mut self) -> Vec<ClockStep> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ClockWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// `CLOCK_REALTIME` now, in ns since 1970.
+fn realtime_ns() -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_REALTIME)");
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
 }
 
 /// Where a node is in its fault.
@@ -203,6 +309,7 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
         }
         None => dir.path().into(),
     };
+    let clock_watch = ClockSteps::watch();
     let mut workers = Workers::start(cfg, &servers.urls(), records, worker_command)?;
     workers.wait_ready()?;
 
@@ -242,6 +349,7 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
     // The faults have healed (`advance` resumed the frozen nodes and restarted the killed ones
     // once the time was over); now the workers stop.
     let results = workers.stop()?;
+    let clock_steps = clock_watch.finish();
     // Nodes still counting as faulty end their slot with the run.
     for f in &mut faults.log {
         if f.slot_end == 0 {
@@ -259,6 +367,7 @@ pub fn run(cfg: &RunConfig, worker_command: &dyn Fn() -> Command) -> Result<RunR
         ended,
         problems,
         most_faulty: faults.most_faulty,
+        clock_steps,
     })
 }
 
