@@ -8,7 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis_local::Cluster;
-use redlock_mux::{Builder, Error, Redlock};
+use redlock_mux::{Builder, Error, Redlock, ResourceSet};
 
 const QUEUE: &str = "redlock:queue:report";
 
@@ -238,4 +238,91 @@ fn a_fair_lock_is_not_fenced() {
         matches!(built, Err(Error::Config(ref m)) if m.contains("fair")),
         "{built:?}"
     );
+}
+
+#[test]
+fn a_fair_lock_is_not_also_ordered_sets() {
+    let servers = Cluster::start(1);
+    let built = builder(&servers).fair(true).ordered_sets(true).build();
+    assert!(
+        matches!(built, Err(Error::Config(ref m)) if m.contains("ordered_sets")),
+        "{built:?}"
+    );
+}
+
+/// A set whose members `a` and `b` are each locked and unlocked in a loop by three handles of
+/// two callers each (a member is free only between a release and the next attempt, and hardly
+/// ever both at once). Fair, the set joins
+/// both queues: the callers' waits that begin after it step back on each member, which stays
+/// free for the set once its holder is done, and each of five waits is granted. Sets that do
+/// not queue (plain handles: `FAIR_TEST_PLAIN=1`, the control) wait for a moment when both
+/// are free, and some reach their deadline.
+#[test]
+fn a_fair_set_gets_its_members_while_fair_callers_keep_each_of_them_busy() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let servers = Cluster::start(3);
+    let on = redlock_is_fair();
+    let handle = || builder(&servers).fair(on).build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sections = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    for member in ["a", "a", "a", "b", "b", "b"] {
+        let churn = Arc::new(handle());
+        for _ in 0..2 {
+            let (churn, stop, sections) = (churn.clone(), stop.clone(), sections.clone());
+            threads.push(thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    if let Ok(lock) = churn.lock_until(member, deadline) {
+                        sections.fetch_add(1, Ordering::Relaxed);
+                        thread::sleep(Duration::from_millis(30));
+                        churn.unlock(lock).unwrap();
+                    }
+                }
+            }));
+        }
+    }
+    // The callers of both members are at it before the set begins to wait.
+    while sections.load(Ordering::Relaxed) < 10 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let before = sections.load(Ordering::Relaxed);
+    let waiter = handle();
+    let both = ResourceSet::new(["a", "b"]).unwrap();
+    // Five waits of 2 s each, one after the other.
+    let mut granted = 0;
+    for _ in 0..5 {
+        if let Ok(lock) = waiter.lock_until(&both, Instant::now() + Duration::from_secs(2)) {
+            granted += 1;
+            waiter.unlock(lock).unwrap();
+        }
+    }
+    let meanwhile = sections.load(Ordering::Relaxed) - before;
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        granted, 5,
+        "set waits granted ({meanwhile} sections of its members meanwhile)"
+    );
+    // Everybody left: no queue is left behind.
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<i64> = servers
+            .iter()
+            .flat_map(|s| {
+                ["redlock:queue:a", "redlock:queue:b"].map(|q| match s.cmd(&["EXISTS", q]) {
+                    redis::Value::Int(n) => n,
+                    other => panic!("EXISTS answered {other:?}"),
+                })
+            })
+            .collect();
+        if left.iter().all(|&n| n == 0) {
+            break;
+        }
+        assert!(Instant::now() < until, "queues left: {left:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -456,6 +456,22 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
     released_on_a_quorum(holder.unlock(lock));
     let got = t.join().unwrap().unwrap();
     fair.unlock(got).unwrap();
+    // A fair set: it joins both members' queues and leaves them, marks them, and is granted.
+    let both = ResourceSet::new(["acl-fair", "acl-fair-b"]).unwrap();
+    let lock = holder.lock("acl-fair-b").unwrap();
+    let refused = fair.lock_until(&both, Instant::now() + Duration::from_millis(300));
+    assert!(
+        matches!(refused, Err(Error::Held(_))),
+        "{rule}: {refused:?}"
+    );
+    let t = {
+        let (fair, both) = (fair.clone(), both.clone());
+        std::thread::spawn(move || fair.lock_until(&both, Instant::now() + SOON))
+    };
+    until_marked_by(&servers, "acl-fair-b");
+    released_on_a_quorum(holder.unlock(lock));
+    let got = t.join().unwrap().unwrap();
+    fair.unlock(got).unwrap();
     no_errors(rule, [&holder, &waiter, &quiet, &fair]);
 }
 

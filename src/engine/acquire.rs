@@ -13,8 +13,8 @@ use crate::model::token::{FAMILY_LEN, MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
-    FAIR_ACQUIRE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT,
-    SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
+    FAIR_ACQUIRE_SCRIPT, FAIR_SET_ACQUIRE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
+    SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
     SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
     WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
@@ -96,6 +96,37 @@ impl<N: Net> Engine<N> {
             let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
+        if super::fair::applies(&shared.config, resource) {
+            // A fair lock (`FAIR_ACQUIRE_BODY`; a set, `FAIR_SET_ACQUIRE_BODY`: all or none, in
+            // the queue of every member): a waiting acquire's attempt with its entry in the
+            // resource's queue; its first attempt (the wait's own token) and `try_lock` with
+            // none: they take the resource only if nobody waits, and join nothing. A first
+            // attempt that joined where it was refused left its entry there when it won on the
+            // other nodes — older than any later waiter's, refusing everybody on those nodes
+            // until it expired — and so did every caller of a handle that attempted together
+            // before its local queue opened, of whom only the head attempts again (the contention
+            // benchmark's p99 wait was the entry's life, a second; found with a review).
+            let written: [u8; QUEUE_ENTRY_LEN];
+            let entry = match op.waiter {
+                Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
+                    written = wall.entry(core.ops[w.index as usize].start, &op.token);
+                    &written[..]
+                }
+                _ => &[][..],
+            };
+            let args = [
+                Arg::Bytes(token),
+                Arg::UInt(ttl.as_millis() as u64),
+                Arg::Bytes(entry),
+                Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
+            ];
+            let script = match crate::model::keys::set_members(resource) {
+                Some(_) => &scripts()[FAIR_SET_ACQUIRE_SCRIPT],
+                None => &scripts()[FAIR_ACQUIRE_SCRIPT],
+            };
+            let call = keyed_call(scratch, (script, id.tag()), resource, None, &args);
+            return core.send_script(net, (id, call), targets, now);
+        }
         if op.step > 0 || crate::model::keys::set_members(resource).is_some() {
             // A set: one script per node over its members, all or none (`SET_ACQUIRE_BODY`), or
             // a step of its ordered acquisition (`SET_STEP_BODY`: the members it holds and the
@@ -142,33 +173,6 @@ impl<N: Net> Engine<N> {
                 Arg::UInt(ttl.as_millis() as u64),
             ];
             let call = script_call(scratch, script, id.tag(), &args);
-            return core.send_script(net, (id, call), targets, now);
-        }
-        if super::fair::applies(&shared.config, resource) {
-            // A fair lock (`FAIR_ACQUIRE_BODY`): a waiting acquire's attempt with its entry in
-            // the resource's queue; its first attempt (the wait's own token) and `try_lock` with
-            // none: they take the resource only if nobody waits, and join nothing. A first
-            // attempt that joined where it was refused left its entry there when it won on the
-            // other nodes — older than any later waiter's, refusing everybody on those nodes
-            // until it expired — and so did every caller of a handle that attempted together
-            // before its local queue opened, of whom only the head attempts again (the contention
-            // benchmark's p99 wait was the entry's life, a second; found with a review).
-            let written: [u8; QUEUE_ENTRY_LEN];
-            let entry = match op.waiter {
-                Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
-                    written = wall.entry(core.ops[w.index as usize].start, &op.token);
-                    &written[..]
-                }
-                _ => &[][..],
-            };
-            let args = [
-                Arg::Bytes(token),
-                Arg::UInt(ttl.as_millis() as u64),
-                Arg::Bytes(entry),
-                Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
-            ];
-            let script = &scripts()[FAIR_ACQUIRE_SCRIPT];
-            let call = keyed_call(scratch, (script, id.tag()), resource, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
         if op.waiting {

@@ -11,14 +11,15 @@ use crate::engine::request::OpId;
 use crate::model::keys::QUEUE_ENTRY_LEN;
 use crate::model::token::{FAMILY_LEN, Token};
 use crate::proto::resp::Arg;
-use crate::proto::scripts::{FAIR_LEAVE_SCRIPT, scripts};
+use crate::proto::scripts::{FAIR_LEAVE_SCRIPT, FAIR_SET_LEAVE_SCRIPT, scripts};
 
 use super::{Engine, keyed_call, nodes_in};
 
 /// Whether an acquire of `resource` goes through the fair lock's queue: on a handle with
-/// [`Config::fair`](crate::Config::fair), a plain lock (one key); readers and sets do not queue.
+/// [`Config::fair`](crate::Config::fair), a plain lock (one key) or a set (the queue of every
+/// member: `FAIR_SET_ACQUIRE_BODY`); readers do not queue.
 pub(crate) fn applies(config: &crate::Config, resource: &[u8]) -> bool {
-    config.fair && crate::model::keys::is_one_key(resource)
+    config.fair && crate::model::keys::shared_name(resource).is_none()
 }
 
 /// How many decimal digits a queue entry's start has (milliseconds since 1970: 13 digits until
@@ -64,7 +65,8 @@ impl Wall {
 }
 
 impl<N: Net> Engine<N> {
-    /// The fair waiting acquire `w` leaves the queue of its resource on the nodes of `nodes`
+    /// The fair waiting acquire `w` leaves the queue of its resource (a set: of each member) on
+    /// the nodes of `nodes`
     /// that are ready (the others drop its entry when it expires); `notice`: if waiters remain
     /// and the resource is free there, the next is told (not for a waiter that won).
     pub(super) fn leave_queue(&mut self, w: OpId, (nodes, notice): (u64, bool), now: Instant) {
@@ -84,7 +86,10 @@ impl<N: Net> Engine<N> {
             (true, false) => b"2",
         };
         let args = [Arg::Bytes(&entry), Arg::Bytes(mode)];
-        let script = &scripts()[FAIR_LEAVE_SCRIPT];
+        let script = match crate::model::keys::set_members(&op.resource) {
+            Some(_) => &scripts()[FAIR_SET_LEAVE_SCRIPT],
+            None => &scripts()[FAIR_LEAVE_SCRIPT],
+        };
         let call = keyed_call(scratch, (script, 0), &op.resource, None, &args);
         for node in nodes_in(nodes) {
             if net.session(node).is_ready() {

@@ -185,8 +185,9 @@ pub struct Config {
     /// precedence for sets. Default 250 ms (a few critical sections; about the default pause
     /// between attempts); at most an hour.
     pub set_precedence: Duration,
-    /// A fair lock: this handle's plain locks are granted first come, first served among the
-    /// fair callers of a resource, in every process, over all the nodes. A waiter joins the
+    /// A fair lock: this handle's plain locks and sets are granted first come, first served
+    /// among the fair callers of a resource, in every process, over all the nodes. A waiter
+    /// joins the
     /// resource's queue on each node (`redlock:queue:<resource>`, a sorted set: its entry is
     /// its wait's start on its own clock and its token's first bytes) and a node grants the
     /// lock only to the first live entry; every node orders the entries the same way, so the
@@ -196,13 +197,15 @@ pub struct Config {
     /// its place that long, and one that gives up or is granted leaves at once. A wait's first
     /// attempt joins nothing: it takes the resource if it is free and nobody waits (the plain
     /// `SET NX`, in one script: an uncontended fair lock costs one script call per node instead
-    /// of the command), and its next attempt, at once, joins. Fairness is among fair callers:
-    /// readers, sets, and `SET NX` from plain handles or other clients do not queue (turn it
-    /// on in every handle that locks the resource); `try_lock` joins no queue and is refused
-    /// while anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs
-    /// behind by more than the others' waits goes first. A fair waiter does not step back for
-    /// an ordered set's mark ([`Config::ordered_sets`]). Not with [`Config::fencing`].
-    /// Default off.
+    /// of the command), and its next attempt, at once, joins. A set waits in the queue of
+    /// every member and is granted, all members at once, when it is first in each and they are
+    /// free: the members it waits for are kept from younger fair waiters meanwhile, so a set
+    /// gets them in bounded time however busy each one is. Fairness is among fair callers:
+    /// readers, and `SET NX` from plain handles or other clients do not queue (turn it on in
+    /// every handle that locks the resource); `try_lock` joins no queue and is refused while
+    /// anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs
+    /// behind by more than the others' waits goes first. Not with [`Config::fencing`], nor with
+    /// [`Config::ordered_sets`] (the other way to give sets their members). Default off.
     pub fair: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted
@@ -571,6 +574,13 @@ impl Config {
         if self.fair && self.fencing {
             return Err(Error::Config(
                 "a fair lock is not fenced: turn off one of fair and fencing".into(),
+            ));
+        }
+        if self.fair && self.ordered_sets {
+            return Err(Error::Config(
+                "a fair handle's sets queue for their members: turn off one of fair and \
+                 ordered_sets"
+                    .into(),
             ));
         }
         self.check_windows()

@@ -522,8 +522,52 @@ pub(crate) const FAIR_LEAVE_BODY: &str = concat!(
     "if ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[1]) == 0 then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end return 1"
 );
 
+/// A fair set's acquire ([`Config::fair`](crate::Config::fair)): [`FAIR_ACQUIRE_BODY`] over
+/// every member at once, all or none. `KEYS` the members, `ARGV` as there. Every member's queue
+/// is checked first (one that is not ours: an error, nothing written); then on each, the
+/// expired entries swept and, with an entry, the waiter's written or refreshed (the queue made
+/// where none was: a member the set waits for keeps its younger fair waiters out while the set
+/// waits for another — the reservation that gives a set its members); the set is taken only if
+/// its entry is the first live one of every member's queue that has any (or, without an entry,
+/// no entry lives in any) and no member exists ([`SET_ACQUIRE_BODY`]); won, its entry leaves
+/// every queue, and a queue left with only its marker goes. Entries are ordered as in
+/// [`FAIR_ACQUIRE_BODY`], the same text on every queue and node: the oldest waiter is first in
+/// every queue it is in, so no two waiters — sets or plain locks — can each hold the other's
+/// member back. Answers 1 or 0.
+pub(crate) const FAIR_SET_ACQUIRE_BODY: &str = concat!(
+    "local qs = {} for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] local m = redis.pcall(\"zscore\", q, \"",
+    crate::model::keys::queue_marker!(),
+    "\") if type(m) == \"table\" then if string.find(m.err, \"WRONGTYPE\", 1, true) then ",
+    foreign_queue!(),
+    "end return m end if m == false and redis.call(\"exists\", q) == 1 then ",
+    foreign_queue!(),
+    "end qs[i] = m ~= false end ",
+    "local function less(a, b) for i = 1, math.min(#a, #b) do local x, y = string.byte(a, i), string.byte(b, i) if x ~= y then return x < y end end return #a < #b end ",
+    "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local life = tonumber(ARGV[4]) local first = true ",
+    "for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] ",
+    "if qs[i] then redis.call(\"zremrangebyscore\", q, \"-inf\", now) end ",
+    "if ARGV[3] ~= \"\" then if qs[i] then redis.call(\"zadd\", q, now + life, ARGV[3]) else redis.call(\"zadd\", q, \"+inf\", \"",
+    crate::model::keys::queue_marker!(),
+    "\", now + life, ARGV[3]) qs[i] = true end if redis.call(\"pttl\", q) < life then redis.call(\"pexpire\", q, ARGV[4]) end end ",
+    "if qs[i] then local head = false for _, e in ipairs(redis.call(\"zrangebyscore\", q, \"(\" .. now, \"(+inf\")) do if head == false or less(e, head) then head = e end end ",
+    "if head ~= false and head ~= ARGV[3] then first = false end end end ",
+    "if not first or redis.call(\"exists\", unpack(KEYS)) > 0 then return 0 end ",
+    "for i = 1, #KEYS do redis.call(\"set\", KEYS[i], ARGV[1], \"PX\", ARGV[2]) end ",
+    "for i = 1, #KEYS do if qs[i] then local q = \"redlock:queue:\" .. KEYS[i] if ARGV[3] ~= \"\" then redis.call(\"zrem\", q, ARGV[3]) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end end end return 1"
+);
+
+/// A fair set's waiter leaves the queues of its members: [`FAIR_LEAVE_BODY`] on each member
+/// (`KEYS`), the notice (if any) on that member's channel where waiters remain and the member
+/// is free. Answers 1.
+pub(crate) const FAIR_SET_LEAVE_BODY: &str = concat!(
+    "for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] if type(redis.pcall(\"zscore\", q, \"",
+    crate::model::keys::queue_marker!(),
+    "\")) == \"string\" then redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) ",
+    "elseif ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[i]) == 0 then local ch = \"redlock:released:\" .. KEYS[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end end end return 1"
+);
+
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 24;
+pub(crate) const SCRIPT_COUNT: usize = 26;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -597,6 +641,12 @@ pub(crate) const FAIR_ACQUIRE_SCRIPT: usize = 22;
 /// The index of a fair lock's waiter leaving its queue ([`FAIR_LEAVE_BODY`]).
 pub(crate) const FAIR_LEAVE_SCRIPT: usize = 23;
 
+/// The index of a fair set's acquire ([`FAIR_SET_ACQUIRE_BODY`]).
+pub(crate) const FAIR_SET_ACQUIRE_SCRIPT: usize = 24;
+
+/// The index of a fair set's waiter leaving its members' queues ([`FAIR_SET_LEAVE_BODY`]).
+pub(crate) const FAIR_SET_LEAVE_SCRIPT: usize = 25;
+
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them
 /// names it ([`NodeFault::Permission`](crate::NodeFault::Permission)): the user needs every one (docs/production.md gives a
 /// rule that grants them). A unit test holds each against its body.
@@ -625,6 +675,8 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
     "a read lock's acquire script past its set precedence (GET, PTTL, ZSCORE, TIME, ZADD, PEXPIRE)",
     "a fair lock's acquire script (ZSCORE, EXISTS, SET, TIME, ZADD, PEXPIRE, ZREMRANGEBYSCORE, PTTL, ZRANGEBYSCORE, ZREM, ZCARD, DEL)",
     "a fair lock's leave script (ZSCORE, ZREM, ZCARD, DEL, EXISTS, PUBSUB NUMSUB, PUBLISH)",
+    "a fair set's acquire script (ZSCORE, EXISTS, TIME, ZREMRANGEBYSCORE, ZADD, PTTL, PEXPIRE, ZRANGEBYSCORE, SET, ZREM, ZCARD, DEL)",
+    "a fair set's leave script (ZSCORE, ZREM, ZCARD, DEL, EXISTS, PUBSUB NUMSUB, PUBLISH)",
 ];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
@@ -633,7 +685,8 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
 /// a set's acquire, fenced acquire, release and extend, 12–15 a shared lock's acquire, release
 /// and extend, and a waiting reader's mark, 16–17 a set's step and fenced step, 18 a waiting
 /// set's mark, 19–20 a plain lock's waiting attempt and its fenced twin, 21 a reader's acquire
-/// past its set precedence, 22–23 a fair lock's acquire and its waiter's leave.
+/// past its set precedence, 22–23 a fair lock's acquire and its waiter's leave, 24–25 a fair
+/// set's.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -662,6 +715,8 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             SHARED_ACQUIRE_PAST_SETS_BODY,
             FAIR_ACQUIRE_BODY,
             FAIR_LEAVE_BODY,
+            FAIR_SET_ACQUIRE_BODY,
+            FAIR_SET_LEAVE_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -692,6 +747,7 @@ pub(crate) fn writes_a_hold(index: usize) -> bool {
             | WAITING_FENCED_ACQUIRE_SCRIPT
             | SHARED_ACQUIRE_PAST_SETS_SCRIPT
             | FAIR_ACQUIRE_SCRIPT
+            | FAIR_SET_ACQUIRE_SCRIPT
     )
 }
 

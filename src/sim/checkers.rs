@@ -65,7 +65,8 @@ impl World {
         }
         let mark_life = crate::engine::notice::mark_ttl(&self.shared.config).as_nanos() as u64;
         let ordered = self.shared.config.ordered_sets;
-        let (longest, worst) = self.record.liveness(&self.members, mark_life, ordered);
+        let fair = self.shared.config.fair.then_some(&self.shared_of[..]);
+        let (longest, worst) = (self.record).liveness(&self.members, mark_life, (ordered, fair));
         self.report.longest_wait = Duration::from_nanos(longest);
         let precedence = self.shared.config.set_precedence.as_nanos() as u64;
         self.report.liveness = worst.or_else(|| self.record.deferences_past(precedence));

@@ -105,11 +105,22 @@ impl Record {
     ///
     /// Without ordered sets (`Config::ordered_sets`) a set is owed progress only while every
     /// member is free: it tries them all at once.
+    ///
+    /// With fair locks (`fair`: each resource's `shared_of`, `Config::fair`), a set that waits
+    /// is in the queue of every member and marks each as a writer does: it keeps the younger
+    /// fair waiters and the readers of each out while it waits for another (its reservation).
+    /// A plain want or a reader of a member is owed nothing while a set want of it waits (and
+    /// a mark's life after: an entry or mark that a leave or release did not reach) — whatever
+    /// their ages: a want is a run of attempts (`try_lock`s, which any entry refuses, and
+    /// waits, each with an entry of its own start), which the record does not keep. A set
+    /// want is excused only by a set want that began before it, so that the oldest of sets
+    /// that block each other is owed its members as before: a deadlock between sets (each
+    /// first on a member the other needs) is still a violation.
     pub(super) fn liveness(
         &mut self,
         members: &[Vec<usize>],
         mark_life: u64,
-        ordered: bool,
+        (ordered, fair): (bool, Option<&[bool]>),
     ) -> (u64, Option<LivenessViolation>) {
         let covers = self.owed_nothing(members);
         self.changes.sort_unstable();
@@ -136,10 +147,22 @@ impl Record {
                 }
             }
         }
+        // Per plain resource: (from, to, want, its start) while a waiting fair set reserves it.
+        let mut reserved: Vec<Vec<(u64, u64, usize, u64)>> = vec![Vec::new(); members.len()];
+        if let Some(shared_of) = fair.filter(|_| !ordered) {
+            for (j, w) in self.wants.iter().enumerate() {
+                if members[w.res].len() > 1 && !shared_of[w.res] {
+                    for &m in &members[w.res] {
+                        reserved[m].push((w.start, w.end.saturating_add(mark_life), j, w.start));
+                    }
+                }
+            }
+        }
         let mut longest = 0;
         let mut worst: Option<LivenessViolation> = None;
         for (i, w) in self.wants.iter().enumerate() {
             let set = &members[w.res];
+            let a_set = set.len() > 1;
             // A set: per segment, the members up to the one it waits for; any other want: its
             // resource's members (itself, or the one a reader reads).
             let parts: Vec<(u64, u64, &[usize])> = match set.len() > 1 && ordered {
@@ -153,6 +176,11 @@ impl Record {
                 for &m in of {
                     cover.extend_from_slice(&covers[m]);
                     cover.extend((by_sets[m].iter()).filter(|e| e.2 != i).map(|e| (e.0, e.1)));
+                    cover.extend(
+                        (reserved[m].iter())
+                            .filter(|e| e.2 != i && (!a_set || e.3 < w.start))
+                            .map(|e| (e.0, e.1)),
+                    );
                 }
                 let cover = merged(cover);
                 let part = Want {

@@ -7,11 +7,11 @@
 //! that ignore writers, a cap on readers) runs the wrong variant here.
 
 use crate::proto::scripts::{
-    FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT,
-    SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_MARK_SCRIPT, SET_RELEASE_SCRIPT,
-    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT,
-    SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
-    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FAIR_SET_ACQUIRE_SCRIPT, FAIR_SET_LEAVE_SCRIPT,
+    MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
+    SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
+    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT,
+    WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 
 use super::clock::MS;
@@ -49,7 +49,17 @@ impl Node {
             let won = self.fair_acquire(cmd, now);
             out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
         } else if index == FAIR_LEAVE_SCRIPT {
-            self.fair_leave(cmd, now);
+            self.fair_leave(cmd[3], (cmd[4], cmd[5]), now);
+            out.extend_from_slice(b":1\r\n");
+        } else if index == FAIR_SET_ACQUIRE_SCRIPT {
+            let won = self.fair_set_acquire(cmd, now);
+            out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
+        } else if index == FAIR_SET_LEAVE_SCRIPT {
+            let n = number(cmd[2]) as usize;
+            let (keys, args) = cmd[3..].split_at(n);
+            for key in keys {
+                self.fair_leave(key, (args[0], args[1]), now);
+            }
             out.extend_from_slice(b":1\r\n");
         } else if matches!(index, 2..=4 | WAITING_FENCED_ACQUIRE_SCRIPT) {
             self.fenced(index, cmd, now, out);
@@ -113,11 +123,63 @@ impl Node {
         true
     }
 
-    /// A fair lock's waiter leaves (`FAIR_LEAVE_BODY`): numkeys 1, the resource, the entry,
-    /// the notice (`0` none; `1` counting the leaver out; `2` not). If waiters remain and the
-    /// resource is free, the release notice is published.
-    fn fair_leave(&mut self, cmd: &[&[u8]], now: u64) {
-        let (key, entry, notice) = (cmd[3], cmd[4], cmd[5]);
+    /// A fair set's acquire (`FAIR_SET_ACQUIRE_BODY`): numkeys n, the members, then as
+    /// [`Node::fair_acquire`]'s arguments. On each member: the live queue's expired entries
+    /// swept and, with an entry, the entry written (the queue made where none lives); the set
+    /// taken, all or none, only if its entry is the first live one of every queue with one (or,
+    /// without an entry, none lives), then its entry leaves each queue and an empty queue goes.
+    fn fair_set_acquire(&mut self, cmd: &[&[u8]], now: u64) -> bool {
+        let n = number(cmd[2]) as usize;
+        let (keys, args) = cmd[3..].split_at(n);
+        let (value, ms, entry) = (args[0], number(args[1]), args[2]);
+        let life = number(args[3]) * MS;
+        let mut first = true;
+        for key in keys {
+            let live = self.queues.iter().position(|q| q.0 == *key && now < q.2);
+            let at = match live {
+                Some(at) => Some(at),
+                None => {
+                    self.queues.retain(|q| q.0 != *key);
+                    (!entry.is_empty()).then(|| {
+                        self.queues.push((key.to_vec(), Vec::new(), now + life));
+                        self.queues.len() - 1
+                    })
+                }
+            };
+            let Some(at) = at else { continue };
+            let q = &mut self.queues[at];
+            q.1.retain(|e| now < e.1);
+            if !entry.is_empty() {
+                match q.1.iter_mut().find(|e| e.0 == entry) {
+                    Some(e) => e.1 = now + life,
+                    None => q.1.push((entry.to_vec(), now + life)),
+                }
+                q.2 = q.2.max(now + life);
+            }
+            if q.1.iter().map(|e| &e.0).min().is_some_and(|h| h != entry) {
+                first = false;
+            }
+        }
+        if !first || !self.set_acquire(keys, value, ms, now) {
+            return false;
+        }
+        for key in keys {
+            if let Some(at) = self.queues.iter().position(|q| q.0 == *key && now < q.2) {
+                let q = &mut self.queues[at];
+                q.1.retain(|e| e.0 != entry);
+                if q.1.is_empty() {
+                    self.queues.swap_remove(at);
+                }
+            }
+        }
+        true
+    }
+
+    /// A fair lock's waiter leaves (`FAIR_LEAVE_BODY`; a set's, `FAIR_SET_LEAVE_BODY`, each
+    /// member's queue): the resource `key`, the entry, the notice (`0` none; `1` counting the
+    /// leaver out; `2` not). If waiters remain and the resource is free, the release notice is
+    /// published.
+    fn fair_leave(&mut self, key: &[u8], (entry, notice): (&[u8], &[u8]), now: u64) {
         let Some(at) = self.queues.iter().position(|q| q.0 == key && now < q.2) else {
             return;
         };
@@ -598,6 +660,8 @@ mod tests {
             "d7885a1893c11385aa562ed917252c3b01853808", // shared acquire past sets
             "e33cf12317a60542f77e1b90c2c3e2c3e6641cdf", // fair acquire
             "b748f71b08db2582961b7667f8fa85399f3fca62", // fair leave
+            "1d57d5e8dfbe82a60591f25a3af0a012dc3291f5", // fair set acquire
+            "5a9aa0aa32b2d15e966a35bedd2aae14663a8d38", // fair set leave
         ];
         let sent: Vec<String> = scripts()
             .iter()

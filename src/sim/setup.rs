@@ -201,8 +201,9 @@ pub struct Setup {
     /// Sets that wait take their members one at a time (`Config::ordered_sets`); always in
     /// `Break::SetsAllAtOnce`'s runs, whose broken side takes that back.
     pub ordered_sets: bool,
-    /// The clients' plain locks are fair (`Config::fair`): first come, first served through
-    /// each node's queue. Not with `fencing` (a fair lock is not fenced): fencing wins.
+    /// The clients' plain locks and sets are fair (`Config::fair`): first come, first served
+    /// through each node's queues. Not with `fencing` (a fair lock is not fenced) nor with
+    /// ordered sets (the other way to give sets their members): those win.
     pub fair: bool,
 }
 

@@ -239,7 +239,7 @@ fn shared_settings(setup: Setup, fencing: bool, rng: &mut Rng) -> Arc<Shared> {
         .quarantine(quarantine)
         .fencing(fencing)
         .ordered_sets(setup.ordered_sets || setup.breaks.of_sets())
-        .fair(setup.fair && !fencing);
+        .fair(setup.fair && !fencing && !(setup.ordered_sets || setup.breaks.of_sets()));
     let shared = match setup.owner {
         true => shared.owner("sim-owner"),
         false => shared,
