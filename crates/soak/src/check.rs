@@ -505,6 +505,12 @@ pub fn examine(run: &RunResult) -> Report {
     // it held when: its whole wait counts (a lenient bound for the waits beside it; the
     // set's own wait is checked against the holds of its members alone).
     let ordered = client_config().ordered_sets;
+    // Fair (`SOAK_FAIR=1`), a set that waits is in every member's queue and marks each as a
+    // writer does: it keeps younger fair waiters of its members out while it waits for another
+    // (`FAIR_SET_ACQUIRE_BODY`), and the records do not say which waiter is younger: its whole
+    // wait counts, as an ordered set's (the oldest set's own wait is still checked against the
+    // holds of its members alone).
+    let reserves = ordered || client_config().fair;
     let set_waits = |r: usize| -> Vec<(u64, u64)> {
         (waits.iter().flatten())
             .filter(|(w, _)| w.kind == SET && w.members & (1 << r) != 0)
@@ -521,7 +527,8 @@ pub fn examine(run: &RunResult) -> Report {
         // With ordered sets (`SOAK_ORDERED_SETS=1`), and by its mark after the set's wait:
         // waiting writers step back from a member a set waits for while the set's mark lives
         // (`SET_MARK_BODY`).
-        if ordered {
+        // Fair, by its entry and mark after the set's wait (a leave that did not reach a node).
+        if reserves {
             blocked.extend(set_waits(r).into_iter().map(|(a, b)| (a, b + mark)));
         }
         classes.push(Class {
@@ -563,12 +570,12 @@ pub fn examine(run: &RunResult) -> Report {
         for m in (0..RESOURCES).filter(|m| members & (1 << m) != 0) {
             blocked.extend(spans(&holds[m], &|_| true));
         }
-        // With ordered sets, and by another set that waits with a member of this one (sets of
-        // the same members wait in one queue per process; each of them blocks the others'
-        // checks only where they share a member, never its own wait).
+        // With ordered or fair sets, and by another set that waits with a member of this one
+        // (sets of the same members wait in one queue per process; each of them blocks the
+        // others' checks only where they share a member, never its own wait).
         blocked.extend(
             (waits.iter().flatten())
-                .filter(|(w, _)| ordered && w.kind == SET && w.members != members)
+                .filter(|(w, _)| reserves && w.kind == SET && w.members != members)
                 .filter(|(w, _)| w.members & members != 0)
                 .map(|(w, _)| (w.start, w.end)),
         );
