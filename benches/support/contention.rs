@@ -94,7 +94,10 @@ impl Retry {
             .ttl(TTL)
             .node_timeout(NODE_TIMEOUT)
             .ordered_sets(shape == Some(Shape::MixedOrdered))
-            .fair(shape == Some(Shape::Fair));
+            .fair(matches!(
+                shape,
+                Some(Shape::Fair | Shape::ReadWriteFair | Shape::MixedFair)
+            ));
         let b = match self {
             Retry::Defaults => b,
             Retry::OneMs => b.retry_delay(Duration::from_millis(1), Duration::from_millis(1)),
@@ -123,7 +126,8 @@ impl Retry {
 /// resource for all (the plain rows), a set of two resources for all, writers and readers of one
 /// resource, or a mix of every kind on two resources, with sets taken all at once or (`mixed,
 /// ordered sets`) with `Builder::ordered_sets`, or one resource for all, fair (`plain, fair`:
-/// `Builder::fair`). Named by the run's resource
+/// `Builder::fair`), or writers and readers of one resource, the writers fair (`writers +
+/// readers, fair`), or the mix with every handle fair (`mixed, fair`). Named by the run's resource
 /// (`kinds:SHAPE:…`, [`Shape::resource`]), so that a child process learns it from its RESOURCE
 /// argument; any other resource is the plain rows' one resource.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -134,6 +138,8 @@ pub enum Shape {
     Mixed,
     MixedOrdered,
     Fair,
+    ReadWriteFair,
+    MixedFair,
 }
 
 /// What one caller locks: resource `a`, resource `b`, the set of both, or `a` shared.
@@ -176,13 +182,15 @@ impl Target {
 }
 
 impl Shape {
-    pub const ALL: [Shape; 6] = [
+    pub const ALL: [Shape; 8] = [
         Shape::Plain,
         Shape::Fair,
         Shape::Set,
         Shape::ReadWrite,
+        Shape::ReadWriteFair,
         Shape::Mixed,
         Shape::MixedOrdered,
+        Shape::MixedFair,
     ];
 
     pub fn name(self) -> &'static str {
@@ -193,6 +201,8 @@ impl Shape {
             Shape::Mixed => "mixed",
             Shape::MixedOrdered => "mixed, ordered sets",
             Shape::Fair => "plain, fair",
+            Shape::ReadWriteFair => "writers + readers, fair",
+            Shape::MixedFair => "mixed, fair",
         }
     }
 
@@ -204,6 +214,8 @@ impl Shape {
             Shape::Mixed => "mixed",
             Shape::MixedOrdered => "mixed-ordered",
             Shape::Fair => "fair",
+            Shape::ReadWriteFair => "rw-fair",
+            Shape::MixedFair => "mixed-fair",
         }
     }
 
@@ -227,10 +239,18 @@ impl Shape {
             (Shape::Set, _) => ("set", Target::Both),
             (Shape::ReadWrite, 0 | 2) => ("writer", Target::A),
             (Shape::ReadWrite, _) => ("reader", Target::SharedA),
-            (Shape::Mixed | Shape::MixedOrdered, 0) => ("writer of a", Target::A),
-            (Shape::Mixed | Shape::MixedOrdered, 1) => ("plain b", Target::B),
-            (Shape::Mixed | Shape::MixedOrdered, 2) => ("set a + b", Target::Both),
-            (Shape::Mixed | Shape::MixedOrdered, _) => ("reader of a", Target::SharedA),
+            (Shape::ReadWriteFair, 0 | 2) => ("fair writer", Target::A),
+            (Shape::ReadWriteFair, _) => ("reader", Target::SharedA),
+            (Shape::Mixed | Shape::MixedOrdered | Shape::MixedFair, 0) => {
+                ("writer of a", Target::A)
+            }
+            (Shape::Mixed | Shape::MixedOrdered | Shape::MixedFair, 1) => ("plain b", Target::B),
+            (Shape::Mixed | Shape::MixedOrdered | Shape::MixedFair, 2) => {
+                ("set a + b", Target::Both)
+            }
+            (Shape::Mixed | Shape::MixedOrdered | Shape::MixedFair, _) => {
+                ("reader of a", Target::SharedA)
+            }
         }
     }
 
