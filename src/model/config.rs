@@ -172,7 +172,8 @@ pub struct Config {
     /// third of their waits at the others' expense (docs/waiting.md has the figures). A limit: a set that believes it holds a member which a node lost (a
     /// restart without persistence, a partition longer than the TTL, a TTL shorter than the
     /// fallback poll between its attempts) may find it taken there and wait until its
-    /// deadline. Default off.
+    /// deadline. Not with [`Config::fair`], whose sets queue for their members instead.
+    /// Default off.
     pub ordered_sets: bool,
     /// With [`Config::ordered_sets`], how long into its wait this handle's waiting writer or
     /// reader steps back for a waiting set's mark on its resource. Past it, a writer's attempt

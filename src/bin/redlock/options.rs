@@ -152,9 +152,10 @@ pub struct Tuning {
     ///
     /// A fair lock: waiting callers of a name (with this option, in any process) are granted it
     /// in the order they began to wait, through a queue on each server (redlock:queue:NAME).
-    /// One that gives up leaves it; one that dies keeps its place for two fallback polls (at
-    /// least a second). Callers without it, readers and sets do not queue; -n joins no queue
-    /// and is refused while anyone waits. Not with --fence. Default: off
+    /// Several names (all or none) wait in every name's queue and get them all once first in
+    /// each. One that gives up leaves it; one that dies keeps its place for two fallback polls
+    /// (at least a second). Callers without it and readers do not queue; -n joins no queue and
+    /// is refused while anyone waits. Not with --fence or --ordered-sets. Default: off
     #[arg(
         long,
         env = "REDLOCK_FAIR",
