@@ -200,8 +200,11 @@ pub struct Config {
     /// `SET NX`, in one script: an uncontended fair lock costs one script call per node instead
     /// of the command), and its next attempt, at once, joins. A set waits in the queue of
     /// every member and is granted, all members at once, when it is first in each and they are
-    /// free: the members it waits for are kept from younger fair waiters meanwhile, so a set
-    /// gets them in bounded time however busy each one is. Fairness is among fair callers:
+    /// free: the members it waits for are kept from younger fair waiters and new readers
+    /// meanwhile (it marks them as a waiting writer does), so a set gets them once the holders
+    /// and older waiters it waits behind are done, however busy each one is (with
+    /// [`Config::release_notices`] off it marks as a reader does, and overlapping readers can
+    /// keep it waiting). Fairness is among fair callers:
     /// readers, and `SET NX` from plain handles or other clients do not queue (turn it on in
     /// every handle that locks the resource); `try_lock` joins no queue and is refused while
     /// anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs

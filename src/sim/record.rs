@@ -66,6 +66,10 @@ pub(super) struct Record {
     /// (client, waiting acquire, caller, resource): whose wait each is (to place `set_steps`
     /// and `deferences`).
     pub(super) wait_callers: Vec<(usize, crate::engine::request::OpId, usize, usize)>,
+    /// (client, caller, resource, from, to): every waiting acquire (`lock_until`), from its
+    /// submission until its outcome was taken or its async caller dropped it: the stretches in
+    /// which a fair set may hold entries in its members' queues (the liveness check).
+    pub(super) wait_spans: Vec<(usize, usize, usize, u64, u64)>,
     /// World times at which a fault began or ended (the liveness check's clock restarts).
     pub(super) changes: Vec<u64>,
     /// (node, from, to): a node down, paused, in its restart quarantine, or cut from or slow
@@ -109,13 +113,17 @@ impl Record {
     /// With fair locks (`fair`: each resource's `shared_of`, `Config::fair`), a set that waits
     /// is in the queue of every member and marks each as a writer does: it keeps the younger
     /// fair waiters and the readers of each out while it waits for another (its reservation).
-    /// A plain want or a reader of a member is owed nothing while a set want of it waits (and
-    /// a mark's life after: an entry or mark that a leave or release did not reach) — whatever
-    /// their ages: a want is a run of attempts (`try_lock`s, which any entry refuses, and
-    /// waits, each with an entry of its own start), which the record does not keep. A set
-    /// want is excused only by a set want that began before it, so that the oldest of sets
-    /// that block each other is owed its members as before: a deadlock between sets (each
-    /// first on a member the other needs) is still a violation.
+    /// A plain want or a reader of a member is owed nothing during another caller's set wait
+    /// (`lock_until`, [`Record::wait_spans`]) of it, and a mark's life after (an entry or mark
+    /// that a leave or release did not reach), whatever their ages — lenient for a plain want
+    /// whose own wait was ahead of the set's, but a plain waiter needs one member and cannot
+    /// block a set in turn. A set want is excused only by a set wait that began before the
+    /// want did, so before any of its own waits: strict (its own later waits are behind such a
+    /// set's, yet it is owed) but it keeps the oldest of sets that block each other owed its
+    /// members, so that a deadlock between sets (each first on a member the other needs) is
+    /// still a violation: a deadlock of waits refused while any other entry lives
+    /// (a mutation of the model) gave violations only so, the simulator's waits being shorter
+    /// than the bound.
     pub(super) fn liveness(
         &mut self,
         members: &[Vec<usize>],
@@ -147,13 +155,14 @@ impl Record {
                 }
             }
         }
-        // Per plain resource: (from, to, want, its start) while a waiting fair set reserves it.
-        let mut reserved: Vec<Vec<(u64, u64, usize, u64)>> = vec![Vec::new(); members.len()];
+        // Per plain resource: (from, to, client, caller) while a waiting fair set reserves it:
+        // its wait, and a mark's life after (an entry or mark a leave or release did not reach).
+        let mut reserved: Vec<Vec<(u64, u64, usize, usize)>> = vec![Vec::new(); members.len()];
         if let Some(shared_of) = fair.filter(|_| !ordered) {
-            for (j, w) in self.wants.iter().enumerate() {
-                if members[w.res].len() > 1 && !shared_of[w.res] {
-                    for &m in &members[w.res] {
-                        reserved[m].push((w.start, w.end.saturating_add(mark_life), j, w.start));
+            for &(c, k, res, from, to) in &self.wait_spans {
+                if members[res].len() > 1 && !shared_of[res] {
+                    for &m in &members[res] {
+                        reserved[m].push((from, to.saturating_add(mark_life), c, k));
                     }
                 }
             }
@@ -178,7 +187,8 @@ impl Record {
                     cover.extend((by_sets[m].iter()).filter(|e| e.2 != i).map(|e| (e.0, e.1)));
                     cover.extend(
                         (reserved[m].iter())
-                            .filter(|e| e.2 != i && (!a_set || e.3 < w.start))
+                            .filter(|e| (e.2, e.3) != (w.client, w.caller))
+                            .filter(|e| !a_set || e.0 < w.start)
                             .map(|e| (e.0, e.1)),
                     );
                 }

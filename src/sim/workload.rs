@@ -253,8 +253,13 @@ impl World {
             Work::Acquiring {
                 slot: Some((slot, drop_at)),
                 res,
+                start_g,
                 ..
-            } if !slot.is_done() && now >= drop_at => self.drop_wait(c, k, slot, res, now),
+            } if !slot.is_done() && now >= drop_at => {
+                let g = self.g;
+                self.record.wait_spans.push((c, k, res, start_g, g));
+                self.drop_wait(c, k, slot, res, now)
+            }
             Work::Acquiring {
                 id,
                 res,
@@ -268,6 +273,8 @@ impl World {
             {
                 if let Some(deadline) = deadline {
                     self.ended_wait(c, start_g, deadline);
+                    let g = self.g;
+                    self.record.wait_spans.push((c, k, res, start_g, g));
                 }
                 match self.acquire_outcome(c, id, token, slot) {
                     Ok(won) => return self.granted(c, k, res, start_g, won, now),

@@ -507,9 +507,10 @@ pub fn examine(run: &RunResult) -> Report {
     let ordered = client_config().ordered_sets;
     // Fair (`SOAK_FAIR=1`), a set that waits is in every member's queue and marks each as a
     // writer does: it keeps younger fair waiters of its members out while it waits for another
-    // (`FAIR_SET_ACQUIRE_BODY`), and the records do not say which waiter is younger: its whole
-    // wait counts, as an ordered set's (the oldest set's own wait is still checked against the
-    // holds of its members alone).
+    // (`FAIR_SET_ACQUIRE_BODY`). Its whole wait counts, whoever is younger, as an ordered set's;
+    // and a set's wait is excused by another set's that shares a member, whichever began
+    // first — so a deadlock between sets would not show here (the simulator's check keeps
+    // the age rule: `Record::liveness`).
     let reserves = ordered || client_config().fair;
     let set_waits = |r: usize| -> Vec<(u64, u64)> {
         (waits.iter().flatten())
