@@ -66,9 +66,9 @@ impl Wall {
 
 impl<N: Net> Engine<N> {
     /// The fair waiting acquire `w` leaves the queue of its resource (a set: of each member) on
-    /// the nodes of `nodes`
-    /// that are ready (the others drop its entry when it expires); `notice`: if waiters remain
-    /// and the resource is free there, the next is told (not for a waiter that won).
+    /// the nodes of `nodes` that are ready (the others drop its entry when it expires);
+    /// `notice`: if waiters remain and the resource is free there, the next is told (not for a
+    /// waiter that won).
     pub(super) fn leave_queue(&mut self, w: OpId, (nodes, notice): (u64, bool), now: Instant) {
         let Engine {
             net,
