@@ -172,6 +172,10 @@ pub struct ClockStep {
 /// How far apart [`ClockSteps`] samples the two clocks.
 pub const CLOCK_SAMPLE: Duration = Duration::from_millis(5);
 
+/// The longest the two readings of the monotonic clock around a reading of the wall clock may
+/// be apart for the sample to count ([`ClockSteps::watch`]).
+pub const CLOCK_READ: Duration = Duration::from_micros(100);
+
 /// The smallest move between two samples that counts as a step: NTP's slew (at most 500 ppm)
 /// moves the wall clock 2.5 µs in a [`CLOCK_SAMPLE`]; a step (a VM resumed from a snapshot and
 /// its clock set again, `date -s`, an NTP step) moves it at once.
@@ -212,8 +216,15 @@ impl ClockSteps {
         let thread = std::thread::spawn(move || {
             let mut steps = ClockSteps::default();
             while !flag.load(Ordering::Relaxed) {
+                // The wall clock read between two readings of the monotonic clock, kept only if
+                // they are close: a thread preempted between its two reads (milliseconds on this
+                // loaded 2-core machine) would see the wall clock step back, then forward again.
+                let before = mono_ns();
                 let real = realtime_ns();
-                steps.sample(real, mono_ns());
+                let after = mono_ns();
+                if after - before <= CLOCK_READ.as_nanos() as u64 {
+                    steps.sample(real, before + (after - before) / 2);
+                }
                 std::thread::sleep(CLOCK_SAMPLE);
             }
             steps.steps
