@@ -470,6 +470,15 @@ macro_rules! foreign_queue {
     };
 }
 
+/// The order of a fair queue's entries, `less(a, b)`: byte by byte (Lua's `<` on strings
+/// follows the server's locale), the same in every fair script, so that every queue on every
+/// node puts the same waiter first.
+macro_rules! entry_order {
+    () => {
+        "local function less(a, b) for i = 1, math.min(#a, #b) do local x, y = string.byte(a, i), string.byte(b, i) if x ~= y then return x < y end end return #a < #b end "
+    };
+}
+
 /// A fair lock's acquire ([`Config::fair`](crate::Config::fair), `engine/acquire.rs`):
 /// `KEYS[1]` the resource, `ARGV[1]` the value, `ARGV[2]` the TTL (ms), `ARGV[3]` the waiter's
 /// entry in the queue `redlock:queue:<resource>` (its wait's start in ms on its client's
@@ -498,7 +507,7 @@ pub(crate) const FAIR_ACQUIRE_BODY: &str = concat!(
     "end if redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) then return 1 end if ARGV[3] == \"\" then return 0 end local t = redis.call(\"time\") redis.call(\"zadd\", q, \"+inf\", \"",
     crate::model::keys::queue_marker!(),
     "\", t[1] * 1000 + math.floor(t[2] / 1000) + tonumber(ARGV[4]), ARGV[3]) redis.call(\"pexpire\", q, ARGV[4]) return 0 end ",
-    "local function less(a, b) for i = 1, math.min(#a, #b) do local x, y = string.byte(a, i), string.byte(b, i) if x ~= y then return x < y end end return #a < #b end ",
+    entry_order!(),
     "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) redis.call(\"zremrangebyscore\", q, \"-inf\", now) ",
     "if ARGV[3] ~= \"\" then redis.call(\"zadd\", q, now + tonumber(ARGV[4]), ARGV[3]) if redis.call(\"pttl\", q) < tonumber(ARGV[4]) then redis.call(\"pexpire\", q, ARGV[4]) end end ",
     "local head = false for _, e in ipairs(redis.call(\"zrangebyscore\", q, \"(\" .. now, \"(+inf\")) do if head == false or less(e, head) then head = e end end ",
@@ -542,7 +551,7 @@ pub(crate) const FAIR_SET_ACQUIRE_BODY: &str = concat!(
     "end return m end if m == false and redis.call(\"exists\", q) == 1 then ",
     foreign_queue!(),
     "end qs[i] = m ~= false end ",
-    "local function less(a, b) for i = 1, math.min(#a, #b) do local x, y = string.byte(a, i), string.byte(b, i) if x ~= y then return x < y end end return #a < #b end ",
+    entry_order!(),
     "local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local life = tonumber(ARGV[4]) local first = true ",
     "for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] ",
     "if qs[i] then redis.call(\"zremrangebyscore\", q, \"-inf\", now) end ",

@@ -15,7 +15,7 @@ use crate::proto::scripts::{
 };
 
 use super::clock::MS;
-use super::node::Node;
+use super::node::{Node, Queue};
 use super::node_io::{bulk, line, number};
 
 impl Node {
@@ -103,14 +103,7 @@ impl Node {
             return false;
         };
         let q = &mut self.queues[at];
-        q.1.retain(|e| now < e.1);
-        if !entry.is_empty() {
-            match q.1.iter_mut().find(|e| e.0 == entry) {
-                Some(e) => e.1 = now + life,
-                None => q.1.push((entry.to_vec(), now + life)),
-            }
-            q.2 = q.2.max(now + life);
-        }
+        sweep_and_join(q, entry, now, life);
         let head = q.1.iter().map(|e| e.0.clone()).min();
         if head.as_deref().is_some_and(|h| h != entry) || !self.set_nx(key, value, ms, now) {
             return false;
@@ -148,14 +141,7 @@ impl Node {
             };
             let Some(at) = at else { continue };
             let q = &mut self.queues[at];
-            q.1.retain(|e| now < e.1);
-            if !entry.is_empty() {
-                match q.1.iter_mut().find(|e| e.0 == entry) {
-                    Some(e) => e.1 = now + life,
-                    None => q.1.push((entry.to_vec(), now + life)),
-                }
-                q.2 = q.2.max(now + life);
-            }
+            sweep_and_join(q, entry, now, life);
             if q.1.iter().map(|e| &e.0).min().is_some_and(|h| h != entry) {
                 first = false;
             }
@@ -584,6 +570,21 @@ impl Node {
                 out.extend_from_slice(if ours { b":1\r\n" } else { b":0\r\n" });
             }
         }
+    }
+}
+
+/// A live fair queue's expired entries swept, then `entry` (unless empty: it joins nothing)
+/// written with its expiry, or refreshed, and the queue kept at least as long
+/// (`FAIR_ACQUIRE_BODY`, `FAIR_SET_ACQUIRE_BODY`: `ZREMRANGEBYSCORE`, `ZADD`, `PEXPIRE` if
+/// shorter).
+fn sweep_and_join(q: &mut Queue, entry: &[u8], now: u64, life: u64) {
+    q.1.retain(|e| now < e.1);
+    if !entry.is_empty() {
+        match q.1.iter_mut().find(|e| e.0 == entry) {
+            Some(e) => e.1 = now + life,
+            None => q.1.push((entry.to_vec(), now + life)),
+        }
+        q.2 = q.2.max(now + life);
     }
 }
 
