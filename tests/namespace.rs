@@ -300,7 +300,7 @@ fn the_documented_acl_rule_grants_every_command_every_script_calls() {
 }
 
 /// The documented rule: every script of every kind runs under it — plain, fenced, shared,
-/// all-or-none sets (fenced too), semaphores, fair locks (joining, leaving); acquire, extend, release with and without
+/// all-or-none sets (fenced too), semaphores, fair locks, sets and readers (joining, leaving); acquire, extend, release with and without
 /// notices, waiters' marks of writers, readers and sets woken by a notice, status reads of
 /// each kind, the fence repair — fencing and the quarantine on, and no node answers an error.
 #[test]
@@ -469,6 +469,21 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
         std::thread::spawn(move || fair.lock_until(&both, Instant::now() + SOON))
     };
     until_marked_by(&servers, "acl-fair-b");
+    released_on_a_quorum(holder.unlock(lock));
+    let got = t.join().unwrap().unwrap();
+    fair.unlock(got).unwrap();
+    // A fair reader: it joins the queue, is granted at the release, and leaves it.
+    let lock = holder.lock("acl-fair").unwrap();
+    let refused = fair.lock_shared_until("acl-fair", Instant::now() + Duration::from_millis(300));
+    assert!(
+        matches!(refused, Err(Error::Held(_))),
+        "{rule}: {refused:?}"
+    );
+    let t = {
+        let fair = fair.clone();
+        std::thread::spawn(move || fair.lock_shared_until("acl-fair", Instant::now() + SOON))
+    };
+    until_marked_by(&servers, "acl-fair");
     released_on_a_quorum(holder.unlock(lock));
     let got = t.join().unwrap().unwrap();
     fair.unlock(got).unwrap();

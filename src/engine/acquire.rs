@@ -13,10 +13,10 @@ use crate::model::token::{FAMILY_LEN, MAX_VALUE_LEN, lock_value};
 use crate::proto::fencing::{FENCE_KEY, Reads};
 use crate::proto::resp::{Arg, SetNxPx};
 use crate::proto::scripts::{
-    FAIR_ACQUIRE_SCRIPT, FAIR_SET_ACQUIRE_SCRIPT, FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT,
-    SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
-    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT,
-    WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
+    FAIR_ACQUIRE_SCRIPT, FAIR_SET_ACQUIRE_SCRIPT, FAIR_SHARED_ACQUIRE_SCRIPT,
+    FENCED_ACQUIRE_SCRIPT, FLAWED_ACQUIRE_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
+    SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT,
+    SHARED_ACQUIRE_SCRIPT, WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 use crate::proto::session::Kind;
 
@@ -86,6 +86,27 @@ impl<N: Net> Engine<N> {
             }
         };
         if let Some(name) = crate::model::keys::shared_name(resource) {
+            if shared.config.fair {
+                // A fair reader (`FAIR_SHARED_ACQUIRE_BODY`): in its resource's queue, with
+                // an entry of a reader's, as a fair writer's below.
+                let written: [u8; QUEUE_ENTRY_LEN];
+                let entry = match op.waiter {
+                    Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
+                        written = wall.entry(core.ops[w.index as usize].start, &op.token, true);
+                        &written[..]
+                    }
+                    _ => &[][..],
+                };
+                let args = [
+                    Arg::Bytes(token),
+                    Arg::UInt(ttl.as_millis() as u64),
+                    Arg::Bytes(entry),
+                    Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
+                ];
+                let script = &scripts()[FAIR_SHARED_ACQUIRE_SCRIPT];
+                let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
+                return core.send_script(net, (id, call), targets, now);
+            }
             // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key;
             // past its set precedence, the one that no longer steps back for sets.
             let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
@@ -109,7 +130,7 @@ impl<N: Net> Engine<N> {
             let written: [u8; QUEUE_ENTRY_LEN];
             let entry = match op.waiter {
                 Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
-                    written = wall.entry(core.ops[w.index as usize].start, &op.token);
+                    written = wall.entry(core.ops[w.index as usize].start, &op.token, false);
                     &written[..]
                 }
                 _ => &[][..],

@@ -575,8 +575,50 @@ pub(crate) const FAIR_SET_LEAVE_BODY: &str = concat!(
     "elseif ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[i]) == 0 then local ch = \"redlock:released:\" .. KEYS[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end end end return 1"
 );
 
+/// A fair reader's acquire ([`Config::fair`](crate::Config::fair), a shared lock): readers
+/// queue with the fair lock's writers and sets (`KEYS[1]` the resource, `ARGV` as in
+/// [`FAIR_ACQUIRE_BODY`], the entry's separator `r` instead of a space: a reader's). With a
+/// queue, the expired entries are swept, the reader's own entry written or refreshed, and the
+/// reader joins the resource's readers ([`SHARED_ACQUIRE_BODY`] without its test of the marks)
+/// only if no live writer's or set's entry is older than its own (without an entry: none lives)
+/// — the readers of a run between two writers are admitted together, and a waiting writer
+/// keeps out only the readers that came after it, so that neither kind starves the other; won,
+/// its entry leaves (the queue with it, once only the marker is left). With no queue, as
+/// [`SHARED_ACQUIRE_BODY`] (a waiting writer's or set's mark refuses it: a writer of a handle
+/// that is not fair); refused, a reader with an entry makes the queue. A queue that is not
+/// ours: the error of [`foreign_queue`], nothing written. Answers 1 or 0.
+pub(crate) const FAIR_SHARED_ACQUIRE_BODY: &str = concat!(
+    "local q = \"redlock:queue:\" .. KEYS[1] local qm = redis.pcall(\"zscore\", q, \"",
+    crate::model::keys::queue_marker!(),
+    "\") if type(qm) == \"table\" then if string.find(qm.err, \"WRONGTYPE\", 1, true) then ",
+    foreign_queue!(),
+    "end return qm end if qm == false and redis.call(\"exists\", q) == 1 then ",
+    foreign_queue!(),
+    "end ",
+    "local life = tonumber(ARGV[4]) local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ahead = false ",
+    "if qm ~= false then ",
+    entry_order!(),
+    "redis.call(\"zremrangebyscore\", q, \"-inf\", now) ",
+    "if ARGV[3] ~= \"\" then redis.call(\"zadd\", q, now + life, ARGV[3]) if redis.call(\"pttl\", q) < life then redis.call(\"pexpire\", q, ARGV[4]) end end ",
+    "for _, e in ipairs(redis.call(\"zrangebyscore\", q, \"(\" .. now, \"(+inf\")) do if string.byte(e, 16) ~= 114 and (ARGV[3] == \"\" or less(e, ARGV[3])) then ahead = true break end end ",
+    "else local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ahead = m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" end ",
+    "local p = redis.call(\"pttl\", KEYS[1]) local ok = not ahead and p ~= -1 ",
+    "if ok and p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\") if type(s) == \"table\" then if not string.find(s.err, \"WRONGTYPE\", 1, true) then return s end ok = false elseif not s then ok = false end end ",
+    "if not ok then if qm == false and ARGV[3] ~= \"\" then redis.call(\"zadd\", q, \"+inf\", \"",
+    crate::model::keys::queue_marker!(),
+    "\", now + life, ARGV[3]) redis.call(\"pexpire\", q, ARGV[4]) end return 0 end ",
+    "local ttl = tonumber(ARGV[2]) ",
+    "if p == -2 then redis.call(\"zadd\", KEYS[1], \"+inf\", \"",
+    readers_marker!(),
+    "\", now + ttl, ARGV[1]) else redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end ",
+    "if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end ",
+    "if qm ~= false then if ARGV[3] ~= \"\" then redis.call(\"zrem\", q, ARGV[3]) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end end return 1"
+);
+
 /// How many scripts there are (see [`scripts`]).
-pub(crate) const SCRIPT_COUNT: usize = 26;
+pub(crate) const SCRIPT_COUNT: usize = 27;
 
 /// The index of the release (compare-and-delete, then the notice) in [`scripts`].
 pub(crate) const RELEASE_SCRIPT: usize = 0;
@@ -656,6 +698,9 @@ pub(crate) const FAIR_SET_ACQUIRE_SCRIPT: usize = 24;
 /// The index of a fair set's waiter leaving its members' queues ([`FAIR_SET_LEAVE_BODY`]).
 pub(crate) const FAIR_SET_LEAVE_SCRIPT: usize = 25;
 
+/// The index of a fair reader's acquire ([`FAIR_SHARED_ACQUIRE_BODY`]).
+pub(crate) const FAIR_SHARED_ACQUIRE_SCRIPT: usize = 26;
+
 /// What each script is and the commands it calls, by index, as an ACL refusal of one of them
 /// names it ([`NodeFault::Permission`](crate::NodeFault::Permission)): the user needs every one (docs/production.md gives a
 /// rule that grants them). A unit test holds each against its body.
@@ -686,6 +731,7 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
     "a fair lock's leave script (ZSCORE, ZREM, ZCARD, DEL, EXISTS, PUBSUB NUMSUB, PUBLISH)",
     "a fair set's acquire script (ZSCORE, EXISTS, TIME, ZREMRANGEBYSCORE, ZADD, PTTL, PEXPIRE, ZRANGEBYSCORE, SET, ZREM, ZCARD, DEL)",
     "a fair set's leave script (ZSCORE, ZREM, ZCARD, DEL, EXISTS, PUBSUB NUMSUB, PUBLISH)",
+    "a fair reader's acquire script (ZSCORE, EXISTS, TIME, ZREMRANGEBYSCORE, ZADD, PTTL, PEXPIRE, ZRANGEBYSCORE, GET, ZREM, ZCARD, DEL)",
 ];
 
 /// The scripts, their SHA-1 computed once per process: 0 release, 1 extend, 2 fenced acquire,
@@ -695,7 +741,7 @@ pub(crate) const SCRIPT_CALLS: [&str; SCRIPT_COUNT] = [
 /// and extend, and a waiting reader's mark, 16–17 a set's step and fenced step, 18 a waiting
 /// set's mark, 19–20 a plain lock's waiting attempt and its fenced twin, 21 a reader's acquire
 /// past its set precedence, 22–23 a fair lock's acquire and its waiter's leave, 24–25 a fair
-/// set's.
+/// set's, 26 a fair reader's acquire.
 pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
     static SCRIPTS: OnceLock<[Script; SCRIPT_COUNT]> = OnceLock::new();
     SCRIPTS.get_or_init(|| {
@@ -726,6 +772,7 @@ pub(crate) fn scripts() -> &'static [Script; SCRIPT_COUNT] {
             FAIR_LEAVE_BODY,
             FAIR_SET_ACQUIRE_BODY,
             FAIR_SET_LEAVE_BODY,
+            FAIR_SHARED_ACQUIRE_BODY,
         ];
         let mut index = 0;
         bodies.map(|body| {
@@ -757,6 +804,7 @@ pub(crate) fn writes_a_hold(index: usize) -> bool {
             | SHARED_ACQUIRE_PAST_SETS_SCRIPT
             | FAIR_ACQUIRE_SCRIPT
             | FAIR_SET_ACQUIRE_SCRIPT
+            | FAIR_SHARED_ACQUIRE_SCRIPT
     )
 }
 

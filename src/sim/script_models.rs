@@ -8,9 +8,9 @@
 
 use crate::proto::scripts::{
     FAIR_ACQUIRE_SCRIPT, FAIR_LEAVE_SCRIPT, FAIR_SET_ACQUIRE_SCRIPT, FAIR_SET_LEAVE_SCRIPT,
-    MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT, SET_FENCED_ACQUIRE_SCRIPT,
-    SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT, SET_STEP_SCRIPT,
-    SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT,
+    FAIR_SHARED_ACQUIRE_SCRIPT, MARK_SCRIPT, READER_MARK_SCRIPT, REPAIR_SCRIPT, SET_ACQUIRE_SCRIPT,
+    SET_FENCED_ACQUIRE_SCRIPT, SET_MARK_SCRIPT, SET_RELEASE_SCRIPT, SET_STEP_FENCED_SCRIPT,
+    SET_STEP_SCRIPT, SHARED_ACQUIRE_PAST_SETS_SCRIPT, SHARED_ACQUIRE_SCRIPT, SHARED_RELEASE_SCRIPT,
     WAITING_ACQUIRE_SCRIPT, WAITING_FENCED_ACQUIRE_SCRIPT, scripts,
 };
 
@@ -47,6 +47,9 @@ impl Node {
             self.repair(cmd, out);
         } else if index == FAIR_ACQUIRE_SCRIPT {
             let won = self.fair_acquire(cmd, now);
+            out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
+        } else if index == FAIR_SHARED_ACQUIRE_SCRIPT {
+            let won = self.fair_shared_acquire(cmd, now);
             out.extend_from_slice(if won { b":1\r\n" } else { b":0\r\n" });
         } else if index == FAIR_LEAVE_SCRIPT {
             self.fair_leave(cmd[3], (cmd[4], cmd[5]), now);
@@ -110,6 +113,42 @@ impl Node {
         }
         let q = &mut self.queues[at];
         q.1.retain(|e| Some(&e.0) != head.as_ref());
+        if q.1.is_empty() {
+            self.queues.swap_remove(at);
+        }
+        true
+    }
+
+    /// A fair reader's acquire (`FAIR_SHARED_ACQUIRE_BODY`): numkeys 1, the resource, then as
+    /// [`Node::fair_acquire`]'s arguments (the token for the value). With no live queue, the
+    /// reader's acquire that steps back for a writer's or set's mark, joining the queue if
+    /// refused; with one, expired entries swept, the entry written, and the reader joins the
+    /// readers (the marks not looked at) only if no live writer's entry (its separator a space,
+    /// not `r`) is older than its own (without an entry: none lives), then its entry leaves.
+    fn fair_shared_acquire(&mut self, cmd: &[&[u8]], now: u64) -> bool {
+        let (key, entry) = (cmd[3], cmd[6]);
+        let life = number(cmd[7]) * MS;
+        let at = self.queues.iter().position(|q| q.0 == key && now < q.2);
+        let Some(at) = at else {
+            self.queues.retain(|q| q.0 != key);
+            if self.shared_acquire(key, cmd, now, (false, true)) == 1 {
+                return true;
+            }
+            if !entry.is_empty() {
+                let entries = vec![(entry.to_vec(), now + life)];
+                self.queues.push((key.to_vec(), entries, now + life));
+            }
+            return false;
+        };
+        let q = &mut self.queues[at];
+        sweep_and_join(q, entry, now, life);
+        let writer_ahead = (q.1.iter())
+            .any(|e| e.0.get(15) != Some(&b'r') && (entry.is_empty() || e.0.as_slice() < entry));
+        if writer_ahead || self.shared_acquire(key, cmd, now, (false, false)) == 0 {
+            return false;
+        }
+        let q = &mut self.queues[at];
+        q.1.retain(|e| e.0 != entry);
         if q.1.is_empty() {
             self.queues.swap_remove(at);
         }
@@ -267,8 +306,8 @@ impl Node {
         let key = cmd[3];
         let reply = match index {
             READER_MARK_SCRIPT => self.reader_mark(key, cmd, now),
-            SHARED_ACQUIRE_SCRIPT => self.shared_acquire(key, cmd, now, false),
-            SHARED_ACQUIRE_PAST_SETS_SCRIPT => self.shared_acquire(key, cmd, now, true),
+            SHARED_ACQUIRE_SCRIPT => self.shared_acquire(key, cmd, now, (false, true)),
+            SHARED_ACQUIRE_PAST_SETS_SCRIPT => self.shared_acquire(key, cmd, now, (true, true)),
             SHARED_RELEASE_SCRIPT => self.shared_release(key, cmd, now),
             _ => self.shared_extend(key, cmd, now),
         };
@@ -296,11 +335,21 @@ impl Node {
     /// A reader joins `key`'s readers: not while a writer holds it or waits for it, or a set
     /// waits for it — unless `past_sets` (`SHARED_ACQUIRE_PAST_SETS_BODY`) and no reader holds
     /// it (the wrong variant, and a lying node, overwrite the writer) — nor while the readers
-    /// are at the node's cap.
-    fn shared_acquire(&mut self, key: &[u8], cmd: &[&[u8]], now: u64, past_sets: bool) -> u64 {
+    /// are at the node's cap. Without `marks` (a fair reader in a queue,
+    /// `FAIR_SHARED_ACQUIRE_BODY`), no mark is looked at.
+    fn shared_acquire(
+        &mut self,
+        key: &[u8],
+        cmd: &[&[u8]],
+        now: u64,
+        (past_sets, marks): (bool, bool),
+    ) -> u64 {
         let (token, ms) = (cmd[4], number(cmd[5]));
         let writer = self.live(key, now).is_some();
-        let mark = self.live(&crate::model::keys::waiting_key(key), now);
+        let mark = match marks {
+            true => self.live(&crate::model::keys::waiting_key(key), now),
+            false => None,
+        };
         let read = (self.readers.iter()).any(|e| e.0 == key && now < e.2);
         let set_waits = mark == Some(crate::model::keys::SET_MARK_VALUE.as_bytes());
         let writer_waits = mark == Some(crate::model::keys::MARK_VALUE.as_bytes())
@@ -663,6 +712,7 @@ mod tests {
             "b748f71b08db2582961b7667f8fa85399f3fca62", // fair leave
             "1d57d5e8dfbe82a60591f25a3af0a012dc3291f5", // fair set acquire
             "5a9aa0aa32b2d15e966a35bedd2aae14663a8d38", // fair set leave
+            "0ad7061f567fcca721d3804c5a069fc0ad2d0823", // fair shared acquire
         ];
         let sent: Vec<String> = scripts()
             .iter()
