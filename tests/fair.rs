@@ -3,6 +3,8 @@
 //! wait; a waiter that gives up leaves the queue at once; a dead waiter's place expires;
 //! `try_lock` passes nobody; a key under the queue's name that is not ours is left alone.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -142,34 +144,11 @@ fn fair_readers_queue_with_the_writers_and_are_granted_in_runs_in_their_order() 
 /// five waits is granted, after at most the writers that were ahead of it.
 #[test]
 fn a_fair_reader_gets_its_turn_while_fair_writers_keep_the_resource_busy() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let servers = Cluster::start(3);
     let on = redlock_is_fair();
     let handle = || builder(&servers).fair(on).build().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sections = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    for _ in 0..3 {
-        let churn = Arc::new(handle());
-        for _ in 0..2 {
-            let (churn, stop, sections) = (churn.clone(), stop.clone(), sections.clone());
-            threads.push(thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let deadline = Instant::now() + Duration::from_secs(10);
-                    if let Ok(lock) = churn.lock_until("a", deadline) {
-                        sections.fetch_add(1, Ordering::Relaxed);
-                        thread::sleep(Duration::from_millis(30));
-                        churn.unlock(lock).unwrap();
-                    }
-                }
-            }));
-        }
-    }
-    // The writers are at it before the reader begins to wait.
-    while sections.load(Ordering::Relaxed) < 10 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    let busy = Busy::start(["a", "a", "a"].map(|m| (handle(), m)));
+    let sections = busy.sections.clone();
     let reader = handle();
     // Per wait: the writers' sections that began while it waited (`None`: not granted).
     let mut passed = Vec::new();
@@ -185,10 +164,7 @@ fn a_fair_reader_gets_its_turn_while_fair_writers_keep_the_resource_busy() {
             reader.unlock(lock).unwrap();
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+    busy.stop();
     // First come, first served: a writer's caller that began to wait after the reader is
     // behind it, so each of the six passes it at most once — twice where its next wait began
     // in the same millisecond as the reader's (entries order by their start in ms, a writer's
@@ -199,6 +175,55 @@ fn a_fair_reader_gets_its_turn_while_fair_writers_keep_the_resource_busy() {
         "writers' sections during each reader's wait (None: not granted): {passed:?}"
     );
     wait_queue_of(&servers, "redlock:queue:a", "queue gone");
+}
+
+/// Handles that keep resources busy: two callers of each handle lock its resource in a loop,
+/// 30 ms each time. `sections` counts the sections begun.
+struct Busy {
+    stop: Arc<AtomicBool>,
+    sections: Arc<AtomicU64>,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl Busy {
+    /// Starts the callers, and returns once they have begun 10 sections.
+    fn start(handles: impl IntoIterator<Item = (Redlock, &'static str)>) -> Busy {
+        let stop = Arc::new(AtomicBool::new(false));
+        let sections = Arc::new(AtomicU64::new(0));
+        let mut threads = Vec::new();
+        for (handle, resource) in handles {
+            let handle = Arc::new(handle);
+            for _ in 0..2 {
+                let (handle, stop, sections) = (handle.clone(), stop.clone(), sections.clone());
+                threads.push(thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        let deadline = Instant::now() + Duration::from_secs(10);
+                        if let Ok(lock) = handle.lock_until(resource, deadline) {
+                            sections.fetch_add(1, Ordering::Relaxed);
+                            thread::sleep(Duration::from_millis(30));
+                            handle.unlock(lock).unwrap();
+                        }
+                    }
+                }));
+            }
+        }
+        while sections.load(Ordering::Relaxed) < 10 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        Busy {
+            stop,
+            sections,
+            threads,
+        }
+    }
+
+    /// Stops the callers and waits for them.
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads {
+            t.join().unwrap();
+        }
+    }
 }
 
 /// Waits (up to 10 s) until `queue` exists on no server.
@@ -385,34 +410,11 @@ fn a_fair_lock_is_not_also_ordered_sets() {
 /// are free, and some reach their deadline.
 #[test]
 fn a_fair_set_gets_its_members_while_fair_callers_keep_each_of_them_busy() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let servers = Cluster::start(3);
     let on = redlock_is_fair();
     let handle = || builder(&servers).fair(on).build().unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let sections = Arc::new(AtomicU64::new(0));
-    let mut threads = Vec::new();
-    for member in ["a", "a", "a", "b", "b", "b"] {
-        let churn = Arc::new(handle());
-        for _ in 0..2 {
-            let (churn, stop, sections) = (churn.clone(), stop.clone(), sections.clone());
-            threads.push(thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let deadline = Instant::now() + Duration::from_secs(10);
-                    if let Ok(lock) = churn.lock_until(member, deadline) {
-                        sections.fetch_add(1, Ordering::Relaxed);
-                        thread::sleep(Duration::from_millis(30));
-                        churn.unlock(lock).unwrap();
-                    }
-                }
-            }));
-        }
-    }
-    // The callers of both members are at it before the set begins to wait.
-    while sections.load(Ordering::Relaxed) < 10 {
-        thread::sleep(Duration::from_millis(1));
-    }
+    let busy = Busy::start(["a", "a", "a", "b", "b", "b"].map(|m| (handle(), m)));
+    let sections = busy.sections.clone();
     let before = sections.load(Ordering::Relaxed);
     let waiter = handle();
     let both = ResourceSet::new(["a", "b"]).unwrap();
@@ -425,10 +427,7 @@ fn a_fair_set_gets_its_members_while_fair_callers_keep_each_of_them_busy() {
         }
     }
     let meanwhile = sections.load(Ordering::Relaxed) - before;
-    stop.store(true, Ordering::Relaxed);
-    for t in threads {
-        t.join().unwrap();
-    }
+    busy.stop();
     assert_eq!(
         granted, 5,
         "set waits granted ({meanwhile} sections of its members meanwhile)"

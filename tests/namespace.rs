@@ -442,52 +442,40 @@ fn acl_rule_runs(rule: &str, coverage: Coverage) {
         .node_timeout(Duration::from_millis(200))
         .build()
         .unwrap();
-    let lock = holder.lock("acl-fair").unwrap();
-    let refused = fair.lock_until("acl-fair", Instant::now() + Duration::from_millis(300));
-    assert!(
-        matches!(refused, Err(Error::Held(_))),
-        "{rule}: {refused:?}"
-    );
-    let t = {
-        let fair = fair.clone();
-        std::thread::spawn(move || fair.lock_until("acl-fair", Instant::now() + SOON))
-    };
-    until_marked_by(&servers, "acl-fair");
-    released_on_a_quorum(holder.unlock(lock));
-    let got = t.join().unwrap().unwrap();
-    fair.unlock(got).unwrap();
+    queued_then_granted(rule, &servers, (&holder, &fair), "acl-fair", "acl-fair");
     // A fair set: it joins both members' queues and leaves them, marks them, and is granted.
     let both = ResourceSet::new(["acl-fair", "acl-fair-b"]).unwrap();
-    let lock = holder.lock("acl-fair-b").unwrap();
-    let refused = fair.lock_until(&both, Instant::now() + Duration::from_millis(300));
-    assert!(
-        matches!(refused, Err(Error::Held(_))),
-        "{rule}: {refused:?}"
-    );
-    let t = {
-        let (fair, both) = (fair.clone(), both.clone());
-        std::thread::spawn(move || fair.lock_until(&both, Instant::now() + SOON))
-    };
-    until_marked_by(&servers, "acl-fair-b");
-    released_on_a_quorum(holder.unlock(lock));
-    let got = t.join().unwrap().unwrap();
-    fair.unlock(got).unwrap();
+    queued_then_granted(rule, &servers, (&holder, &fair), "acl-fair-b", both);
     // A fair reader: it joins the queue, is granted at the release, and leaves it.
-    let lock = holder.lock("acl-fair").unwrap();
-    let refused = fair.lock_shared_until("acl-fair", Instant::now() + Duration::from_millis(300));
+    let reader = Shared::new("acl-fair").unwrap();
+    queued_then_granted(rule, &servers, (&holder, &fair), "acl-fair", reader);
+    no_errors(rule, [&holder, &waiter, &quiet, &fair]);
+}
+
+/// While `holder` holds `held`, a wait of `fair` for `resource` (a name, a set or a reader)
+/// that gives up is refused; the next one, once it marked `held`,
+/// is granted at the release, and unlocks.
+fn queued_then_granted(
+    rule: &str,
+    servers: &Cluster,
+    (holder, fair): (&Redlock, &Redlock),
+    held: &str,
+    resource: impl AsRef<[u8]> + Send + 'static,
+) {
+    let lock = holder.lock(held).unwrap();
+    let refused = fair.lock_until(&resource, Instant::now() + Duration::from_millis(300));
     assert!(
         matches!(refused, Err(Error::Held(_))),
         "{rule}: {refused:?}"
     );
     let t = {
         let fair = fair.clone();
-        std::thread::spawn(move || fair.lock_shared_until("acl-fair", Instant::now() + SOON))
+        std::thread::spawn(move || fair.lock_until(&resource, Instant::now() + SOON))
     };
-    until_marked_by(&servers, "acl-fair");
+    until_marked_by(servers, held);
     released_on_a_quorum(holder.unlock(lock));
     let got = t.join().unwrap().unwrap();
     fair.unlock(got).unwrap();
-    no_errors(rule, [&holder, &waiter, &quiet, &fair]);
 }
 
 /// No node answered an error to any of `handles`.

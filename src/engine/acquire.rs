@@ -85,41 +85,11 @@ impl<N: Net> Engine<N> {
                 lock_value(op.token.as_bytes(), owner, &mut value_buf)
             }
         };
-        if let Some(name) = crate::model::keys::shared_name(resource) {
-            if shared.config.fair {
-                // A fair reader (`FAIR_SHARED_ACQUIRE_BODY`): in its resource's queue, with
-                // an entry of a reader's, as a fair writer's below.
-                let written: [u8; QUEUE_ENTRY_LEN];
-                let entry = match op.waiter {
-                    Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
-                        written = wall.entry(core.ops[w.index as usize].start, &op.token, true);
-                        &written[..]
-                    }
-                    _ => &[][..],
-                };
-                let args = [
-                    Arg::Bytes(token),
-                    Arg::UInt(ttl.as_millis() as u64),
-                    Arg::Bytes(entry),
-                    Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
-                ];
-                let script = &scripts()[FAIR_SHARED_ACQUIRE_SCRIPT];
-                let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
-                return core.send_script(net, (id, call), targets, now);
-            }
-            // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key;
-            // past its set precedence, the one that no longer steps back for sets.
-            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
-            let script = match op.past_sets {
-                false => &scripts()[SHARED_ACQUIRE_SCRIPT],
-                true => &scripts()[SHARED_ACQUIRE_PAST_SETS_SCRIPT],
-            };
-            let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
-            return core.send_script(net, (id, call), targets, now);
-        }
+        let reader = crate::model::keys::shared_name(resource);
         if super::fair::applies(&shared.config, resource) {
             // A fair lock (`FAIR_ACQUIRE_BODY`; a set, `FAIR_SET_ACQUIRE_BODY`: all or none, in
-            // the queue of every member): a waiting acquire's attempt with its entry in the
+            // the queue of every member; a reader, `FAIR_SHARED_ACQUIRE_BODY` on its resource's
+            // key, with a reader's entry): a waiting acquire's attempt with its entry in the
             // resource's queue; its first attempt (the wait's own token) and `try_lock` with
             // none: they take the resource only if nobody waits, and join nothing. A first
             // attempt that joined where it was refused left its entry there when it won on the
@@ -130,7 +100,8 @@ impl<N: Net> Engine<N> {
             let written: [u8; QUEUE_ENTRY_LEN];
             let entry = match op.waiter {
                 Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
-                    written = wall.entry(core.ops[w.index as usize].start, &op.token, false);
+                    let start = core.ops[w.index as usize].start;
+                    written = wall.entry(start, &op.token, reader.is_some());
                     &written[..]
                 }
                 _ => &[][..],
@@ -141,11 +112,24 @@ impl<N: Net> Engine<N> {
                 Arg::Bytes(entry),
                 Arg::UInt(mark_ttl(&shared.config).as_millis() as u64),
             ];
-            let script = match crate::model::keys::set_members(resource) {
-                Some(_) => &scripts()[FAIR_SET_ACQUIRE_SCRIPT],
-                None => &scripts()[FAIR_ACQUIRE_SCRIPT],
+            let script = match (reader, crate::model::keys::set_members(resource)) {
+                (Some(_), _) => FAIR_SHARED_ACQUIRE_SCRIPT,
+                (None, Some(_)) => FAIR_SET_ACQUIRE_SCRIPT,
+                (None, None) => FAIR_ACQUIRE_SCRIPT,
             };
-            let call = keyed_call(scratch, (script, id.tag()), resource, None, &args);
+            let key = reader.unwrap_or(resource);
+            let call = keyed_call(scratch, (&scripts()[script], id.tag()), key, None, &args);
+            return core.send_script(net, (id, call), targets, now);
+        }
+        if let Some(name) = reader {
+            // A reader: one script per node (`SHARED_ACQUIRE_BODY`), on the resource's key;
+            // past its set precedence, the one that no longer steps back for sets.
+            let args = [Arg::Bytes(token), Arg::UInt(ttl.as_millis() as u64)];
+            let script = match op.past_sets {
+                false => &scripts()[SHARED_ACQUIRE_SCRIPT],
+                true => &scripts()[SHARED_ACQUIRE_PAST_SETS_SCRIPT],
+            };
+            let call = keyed_call(scratch, (script, id.tag()), name, None, &args);
             return core.send_script(net, (id, call), targets, now);
         }
         if op.step > 0 || crate::model::keys::set_members(resource).is_some() {

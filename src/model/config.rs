@@ -186,30 +186,32 @@ pub struct Config {
     /// precedence for sets. Default 250 ms (a few critical sections; about the default pause
     /// between attempts); at most an hour.
     pub set_precedence: Duration,
-    /// A fair lock: this handle's plain locks and sets are granted first come, first served
-    /// among the fair callers of a resource, in every process, over all the nodes. A waiter
-    /// joins the
-    /// resource's queue on each node (`redlock:queue:<resource>`, a sorted set: its entry is
-    /// its wait's start on its own clock and its token's first bytes) and a node grants the
-    /// lock only to the first live entry; every node orders the entries the same way, so the
-    /// oldest waiter is first on every node it reached and wins at quorum — no two waiters can
-    /// each be first on half of them. Entries live two fallback polls past the waiter's last
-    /// attempt ([`Config::retry_delay`] and jitter, at least a second): a waiter that dies keeps
-    /// its place that long, and one that gives up or is granted leaves at once. A wait's first
-    /// attempt joins nothing: it takes the resource if it is free and nobody waits (the plain
-    /// `SET NX`, in one script: an uncontended fair lock costs one script call per node instead
-    /// of the command), and its next attempt, at once, joins. A set waits in the queue of
-    /// every member and is granted, all members at once, when it is first in each and they are
-    /// free: the members it waits for are kept from younger fair waiters and new readers
-    /// meanwhile (it marks them as a waiting writer does), so a set gets them once the holders
-    /// and older waiters it waits behind are done, however busy each one is (with
-    /// [`Config::release_notices`] off it marks as a reader does, and overlapping readers can
-    /// keep it waiting). Fairness is among fair callers:
-    /// readers, and `SET NX` from plain handles or other clients do not queue (turn it on in
-    /// every handle that locks the resource); `try_lock` joins no queue and is refused while
-    /// anyone waits in it. Order follows the clients' clocks: a waiter whose clock runs
-    /// behind by more than the others' waits goes first. Not with [`Config::fencing`], nor with
-    /// [`Config::ordered_sets`] (the other way to give sets their members). Default off.
+    /// A fair lock: this handle's plain locks, sets and readers are granted first come,
+    /// first served among the fair callers of a resource, in every process, over all the
+    /// nodes. A waiter joins the resource's queue on each node (`redlock:queue:<resource>`,
+    /// a sorted set: its entry is its wait's start on its own clock and its token's first
+    /// bytes) and a node grants the lock only to the first live entry; every node orders
+    /// the entries the same way, so the oldest waiter is first on every node it reached and
+    /// wins at quorum — no two waiters can each be first on half of them. Entries live two
+    /// fallback polls past the waiter's last attempt ([`Config::retry_delay`] and jitter,
+    /// at least a second): a waiter that dies keeps its place that long, and one that gives
+    /// up or is granted leaves at once. A wait's first attempt joins nothing: it takes the
+    /// resource if it is free and nobody waits (the plain `SET NX`, in one script: an
+    /// uncontended fair lock costs one script call per node instead of the command), and
+    /// its next attempt, at once, joins. A set waits in the queue of every member and is
+    /// granted, all members at once, when it is first in each and they are free: the
+    /// members it waits for are kept from younger fair waiters and new readers meanwhile
+    /// (it marks them as a waiting writer does), so a set gets them once the holders and
+    /// older waiters it waits behind are done, however busy each one is (with
+    /// [`Config::release_notices`] off it marks as a reader does, and overlapping readers
+    /// can keep it waiting). A reader waits in the same queue and joins the readers once no
+    /// writer's or set's entry is older than its own: the readers between two writers are
+    /// granted together. Fairness is among fair callers: a plain handle's callers and other
+    /// clients' `SET NX` do not queue (turn it on in every handle that locks the resource);
+    /// `try_lock` joins no queue and is refused while anyone waits in it. Order follows the
+    /// clients' clocks: a waiter whose clock runs behind by more than the others' waits
+    /// goes first. Not with [`Config::fencing`], nor with [`Config::ordered_sets`] (the
+    /// other way to give sets their members). Default off.
     pub fair: bool,
     /// Whether a server that may evict keys under memory pressure counts towards a quorum.
     /// Default [`EvictingServers::Refuse`]: such a server's yes does not count, as a restarted

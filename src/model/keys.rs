@@ -57,7 +57,8 @@ pub const RELEASE_CHANNEL_PREFIX: &str = "redlock:released:";
 /// The key of a fair lock's queue of waiters ([`Config::fair`](crate::Config::fair)): this
 /// prefix, then the resource name. A sorted set of this crate's: [`QUEUE_MARKER`] scored
 /// `+inf`, and each waiter's entry (its wait's start in ms on its client's clock, 15 digits,
-/// a space, its token's first 23 bytes) scored by the entry's expiry in ms on the node's clock.
+/// a space — a reader's: `r` — its token's first 23 bytes) scored by the entry's expiry in ms
+/// on the node's clock.
 pub const QUEUE_KEY_PREFIX: &str = "redlock:queue:";
 
 /// The text of [`QUEUE_MARKER`], as a macro so that the scripts can `concat!` it in.
@@ -75,8 +76,8 @@ pub(crate) use queue_marker;
 /// byte, so no entry can be it.
 pub const QUEUE_MARKER: &str = queue_marker!();
 
-/// How long a fair lock's queue entry is: the wait's start (ms, 15 digits), a space, the
-/// token's family (`FAMILY_LEN` bytes).
+/// How long a fair lock's queue entry is: the wait's start (ms, 15 digits), a space (a
+/// reader's: `r`), the token's family (`FAMILY_LEN` bytes).
 pub(crate) const QUEUE_ENTRY_LEN: usize = 15 + 1 + crate::model::token::FAMILY_LEN;
 
 /// The value of every waiting mark, and only of marks: a lock's token is 20 random bytes

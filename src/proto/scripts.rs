@@ -470,6 +470,21 @@ macro_rules! foreign_queue {
     };
 }
 
+/// The start of a fair acquire of one resource: the queue `q` of `KEYS[1]` and its marker's
+/// score `m` (`false`: no marker — no queue, or one that is not ours), the refusal of a key of
+/// another type there ([`foreign_queue`]) and of the `ZSCORE` (`NOPERM`) answered.
+macro_rules! queue_marker_read {
+    () => {
+        concat!(
+            "local q = \"redlock:queue:\" .. KEYS[1] local m = redis.pcall(\"zscore\", q, \"",
+            crate::model::keys::queue_marker!(),
+            "\") if type(m) == \"table\" then if string.find(m.err, \"WRONGTYPE\", 1, true) then ",
+            foreign_queue!(),
+            "end return m end "
+        )
+    };
+}
+
 /// The order of a fair queue's entries, `less(a, b)`: byte by byte (Lua's `<` on strings
 /// follows the server's locale), the same in every fair script, so that every queue on every
 /// node puts the same waiter first.
@@ -498,11 +513,8 @@ macro_rules! entry_order {
 /// A key under the queue's name that is not ours ([`QUEUE_MARKER`](crate::model::keys::QUEUE_MARKER)
 /// missing, or another type): an error on that node, nothing written ([`foreign_queue`]).
 pub(crate) const FAIR_ACQUIRE_BODY: &str = concat!(
-    "local q = \"redlock:queue:\" .. KEYS[1] local m = redis.pcall(\"zscore\", q, \"",
-    crate::model::keys::queue_marker!(),
-    "\") if type(m) == \"table\" then if string.find(m.err, \"WRONGTYPE\", 1, true) then ",
-    foreign_queue!(),
-    "end return m end if m == false then if redis.call(\"exists\", q) == 1 then ",
+    queue_marker_read!(),
+    "if m == false then if redis.call(\"exists\", q) == 1 then ",
     foreign_queue!(),
     "end if redis.call(\"set\", KEYS[1], ARGV[1], \"NX\", \"PX\", ARGV[2]) then return 1 end if ARGV[3] == \"\" then return 0 end local t = redis.call(\"time\") redis.call(\"zadd\", q, \"+inf\", \"",
     crate::model::keys::queue_marker!(),
@@ -588,25 +600,22 @@ pub(crate) const FAIR_SET_LEAVE_BODY: &str = concat!(
 /// that is not fair); refused, a reader with an entry makes the queue. A queue that is not
 /// ours: the error of [`foreign_queue`], nothing written. Answers 1 or 0.
 pub(crate) const FAIR_SHARED_ACQUIRE_BODY: &str = concat!(
-    "local q = \"redlock:queue:\" .. KEYS[1] local qm = redis.pcall(\"zscore\", q, \"",
-    crate::model::keys::queue_marker!(),
-    "\") if type(qm) == \"table\" then if string.find(qm.err, \"WRONGTYPE\", 1, true) then ",
-    foreign_queue!(),
-    "end return qm end if qm == false and redis.call(\"exists\", q) == 1 then ",
+    queue_marker_read!(),
+    "if m == false and redis.call(\"exists\", q) == 1 then ",
     foreign_queue!(),
     "end ",
     "local life = tonumber(ARGV[4]) local t = redis.call(\"time\") local now = t[1] * 1000 + math.floor(t[2] / 1000) local ahead = false ",
-    "if qm ~= false then ",
+    "if m ~= false then ",
     entry_order!(),
     "redis.call(\"zremrangebyscore\", q, \"-inf\", now) ",
     "if ARGV[3] ~= \"\" then redis.call(\"zadd\", q, now + life, ARGV[3]) if redis.call(\"pttl\", q) < life then redis.call(\"pexpire\", q, ARGV[4]) end end ",
     "for _, e in ipairs(redis.call(\"zrangebyscore\", q, \"(\" .. now, \"(+inf\")) do if string.byte(e, 16) ~= 114 and (ARGV[3] == \"\" or less(e, ARGV[3])) then ahead = true break end end ",
-    "else local m = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ahead = m == \"redlock-mux waiting mark\" or m == \"redlock-mux set waiting\" end ",
+    "else local w = redis.pcall(\"get\", \"redlock:waiting:\" .. KEYS[1]) ahead = w == \"redlock-mux waiting mark\" or w == \"redlock-mux set waiting\" end ",
     "local p = redis.call(\"pttl\", KEYS[1]) local ok = not ahead and p ~= -1 ",
     "if ok and p ~= -2 then local s = redis.pcall(\"zscore\", KEYS[1], \"",
     readers_marker!(),
     "\") if type(s) == \"table\" then if not string.find(s.err, \"WRONGTYPE\", 1, true) then return s end ok = false elseif not s then ok = false end end ",
-    "if not ok then if qm == false and ARGV[3] ~= \"\" then redis.call(\"zadd\", q, \"+inf\", \"",
+    "if not ok then if m == false and ARGV[3] ~= \"\" then redis.call(\"zadd\", q, \"+inf\", \"",
     crate::model::keys::queue_marker!(),
     "\", now + life, ARGV[3]) redis.call(\"pexpire\", q, ARGV[4]) end return 0 end ",
     "local ttl = tonumber(ARGV[2]) ",
@@ -614,7 +623,7 @@ pub(crate) const FAIR_SHARED_ACQUIRE_BODY: &str = concat!(
     readers_marker!(),
     "\", now + ttl, ARGV[1]) else redis.call(\"zadd\", KEYS[1], now + ttl, ARGV[1]) end ",
     "if p < ttl then redis.call(\"pexpire\", KEYS[1], ARGV[2]) end ",
-    "if qm ~= false then if ARGV[3] ~= \"\" then redis.call(\"zrem\", q, ARGV[3]) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end end return 1"
+    "if m ~= false then if ARGV[3] ~= \"\" then redis.call(\"zrem\", q, ARGV[3]) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end end return 1"
 );
 
 /// How many scripts there are (see [`scripts`]).

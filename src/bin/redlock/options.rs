@@ -154,8 +154,9 @@ pub struct Tuning {
     /// in the order they began to wait, through a queue on each server (redlock:queue:NAME).
     /// Several names (all or none) wait in every name's queue and get them all once first in
     /// each. One that gives up leaves it; one that dies keeps its place for two fallback polls
-    /// (at least a second). Callers without it and readers do not queue; -n joins no queue and
-    /// is refused while anyone waits. Not with --fence or --ordered-sets. Default: off
+    /// (at least a second). Readers (--shared) queue too, and those between two writers are
+    /// granted together. Callers without it do not queue; -n joins no queue and is refused
+    /// while anyone waits. Not with --fence or --ordered-sets. Default: off
     #[arg(
         long,
         env = "REDLOCK_FAIR",
