@@ -874,8 +874,8 @@ fn contention_kinds(urls: &[String], opts: &Opts) -> String {
          *mixed* — a quarter each: a writer of resource a, a plain lock of b, the set a + b, a reader of a; \
          *mixed, ordered sets* — the same with `Builder::ordered_sets(true)` in every process; \
          *plain, fair* — all lock one resource with `Builder::fair(true)` in every process; \
-         *writers + readers, fair* — as *writers + readers*, with `Builder::fair(true)` in every process (writers queue, readers do not); \
-         *mixed, fair* — the mix with `Builder::fair(true)` in every process (writers, plain locks and sets queue; a waiting set keeps readers of its members out). \
+         *writers + readers, fair* — as *writers + readers*, with `Builder::fair(true)` in every process (writers and readers queue); \
+         *mixed, fair* — the mix with `Builder::fair(true)` in every process (every kind queues: writers, plain locks, sets and readers). \
          Each caller loops `lock_until` (30 s) → hold → `unlock`. Fairness: fewest ÷ most sections among the callers of a role (all processes) / among the processes (the sections of its callers in each process together, as in the rows above). \
          Per caller: median sections of a caller of the role in the run. Conflicts: sections that must exclude each other and overlapped (must be 0). \
          Figures are medians over rounds; conflicts and give-ups are totals.\n\n\

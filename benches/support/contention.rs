@@ -126,7 +126,7 @@ impl Retry {
 /// resource for all (the plain rows), a set of two resources for all, writers and readers of one
 /// resource, or a mix of every kind on two resources, with sets taken all at once or (`mixed,
 /// ordered sets`) with `Builder::ordered_sets`, or one resource for all, fair (`plain, fair`:
-/// `Builder::fair`), or writers and readers of one resource, the writers fair (`writers +
+/// `Builder::fair`), or writers and readers of one resource, all fair (`writers +
 /// readers, fair`), or the mix with every handle fair (`mixed, fair`). Named by the run's resource
 /// (`kinds:SHAPE:…`, [`Shape::resource`]), so that a child process learns it from its RESOURCE
 /// argument; any other resource is the plain rows' one resource.

@@ -85,7 +85,7 @@ pub fn client_config() -> Config {
     {
         config.set_precedence = std::time::Duration::from_millis(ms);
     }
-    // `SOAK_FAIR=1`: fair locks and sets in every worker (`Config::fair`), and so no fencing
+    // `SOAK_FAIR=1`: fair locks, sets and readers in every worker (`Config::fair`), and so no fencing
     // (a fair lock is not fenced; the fence check is off) and no ordered sets (fair sets queue
     // for their members instead).
     if std::env::var("SOAK_FAIR").is_ok_and(|v| v == "1") {
