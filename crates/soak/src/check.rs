@@ -1033,15 +1033,21 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut s = String::new();
         let secs = |ns: u64| (ns as f64 - self.started as f64) / 1e9;
+        // The workers' configuration as it ran (`SOAK_FAIR`, `SOAK_ORDERED_SETS` change it).
+        let config = client_config();
+        let on_off = |on: bool| if on { "on" } else { "off" };
         let _ = writeln!(
             s,
             "soak seed {}: {:.1} s of faults, {} processes × {} callers (half threads, half tokio tasks), \
-             {NODES} servers, TTL {} ms, fencing on, default quarantine",
+             {NODES} servers, TTL {} ms, fencing {}, fair {}, ordered sets {}, default quarantine",
             self.seed,
             self.ran.as_secs_f64(),
             self.processes,
             self.tasks,
-            client_config().ttl.as_millis()
+            config.ttl.as_millis(),
+            on_off(config.fencing),
+            on_off(config.fair),
+            on_off(config.ordered_sets),
         );
         let per_kind = |counts: &[u64; 4]| -> String {
             let v: Vec<String> = KINDS
