@@ -1,7 +1,7 @@
 //! Keys that are not ours, against real servers: every kind of lock (plain, shared, a set's
-//! member, a semaphore's permit, a waiter's mark, the fence counter) tried against a foreign
-//! key of every type under the name it uses, with every operation (acquire, wait, extend,
-//! release, status, and for fencing the repair). The key must come out exactly as it went in:
+//! member, a semaphore's permit, a waiter's mark, the fence counter, a fair handle's plain
+//! lock, reader and set) tried against a foreign key of every type under the name it uses,
+//! with every operation (acquire, wait, extend, release, status, and for fencing the repair). The key must come out exactly as it went in:
 //! the same type and value (`DUMP`), and its TTL neither raised nor cut.
 //!
 //! The case that started it: a read lock joined an application's sorted set that had a TTL
@@ -121,15 +121,18 @@ enum Kind {
     Permit,
     Mark,
     Fence,
+    /// A fair handle's plain lock, reader and set (`Builder::fair`), each through its queue.
+    Fair,
 }
 
-const KINDS: [Kind; 6] = [
+const KINDS: [Kind; 7] = [
     Kind::Plain,
     Kind::Shared,
     Kind::SetMember,
     Kind::Permit,
     Kind::Mark,
     Kind::Fence,
+    Kind::Fair,
 ];
 
 /// A random token no lock holds: for releases and extends of a lock rebuilt from its parts.
@@ -154,10 +157,11 @@ fn stranger_token(resource: &[u8]) -> String {
     token
 }
 
-fn handle(servers: &Cluster, fencing: bool) -> Redlock {
+fn handle(servers: &Cluster, (fencing, fair): (bool, bool)) -> Redlock {
     Builder::new(servers.urls())
         .quarantine(None)
         .fencing(fencing)
+        .fair(fair)
         .ttl(Duration::from_secs(2))
         .node_timeout(Duration::from_millis(200))
         .build()
@@ -220,7 +224,7 @@ fn marks_of(redlock: &Redlock, name: &str) {
 fn try_kind(servers: &Cluster, kind: Kind, foreign: Foreign) {
     let name = "job";
     let key: String = match kind {
-        Kind::Plain | Kind::Shared | Kind::SetMember => name.into(),
+        Kind::Plain | Kind::Shared | Kind::SetMember | Kind::Fair => name.into(),
         Kind::Permit => format!("{name}#0"),
         Kind::Mark => format!("redlock:waiting:{name}"),
         Kind::Fence => redlock_mux::FENCE_KEY.into(),
@@ -235,7 +239,10 @@ fn try_kind(servers: &Cluster, kind: Kind, foreign: Foreign) {
     }
     let before: Vec<Snapshot> = servers.iter().map(|s| snapshot(s, &key)).collect();
     let what = format!("{kind:?} against {foreign:?}");
-    let redlock = handle(servers, matches!(kind, Kind::Fence));
+    let redlock = handle(
+        servers,
+        (matches!(kind, Kind::Fence), matches!(kind, Kind::Fair)),
+    );
     match kind {
         Kind::Plain => every_operation(&redlock, name.as_bytes()),
         Kind::Shared => {
@@ -259,6 +266,15 @@ fn try_kind(servers: &Cluster, kind: Kind, foreign: Foreign) {
         Kind::Mark => {
             every_operation(&redlock, name.as_bytes());
             marks_of(&redlock, name);
+        }
+        Kind::Fair => {
+            let got = redlock.try_lock_shared(name);
+            assert!(got.is_err(), "{what}: a fair reader was granted: {got:?}");
+            let shared = Shared::new(name).unwrap();
+            let set = ResourceSet::new([name, "other-member"]).unwrap();
+            for resource in [name.as_bytes(), shared.as_ref(), set.as_ref()] {
+                every_operation(&redlock, resource);
+            }
         }
         Kind::Fence => {
             every_operation(&redlock, name.as_bytes());
@@ -307,7 +323,7 @@ fn a_read_lock_is_refused_on_an_applications_sorted_set() {
     for s in servers.iter() {
         Foreign::SortedSetTtl.write(s, "board");
     }
-    let redlock = handle(&servers, false);
+    let redlock = handle(&servers, (false, false));
     let got = redlock.try_lock_shared("board");
     assert!(matches!(got, Err(Error::Held(_))), "{got:?}");
     for s in servers.iter() {

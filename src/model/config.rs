@@ -208,7 +208,8 @@ pub struct Config {
     /// writer's or set's entry is older than its own: the readers between two writers are
     /// granted together. Fairness is among fair callers: a plain handle's callers and other
     /// clients' `SET NX` do not queue (turn it on in every handle that locks the resource);
-    /// `try_lock` joins no queue and is refused while anyone waits in it. Order follows the
+    /// `try_lock` joins no queue and is refused while anyone waits in it (a reader's, while a
+    /// writer or set waits in it). Order follows the
     /// clients' clocks: a waiter whose clock runs behind by more than the others' waits
     /// goes first. Not with [`Config::fencing`], nor with [`Config::ordered_sets`] (the
     /// other way to give sets their members). Default off.

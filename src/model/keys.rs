@@ -8,8 +8,8 @@
 //! | `redlock:fence` | hash | fenced acquire's write-back, the fence repair | `run` (a `run_id`), `n` (the counter) |
 //! | `redlock:waiting:<resource>` | string | a waiter's mark | exactly [`MARK_VALUE`] |
 //! | channel `redlock:released:<resource>` | pub/sub | a release that found a mark | how many clients were subscribed to it, the releaser not counted (decimal, `PUBSUB NUMSUB`) |
-//! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`) | [`READERS_MARKER`] scored `+inf`, and each reader's token scored by its expiry (ms, the node's clock); the key lives as long as the longest |
-//! | `redlock:queue:<resource>` | sorted set | a fair lock's waiting acquire (`FAIR_ACQUIRE_BODY`) | [`QUEUE_MARKER`] scored `+inf`, and each waiter's entry scored by its expiry (ms, the node's clock) |
+//! | `<resource>` read-locked | sorted set | a shared acquire (`SHARED_ACQUIRE_BODY`; a fair reader's, `FAIR_SHARED_ACQUIRE_BODY`) | [`READERS_MARKER`] scored `+inf`, and each reader's token scored by its expiry (ms, the node's clock); the key lives as long as the longest |
+//! | `redlock:queue:<resource>` | sorted set | a fair waiting acquire (`FAIR_ACQUIRE_BODY`, `FAIR_SET_ACQUIRE_BODY` on each member, `FAIR_SHARED_ACQUIRE_BODY`) | [`QUEUE_MARKER`] scored `+inf`, and each waiter's entry scored by its expiry (ms, the node's clock) |
 //! | `redlock:waiting:<resource>` (a reader's) | string | a waiting reader's mark, or a waiting set's on each member | exactly [`READER_MARK_VALUE`] |
 //! | each `<resource>` of an all-or-none lock | string | the set scripts (`SET_ACQUIRE_BODY`) | the lock's token, the same in every member |
 //!

@@ -156,7 +156,8 @@ pub struct Tuning {
     /// each. One that gives up leaves it; one that dies keeps its place for two fallback polls
     /// (at least a second). Readers (--shared) queue too, and those between two writers are
     /// granted together. Callers without it do not queue; -n joins no queue and is refused
-    /// while anyone waits. Not with --fence or --ordered-sets. Default: off
+    /// while anyone waits (a reader's, while a writer waits). Not with --fence or
+    /// --ordered-sets. Default: off
     #[arg(
         long,
         env = "REDLOCK_FAIR",
