@@ -140,6 +140,42 @@ fn fair_readers_queue_with_the_writers_and_are_granted_in_runs_in_their_order() 
     }
 }
 
+/// A fair writer gives up while readers hold the resource: the fair reader that queued behind
+/// it joins them at once, told by the writer's leave (`FAIR_LEAVE_BODY` publishes where the
+/// resource is read-locked too). The fallback poll (5 s) is longer than the reader's budget, so
+/// only that notice lets it in: before the leave told readers, it reached its deadline.
+#[test]
+fn a_reader_behind_a_writer_that_gives_up_joins_the_readers_at_once() {
+    let servers = Cluster::start(3);
+    let slow = || {
+        builder(&servers)
+            .fair(true)
+            .retry_delay(Duration::from_secs(5), Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let holder = slow();
+    let held = holder.try_lock_shared("report").unwrap();
+    let writer = slow();
+    let w = thread::spawn(move || {
+        writer.lock_until("report", Instant::now() + Duration::from_millis(800))
+    });
+    wait_queue(&servers, "writer joined", |q| q.iter().all(|&c| c == 2));
+    let reader = slow();
+    let r = thread::spawn(move || {
+        reader
+            .lock_shared_until("report", Instant::now() + Duration::from_secs(3))
+            .map(|lock| reader.unlock(lock))
+    });
+    wait_queue(&servers, "reader joined", |q| q.iter().all(|&c| c == 3));
+    let gave_up = w.join().unwrap();
+    assert!(matches!(gave_up, Err(Error::Held(_))), "{gave_up:?}");
+    let got = r.join().unwrap();
+    assert!(got.is_ok(), "the reader behind the writer: {got:?}");
+    holder.unlock(held).unwrap();
+    wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
+}
+
 /// A reader of `a` while three fair handles of two callers each lock `a` in a loop: each of
 /// five waits is granted, after at most the writers that were ahead of it.
 #[test]

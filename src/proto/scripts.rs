@@ -530,8 +530,9 @@ pub(crate) const FAIR_ACQUIRE_BODY: &str = concat!(
 /// A fair lock's waiter leaves its queue (its wait, having joined, ended: won — the nodes that
 /// refused it still hold its entry — or not):
 /// `KEYS[1]` the resource, `ARGV[1]` the entry, `ARGV[2]` the notice: `0` none (a waiter that
-/// won), else — if waiters remain and the resource is free — a release notice as a release's,
-/// so that the next in line attempts now and not at its next poll, its count the channel's
+/// won), else — if waiters remain and the resource is free or read-locked (our read lock: the
+/// readers behind the leaver may join them) — a release notice as a release's, so that the
+/// next in line attempts now and not at its next poll, its count the channel's
 /// subscribers less the leaver when `ARGV[2]` is `1` (it listens there itself). Only in a queue
 /// of ours (the marker there: anything else is left alone); the queue goes once only the
 /// marker is left. Answers 1 (nobody reads it: a 0 would count as a refusal in the node's
@@ -540,7 +541,9 @@ pub(crate) const FAIR_LEAVE_BODY: &str = concat!(
     "local q = \"redlock:queue:\" .. KEYS[1] if type(redis.pcall(\"zscore\", q, \"",
     crate::model::keys::queue_marker!(),
     "\")) ~= \"string\" then return 1 end redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) return 1 end ",
-    "if ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[1]) == 0 then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end return 1"
+    "if ARGV[2] ~= \"0\" and (redis.call(\"exists\", KEYS[1]) == 0 or type(redis.pcall(\"zscore\", KEYS[1], \"",
+    readers_marker!(),
+    "\")) == \"string\") then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end return 1"
 );
 
 /// A fair set's acquire ([`Config::fair`](crate::Config::fair)): [`FAIR_ACQUIRE_BODY`] over
@@ -579,12 +582,14 @@ pub(crate) const FAIR_SET_ACQUIRE_BODY: &str = concat!(
 
 /// A fair set's waiter leaves the queues of its members: [`FAIR_LEAVE_BODY`] on each member
 /// (`KEYS`), the notice (if any) on that member's channel where waiters remain and the member
-/// is free. Answers 1.
+/// is free or read-locked. Answers 1.
 pub(crate) const FAIR_SET_LEAVE_BODY: &str = concat!(
     "for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] if type(redis.pcall(\"zscore\", q, \"",
     crate::model::keys::queue_marker!(),
     "\")) == \"string\" then redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) ",
-    "elseif ARGV[2] ~= \"0\" and redis.call(\"exists\", KEYS[i]) == 0 then local ch = \"redlock:released:\" .. KEYS[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end end end return 1"
+    "elseif ARGV[2] ~= \"0\" and (redis.call(\"exists\", KEYS[i]) == 0 or type(redis.pcall(\"zscore\", KEYS[i], \"",
+    readers_marker!(),
+    "\")) == \"string\") then local ch = \"redlock:released:\" .. KEYS[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end end end return 1"
 );
 
 /// A fair reader's acquire ([`Config::fair`](crate::Config::fair), a shared lock): readers
