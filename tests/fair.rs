@@ -24,22 +24,27 @@ fn fair(servers: &Cluster) -> Redlock {
     builder(servers).fair(true).build().unwrap()
 }
 
-/// Members of the queue on each server, the marker included (0: no queue).
-fn queued(servers: &Cluster) -> Vec<i64> {
+/// Members of `queue` on each server, the marker included (0: no queue).
+fn queued(servers: &Cluster, queue: &str) -> Vec<i64> {
     servers
         .iter()
-        .map(|s| match s.cmd(&["ZCARD", QUEUE]) {
+        .map(|s| match s.cmd(&["ZCARD", queue]) {
             redis::Value::Int(n) => n,
             other => panic!("ZCARD answered {other:?}"),
         })
         .collect()
 }
 
-/// Waits (up to 10 s) until `done` holds of the queue sizes on every server.
+/// Waits (up to 10 s) until `done` holds of the sizes of [`QUEUE`] on every server.
 fn wait_queue(servers: &Cluster, what: &str, done: impl Fn(&[i64]) -> bool) {
+    wait_queue_in(servers, QUEUE, what, done)
+}
+
+/// [`wait_queue`] of `queue`.
+fn wait_queue_in(servers: &Cluster, queue: &str, what: &str, done: impl Fn(&[i64]) -> bool) {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
-        let sizes = queued(servers);
+        let sizes = queued(servers, queue);
         if done(&sizes) {
             return;
         }
@@ -210,7 +215,9 @@ fn a_fair_reader_gets_its_turn_while_fair_writers_keep_the_resource_busy() {
         passed.iter().all(|p| p.is_some_and(|n| n <= 12)),
         "writers' sections during each reader's wait (None: not granted): {passed:?}"
     );
-    wait_queue_of(&servers, "redlock:queue:a", "queue gone");
+    wait_queue_in(&servers, "redlock:queue:a", "queue gone", |q| {
+        q.iter().all(|&c| c == 0)
+    });
 }
 
 /// Handles that keep resources busy: two callers of each handle lock its resource in a loop,
@@ -259,24 +266,6 @@ impl Busy {
         for t in self.threads {
             t.join().unwrap();
         }
-    }
-}
-
-/// Waits (up to 10 s) until `queue` exists on no server.
-fn wait_queue_of(servers: &Cluster, queue: &str, what: &str) {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left: Vec<i64> = (servers.iter())
-            .map(|s| match s.cmd(&["EXISTS", queue]) {
-                redis::Value::Int(n) => n,
-                other => panic!("EXISTS answered {other:?}"),
-            })
-            .collect();
-        if left.iter().all(|&n| n == 0) {
-            return;
-        }
-        assert!(Instant::now() < until, "{what}: {left:?}");
-        thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -373,7 +362,7 @@ fn a_lock_won_at_its_first_attempt_leaves_no_entry_where_it_was_refused() {
         assert!(Instant::now() < until, "no refusal seen");
         thread::sleep(Duration::from_millis(5));
     }
-    assert_eq!(queued(&servers), vec![0, 0, 0]);
+    assert_eq!(queued(&servers, QUEUE), vec![0, 0, 0]);
     redlock.unlock(lock).unwrap();
 }
 
@@ -469,6 +458,7 @@ fn a_fair_set_gets_its_members_while_fair_callers_keep_each_of_them_busy() {
         "set waits granted ({meanwhile} sections of its members meanwhile)"
     );
     // Everybody left: no queue is left behind.
-    wait_queue_of(&servers, "redlock:queue:a", "queue of a left");
-    wait_queue_of(&servers, "redlock:queue:b", "queue of b left");
+    for queue in ["redlock:queue:a", "redlock:queue:b"] {
+        wait_queue_in(&servers, queue, "queue left", |q| q.iter().all(|&c| c == 0));
+    }
 }

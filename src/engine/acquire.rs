@@ -75,18 +75,18 @@ impl<N: Net> Engine<N> {
         // The value written: the token, or `<token> <owner>` (`Config::owner`); a reader's
         // member is its token alone.
         let owner = shared.config.owner.as_deref().map(str::as_bytes);
+        let reader = crate::model::keys::shared_name(resource);
         // Filled only with an owner: the plain path does no more work than before.
         let mut value_buf: [u8; MAX_VALUE_LEN];
         let token = match owner {
             None => op.token.as_bytes(),
-            Some(_) if crate::model::keys::shared_name(resource).is_some() => op.token.as_bytes(),
+            Some(_) if reader.is_some() => op.token.as_bytes(),
             Some(_) => {
                 value_buf = [0u8; MAX_VALUE_LEN];
                 lock_value(op.token.as_bytes(), owner, &mut value_buf)
             }
         };
-        let reader = crate::model::keys::shared_name(resource);
-        if super::fair::applies(&shared.config, resource) {
+        if super::fair::applies(&shared.config) {
             // A fair lock (`FAIR_ACQUIRE_BODY`; a set, `FAIR_SET_ACQUIRE_BODY`: all or none, in
             // the queue of every member; a reader, `FAIR_SHARED_ACQUIRE_BODY` on its resource's
             // key, with a reader's entry): a waiting acquire's attempt with its entry in the

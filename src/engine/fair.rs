@@ -15,14 +15,14 @@ use crate::proto::scripts::{FAIR_LEAVE_SCRIPT, FAIR_SET_LEAVE_SCRIPT, scripts};
 
 use super::{Engine, keyed_call, nodes_in};
 
-/// Whether an acquire of `resource` goes through the fair lock's queue: on a handle with
-/// [`Config::fair`](crate::Config::fair), every kind — a plain lock (one key), a set (the queue
+/// Whether this handle's acquires go through the fair lock's queues: with
+/// [`Config::fair`](crate::Config::fair), of every kind — a plain lock (one key), a set (the queue
 /// of every member: `FAIR_SET_ACQUIRE_BODY`) and a reader (its resource's queue, with an entry
 /// of its own kind: `FAIR_SHARED_ACQUIRE_BODY`). Readers that did not queue stepped back for
 /// the mark of every waiting fair writer or set, and with a queue that was never empty that
 /// mark was always there: a reader of the contention benchmark's fair mix got 6–7 sections in
 /// 2 s against a writer's hundreds.
-pub(crate) fn applies(config: &crate::Config, _resource: &[u8]) -> bool {
+pub(crate) fn applies(config: &crate::Config) -> bool {
     config.fair
 }
 

@@ -196,7 +196,7 @@ impl<N: Net> Engine<N> {
             // does: readers that came and went on one member kept it waiting, and the fair
             // waiters of its other members behind it, for as long as they kept coming (the
             // simulator, `--fair --shared --sets`: 3.1 s while nobody held, seed 6270).
-            let script = match super::fair::applies(&self.shared.config, resource)
+            let script = match super::fair::applies(&self.shared.config)
                 && self.shared.config.release_notices
             {
                 true => MARK_SCRIPT,

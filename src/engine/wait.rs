@@ -180,7 +180,7 @@ impl<N: Net> Engine<N> {
         let seen = match seen {
             Seen::Notice(_)
                 if crate::model::keys::shared_name(resource).is_some()
-                    || super::fair::applies(&self.shared.config, resource)
+                    || super::fair::applies(&self.shared.config)
                     || self.core.mutation.notice_herd() =>
             {
                 Seen::Notice(0)
@@ -225,7 +225,7 @@ impl<N: Net> Engine<N> {
         // yes (a yes took its entry out), which still hold its entry, older than any later
         // waiter's; given up, on every node. Only a waiter that did not win tells the next in
         // line.
-        if op.tries > 1 && super::fair::applies(&self.shared.config, &op.resource) {
+        if op.tries > 1 && super::fair::applies(&self.shared.config) {
             let all = self.all_nodes();
             let (nodes, notice) = match &outcome {
                 Some(Outcome::Locked(Ok((_, grant)))) => (all & !grant.votes.yes, false),

@@ -527,6 +527,21 @@ pub(crate) const FAIR_ACQUIRE_BODY: &str = concat!(
     "if head ~= false then redis.call(\"zrem\", q, head) end if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) end return 1"
 );
 
+/// The notice of a fair waiter's leave, on the resource `$key` (a Lua expression), after
+/// `if`/`elseif`: with `ARGV[2]` not `0`, where no writer holds the resource — free, or our read
+/// lock (the readers queued behind the leaver may join) — the release notice as a release's,
+/// its count the channel's subscribers less the leaver when `ARGV[2]` is `1`. One text for
+/// [`FAIR_LEAVE_BODY`] and [`FAIR_SET_LEAVE_BODY`] (each member), so that they tell alike.
+macro_rules! leave_notice {
+    ($key:literal) => {
+        concat!(
+            "ARGV[2] ~= \"0\" and (redis.call(\"exists\", ", $key, ") == 0 or type(redis.pcall(\"zscore\", ", $key, ", \"",
+            readers_marker!(),
+            "\")) == \"string\") then local ch = \"redlock:released:\" .. ", $key, " local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end "
+        )
+    };
+}
+
 /// A fair lock's waiter leaves its queue (its wait, having joined, ended: won — the nodes that
 /// refused it still hold its entry — or not):
 /// `KEYS[1]` the resource, `ARGV[1]` the entry, `ARGV[2]` the notice: `0` none (a waiter that
@@ -541,9 +556,9 @@ pub(crate) const FAIR_LEAVE_BODY: &str = concat!(
     "local q = \"redlock:queue:\" .. KEYS[1] if type(redis.pcall(\"zscore\", q, \"",
     crate::model::keys::queue_marker!(),
     "\")) ~= \"string\" then return 1 end redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) return 1 end ",
-    "if ARGV[2] ~= \"0\" and (redis.call(\"exists\", KEYS[1]) == 0 or type(redis.pcall(\"zscore\", KEYS[1], \"",
-    readers_marker!(),
-    "\")) == \"string\") then local ch = \"redlock:released:\" .. KEYS[1] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end return 1"
+    "if ",
+    leave_notice!("KEYS[1]"),
+    "return 1"
 );
 
 /// A fair set's acquire ([`Config::fair`](crate::Config::fair)): [`FAIR_ACQUIRE_BODY`] over
@@ -587,9 +602,9 @@ pub(crate) const FAIR_SET_LEAVE_BODY: &str = concat!(
     "for i = 1, #KEYS do local q = \"redlock:queue:\" .. KEYS[i] if type(redis.pcall(\"zscore\", q, \"",
     crate::model::keys::queue_marker!(),
     "\")) == \"string\" then redis.call(\"zrem\", q, ARGV[1]) if redis.call(\"zcard\", q) == 1 then redis.call(\"del\", q) ",
-    "elseif ARGV[2] ~= \"0\" and (redis.call(\"exists\", KEYS[i]) == 0 or type(redis.pcall(\"zscore\", KEYS[i], \"",
-    readers_marker!(),
-    "\")) == \"string\") then local ch = \"redlock:released:\" .. KEYS[i] local s = redis.pcall(\"pubsub\", \"numsub\", ch) local c = (type(s) == \"table\" and s[2] or 0) - (ARGV[2] == \"1\" and 1 or 0) pcall(redis.call, \"publish\", ch, tostring(c < 0 and 0 or c)) end end end return 1"
+    "elseif ",
+    leave_notice!("KEYS[i]"),
+    "end end return 1"
 );
 
 /// A fair reader's acquire ([`Config::fair`](crate::Config::fair), a shared lock): readers

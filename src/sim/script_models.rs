@@ -103,11 +103,8 @@ impl Node {
         if head.as_deref().is_some_and(|h| h != entry) || !self.set_nx(key, value, ms, now) {
             return false;
         }
-        let q = &mut self.queues[at];
-        q.1.retain(|e| Some(&e.0) != head.as_ref());
-        if q.1.is_empty() {
-            self.queues.swap_remove(at);
-        }
+        // The head is the entry here (or there is none).
+        self.drop_entry(at, entry);
         true
     }
 
@@ -118,6 +115,17 @@ impl Node {
             self.queues.retain(|q| q.0 != key);
         }
         at
+    }
+
+    /// `entry` leaves queue `at` (`ZREM`), and the queue goes once empty (only the marker left:
+    /// `DEL`); true if it went.
+    fn drop_entry(&mut self, at: usize, entry: &[u8]) -> bool {
+        self.queues[at].1.retain(|e| e.0 != entry);
+        let gone = self.queues[at].1.is_empty();
+        if gone {
+            self.queues.swap_remove(at);
+        }
+        gone
     }
 
     /// Where no queue lives and a fair acquire was refused: with an entry, it makes the queue
@@ -150,11 +158,7 @@ impl Node {
         if writer_ahead || self.shared_acquire(key, cmd, now, (false, false)) == 0 {
             return false;
         }
-        let q = &mut self.queues[at];
-        q.1.retain(|e| e.0 != entry);
-        if q.1.is_empty() {
-            self.queues.swap_remove(at);
-        }
+        self.drop_entry(at, entry);
         true
     }
 
@@ -188,12 +192,8 @@ impl Node {
             return false;
         }
         for key in keys {
-            if let Some(at) = self.queues.iter().position(|q| q.0 == *key && now < q.2) {
-                let q = &mut self.queues[at];
-                q.1.retain(|e| e.0 != entry);
-                if q.1.is_empty() {
-                    self.queues.swap_remove(at);
-                }
+            if let Some(at) = self.live_queue(key, now) {
+                self.drop_entry(at, entry);
             }
         }
         true
@@ -204,13 +204,10 @@ impl Node {
     /// leaver out; `2` not). If waiters remain and no writer holds the resource (free or
     /// read-locked), the release notice is published.
     fn fair_leave(&mut self, key: &[u8], (entry, notice): (&[u8], &[u8]), now: u64) {
-        let Some(at) = self.queues.iter().position(|q| q.0 == key && now < q.2) else {
+        let Some(at) = self.live_queue(key, now) else {
             return;
         };
-        let q = &mut self.queues[at];
-        q.1.retain(|e| e.0 != entry);
-        if q.1.is_empty() {
-            self.queues.swap_remove(at);
+        if self.drop_entry(at, entry) {
             return;
         }
         // Free or read-locked: no writer holds it (the readers behind the leaver may join).
