@@ -15,7 +15,13 @@
 //!     [--tasks T] [--json] [--verbose] [--keep DIR]
 //! cargo run --release --example soak -- --table < runs.jsonl   # the JSON lines as a table
 //! cargo run --release --example soak -- --bound                # the bound and its terms
+//! cargo run --release --example soak -- --ideal SEEDS [--seed S] [--duration SECS]
 //! ```
+//!
+//! `--ideal SEEDS` runs no servers: it prints what share of each kind's waits could end held
+//! under an ideal scheduler (first come, first served; sets first), the same workload with no
+//! network and no polling, for SEEDS seeds from S (1): the workload's limits, beside which the
+//! real soak's figures are the lock's (`redlock_soak::ideal`).
 //!
 //! `--verbose` prints each fault as it is injected and healed; `--keep DIR` keeps the
 //! workers' records (holds, waits, connects, counters: see `crates/soak/src/worker.rs`) in DIR.
@@ -28,12 +34,12 @@ use std::io::BufRead;
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
-use redlock_soak::{Bound, RunConfig, check, driver, worker};
+use redlock_soak::{Bound, RunConfig, check, driver, ideal, worker};
 
 fn usage() -> ExitCode {
     eprintln!(
         "usage: soak [--seed S] [--duration SECS] [--processes P] [--tasks T] [--json] \
-         [--verbose] [--keep DIR] | --table | --bound"
+         [--verbose] [--keep DIR] | --table | --bound | --ideal SEEDS [--seed S] [--duration SECS]"
     );
     ExitCode::from(2)
 }
@@ -50,6 +56,8 @@ fn main() -> ExitCode {
     }
     let mut cfg = RunConfig::new(0, Duration::from_secs(60));
     let mut json = false;
+    let mut ideal = None;
+    let mut seed = None;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut num = |name: &str| -> Option<u64> {
@@ -61,7 +69,7 @@ fn main() -> ExitCode {
         };
         match a.as_str() {
             "--seed" => match num("--seed") {
-                Some(v) => cfg.seed = v,
+                Some(v) => seed = Some(v),
                 None => return usage(),
             },
             "--duration" => match num("--duration") {
@@ -74,6 +82,10 @@ fn main() -> ExitCode {
             },
             "--tasks" => match num("--tasks") {
                 Some(v) if v > 0 => cfg.tasks = v as usize,
+                _ => return usage(),
+            },
+            "--ideal" => match num("--ideal") {
+                Some(v) if v > 0 => ideal = Some(v),
                 _ => return usage(),
             },
             "--json" => json = true,
@@ -110,6 +122,14 @@ fn main() -> ExitCode {
             _ => return usage(),
         }
     }
+    if let Some(seeds) = ideal {
+        // Seeds from 1, as `scripts/soak`'s.
+        let first = seed.unwrap_or(1);
+        let callers = cfg.processes * cfg.tasks;
+        print!("{}", ideal::report(first, seeds, cfg.duration, callers));
+        return ExitCode::SUCCESS;
+    }
+    cfg.seed = seed.unwrap_or(cfg.seed);
     // Workers are this program again, told what to do through the environment.
     let worker_command =
         || Command::new(std::env::current_exe().expect("the soak's own executable"));

@@ -7,6 +7,7 @@
 //! | this file | the run's settings ([`RunConfig`]), the client's settings ([`client_config`]), the bound on a wait while nobody holds ([`Bound`]), the clock, the seeded generator |
 //! | `worker` | one worker process: one handle, blocking threads and tokio tasks locking through every API path — plain locks, shared locks, all-or-none sets, semaphore permits — recording holds and waits |
 //! | `driver` | 5 local servers, the worker processes, seeded faults (never more than 2 of 5 servers faulty at once), collecting the results |
+//! | `ideal` | the same workload under an ideal scheduler (no servers, no network: a grant the instant its policy allows), to tell the workload's limits from the lock's |
 //! | `check` | overlaps (readers with readers allowed), permit holders at most P, fence order (readers skipped), the longest wait while nobody held (per kind), connects per node per process; the summary, the JSON line, the table |
 //!
 //! Every time is `CLOCK_MONOTONIC` in nanoseconds ([`mono_ns`]): one clock for every process of
@@ -14,6 +15,7 @@
 
 pub mod check;
 pub mod driver;
+pub mod ideal;
 pub mod worker;
 
 use std::time::{Duration, Instant};

@@ -101,11 +101,11 @@ pub const PATHS: [&str; 28] = [
 /// Added to a hold's path when a kept lock was lost while held.
 pub const LOST: u8 = 128;
 /// Blocking paths are `0..ASYNC_PATHS`, async ones `ASYNC_PATHS..SEM_PATHS`.
-const ASYNC_PATHS: usize = 9;
+pub(crate) const ASYNC_PATHS: usize = 9;
 /// The semaphore's blocking paths are `SEM_PATHS..ASYNC_SEM_PATHS`, its async ones
 /// `ASYNC_SEM_PATHS..`.
 pub const SEM_PATHS: usize = 18;
-const ASYNC_SEM_PATHS: usize = 23;
+pub(crate) const ASYNC_SEM_PATHS: usize = 23;
 
 /// The lock kinds, as recorded (`KINDS[kind]`).
 pub const KINDS: [&str; 4] = ["plain", "shared", "set", "permit"];
@@ -481,7 +481,7 @@ fn permit_of(lock: &Lock) -> Target {
 
 /// What a caller locks next: a plain lock of one of the resources (45 %), a shared lock of one
 /// (25 %), a set of 2 or 3 of them (15 %), or a permit of the semaphore (15 %).
-fn pick(rng: &mut Rng) -> Target {
+pub(crate) fn pick(rng: &mut Rng) -> Target {
     let one = |rng: &mut Rng| rng.below(RESOURCES as u64) as u8;
     match rng.below(100) {
         0..45 => Target::plain(one(rng)),
@@ -497,7 +497,7 @@ fn pick(rng: &mut Rng) -> Target {
 }
 
 /// How long a plain hold lasts: mostly short, sometimes a good part of the validity.
-fn hold_time(rng: &mut Rng) -> Duration {
+pub(crate) fn hold_time(rng: &mut Rng) -> Duration {
     match rng.below(100) {
         0..60 => rng.millis(0, 10),
         60..92 => rng.millis(10, 100),
@@ -507,7 +507,7 @@ fn hold_time(rng: &mut Rng) -> Duration {
 
 /// How long a kept lock is held: mostly short, sometimes up to twice the TTL, so that it is
 /// renewed (at a third of the TTL left) once or twice.
-fn kept_time(rng: &mut Rng) -> Duration {
+pub(crate) fn kept_time(rng: &mut Rng) -> Duration {
     if rng.below(100) < 70 {
         rng.millis(20, 300)
     } else {
@@ -516,12 +516,12 @@ fn kept_time(rng: &mut Rng) -> Duration {
 }
 
 /// A short deadline for `lock_until` and the async timeouts.
-fn short_wait(rng: &mut Rng) -> Duration {
+pub(crate) fn short_wait(rng: &mut Rng) -> Duration {
     rng.millis(20, 800)
 }
 
 /// The pause between two operations of a caller.
-fn think_time(rng: &mut Rng) -> Duration {
+pub(crate) fn think_time(rng: &mut Rng) -> Duration {
     rng.millis(0, 20)
 }
 
