@@ -1,6 +1,7 @@
 //! Fair locks (`Config::fair`) against real servers: waiters on separate handles (each its own
 //! engine and connections, as separate processes are) are granted in the order they began to
-//! wait; a waiter that gives up leaves the queue at once; a dead waiter's place expires;
+//! wait, and callers queued behind another caller of their handle keep their places among
+//! them; a waiter that gives up leaves the queue at once; a dead waiter's place expires;
 //! `try_lock` passes nobody; a key under the queue's name that is not ours is left alone.
 
 use std::sync::Arc;
@@ -178,6 +179,137 @@ fn a_reader_behind_a_writer_that_gives_up_joins_the_readers_at_once() {
     let got = r.join().unwrap();
     assert!(got.is_ok(), "the reader behind the writer: {got:?}");
     holder.unlock(held).unwrap();
+    wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
+}
+
+/// Callers of `redlock`'s engine waiting in its queue of `resource` (its head included).
+fn local_waiters(redlock: &Redlock, resource: &str) -> usize {
+    (redlock.with_client(|c| redlock_mux::testing::waiters(c, resource.as_bytes()))).unwrap()
+}
+
+/// Waits (up to 10 s) until `redlock` has `n` callers waiting for `resource`.
+fn wait_local(redlock: &Redlock, resource: &str, n: usize) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while local_waiters(redlock, resource) != n {
+        assert!(Instant::now() < until, "{n} callers never waited");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Returns once the wall clock has passed the next millisecond: queue entries order waits by
+/// their start in ms, so two waits begun in one millisecond may go either way (a writer's
+/// first).
+fn a_millisecond_later() {
+    let ms = || {
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+            .unwrap()
+            .as_millis()
+    };
+    let start = ms();
+    while ms() < start + 2 {
+        thread::yield_now();
+    }
+}
+
+/// Callers that line up behind another caller of their handle keep their places against a
+/// younger waiter of another handle: promoted to the head of its handle's queue, each attempts
+/// behind the release with its entry, and goes first where that entry is the oldest. Before, that
+/// first attempt carried no entry (as a new caller's does) and was refused where the younger
+/// waiter's entry lived, which then went first; and after eight local hand-offs in a row the
+/// next stepped back for a pause (the streak's yield, for locks that do not queue), which let
+/// the younger waiter pass. Ten callers of one handle, then one of another.
+#[test]
+fn callers_queued_behind_another_of_their_handle_keep_their_places_in_the_fair_queue() {
+    let servers = Cluster::start(3);
+    const LOCAL: usize = 10;
+    for round in 0..3 {
+        let holder = builder(&servers).build().unwrap();
+        let held = holder.try_lock("report").unwrap();
+        let (a, b) = (fair(&servers), fair(&servers));
+        let (tx, rx) = mpsc::channel();
+        let waiter = |redlock: &Redlock, name: usize| {
+            let (redlock, tx) = (redlock.clone(), tx.clone());
+            thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let lock = redlock.lock_until("report", deadline).unwrap();
+                tx.send(name).unwrap();
+                thread::sleep(Duration::from_millis(5));
+                redlock.unlock(lock).unwrap();
+            })
+        };
+        let mut threads = vec![waiter(&a, 0)];
+        wait_queue(&servers, "a's first caller joined", |q| {
+            q.iter().all(|&c| c == 2)
+        });
+        for i in 1..LOCAL {
+            threads.push(waiter(&a, i));
+            wait_local(&a, "report", i + 1);
+        }
+        a_millisecond_later();
+        threads.push(waiter(&b, LOCAL));
+        wait_queue(&servers, "b joined", |q| q.iter().all(|&c| c == 3));
+        holder.unlock(held).unwrap();
+        let order: Vec<usize> = (0..=LOCAL).map(|_| rx.recv().unwrap()).collect();
+        assert_eq!(order, (0..=LOCAL).collect::<Vec<_>>(), "round {round}");
+        for t in threads {
+            t.join().unwrap();
+        }
+        wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
+    }
+}
+
+/// The same for readers: a reader queued behind another reader of its handle joins it as soon
+/// as that one is in, ahead of a younger writer of another handle. The fallback poll (5 s) is
+/// longer than the first reader holds, so only its first attempt as the head lets it in then.
+#[test]
+fn a_reader_queued_behind_another_of_its_handle_joins_it_ahead_of_a_younger_writer() {
+    let servers = Cluster::start(3);
+    let slow = || {
+        builder(&servers)
+            .fair(true)
+            .retry_delay(Duration::from_secs(5), Duration::ZERO)
+            .build()
+            .unwrap()
+    };
+    let holder = builder(&servers).build().unwrap();
+    let held = holder.try_lock("report").unwrap();
+    let (a, b) = (slow(), slow());
+    let (tx, rx) = mpsc::channel();
+    let reader = |n: usize| {
+        let (a, tx) = (a.clone(), tx.clone());
+        thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let lock = a.lock_shared_until("report", deadline).unwrap();
+            tx.send(n).unwrap();
+            lock
+        })
+    };
+    let first = reader(0);
+    wait_queue(&servers, "a's first reader joined", |q| {
+        q.iter().all(|&c| c == 2)
+    });
+    let second = reader(1);
+    wait_local(&a, "redlock:shared:report", 2);
+    a_millisecond_later();
+    let writer = thread::spawn(move || {
+        let lock = b.lock_until("report", Instant::now() + Duration::from_secs(20));
+        lock.map(|lock| b.unlock(lock))
+    });
+    wait_queue(&servers, "the writer joined", |q| q.iter().all(|&c| c == 3));
+    holder.unlock(held).unwrap();
+    // Neither reader lets go before both are in (or 2 s have passed).
+    let got: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(2)))
+        .collect();
+    let lock = first.join().unwrap();
+    a.unlock(lock).unwrap();
+    let lock = second.join().unwrap();
+    a.unlock(lock).unwrap();
+    assert!(
+        got.iter().all(Result::is_ok),
+        "the second reader was not let in beside the first: {got:?}"
+    );
+    assert!(matches!(writer.join().unwrap(), Ok(Ok(_))));
     wait_queue(&servers, "queue gone", |q| q.iter().all(|&c| c == 0));
 }
 

@@ -90,18 +90,19 @@ impl<N: Net> Engine<N> {
             // A fair lock (`FAIR_ACQUIRE_BODY`; a set, `FAIR_SET_ACQUIRE_BODY`: all or none, in
             // the queue of every member; a reader, `FAIR_SHARED_ACQUIRE_BODY` on its resource's
             // key, with a reader's entry): a waiting acquire's attempt with its entry in the
-            // resource's queue; its first attempt (the wait's own token) and `try_lock` with
-            // none: they take the resource only if nobody waits, and join nothing. A first
-            // attempt that joined where it was refused left its entry there when it won on the
-            // other nodes — older than any later waiter's, refusing everybody on those nodes
-            // until it expired — and so did every caller of a handle that attempted together
-            // before its local queue opened, of whom only the head attempts again (the contention
-            // benchmark's p99 wait was the entry's life, a second; found with a review).
+            // resource's queue; a new caller's first attempt (the wait's own token) and
+            // `try_lock` with none: they take the resource only if nobody waits, and join
+            // nothing (why: `Op::joins`; the contention benchmark's p99 wait was an orphan
+            // entry's life, a second; found with a review).
             let written: [u8; QUEUE_ENTRY_LEN];
-            let entry = match op.waiter {
-                Waiter::Attempt(w) if core.ops[w.index as usize].token != op.token => {
-                    let start = core.ops[w.index as usize].start;
-                    written = wall.entry(start, &op.token, reader.is_some());
+            let wait = match op.waiter {
+                Waiter::Attempt(w) => Some(&core.ops[w.index as usize]),
+                _ => None,
+            };
+            let entry = match wait {
+                // A later attempt carries a token of its own (`Op::tries` is set after this).
+                Some(wait) if wait.joins(wait.token != op.token) => {
+                    written = wall.entry(wait.start, &op.token, reader.is_some());
                     &written[..]
                 }
                 _ => &[][..],

@@ -68,6 +68,10 @@ pub(super) struct Op {
     /// A plain lock's attempt after the first of its wait: it steps back where a set waits
     /// for the resource (`WAITING_ACQUIRE_BODY`).
     pub waiting: bool,
+    /// A waiting acquire that lined up behind other callers of this engine: its first
+    /// attempt comes as the queue's head, after it has waited, and (a fair lock) carries its
+    /// entry (`Engine::send_acquire`).
+    pub behind: bool,
     /// A reader's attempt of a wait past its set precedence (`Config::set_precedence`): it
     /// steps back for a waiting writer, and for a waiting set only where readers hold the
     /// resource (`SHARED_ACQUIRE_PAST_SETS_BODY`).
@@ -91,6 +95,19 @@ pub(super) struct Op {
 }
 
 impl Op {
+    /// A waiting acquire's attempt (`later`: not its first) joins a fair lock's queue: it
+    /// carries its entry (`Engine::send_acquire`). A new caller's first attempt does not: the
+    /// callers of an engine that begin together each make one before its queue opens, and only
+    /// the head attempts again — the others' entries, never refreshed, would keep every later
+    /// waiter out until they expired (and most first attempts find the resource free). A wait
+    /// that lined up behind other callers of this engine ([`Op::behind`]) makes its first
+    /// attempt as the head, after waiting, and attempts until it ends: that attempt joins.
+    /// Without its entry it was refused wherever a younger waiter of another client had one,
+    /// and that waiter went first.
+    pub fn joins(&self, later: bool) -> bool {
+        later || self.behind
+    }
+
     pub fn new(n: usize, now: Instant) -> Op {
         // The usual resource name fits: a slot's first use does not allocate.
         let resource = Vec::with_capacity(RESOURCE_CAPACITY);
@@ -128,6 +145,7 @@ impl Op {
             step: 0,
             stepping: 0,
             waiting: false,
+            behind: false,
             past_sets: false,
             outstanding: 0,
             waiter: Waiter::None,

@@ -27,7 +27,8 @@
 //! Local hand-offs are not endless: after [`MAX_STREAK`] in a row, if other clients were known
 //! to be waiting at the last release (they were subscribed to its notice), the next local head
 //! steps back for a short pause before attempting, and the remote waiters, woken by the notice,
-//! get their chance.
+//! get their chance. (Not a fair lock's: its queue on the nodes decides who is next, and the
+//! local head's attempt carries its entry.)
 //!
 //! Everything here is data and arithmetic; the engine drives it (`engine/wait.rs`), with `now` as an
 //! argument and randomness from a seeded generator, so the simulator replays it.

@@ -63,6 +63,7 @@ impl<N: Net> Engine<N> {
         op.until = deadline;
         op.ttl = ttl;
         op.tries = 0;
+        op.behind = false;
         match self.waits.get_mut(resource) {
             Some(q) => {
                 q.waiters.push_back(id);
@@ -72,6 +73,8 @@ impl<N: Net> Engine<N> {
                     // First in a queue that lingers: attempts at once, as its head (unmarked,
                     // like an attempt with no queue: most find the resource free).
                     self.attempt(id, now, false);
+                } else {
+                    self.core.ops[id.index as usize].behind = true;
                 }
             }
             None => self.attempt(id, now, false),
@@ -220,12 +223,12 @@ impl<N: Net> Engine<N> {
             self.step_log.push((w, 0, false, now));
         }
         let op = &mut self.core.ops[w.index as usize];
-        // A fair lock's waiter that joined its queue (an attempt after its first: the first
-        // joins nothing, `Engine::send_acquire`) leaves it: won, on the nodes that did not say
-        // yes (a yes took its entry out), which still hold its entry, older than any later
-        // waiter's; given up, on every node. Only a waiter that did not win tells the next in
-        // line.
-        if op.tries > 1 && super::fair::applies(&self.shared.config) {
+        // A fair lock's waiter that joined its queue (an attempt after its first, or any of a
+        // waiter that lined up behind others of this engine: `Op::joins`) leaves it: won, on the
+        // nodes that did not say yes (a yes took its entry out), which still hold its entry,
+        // older than any later waiter's; given up, on every node. Only a waiter that did not
+        // win tells the next in line.
+        if super::fair::applies(&self.shared.config) && op.tries > 0 && op.joins(op.tries > 1) {
             let all = self.all_nodes();
             let (nodes, notice) = match &outcome {
                 Some(Outcome::Locked(Ok((_, grant)))) => (all & !grant.votes.yes, false),
@@ -373,11 +376,15 @@ impl<N: Net> Engine<N> {
             return;
         }
         let pause = retry_pause(&self.shared.config, self.waits.random());
+        // A fair lock's local hand-offs are no streak to yield from: the next caller of ours
+        // goes first only where its entry is the oldest (it attempts behind the release with its
+        // entry: `Op::joins`), and a yield let a younger waiter of another client pass it.
+        let streak = u32::from(!super::fair::applies(&self.shared.config));
         if let Some(q) = self.waits.get_mut(resource) {
             q.held_until = Some(valid_until);
             q.wait_over(now);
             if q.leave(w) {
-                q.streak += 1;
+                q.streak += streak;
                 q.splits = 0;
                 q.not_before = None;
                 q.try_at = q.after_refusal(now, pause);
