@@ -101,6 +101,16 @@ fn grant_order_of(servers: &Cluster, handles: Vec<(Redlock, bool)>) -> Vec<usize
     order
 }
 
+/// A fair handle whose fallback poll (5 s) is longer than a test's waits: only a notice or a
+/// first attempt can let its waiters in sooner.
+fn slow_poll(servers: &Cluster) -> Redlock {
+    builder(servers)
+        .fair(true)
+        .retry_delay(Duration::from_secs(5), Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
 fn redlock_is_fair() -> bool {
     std::env::var("FAIR_TEST_PLAIN").is_err()
 }
@@ -153,13 +163,7 @@ fn fair_readers_queue_with_the_writers_and_are_granted_in_runs_in_their_order() 
 #[test]
 fn a_reader_behind_a_writer_that_gives_up_joins_the_readers_at_once() {
     let servers = Cluster::start(3);
-    let slow = || {
-        builder(&servers)
-            .fair(true)
-            .retry_delay(Duration::from_secs(5), Duration::ZERO)
-            .build()
-            .unwrap()
-    };
+    let slow = || slow_poll(&servers);
     let holder = slow();
     let held = holder.try_lock_shared("report").unwrap();
     let writer = slow();
@@ -264,13 +268,7 @@ fn callers_queued_behind_another_of_their_handle_keep_their_places_in_the_fair_q
 #[test]
 fn a_reader_queued_behind_another_of_its_handle_joins_it_ahead_of_a_younger_writer() {
     let servers = Cluster::start(3);
-    let slow = || {
-        builder(&servers)
-            .fair(true)
-            .retry_delay(Duration::from_secs(5), Duration::ZERO)
-            .build()
-            .unwrap()
-    };
+    let slow = || slow_poll(&servers);
     let holder = builder(&servers).build().unwrap();
     let held = holder.try_lock("report").unwrap();
     let (a, b) = (slow(), slow());
