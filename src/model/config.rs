@@ -166,7 +166,7 @@ pub struct Config {
     /// each other; a set that gives up releases what it holds. The cost: members held while a
     /// set waits for the others, and writers and readers held back. What it buys depends on
     /// the load: in the contention benchmark's mix of writers, plain locks, sets and readers a
-    /// set's caller gets five to seven times the sections; under the real-server soak's
+    /// set's caller gets about seven times the sections; under the real-server soak's
     /// overload (every resource busy, ~30 callers waiting for each) sets gain little with the
     /// default precedence, and a precedence as long as the waits gives them a quarter to a
     /// third of their waits at the others' expense (docs/waiting.md has the figures). A limit: a set that believes it holds a member which a node lost (a
