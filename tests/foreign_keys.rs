@@ -1,8 +1,9 @@
 //! Keys that are not ours, against real servers: every kind of lock (plain, shared, a set's
 //! member, a semaphore's permit, a waiter's mark, the fence counter, a fair handle's plain
 //! lock, reader and set) tried against a foreign key of every type under the name it uses,
-//! with every operation (acquire, wait, extend, release, status, and for fencing the repair). The key must come out exactly as it went in:
-//! the same type and value (`DUMP`), and its TTL neither raised nor cut.
+//! with every operation (acquire, wait, extend, release, status, and for fencing the repair).
+//! The key must come out exactly as it went in: the same type and value (`DUMP`), and its TTL
+//! neither raised nor cut.
 //!
 //! The case that started it: a read lock joined an application's sorted set that had a TTL
 //! (`ZADD board 10 alice 20 bob`, `PEXPIRE board 5000`), raised its TTL to the lock's, and its

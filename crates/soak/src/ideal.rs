@@ -100,8 +100,8 @@ struct Waiter {
 enum Event {
     /// It picks its next target and begins to wait.
     Begin,
-    /// Its wait's deadline (`seq`: the wait's number, stale if it was granted meanwhile).
-    Deadline(u64),
+    /// Its wait's deadline (stale if the wait was granted meanwhile: `Sim::wait_no`).
+    Deadline,
     /// It releases what it holds.
     Release,
 }
@@ -195,8 +195,7 @@ impl Sim {
             budget,
             path,
         });
-        // The deadline event's seq is the next one.
-        self.wait_no[caller] = self.schedule(wait, caller, Event::Deadline(self.seq + 1));
+        self.wait_no[caller] = self.schedule(wait, caller, Event::Deadline);
     }
 
     /// Grants the waiter at `i` of `waiting`.
@@ -284,7 +283,7 @@ pub fn run(policy: Policy, seed: u64, duration: Duration, callers: usize) -> Out
         let first = think_time(&mut sim.rngs[c]);
         sim.schedule(first, c, Event::Begin);
     }
-    while let Some(Reverse((at, _, caller, event))) = sim.events.pop() {
+    while let Some(Reverse((at, seq, caller, event))) = sim.events.pop() {
         if at > ns(duration) {
             break;
         }
@@ -297,8 +296,8 @@ pub fn run(policy: Policy, seed: u64, duration: Duration, callers: usize) -> Out
                 let think = think_time(&mut sim.rngs[caller]);
                 sim.schedule(think, caller, Event::Begin);
             }
-            Event::Deadline(no) => {
-                if sim.wait_no[caller] != no {
+            Event::Deadline => {
+                if sim.wait_no[caller] != seq {
                     continue;
                 }
                 // A last chance at its deadline (a `try_lock`'s only one), then it gives up.
